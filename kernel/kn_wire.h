@@ -41,6 +41,15 @@
  *   {"msg":"reply","status":"error","ename":STR,"evalue":STR,
  *    "traceback":[STR,..]}
  * For execute, an error reply is also published once as iopub `error`.
+ * Reply fields per request (offsets in BYTES of the UTF-8 code; the kernel
+ * converts from/to Jupyter's code points):
+ *   execute:     {"msg":"reply","status":"ok"}
+ *   complete:    {..,"status":"ok","matches":[STR..],"cursor_start":INT,
+ *                 "cursor_end":INT,"metadata":{}}
+ *   inspect:     {..,"status":"ok","found":BOOL,"data":{MIME:..},"metadata":{}}
+ *   is_complete: {..,"status":"ok","is_complete":"complete"|"incomplete"|
+ *                 "invalid","indent":STR?}  -> Jupyter's content.status is
+ *                 the value of "is_complete"
  *
  * Ordering: the executor flushes stdout/stderr before writing any event,
  * and the kernel drains the stdout/stderr pipes before publishing an

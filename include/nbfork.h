@@ -1,0 +1,312 @@
+/*
+ * nbfork.h — the runtime a launched training function calls: the C
+ * counterpart of Hugging Face Accelerate's `Accelerator`, plus the display
+ * API that lets cells and workers show rich output in the notebook.
+ *
+ * Cells and launched workers see this header without any flag; plain C
+ * programs use `pkg-config --cflags --libs nbfork`.
+ *
+ * Conventions (as in nccl.h):
+ *  - every call that can fail returns an acc_result_t (ACC_OK == 0) or
+ *    stores one in the acc_t (acc_last_error);
+ *  - counts are in ELEMENTS, never bytes, unless the name says `_bytes`;
+ *  - collectives BLOCK until every rank has contributed or the timeout
+ *    (NBFORK_TIMEOUT_S, default 300 s) expires; they are in place;
+ *  - functions returning pointers return NULL on failure; the caller owns
+ *    what a `_new` returns and frees it with the matching `_destroy`,
+ *    which is NULL-safe and clears the caller's pointer.
+ */
+#ifndef NBFORK_H
+#define NBFORK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Results                                                              */
+/* ------------------------------------------------------------------ */
+
+typedef enum {
+  ACC_OK = 0,
+  ACC_ERR_INVALID_ARGUMENT = 1, /* bad pointer, count, dtype or op        */
+  ACC_ERR_SYSTEM = 2,           /* an OS call failed (errno kept in text)  */
+  ACC_ERR_TIMEOUT = 3,          /* a peer did not answer within timeout    */
+  ACC_ERR_PEER = 4,             /* a peer failed or closed its connection  */
+  ACC_ERR_STORE = 5,            /* rendezvous store unreachable or refused */
+  ACC_ERR_BACKEND = 6,          /* Gloo / NCCL / CUDA reported an error    */
+  ACC_ERR_UNSUPPORTED = 7,      /* not built in (e.g. NCCL without CUDA)   */
+  ACC_ERR_IO = 8,               /* file read/write/format error            */
+  ACC_ERR_NO_MEMORY = 9
+} acc_result_t;
+
+/* A static English description of `r`; never NULL. */
+const char *acc_strerror(acc_result_t r);
+
+/* ------------------------------------------------------------------ */
+/* The Accelerator                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef enum { ACC_PRECISION_NO = 0, ACC_PRECISION_FP16, ACC_PRECISION_BF16 } acc_precision_t;
+
+typedef struct {
+  /* "no", "fp16" or "bf16"; NULL = ACCELERATE_MIXED_PRECISION or "no". */
+  const char *mixed_precision;
+  /* Micro-steps per optimizer step (Accelerate's
+   * `gradient_accumulation_steps`); 0 or 1 = no accumulation. */
+  int gradient_accumulation_steps;
+  /* Force a gradient sync on the last batch of the data loader even when
+   * the accumulation window is not full (Accelerate's
+   * GradientAccumulationPlugin.sync_with_dataloader, default true: any
+   * value but 0 means true; use -1 for "default"). */
+  int sync_with_dataloader;
+  /* Seed for acc_set_seed at creation; < 0 = do not seed. */
+  long long seed;
+  /* Collective timeout in seconds; 0 = NBFORK_TIMEOUT_S or 300. */
+  int timeout_s;
+} acc_config_t;
+
+/* Defaults: precision from the environment, no accumulation,
+ * sync_with_dataloader on, no seeding, default timeout. */
+#define ACC_CONFIG_INIT {NULL, 1, -1, -1, 0}
+
+typedef struct acc acc_t;
+
+/* Create the Accelerator of this process. Reads its place in the world
+ * from the environment the launcher sets (the names torch and Accelerate
+ * use): RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+ * MASTER_PORT, ACCELERATE_MIXED_PRECISION; without them it is a single
+ * process of world size 1. With WORLD_SIZE > 1 it joins the process group
+ * (rendezvous through the store at MASTER_ADDR:MASTER_PORT, then a Gloo
+ * full mesh), which BLOCKS until every rank arrived or the timeout.
+ * `cfg` may be NULL (= ACC_CONFIG_INIT). Returns NULL on failure after
+ * printing the reason to stderr (rank, step, cause). */
+acc_t *acc_new(const acc_config_t *cfg);
+
+/* Leave the process group and free everything. NULL-safe; clears *acc_p. */
+void acc_destroy(acc_t **acc_p);
+
+int acc_rank(const acc_t *acc);            /* global rank, 0..world-1  */
+int acc_local_rank(const acc_t *acc);      /* rank within this node    */
+int acc_world_size(const acc_t *acc);      /* number of processes      */
+int acc_local_world_size(const acc_t *acc);
+int acc_is_main_process(const acc_t *acc); /* rank == 0                */
+int acc_is_local_main_process(const acc_t *acc);
+/* -1 = CPU; otherwise the CUDA device index this rank uses. */
+int acc_device(const acc_t *acc);
+acc_precision_t acc_mixed_precision(const acc_t *acc);
+/* Text of the last error stored in `acc` ("" when none). */
+const char *acc_last_error(const acc_t *acc);
+
+/* ------------------------------------------------------------------ */
+/* Collectives (host buffers: Gloo; device buffers: NCCL)               */
+/* ------------------------------------------------------------------ */
+
+typedef enum { ACC_F32 = 0, ACC_F64, ACC_F16, ACC_BF16, ACC_I32, ACC_I64 } acc_dtype_t;
+typedef enum { ACC_SUM = 0, ACC_AVG, ACC_MAX, ACC_MIN } acc_op_t;
+
+/* Size of one element of `dtype` in bytes (0 for an unknown dtype). */
+size_t acc_dtype_size(acc_dtype_t dtype);
+
+/* In-place all-reduce of `count` elements of `buf` across all ranks.
+ * AVG divides the sum by the world size (integers: truncating).
+ * Blocks; every rank must call it with the same count/dtype/op.
+ * Errors: INVALID_ARGUMENT, TIMEOUT, PEER, BACKEND. */
+acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, acc_op_t op);
+
+/* Broadcast `count` elements from rank `root` into every rank's `buf`. */
+acc_result_t acc_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root);
+
+/* Gather `count` elements from each rank: `recv` holds world*count
+ * elements, rank r's contribution at offset r*count. */
+acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                            acc_dtype_t dtype);
+
+/* Reduce world*count elements of `send` across ranks and leave rank r
+ * with block r (count elements) in `recv`. */
+acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                acc_dtype_t dtype, acc_op_t op);
+
+/* Barrier (Accelerate's wait_for_everyone). */
+acc_result_t acc_wait_for_everyone(acc_t *acc);
+
+/* ------------------------------------------------------------------ */
+/* Seeding and printing                                                 */
+/* ------------------------------------------------------------------ */
+
+/* Seed the runtime's RNG (used by the sampler, initializers, dropout)
+ * and libc's rand(); the same seed gives the same sequence on every run.
+ * With per_rank != 0 each rank gets seed + rank. */
+void acc_set_seed(acc_t *acc, unsigned long long seed, int per_rank);
+/* Next value of the runtime RNG: uniform in [0, 1). */
+double acc_rand_uniform(acc_t *acc);
+/* Standard normal sample (Box-Muller). */
+double acc_rand_normal(acc_t *acc);
+
+/* printf on the main process only (Accelerate's accelerator.print);
+ * flushes so the line reaches the notebook at once. */
+int acc_print(const acc_t *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------ */
+/* Data: IDX files, distributed sampler, metrics                        */
+/* ------------------------------------------------------------------ */
+
+/* An IDX (MNIST format) tensor, as read from a possibly gzip'd file. */
+typedef struct {
+  int ndim;          /* 1..4                                  */
+  int dims[4];       /* dims[0] = number of items             */
+  size_t count;      /* product of dims (elements)            */
+  unsigned char *u8; /* data when the type is ubyte (0x08)    */
+} acc_idx_t;
+
+/* Read `path` (gzip or plain). Only ubyte (0x08) data is supported.
+ * Returns NULL and prints why (path, offset, magic) on failure.
+ * Caller owns the result: acc_idx_destroy. */
+acc_idx_t *acc_idx_read(const char *path);
+void acc_idx_destroy(acc_idx_t **idx_p);
+
+/* PyTorch's DistributedSampler with Accelerate's even_batches: the
+ * indices 0..n-1, shuffled by (seed + epoch) when shuffle != 0, padded by
+ * repeating from the start so the total is a multiple of
+ * world_size * batch_size, and dealt so rank r gets a disjoint shard of
+ * the same length on every rank. */
+typedef struct acc_sampler acc_sampler_t;
+
+acc_sampler_t *acc_sampler_new(const acc_t *acc, size_t n, size_t batch_size, int shuffle,
+                               unsigned long long seed);
+void acc_sampler_destroy(acc_sampler_t **s_p);
+/* Reshuffle for `epoch` (same result on every rank). */
+void acc_sampler_set_epoch(acc_sampler_t *s, int epoch);
+/* Number of batches this rank iterates per epoch (same on every rank). */
+size_t acc_sampler_num_batches(const acc_sampler_t *s);
+/* Indices of batch `b` of this rank: *len = batch_size except possibly in
+ * the last batch. Pointer valid until the next set_epoch. */
+const size_t *acc_sampler_batch(const acc_sampler_t *s, size_t b, size_t *len);
+/* Number of real (non-padding) samples this rank's shard holds among the
+ * first `b+1` batches is handled by acc_gather_for_metrics. */
+size_t acc_sampler_dataset_size(const acc_sampler_t *s);
+
+/* Accelerate's gather_for_metrics: gather `count` int64 values per rank
+ * (e.g. predictions or labels of one batch) from all ranks into `out`
+ * (world*count elements, rank-major, ordered like the sampler's global
+ * order) and drop the padding duplicates the sampler added on the LAST
+ * batch. `is_last_batch` says whether this is the final batch of the
+ * epoch; `dataset_size` the true number of samples. Returns the number of
+ * valid elements written to `out` (≤ world*count), or (size_t)-1 on error. */
+size_t acc_gather_for_metrics(acc_t *acc, const int64_t *values, size_t count, int64_t *out,
+                              int is_last_batch, size_t dataset_size);
+
+/* ------------------------------------------------------------------ */
+/* Gradient accumulation (Accelerate's accumulate / sync_gradients)     */
+/* ------------------------------------------------------------------ */
+
+/* Start a micro-step. `is_last_batch` forces a sync when the config's
+ * sync_with_dataloader is on. Sets acc_sync_gradients. */
+void acc_accumulate_begin(acc_t *acc, int is_last_batch);
+void acc_accumulate_end(acc_t *acc);
+/* 1 when this micro-step ends an accumulation window (the optimizer
+ * should step and zero the gradients), else 0. Always 1 without
+ * accumulation. */
+int acc_sync_gradients(const acc_t *acc);
+
+/* Accelerate's backward for a flat f32 gradient buffer of `n` elements
+ * into which the caller just ADDED this micro-step's gradients: scales
+ * this micro-step's contribution by 1/gradient_accumulation_steps (the
+ * runtime keeps the buffer as it was after the previous micro-step to
+ * tell the new part apart; O(n) extra memory only when accumulating) and,
+ * on sync steps only, all-reduces (AVG) the buffer across ranks. No
+ * communication on non-sync steps. Call it once per micro-step, between
+ * acc_accumulate_begin and acc_accumulate_end; zero the buffer after the
+ * optimizer step. Errors: as acc_all_reduce. */
+acc_result_t acc_backward(acc_t *acc, float *grads, size_t n);
+
+/* ------------------------------------------------------------------ */
+/* A small model toolkit on one flat parameter buffer                   */
+/* ------------------------------------------------------------------ */
+
+/* A multi-layer perceptron: Linear → ReLU → ... → Linear, f32, row-major,
+ * all parameters in one flat buffer `params` (and gradients in `grads`)
+ * so a single all-reduce covers the model. */
+typedef struct acc_mlp acc_mlp_t;
+
+/* sizes[0] = inputs, sizes[nlayers] = outputs; weights Kaiming-uniform
+ * (PyTorch nn.Linear default) from the accelerator's RNG. */
+acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch);
+void acc_mlp_destroy(acc_mlp_t **m_p);
+size_t acc_mlp_num_params(const acc_mlp_t *m);
+float *acc_mlp_params(acc_mlp_t *m);
+float *acc_mlp_grads(acc_mlp_t *m);
+/* Forward `batch` rows of x (batch × sizes[0]); returns logits
+ * (batch × sizes[nlayers]), owned by the model, valid until next call. */
+const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch);
+/* Softmax cross-entropy of the last forward against `labels` (batch
+ * int64 class indices); mean over the batch. ADDS d(loss)/d(params) into
+ * the gradient buffer. Returns the loss. */
+float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels);
+/* argmax of each row of the last forward's logits into `pred` (batch). */
+void acc_mlp_predict(const acc_mlp_t *m, int64_t *pred);
+void acc_mlp_zero_grad(acc_mlp_t *m);
+
+/* SGD with momentum (PyTorch torch.optim.SGD semantics) or AdamW
+ * (Loshchilov & Hutter 2019; torch.optim.AdamW semantics). */
+typedef struct acc_optim acc_optim_t;
+acc_optim_t *acc_sgd_new(float *params, float *grads, size_t n, float lr, float momentum,
+                         float weight_decay);
+acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, float beta1,
+                           float beta2, float eps, float weight_decay);
+/* One optimizer step. With fp16 mixed precision, skips the step when the
+ * accelerator's loss scaler found inf/NaN (returns 0 then, 1 on a step). */
+int acc_optim_step(acc_t *acc, acc_optim_t *opt);
+void acc_optim_set_lr(acc_optim_t *opt, float lr);
+void acc_optim_destroy(acc_optim_t **opt_p);
+
+/* ------------------------------------------------------------------ */
+/* Progress and live charts (through the display API)                   */
+/* ------------------------------------------------------------------ */
+
+/* A progress bar drawn on the main process only, updated in place in the
+ * notebook (update_display_data), with rate and ETA, like tqdm. */
+typedef struct acc_progress acc_progress_t;
+acc_progress_t *acc_progress_new(const acc_t *acc, const char *desc, size_t total);
+/* Advance by `n` and optionally set a postfix text (e.g. "loss=0.31"). */
+void acc_progress_update(acc_progress_t *p, size_t n, const char *postfix);
+void acc_progress_destroy(acc_progress_t **p_p); /* draws the final state */
+
+/* Append (step, value) to the series `name` and redraw a live line chart
+ * (SVG) in place on the main process. Values from other ranks are ignored
+ * (log what you all-reduced). */
+void acc_log_scalar(acc_t *acc, const char *name, long step, double value);
+
+/* ------------------------------------------------------------------ */
+/* Display API (cells and workers)                                      */
+/* ------------------------------------------------------------------ */
+
+/* Show `len` bytes of `data` as MIME type `mime` in the cell's output
+ * (Jupyter `display_data`, messaging spec §"Display Data"). Text types
+ * (text/..., image/svg+xml, application/javascript) are sent as text;
+ * binary types (image/png, ...) are base64-encoded; application/json must
+ * hold one JSON document. Returns a display id (> 0) for
+ * nbf_update_display, or -1 on error (bad argument, no kernel attached:
+ * then the data is written to stdout as text when it is text). */
+long nbf_display(const char *mime, const void *data, size_t len);
+
+/* Replace what display `id` shows (Jupyter `update_display_data`).
+ * Returns 0, or -1 on error. */
+int nbf_update_display(long id, const char *mime, const void *data, size_t len);
+
+/* Clear the cell's output (Jupyter `clear_output`); with wait != 0 the
+ * front end clears only when new output arrives. Returns 0 or -1. */
+int nbf_clear_output(int wait);
+
+/* Internal: used by code the cell engine generates to show the value of a
+ * cell's last expression (Jupyter `execute_result`, text/plain). */
+int nbf__execute_result(const char *text_plain);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NBFORK_H */

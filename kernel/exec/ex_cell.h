@@ -1,0 +1,65 @@
+/*
+ * ex_cell — turn a cell into a translation unit, and remember what it
+ * defined so later cells see it.
+ *
+ * How redefinition works (see DESIGN.md "Cells"): C forbids two
+ * definitions of one name, so each cell's functions and globals are
+ * emitted under a versioned assembler name (`sq` -> `sq__c<tag>`, with
+ * GCC's `__asm__("...")` label, so the C name stays `sq`). The prelude of
+ * later cells declares each name with the label of its newest version.
+ * Code compiled earlier keeps calling what it was compiled against.
+ * Preprocessor lines and type declarations are replayed in the prelude
+ * (a re-defined typedef/struct/macro replaces its earlier text).
+ *
+ * The tag is a hash of the generated unit, so re-running an unchanged
+ * cell produces the same shared object path and skips the compiler
+ * (compile cache).
+ *
+ * Top-level variable initializers that are not constant-looking (not
+ * braced, not arrays, not const objects) run as assignments in order
+ * with the statements, so `float *x = malloc(..);` works at file scope.
+ */
+#ifndef EX_CELL_H
+#define EX_CELL_H
+
+#include "ex_split.h"
+
+typedef struct ex_cell_state ex_cell_state_t;
+
+ex_cell_state_t *ex_cell_state_new(void);
+void ex_cell_state_destroy(ex_cell_state_t **st_p);
+
+/* ex_is_type_fn over the typedef names earlier cells defined. */
+int ex_cell_is_type(const char *name, void *st);
+
+typedef struct {
+  char *source;  /* generated C translation unit                     */
+  char tag[17];  /* hex hash of the unit: file names and versions     */
+  char run_symbol[64];    /* `void RUN(void)` runs the statements      */
+  char launch_symbol[64]; /* `int LAUNCH(void)` calls the launch call  */
+  int has_launch;
+  char label[32];         /* `cell[3]`: names the cell in diagnostics  */
+  ex_split_t split;
+} ex_cell_unit_t;
+
+/* Generate the unit for `code` (no magic lines). `label` names the cell in
+ * diagnostics (`cell[3]`). `launch_call`, when not NULL, is a C call
+ * expression compiled into a thunk returning int (0 for void calls).
+ * `salt` (flags, compiler) enters the hash. Returns 0, or -1 with a
+ * message in err (the cell could not be split). Caller frees `out`. */
+int ex_cell_generate(ex_cell_state_t *st, const char *code, const char *label,
+                     const char *launch_call, const char *salt, ex_cell_unit_t *out, char *err,
+                     size_t errlen);
+
+/* Record the unit's definitions after it compiled and loaded. */
+int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u);
+
+void ex_cell_unit_free(ex_cell_unit_t *u);
+
+/* Names of functions and globals currently defined (for %who and
+ * completion): calls fn(name, kind "function"|"variable"|"type"|"macro"). */
+void ex_cell_each_name(const ex_cell_state_t *st,
+                       void (*fn)(const char *name, const char *kind, const char *decl, void *ctx),
+                       void *ctx);
+
+#endif

@@ -1,0 +1,65 @@
+#include "ex_events.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../kn_wire.h"
+
+static int write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0)
+      return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int ex_event_send_raw(const char *line, size_t len) {
+  fflush(stdout);
+  fflush(stderr);
+  if (write_all(KN_WIRE_FD_EVENTS, line, len))
+    return -1;
+  return write_all(KN_WIRE_FD_EVENTS, "\n", 1);
+}
+
+int ex_event_send(json_t *obj) {
+  if (!obj)
+    return -1;
+  char *s = json_dumps(obj, JSON_COMPACT | JSON_ENSURE_ASCII);
+  json_decref(obj);
+  if (!s)
+    return -1;
+  int rc = ex_event_send_raw(s, strlen(s));
+  free(s);
+  return rc;
+}
+
+int ex_event_reply_ok(json_t *extra) {
+  json_t *o = json_pack("{s:s, s:s}", "msg", "reply", "status", "ok");
+  if (extra) {
+    json_object_update(o, extra);
+    json_decref(extra);
+  }
+  return ex_event_send(o);
+}
+
+int ex_event_reply_error(const char *ename, const char *evalue, const char *traceback) {
+  json_t *tb = json_array();
+  const char *p = traceback ? traceback : evalue;
+  while (p && *p) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    json_array_append_new(tb, json_stringn_nocheck(p, n));
+    p = e ? e + 1 : NULL;
+  }
+  json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:o}", "msg", "reply", "status", "error", "ename",
+                        ename, "evalue", evalue, "traceback", tb);
+  return ex_event_send(o);
+}

@@ -1,0 +1,44 @@
+/*
+ * ex_magic — line magics at the top of a cell (`%cflags -O3`), and the
+ * `%%cuda` cell magic. A cell may start with any number of line magics;
+ * the C code after them runs, then `%launch` (if any) launches.
+ *
+ * | magic                  | effect                                             |
+ * |------------------------|----------------------------------------------------|
+ * | %launch CALL [k=v ...] | fork workers running CALL (see ln_options.h)       |
+ * | %cflags [FLAGS]        | set extra compiler flags for later cells; show     |
+ * | %ldflags [FLAGS]       | set extra linker flags (-lfoo) for later cells     |
+ * | %env [NAME[=VALUE]]    | show or set an environment variable (workers      |
+ * |                        | inherit it)                                        |
+ * | %who                   | list functions, globals, types, macros defined     |
+ * | %lsmagic               | list the magics                                    |
+ * | %%cuda                 | the cell is CUDA, compiled with nvcc               |
+ */
+#ifndef EX_MAGIC_H
+#define EX_MAGIC_H
+
+#include <stddef.h>
+
+#include "ex_cell.h"
+
+typedef struct {
+  char *cflags;  /* owned */
+  char *ldflags; /* owned */
+} ex_flags_t;
+
+typedef struct {
+  int cuda;           /* %%cuda seen                                   */
+  char *launch_call;  /* `f(a, b)` of %launch, owned, or NULL          */
+  char *launch_opts;  /* the key=value text after it, owned            */
+  const char *code;   /* C code after the magic lines (points into src) */
+} ex_magic_result_t;
+
+/* Run the magic lines at the top of `src`. Returns 0, or -1 with ename
+ * ("UsageError") and a message in err. Output of %who/%env/%lsmagic goes
+ * to stdout. */
+int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
+                 ex_magic_result_t *out, char *err, size_t errlen);
+
+void ex_magic_result_free(ex_magic_result_t *r);
+
+#endif

@@ -1,0 +1,357 @@
+/*
+ * ex_main.c — nbfork-executor: the single-threaded process that holds
+ * every cell's state, compiles and runs cells, and forks training workers
+ * for %launch. The kernel process talks to it over pipes (kn_wire.h).
+ *
+ * Why a separate process: fork() is only safe from a single-threaded
+ * process, and the kernel has ZeroMQ threads; and a crash in cell code
+ * kills this process, not the kernel, which reports it and starts a fresh
+ * executor.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../kn_wire.h"
+#include "ex_cell.h"
+#include "ex_compile.h"
+#include "ex_events.h"
+#include "ex_magic.h"
+#include "ex_query.h"
+#include "ln_cuda.h"
+#include "ln_launch.h"
+
+#ifndef NBFORK_VERSION
+#define NBFORK_VERSION "0"
+#endif
+
+/* Interrupts: SIGINT while a cell's statements run jumps back to the cell
+ * runner, so state survives; at any other time it only sets a flag that
+ * the compiler wait and the launcher poll. */
+static sigjmp_buf g_jmp;
+static volatile sig_atomic_t g_jmp_armed;
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig) {
+  (void)sig;
+  g_interrupted = 1;
+  if (g_jmp_armed) {
+    g_jmp_armed = 0;
+    siglongjmp(g_jmp, 1);
+  }
+}
+
+typedef struct {
+  ex_cell_state_t *cells;
+  ex_toolchain_t tc;
+  ex_flags_t flags;
+  char *base_cflags;
+  char workdir[PATH_MAX];
+  char incdir[PATH_MAX];
+  char libdir[PATH_MAX];
+  int cuda_cell; /* execution count of the cell that initialized CUDA */
+} ex_t;
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+static ex_t *g_ex; /* for the atexit cleanup only */
+
+static void cleanup_workdir(void) {
+  if (g_ex && g_ex->workdir[0] && !getenv("NBFORK_KEEP_WORKDIR"))
+    nftw(g_ex->workdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Find nbfork.h and libnbfork.so: NBFORK_INCLUDE_DIR / NBFORK_LIB_DIR, or
+ * ../include and ../lib next to this binary (build tree and install tree
+ * have the same shape). */
+static int find_dirs(ex_t *ex) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n < 0)
+    return -1;
+  exe[n] = 0;
+  char *slash = strrchr(exe, '/');
+  if (slash)
+    *slash = 0;
+  const char *inc = getenv("NBFORK_INCLUDE_DIR"), *lib = getenv("NBFORK_LIB_DIR");
+  if (inc)
+    snprintf(ex->incdir, sizeof ex->incdir, "%s", inc);
+  else
+    snprintf(ex->incdir, sizeof ex->incdir, "%s/../include", exe);
+  if (lib)
+    snprintf(ex->libdir, sizeof ex->libdir, "%s", lib);
+  else
+    snprintf(ex->libdir, sizeof ex->libdir, "%s/../lib", exe);
+  char probe[PATH_MAX + 16];
+  snprintf(probe, sizeof probe, "%s/nbfork.h", ex->incdir);
+  if (access(probe, R_OK) != 0) {
+    fprintf(stderr, "nbfork-executor: cannot find nbfork.h in %s (set NBFORK_INCLUDE_DIR)\n",
+            ex->incdir);
+    return -1;
+  }
+  return 0;
+}
+
+static int setup(ex_t *ex) {
+  if (find_dirs(ex))
+    return -1;
+  const char *wd = getenv("NBFORK_WORKDIR");
+  if (wd) {
+    snprintf(ex->workdir, sizeof ex->workdir, "%s", wd);
+    mkdir(ex->workdir, 0700);
+  } else {
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(ex->workdir, sizeof ex->workdir, "%s/nbfork-%d-XXXXXX", tmp, (int)getpid());
+    if (!mkdtemp(ex->workdir)) {
+      fprintf(stderr, "nbfork-executor: cannot create a work directory in %s: %s\n", tmp,
+              strerror(errno));
+      return -1;
+    }
+    g_ex = ex;
+    atexit(cleanup_workdir);
+  }
+  ex->cells = ex_cell_state_new();
+  ex->tc.cc = getenv("NBFORK_CC") ? getenv("NBFORK_CC") : "cc";
+  ex->tc.nvcc = getenv("NBFORK_NVCC") ? getenv("NBFORK_NVCC") : "nvcc";
+  ex->tc.incdir = ex->incdir;
+  ex->tc.libdir = ex->libdir;
+  ex->tc.workdir = ex->workdir;
+  /* -O2: training loops are written in cells. No -g: compile time. */
+  ex->base_cflags = strdup(getenv("NBFORK_CFLAGS") ? getenv("NBFORK_CFLAGS") : "-O2");
+  return ex->cells && ex->base_cflags ? 0 : -1;
+}
+
+/* Report (once) the first cell after which CUDA is initialized here. */
+static void check_cuda(ex_t *ex, int count) {
+  if (ex->cuda_cell || !ln_cuda_initialized())
+    return;
+  ex->cuda_cell = count > 0 ? count : -1;
+  fprintf(stderr,
+          "Warning: this cell (cell [%d]) initialized CUDA in the kernel process. Workers that "
+          "%%launch forks from now on cannot use the GPU (every CUDA call fails with "
+          "'initialization error'). Restart the kernel and move CUDA calls into the launched "
+          "function.\n",
+          count);
+}
+
+static int send_event_line(const char *line, size_t len) { return ex_event_send_raw(line, len); }
+
+static int reply_interrupted(void) {
+  return ex_event_reply_error("KeyboardInterrupt",
+                              "the cell was interrupted; the state of earlier cells is kept",
+                              NULL);
+}
+
+/* Compile, load and run one cell (magic lines already handled). */
+static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
+  char label[32], err[512] = "";
+  snprintf(label, sizeof label, "cell[%d]", count);
+  char *cflags = NULL, *salt = NULL;
+  if (asprintf(&cflags, "%s %s", ex->base_cflags, ex->flags.cflags ? ex->flags.cflags : "") < 0 ||
+      asprintf(&salt, "%s|%s|%s|%d", ex->tc.cc, cflags,
+               ex->flags.ldflags ? ex->flags.ldflags : "", m->cuda) < 0)
+    return ex_event_reply_error("MemoryError", "out of memory", NULL);
+  ex->tc.cflags = cflags;
+  ex->tc.ldflags = ex->flags.ldflags;
+  ex_cell_unit_t u;
+  if (ex_cell_generate(ex->cells, m->code, label, m->launch_call, salt, &u, err, sizeof err)) {
+    free(cflags);
+    free(salt);
+    char ev[600];
+    snprintf(ev, sizeof ev, "%s: %s", label, err);
+    return ex_event_reply_error("CompileError", ev, NULL);
+  }
+  free(salt);
+  char *so = NULL, *diag = NULL;
+  int rc = ex_compile(&ex->tc, u.source, u.tag, m->cuda, &so, &diag);
+  free(cflags);
+  if (rc != 0) {
+    char *summary = ex_compile_summary(diag);
+    int r = ex_event_reply_error(rc > 0 ? "CompileError" : "SystemError",
+                                 summary ? summary : "compilation failed", diag);
+    free(summary);
+    free(diag);
+    ex_cell_unit_free(&u);
+    return r;
+  }
+  if (diag && *diag) { /* warnings: the cell compiled */
+    fputs(diag, stderr);
+    fflush(stderr);
+  }
+  free(diag);
+  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
+  free(so);
+  if (!h) {
+    char ev[1024];
+    snprintf(ev, sizeof ev, "%s", dlerror());
+    ex_cell_unit_free(&u);
+    return ex_event_reply_error(
+        "LinkError", ev,
+        "The cell compiled but could not be loaded: a function it calls is declared but not "
+        "defined, or a library is missing (add it with %ldflags -lNAME).");
+  }
+  ex_cell_commit(ex->cells, &u);
+  void (*run)(void) = (void (*)(void))dlsym(h, u.run_symbol);
+  int (*launch)(void) = u.has_launch ? (int (*)(void))dlsym(h, u.launch_symbol) : NULL;
+  ex_cell_unit_free(&u);
+  if (g_interrupted) {
+    check_cuda(ex, count);
+    return reply_interrupted();
+  }
+  if (run) {
+    if (sigsetjmp(g_jmp, 1) == 0) {
+      g_jmp_armed = 1;
+      run();
+      g_jmp_armed = 0;
+    } else {
+      fflush(stdout);
+      fflush(stderr);
+      check_cuda(ex, count);
+      return reply_interrupted();
+    }
+  }
+  fflush(stdout);
+  fflush(stderr);
+  check_cuda(ex, count);
+  if (!m->launch_call)
+    return ex_event_reply_ok(NULL);
+
+  ln_options_t o;
+  ln_options_init(&o);
+  if (ln_options_parse(m->launch_opts, &o, err, sizeof err))
+    return ex_event_reply_error("LaunchError", err,
+                                "Options of %launch (Accelerate's notebook_launcher): "
+                                "num_processes=N [mixed_precision=no|fp16|bf16] [use_port=29500] "
+                                "[master_addr=127.0.0.1] [node_rank=0] [num_nodes=1] "
+                                "[max_restarts=0] [monitor_interval=0.1] "
+                                "[log_line_prefix_template='[rank{rank}]: '] [rdzv_id=ID] "
+                                "[rdzv_endpoint=HOST:PORT] [rdzv_timeout=300]");
+  if (!launch)
+    return ex_event_reply_error("LinkError", "the launch thunk was not found in the cell", NULL);
+  static const int private_fds[] = {KN_WIRE_FD_REQUESTS};
+  ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
+                      private_fds, 1};
+  ln_error_t le;
+  if (ln_launch(&o, launch, &ctx, &le) == 0)
+    return ex_event_reply_ok(NULL);
+  int r = ex_event_reply_error(le.ename, le.evalue, le.traceback);
+  ln_error_free(&le);
+  return r;
+}
+
+static int handle_execute(ex_t *ex, json_t *req) {
+  const char *code = json_string_value(json_object_get(req, "code"));
+  int count = (int)json_integer_value(json_object_get(req, "execution_count"));
+  if (!code)
+    return ex_event_reply_error("ProtocolError", "execute request without code", NULL);
+  g_interrupted = 0;
+  ex_magic_result_t m;
+  char err[512] = "";
+  if (ex_magic_run(code, &ex->flags, ex->cells, &m, err, sizeof err)) {
+    ex_magic_result_free(&m);
+    return ex_event_reply_error("UsageError", err, NULL);
+  }
+  const char *p = m.code;
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+    p++;
+  int rc;
+  if (!*p && !m.launch_call)
+    rc = ex_event_reply_ok(NULL); /* magics only, or an empty cell */
+  else if (m.cuda && access(ex->tc.nvcc, X_OK) != 0 && !strchr(ex->tc.nvcc, '/') &&
+           system("command -v nvcc >/dev/null 2>&1") != 0)
+    rc = ex_event_reply_error("CompileError",
+                              "%%cuda cell: no CUDA compiler (nvcc) found",
+                              "Install the CUDA toolkit or set NBFORK_NVCC to nvcc's path.");
+  else
+    rc = run_code(ex, &m, count);
+  ex_magic_result_free(&m);
+  return rc;
+}
+
+/* Read one line from fd into a growing buffer. Returns the line (without
+ * newline, caller frees) or NULL at EOF. */
+static char *read_line(int fd) {
+  static char *buf;
+  static size_t len, cap;
+  for (;;) {
+    char *nl = len ? memchr(buf, '\n', len) : NULL;
+    if (nl) {
+      size_t n = (size_t)(nl - buf);
+      char *line = strndup(buf, n);
+      memmove(buf, nl + 1, len - n - 1);
+      len -= n + 1;
+      return line;
+    }
+    if (len + 65536 > cap) {
+      size_t nc = cap ? cap * 2 : 131072;
+      char *b = realloc(buf, nc);
+      if (!b)
+        return NULL;
+      buf = b;
+      cap = nc;
+    }
+    ssize_t r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return NULL;
+    len += (size_t)r;
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "--version")) {
+    printf("nbfork-executor %s\n", NBFORK_VERSION);
+    return 0;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0; /* no SA_RESTART: blocking reads see EINTR */
+  sigaction(SIGINT, &sa, NULL);
+  if (fcntl(KN_WIRE_FD_REQUESTS, F_GETFD) < 0 || fcntl(KN_WIRE_FD_EVENTS, F_GETFD) < 0) {
+    fprintf(stderr, "nbfork-executor: started without the kernel's pipes on fd 3 and 4; it is "
+                    "run by nbfork-kernel, not by hand\n");
+    return 2;
+  }
+  static ex_t ex;
+  if (setup(&ex))
+    return 1;
+  ex_query_init(ex.incdir);
+  char *line;
+  while ((line = read_line(KN_WIRE_FD_REQUESTS)) != NULL) {
+    json_error_t jerr;
+    json_t *req = json_loads(line, 0, &jerr);
+    free(line);
+    const char *msg = req ? json_string_value(json_object_get(req, "msg")) : NULL;
+    if (!msg)
+      ex_event_reply_error("ProtocolError", "malformed request from the kernel", NULL);
+    else if (!strcmp(msg, "execute"))
+      handle_execute(&ex, req);
+    else if (!strcmp(msg, "is_complete") || !strcmp(msg, "complete") || !strcmp(msg, "inspect"))
+      ex_query_handle(msg, req, ex.cells);
+    else
+      ex_event_reply_error("ProtocolError", "unknown request", msg);
+    json_decref(req);
+  }
+  return 0;
+}

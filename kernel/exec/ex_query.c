@@ -1,0 +1,247 @@
+/*
+ * ex_query.c — is_complete, complete and inspect.
+ */
+#define _GNU_SOURCE
+#include "ex_query.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ex_events.h"
+#include "ex_split.h"
+
+static char *g_header; /* text of nbfork.h */
+
+static const char *const c_words[] = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+    "union", "unsigned", "void", "volatile", "while", "_Bool", "_Generic", "_Static_assert",
+    /* the libc a cell uses most */
+    "printf", "fprintf", "snprintf", "puts", "putchar", "fputs", "fflush", "stdout", "stderr",
+    "malloc", "calloc", "realloc", "free", "memcpy", "memset", "memmove", "strlen", "strcmp",
+    "strncmp", "strdup", "strchr", "strstr", "atoi", "atof", "strtol", "strtod", "qsort",
+    "exit", "abort", "rand", "srand", "fopen", "fclose", "fread", "fwrite", "fgets", "sqrt",
+    "sqrtf", "exp", "expf", "log", "logf", "fabs", "fabsf", "pow", "powf", "tanh", "tanhf",
+    "size_t", "int64_t", "int32_t", "uint8_t", "uint32_t", "uint64_t", "NULL", NULL};
+
+void ex_query_init(const char *incdir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/nbfork.h", incdir);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  size_t cap = 0;
+  ssize_t n = getdelim(&g_header, &cap, 0, f);
+  if (n < 0) {
+    free(g_header);
+    g_header = NULL;
+  }
+  fclose(f);
+}
+
+static int is_ident(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+typedef struct {
+  const char *prefix;
+  size_t plen;
+  json_t *matches;
+} cand_t;
+
+static void add_match(cand_t *c, const char *name, size_t n) {
+  if (n < c->plen || strncmp(name, c->prefix, c->plen) != 0)
+    return;
+  size_t i;
+  for (i = 0; i < json_array_size(c->matches); i++) {
+    const char *m = json_string_value(json_array_get(c->matches, i));
+    if (strlen(m) == n && !strncmp(m, name, n))
+      return;
+  }
+  json_array_append_new(c->matches, json_stringn(name, n));
+}
+
+static void add_cell_name(const char *name, const char *kind, const char *decl, void *ctx) {
+  (void)kind;
+  (void)decl;
+  add_match(ctx, name, strlen(name));
+}
+
+static int cmp_json_str(const void *a, const void *b) {
+  return strcmp(json_string_value(*(json_t *const *)a), json_string_value(*(json_t *const *)b));
+}
+
+static int handle_complete(json_t *req, const ex_cell_state_t *cells) {
+  const char *code = json_string_value(json_object_get(req, "code"));
+  json_int_t pos = json_integer_value(json_object_get(req, "cursor_pos"));
+  if (!code)
+    code = "";
+  size_t len = strlen(code);
+  if (pos < 0 || (size_t)pos > len)
+    pos = (json_int_t)len;
+  size_t start = (size_t)pos;
+  while (start > 0 && is_ident(code[start - 1]))
+    start--;
+  char prefix[256];
+  size_t plen = (size_t)pos - start;
+  if (plen >= sizeof prefix)
+    plen = sizeof prefix - 1;
+  memcpy(prefix, code + start, plen);
+  prefix[plen] = 0;
+  cand_t c = {prefix, plen, json_array()};
+  ex_cell_each_name(cells, add_cell_name, &c);
+  /* identifiers of the cell itself */
+  for (size_t i = 0; i < len;) {
+    if (is_ident(code[i]) && !isdigit((unsigned char)code[i]) && (i == 0 || !is_ident(code[i - 1]))) {
+      size_t j = i;
+      while (j < len && is_ident(code[j]))
+        j++;
+      if (i != start)
+        add_match(&c, code + i, j - i);
+      i = j;
+    } else {
+      i++;
+    }
+  }
+  if (g_header) {
+    for (const char *p = g_header; *p;) {
+      if ((!strncmp(p, "acc_", 4) || !strncmp(p, "ACC_", 4) || !strncmp(p, "nbf_", 4)) &&
+          (p == g_header || !is_ident(p[-1]))) {
+        const char *q = p;
+        while (is_ident(*q))
+          q++;
+        add_match(&c, p, (size_t)(q - p));
+        p = q;
+      } else {
+        p++;
+      }
+    }
+  }
+  for (int i = 0; c_words[i]; i++)
+    add_match(&c, c_words[i], strlen(c_words[i]));
+  /* sort for a stable menu */
+  size_t n = json_array_size(c.matches);
+  json_t **v = malloc(n * sizeof *v + 1);
+  for (size_t i = 0; v && i < n; i++)
+    v[i] = json_incref(json_array_get(c.matches, i));
+  if (v)
+    qsort(v, n, sizeof *v, cmp_json_str);
+  json_array_clear(c.matches);
+  for (size_t i = 0; v && i < n; i++)
+    json_array_append_new(c.matches, v[i]);
+  free(v);
+  return ex_event_reply_ok(json_pack("{s:o, s:I, s:I, s:{}}", "matches", c.matches,
+                                     "cursor_start", (json_int_t)start, "cursor_end",
+                                     (json_int_t)pos, "metadata"));
+}
+
+typedef struct {
+  const char *name;
+  const char *decl;
+  const char *kind;
+} find_t;
+
+static void find_cell_name(const char *name, const char *kind, const char *decl, void *ctx) {
+  find_t *f = ctx;
+  if (!strcmp(name, f->name)) {
+    f->decl = decl;
+    f->kind = kind;
+  }
+}
+
+/* The declaration of `name` in nbfork.h with the comment block above it
+ * (caller frees), or NULL. */
+static char *header_doc(const char *name) {
+  if (!g_header)
+    return NULL;
+  size_t n = strlen(name);
+  for (const char *p = g_header; (p = strstr(p, name)) != NULL; p += n) {
+    if ((p > g_header && is_ident(p[-1])) || is_ident(p[n]))
+      continue;
+    const char *after = p + n;
+    while (*after == ' ')
+      after++;
+    /* a declaration: `name(` for functions, `} name;` / `name;` for types */
+    if (*after != '(' && *after != ';' && *after != ',' && *after != ' ' && *after != '=')
+      continue;
+    const char *ls = p;
+    while (ls > g_header && ls[-1] != '\n')
+      ls--;
+    if (ls[0] == ' ' && ls[1] == '*')
+      continue; /* inside a comment */
+    /* extend up over the comment block right above */
+    const char *cs = ls;
+    while (cs > g_header) {
+      const char *prev = cs - 1;
+      while (prev > g_header && prev[-1] != '\n')
+        prev--;
+      const char *t = prev;
+      while (*t == ' ')
+        t++;
+      if (t[0] == '/' && t[1] == '*') {
+        cs = prev;
+        break;
+      }
+      if (t[0] == '*' || (t[0] == ' ' && t[1] == '*')) {
+        cs = prev;
+        continue;
+      }
+      break;
+    }
+    const char *end = strchr(p, ';');
+    if (!end)
+      end = p + n;
+    return strndup(cs, (size_t)(end - cs + 1));
+  }
+  return NULL;
+}
+
+static int handle_inspect(json_t *req, const ex_cell_state_t *cells) {
+  const char *code = json_string_value(json_object_get(req, "code"));
+  json_int_t pos = json_integer_value(json_object_get(req, "cursor_pos"));
+  if (!code)
+    code = "";
+  size_t len = strlen(code);
+  if (pos < 0 || (size_t)pos > len)
+    pos = (json_int_t)len;
+  size_t s = (size_t)pos, e = (size_t)pos;
+  while (s > 0 && is_ident(code[s - 1]))
+    s--;
+  while (e < len && is_ident(code[e]))
+    e++;
+  if (e == s)
+    return ex_event_reply_ok(json_pack("{s:b, s:{}, s:{}}", "found", 0, "data", "metadata"));
+  char *name = strndup(code + s, e - s);
+  find_t f = {name, NULL, NULL};
+  ex_cell_each_name(cells, find_cell_name, &f);
+  char *text = NULL;
+  if (f.decl) {
+    if (asprintf(&text, "%s %s, defined in an earlier cell:\n%s", f.kind, name, f.decl) < 0)
+      text = NULL;
+  } else {
+    char *doc = header_doc(name);
+    if (doc && asprintf(&text, "%s (nbfork.h):\n%s", name, doc) < 0)
+      text = NULL;
+    free(doc);
+  }
+  free(name);
+  if (!text)
+    return ex_event_reply_ok(json_pack("{s:b, s:{}, s:{}}", "found", 0, "data", "metadata"));
+  json_t *r = json_pack("{s:b, s:{s:s}, s:{}}", "found", 1, "data", "text/plain", text, "metadata");
+  free(text);
+  return ex_event_reply_ok(r);
+}
+
+int ex_query_handle(const char *msg, json_t *req, const ex_cell_state_t *cells) {
+  if (!strcmp(msg, "is_complete")) {
+    const char *code = json_string_value(json_object_get(req, "code"));
+    const char *st = ex_split_is_complete(code ? code : "");
+    if (!strcmp(st, "incomplete"))
+      return ex_event_reply_ok(json_pack("{s:s, s:s}", "is_complete", st, "indent", "    "));
+    return ex_event_reply_ok(json_pack("{s:s}", "is_complete", st));
+  }
+  if (!strcmp(msg, "complete"))
+    return handle_complete(req, cells);
+  return handle_inspect(req, cells);
+}

@@ -1,0 +1,699 @@
+/*
+ * ex_split.c — lexical splitting of a C cell into top-level chunks.
+ *
+ * Two passes: a tokenizer (comments dropped, strings/char literals and
+ * preprocessor lines kept whole), then a chunker that walks tokens at
+ * bracket depth 0 and decides where each construct ends. The rules for
+ * where a construct ends are the C grammar's, reduced to what matters at
+ * file scope:
+ *   - `;` at depth 0 ends a chunk, unless an `else` follows an `if`;
+ *   - `}` back at depth 0 ends a function definition or a compound
+ *     statement, but not an initializer, a struct/union/enum body, a
+ *     `do` body or an `if` body followed by `else`.
+ */
+#include "ex_split.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { TK_IDENT, TK_NUMBER, TK_STRING, TK_CHAR, TK_PUNCT, TK_PREPROC } tk_kind_t;
+
+typedef struct {
+  tk_kind_t kind;
+  size_t start, end; /* byte offsets in the source, end exclusive */
+  int line;
+} tk_t;
+
+typedef struct {
+  tk_t *v;
+  size_t n, cap;
+} tk_list_t;
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || !errlen)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+static int tk_push(tk_list_t *l, tk_kind_t k, size_t s, size_t e, int line) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 64;
+    tk_t *v = realloc(l->v, cap * sizeof *v);
+    if (!v)
+      return -1;
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = (tk_t){k, s, e, line};
+  return 0;
+}
+
+/* Tokenize. Returns 0, or -1 with err set (unterminated comment/string).
+ * `open_state` (may be NULL) receives 1 when the source ends inside a
+ * comment or string (used by is_complete). */
+static int tokenize(const char *src, tk_list_t *out, char *err, size_t errlen, int *open_state) {
+  size_t i = 0, n = strlen(src);
+  int line = 1, at_line_start = 1;
+  if (open_state)
+    *open_state = 0;
+  while (i < n) {
+    char c = src[i];
+    if (c == '\n') {
+      line++;
+      i++;
+      at_line_start = 1;
+      continue;
+    }
+    if (isspace((unsigned char)c)) {
+      i++;
+      continue;
+    }
+    if (c == '/' && i + 1 < n && src[i + 1] == '/') {
+      while (i < n && src[i] != '\n')
+        i++;
+      continue;
+    }
+    if (c == '/' && i + 1 < n && src[i + 1] == '*') {
+      int start_line = line;
+      i += 2;
+      while (i + 1 < n && !(src[i] == '*' && src[i + 1] == '/')) {
+        if (src[i] == '\n')
+          line++;
+        i++;
+      }
+      if (i + 1 >= n) {
+        if (open_state)
+          *open_state = 1;
+        set_err(err, errlen, "line %d: comment is not closed (missing */)", start_line);
+        return -1;
+      }
+      i += 2;
+      continue;
+    }
+    if (c == '#' && at_line_start) {
+      size_t s = i;
+      int start_line = line;
+      while (i < n && src[i] != '\n') {
+        if (src[i] == '\\' && i + 1 < n && src[i + 1] == '\n') {
+          i += 2;
+          line++;
+          continue;
+        }
+        i++;
+      }
+      if (tk_push(out, TK_PREPROC, s, i, start_line))
+        return -1;
+      continue;
+    }
+    /* Magic lines (`%cflags ...`) are handled before splitting; a `%` that
+     * reaches here is the modulo operator. */
+    at_line_start = 0;
+    if (c == '"' || c == '\'') {
+      size_t s = i++;
+      while (i < n && src[i] != c && src[i] != '\n') {
+        if (src[i] == '\\' && i + 1 < n)
+          i++;
+        i++;
+      }
+      if (i >= n || src[i] != c) {
+        if (open_state)
+          *open_state = 1;
+        set_err(err, errlen, "line %d: %s literal is not closed", line,
+                c == '"' ? "string" : "character");
+        return -1;
+      }
+      i++;
+      if (tk_push(out, c == '"' ? TK_STRING : TK_CHAR, s, i, line))
+        return -1;
+      continue;
+    }
+    if (isalpha((unsigned char)c) || c == '_') {
+      size_t s = i;
+      while (i < n && (isalnum((unsigned char)src[i]) || src[i] == '_'))
+        i++;
+      /* prefixed literals: L"..", u8".." */
+      if (i < n && (src[i] == '"' || src[i] == '\'') && i - s <= 2) {
+        continue; /* the literal is tokenized next; prefix glued by text */
+      }
+      if (tk_push(out, TK_IDENT, s, i, line))
+        return -1;
+      continue;
+    }
+    if (isdigit((unsigned char)c) || (c == '.' && i + 1 < n && isdigit((unsigned char)src[i + 1]))) {
+      size_t s = i;
+      while (i < n && (isalnum((unsigned char)src[i]) || src[i] == '.' || src[i] == '_' ||
+                       ((src[i] == '+' || src[i] == '-') &&
+                        (src[i - 1] == 'e' || src[i - 1] == 'E' || src[i - 1] == 'p' ||
+                         src[i - 1] == 'P'))))
+        i++;
+      if (tk_push(out, TK_NUMBER, s, i, line))
+        return -1;
+      continue;
+    }
+    /* punctuators: only the single characters matter to the chunker,
+     * except that `->` and `...` must not be read as `-`,`>`. */
+    size_t len = 1;
+    if ((c == '-' && i + 1 < n && src[i + 1] == '>') ||
+        (c == '.' && i + 2 < n && src[i + 1] == '.' && src[i + 2] == '.'))
+      len = c == '.' ? 3 : 2;
+    if (tk_push(out, TK_PUNCT, i, i + len, line))
+      return -1;
+    i += len;
+  }
+  return 0;
+}
+
+/* ---- token helpers ---------------------------------------------------- */
+
+typedef struct {
+  const char *src;
+  tk_t *t;
+  size_t n;
+  ex_is_type_fn is_type;
+  void *ctx;
+} cx_t;
+
+static int tk_is(const cx_t *c, size_t i, const char *s) {
+  if (i >= c->n)
+    return 0;
+  size_t len = c->t[i].end - c->t[i].start;
+  return strlen(s) == len && memcmp(c->src + c->t[i].start, s, len) == 0;
+}
+
+static char *dup_range(const char *src, size_t s, size_t e) {
+  char *r = malloc(e - s + 1);
+  if (r) {
+    memcpy(r, src + s, e - s);
+    r[e - s] = 0;
+  }
+  return r;
+}
+
+static char *tk_text(const cx_t *c, size_t i) {
+  return dup_range(c->src, c->t[i].start, c->t[i].end);
+}
+
+/* Text from token a to token b inclusive, as in the source. */
+static char *tk_span(const cx_t *c, size_t a, size_t b) {
+  return dup_range(c->src, c->t[a].start, c->t[b].end);
+}
+
+static const char *const kw_specifier[] = {
+    "void",     "char",     "short",    "int",        "long",         "float",
+    "double",   "signed",   "unsigned", "_Bool",      "bool",         "_Complex",
+    "const",    "volatile", "restrict", "static",     "extern",       "register",
+    "inline",   "typedef",  "struct",   "union",      "enum",         "__attribute__",
+    "_Atomic",  "_Thread_local", "__thread", "_Alignas", "__inline__", "__restrict",
+    "__extension__", "_Noreturn", "__typeof__", "typeof", NULL};
+
+/* Keywords that name (part of) a base type: after one of these, the next
+ * identifier is a declarator, not a typedef name. */
+static const char *const kw_base[] = {"void",   "char",   "short",    "int",   "long",
+                                      "float",  "double", "signed",   "unsigned",
+                                      "_Bool",  "bool",   "_Complex", NULL};
+
+static const char *const kw_statement[] = {"if",       "for",   "while", "do",     "switch",
+                                           "return",   "break", "continue", "goto",
+                                           "case",     "default", "else", NULL};
+
+static int in_list(const cx_t *c, size_t i, const char *const *list) {
+  for (; *list; list++)
+    if (tk_is(c, i, *list))
+      return 1;
+  return 0;
+}
+
+static const char *const builtin_types[] = {
+    "size_t", "ssize_t", "FILE", "va_list", "ptrdiff_t", "wchar_t", "bool", "jmp_buf",
+    "sigjmp_buf", "pthread_t", "DIR", "time_t", NULL};
+
+static int is_type_name(const cx_t *c, size_t i) {
+  if (i >= c->n || c->t[i].kind != TK_IDENT)
+    return 0;
+  if (in_list(c, i, builtin_types))
+    return 1;
+  size_t len = c->t[i].end - c->t[i].start;
+  const char *s = c->src + c->t[i].start;
+  if (len > 2 && s[len - 2] == '_' && s[len - 1] == 't')
+    return 1; /* POSIX reserves *_t for types: uint8_t, acc_t, ... */
+  if (c->is_type) {
+    char *name = tk_text(c, i);
+    int r = name && c->is_type(name, c->ctx);
+    free(name);
+    return r;
+  }
+  return 0;
+}
+
+/* Index just after the balanced bracket group opening at i, or n. */
+static size_t skip_group(const cx_t *c, size_t i) {
+  int depth = 0;
+  for (; i < c->n; i++) {
+    if (tk_is(c, i, "(") || tk_is(c, i, "[") || tk_is(c, i, "{"))
+      depth++;
+    else if (tk_is(c, i, ")") || tk_is(c, i, "]") || tk_is(c, i, "}")) {
+      if (--depth == 0)
+        return i + 1;
+    }
+  }
+  return c->n;
+}
+
+/* Parse declaration specifiers starting at a. Returns the index of the
+ * first declarator token; *is_decl = 1 when what was seen can only start a
+ * declaration (a specifier keyword or a known type name). */
+static size_t parse_specifiers(const cx_t *c, size_t a, size_t b, int *is_decl) {
+  size_t i = a;
+  int have_base = 0;
+  *is_decl = 0;
+  while (i <= b) {
+    if (tk_is(c, i, "struct") || tk_is(c, i, "union") || tk_is(c, i, "enum")) {
+      *is_decl = 1;
+      have_base = 1;
+      i++;
+      if (i <= b && c->t[i].kind == TK_IDENT)
+        i++;
+      if (i <= b && tk_is(c, i, "{"))
+        i = skip_group(c, i);
+      continue;
+    }
+    if (tk_is(c, i, "__attribute__") || tk_is(c, i, "_Alignas") || tk_is(c, i, "__typeof__") ||
+        tk_is(c, i, "typeof")) {
+      *is_decl = 1;
+      if (tk_is(c, i, "__typeof__") || tk_is(c, i, "typeof"))
+        have_base = 1;
+      i++;
+      if (i <= b && tk_is(c, i, "("))
+        i = skip_group(c, i);
+      continue;
+    }
+    if (in_list(c, i, kw_specifier)) {
+      *is_decl = 1;
+      if (in_list(c, i, kw_base))
+        have_base = 1;
+      i++;
+      continue;
+    }
+    if (!have_base && c->t[i].kind == TK_IDENT) {
+      /* A typedef name: known, or followed by something that can only
+       * start a declarator (`T x`, `T *x =`, `T *x;`). */
+      int known = is_type_name(c, i);
+      int ident_next = i + 1 <= b && c->t[i + 1].kind == TK_IDENT &&
+                       !in_list(c, i + 1, kw_statement);
+      if (known || ident_next) {
+        *is_decl = 1;
+        have_base = 1;
+        i++;
+        continue;
+      }
+    }
+    break;
+  }
+  return i;
+}
+
+static void chunk_free(ex_chunk_t *k) {
+  free(k->text);
+  free(k->name);
+  free(k->specifiers);
+  free(k->signature);
+  free(k->body);
+  for (size_t i = 0; i < k->ndecls; i++) {
+    free(k->decls[i].name);
+    free(k->decls[i].declarator);
+    free(k->decls[i].init);
+  }
+  free(k->decls);
+}
+
+/* Specifier text from token a to e-1, without storage-class keywords that
+ * do not survive versioning (static, inline, extern). */
+static char *specifier_text(const cx_t *c, size_t a, size_t e) {
+  size_t cap = 1;
+  for (size_t i = a; i < e; i++)
+    cap += c->t[i].end - c->t[i].start + 1;
+  char *r = malloc(cap);
+  if (!r)
+    return NULL;
+  r[0] = 0;
+  size_t len = 0;
+  for (size_t i = a; i < e; i++) {
+    if (tk_is(c, i, "static") || tk_is(c, i, "inline") || tk_is(c, i, "__inline__") ||
+        tk_is(c, i, "extern"))
+      continue;
+    size_t tl = c->t[i].end - c->t[i].start;
+    /* keep the original text of groups (struct bodies) by copying tokens
+     * with single spaces: enough for a type to recompile identically. */
+    if (len)
+      r[len++] = ' ';
+    memcpy(r + len, c->src + c->t[i].start, tl);
+    len += tl;
+    r[len] = 0;
+  }
+  return r;
+}
+
+/* First identifier of a declarator that is its name (skipping qualifiers
+ * and anything inside [] or a parameter list). */
+static int declarator_name(const cx_t *c, size_t a, size_t b, size_t *out) {
+  int depth_sq = 0;
+  for (size_t i = a; i <= b; i++) {
+    if (tk_is(c, i, "["))
+      depth_sq++;
+    else if (tk_is(c, i, "]"))
+      depth_sq--;
+    else if (!depth_sq && c->t[i].kind == TK_IDENT && !in_list(c, i, kw_specifier)) {
+      *out = i;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* Fill a VARIABLE chunk's declarators from tokens d..b (b is the `;`). */
+static int parse_declarators(const cx_t *c, ex_chunk_t *k, size_t d, size_t b) {
+  size_t i = d;
+  while (i < b) {
+    size_t s = i, eq = (size_t)-1;
+    int depth = 0;
+    for (; i < b; i++) {
+      if (tk_is(c, i, "(") || tk_is(c, i, "[") || tk_is(c, i, "{"))
+        depth++;
+      else if (tk_is(c, i, ")") || tk_is(c, i, "]") || tk_is(c, i, "}"))
+        depth--;
+      else if (!depth && tk_is(c, i, "=") && eq == (size_t)-1)
+        eq = i;
+      else if (!depth && tk_is(c, i, ","))
+        break;
+    }
+    size_t decl_end = (eq == (size_t)-1 ? i : eq) - 1; /* inclusive */
+    size_t name_i;
+    if (decl_end < s || declarator_name(c, s, decl_end, &name_i))
+      return -1;
+    ex_declarator_t *v = realloc(k->decls, (k->ndecls + 1) * sizeof *v);
+    if (!v)
+      return -1;
+    k->decls = v;
+    ex_declarator_t *dd = &k->decls[k->ndecls++];
+    memset(dd, 0, sizeof *dd);
+    dd->name = tk_text(c, name_i);
+    dd->declarator = tk_span(c, s, decl_end);
+    if (eq != (size_t)-1 && eq + 1 < i) {
+      dd->init = tk_span(c, eq + 1, i - 1);
+      dd->init_braced = tk_is(c, eq + 1, "{");
+    }
+    if (i < b && tk_is(c, i, ","))
+      i++;
+  }
+  return 0;
+}
+
+/* Classify tokens a..b (inclusive) into chunk k. `last` = final chunk of
+ * the cell; `has_semi` = ends with `;`. */
+static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) {
+  k->line = c->t[a].line;
+  k->text = tk_span(c, a, b);
+  if (!k->text)
+    return -1;
+  if (c->t[a].kind == TK_PREPROC) {
+    k->kind = EX_CHUNK_PREPROC;
+    /* #define NAME: keep NAME as the key so a re-definition replaces it */
+    const char *p = k->text + 1;
+    while (*p == ' ' || *p == '\t')
+      p++;
+    if (strncmp(p, "define", 6) == 0 && (p[6] == ' ' || p[6] == '\t')) {
+      p += 6;
+      while (*p == ' ' || *p == '\t')
+        p++;
+      size_t l = 0;
+      while (isalnum((unsigned char)p[l]) || p[l] == '_')
+        l++;
+      k->name = dup_range(p, 0, l);
+    }
+    return 0;
+  }
+  int ends_semi = tk_is(c, b, ";");
+  if (in_list(c, a, kw_statement) || tk_is(c, a, "{")) {
+    k->kind = EX_CHUNK_STATEMENT;
+    return 0;
+  }
+  if (tk_is(c, a, "typedef")) {
+    k->kind = EX_CHUNK_TYPE;
+    /* name: last identifier at depth 0, or inside `(*name)` */
+    for (size_t i = b; i > a; i--) {
+      if (c->t[i].kind == TK_IDENT && !in_list(c, i, kw_specifier)) {
+        k->name = tk_text(c, i);
+        break;
+      }
+      if (tk_is(c, i, ")")) {
+        /* function-pointer typedef: typedef int (*fn_t)(int); */
+        size_t j = a;
+        while (j < b && !(tk_is(c, j, "(") && tk_is(c, j + 1, "*")))
+          j++;
+        if (j < b && c->t[j + 2].kind == TK_IDENT)
+          k->name = tk_text(c, j + 2);
+        break;
+      }
+    }
+    return 0;
+  }
+  int is_decl = 0;
+  size_t d = parse_specifiers(c, a, b, &is_decl);
+  if (!is_decl) {
+    k->kind = (last && !ends_semi) ? EX_CHUNK_EXPRESSION : EX_CHUNK_STATEMENT;
+    return 0;
+  }
+  /* struct/union/enum definition alone: `struct S {...};` */
+  if (d > b || (d == b && ends_semi)) {
+    k->kind = EX_CHUNK_TYPE;
+    if ((tk_is(c, a, "struct") || tk_is(c, a, "union") || tk_is(c, a, "enum")) &&
+        c->t[a + 1].kind == TK_IDENT) {
+      char *tag = tk_text(c, a), *nm = tk_text(c, a + 1);
+      if (tag && nm) {
+        size_t l = strlen(tag) + strlen(nm) + 2;
+        k->name = malloc(l);
+        if (k->name)
+          snprintf(k->name, l, "%s %s", tag, nm);
+      }
+      free(tag);
+      free(nm);
+    }
+    return 0;
+  }
+  k->is_extern = 0;
+  for (size_t i = a; i < d; i++)
+    if (tk_is(c, i, "extern"))
+      k->is_extern = 1;
+  k->specifiers = specifier_text(c, a, d);
+  /* Versioned definitions are global symbols: blank `static`/`inline` in
+   * the text, keeping every column where it was for diagnostics. */
+  for (size_t i = a; i < d; i++)
+    if (tk_is(c, i, "static") || tk_is(c, i, "inline") || tk_is(c, i, "__inline__"))
+      memset(k->text + (c->t[i].start - c->t[a].start), ' ', c->t[i].end - c->t[i].start);
+  /* function definition: declarator with a parameter list, then a body */
+  if (tk_is(c, b, "}")) {
+    size_t open = b;
+    int depth = 0;
+    for (size_t i = b;; i--) {
+      if (tk_is(c, i, "}"))
+        depth++;
+      else if (tk_is(c, i, "{") && --depth == 0) {
+        open = i;
+        break;
+      }
+      if (i == d)
+        break;
+    }
+    size_t name_i;
+    if (open > d && declarator_name(c, d, open - 1, &name_i) == 0) {
+      k->kind = EX_CHUNK_FUNCTION;
+      k->name = tk_text(c, name_i);
+      char *decl = tk_span(c, d, open - 1);
+      size_t l = strlen(k->specifiers) + strlen(decl) + 2;
+      k->signature = malloc(l);
+      if (k->signature)
+        snprintf(k->signature, l, "%s %s", k->specifiers, decl);
+      free(decl);
+      k->body = tk_span(c, open, b);
+      return 0;
+    }
+    k->kind = EX_CHUNK_STATEMENT;
+    return 0;
+  }
+  if (!ends_semi) {
+    k->kind = EX_CHUNK_STATEMENT; /* compiler will say what is missing */
+    return 0;
+  }
+  /* A prototype: the declarator's name is directly followed by `(`. */
+  size_t name_i;
+  if (d < b && declarator_name(c, d, b - 1, &name_i) == 0 && tk_is(c, name_i + 1, "(")) {
+    int has_init = 0;
+    for (size_t i = d; i < b; i++)
+      if (tk_is(c, i, "="))
+        has_init = 1;
+    if (!has_init) {
+      k->kind = EX_CHUNK_PROTOTYPE;
+      k->name = tk_text(c, name_i);
+      return 0;
+    }
+  }
+  k->kind = EX_CHUNK_VARIABLE;
+  if (parse_declarators(c, k, d, b)) {
+    /* not a well-formed declaration after all: let the compiler judge it
+     * as a statement, where the error message will point at it */
+    for (size_t i = 0; i < k->ndecls; i++) {
+      free(k->decls[i].name);
+      free(k->decls[i].declarator);
+      free(k->decls[i].init);
+    }
+    free(k->decls);
+    k->decls = NULL;
+    k->ndecls = 0;
+    k->kind = EX_CHUNK_STATEMENT;
+  }
+  return 0;
+}
+
+/* Does the `}` at index i (back to depth 0) end the chunk that began at
+ * token a? See the rules at the top of the file. */
+static int brace_ends_chunk(const cx_t *c, size_t a, size_t i) {
+  if (tk_is(c, a, "typedef") || tk_is(c, a, "do"))
+    return 0;
+  if (i + 1 < c->n && tk_is(c, i + 1, "else"))
+    return 0;
+  if (i + 1 < c->n && (tk_is(c, i + 1, ";") || tk_is(c, i + 1, ",")))
+    return 0;
+  /* find the `{` that this `}` closes */
+  int depth = 0;
+  size_t open = i;
+  for (size_t j = i;; j--) {
+    if (tk_is(c, j, "}"))
+      depth++;
+    else if (tk_is(c, j, "{") && --depth == 0) {
+      open = j;
+      break;
+    }
+    if (j == a)
+      break;
+  }
+  if (open == a)
+    return 1; /* a bare compound statement */
+  /* initializer: `= {` or `= (T){`  */
+  for (size_t j = a; j < open; j++)
+    if (tk_is(c, j, "="))
+      return 0;
+  /* struct/union/enum body: `struct [tag] {` */
+  if (tk_is(c, open - 1, "struct") || tk_is(c, open - 1, "union") || tk_is(c, open - 1, "enum"))
+    return 0;
+  if (open >= 2 && c->t[open - 1].kind == TK_IDENT &&
+      (tk_is(c, open - 2, "struct") || tk_is(c, open - 2, "union") || tk_is(c, open - 2, "enum")))
+    return 0;
+  return 1;
+}
+
+int ex_split(const char *src, ex_is_type_fn is_type, void *ctx, ex_split_t *out, char *err,
+             size_t errlen) {
+  tk_list_t tl = {0};
+  memset(out, 0, sizeof *out);
+  if (tokenize(src, &tl, err, errlen, NULL)) {
+    free(tl.v);
+    return -1;
+  }
+  cx_t c = {src, tl.v, tl.n, is_type, ctx};
+  size_t cap = 0;
+  size_t a = 0;
+  int depth = 0;
+  for (size_t i = 0; i < c.n; i++) {
+    int end = 0;
+    if (c.t[i].kind == TK_PREPROC) {
+      /* a directive inside a construct stays inside it */
+      end = i == a;
+    } else if (tk_is(&c, i, "(") || tk_is(&c, i, "[") || tk_is(&c, i, "{")) {
+      depth++;
+    } else if (tk_is(&c, i, ")") || tk_is(&c, i, "]") || tk_is(&c, i, "}")) {
+      if (--depth < 0) {
+        set_err(err, errlen, "line %d: unmatched '%c'", c.t[i].line, src[c.t[i].start]);
+        goto fail;
+      }
+      if (depth == 0 && tk_is(&c, i, "}") && brace_ends_chunk(&c, a, i))
+        end = 1;
+    } else if (depth == 0 && tk_is(&c, i, ";")) {
+      end = !(tk_is(&c, a, "if") && i + 1 < c.n && tk_is(&c, i + 1, "else"));
+    }
+    if (!end && i + 1 < c.n)
+      continue;
+    if (!end && depth > 0) {
+      set_err(err, errlen, "line %d: bracket opened here is not closed", c.t[a].line);
+      goto fail;
+    }
+    if (out->count == cap) {
+      cap = cap ? cap * 2 : 8;
+      ex_chunk_t *v = realloc(out->chunks, cap * sizeof *v);
+      if (!v)
+        goto fail;
+      out->chunks = v;
+    }
+    ex_chunk_t *k = &out->chunks[out->count++];
+    memset(k, 0, sizeof *k);
+    if (classify(&c, a, i, i + 1 == c.n, k))
+      goto fail;
+    a = i + 1;
+  }
+  free(tl.v);
+  return 0;
+fail:
+  free(tl.v);
+  ex_split_free(out);
+  if (err && errlen && !err[0])
+    set_err(err, errlen, "out of memory");
+  return -1;
+}
+
+void ex_split_free(ex_split_t *s) {
+  for (size_t i = 0; i < s->count; i++)
+    chunk_free(&s->chunks[i]);
+  free(s->chunks);
+  s->chunks = NULL;
+  s->count = 0;
+}
+
+const char *ex_split_is_complete(const char *src) {
+  tk_list_t tl = {0};
+  int open_state = 0;
+  char err[8];
+  if (tokenize(src, &tl, err, sizeof err, &open_state)) {
+    free(tl.v);
+    return open_state ? "incomplete" : "invalid";
+  }
+  int depth = 0;
+  const char *r = "complete";
+  for (size_t i = 0; i < tl.n; i++) {
+    char ch = src[tl.v[i].start];
+    if (tl.v[i].kind != TK_PUNCT)
+      continue;
+    if (ch == '(' || ch == '[' || ch == '{')
+      depth++;
+    else if (ch == ')' || ch == ']' || ch == '}') {
+      if (--depth < 0) {
+        r = "invalid";
+        break;
+      }
+    }
+  }
+  if (depth > 0)
+    r = "incomplete";
+  /* a trailing backslash continues the line */
+  size_t n = strlen(src);
+  while (n && (src[n - 1] == '\n' || src[n - 1] == ' '))
+    n--;
+  if (n && src[n - 1] == '\\' && strcmp(r, "complete") == 0)
+    r = "incomplete";
+  free(tl.v);
+  return r;
+}

@@ -1,0 +1,77 @@
+/*
+ * ex_split — split a C cell into top-level chunks and classify them.
+ *
+ * A cell is C at file scope, except that statements are allowed too (they
+ * run in order, like a REPL). This module finds where each top-level
+ * construct starts and ends (comments, strings, character literals,
+ * preprocessor lines and bracket nesting respected) and says what it is:
+ * preprocessor line, type declaration, function definition, variable
+ * declaration, prototype, or statement. It also extracts the declared
+ * names so the cell engine can version them (see ex_cell.h).
+ *
+ * Classification is lexical, with the known typedef names of earlier cells
+ * as context (C's `a * b;` is a declaration only when `a` is a type). It
+ * never compiles anything; the compiler has the last word and reports.
+ */
+#ifndef EX_SPLIT_H
+#define EX_SPLIT_H
+
+#include <stddef.h>
+
+typedef enum {
+  EX_CHUNK_PREPROC,   /* #include, #define, ... (one logical line)        */
+  EX_CHUNK_TYPE,      /* typedef, struct/union/enum definition            */
+  EX_CHUNK_FUNCTION,  /* function definition with a body                  */
+  EX_CHUNK_PROTOTYPE, /* function declaration without body, or extern     */
+  EX_CHUNK_VARIABLE,  /* object declaration(s) at file scope              */
+  EX_CHUNK_STATEMENT, /* anything else: runs in order                     */
+  EX_CHUNK_EXPRESSION /* the last chunk, an expression without ';'        */
+} ex_chunk_kind_t;
+
+/* One declarator of a variable declaration: `*p = &x` in `int a, *p = &x;`. */
+typedef struct {
+  char *name;       /* declared identifier                                  */
+  char *declarator; /* declarator text without initializer (`*p`)          */
+  char *init;       /* initializer text without `=` (NULL when none)        */
+  int init_braced;  /* initializer starts with `{` (kept as a static init)  */
+} ex_declarator_t;
+
+typedef struct {
+  ex_chunk_kind_t kind;
+  char *text;        /* exact source text of the chunk                      */
+  int line;          /* 1-based cell line where it starts                   */
+  char *name;        /* FUNCTION/PROTOTYPE: function name; TYPE: key (the
+                        typedef name or "struct tag"); PREPROC #define: the
+                        macro name; else NULL                               */
+  char *specifiers;  /* VARIABLE/FUNCTION: declaration specifiers, with
+                        `static`/`inline` removed (`const float`)          */
+  char *signature;   /* FUNCTION: text before the body (`int sq(int x)`), */
+                     /* `static`/`inline` removed                           */
+  char *body;        /* FUNCTION: the body including braces                 */
+  ex_declarator_t *decls; /* VARIABLE: declarators                          */
+  size_t ndecls;
+  int is_extern;     /* VARIABLE/PROTOTYPE written with `extern`            */
+} ex_chunk_t;
+
+typedef struct {
+  ex_chunk_t *chunks;
+  size_t count;
+} ex_split_t;
+
+/* Known type names, so `T *x;` is read as a declaration. `is_type` is
+ * asked about identifiers not known to C itself; NULL = only the built-in
+ * list (size_t, FILE, names ending in _t, ...). */
+typedef int (*ex_is_type_fn)(const char *name, void *ctx);
+
+/* Split `src`. Returns 0, or -1 with a message in err (unbalanced
+ * brackets, unterminated comment/string), line numbers 1-based.
+ * Caller frees with ex_split_free. */
+int ex_split(const char *src, ex_is_type_fn is_type, void *ctx, ex_split_t *out, char *err,
+             size_t errlen);
+void ex_split_free(ex_split_t *s);
+
+/* "complete", "incomplete" or "invalid" for Jupyter's is_complete_request:
+ * incomplete while a bracket, comment or string is open. */
+const char *ex_split_is_complete(const char *src);
+
+#endif

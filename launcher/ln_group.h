@@ -1,0 +1,23 @@
+/*
+ * ln_group — one run of this node's worker group (see ln_launch.h).
+ */
+#ifndef LN_GROUP_H
+#define LN_GROUP_H
+
+#include "ln_launch.h"
+
+typedef enum {
+  LN_RUN_OK,           /* every worker exited 0                          */
+  LN_RUN_FAILED,       /* a worker failed; the others were stopped       */
+  LN_RUN_INTERRUPTED,  /* ctx->interrupted was set; all were stopped     */
+  LN_RUN_SETUP_FAILED  /* fork/pipe/store failed; *setup_error says why  */
+} ln_run_result_t;
+
+/* Fork o->num_processes workers running fn, host the store when
+ * node_rank is 0, forward output until every worker is reaped.
+ * On LN_RUN_FAILED, *failures describes each failed worker (caller
+ * frees); on LN_RUN_SETUP_FAILED, *setup_error. */
+ln_run_result_t ln_run_group(const ln_options_t *o, int (*fn)(void), ln_context_t *ctx,
+                             int restart, int use_gpu, char **failures, char **setup_error);
+
+#endif

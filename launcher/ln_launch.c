@@ -1,0 +1,199 @@
+/*
+ * ln_launch.c — checks, fork of the worker group, output forwarding,
+ * failure propagation, restarts and interrupts.
+ *
+ * Behaviour follows torch elastic's local agent as Accelerate's
+ * notebook_launcher uses it (static rendezvous, start_method="fork"): one
+ * worker group per node; any worker failure stops the whole group, which
+ * restarts while max_restarts allows. Unlike it, a failure is reported with
+ * the rank, pid, signal or exit code and the last lines of the worker's
+ * stderr, and stopping never waits on a worker blocked in a collective
+ * (SIGTERM to its process group, SIGKILL after LN_GRACE_MS).
+ */
+#define _GNU_SOURCE
+#include "ln_launch.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ln_cuda.h"
+#include "ln_debug.h"
+#include "ln_group.h"
+
+static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xprintf(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *r = NULL;
+  if (vasprintf(&r, fmt, ap) < 0)
+    r = NULL;
+  va_end(ap);
+  return r;
+}
+
+static void set_error(ln_error_t *err, const char *ename, char *evalue, char *traceback) {
+  snprintf(err->ename, sizeof err->ename, "%s", ename);
+  err->evalue = evalue ? evalue : strdup("(out of memory)");
+  err->traceback = traceback;
+}
+
+void ln_error_free(ln_error_t *err) {
+  free(err->evalue);
+  free(err->traceback);
+  err->evalue = err->traceback = NULL;
+}
+
+int ln_debug_mode(void) {
+  const char *v = getenv("ACCELERATE_DEBUG_MODE");
+  if (!v)
+    return 0;
+  static const char *const yes[] = {"1", "true", "yes", "on", "y", NULL};
+  for (int i = 0; yes[i]; i++)
+    if (strcasecmp(v, yes[i]) == 0)
+      return 1;
+  return 0;
+}
+
+/* Is use_port free on the master? Binding it ourselves is the only
+ * answer that holds (connect() would miss a port bound but not listening).
+ * Returns 0 when free, else errno. */
+static int port_check(const char *addr, int port) {
+  struct addrinfo hints = {0}, *res = NULL;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  if (getaddrinfo(addr, ps, &hints, &res) != 0 || !res)
+    return EADDRNOTAVAIL;
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int rc = 0;
+  if (fd < 0)
+    rc = errno;
+  else {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0)
+      rc = errno;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return rc;
+}
+
+int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err) {
+  memset(err, 0, sizeof *err);
+  int gpus = ln_cuda_visible_gpus();
+  int use_gpu = gpus > 0;
+  if (ctx->cuda_initialized_by_cell > 0) {
+    set_error(err, "LaunchError",
+              xprintf("CUDA was initialized in the kernel process by cell [%d]; workers forked "
+                      "now could not use the GPU (every CUDA call would fail with "
+                      "'initialization error').",
+                      ctx->cuda_initialized_by_cell),
+              xprintf("To fix it: restart the kernel, move the CUDA calls of cell [%d] into the "
+                      "launched function (or a function it calls), and run the cells again.",
+                      ctx->cuda_initialized_by_cell));
+    return -1;
+  }
+  if (use_gpu && o->num_processes > gpus) {
+    set_error(err, "LaunchError",
+              xprintf("num_processes=%d but only %d GPU%s visible: NCCL refuses two ranks on one "
+                      "GPU.",
+                      o->num_processes, gpus, gpus == 1 ? " is" : "s are"),
+              xprintf("Use num_processes=%d or fewer, or make more GPUs visible "
+                      "(CUDA_VISIBLE_DEVICES).",
+                      gpus));
+    return -1;
+  }
+  if (o->node_rank == 0) {
+    int e = port_check(o->master_addr, o->use_port);
+    if (e) {
+      char buf[128];
+      const char *why = strerror_r(e, buf, sizeof buf);
+      set_error(err, "LaunchError",
+                xprintf("use_port=%d on %s cannot be used for the rendezvous store: %s.",
+                        o->use_port, o->master_addr, why),
+                e == EADDRINUSE ? xprintf("Another process holds port %d; pass another port, e.g. "
+                                          "use_port=%d, or stop that process.",
+                                          o->use_port, o->use_port == 65535 ? 29501 : o->use_port + 1)
+                                : xprintf("Check master_addr: on node_rank 0 it must be an "
+                                          "address of this machine."));
+      return -1;
+    }
+  }
+  if (ln_debug_mode()) {
+    char *diag = NULL;
+    if (ln_debug_check(o, ctx, use_gpu, &diag) != 0) {
+      set_error(err, "LaunchError",
+                xprintf("ACCELERATE_DEBUG_MODE: the test launch of %d workers failed before "
+                        "training started.",
+                        o->num_processes),
+                diag);
+      return -1;
+    }
+    free(diag);
+  }
+  if (use_gpu)
+    printf("Launching training on %d GPU%s.\n", o->num_processes, o->num_processes == 1 ? "" : "s");
+  else
+    printf("Launching training on %d CPU process%s.\n", o->num_processes,
+           o->num_processes == 1 ? "" : "es");
+  fflush(stdout);
+  for (int restart = 0;; restart++) {
+    if (restart > 0) {
+      printf("restart %d/%d: starting the worker group again\n", restart, o->max_restarts);
+      fflush(stdout);
+    }
+    char *failures = NULL, *setup_error = NULL;
+    ln_run_result_t r = ln_run_group(o, fn, ctx, restart, use_gpu, &failures, &setup_error);
+    if (r == LN_RUN_OK) {
+      free(failures);
+      return 0;
+    }
+    if (r == LN_RUN_INTERRUPTED) {
+      free(failures);
+      set_error(err, "KeyboardInterrupt",
+                xprintf("the launch was interrupted: all %d workers were stopped and reaped",
+                        o->num_processes),
+                NULL);
+      return -1;
+    }
+    if (r == LN_RUN_SETUP_FAILED) {
+      free(failures);
+      set_error(err, "LaunchError", setup_error, NULL);
+      return -1;
+    }
+    free(setup_error);
+    if (restart < o->max_restarts) {
+      fprintf(stderr, "%s", failures ? failures : "");
+      fflush(stderr);
+      free(failures);
+      continue;
+    }
+    /* one-line summary: the first line of the failure report */
+    char *summary = NULL;
+    if (failures) {
+      char *nl = strchr(failures, '\n');
+      summary = nl ? strndup(failures, (size_t)(nl - failures)) : strdup(failures);
+    }
+    char *tb = xprintf("%s%sThe other workers were stopped.%s", failures ? failures : "",
+                       failures ? "" : "", o->max_restarts ? " Restarts are used up." : "");
+    free(failures);
+    set_error(err, "WorkerFailed", summary ? summary : strdup("a worker failed"), tb);
+    return -1;
+  }
+}

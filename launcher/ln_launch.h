@@ -1,0 +1,58 @@
+/*
+ * ln_launch — fork training workers from the executor and watch them:
+ * the C counterpart of Accelerate's `notebook_launcher` (which starts
+ * torch elastic's `start_processes` with start_method="fork").
+ *
+ * The calling process must be single-threaded (the executor is): fork()
+ * copies only the calling thread, and a lock held by another thread would
+ * stay locked forever in the workers. The rendezvous store thread is
+ * started after the fork and stopped before any re-fork (restarts).
+ */
+#ifndef LN_LAUNCH_H
+#define LN_LAUNCH_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "ln_options.h"
+
+/* The worker's body: what the launch cell's call expression compiles to.
+ * A non-zero return is that worker's failure. */
+typedef int (*ln_entry_fn)(void);
+
+typedef struct {
+  /* Forward one event line from a worker's display channel (a JSON
+   * object, no newline) to the kernel. NULL = drop. */
+  int (*send_event)(const char *line, size_t len);
+  /* Set to non-zero by the caller's SIGINT handler: stop the workers. */
+  volatile sig_atomic_t *interrupted;
+  /* Execution count of the cell that first initialized CUDA in this
+   * process, or 0 when none did (checked by the caller after each cell). */
+  int cuda_initialized_by_cell;
+  /* Descriptors of the caller that workers must not keep (the kernel's
+   * request pipe): replaced by /dev/null in each worker. */
+  const int *private_fds;
+  int nprivate;
+} ln_context_t;
+
+typedef struct {
+  char ename[32]; /* "LaunchError", "WorkerFailed", "KeyboardInterrupt" */
+  char *evalue;   /* one line; caller frees                              */
+  char *traceback; /* lines separated by '\n'; caller frees (may be NULL) */
+} ln_error_t;
+
+/* Run `fn` in o->num_processes forked workers and wait for them.
+ * Prints "Launching training on N GPUs." / "... N CPU processes." first.
+ * Returns 0 when every worker exited 0; otherwise -1 with `err` filled:
+ * LaunchError (a check before forking failed: what and what to do),
+ * WorkerFailed (rank, pid, exit code or signal, last stderr lines, after
+ * restarts ran out), KeyboardInterrupt (interrupted; workers stopped and
+ * reaped). Never returns with a worker alive or unreaped. */
+int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err);
+
+void ln_error_free(ln_error_t *err);
+
+/* 1 when ACCELERATE_DEBUG_MODE is true: 1, true, yes, on, y (any case). */
+int ln_debug_mode(void);
+
+#endif

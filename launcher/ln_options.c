@@ -1,0 +1,209 @@
+/*
+ * ln_options.c — parse and validate launch options. Every rejection says
+ * which option, what was given, what is accepted.
+ */
+#include "ln_options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ln_options_init(ln_options_t *o) {
+  memset(o, 0, sizeof *o);
+  snprintf(o->mixed_precision, sizeof o->mixed_precision, "no");
+  o->use_port = 29500;
+  snprintf(o->master_addr, sizeof o->master_addr, "127.0.0.1");
+  o->num_nodes = 1;
+  snprintf(o->rdzv_backend, sizeof o->rdzv_backend, "static");
+  o->rdzv_timeout_s = 300;
+  o->monitor_interval_s = 0.1;
+}
+
+static const char *const known[] = {"num_processes", "mixed_precision", "use_port", "master_addr",
+                                    "node_rank", "num_nodes", "rdzv_backend", "rdzv_endpoint",
+                                    "rdzv_id", "rdzv_timeout", "max_restarts", "monitor_interval",
+                                    "log_line_prefix_template", NULL};
+
+static int parse_int(const char *v, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno || end == v || *end || x < lo || x > hi)
+    return -1;
+  *out = (int)x;
+  return 0;
+}
+
+static int copy(char *dst, size_t cap, const char *v) {
+  if (strlen(v) >= cap)
+    return -1;
+  memcpy(dst, v, strlen(v) + 1);
+  return 0;
+}
+
+/* Set one option. Returns 0 or -1 with err. */
+static int set_option(ln_options_t *o, const char *key, const char *v, char *err, size_t errlen) {
+  int bad = 0;
+  const char *accepted = "";
+  if (!strcmp(key, "num_processes")) {
+    bad = parse_int(v, 1, 4096, &o->num_processes);
+    accepted = "an integer >= 1";
+  } else if (!strcmp(key, "mixed_precision")) {
+    bad = strcmp(v, "no") && strcmp(v, "fp16") && strcmp(v, "bf16");
+    if (!bad)
+      copy(o->mixed_precision, sizeof o->mixed_precision, v);
+    accepted = "no, fp16 or bf16";
+  } else if (!strcmp(key, "use_port")) {
+    bad = parse_int(v, 1, 65535, &o->use_port);
+    accepted = "a TCP port 1..65535";
+  } else if (!strcmp(key, "master_addr")) {
+    bad = !*v || copy(o->master_addr, sizeof o->master_addr, v);
+    accepted = "a host name or IP address";
+  } else if (!strcmp(key, "node_rank")) {
+    bad = parse_int(v, 0, 1 << 20, &o->node_rank);
+    accepted = "an integer >= 0";
+  } else if (!strcmp(key, "num_nodes")) {
+    bad = parse_int(v, 1, 1 << 20, &o->num_nodes);
+    accepted = "an integer >= 1";
+  } else if (!strcmp(key, "rdzv_backend")) {
+    bad = strcmp(v, "static") != 0;
+    accepted = "static (the launcher of node_rank 0 hosts the store)";
+  } else if (!strcmp(key, "rdzv_endpoint")) {
+    bad = copy(o->rdzv_endpoint, sizeof o->rdzv_endpoint, v) || !strchr(v, ':');
+    accepted = "host:port";
+  } else if (!strcmp(key, "rdzv_id")) {
+    bad = copy(o->rdzv_id, sizeof o->rdzv_id, v);
+    for (const char *p = v; !bad && *p; p++)
+      bad = !(isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.');
+    accepted = "letters, digits, '-', '_' or '.' (at most 127)";
+  } else if (!strcmp(key, "rdzv_timeout")) {
+    bad = parse_int(v, 1, 86400, &o->rdzv_timeout_s);
+    accepted = "seconds, an integer >= 1";
+  } else if (!strcmp(key, "max_restarts")) {
+    bad = parse_int(v, 0, 1000, &o->max_restarts);
+    accepted = "an integer >= 0";
+  } else if (!strcmp(key, "monitor_interval")) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    bad = errno || end == v || *end || !(x > 0 && x <= 60);
+    if (!bad)
+      o->monitor_interval_s = x;
+    accepted = "seconds, a number > 0 and <= 60";
+  } else if (!strcmp(key, "log_line_prefix_template")) {
+    bad = copy(o->log_line_prefix_template, sizeof o->log_line_prefix_template, v);
+    accepted = "text (at most 255 characters) with {rank}, {local_rank}, {node_rank}";
+  } else {
+    size_t off = (size_t)snprintf(err, errlen, "unknown option '%s'. Options of %%launch:", key);
+    for (int i = 0; known[i] && off < errlen; i++)
+      off += (size_t)snprintf(err + off, errlen - off, " %s", known[i]);
+    return -1;
+  }
+  if (bad) {
+    snprintf(err, errlen, "bad value for %s: '%s' (accepted: %s)", key, v, accepted);
+    return -1;
+  }
+  return 0;
+}
+
+static int validate(ln_options_t *o, char *err, size_t errlen) {
+  if (o->num_processes < 1) {
+    snprintf(err, errlen,
+             "num_processes is missing: say how many workers to start on this node, e.g. "
+             "%%launch training_loop() num_processes=2");
+    return -1;
+  }
+  if (o->node_rank >= o->num_nodes) {
+    snprintf(err, errlen,
+             "node_rank=%d is not below num_nodes=%d: node ranks run from 0 to num_nodes-1",
+             o->node_rank, o->num_nodes);
+    return -1;
+  }
+  if (o->rdzv_endpoint[0]) {
+    /* rdzv_endpoint overrides master_addr:use_port, as in torchrun */
+    char *colon = strrchr(o->rdzv_endpoint, ':');
+    int port;
+    if (!colon || parse_int(colon + 1, 1, 65535, &port) || colon == o->rdzv_endpoint ||
+        (size_t)(colon - o->rdzv_endpoint) >= sizeof o->master_addr) {
+      snprintf(err, errlen, "bad value for rdzv_endpoint: '%s' (accepted: host:port)",
+               o->rdzv_endpoint);
+      return -1;
+    }
+    memcpy(o->master_addr, o->rdzv_endpoint, (size_t)(colon - o->rdzv_endpoint));
+    o->master_addr[colon - o->rdzv_endpoint] = 0;
+    o->use_port = port;
+  }
+  return 0;
+}
+
+int ln_options_parse(const char *text, ln_options_t *o, char *err, size_t errlen) {
+  const char *p = text;
+  char key[64], val[512];
+  for (;;) {
+    while (isspace((unsigned char)*p))
+      p++;
+    if (!*p)
+      break;
+    size_t k = 0;
+    while (*p && *p != '=' && !isspace((unsigned char)*p)) {
+      if (k + 1 < sizeof key)
+        key[k++] = *p;
+      p++;
+    }
+    key[k] = 0;
+    if (*p != '=') {
+      snprintf(err, errlen, "expected key=value after the call, got '%s' (e.g. num_processes=2)",
+               key);
+      return -1;
+    }
+    p++;
+    size_t v = 0;
+    char quote = (*p == '"' || *p == '\'') ? *p++ : 0;
+    while (*p && (quote ? *p != quote : !isspace((unsigned char)*p))) {
+      if (v + 1 < sizeof val)
+        val[v++] = *p;
+      p++;
+    }
+    if (quote) {
+      if (*p != quote) {
+        snprintf(err, errlen, "option %s: the quoted value is not closed", key);
+        return -1;
+      }
+      p++;
+    }
+    val[v] = 0;
+    if (set_option(o, key, val, err, errlen))
+      return -1;
+  }
+  return validate(o, err, errlen);
+}
+
+void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out,
+                       size_t outlen) {
+  size_t n = 0;
+  const char *t = o->log_line_prefix_template;
+  if (!outlen)
+    return;
+  while (*t && n + 1 < outlen) {
+    int val = -1;
+    size_t skip = 0;
+    if (!strncmp(t, "{rank}", 6))
+      val = rank, skip = 6;
+    else if (!strncmp(t, "{local_rank}", 12))
+      val = local_rank, skip = 12;
+    else if (!strncmp(t, "{node_rank}", 11))
+      val = o->node_rank, skip = 11;
+    if (skip) {
+      int w = snprintf(out + n, outlen - n, "%d", val);
+      n += w > 0 ? (size_t)w : 0;
+      if (n >= outlen)
+        n = outlen - 1;
+      t += skip;
+    } else {
+      out[n++] = *t++;
+    }
+  }
+  out[n] = 0;
+}

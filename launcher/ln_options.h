@@ -1,0 +1,56 @@
+/*
+ * ln_options — the options of a launch cell, with the names and defaults
+ * of Accelerate's `notebook_launcher` (accelerate/launchers.py):
+ *
+ *   %launch FUNC(ARGS...) num_processes=2 mixed_precision=fp16 ...
+ *
+ * | option                   | default             | accepted values          |
+ * |--------------------------|---------------------|--------------------------|
+ * | num_processes            | (required)          | integer >= 1             |
+ * | mixed_precision          | no                  | no, fp16, bf16           |
+ * | use_port                 | 29500               | 1..65535                 |
+ * | master_addr              | 127.0.0.1           | host name or address     |
+ * | node_rank                | 0                   | 0..num_nodes-1           |
+ * | num_nodes                | 1                   | integer >= 1             |
+ * | rdzv_backend             | static              | static                   |
+ * | rdzv_endpoint            | master_addr:use_port| host:port                |
+ * | rdzv_id                  | none                | text (separates runs)    |
+ * | rdzv_timeout             | 300                 | seconds > 0              |
+ * | max_restarts             | 0                   | integer >= 0             |
+ * | monitor_interval         | 0.1                 | seconds > 0              |
+ * | log_line_prefix_template | (none)              | text with {rank},        |
+ * |                          |                     | {local_rank}, {node_rank}|
+ */
+#ifndef LN_OPTIONS_H
+#define LN_OPTIONS_H
+
+#include <stddef.h>
+
+typedef struct {
+  int num_processes; /* 0 = not given (an error at validation) */
+  char mixed_precision[8];
+  int use_port;
+  char master_addr[256];
+  int node_rank;
+  int num_nodes;
+  char rdzv_backend[32];
+  char rdzv_endpoint[300];
+  char rdzv_id[128];
+  int rdzv_timeout_s;
+  int max_restarts;
+  double monitor_interval_s;
+  char log_line_prefix_template[256];
+} ln_options_t;
+
+/* Defaults as in the table above. */
+void ln_options_init(ln_options_t *o);
+
+/* Parse `key=value` words (values may be quoted with '' or "") into `o`
+ * and validate the result. Returns 0, or -1 with a message in err that
+ * names the option, the bad value, the accepted values and what to do. */
+int ln_options_parse(const char *text, ln_options_t *o, char *err, size_t errlen);
+
+/* Expand log_line_prefix_template for one worker into out. */
+void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,296 @@
+/*
+ * ln_worker.c — fork one worker, forward its output, describe its end.
+ */
+#define _GNU_SOURCE
+#include "ln_worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0)
+      return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static void setenv_int(const char *name, int v) {
+  char b[24];
+  snprintf(b, sizeof b, "%d", v);
+  setenv(name, b, 1);
+}
+
+/* The child side: never returns. */
+static void __attribute__((noreturn))
+worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pipes[3][2],
+             ln_worker_t *siblings, int nsiblings, pid_t parent) {
+  const ln_options_t *o = env->o;
+  setpgid(0, 0); /* own group: a stop signal reaches its children too */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent)
+    _exit(1); /* the launcher died before prctl took effect */
+  /* The executor's handlers (SIGINT jumps back to the cell runner) must
+   * not run here: Jupyter's interrupt reaches workers through the
+   * launcher, as SIGTERM. */
+  struct sigaction dfl = {0};
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; s++)
+    if (s != SIGKILL && s != SIGSTOP)
+      sigaction(s, &dfl, NULL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+
+  for (int i = 0; i < nsiblings; i++)
+    for (int s = 0; s < 3; s++)
+      if (siblings[i].fd[s] >= 0)
+        close(siblings[i].fd[s]);
+  int devnull = open("/dev/null", O_RDWR);
+  for (int i = 0; i < env->nprivate; i++)
+    if (devnull >= 0)
+      dup2(devnull, env->private_fds[i]);
+  if (devnull >= 0)
+    dup2(devnull, 0);
+  dup2(pipes[LN_STDOUT][1], 1);
+  dup2(pipes[LN_STDERR][1], 2);
+  /* The display channel keeps the number the runtime was told about
+   * (NBFORK_DISPLAY_FD), now leading to the launcher instead of the kernel. */
+  const char *dfd = getenv("NBFORK_DISPLAY_FD");
+  int display_fd = dfd ? atoi(dfd) : 0;
+  if (display_fd <= 2 || display_fd == devnull) {
+    display_fd = fcntl(pipes[LN_DISPLAY][1], F_DUPFD, 10);
+  } else {
+    dup2(pipes[LN_DISPLAY][1], display_fd);
+  }
+  setenv_int("NBFORK_DISPLAY_FD", display_fd);
+  for (int s = 0; s < 3; s++) {
+    if (pipes[s][1] != display_fd && pipes[s][1] > 2)
+      close(pipes[s][1]);
+    close(pipes[s][0]);
+  }
+  if (devnull > 2)
+    close(devnull);
+
+  int rank = o->node_rank * o->num_processes + local_rank;
+  setenv_int("RANK", rank);
+  setenv_int("LOCAL_RANK", local_rank);
+  setenv_int("WORLD_SIZE", o->num_nodes * o->num_processes);
+  setenv_int("LOCAL_WORLD_SIZE", o->num_processes);
+  setenv_int("NODE_RANK", o->node_rank);
+  setenv_int("GROUP_RANK", o->node_rank);
+  setenv("MASTER_ADDR", o->master_addr, 1);
+  setenv_int("MASTER_PORT", o->use_port);
+  setenv("ACCELERATE_MIXED_PRECISION", o->mixed_precision, 1);
+  setenv_int("TORCHELASTIC_RESTART_COUNT", env->restart);
+  setenv_int("NBFORK_RESTART_COUNT", env->restart);
+  setenv("NBFORK_STORE_HOSTED", "1", 1);
+  char run_id[200];
+  snprintf(run_id, sizeof run_id, "%s-r%d", o->rdzv_id[0] ? o->rdzv_id : "nbfork", env->restart);
+  setenv("NBFORK_RUN_ID", run_id, 1);
+  setenv_int("NBFORK_TIMEOUT_RDZV_S", o->rdzv_timeout_s);
+  if (env->use_gpu)
+    setenv("ACCELERATE_USE_GPU", "1", 1);
+
+  /* stdio buffers are shared state copied by fork: start clean */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  int rc = fn();
+  fflush(stdout);
+  fflush(stderr);
+  _exit(rc == 0 ? 0 : ((rc & 0xff) ? (rc & 0xff) : 1));
+}
+
+int ln_worker_start(ln_worker_t *w, int local_rank, const ln_worker_env_t *env, int (*fn)(void),
+                    ln_worker_t *siblings, int nsiblings) {
+  memset(w, 0, sizeof *w);
+  w->local_rank = local_rank;
+  w->fd[0] = w->fd[1] = w->fd[2] = -1;
+  int rank = env->o->node_rank * env->o->num_processes + local_rank;
+  ln_options_prefix(env->o, rank, local_rank, w->prefix, sizeof w->prefix);
+  int pipes[3][2];
+  for (int s = 0; s < 3; s++) {
+    if (pipe2(pipes[s], O_CLOEXEC)) {
+      int e = errno;
+      for (int t = 0; t < s; t++) {
+        close(pipes[t][0]);
+        close(pipes[t][1]);
+      }
+      errno = e;
+      return -1;
+    }
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int s = 0; s < 3; s++) {
+      close(pipes[s][0]);
+      close(pipes[s][1]);
+    }
+    errno = e;
+    return -1;
+  }
+  if (pid == 0)
+    worker_child(local_rank, env, fn, pipes, siblings, nsiblings, parent);
+  setpgid(pid, pid); /* also here: no race with an early stop signal */
+  w->pid = pid;
+  for (int s = 0; s < 3; s++) {
+    close(pipes[s][1]);
+    w->fd[s] = pipes[s][0];
+    fcntl(w->fd[s], F_SETFL, O_NONBLOCK);
+  }
+  return 0;
+}
+
+static void remember_stderr(ln_worker_t *w, const char *line, size_t n) {
+  while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+    n--;
+  free(w->tail[w->tail_next]);
+  w->tail[w->tail_next] = strndup(line, n);
+  w->tail_next = (w->tail_next + 1) % LN_TAIL_LINES;
+}
+
+/* Forward one piece of stream s (a whole line, or a flushed partial). */
+static void emit(ln_worker_t *w, int s, const char *p, size_t n, int complete,
+                 int (*send_event)(const char *, size_t)) {
+  if (s == LN_DISPLAY) {
+    if (complete && n > 1 && send_event)
+      send_event(p, n - 1); /* without the newline */
+    return;
+  }
+  int fd = s == LN_STDOUT ? 1 : 2;
+  if (!w->midline[s] && w->prefix[0])
+    write_all(fd, w->prefix, strlen(w->prefix));
+  write_all(fd, p, n);
+  w->midline[s] = !complete;
+  if (s == LN_STDERR && complete)
+    remember_stderr(w, p, n);
+}
+
+static int append(ln_worker_t *w, int s, const char *p, size_t n) {
+  char *b = realloc(w->buf[s], w->len[s] + n + 1);
+  if (!b)
+    return -1;
+  memcpy(b + w->len[s], p, n);
+  w->buf[s] = b;
+  w->len[s] += n;
+  return 0;
+}
+
+/* Emit every complete line in the buffer of stream s. */
+static void drain_lines(ln_worker_t *w, int s, int (*send_event)(const char *, size_t)) {
+  size_t start = 0;
+  for (size_t i = 0; i < w->len[s]; i++) {
+    if (w->buf[s][i] == '\n') {
+      emit(w, s, w->buf[s] + start, i + 1 - start, 1, send_event);
+      start = i + 1;
+    }
+  }
+  if (start) {
+    memmove(w->buf[s], w->buf[s] + start, w->len[s] - start);
+    w->len[s] -= start;
+    w->stale[s] = 0;
+  }
+}
+
+void ln_worker_read(ln_worker_t *w, int s, int (*send_event)(const char *, size_t)) {
+  char chunk[65536];
+  for (;;) {
+    ssize_t r = read(w->fd[s], chunk, sizeof chunk);
+    if (r > 0) {
+      if (append(w, s, chunk, (size_t)r) == 0)
+        drain_lines(w, s, send_event);
+      continue;
+    }
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return;
+    /* EOF or error: the writer is gone */
+    if (w->len[s] && s != LN_DISPLAY)
+      emit(w, s, w->buf[s], w->len[s], 0, send_event);
+    w->len[s] = 0;
+    close(w->fd[s]);
+    w->fd[s] = -1;
+    return;
+  }
+}
+
+void ln_worker_flush_stale(ln_worker_t *w) {
+  for (int s = LN_STDOUT; s <= LN_STDERR; s++) {
+    if (!w->len[s]) {
+      w->stale[s] = 0;
+      continue;
+    }
+    if (w->stale[s]) { /* a prompt or progress text without newline */
+      emit(w, s, w->buf[s], w->len[s], 0, NULL);
+      w->len[s] = 0;
+      w->stale[s] = 0;
+    } else {
+      w->stale[s] = 1;
+    }
+  }
+}
+
+void ln_worker_close(ln_worker_t *w) {
+  for (int s = 0; s < 3; s++) {
+    if (w->fd[s] >= 0) {
+      close(w->fd[s]);
+      w->fd[s] = -1;
+    }
+    if (w->len[s] && s != LN_DISPLAY)
+      emit(w, s, w->buf[s], w->len[s], 0, NULL);
+    w->len[s] = 0;
+  }
+}
+
+void ln_worker_describe(const ln_worker_t *w, int rank, FILE *out) {
+  int st = w->status;
+  if (WIFSIGNALED(st)) {
+    int sig = WTERMSIG(st);
+    const char *abbrev = sigabbrev_np(sig), *descr = sigdescr_np(sig);
+    fprintf(out, "rank %d (local rank %d, pid %d) was killed by signal %d (SIG%s: %s)\n", rank,
+            w->local_rank, (int)w->pid, sig, abbrev ? abbrev : "?", descr ? descr : "?");
+  } else if (WIFEXITED(st)) {
+    fprintf(out,
+            "rank %d (local rank %d, pid %d) exited with code %d (exit() or a non-zero return "
+            "of the launched function)\n",
+            rank, w->local_rank, (int)w->pid, WEXITSTATUS(st));
+  } else {
+    fprintf(out, "rank %d (pid %d) ended with wait status %d\n", rank, (int)w->pid, st);
+  }
+  int any = 0;
+  for (int i = 0; i < LN_TAIL_LINES; i++) {
+    const char *l = w->tail[(w->tail_next + i) % LN_TAIL_LINES];
+    if (!l)
+      continue;
+    if (!any)
+      fprintf(out, "  last lines of its stderr:\n");
+    any = 1;
+    fprintf(out, "    %s\n", l);
+  }
+  if (!any)
+    fprintf(out, "  (it wrote nothing on stderr)\n");
+}
+
+void ln_worker_free(ln_worker_t *w) {
+  for (int s = 0; s < 3; s++)
+    free(w->buf[s]);
+  for (int i = 0; i < LN_TAIL_LINES; i++)
+    free(w->tail[i]);
+  memset(w, 0, sizeof *w);
+}

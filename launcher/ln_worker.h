@@ -1,0 +1,64 @@
+/*
+ * ln_worker — one forked worker as the launcher sees it: its pid, the
+ * read ends of its stdout, stderr and display pipes, the per-stream line
+ * assembly, and the tail of its stderr kept for the failure report.
+ */
+#ifndef LN_WORKER_H
+#define LN_WORKER_H
+
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "ln_options.h"
+
+#define LN_TAIL_LINES 12
+
+enum { LN_STDOUT = 0, LN_STDERR = 1, LN_DISPLAY = 2 };
+
+typedef struct {
+  pid_t pid;
+  int local_rank;
+  int fd[3];       /* read ends; -1 once closed */
+  char *buf[3];    /* bytes of an unfinished line */
+  size_t len[3];
+  int stale[3];    /* the partial line was already there last tick */
+  int midline[3];  /* a partial line was flushed: no prefix for the rest */
+  char prefix[128];
+  char *tail[LN_TAIL_LINES]; /* last stderr lines, ring */
+  int tail_next;
+  int exited, status, failed;
+} ln_worker_t;
+
+/* What every worker of one group run shares. */
+typedef struct {
+  const ln_options_t *o;
+  int restart;
+  int use_gpu;
+  const int *private_fds;
+  int nprivate;
+} ln_worker_env_t;
+
+/* fork() worker `local_rank`; in the child set the environment and call
+ * fn, then _exit with its result. `siblings[0..nsiblings-1]` are workers
+ * already started, whose pipe ends the child closes. Returns 0 or -1
+ * (errno set). */
+int ln_worker_start(ln_worker_t *w, int local_rank, const ln_worker_env_t *env, int (*fn)(void),
+                    ln_worker_t *siblings, int nsiblings);
+
+/* Read what is available on stream s and forward complete lines: stdout
+ * and stderr to the launcher's own fd 1 and 2 with the prefix, display
+ * lines to send_event. Closes the stream at EOF. */
+void ln_worker_read(ln_worker_t *w, int s, int (*send_event)(const char *, size_t));
+
+/* Forward partial output lines that waited a whole monitor tick. */
+void ln_worker_flush_stale(ln_worker_t *w);
+
+/* Flush what is left and close the read ends. */
+void ln_worker_close(ln_worker_t *w);
+
+/* Describe a failed worker: rank, pid, exit code or signal, stderr tail. */
+void ln_worker_describe(const ln_worker_t *w, int rank, FILE *out);
+
+void ln_worker_free(ln_worker_t *w);
+
+#endif
