@@ -47,9 +47,7 @@
  *   complete:    {..,"status":"ok","matches":[STR..],"cursor_start":INT,
  *                 "cursor_end":INT,"metadata":{}}
  *   inspect:     {..,"status":"ok","found":BOOL,"data":{MIME:..},"metadata":{}}
- *   is_complete: {..,"status":"ok","is_complete":"complete"|"incomplete"|
- *                 "invalid","indent":STR?}  -> Jupyter's content.status is
- *                 the value of "is_complete"
+ *   is_complete: see "is_complete reply" below (status carries the answer)
  *
  * Ordering: the executor flushes stdout/stderr before writing any event,
  * and the kernel drains the stdout/stderr pipes before publishing an

@@ -1,6 +1,7 @@
 /*
  * ex_compile.c — compiler invocation and diagnostics capture.
  */
+#define _GNU_SOURCE
 #include "ex_compile.h"
 
 #include <errno.h>

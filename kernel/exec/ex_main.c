@@ -29,6 +29,7 @@
 #include "ex_events.h"
 #include "ex_magic.h"
 #include "ex_query.h"
+#include "ex_stdin.h"
 #include "ln_cuda.h"
 #include "ln_launch.h"
 
@@ -262,6 +263,7 @@ static int handle_execute(ex_t *ex, json_t *req) {
   if (!code)
     return ex_event_reply_error("ProtocolError", "execute request without code", NULL);
   g_interrupted = 0;
+  ex_stdin_allow(json_is_true(json_object_get(req, "allow_stdin")));
   ex_magic_result_t m;
   char err[512] = "";
   if (ex_magic_run(code, &ex->flags, ex->cells, &m, err, sizeof err)) {
@@ -337,6 +339,7 @@ int main(int argc, char **argv) {
   if (setup(&ex))
     return 1;
   ex_query_init(ex.incdir);
+  ex_stdin_install();
   char *line;
   while ((line = read_line(KN_WIRE_FD_REQUESTS)) != NULL) {
     json_error_t jerr;

@@ -1,0 +1,19 @@
+/*
+ * ex_stdin — stdin for cells that read it (scanf, fgets, getchar).
+ *
+ * The executor replaces libc's `stdin` with a stream (fopencookie) whose
+ * reads ask the kernel for a line: an input_request event, then the
+ * answer the kernel writes on fd 0 (Jupyter messaging spec, "Messages on
+ * the stdin ROUTER/DEALER channel"). When the front end does not allow
+ * stdin, reads see end-of-file at once: a cell never hangs on input.
+ */
+#ifndef EX_STDIN_H
+#define EX_STDIN_H
+
+/* Install the stream. Returns 0 or -1. */
+int ex_stdin_install(void);
+
+/* Whether the current request's front end accepts input_request. */
+void ex_stdin_allow(int allow);
+
+#endif
