@@ -172,7 +172,11 @@ void acc_idx_destroy(acc_idx_t **idx_p);
  * indices 0..n-1, shuffled by (seed + epoch) when shuffle != 0, padded by
  * repeating from the start so the total is a multiple of
  * world_size * batch_size, and dealt so rank r gets a disjoint shard of
- * the same length on every rank. */
+ * the same length on every rank. Dealing is by batch, as Accelerate's
+ * BatchSamplerShard does: global batch g (positions g*batch_size ..
+ * (g+1)*batch_size-1 of the padded order) goes to rank g % world_size.
+ * `acc` may be NULL (one process). Returns NULL when n or batch_size is 0
+ * or out of memory. */
 typedef struct acc_sampler acc_sampler_t;
 
 acc_sampler_t *acc_sampler_new(const acc_t *acc, size_t n, size_t batch_size, int shuffle,
@@ -182,15 +186,17 @@ void acc_sampler_destroy(acc_sampler_t **s_p);
 void acc_sampler_set_epoch(acc_sampler_t *s, int epoch);
 /* Number of batches this rank iterates per epoch (same on every rank). */
 size_t acc_sampler_num_batches(const acc_sampler_t *s);
-/* Indices of batch `b` of this rank: *len = batch_size except possibly in
- * the last batch. Pointer valid until the next set_epoch. */
+/* Indices of batch `b` of this rank: *len = batch_size (padding makes
+ * every batch full). Pointer valid until the next set_epoch or destroy;
+ * NULL (and *len = 0) when b >= acc_sampler_num_batches. */
 const size_t *acc_sampler_batch(const acc_sampler_t *s, size_t b, size_t *len);
-/* Number of real (non-padding) samples this rank's shard holds among the
- * first `b+1` batches is handled by acc_gather_for_metrics. */
+/* The dataset size n given at creation (padding excluded): pass it to
+ * acc_gather_for_metrics. */
 size_t acc_sampler_dataset_size(const acc_sampler_t *s);
 
 /* Accelerate's gather_for_metrics: gather `count` int64 values per rank
- * (e.g. predictions or labels of one batch) from all ranks into `out`
+ * (one per sample of one sampler batch, so count = batch_size, e.g.
+ * predictions or labels) from all ranks into `out`
  * (world*count elements, rank-major, ordered like the sampler's global
  * order) and drop the padding duplicates the sampler added on the LAST
  * batch. `is_last_batch` says whether this is the final batch of the
@@ -257,9 +263,15 @@ acc_optim_t *acc_sgd_new(float *params, float *grads, size_t n, float lr, float 
                          float weight_decay);
 acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, float beta1,
                            float beta2, float eps, float weight_decay);
-/* One optimizer step. With fp16 mixed precision, skips the step when the
- * accelerator's loss scaler found inf/NaN (returns 0 then, 1 on a step). */
+/* One optimizer step (Accelerate's AcceleratedOptimizer.step). Returns 1
+ * when the parameters were updated, 0 when the step was skipped: on a
+ * micro-step that does not sync gradients (acc_sync_gradients == 0), or
+ * with fp16 mixed precision when the gradients hold inf/NaN (GradScaler).
+ * `acc` may be NULL (always steps). */
 int acc_optim_step(acc_t *acc, acc_optim_t *opt);
+/* Zero the optimizer's gradient buffer, but only on sync micro-steps
+ * (Accelerate's AcceleratedOptimizer.zero_grad); `acc` may be NULL. */
+void acc_optim_zero_grad(acc_t *acc, acc_optim_t *opt);
 void acc_optim_set_lr(acc_optim_t *opt, float lr);
 void acc_optim_destroy(acc_optim_t **opt_p);
 
@@ -279,6 +291,9 @@ void acc_progress_destroy(acc_progress_t **p_p); /* draws the final state */
  * (SVG) in place on the main process. Values from other ranks are ignored
  * (log what you all-reduced). */
 void acc_log_scalar(acc_t *acc, const char *name, long step, double value);
+/* Redraw the charts now if points were logged since the last redraw
+ * (redraws are rate-limited to a few per second; acc_destroy flushes). */
+void acc_log_flush(acc_t *acc);
 
 /* ------------------------------------------------------------------ */
 /* Display API (cells and workers)                                      */
@@ -287,18 +302,35 @@ void acc_log_scalar(acc_t *acc, const char *name, long step, double value);
 /* Show `len` bytes of `data` as MIME type `mime` in the cell's output
  * (Jupyter `display_data`, messaging spec §"Display Data"). Text types
  * (text/..., image/svg+xml, application/javascript) are sent as text;
- * binary types (image/png, ...) are base64-encoded; application/json must
- * hold one JSON document. Returns a display id (> 0) for
- * nbf_update_display, or -1 on error (bad argument, no kernel attached:
- * then the data is written to stdout as text when it is text). */
+ * binary types (image/png, ...) are base64-encoded; application/json (and
+ * any "+json" type) must hold one JSON document. Returns a display id
+ * (> 0) for nbf_update_display, or -1 on error (bad argument, invalid
+ * JSON, write failure). Without a kernel attached (NBFORK_DISPLAY_FD
+ * unset) text data is printed to stdout and an id is returned; binary
+ * data cannot be shown and -1 is returned. */
 long nbf_display(const char *mime, const void *data, size_t len);
 
 /* Replace what display `id` shows (Jupyter `update_display_data`).
  * Returns 0, or -1 on error. */
 int nbf_update_display(long id, const char *mime, const void *data, size_t len);
 
+/* One representation of a MIME bundle (Jupyter `data` dict entry). */
+typedef struct {
+  const char *mime;
+  const void *data;
+  size_t len;
+} nbf_mime_t;
+
+/* Show `n` representations of the same object at once (e.g. text/plain
+ * and text/html); the front end picks the richest it can render. Same
+ * rules and returns as nbf_display (without a kernel the text/plain item
+ * is printed). */
+long nbf_display_bundle(const nbf_mime_t *items, int n);
+int nbf_update_display_bundle(long id, const nbf_mime_t *items, int n);
+
 /* Clear the cell's output (Jupyter `clear_output`); with wait != 0 the
- * front end clears only when new output arrives. Returns 0 or -1. */
+ * front end clears only when new output arrives. Returns 0, or -1 on a
+ * write error or without a kernel attached. */
 int nbf_clear_output(int wait);
 
 /* Internal: used by code the cell engine generates to show the value of a

@@ -1,0 +1,165 @@
+/*
+ * acc_collective.c — the public collectives: argument checks, then host
+ * buffers go to Gloo (acc_gloo.cc) and device buffers to NCCL
+ * (acc_nccl.c). A failed collective leaves the process group unusable
+ * (Gloo closes its pairs after an error, as PyTorch's ProcessGroupGloo
+ * does); later calls return ACC_ERR_PEER and acc_last_error keeps the
+ * first cause.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "acc_gloo.h"
+#include "acc_internal.h"
+#include "acc_nccl.h"
+#include "acc_reduce.h"
+
+static acc_result_t check(acc_t *acc, const char *what, const void *a, const void *b,
+                          size_t count, acc_dtype_t dtype) {
+  if (!acc)
+    return ACC_ERR_INVALID_ARGUMENT;
+  if (!acc_dtype_valid(dtype))
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", what, (int)dtype);
+  if (count && (!a || !b))
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "%s: NULL buffer for %zu elements",
+                          what, count);
+  if (count > ((size_t)1 << 40))
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "%s: count %zu is too large", what,
+                          count);
+  return ACC_OK;
+}
+
+static int on_device(const acc_t *acc, const void *p) {
+  return acc->device >= 0 && acc_nccl_is_device_ptr(p);
+}
+
+/* Record a Gloo failure: the group is unusable from now on. */
+static acc_result_t gloo_failed(acc_t *acc, acc_result_t r, const char *err) {
+  acc->broken = 1;
+  return acc__set_error(acc, r, "%s", err);
+}
+
+static acc_result_t broken(acc_t *acc) {
+  (void)acc; /* acc->err keeps the first failure */
+  return ACC_ERR_PEER;
+}
+
+acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                            acc_op_t op) {
+  acc_result_t r = check(acc, "all-reduce", buf, buf, count, dtype);
+  if (r != ACC_OK)
+    return r;
+  if (!acc_op_valid(op))
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "all-reduce: unknown op %d", (int)op);
+  if (count == 0 || acc->world == 1)
+    return ACC_OK;
+  if (acc->broken)
+    return broken(acc);
+  if (on_device(acc, buf))
+    return acc_nccl_all_reduce(acc, buf, count, dtype, op);
+  char err[1024];
+  r = acc_gloo_all_reduce(acc->gloo, buf, count, acc_dtype_size(dtype), acc_reduce_get(dtype, op),
+                          err, sizeof err);
+  if (r != ACC_OK)
+    return gloo_failed(acc, r, err);
+  if (op == ACC_AVG)
+    acc_reduce_divide(buf, count, dtype, acc->world);
+  return ACC_OK;
+}
+
+acc_result_t acc_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root) {
+  acc_result_t r = check(acc, "broadcast", buf, buf, count, dtype);
+  if (r != ACC_OK)
+    return r;
+  if (root < 0 || root >= acc->world)
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                          "broadcast: root %d is not a rank (world size %d)", root, acc->world);
+  if (count == 0 || acc->world == 1)
+    return ACC_OK;
+  if (acc->broken)
+    return broken(acc);
+  if (on_device(acc, buf))
+    return acc_nccl_broadcast(acc, buf, count, dtype, root);
+  char err[1024];
+  r = acc_gloo_broadcast(acc->gloo, buf, count * acc_dtype_size(dtype), root, err, sizeof err);
+  return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+}
+
+acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                            acc_dtype_t dtype) {
+  acc_result_t r = check(acc, "all-gather", send, recv, count, dtype);
+  if (r != ACC_OK)
+    return r;
+  if (count == 0)
+    return ACC_OK;
+  size_t bytes = count * acc_dtype_size(dtype);
+  if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
+    if (acc->broken)
+      return broken(acc);
+    return acc_nccl_all_gather(acc, send, recv, count, dtype);
+  }
+  if (acc->world == 1) {
+    memmove(recv, send, bytes);
+    return ACC_OK;
+  }
+  if (acc->broken)
+    return broken(acc);
+  char err[1024];
+  r = acc_gloo_all_gather(acc->gloo, send, recv, bytes, err, sizeof err);
+  return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+}
+
+/* Host reduce-scatter as PyTorch's Gloo backend does it: all-reduce a
+ * copy of the whole input with Gloo, keep this rank's block. */
+acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                acc_dtype_t dtype, acc_op_t op) {
+  acc_result_t r = check(acc, "reduce-scatter", send, recv, count, dtype);
+  if (r != ACC_OK)
+    return r;
+  if (!acc_op_valid(op))
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "reduce-scatter: unknown op %d",
+                          (int)op);
+  if (count == 0)
+    return ACC_OK;
+  size_t esz = acc_dtype_size(dtype), bytes = count * esz;
+  if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
+    if (acc->broken)
+      return broken(acc);
+    return acc_nccl_reduce_scatter(acc, send, recv, count, dtype, op);
+  }
+  if (acc->world == 1) {
+    memmove(recv, send, bytes);
+    return ACC_OK;
+  }
+  if (acc->broken)
+    return broken(acc);
+  size_t total = bytes * (size_t)acc->world;
+  unsigned char *tmp = malloc(total);
+  if (!tmp)
+    return acc__set_error(acc, ACC_ERR_NO_MEMORY, "reduce-scatter: no memory for %zu bytes",
+                          total);
+  memcpy(tmp, send, total);
+  char err[1024];
+  r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,
+                          acc_reduce_get(dtype, op), err, sizeof err);
+  if (r == ACC_OK) {
+    unsigned char *mine = tmp + (size_t)acc->rank * bytes;
+    if (op == ACC_AVG)
+      acc_reduce_divide(mine, count, dtype, acc->world);
+    memcpy(recv, mine, bytes);
+  }
+  free(tmp);
+  return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+}
+
+acc_result_t acc_wait_for_everyone(acc_t *acc) {
+  if (!acc)
+    return ACC_ERR_INVALID_ARGUMENT;
+  if (acc->world == 1)
+    return ACC_OK;
+  if (acc->broken)
+    return broken(acc);
+  char err[1024];
+  acc_result_t r = acc_gloo_barrier(acc->gloo, err, sizeof err);
+  return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+}

@@ -1,0 +1,237 @@
+/*
+ * acc_core.c — creating and destroying the Accelerator, and its
+ * accessors. The process group: a Gloo full mesh over TCP whose pair
+ * addresses are exchanged through the rendezvous store (acc_store.h) at
+ * MASTER_ADDR:MASTER_PORT. The store is hosted by the nbfork launcher
+ * (NBFORK_STORE_HOSTED=1) or, for programs started by hand, by rank 0.
+ *
+ * Environment (read once here):
+ *   RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE   place in the world
+ *                       (defaults 0, RANK, 1, WORLD_SIZE)
+ *   MASTER_ADDR, MASTER_PORT     store address (127.0.0.1, 29500)
+ *   ACCELERATE_MIXED_PRECISION   no | fp16 | bf16 (no)
+ *   ACCELERATE_USE_CPU           true = never use a GPU (false)
+ *   NBFORK_TIMEOUT_S             collective/rendezvous timeout (300)
+ *   NBFORK_RUN_ID                prefix of store keys (run)
+ *   NBFORK_STORE_HOSTED          1 = the launcher hosts the store (0)
+ *   NBFORK_GLOO_HOSTNAME         address Gloo listens on (the local
+ *                                address that routes to MASTER_ADDR)
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "acc_gloo.h"
+#include "acc_internal.h"
+#include "acc_nccl.h"
+
+#define ACC_DEFAULT_TIMEOUT_S 300
+#define ACC_DEFAULT_PORT 29500
+
+/* Successive accelerators of one process use fresh store keys: every rank
+ * creates them in the same order, so the counter agrees across ranks. */
+static int g_generation;
+
+static int parse_precision(const char *s, acc_precision_t *out) {
+  if (!s || !*s || strcasecmp(s, "no") == 0)
+    *out = ACC_PRECISION_NO;
+  else if (strcasecmp(s, "fp16") == 0)
+    *out = ACC_PRECISION_FP16;
+  else if (strcasecmp(s, "bf16") == 0)
+    *out = ACC_PRECISION_BF16;
+  else
+    return -1;
+  return 0;
+}
+
+/* Print why acc_new failed and free the partial accelerator. */
+static acc_t *fail(acc_t *acc, const char *step) {
+  fprintf(stderr, "nbfork: acc_new failed (rank %d of %d, %s): %s\n", acc->rank, acc->world, step,
+          acc->err[0] ? acc->err : "unknown error");
+  fflush(stderr);
+  acc->broken = 1; /* no barrier on the way out */
+  acc_destroy(&acc);
+  return NULL;
+}
+
+static int read_env(acc_t *acc, const acc_config_t *c) {
+  int ok = 1;
+  acc->rank = (int)acc__env_long("RANK", 0, &ok);
+  acc->world = (int)acc__env_long("WORLD_SIZE", 1, &ok);
+  acc->local_rank = (int)acc__env_long("LOCAL_RANK", acc->rank, &ok);
+  acc->local_world = (int)acc__env_long("LOCAL_WORLD_SIZE", acc->world, &ok);
+  acc->master_port = (int)acc__env_long("MASTER_PORT", ACC_DEFAULT_PORT, &ok);
+  long timeout_s = c->timeout_s > 0 ? c->timeout_s
+                                    : acc__env_long("NBFORK_TIMEOUT_S", ACC_DEFAULT_TIMEOUT_S, &ok);
+  if (!ok) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "an environment variable is not an integer");
+    return -1;
+  }
+  if (acc->world < 1 || acc->rank < 0 || acc->rank >= acc->world) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                   "RANK=%d / WORLD_SIZE=%d are inconsistent (need 0 <= RANK < WORLD_SIZE)",
+                   acc->rank, acc->world);
+    return -1;
+  }
+  if (acc->local_world < 1 || acc->local_rank < 0 || acc->local_rank >= acc->local_world) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                   "LOCAL_RANK=%d / LOCAL_WORLD_SIZE=%d are inconsistent", acc->local_rank,
+                   acc->local_world);
+    return -1;
+  }
+  if (acc->master_port <= 0 || acc->master_port > 65535) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "MASTER_PORT=%d is not a TCP port",
+                   acc->master_port);
+    return -1;
+  }
+  if (timeout_s <= 0 || timeout_s > 24L * 3600 * 365) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "NBFORK_TIMEOUT_S=%ld must be > 0", timeout_s);
+    return -1;
+  }
+  acc->timeout_ms = (int)(timeout_s * 1000 > 2000000000L ? 2000000000L : timeout_s * 1000);
+  snprintf(acc->master_addr, sizeof acc->master_addr, "%s",
+           acc__env_str("MASTER_ADDR", "127.0.0.1"));
+  snprintf(acc->run_id, sizeof acc->run_id, "%s", acc__env_str("NBFORK_RUN_ID", "run"));
+  const char *mp = c->mixed_precision ? c->mixed_precision
+                                      : acc__env_str("ACCELERATE_MIXED_PRECISION", "no");
+  if (parse_precision(mp, &acc->precision) != 0) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                   "mixed precision '%s' is not one of no, fp16, bf16", mp);
+    return -1;
+  }
+  return 0;
+}
+
+/* Pick the CUDA device of this rank (Accelerate: cuda:LOCAL_RANK). */
+static int select_device(acc_t *acc) {
+  acc->device = -1;
+  if (acc__env_bool("ACCELERATE_USE_CPU", 0))
+    return 0;
+  int n = acc_nccl_device_count();
+  if (n <= 0)
+    return 0;
+  if (acc->local_rank >= n) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                   "LOCAL_RANK=%d but only %d GPU(s) are visible: start at most %d processes "
+                   "per node, or set ACCELERATE_USE_CPU=1 to train on CPU",
+                   acc->local_rank, n, n);
+    return -1;
+  }
+  if (acc_nccl_set_device(acc, acc->local_rank) != ACC_OK)
+    return -1;
+  acc->device = acc->local_rank;
+  return 0;
+}
+
+static int join_group(acc_t *acc) {
+  /* A dead peer must give an error, not kill us by SIGPIPE on write. */
+  struct sigaction old;
+  if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+    signal(SIGPIPE, SIG_IGN);
+
+  if (!acc__env_bool("NBFORK_STORE_HOSTED", 0) && acc->rank == 0) {
+    char err[512];
+    acc->store_server = acc_store_server_start("*", acc->master_port, err, sizeof err);
+    if (!acc->store_server) {
+      acc__set_error(acc, ACC_ERR_STORE, "rank 0 could not host the rendezvous store: %s", err);
+      return -1;
+    }
+  }
+  acc->store = acc_store_client_new(acc->master_addr, acc->master_port, acc->timeout_ms);
+  if (!acc->store) {
+    acc__set_error(acc, ACC_ERR_STORE, "cannot create a client of the store at %s:%d",
+                   acc->master_addr, acc->master_port);
+    return -1;
+  }
+  char host[256];
+  const char *h = getenv("NBFORK_GLOO_HOSTNAME");
+  if (h && *h) {
+    snprintf(host, sizeof host, "%s", h);
+  } else if (acc__local_addr_for(acc->master_addr, host, sizeof host) != 0) {
+    acc__set_error(acc, ACC_ERR_SYSTEM,
+                   "cannot find the local address that reaches MASTER_ADDR=%s (set "
+                   "NBFORK_GLOO_HOSTNAME to this host's address)",
+                   acc->master_addr);
+    return -1;
+  }
+  char gloo_prefix[256], err[1024];
+  snprintf(gloo_prefix, sizeof gloo_prefix, "%sgloo/", acc->key_prefix);
+  acc_result_t r = acc_gloo_connect(&acc->gloo, acc->rank, acc->world, host, acc->store,
+                                    gloo_prefix, acc->timeout_ms, err, sizeof err);
+  if (r != ACC_OK) {
+    acc__set_error(acc, r, "joining the process group (store %s:%d, timeout %d s): %s",
+                   acc->master_addr, acc->master_port, acc->timeout_ms / 1000, err);
+    return -1;
+  }
+  /* Every rank is past its store reads once this returns, so rank 0 may
+   * stop hosting the store at any time after. */
+  r = acc_gloo_barrier(acc->gloo, err, sizeof err);
+  if (r != ACC_OK) {
+    acc__set_error(acc, r, "first barrier of the process group: %s", err);
+    return -1;
+  }
+  return 0;
+}
+
+acc_t *acc_new(const acc_config_t *cfg) {
+  acc_config_t c = ACC_CONFIG_INIT;
+  if (cfg)
+    c = *cfg;
+  acc_t *acc = calloc(1, sizeof *acc);
+  if (!acc) {
+    fprintf(stderr, "nbfork: acc_new: out of memory\n");
+    return NULL;
+  }
+  acc->device = -1;
+  acc->world = 1;
+  acc_rng_seed(&acc->rng, 67280421310721ULL); /* PyTorch's default seed */
+  if (read_env(acc, &c) != 0)
+    return fail(acc, "reading the environment");
+  snprintf(acc->key_prefix, sizeof acc->key_prefix, "%s/%d/", acc->run_id, g_generation++);
+  acc->accum_steps = c.gradient_accumulation_steps > 1 ? c.gradient_accumulation_steps : 1;
+  acc->sync_with_dataloader = c.sync_with_dataloader != 0;
+  acc->sync_gradients = 1;
+  acc->accum_prev_zero = 1;
+  if (c.seed >= 0)
+    acc_set_seed(acc, (unsigned long long)c.seed, 0);
+  if (select_device(acc) != 0)
+    return fail(acc, "selecting the device");
+  if (acc->world > 1 && join_group(acc) != 0)
+    return fail(acc, "rendezvous");
+  return acc;
+}
+
+void acc_destroy(acc_t **acc_p) {
+  if (!acc_p || !*acc_p)
+    return;
+  acc_t *acc = *acc_p;
+  *acc_p = NULL;
+  acc__charts_flush(acc);
+  acc__charts_free(acc);
+  /* Leave together, so nobody tears down a connection a peer still reads
+   * (and rank 0 keeps the store up until every rank is done with it). */
+  if (acc->gloo && !acc->broken) {
+    char err[512];
+    acc_gloo_barrier(acc->gloo, err, sizeof err);
+  }
+  acc_nccl_destroy(acc);
+  acc_gloo_destroy(&acc->gloo);
+  acc_store_client_destroy(&acc->store);
+  acc_store_server_stop(&acc->store_server);
+  free(acc->accum_prev);
+  free(acc);
+}
+
+int acc_rank(const acc_t *acc) { return acc ? acc->rank : 0; }
+int acc_local_rank(const acc_t *acc) { return acc ? acc->local_rank : 0; }
+int acc_world_size(const acc_t *acc) { return acc ? acc->world : 1; }
+int acc_local_world_size(const acc_t *acc) { return acc ? acc->local_world : 1; }
+int acc_is_main_process(const acc_t *acc) { return acc ? acc->rank == 0 : 1; }
+int acc_is_local_main_process(const acc_t *acc) { return acc ? acc->local_rank == 0 : 1; }
+int acc_device(const acc_t *acc) { return acc ? acc->device : -1; }
+acc_precision_t acc_mixed_precision(const acc_t *acc) {
+  return acc ? acc->precision : ACC_PRECISION_NO;
+}

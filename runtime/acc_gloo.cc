@@ -1,0 +1,231 @@
+/*
+ * acc_gloo.cc — the extern "C" shim over Gloo (see acc_gloo.h): process
+ * group creation (TCP device + rendezvous::Context::connectFullMesh) and
+ * the collectives through Gloo's own algorithms (gloo::allreduce with
+ * AllreduceOptions/ring, gloo::broadcast, gloo::allgather, gloo::barrier).
+ * No exception ever leaves this file.
+ */
+#include "acc_gloo.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include "acc_gloo_store.h"
+
+struct acc_gloo {
+  std::shared_ptr<gloo::transport::Device> dev;
+  std::shared_ptr<gloo::rendezvous::Context> ctx;
+  std::chrono::milliseconds timeout{300000};
+};
+
+namespace {
+
+bool contains(const std::string &s, const char *needle) { return s.find(needle) != std::string::npos; }
+
+/* Map a Gloo I/O error text to a result code. */
+acc_result_t classify(const std::string &what) {
+  if (contains(what, "Timed out") || contains(what, "timeout") || contains(what, "Timeout"))
+    return ACC_ERR_TIMEOUT;
+  if (contains(what, "closed by peer") || contains(what, "reset by peer") ||
+      contains(what, "Broken pipe") || contains(what, "ECONNRESET") ||
+      contains(what, "Connection refused") || contains(what, "EPIPE"))
+    return ACC_ERR_PEER;
+  return ACC_ERR_BACKEND;
+}
+
+const char *advice(acc_result_t r) {
+  switch (r) {
+  case ACC_ERR_TIMEOUT:
+    return " (a peer did not take part in time: it may be hung, slower than "
+           "NBFORK_TIMEOUT_S, or calling a different collective)";
+  case ACC_ERR_PEER:
+    return " (a peer process exited or failed; see its own error)";
+  default:
+    return "";
+  }
+}
+
+/* Run `f`, catching everything; on failure fill err and close the group's
+ * connections so that the other ranks fail fast too. */
+template <typename F>
+acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F &&f) {
+  acc_result_t r = ACC_OK;
+  std::string msg;
+  try {
+    f();
+    return ACC_OK;
+  } catch (const accrt::StoreError &e) {
+    r = e.code;
+    msg = e.what();
+  } catch (const gloo::IoException &e) {
+    msg = e.what();
+    r = classify(msg);
+  } catch (const std::exception &e) {
+    msg = e.what();
+    r = classify(msg);
+    if (r == ACC_OK)
+      r = ACC_ERR_BACKEND;
+  } catch (...) {
+    msg = "unknown C++ exception";
+    r = ACC_ERR_BACKEND;
+  }
+  if (err && errlen)
+    std::snprintf(err, errlen, "%s failed: %s%s", what, msg.c_str(), advice(r));
+  if (g && g->ctx) {
+    try {
+      g->ctx->closeConnections();
+    } catch (...) {
+    }
+  }
+  return r;
+}
+
+/* Gloo's option setters are templated on the element type only to know
+ * its size; the reduction is ours, so an unsigned type of the right width
+ * stands for every dtype of that width. */
+template <typename T>
+void run_allreduce(acc_gloo_t *g, void *buf, size_t count, acc_reduce_fn fn) {
+  gloo::AllreduceOptions opts(g->ctx);
+  opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+  opts.setOutput(static_cast<T *>(buf), count);
+  opts.setReduceFunction(
+      [fn](void *o, const void *a, const void *b, size_t n) { fn(o, a, b, n); });
+  opts.setTimeout(g->timeout);
+  gloo::allreduce(opts);
+}
+
+} // namespace
+
+extern "C" {
+
+acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *hostname,
+                              acc_store_client_t *store, const char *key_prefix, int timeout_ms,
+                              char *err, size_t errlen) {
+  *out = nullptr;
+  acc_gloo_t *g = nullptr;
+  try {
+    g = new acc_gloo_t();
+  } catch (...) {
+    if (err && errlen)
+      std::snprintf(err, errlen, "out of memory");
+    return ACC_ERR_NO_MEMORY;
+  }
+  g->timeout = std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 300000);
+  std::string where = std::string("Gloo rendezvous (rank ") + std::to_string(rank) + " of " +
+                      std::to_string(size) + ", listening on " + (hostname ? hostname : "?") +
+                      ")";
+  acc_result_t r = guard(nullptr, where.c_str(), err, errlen, [&] {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = hostname ? hostname : "127.0.0.1";
+    g->dev = gloo::transport::tcp::CreateDevice(attr);
+    g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    g->ctx->setTimeout(g->timeout);
+    accrt::GlooStore st(store, key_prefix ? key_prefix : "", static_cast<int>(g->timeout.count()));
+    g->ctx->connectFullMesh(st, g->dev);
+  });
+  if (r != ACC_OK) {
+    acc_gloo_destroy(&g);
+    return r;
+  }
+  *out = g;
+  return ACC_OK;
+}
+
+void acc_gloo_destroy(acc_gloo_t **g_p) {
+  if (!g_p || !*g_p)
+    return;
+  acc_gloo_t *g = *g_p;
+  *g_p = nullptr;
+  try {
+    g->ctx.reset(); /* pairs first: they refer to the device */
+    g->dev.reset();
+  } catch (...) {
+  }
+  delete g;
+}
+
+void acc_gloo_abort(acc_gloo_t *g) {
+  if (!g || !g->ctx)
+    return;
+  try {
+    g->ctx->closeConnections();
+  } catch (...) {
+  }
+}
+
+void acc_gloo_set_timeout(acc_gloo_t *g, int timeout_ms) {
+  if (g && timeout_ms > 0) {
+    g->timeout = std::chrono::milliseconds(timeout_ms);
+    if (g->ctx)
+      g->ctx->setTimeout(g->timeout);
+  }
+}
+
+acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t esz,
+                                 acc_reduce_fn fn, char *err, size_t errlen) {
+  std::string what = "all-reduce of " + std::to_string(count) + " elements";
+  return guard(g, what.c_str(), err, errlen, [&] {
+    switch (esz) {
+    case 2:
+      run_allreduce<uint16_t>(g, buf, count, fn);
+      break;
+    case 4:
+      run_allreduce<uint32_t>(g, buf, count, fn);
+      break;
+    case 8:
+      run_allreduce<uint64_t>(g, buf, count, fn);
+      break;
+    default:
+      throw std::invalid_argument("unsupported element size");
+    }
+  });
+}
+
+acc_result_t acc_gloo_broadcast(acc_gloo_t *g, void *buf, size_t bytes, int root, char *err,
+                                size_t errlen) {
+  std::string what = "broadcast of " + std::to_string(bytes) + " bytes from rank " +
+                     std::to_string(root);
+  return guard(g, what.c_str(), err, errlen, [&] {
+    gloo::BroadcastOptions opts(g->ctx);
+    opts.setOutput(static_cast<uint8_t *>(buf), bytes);
+    opts.setRoot(root);
+    opts.setTimeout(g->timeout);
+    gloo::broadcast(opts);
+  });
+}
+
+acc_result_t acc_gloo_all_gather(acc_gloo_t *g, const void *send, void *recv, size_t bytes,
+                                 char *err, size_t errlen) {
+  std::string what = "all-gather of " + std::to_string(bytes) + " bytes per rank";
+  return guard(g, what.c_str(), err, errlen, [&] {
+    gloo::AllgatherOptions opts(g->ctx);
+    uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(g->ctx->rank) * bytes;
+    if (send != own)
+      opts.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(send)), bytes);
+    opts.setOutput(static_cast<uint8_t *>(recv), bytes * static_cast<size_t>(g->ctx->size));
+    opts.setTimeout(g->timeout);
+    gloo::allgather(opts);
+  });
+}
+
+acc_result_t acc_gloo_barrier(acc_gloo_t *g, char *err, size_t errlen) {
+  return guard(g, "barrier", err, errlen, [&] {
+    gloo::BarrierOptions opts(g->ctx);
+    opts.setTimeout(g->timeout);
+    gloo::barrier(opts);
+  });
+}
+
+} // extern "C"

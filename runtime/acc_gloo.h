@@ -1,0 +1,66 @@
+/*
+ * acc_gloo.h — the C face of the thin C++ shim over Gloo (acc_gloo.cc):
+ * a full-mesh process group over Gloo's TCP transport and the host-buffer
+ * collectives. Every C++ exception is caught inside the shim and turned
+ * into an acc_result_t plus an English message in `err`:
+ *   ACC_ERR_TIMEOUT  Gloo's "Timed out ..." / store timeouts
+ *   ACC_ERR_PEER     connection closed/reset by a peer
+ *   ACC_ERR_STORE    the rendezvous store refused a request
+ *   ACC_ERR_BACKEND  anything else Gloo or the C++ runtime threw
+ * After any failure of a collective the shim closes all connections
+ * (so the other ranks fail fast instead of waiting for their timeout) and
+ * the group must not be used again. Internal.
+ */
+#ifndef ACC_GLOO_H
+#define ACC_GLOO_H
+
+#include <stddef.h>
+
+#include "acc_reduce.h"
+#include "acc_store.h"
+#include "nbfork.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct acc_gloo acc_gloo_t;
+
+/* Create Gloo's TCP device listening on `hostname` (an address of this
+ * host) and connect the full mesh of `size` ranks through `store` (keys
+ * under `key_prefix`), waiting at most `timeout_ms`. `store` is borrowed
+ * for the duration of the call only. BLOCKS until every rank connected. */
+acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *hostname,
+                              acc_store_client_t *store, const char *key_prefix, int timeout_ms,
+                              char *err, size_t errlen);
+
+/* Close connections and free. NULL-safe; clears *g_p. */
+void acc_gloo_destroy(acc_gloo_t **g_p);
+
+/* Close every connection at once (peers see "connection reset"). */
+void acc_gloo_abort(acc_gloo_t *g);
+
+/* In-place all-reduce of `count` elements of `esz` bytes with `fn`. */
+acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t esz,
+                                 acc_reduce_fn fn, char *err, size_t errlen);
+
+/* Broadcast `bytes` bytes of `buf` from `root`. */
+acc_result_t acc_gloo_broadcast(acc_gloo_t *g, void *buf, size_t bytes, int root, char *err,
+                                size_t errlen);
+
+/* Gather `bytes` bytes from every rank into recv (size*bytes, rank-major).
+ * `send` may equal recv + rank*bytes (in place). */
+acc_result_t acc_gloo_all_gather(acc_gloo_t *g, const void *send, void *recv, size_t bytes,
+                                 char *err, size_t errlen);
+
+/* Barrier across all ranks. */
+acc_result_t acc_gloo_barrier(acc_gloo_t *g, char *err, size_t errlen);
+
+/* Change the timeout of later collectives (ms > 0). */
+void acc_gloo_set_timeout(acc_gloo_t *g, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACC_GLOO_H */

@@ -1,0 +1,63 @@
+/*
+ * acc_gloo_store.cc — gloo::rendezvous::Store over the nbfork store
+ * client (see acc_gloo_store.h).
+ */
+#include "acc_gloo_store.h"
+
+#include <cstdlib>
+#include <utility>
+
+namespace accrt {
+
+GlooStore::GlooStore(acc_store_client_t *client, std::string prefix, int timeout_ms)
+    : client_(client), prefix_(std::move(prefix)), timeout_ms_(timeout_ms > 0 ? timeout_ms : 300000) {}
+
+void GlooStore::fail(acc_result_t r, const char *what, const std::string &key) {
+  std::string msg = std::string("rendezvous ") + what + " '" + prefix_ + key +
+                    "' failed: " + acc_store_client_error(client_);
+  throw StoreError(r, msg);
+}
+
+void GlooStore::set(const std::string &key, const std::vector<char> &data) {
+  std::string k = prefix_ + key;
+  acc_result_t r = acc_store_set(client_, k.c_str(), data.data(), data.size());
+  if (r != ACC_OK)
+    fail(r, "set", key);
+}
+
+std::vector<char> GlooStore::get(const std::string &key) {
+  std::string k = prefix_ + key;
+  void *val = nullptr;
+  size_t len = 0;
+  acc_store_client_set_timeout(client_, timeout_ms_);
+  acc_result_t r = acc_store_get(client_, k.c_str(), &val, &len);
+  if (r != ACC_OK)
+    fail(r, "get", key);
+  const char *p = static_cast<const char *>(val);
+  std::vector<char> out(p, p + len);
+  std::free(val);
+  return out;
+}
+
+void GlooStore::wait(const std::vector<std::string> &keys) {
+  wait(keys, std::chrono::milliseconds(timeout_ms_));
+}
+
+void GlooStore::wait(const std::vector<std::string> &keys,
+                     const std::chrono::milliseconds &timeout) {
+  std::vector<std::string> full;
+  full.reserve(keys.size());
+  for (const auto &k : keys)
+    full.push_back(prefix_ + k);
+  std::vector<const char *> ptrs;
+  ptrs.reserve(full.size());
+  for (const auto &k : full)
+    ptrs.push_back(k.c_str());
+  long long t = static_cast<long long>(timeout.count());
+  int ms = t <= 0 ? timeout_ms_ : t > 2000000000LL ? 2000000000 : static_cast<int>(t);
+  acc_result_t r = acc_store_wait(client_, ptrs.data(), ptrs.size(), ms);
+  if (r != ACC_OK)
+    fail(r, "wait for", keys.empty() ? std::string() : keys.front());
+}
+
+} // namespace accrt

@@ -1,0 +1,86 @@
+/*
+ * acc_internal.h — the Accelerator's state and helpers shared by the
+ * runtime's files. Not installed.
+ */
+#ifndef ACC_INTERNAL_H
+#define ACC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acc_rng.h"
+#include "acc_store.h"
+#include "nbfork.h"
+
+typedef struct acc_gloo acc_gloo_t;
+typedef struct acc_nccl acc_nccl_t;
+typedef struct acc_charts acc_charts_t;
+
+struct acc {
+  /* place in the world (environment, read once in acc_new) */
+  int rank, local_rank, world, local_world;
+  int device; /* -1 = CPU */
+  acc_precision_t precision;
+  int timeout_ms;
+  char master_addr[256];
+  int master_port;
+  char run_id[128];
+  char key_prefix[192]; /* "<run_id>/<generation>/" for store keys */
+
+  /* gradient accumulation (Accelerate's GradientState) */
+  int accum_steps;          /* >= 1 */
+  int sync_with_dataloader; /* 0/1 */
+  int step;                 /* micro-step counter, Accelerate's `step` */
+  int sync_gradients;
+  float *accum_prev; /* buffer after the previous micro-step (k > 1) */
+  size_t accum_prev_n;
+  int accum_prev_zero; /* accum_prev is all zeros (start of a window) */
+
+  /* fp16 "loss scaler": set when a sync step found inf/NaN gradients */
+  int found_inf;
+
+  /* RNG (acc_set_seed) */
+  acc_rng_t rng;
+
+  /* process group */
+  acc_store_server_t *store_server; /* rank 0 when no launcher hosts it */
+  acc_store_client_t *store;
+  acc_gloo_t *gloo;
+  acc_nccl_t *nccl;
+  int broken; /* a collective failed: the group cannot be used again */
+
+  /* live charts (acc_log_scalar) */
+  acc_charts_t *charts;
+
+  char err[1024];
+};
+
+/* Store `code` and a printf-formatted message ("rank R: ...") as the
+ * last error of `acc`; returns `code`. */
+acc_result_t acc__set_error(acc_t *acc, acc_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Environment helpers: the value of NAME, or `def` when unset/empty. */
+const char *acc__env_str(const char *name, const char *def);
+/* Integer value of NAME; `def` when unset; -1 + message on stderr when
+ * not an integer (then *ok = 0). */
+long acc__env_long(const char *name, long def, int *ok);
+/* Truthy as Accelerate's str_to_bool: 1/true/yes/on/y (any case). */
+int acc__env_bool(const char *name, int def);
+
+/* Local IPv4/IPv6 address this host uses to reach `host` (MASTER_ADDR),
+ * as text in `out`; "127.0.0.1" for loopback. Returns 0 or -1. */
+int acc__local_addr_for(const char *host, char *out, size_t outlen);
+
+/* Display API helpers (nbf_display.c). 1 when NBFORK_DISPLAY_FD names
+ * an open fd. */
+int nbf__display_attached(void);
+
+/* Charts (acc_chart.c): draw pending points and free the series. */
+void acc__charts_flush(acc_t *acc);
+void acc__charts_free(acc_t *acc);
+
+/* Monotonic clock in seconds. */
+double acc__now_s(void);
+
+#endif /* ACC_INTERNAL_H */

@@ -1,0 +1,240 @@
+/*
+ * acc_mlp.c — a Linear/ReLU multi-layer perceptron on one flat parameter
+ * buffer, f32, row-major, with forward and backward through CBLAS sgemm.
+ *
+ * Layout of `params` (and `grads`): for each layer l, its weight W_l
+ * (sizes[l+1] × sizes[l], PyTorch's nn.Linear weight layout) followed by
+ * its bias b_l (sizes[l+1]). Initialization is nn.Linear's default
+ * (kaiming_uniform_(a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the
+ * weight and the bias) drawn from the accelerator's RNG; with several
+ * ranks, rank 0's parameters are then broadcast (as DDP does).
+ *
+ * All buffers are allocated once for max_batch rows: a training step
+ * allocates nothing.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "acc_internal.h"
+
+struct acc_mlp {
+  int nlayers;
+  int *sizes;
+  int max_batch;
+  int batch; /* rows of the last forward */
+  size_t nparams;
+  float *params, *grads;
+  size_t *w_off, *b_off;
+  const float *x; /* input of the last forward (borrowed) */
+  float **act;    /* act[l], l = 1..nlayers: batch × sizes[l] (post-ReLU; logits last) */
+  float *dz_a, *dz_b; /* backward scratch: max_batch × max(sizes[1..]) */
+};
+
+static void *alloc64(size_t bytes) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0)
+    return NULL;
+  return p;
+}
+
+void acc_mlp_destroy(acc_mlp_t **m_p) {
+  if (!m_p || !*m_p)
+    return;
+  acc_mlp_t *m = *m_p;
+  *m_p = NULL;
+  if (m->act)
+    for (int l = 1; l <= m->nlayers; l++)
+      free(m->act[l]);
+  free(m->act);
+  free(m->dz_a);
+  free(m->dz_b);
+  free(m->params);
+  free(m->grads);
+  free(m->w_off);
+  free(m->b_off);
+  free(m->sizes);
+  free(m);
+}
+
+acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch) {
+  if (!sizes || nlayers < 1 || max_batch < 1) {
+    fprintf(stderr, "acc_mlp_new: need sizes[0..nlayers], nlayers >= 1, max_batch >= 1\n");
+    return NULL;
+  }
+  for (int l = 0; l <= nlayers; l++)
+    if (sizes[l] < 1) {
+      fprintf(stderr, "acc_mlp_new: sizes[%d] = %d must be >= 1\n", l, sizes[l]);
+      return NULL;
+    }
+  acc_mlp_t *m = calloc(1, sizeof *m);
+  if (!m)
+    return NULL;
+  m->nlayers = nlayers;
+  m->max_batch = max_batch;
+  m->sizes = malloc((size_t)(nlayers + 1) * sizeof(int));
+  m->w_off = malloc((size_t)nlayers * sizeof(size_t));
+  m->b_off = malloc((size_t)nlayers * sizeof(size_t));
+  m->act = calloc((size_t)nlayers + 1, sizeof(float *));
+  if (!m->sizes || !m->w_off || !m->b_off || !m->act)
+    goto oom;
+  memcpy(m->sizes, sizes, (size_t)(nlayers + 1) * sizeof(int));
+  size_t off = 0;
+  int widest = 1;
+  for (int l = 0; l < nlayers; l++) {
+    m->w_off[l] = off;
+    off += (size_t)sizes[l + 1] * (size_t)sizes[l];
+    m->b_off[l] = off;
+    off += (size_t)sizes[l + 1];
+    if (sizes[l + 1] > widest)
+      widest = sizes[l + 1];
+  }
+  m->nparams = off;
+  m->params = alloc64(off * sizeof(float));
+  m->grads = alloc64(off * sizeof(float));
+  m->dz_a = alloc64((size_t)max_batch * (size_t)widest * sizeof(float));
+  m->dz_b = alloc64((size_t)max_batch * (size_t)widest * sizeof(float));
+  if (!m->params || !m->grads || !m->dz_a || !m->dz_b)
+    goto oom;
+  for (int l = 1; l <= nlayers; l++)
+    if (!(m->act[l] = alloc64((size_t)max_batch * (size_t)sizes[l] * sizeof(float))))
+      goto oom;
+  memset(m->grads, 0, off * sizeof(float));
+  for (int l = 0; l < nlayers; l++) {
+    double bound = 1.0 / sqrt((double)sizes[l]);
+    float *w = m->params + m->w_off[l], *b = m->params + m->b_off[l];
+    size_t nw = (size_t)sizes[l + 1] * (size_t)sizes[l];
+    for (size_t i = 0; i < nw; i++)
+      w[i] = (float)((2.0 * acc_rand_uniform(acc) - 1.0) * bound);
+    for (int i = 0; i < sizes[l + 1]; i++)
+      b[i] = (float)((2.0 * acc_rand_uniform(acc) - 1.0) * bound);
+  }
+  if (acc && acc->world > 1 && acc_broadcast(acc, m->params, m->nparams, ACC_F32, 0) != ACC_OK) {
+    fprintf(stderr, "acc_mlp_new: broadcasting the initial parameters failed: %s\n",
+            acc_last_error(acc));
+    acc_mlp_destroy(&m);
+    return NULL;
+  }
+  return m;
+oom:
+  fprintf(stderr, "acc_mlp_new: out of memory\n");
+  acc_mlp_destroy(&m);
+  return NULL;
+}
+
+size_t acc_mlp_num_params(const acc_mlp_t *m) { return m ? m->nparams : 0; }
+float *acc_mlp_params(acc_mlp_t *m) { return m ? m->params : NULL; }
+float *acc_mlp_grads(acc_mlp_t *m) { return m ? m->grads : NULL; }
+
+void acc_mlp_zero_grad(acc_mlp_t *m) {
+  if (m)
+    memset(m->grads, 0, m->nparams * sizeof(float));
+}
+
+const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
+  if (!m || !x || batch < 1 || batch > m->max_batch) {
+    if (m)
+      fprintf(stderr, "acc_mlp_forward: batch %d not in 1..%d (max_batch)\n", batch,
+              m->max_batch);
+    return NULL;
+  }
+  m->x = x;
+  m->batch = batch;
+  const float *in = x;
+  for (int l = 0; l < m->nlayers; l++) {
+    const int nin = m->sizes[l], nout = m->sizes[l + 1];
+    float *out = m->act[l + 1];
+    const float *w = m->params + m->w_off[l], *b = m->params + m->b_off[l];
+    for (int r = 0; r < batch; r++)
+      memcpy(out + (size_t)r * nout, b, (size_t)nout * sizeof(float));
+    /* out (batch × nout) += in (batch × nin) · W^T (nin × nout) */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, nout, nin, 1.0f, in, nin, w, nin,
+                1.0f, out, nout);
+    if (l < m->nlayers - 1) {
+      size_t n = (size_t)batch * (size_t)nout;
+      for (size_t i = 0; i < n; i++)
+        out[i] = out[i] > 0.0f ? out[i] : 0.0f;
+    }
+    in = out;
+  }
+  return m->act[m->nlayers];
+}
+
+float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
+  if (!m || !labels || !m->x) {
+    fprintf(stderr, "acc_mlp_backward_xent: call acc_mlp_forward first\n");
+    return NAN;
+  }
+  const int B = m->batch, L = m->nlayers, C = m->sizes[L];
+  const float *logits = m->act[L];
+  float *dz = m->dz_a, *dprev = m->dz_b;
+  const float invB = 1.0f / (float)B;
+  double loss = 0.0;
+  /* dz = (softmax(logits) - onehot(label)) / B */
+  for (int r = 0; r < B; r++) {
+    const float *z = logits + (size_t)r * C;
+    float *d = dz + (size_t)r * C;
+    int64_t y = labels[r];
+    if (y < 0 || y >= C) {
+      fprintf(stderr, "acc_mlp_backward_xent: label %lld of row %d is not in 0..%d\n",
+              (long long)y, r, C - 1);
+      return NAN;
+    }
+    float mx = z[0];
+    for (int c = 1; c < C; c++)
+      mx = z[c] > mx ? z[c] : mx;
+    float s = 0.0f;
+    for (int c = 0; c < C; c++) {
+      d[c] = expf(z[c] - mx);
+      s += d[c];
+    }
+    loss += (double)(logf(s) + mx - z[y]);
+    float inv = invB / s;
+    for (int c = 0; c < C; c++)
+      d[c] *= inv;
+    d[y] -= invB;
+  }
+  for (int l = L - 1; l >= 0; l--) {
+    const int nin = m->sizes[l], nout = m->sizes[l + 1];
+    const float *in = l == 0 ? m->x : m->act[l];
+    float *gw = m->grads + m->w_off[l], *gb = m->grads + m->b_off[l];
+    /* dW (nout × nin) += dz^T (nout × B) · in (B × nin) */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, nin, B, 1.0f, dz, nout, in, nin,
+                1.0f, gw, nin);
+    for (int r = 0; r < B; r++) {
+      const float *d = dz + (size_t)r * nout;
+      for (int c = 0; c < nout; c++)
+        gb[c] += d[c];
+    }
+    if (l == 0)
+      break;
+    /* dprev (B × nin) = dz (B × nout) · W (nout × nin), masked by ReLU */
+    const float *w = m->params + m->w_off[l];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout, w, nin,
+                0.0f, dprev, nin);
+    size_t n = (size_t)B * (size_t)nin;
+    for (size_t i = 0; i < n; i++)
+      if (!(in[i] > 0.0f))
+        dprev[i] = 0.0f;
+    float *t = dz;
+    dz = dprev;
+    dprev = t;
+  }
+  return (float)(loss / B);
+}
+
+void acc_mlp_predict(const acc_mlp_t *m, int64_t *pred) {
+  if (!m || !pred || !m->x)
+    return;
+  const int C = m->sizes[m->nlayers];
+  const float *z = m->act[m->nlayers];
+  for (int r = 0; r < m->batch; r++, z += C) {
+    int best = 0;
+    for (int c = 1; c < C; c++)
+      if (z[c] > z[best])
+        best = c;
+    pred[r] = best;
+  }
+}

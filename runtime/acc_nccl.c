@@ -1,0 +1,315 @@
+/*
+ * acc_nccl.c — NCCL collectives on device buffers (see acc_nccl.h).
+ */
+#define _GNU_SOURCE
+#include "acc_nccl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "acc_internal.h"
+
+#ifdef NBFORK_WITH_CUDA
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+struct acc_nccl {
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+int acc_nccl_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError(); /* clear the sticky "no device" error */
+    return 0;
+  }
+  return n;
+}
+
+acc_result_t acc_nccl_set_device(acc_t *acc, int device) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess)
+    return acc__set_error(acc, ACC_ERR_BACKEND, "cudaSetDevice(%d) failed: %s", device,
+                          cudaGetErrorString(e));
+  return ACC_OK;
+}
+
+int acc_nccl_is_device_ptr(const void *ptr) {
+  struct cudaPointerAttributes a;
+  if (!ptr || cudaPointerGetAttributes(&a, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static void pause_briefly(unsigned *spins) {
+  if (++*spins < 1000)
+    return;
+  struct timespec ts = {0, 20000}; /* 20 us */
+  nanosleep(&ts, NULL);
+}
+
+static acc_result_t fail(acc_t *acc, acc_result_t code, const char *what, const char *detail) {
+  if (acc->nccl) {
+    ncclCommAbort(acc->nccl->comm);
+    cudaStreamDestroy(acc->nccl->stream);
+    free(acc->nccl);
+    acc->nccl = NULL;
+  }
+  acc->broken = 1;
+  return acc__set_error(acc, code, "NCCL %s failed: %s; the communicator was aborted", what,
+                        detail);
+}
+
+/* Poll the communicator until its pending call finished (non-blocking
+ * communicators return ncclInProgress). */
+static acc_result_t wait_comm(acc_t *acc, ncclComm_t comm, const char *what, double deadline) {
+  unsigned spins = 0;
+  for (;;) {
+    ncclResult_t st = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError(comm, &st);
+    if (r != ncclSuccess)
+      return fail(acc, ACC_ERR_BACKEND, what, ncclGetErrorString(r));
+    if (st == ncclSuccess)
+      return ACC_OK;
+    if (st != ncclInProgress)
+      return fail(acc, ACC_ERR_PEER, what, ncclGetErrorString(st));
+    if (acc__now_s() > deadline)
+      return fail(acc, ACC_ERR_TIMEOUT, what, "timed out (NBFORK_TIMEOUT_S)");
+    pause_briefly(&spins);
+  }
+}
+
+static acc_result_t ensure_comm(acc_t *acc) {
+  if (acc->nccl)
+    return ACC_OK;
+  if (acc->broken)
+    return ACC_ERR_PEER; /* acc->err keeps the first failure */
+  if (!acc->store && acc->world > 1)
+    return acc__set_error(acc, ACC_ERR_STORE, "NCCL init needs the rendezvous store");
+  ncclUniqueId id;
+  char key[256];
+  snprintf(key, sizeof key, "%snccl/id", acc->key_prefix);
+  if (acc->rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+      return acc__set_error(acc, ACC_ERR_BACKEND, "ncclGetUniqueId failed: %s",
+                            ncclGetErrorString(r));
+    if (acc->world > 1) {
+      acc_result_t s = acc_store_set(acc->store, key, &id, sizeof id);
+      if (s != ACC_OK)
+        return acc__set_error(acc, s, "publishing the NCCL id: %s",
+                              acc_store_client_error(acc->store));
+    }
+  } else {
+    void *v = NULL;
+    size_t len = 0;
+    acc_result_t s = acc_store_get(acc->store, key, &v, &len);
+    if (s != ACC_OK)
+      return acc__set_error(acc, s, "reading the NCCL id from the store: %s",
+                            acc_store_client_error(acc->store));
+    if (len != sizeof id) {
+      free(v);
+      return acc__set_error(acc, ACC_ERR_STORE, "the NCCL id in the store has %zu bytes, not %zu",
+                            len, sizeof id);
+    }
+    memcpy(&id, v, sizeof id);
+    free(v);
+  }
+  struct acc_nccl *n = calloc(1, sizeof *n);
+  if (!n)
+    return acc__set_error(acc, ACC_ERR_NO_MEMORY, "out of memory");
+  cudaError_t ce = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
+  if (ce != cudaSuccess) {
+    free(n);
+    return acc__set_error(acc, ACC_ERR_BACKEND, "cudaStreamCreate failed: %s",
+                          cudaGetErrorString(ce));
+  }
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclResult_t r = ncclCommInitRankConfig(&n->comm, acc->world, id, acc->rank, &cfg);
+  acc->nccl = n;
+  if (r != ncclSuccess && r != ncclInProgress)
+    return fail(acc, ACC_ERR_BACKEND, "ncclCommInitRankConfig", ncclGetErrorString(r));
+  return wait_comm(acc, n->comm, "communicator init", acc__now_s() + acc->timeout_ms / 1000.0);
+}
+
+static ncclDataType_t nccl_type(acc_dtype_t d) {
+  switch (d) {
+  case ACC_F32:
+    return ncclFloat32;
+  case ACC_F64:
+    return ncclFloat64;
+  case ACC_F16:
+    return ncclFloat16;
+  case ACC_BF16:
+    return ncclBfloat16;
+  case ACC_I32:
+    return ncclInt32;
+  case ACC_I64:
+    return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+static ncclRedOp_t nccl_op(acc_op_t op) {
+  switch (op) {
+  case ACC_SUM:
+    return ncclSum;
+  case ACC_AVG:
+    return ncclAvg;
+  case ACC_MAX:
+    return ncclMax;
+  case ACC_MIN:
+    return ncclMin;
+  }
+  return ncclSum;
+}
+
+/* After enqueueing: wait for the enqueue itself, then for the stream. */
+static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
+  double deadline = acc__now_s() + acc->timeout_ms / 1000.0;
+  if (r != ncclSuccess && r != ncclInProgress)
+    return fail(acc, ACC_ERR_BACKEND, what, ncclGetErrorString(r));
+  acc_result_t a = wait_comm(acc, acc->nccl->comm, what, deadline);
+  if (a != ACC_OK)
+    return a;
+  unsigned spins = 0;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(acc->nccl->stream);
+    if (e == cudaSuccess)
+      return ACC_OK;
+    if (e != cudaErrorNotReady)
+      return fail(acc, ACC_ERR_BACKEND, what, cudaGetErrorString(e));
+    ncclResult_t st = ncclSuccess;
+    ncclCommGetAsyncError(acc->nccl->comm, &st);
+    if (st != ncclSuccess && st != ncclInProgress)
+      return fail(acc, ACC_ERR_PEER, what, ncclGetErrorString(st));
+    if (acc__now_s() > deadline)
+      return fail(acc, ACC_ERR_TIMEOUT, what, "timed out (NBFORK_TIMEOUT_S)");
+    pause_briefly(&spins);
+  }
+}
+
+acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                 acc_op_t op) {
+  acc_result_t r = ensure_comm(acc);
+  if (r != ACC_OK)
+    return r;
+  return finish(acc,
+                ncclAllReduce(buf, buf, count, nccl_type(dtype), nccl_op(op), acc->nccl->comm,
+                              acc->nccl->stream),
+                "all-reduce");
+}
+
+acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                int root) {
+  acc_result_t r = ensure_comm(acc);
+  if (r != ACC_OK)
+    return r;
+  return finish(acc,
+                ncclBroadcast(buf, buf, count, nccl_type(dtype), root, acc->nccl->comm,
+                              acc->nccl->stream),
+                "broadcast");
+}
+
+acc_result_t acc_nccl_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                                 acc_dtype_t dtype) {
+  acc_result_t r = ensure_comm(acc);
+  if (r != ACC_OK)
+    return r;
+  return finish(acc,
+                ncclAllGather(send, recv, count, nccl_type(dtype), acc->nccl->comm,
+                              acc->nccl->stream),
+                "all-gather");
+}
+
+acc_result_t acc_nccl_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                     acc_dtype_t dtype, acc_op_t op) {
+  acc_result_t r = ensure_comm(acc);
+  if (r != ACC_OK)
+    return r;
+  return finish(acc,
+                ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op),
+                                  acc->nccl->comm, acc->nccl->stream),
+                "reduce-scatter");
+}
+
+void acc_nccl_destroy(acc_t *acc) {
+  if (!acc || !acc->nccl)
+    return;
+  struct acc_nccl *n = acc->nccl;
+  acc->nccl = NULL;
+  if (acc->broken) {
+    ncclCommAbort(n->comm);
+  } else {
+    /* Finalize (non-blocking, bounded by the timeout), then destroy; abort
+     * when anything goes wrong so we never block forever. */
+    ncclResult_t r = ncclCommFinalize(n->comm);
+    double deadline = acc__now_s() + acc->timeout_ms / 1000.0;
+    ncclResult_t st = r;
+    unsigned spins = 0;
+    while (r == ncclSuccess || r == ncclInProgress) {
+      if (ncclCommGetAsyncError(n->comm, &st) != ncclSuccess || st != ncclInProgress)
+        break;
+      if (acc__now_s() > deadline) {
+        st = ncclInternalError;
+        break;
+      }
+      pause_briefly(&spins);
+    }
+    if (st == ncclSuccess)
+      ncclCommDestroy(n->comm);
+    else
+      ncclCommAbort(n->comm);
+  }
+  cudaStreamDestroy(n->stream);
+  free(n);
+}
+
+#else /* !NBFORK_WITH_CUDA */
+
+int acc_nccl_device_count(void) { return 0; }
+
+acc_result_t acc_nccl_set_device(acc_t *acc, int device) {
+  return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                        "device %d requested but nbfork was built without CUDA", device);
+}
+
+int acc_nccl_is_device_ptr(const void *ptr) {
+  (void)ptr;
+  return 0;
+}
+
+#define NO_CUDA(acc)                                                                           \
+  acc__set_error(acc, ACC_ERR_UNSUPPORTED,                                                     \
+                 "collectives on device buffers need NCCL; nbfork was built without CUDA")
+
+acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                 acc_op_t op) {
+  (void)buf, (void)count, (void)dtype, (void)op;
+  return NO_CUDA(acc);
+}
+acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                int root) {
+  (void)buf, (void)count, (void)dtype, (void)root;
+  return NO_CUDA(acc);
+}
+acc_result_t acc_nccl_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                                 acc_dtype_t dtype) {
+  (void)send, (void)recv, (void)count, (void)dtype;
+  return NO_CUDA(acc);
+}
+acc_result_t acc_nccl_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                     acc_dtype_t dtype, acc_op_t op) {
+  (void)send, (void)recv, (void)count, (void)dtype, (void)op;
+  return NO_CUDA(acc);
+}
+void acc_nccl_destroy(acc_t *acc) { (void)acc; }
+
+#endif

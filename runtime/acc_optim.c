@@ -1,0 +1,169 @@
+/*
+ * acc_optim.c — optimizers on flat f32 buffers, with PyTorch semantics:
+ *
+ * SGD (torch.optim.SGD, dampening 0, no Nesterov):
+ *   g = grad + weight_decay * p
+ *   buf = g on the first step, else buf = momentum * buf + g   (momentum != 0)
+ *   p -= lr * (momentum ? buf : g)
+ *
+ * AdamW (torch.optim.AdamW; Loshchilov & Hutter, "Decoupled Weight Decay
+ * Regularization", ICLR 2019):
+ *   t += 1;  p *= 1 - lr * weight_decay
+ *   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+ *   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+ *
+ * acc_optim_step is Accelerate's AcceleratedOptimizer.step: it does
+ * nothing on micro-steps that do not sync gradients, and with fp16 mixed
+ * precision skips a step whose gradients hold inf/NaN (GradScaler).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "acc_internal.h"
+
+typedef enum { OPT_SGD, OPT_ADAMW } opt_kind_t;
+
+struct acc_optim {
+  opt_kind_t kind;
+  float *params;
+  float *grads;
+  size_t n;
+  float lr, momentum, weight_decay;
+  float beta1, beta2, eps;
+  long long t;
+  float *m, *v; /* SGD: m = momentum buffer; AdamW: moments */
+};
+
+static acc_optim_t *opt_new(opt_kind_t kind, float *params, float *grads, size_t n) {
+  if (!params || !grads || n == 0)
+    return NULL;
+  acc_optim_t *o = calloc(1, sizeof *o);
+  if (!o)
+    return NULL;
+  o->kind = kind;
+  o->params = params;
+  o->grads = grads;
+  o->n = n;
+  return o;
+}
+
+acc_optim_t *acc_sgd_new(float *params, float *grads, size_t n, float lr, float momentum,
+                         float weight_decay) {
+  if (lr < 0 || momentum < 0 || weight_decay < 0)
+    return NULL;
+  acc_optim_t *o = opt_new(OPT_SGD, params, grads, n);
+  if (!o)
+    return NULL;
+  o->lr = lr;
+  o->momentum = momentum;
+  o->weight_decay = weight_decay;
+  if (momentum != 0.0f && !(o->m = calloc(n, sizeof(float)))) {
+    free(o);
+    return NULL;
+  }
+  return o;
+}
+
+acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, float beta1,
+                           float beta2, float eps, float weight_decay) {
+  if (lr < 0 || beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1 || eps < 0 || weight_decay < 0)
+    return NULL;
+  acc_optim_t *o = opt_new(OPT_ADAMW, params, grads, n);
+  if (!o)
+    return NULL;
+  o->lr = lr;
+  o->beta1 = beta1;
+  o->beta2 = beta2;
+  o->eps = eps;
+  o->weight_decay = weight_decay;
+  o->m = calloc(n, sizeof(float));
+  o->v = calloc(n, sizeof(float));
+  if (!o->m || !o->v) {
+    acc_optim_destroy(&o);
+    return NULL;
+  }
+  return o;
+}
+
+static void sgd_step(acc_optim_t *o) {
+  float *p = o->params, *buf = o->m;
+  const float *g = o->grads;
+  const float lr = o->lr, mom = o->momentum, wd = o->weight_decay;
+  const size_t n = o->n;
+  if (!buf) {
+    for (size_t i = 0; i < n; i++)
+      p[i] -= lr * (g[i] + wd * p[i]);
+  } else if (o->t == 0) {
+    for (size_t i = 0; i < n; i++) {
+      buf[i] = g[i] + wd * p[i];
+      p[i] -= lr * buf[i];
+    }
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      buf[i] = mom * buf[i] + (g[i] + wd * p[i]);
+      p[i] -= lr * buf[i];
+    }
+  }
+  o->t++;
+}
+
+static void adamw_step(acc_optim_t *o) {
+  o->t++;
+  float *p = o->params, *m = o->m, *v = o->v;
+  const float *g = o->grads;
+  const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
+  const float decay = 1.0f - o->lr * o->weight_decay;
+  const double bc1 = 1.0 - pow(b1, (double)o->t), bc2 = 1.0 - pow(b2, (double)o->t);
+  const float step = (float)(o->lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+  for (size_t i = 0; i < o->n; i++) {
+    p[i] *= decay;
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    p[i] -= step * m[i] / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
+  }
+}
+
+static int grads_finite(const acc_optim_t *o) {
+  float acc = 0.0f;
+  for (size_t i = 0; i < o->n; i++)
+    acc += o->grads[i] * 0.0f; /* inf*0 and NaN*0 are NaN */
+  return acc == 0.0f;
+}
+
+int acc_optim_step(acc_t *acc, acc_optim_t *opt) {
+  if (!opt)
+    return 0;
+  if (acc && !acc->sync_gradients)
+    return 0;
+  if (acc && acc->precision == ACC_PRECISION_FP16) {
+    acc->found_inf = !grads_finite(opt);
+    if (acc->found_inf)
+      return 0;
+  }
+  if (opt->kind == OPT_SGD)
+    sgd_step(opt);
+  else
+    adamw_step(opt);
+  return 1;
+}
+
+void acc_optim_zero_grad(acc_t *acc, acc_optim_t *opt) {
+  if (!opt || (acc && !acc->sync_gradients))
+    return;
+  memset(opt->grads, 0, opt->n * sizeof(float));
+}
+
+void acc_optim_set_lr(acc_optim_t *opt, float lr) {
+  if (opt && lr >= 0)
+    opt->lr = lr;
+}
+
+void acc_optim_destroy(acc_optim_t **opt_p) {
+  if (!opt_p || !*opt_p)
+    return;
+  free((*opt_p)->m);
+  free((*opt_p)->v);
+  free(*opt_p);
+  *opt_p = NULL;
+}

@@ -1,0 +1,141 @@
+/*
+ * acc_reduce.c — reduction kernels (see acc_reduce.h). Plain loops the
+ * compiler vectorizes; MAX/MIN propagate NaN like torch (a NaN in either
+ * input gives NaN).
+ */
+#include "acc_reduce.h"
+
+#include <stdint.h>
+
+#include "acc_half.h"
+
+#define SUM(a, b) ((a) + (b))
+#define MAXNAN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
+#define MINNAN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b))
+#define MAXI(a, b) ((a) > (b) ? (a) : (b))
+#define MINI(a, b) ((a) < (b) ? (a) : (b))
+
+#define KERNEL(name, T, OP)                                                                \
+  static void name(void *out, const void *in1, const void *in2, size_t n) {               \
+    T *o = out;                                                                            \
+    const T *a = in1, *b = in2;                                                            \
+    for (size_t i = 0; i < n; i++)                                                         \
+      o[i] = OP(a[i], b[i]);                                                               \
+  }
+
+/* Integer sums wrap (two's complement) instead of being undefined. */
+static void sum_i32(void *out, const void *in1, const void *in2, size_t n) {
+  int32_t *o = out;
+  const int32_t *a = in1, *b = in2;
+  for (size_t i = 0; i < n; i++)
+    o[i] = (int32_t)((uint32_t)a[i] + (uint32_t)b[i]);
+}
+static void sum_i64(void *out, const void *in1, const void *in2, size_t n) {
+  int64_t *o = out;
+  const int64_t *a = in1, *b = in2;
+  for (size_t i = 0; i < n; i++)
+    o[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]);
+}
+
+KERNEL(sum_f32, float, SUM)
+KERNEL(max_f32, float, MAXNAN)
+KERNEL(min_f32, float, MINNAN)
+KERNEL(sum_f64, double, SUM)
+KERNEL(max_f64, double, MAXNAN)
+KERNEL(min_f64, double, MINNAN)
+KERNEL(max_i32, int32_t, MAXI)
+KERNEL(min_i32, int32_t, MINI)
+KERNEL(max_i64, int64_t, MAXI)
+KERNEL(min_i64, int64_t, MINI)
+
+/* Half types: widen to float, reduce, round back (nearest even). */
+#define HALF_KERNEL(name, TOF, FROMF, OP)                                                  \
+  static void name(void *out, const void *in1, const void *in2, size_t n) {               \
+    uint16_t *o = out;                                                                     \
+    const uint16_t *a = in1, *b = in2;                                                     \
+    for (size_t i = 0; i < n; i++) {                                                       \
+      float x = TOF(a[i]), y = TOF(b[i]);                                                  \
+      o[i] = FROMF(OP(x, y));                                                              \
+    }                                                                                      \
+  }
+
+HALF_KERNEL(sum_f16, acc_f16_to_f32, acc_f32_to_f16, SUM)
+HALF_KERNEL(max_f16, acc_f16_to_f32, acc_f32_to_f16, MAXNAN)
+HALF_KERNEL(min_f16, acc_f16_to_f32, acc_f32_to_f16, MINNAN)
+HALF_KERNEL(sum_bf16, acc_bf16_to_f32, acc_f32_to_bf16, SUM)
+HALF_KERNEL(max_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MAXNAN)
+HALF_KERNEL(min_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MINNAN)
+
+int acc_dtype_valid(acc_dtype_t dtype) { return (unsigned)dtype <= (unsigned)ACC_I64; }
+int acc_op_valid(acc_op_t op) { return (unsigned)op <= (unsigned)ACC_MIN; }
+
+acc_reduce_fn acc_reduce_get(acc_dtype_t dtype, acc_op_t op) {
+  /* rows: dtype in enum order; columns: SUM, MAX, MIN */
+  static const acc_reduce_fn table[6][3] = {
+      {sum_f32, max_f32, min_f32},    {sum_f64, max_f64, min_f64},
+      {sum_f16, max_f16, min_f16},    {sum_bf16, max_bf16, min_bf16},
+      {sum_i32, max_i32, min_i32},    {sum_i64, max_i64, min_i64},
+  };
+  if (!acc_dtype_valid(dtype) || !acc_op_valid(op))
+    return NULL;
+  int col = op == ACC_MAX ? 1 : op == ACC_MIN ? 2 : 0; /* AVG = SUM, then divide */
+  return table[dtype][col];
+}
+
+size_t acc_dtype_size(acc_dtype_t dtype) {
+  switch (dtype) {
+  case ACC_F32:
+  case ACC_I32:
+    return 4;
+  case ACC_F64:
+  case ACC_I64:
+    return 8;
+  case ACC_F16:
+  case ACC_BF16:
+    return 2;
+  }
+  return 0;
+}
+
+void acc_reduce_divide(void *buf, size_t count, acc_dtype_t dtype, int world) {
+  if (world <= 1)
+    return;
+  switch (dtype) {
+  case ACC_F32: {
+    float *p = buf, w = (float)world;
+    for (size_t i = 0; i < count; i++)
+      p[i] /= w;
+    break;
+  }
+  case ACC_F64: {
+    double *p = buf, w = (double)world;
+    for (size_t i = 0; i < count; i++)
+      p[i] /= w;
+    break;
+  }
+  case ACC_F16: {
+    uint16_t *p = buf;
+    for (size_t i = 0; i < count; i++)
+      p[i] = acc_f32_to_f16(acc_f16_to_f32(p[i]) / (float)world);
+    break;
+  }
+  case ACC_BF16: {
+    uint16_t *p = buf;
+    for (size_t i = 0; i < count; i++)
+      p[i] = acc_f32_to_bf16(acc_bf16_to_f32(p[i]) / (float)world);
+    break;
+  }
+  case ACC_I32: {
+    int32_t *p = buf;
+    for (size_t i = 0; i < count; i++)
+      p[i] /= world;
+    break;
+  }
+  case ACC_I64: {
+    int64_t *p = buf;
+    for (size_t i = 0; i < count; i++)
+      p[i] /= world;
+    break;
+  }
+  }
+}

@@ -1,0 +1,36 @@
+/*
+ * acc_reduce.h — element-wise reduction kernels for every dtype × op,
+ * in the shape Gloo's AllreduceOptions::Func expects:
+ *   fn(out, in1, in2, n): out[i] = in1[i] OP in2[i], i < n (out may alias
+ *   in1 or in2). fp16/bf16 are reduced through float. AVG is SUM here; the
+ * caller divides by the world size afterwards (acc_reduce_scale). Internal.
+ */
+#ifndef ACC_REDUCE_H
+#define ACC_REDUCE_H
+
+#include <stddef.h>
+
+#include "nbfork.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void (*acc_reduce_fn)(void *out, const void *in1, const void *in2, size_t n);
+
+/* The kernel for (dtype, op), or NULL for an unknown dtype/op. */
+acc_reduce_fn acc_reduce_get(acc_dtype_t dtype, acc_op_t op);
+
+/* buf[i] /= world for `count` elements (AVG after a SUM); integers
+ * truncate toward zero as C division does. */
+void acc_reduce_divide(void *buf, size_t count, acc_dtype_t dtype, int world);
+
+/* 1 when dtype/op are valid enum values. */
+int acc_dtype_valid(acc_dtype_t dtype);
+int acc_op_valid(acc_op_t op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACC_REDUCE_H */

@@ -1,0 +1,122 @@
+/*
+ * acc_store.h — the rendezvous store: a small key/value server over
+ * ZeroMQ (the role of torch.distributed's TCPStore), used by the runtime to
+ * exchange Gloo pair addresses and the NCCL unique id, and by the launcher
+ * for multi-node rendezvous. Internal to nbfork (not installed).
+ *
+ * Wire protocol (ZeroMQ multipart messages):
+ *   client DEALER -> server ROUTER, 3 frames:  [op, key, value]
+ *   server ROUTER -> client DEALER, 2 frames:  [status, value]
+ *   status is "OK" or "ERR" (then value is an English message).
+ *
+ *   op      key   value            reply value
+ *   SET     key   bytes            ""                 (overwrites)
+ *   GET     key   ""               the bytes          (server holds the
+ *                                                      reply until key exists)
+ *   WAIT    key   ""               ""                 (held until key exists)
+ *   ADD     key   decimal delta    decimal new value  (missing key = 0; the
+ *                                                      value is stored as text)
+ *   CHECK   key   ""               "1" or "0"         (never blocks)
+ *   DEL     key   ""               "1" or "0"         (whether it existed)
+ *
+ * Keys are byte strings without NUL; callers prefix them per run
+ * (NBFORK_RUN_ID) so runs sharing a store never mix.
+ *
+ * Threads and fork(): the server owns a ZeroMQ context (an I/O thread) and
+ * one serving thread. A process that fork()s must have no threads, so the
+ * launcher starts the server AFTER forking its workers and stops it BEFORE
+ * forking again.
+ */
+#ifndef ACC_STORE_H
+#define ACC_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nbfork.h" /* acc_result_t */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Server                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct acc_store_server acc_store_server_t;
+
+/* Bind a ZeroMQ ROUTER at tcp://BIND_ADDR:PORT and serve requests from a
+ * background thread. `bind_addr` NULL or "" or "*" = all interfaces;
+ * `port` 0 = an ephemeral port (read it with acc_store_server_port).
+ * Returns NULL on failure with an English message in `err` (`errlen`
+ * bytes, may be NULL), e.g. "port 29500 is already in use ...".
+ * Caller owns the result: acc_store_server_stop. */
+acc_store_server_t *acc_store_server_start(const char *bind_addr, int port, char *err,
+                                           size_t errlen);
+
+/* The TCP port the server listens on (useful after port 0). */
+int acc_store_server_port(const acc_store_server_t *srv);
+
+/* Stop serving: wakes the thread, joins it, closes the socket and
+ * terminates the server's ZeroMQ context, so the process has no thread of
+ * the server left afterwards. Requests still held (GET/WAIT of missing
+ * keys) are dropped: their clients time out. NULL-safe; clears *srv_p. */
+void acc_store_server_stop(acc_store_server_t **srv_p);
+
+/* ------------------------------------------------------------------ */
+/* Client                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct acc_store_client acc_store_client_t;
+
+/* A client of the store at tcp://ADDR:PORT (ADDR a host name or IP).
+ * Connecting is lazy (ZeroMQ retries in the background), so the server
+ * may start later; every request waits at most `timeout_ms` (> 0; <= 0
+ * means 300000) for its answer. Returns NULL only when ZeroMQ cannot
+ * create the socket or the address is malformed (reason on stderr).
+ * Caller owns the result: acc_store_client_destroy. */
+acc_store_client_t *acc_store_client_new(const char *addr, int port, int timeout_ms);
+
+/* Close the client. NULL-safe; clears *c_p. */
+void acc_store_client_destroy(acc_store_client_t **c_p);
+
+/* Change the per-request timeout (ms, > 0). */
+void acc_store_client_set_timeout(acc_store_client_t *c, int timeout_ms);
+
+/* Text of the last error of this client ("" when none). */
+const char *acc_store_client_error(const acc_store_client_t *c);
+
+/* Set `key` to `len` bytes of `value` (value may be NULL when len == 0).
+ * Errors: INVALID_ARGUMENT, TIMEOUT (no answer within the timeout),
+ * STORE (the server refused; text in acc_store_client_error). */
+acc_result_t acc_store_set(acc_store_client_t *c, const char *key, const void *value, size_t len);
+
+/* Get the value of `key`, BLOCKING until some client sets it or the
+ * timeout expires. On ACC_OK *value is a malloc'd copy of *len bytes
+ * followed by a NUL byte (caller frees it with free()). Errors: as
+ * acc_store_set, NO_MEMORY. */
+acc_result_t acc_store_get(acc_store_client_t *c, const char *key, void **value, size_t *len);
+
+/* Block until every one of the `nkeys` keys exists, or `timeout_ms`
+ * (<= 0 = the client's timeout) expires for all of them together.
+ * Errors: as acc_store_set. */
+acc_result_t acc_store_wait(acc_store_client_t *c, const char *const *keys, size_t nkeys,
+                            int timeout_ms);
+
+/* Atomically add `delta` to the counter `key` (missing = 0) and return
+ * the new value in *result (may be NULL). Errors: as acc_store_set
+ * (STORE when the key holds something that is not a decimal integer). */
+acc_result_t acc_store_add(acc_store_client_t *c, const char *key, int64_t delta,
+                           int64_t *result);
+
+/* *exists = 1 when `key` is set, else 0; never blocks server-side. */
+acc_result_t acc_store_check(acc_store_client_t *c, const char *key, int *exists);
+
+/* Delete `key` (no error when it does not exist). */
+acc_result_t acc_store_delete(acc_store_client_t *c, const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACC_STORE_H */

@@ -1,0 +1,261 @@
+/*
+ * acc_store_client.c — client of the rendezvous store (protocol in
+ * acc_store.h): a ZeroMQ DEALER, one request in flight at a time.
+ *
+ * Timeouts: each request polls for its answer until a deadline. When the
+ * deadline passes, the socket is closed (linger 0) and a fresh one is
+ * connected, so a late answer to the abandoned request can never be taken
+ * for the answer to the next one (the server's ROUTER drops replies to
+ * the closed socket's identity).
+ */
+#define _GNU_SOURCE
+#include "acc_store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+struct acc_store_client {
+  void *ctx;
+  void *sock;
+  char endpoint[320];
+  int timeout_ms;
+  char err[512];
+};
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void set_err(acc_store_client_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(acc_store_client_t *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+}
+
+static int open_socket(acc_store_client_t *c) {
+  c->sock = zmq_socket(c->ctx, ZMQ_DEALER);
+  if (!c->sock)
+    return -1;
+  int zero = 0;
+  zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
+  /* Reconnect quickly while the server is not up yet. */
+  int ivl = 20, ivl_max = 500;
+  zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+  zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+  if (zmq_connect(c->sock, c->endpoint) != 0) {
+    zmq_close(c->sock);
+    c->sock = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+acc_store_client_t *acc_store_client_new(const char *addr, int port, int timeout_ms) {
+  if (!addr || !*addr || port <= 0 || port > 65535) {
+    fprintf(stderr, "nbfork store client: bad address '%s' port %d\n", addr ? addr : "(null)",
+            port);
+    return NULL;
+  }
+  acc_store_client_t *c = calloc(1, sizeof *c);
+  if (!c)
+    return NULL;
+  if (strchr(addr, ':'))
+    snprintf(c->endpoint, sizeof c->endpoint, "tcp://[%s]:%d", addr, port);
+  else
+    snprintf(c->endpoint, sizeof c->endpoint, "tcp://%s:%d", addr, port);
+  c->timeout_ms = timeout_ms > 0 ? timeout_ms : 300000;
+  c->ctx = zmq_ctx_new();
+  if (!c->ctx) {
+    fprintf(stderr, "nbfork store client: zmq_ctx_new: %s\n", zmq_strerror(errno));
+    free(c);
+    return NULL;
+  }
+  zmq_ctx_set(c->ctx, ZMQ_BLOCKY, 0);
+  if (open_socket(c) != 0) {
+    fprintf(stderr, "nbfork store client: cannot connect to %s: %s\n", c->endpoint,
+            zmq_strerror(errno));
+    zmq_ctx_term(c->ctx);
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+void acc_store_client_destroy(acc_store_client_t **c_p) {
+  if (!c_p || !*c_p)
+    return;
+  acc_store_client_t *c = *c_p;
+  *c_p = NULL;
+  if (c->sock)
+    zmq_close(c->sock);
+  while (zmq_ctx_term(c->ctx) != 0 && errno == EINTR)
+    ;
+  free(c);
+}
+
+void acc_store_client_set_timeout(acc_store_client_t *c, int timeout_ms) {
+  if (c && timeout_ms > 0)
+    c->timeout_ms = timeout_ms;
+}
+
+const char *acc_store_client_error(const acc_store_client_t *c) { return c ? c->err : ""; }
+
+/* Send [op, key, value] and wait until `deadline` (ms, monotonic) for
+ * [status, value]. On ACC_OK, *rval (if rval) is a malloc'd NUL-terminated
+ * copy of the reply value. */
+static acc_result_t request(acc_store_client_t *c, const char *op, const char *key,
+                            const void *val, size_t vlen, int64_t deadline, void **rval,
+                            size_t *rlen) {
+  if (!c || !key || !*key || (vlen && !val)) {
+    if (c)
+      set_err(c, "store %s: invalid argument (empty key or NULL value)", op);
+    return ACC_ERR_INVALID_ARGUMENT;
+  }
+  c->err[0] = 0;
+  if (!c->sock && open_socket(c) != 0) {
+    set_err(c, "store %s '%s': cannot reconnect to %s: %s", op, key, c->endpoint,
+            zmq_strerror(errno));
+    return ACC_ERR_STORE;
+  }
+  size_t klen = strlen(key);
+  if (zmq_send(c->sock, op, strlen(op), ZMQ_SNDMORE) < 0 ||
+      zmq_send(c->sock, key, klen, ZMQ_SNDMORE) < 0 || zmq_send(c->sock, vlen ? val : "", vlen, 0) < 0) {
+    set_err(c, "store %s '%s': send to %s failed: %s", op, key, c->endpoint, zmq_strerror(errno));
+    return ACC_ERR_STORE;
+  }
+  for (;;) {
+    int64_t left = deadline - now_ms();
+    if (left < 0)
+      left = 0;
+    zmq_pollitem_t it = {c->sock, 0, ZMQ_POLLIN, 0};
+    int rc = zmq_poll(&it, 1, (long)left);
+    if (rc < 0 && errno == EINTR)
+      continue;
+    if (rc < 0) {
+      set_err(c, "store %s '%s': poll failed: %s", op, key, zmq_strerror(errno));
+      return ACC_ERR_STORE;
+    }
+    if (rc > 0)
+      break;
+    if (now_ms() >= deadline) {
+      set_err(c,
+              "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms); "
+              "is the store running (rank 0 or the launcher), are MASTER_ADDR/MASTER_PORT "
+              "right, and did every rank start?",
+              c->endpoint, op, key, c->timeout_ms);
+      zmq_close(c->sock); /* drop the pending request (see top of file) */
+      c->sock = NULL;
+      open_socket(c);
+      return ACC_ERR_TIMEOUT;
+    }
+  }
+  zmq_msg_t st, v;
+  zmq_msg_init(&st);
+  zmq_msg_init(&v);
+  acc_result_t res = ACC_OK;
+  if (zmq_msg_recv(&st, c->sock, 0) < 0 || !zmq_msg_more(&st) || zmq_msg_recv(&v, c->sock, 0) < 0) {
+    set_err(c, "store %s '%s': malformed reply from %s", op, key, c->endpoint);
+    res = ACC_ERR_STORE;
+    goto out;
+  }
+  while (zmq_msg_more(&v)) { /* drain unexpected extra frames */
+    zmq_msg_close(&v);
+    zmq_msg_init(&v);
+    if (zmq_msg_recv(&v, c->sock, 0) < 0)
+      break;
+  }
+  if (zmq_msg_size(&st) != 2 || memcmp(zmq_msg_data(&st), "OK", 2) != 0) {
+    set_err(c, "rendezvous store at %s refused %s '%s': %.*s", c->endpoint, op, key,
+            (int)zmq_msg_size(&v), (const char *)zmq_msg_data(&v));
+    res = ACC_ERR_STORE;
+    goto out;
+  }
+  if (rval) {
+    size_t n = zmq_msg_size(&v);
+    char *copy = malloc(n + 1);
+    if (!copy) {
+      set_err(c, "store %s '%s': out of memory for %zu bytes", op, key, n);
+      res = ACC_ERR_NO_MEMORY;
+      goto out;
+    }
+    if (n)
+      memcpy(copy, zmq_msg_data(&v), n);
+    copy[n] = 0;
+    *rval = copy;
+    if (rlen)
+      *rlen = n;
+  }
+out:
+  zmq_msg_close(&st);
+  zmq_msg_close(&v);
+  return res;
+}
+
+acc_result_t acc_store_set(acc_store_client_t *c, const char *key, const void *value,
+                           size_t len) {
+  if (!c)
+    return ACC_ERR_INVALID_ARGUMENT;
+  return request(c, "SET", key, value, len, now_ms() + c->timeout_ms, NULL, NULL);
+}
+
+acc_result_t acc_store_get(acc_store_client_t *c, const char *key, void **value, size_t *len) {
+  if (!c || !value)
+    return ACC_ERR_INVALID_ARGUMENT;
+  *value = NULL;
+  if (len)
+    *len = 0;
+  return request(c, "GET", key, NULL, 0, now_ms() + c->timeout_ms, value, len);
+}
+
+acc_result_t acc_store_wait(acc_store_client_t *c, const char *const *keys, size_t nkeys,
+                            int timeout_ms) {
+  if (!c || (nkeys && !keys))
+    return ACC_ERR_INVALID_ARGUMENT;
+  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : c->timeout_ms);
+  for (size_t i = 0; i < nkeys; i++) {
+    acc_result_t r = request(c, "WAIT", keys[i], NULL, 0, deadline, NULL, NULL);
+    if (r != ACC_OK)
+      return r;
+  }
+  return ACC_OK;
+}
+
+acc_result_t acc_store_add(acc_store_client_t *c, const char *key, int64_t delta,
+                           int64_t *result) {
+  if (!c)
+    return ACC_ERR_INVALID_ARGUMENT;
+  char buf[32];
+  int n = snprintf(buf, sizeof buf, "%" PRId64, delta);
+  void *rv = NULL;
+  acc_result_t r = request(c, "ADD", key, buf, (size_t)n, now_ms() + c->timeout_ms, &rv, NULL);
+  if (r == ACC_OK && result)
+    *result = strtoll(rv, NULL, 10);
+  free(rv);
+  return r;
+}
+
+acc_result_t acc_store_check(acc_store_client_t *c, const char *key, int *exists) {
+  if (!c || !exists)
+    return ACC_ERR_INVALID_ARGUMENT;
+  void *rv = NULL;
+  acc_result_t r = request(c, "CHECK", key, NULL, 0, now_ms() + c->timeout_ms, &rv, NULL);
+  *exists = r == ACC_OK && ((char *)rv)[0] == '1';
+  free(rv);
+  return r;
+}
+
+acc_result_t acc_store_delete(acc_store_client_t *c, const char *key) {
+  if (!c)
+    return ACC_ERR_INVALID_ARGUMENT;
+  return request(c, "DEL", key, NULL, 0, now_ms() + c->timeout_ms, NULL, NULL);
+}
