@@ -83,7 +83,7 @@ static void cleanup_workdir(void) {
  * ../include and ../lib next to this binary (build tree and install tree
  * have the same shape). */
 static int find_dirs(ex_t *ex) {
-  char exe[PATH_MAX];
+  char exe[PATH_MAX - 32];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (n < 0)
     return -1;
@@ -135,7 +135,7 @@ static int setup(ex_t *ex) {
   ex->tc.libdir = ex->libdir;
   ex->tc.workdir = ex->workdir;
   /* -O2: training loops are written in cells. No -g: compile time. */
-  ex->base_cflags = strdup(getenv("NBFORK_CFLAGS") ? getenv("NBFORK_CFLAGS") : "-O2");
+  ex->base_cflags = strdup(getenv("NBFORK_CFLAGS") ? getenv("NBFORK_CFLAGS") : "-O2 -Werror=implicit-function-declaration");
   return ex->cells && ex->base_cflags ? 0 : -1;
 }
 

@@ -392,6 +392,8 @@ static int parse_declarators(const cx_t *c, ex_chunk_t *k, size_t d, size_t b) {
       else if (!depth && tk_is(c, i, ","))
         break;
     }
+    if (eq != (size_t)-1 && eq + 1 >= i)
+      return -1; /* `int x = ;`: the compiler will say what is missing */
     size_t decl_end = (eq == (size_t)-1 ? i : eq) - 1; /* inclusive */
     size_t name_i;
     if (decl_end < s || declarator_name(c, s, decl_end, &name_i))
