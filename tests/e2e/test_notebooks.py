@@ -1,0 +1,82 @@
+"""The walk-through notebooks, executed by nbclient against the build's
+kernel: the gradient-accumulation example must print 2.04000 with and
+without accumulation, and a 1-epoch, reduced-size Fashion-MNIST run must
+train on 2 processes past an accuracy an untrained model cannot reach."""
+import os
+import re
+import shutil
+import unittest
+
+import nbformat
+from nbclient import NotebookClient
+
+import nbf_harness as h
+
+# Ten classes: an untrained model scores about 10%. One epoch on 9600
+# training images reaches about 78% here.
+ACCURACY_FLOOR = 65.0
+
+
+def run_notebook(name, env=None, patch=None):
+    ks = h.make_kernelspec_dir()
+    old = {k: os.environ.get(k) for k in ["JUPYTER_PATH"] + list((env or {}).keys())}
+    os.environ["JUPYTER_PATH"] = ks
+    os.environ.update(env or {})
+    try:
+        nb = nbformat.read(os.path.join(h.REPO, "notebooks", name), as_version=4)
+        if patch:
+            patch(nb)
+        NotebookClient(nb, kernel_name="nbfork", timeout=600,
+                       resources={"metadata": {"path": h.REPO}}).execute()
+        return nb
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(ks, ignore_errors=True)
+
+
+def cell_text(cell):
+    out = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            out.append(o.text)
+        elif "data" in o and "text/plain" in o.data:
+            out.append(o.data["text/plain"])
+    return "".join(out)
+
+
+class NotebookTests(unittest.TestCase):
+    def test_gradient_accumulation(self):
+        nb = run_notebook("gradient_accumulation.ipynb")
+        launches = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%launch")]
+        self.assertEqual(len(launches), 2)
+        one, two = (cell_text(c) for c in launches)
+        self.assertIn("Launching training on 1 ", one)
+        self.assertIn("final weight: 2.04000", one)
+        self.assertIn("Launching training on 2 ", two)
+        # printed once, by the main process only
+        self.assertEqual(two.count("final weight: 2.04000"), 1, two)
+
+    def test_fashion_mnist_reduced(self):
+        nb = run_notebook("fashion_mnist.ipynb",
+                          env={"FMNIST_EPOCHS": "1", "FMNIST_LIMIT": "12000"})
+        launch = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%launch")][0]
+        text = cell_text(launch)
+        self.assertRegex(text, r"Launching training on 2 (CPU processes|GPUs)\.")
+        accs = [float(a) for a in re.findall(r"^epoch 0: (\d+\.\d\d)$", text, re.M)]
+        self.assertEqual(len(accs), 1, text)
+        self.assertGreaterEqual(accs[0], ACCURACY_FLOOR, text)
+        mimes = {m for o in launch.outputs if "data" in o for m in o.data}
+        self.assertIn("image/svg+xml", mimes, "the live loss chart is missing")
+        bars = [o for o in launch.outputs if "data" in o and "text/plain" in o.data
+                and "it/s" in o.data["text/plain"]]
+        self.assertTrue(bars, "the progress bar is missing")
+        # the bar ends full: "N/N"
+        self.assertRegex(bars[-1].data["text/plain"], r"\b(\d+)/\1\b")
+
+
+if __name__ == "__main__":
+    unittest.main()
