@@ -1,0 +1,427 @@
+/* kn_executor.c — spawn, feed and reap the executor process (see kn_executor.h). */
+#define _GNU_SOURCE
+#include "kn_executor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kn_log.h"
+#include "kn_wire.h"
+
+extern char **environ;
+
+#define KN_READ_CHUNK 65536
+
+static void close_fd(int *fd) {
+  if (*fd >= 0)
+    close(*fd);
+  *fd = -1;
+}
+
+void kn_executor_init(kn_executor_t *ex) {
+  memset(ex, 0, sizeof *ex);
+  ex->pid = 0;
+  ex->fd_in = ex->fd_req = ex->fd_ev = -1;
+  ex->fd_out[0] = ex->fd_out[1] = -1;
+}
+
+kn_result_t kn_executor_find(char *path, size_t len) {
+  const char *env = getenv(KN_WIRE_ENV_EXECUTOR);
+  if (env && *env) {
+    snprintf(path, len, "%s", env);
+    return KN_OK;
+  }
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0)
+    return KN_ERR_SYSTEM;
+  self[n] = '\0';
+  char *slash = strrchr(self, '/');
+  if (slash)
+    *slash = '\0';
+  int w = snprintf(path, len, "%s/%s", slash ? self : ".", KN_WIRE_EXECUTOR_NAME);
+  return (w < 0 || (size_t)w >= len) ? KN_ERR_INVALID : KN_OK;
+}
+
+bool kn_executor_running(const kn_executor_t *ex) { return ex->pid > 0; }
+
+/* Environment for the child: ours, with NBFORK_DISPLAY_FD=4 and
+ * OPENBLAS_NUM_THREADS=1 unless set. Caller frees the array (not the
+ * strings, which are borrowed or static). */
+static char **child_env(void) {
+  static char display[32];
+  static char openblas[] = "OPENBLAS_NUM_THREADS=1";
+  snprintf(display, sizeof display, "NBFORK_DISPLAY_FD=%d", KN_WIRE_FD_EVENTS);
+  size_t n = 0;
+  while (environ[n])
+    n++;
+  char **env = calloc(n + 3, sizeof *env);
+  if (!env)
+    return NULL;
+  size_t k = 0;
+  bool have_openblas = false;
+  for (size_t i = 0; i < n; i++) {
+    if (strncmp(environ[i], "NBFORK_DISPLAY_FD=", 18) == 0)
+      continue;
+    if (strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21) == 0)
+      have_openblas = true;
+    env[k++] = environ[i];
+  }
+  env[k++] = display;
+  if (!have_openblas)
+    env[k++] = openblas;
+  env[k] = NULL;
+  return env;
+}
+
+static int set_nonblock(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  return (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) ? -1 : 0;
+}
+
+kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, size_t err_len) {
+  /* pipes[i][0] read end, [1] write end; child_fd[i] is what the child gets
+   * as fd i, moved above 10 so the dup2 actions cannot clobber each other. */
+  int pipes[5][2];
+  int child_fd[5] = {-1, -1, -1, -1, -1};
+  int kernel_fd[5] = {-1, -1, -1, -1, -1};
+  char eb[128];
+  int made = 0;
+  kn_result_t r = KN_ERR_SYSTEM;
+  char **env = NULL;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  bool fa_init = false, attr_init = false;
+
+  kn_executor_close(ex);
+  for (made = 0; made < 5; made++) {
+    if (pipe2(pipes[made], O_CLOEXEC) != 0) {
+      snprintf(err, err_len, "pipe: %s", kn_strerror(errno, eb, sizeof eb));
+      goto out;
+    }
+  }
+  for (int i = 0; i < 5; i++) {
+    bool child_reads = (i == 0 || i == KN_WIRE_FD_REQUESTS);
+    int c = pipes[i][child_reads ? 0 : 1];
+    kernel_fd[i] = pipes[i][child_reads ? 1 : 0];
+    child_fd[i] = fcntl(c, F_DUPFD_CLOEXEC, 10);
+    close(c);
+    pipes[i][0] = pipes[i][1] = -1; /* both ends moved to child_fd/kernel_fd */
+    if (child_fd[i] < 0 || set_nonblock(kernel_fd[i]) != 0) {
+      snprintf(err, err_len, "fcntl: %s", kn_strerror(errno, eb, sizeof eb));
+      goto out;
+    }
+  }
+
+  if (posix_spawn_file_actions_init(&fa) != 0)
+    goto out;
+  fa_init = true;
+  for (int i = 0; i < 5; i++)
+    posix_spawn_file_actions_adddup2(&fa, child_fd[i], i);
+  if (posix_spawnattr_init(&attr) != 0)
+    goto out;
+  attr_init = true;
+  sigset_t none, dflt;
+  sigemptyset(&none);
+  sigemptyset(&dflt);
+  int sigs[] = {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    sigaddset(&dflt, sigs[i]);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &dflt);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  if (!(env = child_env())) {
+    snprintf(err, err_len, "out of memory");
+    goto out;
+  }
+  char *argv[] = {(char *)path, NULL};
+  pid_t pid;
+  int e = posix_spawn(&pid, path, &fa, &attr, argv, env);
+  if (e != 0) {
+    snprintf(err, err_len, "cannot start the executor %s: %s", path, kn_strerror(e, eb, sizeof eb));
+    goto out;
+  }
+  ex->pid = pid;
+  ex->fd_in = kernel_fd[0];
+  ex->fd_out[0] = kernel_fd[1];
+  ex->fd_out[1] = kernel_fd[2];
+  ex->fd_req = kernel_fd[3];
+  ex->fd_ev = kernel_fd[4];
+  for (int i = 0; i < 5; i++)
+    kernel_fd[i] = -1;
+  ex->started_ms = kn_now_ms();
+  kn_log(KN_LOG_DEBUG, "executor %s started, pid %d", path, (int)pid);
+  r = KN_OK;
+out:
+  for (int i = 0; i < made; i++) {
+    close_fd(&pipes[i][0]);
+    close_fd(&pipes[i][1]);
+  }
+  for (int i = 0; i < 5; i++) {
+    close_fd(&child_fd[i]);
+    close_fd(&kernel_fd[i]);
+  }
+  if (fa_init)
+    posix_spawn_file_actions_destroy(&fa);
+  if (attr_init)
+    posix_spawnattr_destroy(&attr);
+  free(env);
+  return r;
+}
+
+static kn_result_t flush_one(int *fd, kn_buf_t *b) {
+  while (*fd >= 0 && b->len > 0) {
+    ssize_t n = write(*fd, b->data, b->len);
+    if (n > 0) {
+      kn_buf_consume(b, (size_t)n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return KN_OK;
+    b->len = 0; /* EPIPE: the executor is gone */
+    close_fd(fd);
+    return KN_ERR_EOF;
+  }
+  return *fd >= 0 ? KN_OK : KN_ERR_EOF;
+}
+
+kn_result_t kn_executor_flush(kn_executor_t *ex) {
+  kn_result_t a = flush_one(&ex->fd_req, &ex->req_pending);
+  if (ex->in_pending.len)
+    flush_one(&ex->fd_in, &ex->in_pending);
+  return a;
+}
+
+kn_result_t kn_executor_send(kn_executor_t *ex, json_t *req) {
+  if (ex->fd_req < 0)
+    return KN_ERR_EOF;
+  char *line = json_dumps(req, JSON_COMPACT);
+  if (!line)
+    return KN_ERR_NOMEM;
+  kn_result_t r = kn_buf_append(&ex->req_pending, line, strlen(line));
+  if (r == KN_OK)
+    r = kn_buf_append(&ex->req_pending, "\n", 1);
+  free(line);
+  if (r != KN_OK)
+    return r;
+  return flush_one(&ex->fd_req, &ex->req_pending);
+}
+
+kn_result_t kn_executor_write_stdin(kn_executor_t *ex, const char *s, size_t len) {
+  if (ex->fd_in < 0)
+    return KN_ERR_EOF;
+  KN_CHECK(kn_buf_append(&ex->in_pending, s, len));
+  return flush_one(&ex->fd_in, &ex->in_pending);
+}
+
+bool kn_executor_wants_req_write(const kn_executor_t *ex) {
+  return ex->fd_req >= 0 && ex->req_pending.len > 0;
+}
+
+bool kn_executor_wants_in_write(const kn_executor_t *ex) {
+  return ex->fd_in >= 0 && ex->in_pending.len > 0;
+}
+
+kn_result_t kn_executor_read_stream(kn_executor_t *ex, kn_exec_stream_t which, kn_buf_t *out,
+                                    size_t max_bytes) {
+  int *fd = &ex->fd_out[which];
+  unsigned char chunk[KN_READ_CHUNK];
+  size_t total = 0;
+  while (*fd >= 0 && total < max_bytes) {
+    ssize_t n = read(*fd, chunk, sizeof chunk);
+    if (n > 0) {
+      total += (size_t)n;
+      KN_CHECK(kn_utf8_decode(&ex->dec[which], chunk, (size_t)n, false, out));
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return KN_OK;
+    /* EOF or error: flush a dangling partial character. */
+    KN_CHECK(kn_utf8_decode(&ex->dec[which], NULL, 0, true, out));
+    close_fd(fd);
+    return KN_ERR_EOF;
+  }
+  return *fd >= 0 ? KN_OK : KN_ERR_EOF;
+}
+
+kn_result_t kn_executor_read_events(kn_executor_t *ex, kn_executor_event_fn fn, void *arg) {
+  unsigned char chunk[KN_READ_CHUNK];
+  while (ex->fd_ev >= 0) {
+    ssize_t n = read(ex->fd_ev, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return KN_OK;
+    if (n <= 0) {
+      if (ex->ev_line.len)
+        kn_log(KN_LOG_WARN, "executor: event line without newline at EOF dropped");
+      ex->ev_line.len = 0;
+      close_fd(&ex->fd_ev);
+      return KN_ERR_EOF;
+    }
+    KN_CHECK(kn_buf_append(&ex->ev_line, chunk, (size_t)n));
+    size_t start = 0;
+    for (size_t i = 0; i < ex->ev_line.len; i++) {
+      if (ex->ev_line.data[i] != '\n')
+        continue;
+      const char *line = (const char *)ex->ev_line.data + start;
+      size_t len = i - start;
+      start = i + 1;
+      if (len == 0)
+        continue;
+      json_error_t je;
+      json_t *ev = json_loadb(line, len, 0, &je);
+      if (!ev || !json_is_object(ev) || !json_is_string(json_object_get(ev, "msg"))) {
+        kn_log(KN_LOG_WARN, "executor: ignored an event that is not a JSON object with \"msg\"%s%s",
+               ev ? "" : ": ", ev ? "" : je.text);
+        json_decref(ev);
+        continue;
+      }
+      fn(arg, ev);
+      json_decref(ev);
+      if (ex->fd_ev < 0) /* fn killed the executor */
+        return KN_ERR_EOF;
+    }
+    kn_buf_consume(&ex->ev_line, start);
+  }
+  return KN_ERR_EOF;
+}
+
+bool kn_executor_reap(kn_executor_t *ex, int *wstatus) {
+  if (ex->pid <= 0)
+    return false;
+  int st = 0;
+  pid_t r = waitpid(ex->pid, &st, WNOHANG);
+  if (r == ex->pid || (r < 0 && errno == ECHILD)) {
+    ex->wstatus = r < 0 ? 0 : st;
+    *wstatus = ex->wstatus;
+    ex->pid = 0;
+    return true;
+  }
+  return false;
+}
+
+static void reap_blocking(kn_executor_t *ex) {
+  int st = 0;
+  if (ex->pid > 0) {
+    while (waitpid(ex->pid, &st, 0) < 0 && errno == EINTR)
+      ;
+    ex->wstatus = st;
+    ex->pid = 0;
+  }
+}
+
+int kn_executor_kill(kn_executor_t *ex) {
+  if (ex->pid > 0) {
+    kill(-ex->pid, SIGKILL);
+    kill(ex->pid, SIGKILL); /* in case it left its group */
+    reap_blocking(ex);
+  }
+  kn_executor_close(ex);
+  return ex->wstatus;
+}
+
+/* Wait up to ms for the process to exit, discarding its output. */
+static bool wait_exit(kn_executor_t *ex, int ms) {
+  int64_t deadline = kn_now_ms() + ms;
+  int st;
+  unsigned char junk[4096];
+  while (kn_now_ms() < deadline) {
+    if (kn_executor_reap(ex, &st))
+      return true;
+    struct pollfd p[3];
+    int n = 0;
+    int fds[3] = {ex->fd_out[0], ex->fd_out[1], ex->fd_ev};
+    for (int i = 0; i < 3; i++)
+      if (fds[i] >= 0)
+        p[n++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+    poll(p, (nfds_t)n, 10);
+    for (int i = 0; i < n; i++)
+      if (p[i].revents)
+        while (read(p[i].fd, junk, sizeof junk) > 0)
+          ;
+  }
+  return kn_executor_reap(ex, &st);
+}
+
+void kn_executor_stop(kn_executor_t *ex, int grace_ms) {
+  if (ex->pid > 0) {
+    close_fd(&ex->fd_req);
+    close_fd(&ex->fd_in);
+    if (!wait_exit(ex, grace_ms)) {
+      kill(-ex->pid, SIGTERM);
+      if (!wait_exit(ex, 500))
+        kn_executor_kill(ex);
+    }
+  }
+  kn_executor_close(ex);
+}
+
+void kn_executor_close(kn_executor_t *ex) {
+  close_fd(&ex->fd_in);
+  close_fd(&ex->fd_req);
+  close_fd(&ex->fd_out[0]);
+  close_fd(&ex->fd_out[1]);
+  close_fd(&ex->fd_ev);
+  kn_buf_free(&ex->req_pending);
+  kn_buf_free(&ex->in_pending);
+  kn_buf_free(&ex->ev_line);
+  memset(ex->dec, 0, sizeof ex->dec);
+}
+
+static const struct {
+  int sig;
+  const char *abbrev, *desc;
+} SIGNALS[] = {
+    {SIGSEGV, "SIGSEGV", "Segmentation fault"}, {SIGBUS, "SIGBUS", "Bus error"},
+    {SIGFPE, "SIGFPE", "Floating point exception"}, {SIGILL, "SIGILL", "Illegal instruction"},
+    {SIGABRT, "SIGABRT", "Aborted"}, {SIGKILL, "SIGKILL", "Killed"},
+    {SIGTERM, "SIGTERM", "Terminated"}, {SIGINT, "SIGINT", "Interrupted"},
+    {SIGQUIT, "SIGQUIT", "Quit"}, {SIGHUP, "SIGHUP", "Hangup"},
+    {SIGPIPE, "SIGPIPE", "Broken pipe"}, {SIGTRAP, "SIGTRAP", "Trace/breakpoint trap"},
+    {SIGSYS, "SIGSYS", "Bad system call"}, {SIGXCPU, "SIGXCPU", "CPU time limit exceeded"},
+    {SIGXFSZ, "SIGXFSZ", "File size limit exceeded"}, {SIGALRM, "SIGALRM", "Alarm clock"},
+    {SIGUSR1, "SIGUSR1", "User defined signal 1"}, {SIGUSR2, "SIGUSR2", "User defined signal 2"},
+};
+
+void kn_executor_describe_exit(int wstatus, char *ename, size_t ename_len, char *how,
+                               size_t how_len) {
+  if (WIFSIGNALED(wstatus)) {
+    int sig = WTERMSIG(wstatus);
+    const char *abbrev = NULL, *desc = NULL;
+    for (size_t i = 0; i < sizeof SIGNALS / sizeof SIGNALS[0]; i++)
+      if (SIGNALS[i].sig == sig) {
+        abbrev = SIGNALS[i].abbrev;
+        desc = SIGNALS[i].desc;
+      }
+    if (abbrev) {
+      snprintf(ename, ename_len, "%s (%s)", desc, abbrev);
+      snprintf(how, how_len, "was killed by signal %d (%s)%s", sig, abbrev,
+               WCOREDUMP(wstatus) ? ", core dumped" : "");
+    } else {
+      snprintf(ename, ename_len, "Signal %d", sig);
+      snprintf(how, how_len, "was killed by signal %d", sig);
+    }
+  } else if (WIFEXITED(wstatus)) {
+    snprintf(ename, ename_len, "ExecutorExited");
+    snprintf(how, how_len, "exited with status %d", WEXITSTATUS(wstatus));
+  } else {
+    snprintf(ename, ename_len, "ExecutorDied");
+    snprintf(how, how_len, "ended (wait status 0x%x)", (unsigned)wstatus);
+  }
+}

@@ -1,0 +1,20 @@
+/* kn_kernel_info_request.c — kernel_info_request (messaging spec "Kernel info"). */
+#include "kn_handlers.h"
+
+bool kn_kernel_info_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
+  json_t *content = json_pack(
+      "{s:s, s:s, s:s, s:s,"
+      " s:{s:s, s:s, s:s, s:s, s:s, s:s},"
+      " s:s, s:[{s:s, s:s}, {s:s, s:s}], s:b}",
+      "status", "ok", "protocol_version", KN_PROTOCOL_VERSION, "implementation", "nbfork",
+      "implementation_version", NBFORK_VERSION, "language_info", "name", "c", "version", "11",
+      "mimetype", "text/x-csrc", "file_extension", ".c", "pygments_lexer", "c",
+      "codemirror_mode", "text/x-csrc", "banner",
+      "nbfork " NBFORK_VERSION " -- a C11 kernel whose cells are C; %launch forks training "
+      "workers from a cell",
+      "help_links", "C reference", "https://en.cppreference.com/w/c", "Jupyter messaging",
+      "https://jupyter-client.readthedocs.io/en/stable/messaging.html", "debugger", 0);
+  kn_kernel_reply(k, ch, req, "kernel_info_reply", content);
+  kn_msg_destroy(&req);
+  return true;
+}

@@ -1,0 +1,56 @@
+/* kn_log.c — stderr diagnostics (see kn_log.h). */
+#define _GNU_SOURCE
+#include "kn_log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int debug_enabled(void) {
+  static int cached = -1;
+  if (cached < 0) {
+    const char *v = getenv("NBFORK_KERNEL_DEBUG");
+    cached = (v && *v && strcmp(v, "0") != 0) ? 1 : 0;
+  }
+  return cached;
+}
+
+void kn_log(kn_log_level_t level, const char *fmt, ...) {
+  if (level == KN_LOG_DEBUG && !debug_enabled())
+    return;
+  static const char *names[] = {"debug: ", "", "warning: ", "error: "};
+  char line[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "nbfork-kernel: %s%s\n", names[level], line);
+}
+
+const char *kn_strerror(int errnum, char *buf, unsigned long len) {
+  /* GNU strerror_r may return a static string instead of filling buf. */
+  const char *s = strerror_r(errnum, buf, len);
+  if (s != buf)
+    snprintf(buf, len, "%s", s);
+  return buf;
+}
+
+const char *kn_result_str(kn_result_t r) {
+  switch (r) {
+  case KN_OK: return "KN_OK";
+  case KN_ERR_AGAIN: return "KN_ERR_AGAIN";
+  case KN_ERR_NOMEM: return "KN_ERR_NOMEM";
+  case KN_ERR_SYSTEM: return "KN_ERR_SYSTEM";
+  case KN_ERR_INVALID: return "KN_ERR_INVALID";
+  case KN_ERR_AUTH: return "KN_ERR_AUTH";
+  case KN_ERR_PROTOCOL: return "KN_ERR_PROTOCOL";
+  case KN_ERR_ZMQ: return "KN_ERR_ZMQ";
+  case KN_ERR_EOF: return "KN_ERR_EOF";
+  }
+  return "KN_ERR_UNKNOWN";
+}
+
+void kn_log_trace(const char *file, int line, const char *expr, kn_result_t r) {
+  kn_log(KN_LOG_DEBUG, "%s:%d: %s -> %s", file, line, expr, kn_result_str(r));
+}

@@ -1,0 +1,82 @@
+/* kn_util.c — ids, clocks, buffers (see kn_util.h). */
+#define _GNU_SOURCE
+#include "kn_util.h"
+
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+kn_result_t kn_uuid4(char out[KN_UUID_LEN + 1]) {
+  unsigned char b[16];
+  if (RAND_bytes(b, sizeof b) != 1)
+    return KN_ERR_SYSTEM;
+  b[6] = (unsigned char)((b[6] & 0x0f) | 0x40); /* version 4 */
+  b[8] = (unsigned char)((b[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+  snprintf(out, KN_UUID_LEN + 1,
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+           b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+           b[15]);
+  return KN_OK;
+}
+
+void kn_iso8601_now(char out[KN_DATE_LEN]) {
+  struct timespec ts;
+  struct tm tm;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  gmtime_r(&ts.tv_sec, &tm);
+  char base[24];
+  strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+  snprintf(out, KN_DATE_LEN, "%.19s.%06dZ", base, (int)(ts.tv_nsec / 1000) % 1000000);
+}
+
+int64_t kn_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+kn_result_t kn_buf_append(kn_buf_t *b, const void *p, size_t n) {
+  if (n == 0)
+    return KN_OK;
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n)
+      cap *= 2;
+    unsigned char *d = realloc(b->data, cap);
+    if (!d)
+      return KN_ERR_NOMEM;
+    b->data = d;
+    b->cap = cap;
+  }
+  memcpy(b->data + b->len, p, n);
+  b->len += n;
+  return KN_OK;
+}
+
+void kn_buf_consume(kn_buf_t *b, size_t n) {
+  if (n >= b->len) {
+    b->len = 0;
+    return;
+  }
+  memmove(b->data, b->data + n, b->len - n);
+  b->len -= n;
+}
+
+void kn_buf_free(kn_buf_t *b) {
+  if (!b)
+    return;
+  free(b->data);
+  memset(b, 0, sizeof *b);
+}
+
+char *kn_strdup(const char *s) {
+  if (!s)
+    return NULL;
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d)
+    memcpy(d, s, n);
+  return d;
+}
