@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""bench/train_fmnist: Fashion-MNIST training throughput, nbfork vs PyTorch,
+side by side in one run.
+
+Both sides: the same data (Debian's dataset-fashion-mnist, 80/20 split of
+the 60000 training images), the same model (MLP 784-256-10), SGD lr 0.1
+momentum 0.9, batch 64 per process, a distributed sampler, evaluation with a
+gather of predictions, 1 and 2 processes forked, one BLAS thread per process.
+
+- nbfork: the cells of notebooks/fashion_mnist.ipynb run through the real
+  kernel (jupyter_client); the launch cell is timed from execute_request to
+  idle, so forking, rendezvous and the thunk's compilation are included.
+- PyTorch (Debian python3-torch): torch.multiprocessing.start_processes
+  (fork) + init_process_group("gloo") + DistributedDataParallel; the same
+  span (process start to the last epoch's accuracy) is timed.
+
+Both sides must run on OpenBLAS (the libopenblas0 alternative of
+libblas.so.3): the script prints the BLAS library each side has mapped.
+
+Usage: bench/train_fmnist.py [--epochs N]   (build first: scripts/build.sh)
+"""
+import argparse
+import gzip
+import os
+import re
+import struct
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def blas_of(pid):
+    """Which BLAS shared objects process `pid` has mapped."""
+    libs = set()
+    try:
+        for line in open("/proc/%d/maps" % pid):
+            m = re.search(r"(/\S*(?:blas|openblas)\S*\.so\S*)", line)
+            if m:
+                libs.add(os.path.realpath(m.group(1)))
+    except OSError:
+        pass
+    return ", ".join(sorted(libs)) or "(none mapped)"
+
+
+# ---------------------------------------------------------------- PyTorch
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic, = struct.unpack(">I", data[:4])
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return data[4 + 4 * ndim:], dims
+
+
+def torch_worker(rank, world, port, x, y, train_idx, eval_idx, epochs, result_q):
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(42)
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    from torch.utils.data import DistributedSampler
+    train_s = DistributedSampler(range(len(train_idx)), num_replicas=world, rank=rank,
+                                 shuffle=True, seed=42)
+    eval_s = DistributedSampler(range(len(eval_idx)), num_replicas=world, rank=rank, shuffle=False)
+    acc = 0.0
+    for epoch in range(epochs):
+        train_s.set_epoch(epoch)
+        order = train_idx[torch.tensor(list(iter(train_s)))]
+        ddp.train()
+        for b in range(0, len(order), 64):
+            idx = order[b:b + 64]
+            opt.zero_grad()
+            loss = loss_fn(ddp(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+        ddp.eval()
+        e_order = eval_idx[torch.tensor(list(iter(eval_s)))]
+        correct = torch.zeros(1)
+        with torch.no_grad():
+            for b in range(0, len(e_order), 64):
+                idx = e_order[b:b + 64]
+                correct += (model(x[idx]).argmax(1) == y[idx]).sum()
+        dist.all_reduce(correct)
+        acc = 100.0 * correct.item() / (len(e_order) * world)
+        if rank == 0:
+            print("  torch epoch %d: %.2f" % (epoch, acc), flush=True)
+    if rank == 0:
+        result_q.put((acc, blas_of(os.getpid())))
+    dist.destroy_process_group()
+
+
+def run_torch(world, epochs):
+    import torch
+    import torch.multiprocessing as mp
+    pix, dims = read_idx(DATA + "/train-images-idx3-ubyte.gz")
+    lab, _ = read_idx(DATA + "/train-labels-idx1-ubyte.gz")
+    x = torch.frombuffer(bytearray(pix), dtype=torch.uint8).float().div_(255).view(-1, 784)
+    y = torch.frombuffer(bytearray(lab), dtype=torch.uint8).long()
+    g = torch.Generator().manual_seed(1234)
+    perm = torch.randperm(len(y), generator=g)
+    n_train = len(y) * 8 // 10
+    train_idx, eval_idx = perm[:n_train], perm[n_train:]
+    from nbf_harness import free_port
+    q = mp.get_context("fork").SimpleQueue()
+    t0 = time.time()
+    mp.start_processes(torch_worker, args=(world, free_port(), x, y, train_idx, eval_idx, epochs, q),
+                       nprocs=world, start_method="fork")
+    wall = time.time() - t0
+    acc, blas = q.get()
+    return wall, acc, blas, n_train
+
+
+# ---------------------------------------------------------------- nbfork
+
+def run_nbfork(world, epochs):
+    import json
+    import nbf_harness as h
+    nb = json.load(open(os.path.join(HERE, "..", "notebooks", "fashion_mnist.ipynb")))
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    k = h.Kernel(env={"FMNIST_EPOCHS": str(epochs)})
+    try:
+        for c in cells[:-1]:
+            reply, out = k.execute(c)
+            assert reply["status"] == "ok", h.errors(out)
+        launch = "%%launch training_loop(\"no\", 42, 64) num_processes=%d use_port=%d" % (
+            world, h.free_port())
+        t0 = time.time()
+        reply, out = k.execute(launch, timeout=3600)
+        wall = time.time() - t0
+        assert reply["status"] == "ok", h.errors(out)
+        text = h.stream_text(out)
+        accs = re.findall(r"epoch \d+: (\d+\.\d+)", text)
+        exe = [int(p) for p in os.popen("pgrep -f nbfork-executor").read().split()]
+        blas = blas_of(exe[-1]) if exe else "?"
+        return wall, float(accs[-1]), blas, 48000
+    finally:
+        k.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Fashion-MNIST: nbfork vs PyTorch DDP")
+    ap.add_argument("--epochs", type=int, default=2)
+    args = ap.parse_args()
+    rows = []
+    for world in (1, 2):
+        for name, fn in (("pytorch", run_torch), ("nbfork", run_nbfork)):
+            print("running %s with %d process%s..." % (name, world, "es" if world > 1 else ""),
+                  flush=True)
+            wall, acc, blas, n_train = fn(world, args.epochs)
+            rows.append((name, world, wall, acc, blas, n_train))
+    print()
+    print("%-8s %5s %12s %12s %9s  %s" % ("side", "procs", "images/s", "s/epoch", "accuracy",
+                                          "BLAS"))
+    ips = {}
+    for name, world, wall, acc, blas, n_train in rows:
+        ips[(name, world)] = n_train * args.epochs / wall
+        print("%-8s %5d %12.0f %12.2f %8.2f%%  %s" % (name, world, ips[(name, world)],
+                                                      wall / args.epochs, acc, blas))
+    print()
+    print("nbfork / pytorch, 2 processes: %.2fx (goal >= 1.5x)" %
+          (ips[("nbfork", 2)] / ips[("pytorch", 2)]))
+    print("nbfork / pytorch, 1 process:   %.2fx" % (ips[("nbfork", 1)] / ips[("pytorch", 1)]))
+    print("nbfork 2 / 1 processes:        %.2fx (goal >= 1.4x)" %
+          (ips[("nbfork", 2)] / ips[("nbfork", 1)]))
+    print("pytorch 2 / 1 processes:       %.2fx" % (ips[("pytorch", 2)] / ips[("pytorch", 1)]))
+
+
+if __name__ == "__main__":
+    main()
