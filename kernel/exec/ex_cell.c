@@ -271,7 +271,7 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, const char *label,
         &src,
         "#line 1 \"%%launch\"\nint __nbf_launch_" TAG_PLACEHOLDER "(void) {\n"
         "  return __builtin_choose_expr(__builtin_types_compatible_p(__typeof__(%s), void),\n"
-        "    ((%s), 0), (int)(%s));\n}\n",
+        "    ((%s), 0), (%s));\n}\n",
         launch_call, launch_call, launch_call);
   }
   ex_buf_free(&run);

@@ -92,8 +92,9 @@ static void set_flags(char **slot, const char *args, size_t n, const char *what)
 }
 
 int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
-                 ex_magic_result_t *out, char *err, size_t errlen) {
+                 ex_magic_result_t *out, const char **ename, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
+  *ename = "UsageError";
   const char *p = src;
   for (;;) {
     const char *line = p;
@@ -116,12 +117,14 @@ int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
       out->code = next;
       return 0;
     } else if (nl == 7 && !strncmp(line, "%launch", 7)) {
+      *ename = "LaunchError";
       if (out->launch_call) {
         snprintf(err, errlen, "only one %%launch per cell");
         return -1;
       }
       if (parse_launch(args, an, out, err, errlen))
         return -1;
+      *ename = "UsageError";
     } else if (nl == 7 && !strncmp(line, "%cflags", 7)) {
       set_flags(&flags->cflags, args, an, "extra compiler flags");
     } else if (nl == 8 && !strncmp(line, "%ldflags", 8)) {

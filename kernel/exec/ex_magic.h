@@ -33,11 +33,11 @@ typedef struct {
   const char *code;   /* C code after the magic lines (points into src) */
 } ex_magic_result_t;
 
-/* Run the magic lines at the top of `src`. Returns 0, or -1 with ename
- * ("UsageError") and a message in err. Output of %who/%env/%lsmagic goes
- * to stdout. */
+/* Run the magic lines at the top of `src`. Returns 0, or -1 with *ename
+ * ("UsageError", or "LaunchError" for a malformed %launch line) and a
+ * message in err. Output of %who/%env/%lsmagic goes to stdout. */
 int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
-                 ex_magic_result_t *out, char *err, size_t errlen);
+                 ex_magic_result_t *out, const char **ename, char *err, size_t errlen);
 
 void ex_magic_result_free(ex_magic_result_t *r);
 

@@ -72,10 +72,11 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
   return 0;
 }
 
-static ex_t *g_ex; /* for the atexit cleanup only */
+static ex_t *g_ex;        /* for the atexit cleanup only */
+static pid_t g_executor_pid; /* a worker calling exit() runs atexit too */
 
 static void cleanup_workdir(void) {
-  if (g_ex && g_ex->workdir[0] && !getenv("NBFORK_KEEP_WORKDIR"))
+  if (getpid() == g_executor_pid && g_ex && g_ex->workdir[0] && !getenv("NBFORK_KEEP_WORKDIR"))
     nftw(g_ex->workdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -126,6 +127,7 @@ static int setup(ex_t *ex) {
       return -1;
     }
     g_ex = ex;
+    g_executor_pid = getpid();
     atexit(cleanup_workdir);
   }
   ex->cells = ex_cell_state_new();
@@ -184,7 +186,7 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   int rc = ex_compile(&ex->tc, u.source, u.tag, m->cuda, &so, &diag);
   free(cflags);
   if (rc != 0) {
-    char *summary = ex_compile_summary(diag);
+    char *summary = rc > 0 ? ex_compile_summary(diag) : strndup(diag ? diag : "", strcspn(diag ? diag : "", "\n"));
     int r = ex_event_reply_error(rc > 0 ? "CompileError" : "SystemError",
                                  summary ? summary : "compilation failed", diag);
     free(summary);
@@ -266,9 +268,10 @@ static int handle_execute(ex_t *ex, json_t *req) {
   ex_stdin_allow(json_is_true(json_object_get(req, "allow_stdin")));
   ex_magic_result_t m;
   char err[512] = "";
-  if (ex_magic_run(code, &ex->flags, ex->cells, &m, err, sizeof err)) {
+  const char *ename = "UsageError";
+  if (ex_magic_run(code, &ex->flags, ex->cells, &m, &ename, err, sizeof err)) {
     ex_magic_result_free(&m);
-    return ex_event_reply_error("UsageError", err, NULL);
+    return ex_event_reply_error(ename, err, NULL);
   }
   const char *p = m.code;
   while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
