@@ -12,8 +12,9 @@ bool kn_kernel_info_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
       "codemirror_mode", "text/x-csrc", "banner",
       "nbfork " NBFORK_VERSION " -- a C11 kernel whose cells are C; %launch forks training "
       "workers from a cell",
-      "help_links", "C reference", "https://en.cppreference.com/w/c", "Jupyter messaging",
-      "https://jupyter-client.readthedocs.io/en/stable/messaging.html", "debugger", 0);
+      "help_links", "text", "C reference", "url", "https://en.cppreference.com/w/c", "text",
+      "Jupyter messaging", "url", "https://jupyter-client.readthedocs.io/en/stable/messaging.html",
+      "debugger", 0);
   kn_kernel_reply(k, ch, req, "kernel_info_reply", content);
   kn_msg_destroy(&req);
   return true;

@@ -74,7 +74,8 @@ kn_result_t kn_utf8_decode(kn_utf8_decoder_t *d, const unsigned char *in, size_t
     unsigned char tmp[8];
     size_t take = len < 4 ? len : 4;
     memcpy(tmp, d->pending, d->npending);
-    memcpy(tmp + d->npending, in, take);
+    if (take)
+      memcpy(tmp + d->npending, in, take);
     size_t tlen = d->npending + take;
     int n = seq_len(tmp, tlen);
     if (n < 0 && !final) { /* still incomplete: all of in was taken */
@@ -108,7 +109,8 @@ kn_result_t kn_utf8_decode(kn_utf8_decoder_t *d, const unsigned char *in, size_t
   if ((r = decode_span(in, len, final, out, &consumed)) != KN_OK)
     return r;
   d->npending = len - consumed;
-  memcpy(d->pending, in + consumed, d->npending);
+  if (d->npending)
+    memcpy(d->pending, in + consumed, d->npending);
   return KN_OK;
 }
 
