@@ -51,15 +51,15 @@ static void build(acc_sampler_t *s, int epoch) {
   }
 }
 
-acc_sampler_t *acc_sampler_new(const acc_t *acc, size_t n, size_t batch_size, int shuffle,
-                               unsigned long long seed) {
-  if (n == 0 || batch_size == 0)
+acc_sampler_t *acc__sampler_new_for(int rank, int world, size_t n, size_t batch_size,
+                                    int shuffle, unsigned long long seed) {
+  if (n == 0 || batch_size == 0 || world < 1 || rank < 0 || rank >= world)
     return NULL;
   acc_sampler_t *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
-  s->rank = acc_rank(acc);
-  s->world = acc_world_size(acc);
+  s->rank = rank;
+  s->world = world;
   s->n = n;
   s->batch = batch_size;
   s->shuffle = shuffle != 0;
@@ -75,6 +75,11 @@ acc_sampler_t *acc_sampler_new(const acc_t *acc, size_t n, size_t batch_size, in
   }
   build(s, 0);
   return s;
+}
+
+acc_sampler_t *acc_sampler_new(const acc_t *acc, size_t n, size_t batch_size, int shuffle,
+                               unsigned long long seed) {
+  return acc__sampler_new_for(acc_rank(acc), acc_world_size(acc), n, batch_size, shuffle, seed);
 }
 
 void acc_sampler_destroy(acc_sampler_t **s_p) {

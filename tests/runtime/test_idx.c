@@ -1,0 +1,215 @@
+/*
+ * test_idx.c — the IDX reader on the real Fashion-MNIST files
+ * (Debian dataset-fashion-mnist) and on broken files.
+ *   test_idx fashion_mnist_labels|fashion_mnist_images|plain_file|
+ *            bad_magic|truncated|trailing|missing
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "nbfork.h"
+#include "rt_assert.h"
+
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+
+static char g_dir[256];
+
+static const char *tmp_path(const char *name) {
+  static char p[512];
+  if (!g_dir[0]) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/nbfork-idx-XXXXXX");
+    ASSERT_NOT_NULL(mkdtemp(g_dir));
+  }
+  snprintf(p, sizeof p, "%s/%s", g_dir, name);
+  return p;
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  ASSERT_NOT_NULL(f);
+  ASSERT_EQ(fwrite(data, 1, len, f), len);
+  fclose(f);
+}
+
+/* Run acc_idx_read with stderr captured into `msg`. */
+static acc_idx_t *read_capturing(const char *path, char *msg, size_t msglen) {
+  fflush(stderr);
+  int saved = dup(2);
+  FILE *cap = tmpfile();
+  dup2(fileno(cap), 2);
+  acc_idx_t *idx = acc_idx_read(path);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  rewind(cap);
+  size_t n = fread(msg, 1, msglen - 1, cap);
+  msg[n] = 0;
+  fclose(cap);
+  fprintf(stderr, "(captured) %s", msg);
+  return idx;
+}
+
+static void need(const char *path) {
+  if (access(path, R_OK) != 0)
+    RT_SKIP("%s not installed (Debian package dataset-fashion-mnist)", path);
+}
+
+static void labels(void) {
+  const char *p = FMNIST "t10k-labels-idx1-ubyte.gz";
+  need(p);
+  acc_idx_t *idx = acc_idx_read(p);
+  ASSERT_NOT_NULL(idx);
+  ASSERT_EQ(idx->ndim, 1);
+  ASSERT_EQ(idx->dims[0], 10000);
+  ASSERT_EQ(idx->count, 10000);
+  int per_class[10] = {0};
+  for (size_t i = 0; i < idx->count; i++) {
+    ASSERT_LT(idx->u8[i], 10);
+    per_class[idx->u8[i]]++;
+  }
+  for (int c = 0; c < 10; c++)
+    ASSERT_EQ(per_class[c], 1000); /* the test set is balanced */
+  /* first labels of t10k: 9 (ankle boot), 2, 1, 1, 6 */
+  ASSERT_EQ(idx->u8[0], 9);
+  ASSERT_EQ(idx->u8[1], 2);
+  ASSERT_EQ(idx->u8[2], 1);
+  acc_idx_destroy(&idx);
+  ASSERT_NULL(idx);
+  acc_idx_destroy(&idx); /* NULL-safe */
+}
+
+static void images(void) {
+  const char *p = FMNIST "t10k-images-idx3-ubyte.gz";
+  need(p);
+  acc_idx_t *idx = acc_idx_read(p);
+  ASSERT_NOT_NULL(idx);
+  ASSERT_EQ(idx->ndim, 3);
+  ASSERT_EQ(idx->dims[0], 10000);
+  ASSERT_EQ(idx->dims[1], 28);
+  ASSERT_EQ(idx->dims[2], 28);
+  ASSERT_EQ(idx->count, 10000 * 784);
+  unsigned long long sum = 0;
+  unsigned mx = 0;
+  for (size_t i = 0; i < idx->count; i++) {
+    sum += idx->u8[i];
+    mx = idx->u8[i] > mx ? idx->u8[i] : mx;
+  }
+  ASSERT_EQ(mx, 255);
+  double mean = (double)sum / (double)idx->count / 255.0;
+  ASSERT_NEAR(mean, 0.2868, 0.01); /* Fashion-MNIST pixel mean ~0.286 */
+  acc_idx_destroy(&idx);
+}
+
+static void plain_file(void) {
+  unsigned char f[4 + 8 + 6] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6};
+  const char *p = tmp_path("plain.idx");
+  write_file(p, f, sizeof f);
+  acc_idx_t *idx = acc_idx_read(p);
+  ASSERT_NOT_NULL(idx);
+  ASSERT_EQ(idx->ndim, 2);
+  ASSERT_EQ(idx->dims[0], 2);
+  ASSERT_EQ(idx->dims[1], 3);
+  ASSERT_EQ(idx->count, 6);
+  ASSERT_EQ(idx->u8[5], 6);
+  acc_idx_destroy(&idx);
+  unlink(p);
+  /* the same, gzip'd by zlib */
+  p = tmp_path("plain.idx.gz");
+  gzFile g = gzopen(p, "wb");
+  gzwrite(g, f, sizeof f);
+  gzclose(g);
+  idx = acc_idx_read(p);
+  ASSERT_NOT_NULL(idx);
+  ASSERT_EQ(idx->count, 6);
+  acc_idx_destroy(&idx);
+  unlink(p);
+}
+
+static void bad_magic(void) {
+  char msg[2048];
+  const char *p = tmp_path("bad.idx");
+  write_file(p, "GIF89a..........", 16);
+  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  ASSERT_CONTAINS(msg, p);
+  ASSERT_CONTAINS(msg, "not an IDX file");
+  ASSERT_CONTAINS(msg, "magic 0x47494638");
+  unsigned char f[] = {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0}; /* float data */
+  write_file(p, f, sizeof f);
+  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  ASSERT_CONTAINS(msg, "unsupported IDX data type");
+  unsigned char z[] = {0, 0, 8, 1, 0, 0, 0, 0}; /* zero-length dimension */
+  write_file(p, z, sizeof z);
+  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  ASSERT_CONTAINS(msg, "dimension 0");
+  unlink(p);
+}
+
+static void truncated(void) {
+  char msg[2048];
+  const char *src = FMNIST "t10k-labels-idx1-ubyte.gz";
+  need(src);
+  FILE *f = fopen(src, "rb");
+  unsigned char buf[2000];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  ASSERT_EQ(n, sizeof buf);
+  const char *p = tmp_path("trunc.gz");
+  write_file(p, buf, sizeof buf); /* a gzip stream cut short */
+  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  ASSERT_CONTAINS(msg, "truncated or corrupt");
+  ASSERT_CONTAINS(msg, "magic 0x00000801");
+  /* header announcing more data than there is (plain file) */
+  unsigned char h[] = {0, 0, 8, 1, 0, 0, 0, 100, 1, 2, 3};
+  write_file(p, h, sizeof h);
+  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  ASSERT_CONTAINS(msg, "3 of 100 bytes");
+  unlink(p);
+}
+
+static void trailing(void) {
+  char msg[2048];
+  unsigned char h[] = {0, 0, 8, 1, 0, 0, 0, 2, 1, 2, 3};
+  const char *p = tmp_path("trailing.idx");
+  write_file(p, h, sizeof h);
+  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  ASSERT_CONTAINS(msg, "more bytes than the header");
+  unlink(p);
+}
+
+static void missing(void) {
+  char msg[2048];
+  ASSERT_NULL(read_capturing("/nonexistent/nothing.gz", msg, sizeof msg));
+  ASSERT_CONTAINS(msg, "/nonexistent/nothing.gz");
+  ASSERT_CONTAINS(msg, "No such file");
+  ASSERT_NULL(read_capturing(NULL, msg, sizeof msg));
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  const char *c = argv[1];
+  if (!strcmp(c, "fashion_mnist_labels"))
+    labels();
+  else if (!strcmp(c, "fashion_mnist_images"))
+    images();
+  else if (!strcmp(c, "plain_file"))
+    plain_file();
+  else if (!strcmp(c, "bad_magic"))
+    bad_magic();
+  else if (!strcmp(c, "truncated"))
+    truncated();
+  else if (!strcmp(c, "trailing"))
+    trailing();
+  else if (!strcmp(c, "missing"))
+    missing();
+  else
+    RT_FAIL("unknown case %s", c);
+  if (g_dir[0])
+    rmdir(g_dir);
+  printf("idx %s: OK\n", c);
+  return 0;
+}

@@ -1,0 +1,264 @@
+/*
+ * test_mlp.c — the model toolkit: MLP gradients (finite differences),
+ * nn.Linear initialization bounds, SGD/AdamW against hand-computed
+ * PyTorch updates, and a short Fashion-MNIST training run.
+ *   test_mlp gradcheck|init|sgd|adamw|train_fashion_mnist
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nbfork.h"
+#include "rt_assert.h"
+#include "rt_spawn.h"
+
+static void gradcheck(void) {
+  const int sizes[] = {5, 7, 6, 4};
+  acc_set_seed(NULL, 3, 0);
+  acc_mlp_t *m = acc_mlp_new(NULL, sizes, 3, 8);
+  ASSERT_NOT_NULL(m);
+  const int B = 6;
+  float x[6 * 5];
+  int64_t y[6] = {0, 3, 1, 2, 3, 0};
+  for (int i = 0; i < B * 5; i++)
+    x[i] = (float)(acc_rand_normal(NULL));
+  size_t n = acc_mlp_num_params(m);
+  ASSERT_EQ(n, 5 * 7 + 7 + 7 * 6 + 6 + 6 * 4 + 4);
+  float *p = acc_mlp_params(m), *g = acc_mlp_grads(m);
+  acc_mlp_zero_grad(m);
+  ASSERT_NOT_NULL(acc_mlp_forward(m, x, B));
+  float loss = acc_mlp_backward_xent(m, y);
+  ASSERT_TRUE(isfinite(loss) && loss > 0);
+  double max_rel = 0;
+  for (size_t i = 0; i < n; i++) {
+    float keep = p[i];
+    const float h = 1e-3f;
+    p[i] = keep + h;
+    acc_mlp_forward(m, x, B);
+    float *gs = malloc(n * sizeof(float));
+    memcpy(gs, g, n * sizeof(float)); /* backward ADDS: save and restore */
+    float lp = acc_mlp_backward_xent(m, y);
+    p[i] = keep - h;
+    acc_mlp_forward(m, x, B);
+    float lm = acc_mlp_backward_xent(m, y);
+    memcpy(g, gs, n * sizeof(float));
+    free(gs);
+    p[i] = keep;
+    double num = ((double)lp - (double)lm) / (2.0 * h);
+    double err = fabs(num - g[i]) / fmax(1e-2, fabs(num) + fabs(g[i]));
+    if (err > max_rel)
+      max_rel = err;
+    if (err > 2e-2)
+      RT_FAIL("param %zu: analytic %.6g numeric %.6g", i, g[i], num);
+  }
+  /* backward ADDS into the gradient buffer */
+  float g0 = g[0];
+  acc_mlp_forward(m, x, B);
+  acc_mlp_backward_xent(m, y);
+  ASSERT_NEAR(g[0], 2 * g0, 1e-5 + 1e-4 * fabs(g0));
+  /* predict = argmax */
+  int64_t pred[6];
+  const float *z = acc_mlp_forward(m, x, B);
+  acc_mlp_predict(m, pred);
+  for (int r = 0; r < B; r++)
+    for (int c = 0; c < 4; c++)
+      ASSERT_TRUE(z[r * 4 + c] <= z[r * 4 + pred[r]]);
+  ASSERT_NULL(acc_mlp_forward(m, x, 9)); /* > max_batch */
+  int64_t bad[6] = {0, 9, 0, 0, 0, 0};
+  acc_mlp_forward(m, x, B);
+  ASSERT_TRUE(isnan(acc_mlp_backward_xent(m, bad)));
+  printf("max relative gradient error %.2e\n", max_rel);
+  acc_mlp_destroy(&m);
+  ASSERT_NULL(m);
+}
+
+static void init(void) {
+  const int sizes[] = {784, 256, 10};
+  acc_set_seed(NULL, 42, 0);
+  acc_mlp_t *m = acc_mlp_new(NULL, sizes, 2, 64);
+  float *p = acc_mlp_params(m);
+  double b0 = 1.0 / sqrt(784.0), b1 = 1.0 / sqrt(256.0);
+  double mx0 = 0, mx1 = 0, sum0 = 0;
+  size_t n0 = 784 * 256 + 256;
+  for (size_t i = 0; i < n0; i++) {
+    mx0 = fmax(mx0, fabs(p[i]));
+    sum0 += p[i];
+  }
+  for (size_t i = n0; i < acc_mlp_num_params(m); i++)
+    mx1 = fmax(mx1, fabs(p[i]));
+  ASSERT_DBL_LE(mx0, b0);
+  ASSERT_DBL_LT(b0 * 0.99, mx0); /* uses the whole range */
+  ASSERT_DBL_LE(mx1, b1);
+  ASSERT_NEAR(sum0 / (double)n0, 0.0, 3e-4);
+  /* same seed, same parameters */
+  float first = p[0];
+  acc_mlp_destroy(&m);
+  acc_set_seed(NULL, 42, 0);
+  m = acc_mlp_new(NULL, sizes, 2, 64);
+  ASSERT_TRUE(acc_mlp_params(m)[0] == first);
+  acc_mlp_destroy(&m);
+}
+
+static void sgd(void) {
+  /* torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), 3 steps */
+  float p[2] = {1.0f, -2.0f}, g[2];
+  acc_optim_t *o = acc_sgd_new(p, g, 2, 0.1f, 0.9f, 0.01f);
+  double rp[2] = {1.0, -2.0}, buf[2] = {0, 0};
+  const float grads[3][2] = {{0.5f, -1.0f}, {0.25f, 2.0f}, {-1.0f, 0.0f}};
+  for (int t = 0; t < 3; t++) {
+    memcpy(g, grads[t], sizeof g);
+    ASSERT_EQ(acc_optim_step(NULL, o), 1);
+    for (int i = 0; i < 2; i++) {
+      double d = grads[t][i] + 0.01 * rp[i];
+      buf[i] = t == 0 ? d : 0.9 * buf[i] + d;
+      rp[i] -= 0.1 * buf[i];
+      ASSERT_NEAR(p[i], rp[i], 1e-6);
+    }
+  }
+  acc_optim_set_lr(o, 0.0f);
+  memcpy(g, grads[0], sizeof g);
+  float keep = p[0];
+  acc_optim_step(NULL, o);
+  ASSERT_TRUE(p[0] == keep);
+  acc_optim_destroy(&o);
+  ASSERT_NULL(o);
+  ASSERT_NULL(acc_sgd_new(NULL, g, 2, 0.1f, 0, 0));
+}
+
+static void adamw(void) {
+  /* torch.optim.AdamW(lr=0.01, betas=(0.9, 0.999), eps=1e-8, wd=0.1) */
+  float p[2] = {0.5f, -1.5f}, g[2];
+  acc_optim_t *o = acc_adamw_new(p, g, 2, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f);
+  ASSERT_NOT_NULL(o);
+  double rp[2] = {0.5, -1.5}, m[2] = {0}, v[2] = {0};
+  const float grads[4][2] = {{0.1f, -0.2f}, {0.3f, 0.1f}, {-0.5f, 0.0f}, {0.2f, 0.2f}};
+  for (int t = 1; t <= 4; t++) {
+    memcpy(g, grads[t - 1], sizeof g);
+    ASSERT_EQ(acc_optim_step(NULL, o), 1);
+    for (int i = 0; i < 2; i++) {
+      double gr = grads[t - 1][i];
+      rp[i] *= 1 - 0.01 * 0.1;
+      m[i] = 0.9 * m[i] + 0.1 * gr;
+      v[i] = 0.999 * v[i] + 0.001 * gr * gr;
+      double mh = m[i] / (1 - pow(0.9, t)), vh = v[i] / (1 - pow(0.999, t));
+      rp[i] -= 0.01 * mh / (sqrt(vh) + 1e-8);
+      ASSERT_NEAR(p[i], rp[i], 2e-6);
+    }
+  }
+  acc_optim_destroy(&o);
+  ASSERT_NULL(acc_adamw_new(p, g, 2, 0.01f, 1.0f, 0.999f, 1e-8f, 0));
+}
+
+/* Train 784-256-10 on the first 10000 Fashion-MNIST training images for
+ * one epoch (SGD 0.1/0.9, batch 64); test accuracy must beat 0.70, and
+ * the time per step is printed (the benchmark's unit of work). */
+static int train_rank(int rank, int world, void *arg) {
+  (void)arg;
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  acc_set_seed(acc, 0, 0);
+  acc_idx_t *xi = acc_idx_read("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+  acc_idx_t *yi = acc_idx_read("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
+  acc_idx_t *xt = acc_idx_read("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
+  acc_idx_t *yt = acc_idx_read("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+  ASSERT_TRUE(xi && yi && xt && yt);
+  const size_t N = 10000, B = 64;
+  float *X = malloc(N * 784 * sizeof(float)), *XT = malloc(10000 * 784 * sizeof(float));
+  for (size_t i = 0; i < N * 784; i++)
+    X[i] = xi->u8[i] / 255.0f;
+  for (size_t i = 0; i < 10000 * 784; i++)
+    XT[i] = xt->u8[i] / 255.0f;
+  const int sizes[] = {784, 256, 10};
+  acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, (int)B);
+  acc_optim_t *o = acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), acc_mlp_num_params(m), 0.1f,
+                               0.9f, 0.0f);
+  acc_sampler_t *s = acc_sampler_new(acc, N, B, 1, 0);
+  float *xb = malloc(B * 784 * sizeof(float));
+  int64_t yb[64];
+  double t0 = rt_now();
+  size_t nb = acc_sampler_num_batches(s);
+  float loss = 0;
+  for (size_t b = 0; b < nb; b++) {
+    size_t len;
+    const size_t *idx = acc_sampler_batch(s, b, &len);
+    for (size_t i = 0; i < len; i++) {
+      memcpy(xb + i * 784, X + idx[i] * 784, 784 * sizeof(float));
+      yb[i] = yi->u8[idx[i]];
+    }
+    acc_accumulate_begin(acc, b + 1 == nb);
+    acc_mlp_forward(m, xb, (int)len);
+    loss = acc_mlp_backward_xent(m, yb);
+    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(m), acc_mlp_num_params(m)));
+    acc_optim_step(acc, o);
+    acc_optim_zero_grad(acc, o);
+    acc_accumulate_end(acc);
+  }
+  double dt = rt_now() - t0;
+  /* evaluate on this rank's shard of the test set, gather for metrics */
+  acc_sampler_t *ts = acc_sampler_new(acc, 10000, B, 0, 0);
+  size_t correct = 0, seen = 0;
+  int64_t pred[64], hit[64], all[64 * 8];
+  for (size_t b = 0; b < acc_sampler_num_batches(ts); b++) {
+    size_t len;
+    const size_t *idx = acc_sampler_batch(ts, b, &len);
+    for (size_t i = 0; i < len; i++)
+      memcpy(xb + i * 784, XT + idx[i] * 784, 784 * sizeof(float));
+    acc_mlp_forward(m, xb, (int)len);
+    acc_mlp_predict(m, pred);
+    for (size_t i = 0; i < len; i++)
+      hit[i] = pred[i] == yt->u8[idx[i]];
+    size_t k = acc_gather_for_metrics(acc, hit, len, all, b + 1 == acc_sampler_num_batches(ts),
+                                      10000);
+    for (size_t i = 0; i < k; i++)
+      correct += (size_t)all[i];
+    seen += k;
+  }
+  ASSERT_EQ(seen, 10000);
+  double accuracy = (double)correct / 10000.0;
+  acc_print(acc, "world %d: %zu steps in %.3f s (%.3f ms/step), last loss %.3f, accuracy %.4f\n",
+            world, nb, dt, 1e3 * dt / (double)nb, loss, accuracy);
+  ASSERT_DBL_LT(0.70, accuracy);
+  (void)rank;
+  acc_sampler_destroy(&s);
+  acc_sampler_destroy(&ts);
+  acc_optim_destroy(&o);
+  acc_mlp_destroy(&m);
+  acc_idx_destroy(&xi);
+  acc_idx_destroy(&yi);
+  acc_idx_destroy(&xt);
+  acc_idx_destroy(&yt);
+  free(X);
+  free(XT);
+  free(xb);
+  acc_destroy(&acc);
+  return 0;
+}
+
+static void train_fashion_mnist(void) {
+  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+    RT_SKIP("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 100};
+  ASSERT_EQ(rt_spawn(&o, train_rank, NULL, NULL), 0);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  if (!strcmp(argv[1], "gradcheck"))
+    gradcheck();
+  else if (!strcmp(argv[1], "init"))
+    init();
+  else if (!strcmp(argv[1], "sgd"))
+    sgd();
+  else if (!strcmp(argv[1], "adamw"))
+    adamw();
+  else if (!strcmp(argv[1], "train_fashion_mnist"))
+    train_fashion_mnist();
+  else
+    RT_FAIL("unknown case %s", argv[1]);
+  printf("mlp %s: OK\n", argv[1]);
+  return 0;
+}

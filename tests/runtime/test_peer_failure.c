@@ -1,0 +1,117 @@
+/*
+ * test_peer_failure.c — a failed peer never hangs the others: with
+ * NBFORK_TIMEOUT_S=5 the surviving ranks get an error (PEER or TIMEOUT,
+ * with text) well within the timeout plus a margin, and later calls fail
+ * at once.
+ *   test_peer_failure killed                (rank 2 of 3 SIGKILLs itself)
+ *   test_peer_failure hung                  (rank 2 of 3 stops taking part)
+ *   test_peer_failure missing_at_rendezvous (WORLD_SIZE=2, one process)
+ */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nbfork.h"
+#include "rt_assert.h"
+#include "rt_spawn.h"
+
+#define TIMEOUT_S 5
+#define MARGIN_S 3.0
+
+static int survivor(acc_t *acc, int rank) {
+  float buf[4096];
+  for (int i = 0; i < 4096; i++)
+    buf[i] = 1.0f;
+  double t0 = rt_now();
+  acc_result_t r = ACC_OK;
+  for (int it = 0; it < 100000 && r == ACC_OK; it++)
+    r = acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM);
+  double dt = rt_now() - t0;
+  fprintf(stderr, "rank %d: error after %.2f s: %s (%s)\n", rank, dt, acc_strerror(r),
+          acc_last_error(acc));
+  ASSERT_TRUE(r == ACC_ERR_PEER || r == ACC_ERR_TIMEOUT);
+  ASSERT_DBL_LT(dt, TIMEOUT_S + MARGIN_S);
+  ASSERT_TRUE(strlen(acc_last_error(acc)) > 20);
+  /* the group is unusable now: errors at once, never a hang */
+  t0 = rt_now();
+  ASSERT_NE(acc_all_reduce(acc, buf, 4, ACC_F32, ACC_SUM), ACC_OK);
+  ASSERT_NE(acc_wait_for_everyone(acc), ACC_OK);
+  ASSERT_DBL_LT(rt_now() - t0, 0.5);
+  t0 = rt_now();
+  acc_destroy(&acc);
+  ASSERT_DBL_LT(rt_now() - t0, 2.0);
+  return 0;
+}
+
+static int killed_rank(int rank, int world, void *arg) {
+  (void)world;
+  (void)arg;
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  float x = 1.0f;
+  ASSERT_OK(acc, acc_all_reduce(acc, &x, 1, ACC_F32, ACC_SUM));
+  if (rank == 2) {
+    usleep(200000);
+    raise(SIGKILL);
+  }
+  return survivor(acc, rank);
+}
+
+static int hung_rank(int rank, int world, void *arg) {
+  (void)world;
+  (void)arg;
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  float x = 1.0f;
+  ASSERT_OK(acc, acc_all_reduce(acc, &x, 1, ACC_F32, ACC_SUM));
+  if (rank == 2) {
+    sleep(TIMEOUT_S * 3); /* hung: holds its sockets open, sends nothing */
+    _exit(0);
+  }
+  return survivor(acc, rank);
+}
+
+static int lonely_rank(int rank, int world, void *arg) {
+  (void)rank;
+  (void)world;
+  (void)arg;
+  double t0 = rt_now();
+  acc_t *acc = acc_new(NULL); /* rank 1 never comes */
+  double dt = rt_now() - t0;
+  ASSERT_NULL(acc);
+  ASSERT_DBL_LT(dt, TIMEOUT_S + MARGIN_S);
+  ASSERT_DBL_LT(TIMEOUT_S - 1.0, dt);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  rt_spawn_opts_t o = {.world = 3, .deadline_s = 40, .timeout_s = "5"};
+  int st[3] = {0};
+  int rc;
+  if (!strcmp(argv[1], "killed")) {
+    rt_spawn(&o, killed_rank, NULL, st);
+    ASSERT_EQ(st[0], 0);
+    ASSERT_EQ(st[1], 0);
+    ASSERT_EQ(st[2], -SIGKILL);
+    rc = 0;
+  } else if (!strcmp(argv[1], "hung")) {
+    rt_spawn(&o, hung_rank, NULL, st);
+    ASSERT_EQ(st[0], 0);
+    ASSERT_EQ(st[1], 0);
+    rc = 0;
+  } else if (!strcmp(argv[1], "missing_at_rendezvous")) {
+    o.world = 2;
+    o.started = 1;
+    rc = rt_spawn(&o, lonely_rank, NULL, st);
+  } else {
+    RT_FAIL("unknown case %s", argv[1]);
+  }
+  if (rc == 0)
+    printf("peer failure %s: OK\n", argv[1]);
+  return rc;
+}

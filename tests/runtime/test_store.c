@@ -1,0 +1,253 @@
+/*
+ * test_store.c — the ZeroMQ rendezvous store (runtime/acc_store.h).
+ *   test_store set_get|blocking_get|add_check_delete|timeout|no_server|
+ *              port_in_use|stop_with_waiter|ephemeral_port
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "acc_store.h"
+#include "rt_assert.h"
+#include "rt_spawn.h"
+
+static acc_store_server_t *start(int *port) {
+  char err[512];
+  acc_store_server_t *s = acc_store_server_start("127.0.0.1", 0, err, sizeof err);
+  if (!s)
+    RT_FAIL("server start: %s", err);
+  *port = acc_store_server_port(s);
+  ASSERT_GT(*port, 0);
+  return s;
+}
+
+static void set_get(void) {
+  int port;
+  acc_store_server_t *s = start(&port);
+  acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 5000);
+  ASSERT_NOT_NULL(c);
+  ASSERT_EQ(acc_store_set(c, "run/a", "hello", 5), ACC_OK);
+  unsigned char bin[300];
+  for (int i = 0; i < 300; i++)
+    bin[i] = (unsigned char)i; /* includes NUL bytes */
+  ASSERT_EQ(acc_store_set(c, "run/bin", bin, sizeof bin), ACC_OK);
+  ASSERT_EQ(acc_store_set(c, "run/empty", NULL, 0), ACC_OK);
+  void *v;
+  size_t len;
+  ASSERT_EQ(acc_store_get(c, "run/a", &v, &len), ACC_OK);
+  ASSERT_EQ(len, 5);
+  ASSERT_STREQ((char *)v, "hello");
+  free(v);
+  ASSERT_EQ(acc_store_get(c, "run/bin", &v, &len), ACC_OK);
+  ASSERT_EQ(len, 300);
+  ASSERT_TRUE(memcmp(v, bin, 300) == 0);
+  free(v);
+  ASSERT_EQ(acc_store_get(c, "run/empty", &v, &len), ACC_OK);
+  ASSERT_EQ(len, 0);
+  free(v);
+  ASSERT_EQ(acc_store_set(c, "run/a", "bye", 3), ACC_OK); /* overwrite */
+  ASSERT_EQ(acc_store_get(c, "run/a", &v, &len), ACC_OK);
+  ASSERT_STREQ((char *)v, "bye");
+  free(v);
+  ASSERT_EQ(acc_store_set(c, "", "x", 1), ACC_ERR_INVALID_ARGUMENT);
+  acc_store_client_destroy(&c);
+  ASSERT_NULL(c);
+  acc_store_server_stop(&s);
+  ASSERT_NULL(s);
+  acc_store_client_destroy(&c); /* NULL-safe */
+  acc_store_server_stop(&s);
+}
+
+typedef struct {
+  int port;
+  int delay_ms;
+} setter_arg_t;
+
+static void *setter(void *p) {
+  setter_arg_t *a = p;
+  usleep((useconds_t)a->delay_ms * 1000);
+  acc_store_client_t *c = acc_store_client_new("127.0.0.1", a->port, 5000);
+  acc_store_set(c, "k/late", "value!", 6);
+  acc_store_client_destroy(&c);
+  return NULL;
+}
+
+static void blocking_get(void) {
+  int port;
+  acc_store_server_t *s = start(&port);
+  acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 5000);
+  setter_arg_t a = {port, 300};
+  pthread_t th;
+  pthread_create(&th, NULL, setter, &a);
+  double t0 = rt_now();
+  void *v;
+  size_t len;
+  ASSERT_EQ(acc_store_get(c, "k/late", &v, &len), ACC_OK);
+  double dt = rt_now() - t0;
+  ASSERT_STREQ((char *)v, "value!");
+  free(v);
+  ASSERT_DBL_LT(0.2, dt); /* it did wait for the setter */
+  ASSERT_DBL_LT(dt, 3.0);
+  pthread_join(th, NULL);
+  /* wait on several keys */
+  pthread_create(&th, NULL, setter, &a);
+  ASSERT_EQ(acc_store_set(c, "k/other", "1", 1), ACC_OK);
+  const char *keys[] = {"k/other", "k/late"};
+  ASSERT_EQ(acc_store_wait(c, keys, 2, 3000), ACC_OK);
+  pthread_join(th, NULL);
+  acc_store_client_destroy(&c);
+  acc_store_server_stop(&s);
+}
+
+static void add_check_delete(void) {
+  int port;
+  acc_store_server_t *s = start(&port);
+  acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 5000);
+  int64_t r = 0;
+  ASSERT_EQ(acc_store_add(c, "ctr", 1, &r), ACC_OK);
+  ASSERT_EQ(r, 1);
+  ASSERT_EQ(acc_store_add(c, "ctr", 41, &r), ACC_OK);
+  ASSERT_EQ(r, 42);
+  ASSERT_EQ(acc_store_add(c, "ctr", -50, &r), ACC_OK);
+  ASSERT_EQ(r, -8);
+  void *v;
+  ASSERT_EQ(acc_store_get(c, "ctr", &v, NULL), ACC_OK);
+  ASSERT_STREQ((char *)v, "-8");
+  free(v);
+  ASSERT_EQ(acc_store_set(c, "text", "abc", 3), ACC_OK);
+  ASSERT_EQ(acc_store_add(c, "text", 1, &r), ACC_ERR_STORE);
+  ASSERT_CONTAINS(acc_store_client_error(c), "not a decimal integer");
+  int ex = -1;
+  ASSERT_EQ(acc_store_check(c, "text", &ex), ACC_OK);
+  ASSERT_EQ(ex, 1);
+  ASSERT_EQ(acc_store_delete(c, "text"), ACC_OK);
+  ASSERT_EQ(acc_store_check(c, "text", &ex), ACC_OK);
+  ASSERT_EQ(ex, 0);
+  ASSERT_EQ(acc_store_delete(c, "text"), ACC_OK); /* deleting twice is fine */
+  acc_store_client_destroy(&c);
+  acc_store_server_stop(&s);
+}
+
+static void timeout(void) {
+  int port;
+  acc_store_server_t *s = start(&port);
+  acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 300);
+  double t0 = rt_now();
+  void *v = NULL;
+  ASSERT_EQ(acc_store_get(c, "never/set", &v, NULL), ACC_ERR_TIMEOUT);
+  double dt = rt_now() - t0;
+  ASSERT_NULL(v);
+  ASSERT_DBL_LT(0.25, dt);
+  ASSERT_DBL_LT(dt, 2.0);
+  ASSERT_CONTAINS(acc_store_client_error(c), "never/set");
+  ASSERT_CONTAINS(acc_store_client_error(c), "300 ms");
+  const char *keys[] = {"never/a"};
+  ASSERT_EQ(acc_store_wait(c, keys, 1, 200), ACC_ERR_TIMEOUT);
+  /* the client still works after a timeout, and a late answer to the
+   * abandoned request is not mistaken for the next one */
+  ASSERT_EQ(acc_store_set(c, "never/set", "now", 3), ACC_OK);
+  ASSERT_EQ(acc_store_set(c, "other", "x", 1), ACC_OK);
+  ASSERT_EQ(acc_store_get(c, "other", &v, NULL), ACC_OK);
+  ASSERT_STREQ((char *)v, "x");
+  free(v);
+  acc_store_client_destroy(&c);
+  acc_store_server_stop(&s);
+}
+
+static void no_server(void) {
+  int port = rt_free_port();
+  acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 300);
+  ASSERT_NOT_NULL(c);
+  double t0 = rt_now();
+  ASSERT_EQ(acc_store_set(c, "a", "b", 1), ACC_ERR_TIMEOUT);
+  ASSERT_DBL_LT(rt_now() - t0, 2.0);
+  ASSERT_CONTAINS(acc_store_client_error(c), "is the store running");
+  acc_store_client_destroy(&c);
+  ASSERT_NULL(acc_store_client_new("127.0.0.1", 0, 100));
+  ASSERT_NULL(acc_store_client_new(NULL, 29500, 100));
+}
+
+static void port_in_use(void) {
+  int port;
+  acc_store_server_t *s = start(&port);
+  char err[512];
+  acc_store_server_t *s2 = acc_store_server_start("127.0.0.1", port, err, sizeof err);
+  ASSERT_NULL(s2);
+  char want[32];
+  snprintf(want, sizeof want, "port %d", port);
+  ASSERT_CONTAINS(err, want);
+  ASSERT_CONTAINS(err, "in use");
+  ASSERT_NULL(acc_store_server_start("127.0.0.1", 70000, err, sizeof err));
+  ASSERT_CONTAINS(err, "70000");
+  acc_store_server_stop(&s);
+  /* the port is free again after stop */
+  s2 = acc_store_server_start("127.0.0.1", port, err, sizeof err);
+  if (!s2)
+    RT_FAIL("restart on port %d: %s", port, err);
+  acc_store_server_stop(&s2);
+}
+
+static void *waiter(void *p) {
+  acc_store_client_t *c = p;
+  void *v = NULL;
+  acc_result_t r = acc_store_get(c, "held", &v, NULL);
+  free(v);
+  return (void *)(long)r;
+}
+
+static void stop_with_waiter(void) {
+  int port;
+  acc_store_server_t *s = start(&port);
+  acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 500);
+  pthread_t th;
+  pthread_create(&th, NULL, waiter, c);
+  usleep(100000);
+  double t0 = rt_now();
+  acc_store_server_stop(&s); /* must not block on the held request */
+  ASSERT_DBL_LT(rt_now() - t0, 1.0);
+  void *r;
+  pthread_join(th, &r);
+  ASSERT_EQ((long)r, ACC_ERR_TIMEOUT);
+  acc_store_client_destroy(&c);
+}
+
+static void ephemeral_port(void) {
+  /* start/stop many times: no thread or socket leaks that break reuse */
+  for (int i = 0; i < 20; i++) {
+    int port;
+    acc_store_server_t *s = start(&port);
+    acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 2000);
+    ASSERT_EQ(acc_store_set(c, "i", "1", 1), ACC_OK);
+    acc_store_client_destroy(&c);
+    acc_store_server_stop(&s);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  const char *c = argv[1];
+  if (!strcmp(c, "set_get"))
+    set_get();
+  else if (!strcmp(c, "blocking_get"))
+    blocking_get();
+  else if (!strcmp(c, "add_check_delete"))
+    add_check_delete();
+  else if (!strcmp(c, "timeout"))
+    timeout();
+  else if (!strcmp(c, "no_server"))
+    no_server();
+  else if (!strcmp(c, "port_in_use"))
+    port_in_use();
+  else if (!strcmp(c, "stop_with_waiter"))
+    stop_with_waiter();
+  else if (!strcmp(c, "ephemeral_port"))
+    ephemeral_port();
+  else
+    RT_FAIL("unknown case %s", c);
+  printf("store %s: OK\n", c);
+  return 0;
+}
