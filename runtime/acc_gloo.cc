@@ -63,12 +63,14 @@ template <typename F>
 acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F &&f) {
   acc_result_t r = ACC_OK;
   std::string msg;
+  bool from_store = false;
   try {
     f();
     return ACC_OK;
   } catch (const accrt::StoreError &e) {
     r = e.code;
     msg = e.what();
+    from_store = true;
   } catch (const gloo::IoException &e) {
     msg = e.what();
     r = classify(msg);
@@ -82,7 +84,8 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
     r = ACC_ERR_BACKEND;
   }
   if (err && errlen)
-    std::snprintf(err, errlen, "%s failed: %s%s", what, msg.c_str(), advice(r));
+    std::snprintf(err, errlen, "%s failed: %s%s", what, msg.c_str(),
+                  from_store ? "" : advice(r));
   if (g && g->ctx) {
     try {
       g->ctx->closeConnections();

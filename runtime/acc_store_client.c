@@ -148,11 +148,18 @@ static acc_result_t request(acc_store_client_t *c, const char *op, const char *k
     if (rc > 0)
       break;
     if (now_ms() >= deadline) {
-      set_err(c,
-              "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms); "
-              "is the store running (rank 0 or the launcher), are MASTER_ADDR/MASTER_PORT "
-              "right, and did every rank start?",
-              c->endpoint, op, key, c->timeout_ms);
+      if (strcmp(op, "GET") == 0 || strcmp(op, "WAIT") == 0)
+        set_err(c,
+                "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): "
+                "the key was never set, or the store is not reachable (is the store running "
+                "on rank 0 or in the launcher, are MASTER_ADDR/MASTER_PORT right?)",
+                c->endpoint, op, key, c->timeout_ms);
+      else
+        set_err(c,
+                "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): "
+                "is the store running (rank 0 or the launcher), are MASTER_ADDR/MASTER_PORT "
+                "right?",
+                c->endpoint, op, key, c->timeout_ms);
       zmq_close(c->sock); /* drop the pending request (see top of file) */
       c->sock = NULL;
       open_socket(c);

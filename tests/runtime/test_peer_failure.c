@@ -68,7 +68,7 @@ static int hung_rank(int rank, int world, void *arg) {
   float x = 1.0f;
   ASSERT_OK(acc, acc_all_reduce(acc, &x, 1, ACC_F32, ACC_SUM));
   if (rank == 2) {
-    sleep(TIMEOUT_S * 3); /* hung: holds its sockets open, sends nothing */
+    sleep((unsigned)(TIMEOUT_S + MARGIN_S + 1)); /* hung: holds its sockets open, sends nothing */
     _exit(0);
   }
   return survivor(acc, rank);
