@@ -54,7 +54,7 @@ def run_cell(req):
     global executes
     executes += 1
     for line in req["code"].splitlines():
-        cmd, _, arg = line.strip().partition(" ")
+        cmd, _, arg = line.lstrip().partition(" ")
         if not cmd:
             continue
         if cmd == "print":
