@@ -29,7 +29,11 @@ static int usage(FILE *f) {
 
 static int mkdir_p(const char *path) {
   char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s", path);
+  int n = snprintf(tmp, sizeof tmp, "%s", path);
+  if (n < 0 || (size_t)n >= sizeof tmp) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
   for (char *p = tmp + 1; *p; p++) {
     if (*p != '/')
       continue;
