@@ -50,7 +50,9 @@ void kn_auth_destroy(kn_auth_t **self_p) {
   *self_p = NULL;
 }
 
-bool kn_auth_enabled(const kn_auth_t *a) { return a && a->enabled; }
+bool kn_auth_enabled(const kn_auth_t *a) {
+  return a && a->enabled;
+}
 
 kn_result_t kn_auth_sign(const kn_auth_t *a, const kn_span_t *parts, size_t n,
                          char hex[KN_AUTH_HEX_LEN + 1]) {

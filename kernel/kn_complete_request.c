@@ -37,10 +37,11 @@ static void complete_finish(kn_kernel_t *k, json_t *reply) {
     size_t be = json_is_integer(be_v) ? (size_t)json_integer_value(be_v)
                                       : kn_utf8_byte_offset(code, len, cp);
     json_t *md = json_object_get(reply, "metadata");
-    content = json_pack("{s:s, s:o, s:I, s:I, s:O}", "status", "ok", "matches", clean,
-                        "cursor_start", (json_int_t)kn_utf8_cp_offset(code, len, bs < 0 ? 0 : (size_t)bs),
-                        "cursor_end", (json_int_t)kn_utf8_cp_offset(code, len, be), "metadata",
-                        json_is_object(md) ? md : json_object());
+    content =
+        json_pack("{s:s, s:o, s:I, s:I, s:O}", "status", "ok", "matches", clean, "cursor_start",
+                  (json_int_t)kn_utf8_cp_offset(code, len, bs < 0 ? 0 : (size_t)bs), "cursor_end",
+                  (json_int_t)kn_utf8_cp_offset(code, len, be), "metadata",
+                  json_is_object(md) ? md : json_object());
   } else
     content = fallback(cp);
   kn_kernel_reply(k, k->pending.channel, req, "complete_reply", content);

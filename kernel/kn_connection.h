@@ -39,8 +39,8 @@ typedef struct kn_connection {
 
 /* What went wrong in a connection file; filled by kn_connection_load. */
 typedef struct kn_connection_error {
-  char field[64];  /* the offending field, "(file)" or "(json)" */
-  char text[256];  /* what is wrong with it */
+  char field[64];   /* the offending field, "(file)" or "(json)" */
+  char text[256];   /* what is wrong with it */
   int line, column; /* for "(json)" errors, else 0 */
 } kn_connection_error_t;
 

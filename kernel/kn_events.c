@@ -9,14 +9,14 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "kn_kernel.h"
 #include "kn_handlers.h"
+#include "kn_kernel.h"
 #include "kn_log.h"
 #include "kn_wire.h"
 
-#define KN_STREAM_CHUNK (1u << 20)   /* bytes per published stream message, at most */
-#define KN_DRAIN_LIMIT (8u << 20)    /* bytes read per drain call, so control stays responsive */
-#define KN_EAGER_RESPAWN_MS 5000     /* an executor that lived this long is restarted at once */
+#define KN_STREAM_CHUNK (1u << 20) /* bytes per published stream message, at most */
+#define KN_DRAIN_LIMIT (8u << 20)  /* bytes read per drain call, so control stays responsive */
+#define KN_EAGER_RESPAWN_MS 5000   /* an executor that lived this long is restarted at once */
 
 void kn_kernel_drain_output(kn_kernel_t *k) {
   static const char *const names[2] = {"stdout", "stderr"};
@@ -27,9 +27,9 @@ void kn_kernel_drain_output(kn_kernel_t *k) {
       int fd_before = k->ex.fd_out[w];
       kn_result_t r = kn_executor_read_stream(&k->ex, (kn_exec_stream_t)w, &text, KN_STREAM_CHUNK);
       if (text.len && !kn_kernel_output_muted(k))
-        kn_kernel_publish(k, kn_kernel_output_parent(k), "stream",
-                          json_pack("{s:s, s:s%}", "name", names[w], "text",
-                                    (const char *)text.data, text.len));
+        kn_kernel_publish(
+            k, kn_kernel_output_parent(k), "stream",
+            json_pack("{s:s, s:s%}", "name", names[w], "text", (const char *)text.data, text.len));
       total += text.len;
       size_t got = text.len;
       kn_buf_free(&text);

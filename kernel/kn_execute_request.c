@@ -13,14 +13,14 @@
 static void execute_finish(kn_kernel_t *k, json_t *reply);
 
 /* Answer req with an error without running it (no executor). */
-static void reply_error_now(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, bool silent,
-                            int count, const char *ename, const char *evalue) {
+static void reply_error_now(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, bool silent, int count,
+                            const char *ename, const char *evalue) {
   char line[1200];
   snprintf(line, sizeof line, "%s: %s", ename, evalue);
   if (!silent)
-    kn_kernel_publish(k, req->header, "error",
-                      json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", evalue,
-                                "traceback", line));
+    kn_kernel_publish(
+        k, req->header, "error",
+        json_pack("{s:s, s:s, s:[s]}", "ename", ename, "evalue", evalue, "traceback", line));
   kn_kernel_reply(k, ch, req, "execute_reply",
                   json_pack("{s:s, s:i, s:s, s:s, s:[s]}", "status", "error", "execution_count",
                             count, "ename", ename, "evalue", evalue, "traceback", line));
@@ -65,8 +65,7 @@ bool kn_execute_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
     return true;
   }
   json_t *wire = json_pack("{s:s, s:O, s:i, s:b, s:b}", "msg", "execute", "code", code_v,
-                           "execution_count", count, "silent", silent, "allow_stdin",
-                           allow_stdin);
+                           "execution_count", count, "silent", silent, "allow_stdin", allow_stdin);
   k->pending.is_execute = true;
   k->pending.silent = silent;
   k->pending.store_history = store_history;
@@ -118,8 +117,7 @@ static void execute_finish(kn_kernel_t *k, json_t *reply) {
 }
 
 void kn_execute_abort(kn_kernel_t *k, kn_msg_t *req) {
-  kn_log(KN_LOG_INFO, "aborting execute_request %s after an error (stop_on_error)",
-         kn_msg_id(req));
+  kn_log(KN_LOG_INFO, "aborting execute_request %s after an error (stop_on_error)", kn_msg_id(req));
   kn_kernel_status(k, req, "busy");
   kn_kernel_reply(k, KN_CH_SHELL, req, "execute_reply", json_pack("{s:s}", "status", "aborted"));
   kn_kernel_status(k, req, "idle");

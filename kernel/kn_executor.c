@@ -52,7 +52,9 @@ kn_result_t kn_executor_find(char *path, size_t len) {
   return (w < 0 || (size_t)w >= len) ? KN_ERR_INVALID : KN_OK;
 }
 
-bool kn_executor_running(const kn_executor_t *ex) { return ex->pid > 0; }
+bool kn_executor_running(const kn_executor_t *ex) {
+  return ex->pid > 0;
+}
 
 /* Environment for the child: ours, with NBFORK_DISPLAY_FD=4 and
  * OPENBLAS_NUM_THREADS=1 unless set. Caller frees the array (not the
@@ -388,15 +390,24 @@ static const struct {
   int sig;
   const char *abbrev, *desc;
 } SIGNALS[] = {
-    {SIGSEGV, "SIGSEGV", "Segmentation fault"}, {SIGBUS, "SIGBUS", "Bus error"},
-    {SIGFPE, "SIGFPE", "Floating point exception"}, {SIGILL, "SIGILL", "Illegal instruction"},
-    {SIGABRT, "SIGABRT", "Aborted"}, {SIGKILL, "SIGKILL", "Killed"},
-    {SIGTERM, "SIGTERM", "Terminated"}, {SIGINT, "SIGINT", "Interrupted"},
-    {SIGQUIT, "SIGQUIT", "Quit"}, {SIGHUP, "SIGHUP", "Hangup"},
-    {SIGPIPE, "SIGPIPE", "Broken pipe"}, {SIGTRAP, "SIGTRAP", "Trace/breakpoint trap"},
-    {SIGSYS, "SIGSYS", "Bad system call"}, {SIGXCPU, "SIGXCPU", "CPU time limit exceeded"},
-    {SIGXFSZ, "SIGXFSZ", "File size limit exceeded"}, {SIGALRM, "SIGALRM", "Alarm clock"},
-    {SIGUSR1, "SIGUSR1", "User defined signal 1"}, {SIGUSR2, "SIGUSR2", "User defined signal 2"},
+    {SIGSEGV, "SIGSEGV", "Segmentation fault"},
+    {SIGBUS, "SIGBUS", "Bus error"},
+    {SIGFPE, "SIGFPE", "Floating point exception"},
+    {SIGILL, "SIGILL", "Illegal instruction"},
+    {SIGABRT, "SIGABRT", "Aborted"},
+    {SIGKILL, "SIGKILL", "Killed"},
+    {SIGTERM, "SIGTERM", "Terminated"},
+    {SIGINT, "SIGINT", "Interrupted"},
+    {SIGQUIT, "SIGQUIT", "Quit"},
+    {SIGHUP, "SIGHUP", "Hangup"},
+    {SIGPIPE, "SIGPIPE", "Broken pipe"},
+    {SIGTRAP, "SIGTRAP", "Trace/breakpoint trap"},
+    {SIGSYS, "SIGSYS", "Bad system call"},
+    {SIGXCPU, "SIGXCPU", "CPU time limit exceeded"},
+    {SIGXFSZ, "SIGXFSZ", "File size limit exceeded"},
+    {SIGALRM, "SIGALRM", "Alarm clock"},
+    {SIGUSR1, "SIGUSR1", "User defined signal 1"},
+    {SIGUSR2, "SIGUSR2", "User defined signal 2"},
 };
 
 void kn_executor_describe_exit(int wstatus, char *ename, size_t ename_len, char *how,

@@ -18,7 +18,9 @@ struct kn_history {
   int n, cap;
 };
 
-kn_history_t *kn_history_new(void) { return calloc(1, sizeof(kn_history_t)); }
+kn_history_t *kn_history_new(void) {
+  return calloc(1, sizeof(kn_history_t));
+}
 
 void kn_history_destroy(kn_history_t **self_p) {
   if (!self_p || !*self_p)
@@ -62,7 +64,9 @@ kn_result_t kn_history_set_output(kn_history_t *h, int line, const char *output)
   return KN_OK;
 }
 
-int kn_history_count(const kn_history_t *h) { return h->n; }
+int kn_history_count(const kn_history_t *h) {
+  return h->n;
+}
 
 static int append_entry(json_t *arr, const entry_t *e, bool output) {
   json_t *item = output ? json_pack("[i, i, [s, o]]", KN_HISTORY_SESSION, e->line, e->input,

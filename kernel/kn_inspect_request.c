@@ -35,9 +35,9 @@ bool kn_inspect_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
     kn_msg_destroy(&req);
     return true;
   }
-  json_t *wire = json_pack("{s:s, s:s, s:I, s:I}", "msg", "inspect", "code", code, "cursor_pos",
-                           (json_int_t)bytes, "detail_level",
-                           kn_content_int(req, "detail_level", 0));
+  json_t *wire =
+      json_pack("{s:s, s:s, s:I, s:I}", "msg", "inspect", "code", code, "cursor_pos",
+                (json_int_t)bytes, "detail_level", kn_content_int(req, "detail_level", 0));
   kn_kernel_set_pending(k, ch, req, inspect_finish, wire);
   json_decref(wire);
   return false;

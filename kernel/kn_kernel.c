@@ -125,16 +125,11 @@ static const struct {
   const char *type;
   kn_handler_fn fn;
 } HANDLERS[] = {
-    {"kernel_info_request", kn_kernel_info_request},
-    {"execute_request", kn_execute_request},
-    {"complete_request", kn_complete_request},
-    {"inspect_request", kn_inspect_request},
-    {"is_complete_request", kn_is_complete_request},
-    {"history_request", kn_history_request},
-    {"comm_info_request", kn_comm_info_request},
-    {"comm_open", kn_comm_open},
-    {"shutdown_request", kn_shutdown_request},
-    {"interrupt_request", kn_interrupt_request},
+    {"kernel_info_request", kn_kernel_info_request}, {"execute_request", kn_execute_request},
+    {"complete_request", kn_complete_request},       {"inspect_request", kn_inspect_request},
+    {"is_complete_request", kn_is_complete_request}, {"history_request", kn_history_request},
+    {"comm_info_request", kn_comm_info_request},     {"comm_open", kn_comm_open},
+    {"shutdown_request", kn_shutdown_request},       {"interrupt_request", kn_interrupt_request},
 };
 
 /* Handle one shell or control request, wrapped in status busy/idle. */
@@ -148,8 +143,7 @@ static void dispatch(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
       fn = HANDLERS[i].fn;
   if (!fn) {
     if (strcmp(type, "comm_msg") != 0 && strcmp(type, "comm_close") != 0)
-      kn_log(KN_LOG_WARN, "unknown message type \"%s\" on %s, ignored", type,
-             kn_channel_name(ch));
+      kn_log(KN_LOG_WARN, "unknown message type \"%s\" on %s, ignored", type, kn_channel_name(ch));
     kn_kernel_status(k, req, "idle");
     kn_msg_destroy(&req);
     return;

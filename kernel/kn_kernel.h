@@ -44,15 +44,15 @@ typedef bool (*kn_handler_fn)(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req);
 typedef void (*kn_finish_fn)(kn_kernel_t *k, json_t *reply);
 
 typedef struct kn_pending {
-  kn_msg_t *msg;      /* the request (owned), NULL when none */
+  kn_msg_t *msg; /* the request (owned), NULL when none */
   kn_channel_t channel;
   kn_finish_fn finish;
   bool is_execute;
   bool silent, store_history, allow_stdin, stop_on_error;
-  int execution_count;         /* the count this execute runs with */
-  bool waiting_input;          /* an input_request went to the front end */
+  int execution_count;           /* the count this execute runs with */
+  bool waiting_input;            /* an input_request went to the front end */
   int64_t interrupt_deadline_ms; /* kn_now_ms() limit after an interrupt, 0 = none */
-  char *result_text;           /* execute_result text/plain, for history output */
+  char *result_text;             /* execute_result text/plain, for history output */
 } kn_pending_t;
 
 typedef struct kn_queued {
@@ -78,8 +78,8 @@ struct kn_kernel {
   kn_queued_t *queue_head, *queue_tail;
   json_t *last_parent; /* header of the last non-silent execute (outputs outside requests) */
 
-  bool stop;             /* leave the main loop */
-  bool restart;          /* shutdown_request asked for a restart */
+  bool stop;    /* leave the main loop */
+  bool restart; /* shutdown_request asked for a restart */
 };
 
 /* New kernel sending through io; executor_path NULL or "" means no

@@ -8,8 +8,8 @@ bool kn_kernel_info_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
       " s:s, s:[{s:s, s:s}, {s:s, s:s}], s:b}",
       "status", "ok", "protocol_version", KN_PROTOCOL_VERSION, "implementation", "nbfork",
       "implementation_version", NBFORK_VERSION, "language_info", "name", "c", "version", "11",
-      "mimetype", "text/x-csrc", "file_extension", ".c", "pygments_lexer", "c",
-      "codemirror_mode", "text/x-csrc", "banner",
+      "mimetype", "text/x-csrc", "file_extension", ".c", "pygments_lexer", "c", "codemirror_mode",
+      "text/x-csrc", "banner",
       "nbfork " NBFORK_VERSION " -- a C11 kernel whose cells are C; %launch forks training "
       "workers from a cell",
       "help_links", "text", "C reference", "url", "https://en.cppreference.com/w/c", "text",

@@ -38,15 +38,24 @@ const char *kn_strerror(int errnum, char *buf, unsigned long len) {
 
 const char *kn_result_str(kn_result_t r) {
   switch (r) {
-  case KN_OK: return "KN_OK";
-  case KN_ERR_AGAIN: return "KN_ERR_AGAIN";
-  case KN_ERR_NOMEM: return "KN_ERR_NOMEM";
-  case KN_ERR_SYSTEM: return "KN_ERR_SYSTEM";
-  case KN_ERR_INVALID: return "KN_ERR_INVALID";
-  case KN_ERR_AUTH: return "KN_ERR_AUTH";
-  case KN_ERR_PROTOCOL: return "KN_ERR_PROTOCOL";
-  case KN_ERR_ZMQ: return "KN_ERR_ZMQ";
-  case KN_ERR_EOF: return "KN_ERR_EOF";
+  case KN_OK:
+    return "KN_OK";
+  case KN_ERR_AGAIN:
+    return "KN_ERR_AGAIN";
+  case KN_ERR_NOMEM:
+    return "KN_ERR_NOMEM";
+  case KN_ERR_SYSTEM:
+    return "KN_ERR_SYSTEM";
+  case KN_ERR_INVALID:
+    return "KN_ERR_INVALID";
+  case KN_ERR_AUTH:
+    return "KN_ERR_AUTH";
+  case KN_ERR_PROTOCOL:
+    return "KN_ERR_PROTOCOL";
+  case KN_ERR_ZMQ:
+    return "KN_ERR_ZMQ";
+  case KN_ERR_EOF:
+    return "KN_ERR_EOF";
   }
   return "KN_ERR_UNKNOWN";
 }

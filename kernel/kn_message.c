@@ -52,9 +52,9 @@ kn_msg_t *kn_msg_new(const char *msg_type, const char *session, const char *user
     return NULL;
   }
   kn_iso8601_now(date);
-  m->header = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "session", session,
-                        "username", username, "date", date, "msg_type", msg_type, "version",
-                        KN_PROTOCOL_VERSION);
+  m->header =
+      json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "msg_id", id, "session", session, "username",
+                username, "date", date, "msg_type", msg_type, "version", KN_PROTOCOL_VERSION);
   m->parent_header = parent_header ? json_incref(parent_header) : json_object();
   m->metadata = json_object();
   m->content = content ? content : json_object();
@@ -84,8 +84,12 @@ static const char *header_str(const kn_msg_t *m, const char *key) {
   return s ? s : "";
 }
 
-const char *kn_msg_type(const kn_msg_t *m) { return header_str(m, "msg_type"); }
-const char *kn_msg_id(const kn_msg_t *m) { return header_str(m, "msg_id"); }
+const char *kn_msg_type(const kn_msg_t *m) {
+  return header_str(m, "msg_type");
+}
+const char *kn_msg_id(const kn_msg_t *m) {
+  return header_str(m, "msg_id");
+}
 
 kn_result_t kn_msg_copy_ids(kn_msg_t *dst, const kn_msg_t *src) {
   kn_frames_clear(&dst->ids);

@@ -17,8 +17,9 @@ void kn_stdin_forward(kn_kernel_t *k, json_t *event) {
     return;
   }
   json_t *prompt = json_object_get(event, "prompt");
-  json_t *content = json_pack("{s:s, s:b}", "prompt", json_is_string(prompt) ? json_string_value(prompt) : "",
-                              "password", json_is_true(json_object_get(event, "password")));
+  json_t *content =
+      json_pack("{s:s, s:b}", "prompt", json_is_string(prompt) ? json_string_value(prompt) : "",
+                "password", json_is_true(json_object_get(event, "password")));
   if (kn_kernel_reply(k, KN_CH_STDIN, p->msg, "input_request", content) == KN_OK)
     p->waiting_input = true;
 }

@@ -104,9 +104,9 @@ static kn_span_t *spans_of(const kn_frames_t *f) {
 static void test_message_roundtrip(void) {
   kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)"k", 1);
   json_t *parent = json_pack("{s:s, s:s}", "msg_id", "p-1", "msg_type", "execute_request");
-  kn_msg_t *m = kn_msg_new("execute_reply", "sess", "user", parent,
-                           json_pack("{s:s, s:i, s:s}", "status", "ok", "execution_count", 3,
-                                     "text", "h\xc3\xa9llo"));
+  kn_msg_t *m = kn_msg_new(
+      "execute_reply", "sess", "user", parent,
+      json_pack("{s:s, s:i, s:s}", "status", "ok", "execution_count", 3, "text", "h\xc3\xa9llo"));
   json_decref(parent);
   ASSERT_TRUE(m);
   kn_frames_push(&m->ids, "id-1", 4);
@@ -302,10 +302,16 @@ static void test_utf8_invalid(void) {
   kn_utf8_decoder_t d = {0};
   kn_buf_t out = {0};
   /* stray continuation, overlong C0 80, surrogate ED A0 80, 0xFF */
-  const char in[] = "a\x80" "b\xc0\x80" "c\xed\xa0\x80" "d\xff";
+  const char in[] = "a\x80"
+                    "b\xc0\x80"
+                    "c\xed\xa0\x80"
+                    "d\xff";
   kn_utf8_decode(&d, (const unsigned char *)in, sizeof in - 1, false, &out);
-  const char want[] = "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd"
-                      "\xef\xbf\xbd" "d\xef\xbf\xbd";
+  const char want[] = "a\xef\xbf\xbd"
+                      "b\xef\xbf\xbd\xef\xbf\xbd"
+                      "c\xef\xbf\xbd\xef\xbf\xbd"
+                      "\xef\xbf\xbd"
+                      "d\xef\xbf\xbd";
   ASSERT_EQ_MEM(out.data, out.len, want, sizeof want - 1);
   /* an incomplete sequence followed by ASCII, and one left at end of stream */
   out.len = 0;
@@ -322,7 +328,9 @@ static void test_utf8_invalid(void) {
 }
 
 static void test_utf8_offsets(void) {
-  const char *s = "a\xc3\xa9" "b\xe2\x82\xac" "c"; /* a é b € c: 5 code points, 8 bytes */
+  const char *s = "a\xc3\xa9"
+                  "b\xe2\x82\xac"
+                  "c"; /* a é b € c: 5 code points, 8 bytes */
   size_t n = strlen(s);
   ASSERT_EQ_INT(kn_utf8_byte_offset(s, n, 0), 0);
   ASSERT_EQ_INT(kn_utf8_byte_offset(s, n, 2), 3);
@@ -384,7 +392,8 @@ typedef struct mock {
 
 static kn_result_t mock_send(void *self, kn_channel_t ch, const kn_msg_t *m) {
   mock_t *mk = self;
-  kn_msg_t *copy = kn_msg_new(kn_msg_type(m), "s", "u", m->parent_header, json_deep_copy(m->content));
+  kn_msg_t *copy =
+      kn_msg_new(kn_msg_type(m), "s", "u", m->parent_header, json_deep_copy(m->content));
   kn_msg_copy_ids(copy, m);
   mk->ch[mk->n] = ch;
   mk->sent[mk->n++] = copy;
@@ -424,9 +433,8 @@ static int expect_wrapped(mock_t *mk, const char *req_id, const char *reply_type
   ASSERT_EQ_STR(json_string_value(json_object_get(mk->sent[0]->content, "execution_state")),
                 "busy");
   ASSERT_EQ_STR(kn_msg_type(mk->sent[mk->n - 1]), "status");
-  ASSERT_EQ_STR(
-      json_string_value(json_object_get(mk->sent[mk->n - 1]->content, "execution_state")),
-      "idle");
+  ASSERT_EQ_STR(json_string_value(json_object_get(mk->sent[mk->n - 1]->content, "execution_state")),
+                "idle");
   int reply = -1;
   for (int i = 0; i < mk->n; i++) {
     ASSERT_EQ_STR(parent_id(mk->sent[i]), req_id);
@@ -544,15 +552,15 @@ static void test_handler_history(void) {
   mock_t mk;
   kn_kernel_t *k = mock_kernel(&mk);
   for (int i = 0; i < 3; i++)
-    kn_kernel_on_message(k, KN_CH_SHELL,
-                         request("execute_request",
-                                 json_pack("{s:s, s:b}", "code", i == 1 ? "puts(x);" : "int x;",
-                                           "stop_on_error", 0)));
+    kn_kernel_on_message(
+        k, KN_CH_SHELL,
+        request("execute_request", json_pack("{s:s, s:b}", "code", i == 1 ? "puts(x);" : "int x;",
+                                             "stop_on_error", 0)));
   kn_kernel_process_queue(k);
   mock_clear(&mk);
-  kn_msg_t *req = request("history_request", json_pack("{s:s, s:s, s:i, s:b}", "hist_access_type",
-                                                       "search", "pattern", "int*", "n", 10,
-                                                       "unique", 1));
+  kn_msg_t *req =
+      request("history_request", json_pack("{s:s, s:s, s:i, s:b}", "hist_access_type", "search",
+                                           "pattern", "int*", "n", 10, "unique", 1));
   char id[64];
   snprintf(id, sizeof id, "%s", kn_msg_id(req));
   kn_kernel_on_message(k, KN_CH_SHELL, req);
@@ -563,9 +571,9 @@ static void test_handler_history(void) {
   ASSERT_EQ_INT(json_integer_value(json_array_get(json_array_get(hist, 0), 1)), 3);
   mock_clear(&mk);
 
-  kn_kernel_on_message(k, KN_CH_SHELL,
-                       request("history_request", json_pack("{s:s, s:i}", "hist_access_type",
-                                                            "tail", "n", 2)));
+  kn_kernel_on_message(
+      k, KN_CH_SHELL,
+      request("history_request", json_pack("{s:s, s:i}", "hist_access_type", "tail", "n", 2)));
   kn_kernel_process_queue(k);
   hist = json_object_get(mk.sent[1]->content, "history");
   ASSERT_EQ_INT(json_array_size(hist), 2);
