@@ -480,6 +480,46 @@ class KernelProtocolTest(unittest.TestCase):
                            capture_output=True, text=True, timeout=TIMEOUT)
         self.assertEqual(p.returncode, 2)
 
+    def _own_kernel(self, executor, **km_kw):
+        """A second kernel with its own settings (stopped by the caller)."""
+        from jupyter_client import KernelManager
+
+        km = KernelManager(kernel_name="nbfork-test", **km_kw)
+        km.start_kernel(env=dict(os.environ, NBFORK_EXECUTOR=executor),
+                        stderr=subprocess.DEVNULL)
+        kc = km.client()
+        kc.start_channels()
+        kc.wait_for_ready(timeout=TIMEOUT)
+        return km, kc
+
+    def test_executor_missing(self):
+        km, kc = self._own_kernel("/nonexistent/nbfork-executor")
+        try:
+            reply = kc.execute("print x", reply=True, timeout=TIMEOUT)["content"]
+            self.assertEqual(reply["status"], "error")
+            self.assertEqual(reply["ename"], "ExecutorUnavailable")
+            self.assertIn("/nonexistent/nbfork-executor", reply["evalue"])
+            msg_id = kc.is_complete("int x;")
+            while True:
+                rep = kc.get_shell_msg(timeout=TIMEOUT)
+                if rep["parent_header"]["msg_id"] == msg_id:
+                    break
+            self.assertEqual(rep["content"]["status"], "unknown")
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=False)
+
+    def test_ipc_transport(self):
+        km, kc = self._own_kernel(FAKE_EXECUTOR, transport="ipc",
+                                  ip=os.path.join(self.tmp, "kernel-ipc"))
+        try:
+            reply = kc.execute("print over ipc", reply=True, timeout=TIMEOUT)["content"]
+            self.assertEqual(reply["status"], "ok")
+            self.assertEqual(kc.kernel_info(reply=True, timeout=TIMEOUT)["content"]["status"], "ok")
+        finally:
+            kc.stop_channels()
+            km.shutdown_kernel(now=False)
+
     def test_version_and_help(self):
         p = subprocess.run([KERNEL_BIN, "--version"], capture_output=True, text=True)
         self.assertEqual(p.returncode, 0)
