@@ -31,8 +31,11 @@
 #define ACC_DEFAULT_TIMEOUT_S 300
 #define ACC_DEFAULT_PORT 29500
 
-/* Successive accelerators of one process use fresh store keys: every rank
- * creates them in the same order, so the counter agrees across ranks. */
+/* Successive process groups of one process use fresh store keys: every
+ * rank joins them in the same order, so the counter agrees across ranks.
+ * Only joins (world > 1) count, so a notebook executor that created a
+ * single-process accelerator before forking workers does not shift the
+ * workers' keys relative to other nodes. */
 static int g_generation;
 
 static int parse_precision(const char *s, acc_precision_t *out) {
@@ -127,6 +130,7 @@ static int select_device(acc_t *acc) {
 }
 
 static int join_group(acc_t *acc) {
+  snprintf(acc->key_prefix, sizeof acc->key_prefix, "%s/%d/", acc->run_id, g_generation++);
   /* A dead peer must give an error, not kill us by SIGPIPE on write. */
   struct sigaction old;
   if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL)
@@ -190,7 +194,6 @@ acc_t *acc_new(const acc_config_t *cfg) {
   acc_rng_seed(&acc->rng, 67280421310721ULL); /* PyTorch's default seed */
   if (read_env(acc, &c) != 0)
     return fail(acc, "reading the environment");
-  snprintf(acc->key_prefix, sizeof acc->key_prefix, "%s/%d/", acc->run_id, g_generation++);
   acc->accum_steps = c.gradient_accumulation_steps > 1 ? c.gradient_accumulation_steps : 1;
   acc->sync_with_dataloader = c.sync_with_dataloader != 0;
   acc->sync_gradients = 1;
@@ -211,16 +214,18 @@ void acc_destroy(acc_t **acc_p) {
   *acc_p = NULL;
   acc__charts_flush(acc);
   acc__charts_free(acc);
-  /* Leave together, so nobody tears down a connection a peer still reads
-   * (and rank 0 keeps the store up until every rank is done with it). */
+  /* Rank 0 stops hosting the store BEFORE the final barrier: no rank uses
+   * the store after acc_new's first barrier, and a rank that leaves the
+   * barrier and joins a new group at once must not reach this old store. */
+  acc_store_client_destroy(&acc->store);
+  acc_store_server_stop(&acc->store_server);
+  /* Leave together, so nobody tears down a connection a peer still reads. */
   if (acc->gloo && !acc->broken) {
     char err[512];
     acc_gloo_barrier(acc->gloo, err, sizeof err);
   }
   acc_nccl_destroy(acc);
   acc_gloo_destroy(&acc->gloo);
-  acc_store_client_destroy(&acc->store);
-  acc_store_server_stop(&acc->store_server);
   free(acc->accum_prev);
   free(acc);
 }

@@ -83,8 +83,24 @@ static double reference(acc_dtype_t d, acc_op_t op, int world, size_t i) {
   return 0;
 }
 
+/* Several process groups one after the other in the same processes (fresh
+ * store keys each time; the store moves with rank 0's accelerator). */
+static int regroup(int rank, int world) {
+  for (int g = 0; g < 3; g++) {
+    acc_t *acc = acc_new(NULL);
+    ASSERT_NOT_NULL(acc);
+    int64_t v = rank + g;
+    ASSERT_OK(acc, acc_all_reduce(acc, &v, 1, ACC_I64, ACC_SUM));
+    ASSERT_EQ(v, (int64_t)world * (world - 1) / 2 + (int64_t)world * g);
+    acc_destroy(&acc);
+  }
+  return 0;
+}
+
 static int run_rank(int rank, int world, void *arg) {
   const job_t *job = arg;
+  if (strcmp(job->coll, "regroup") == 0)
+    return regroup(rank, world);
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
   ASSERT_EQ(acc_rank(acc), rank);
