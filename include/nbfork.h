@@ -79,14 +79,34 @@ typedef struct acc acc_t;
  * from the environment the launcher sets (the names torch and Accelerate
  * use): RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
  * MASTER_PORT, ACCELERATE_MIXED_PRECISION; without them it is a single
- * process of world size 1. With WORLD_SIZE > 1 it joins the process group
- * (rendezvous through the store at MASTER_ADDR:MASTER_PORT, then a Gloo
- * full mesh), which BLOCKS until every rank arrived or the timeout.
+ * process of world size 1 and nothing touches the network. With
+ * WORLD_SIZE > 1 it joins the process group (rendezvous through the store
+ * at MASTER_ADDR:MASTER_PORT, then a Gloo full mesh, then a barrier),
+ * which BLOCKS until every rank arrived or the timeout. When no nbfork
+ * launcher hosts the store (NBFORK_STORE_HOSTED unset or 0), rank 0
+ * hosts it, so programs started by hand work. With WORLD_SIZE > 1,
+ * SIGPIPE is ignored if it had its default action (a dead peer must give
+ * an error, not kill the process).
+ *
+ * Other environment variables (defaults in brackets):
+ *   NBFORK_TIMEOUT_S      rendezvous and collective timeout, seconds [300]
+ *   NBFORK_RUN_ID         prefix of this run's store keys ["run"]
+ *   NBFORK_STORE_HOSTED   1 = the launcher hosts the store [0]
+ *   NBFORK_GLOO_HOSTNAME  address Gloo listens on [the local address that
+ *                         routes to MASTER_ADDR; 127.0.0.1 for loopback]
+ *   ACCELERATE_USE_CPU    true = never use a GPU [false]. Otherwise, when
+ *                         built with CUDA and a GPU is visible, the rank
+ *                         uses device LOCAL_RANK (this initializes CUDA in
+ *                         the calling process).
  * `cfg` may be NULL (= ACC_CONFIG_INIT). Returns NULL on failure after
  * printing the reason to stderr (rank, step, cause). */
 acc_t *acc_new(const acc_config_t *cfg);
 
-/* Leave the process group and free everything. NULL-safe; clears *acc_p. */
+/* Leave the process group and free everything: draws pending charts,
+ * stops the store if this rank hosts it, then waits at a barrier for the
+ * other ranks (skipped after a failed collective) so no rank closes a
+ * connection a peer still reads. Every rank must call it. NULL-safe;
+ * clears *acc_p. */
 void acc_destroy(acc_t **acc_p);
 
 int acc_rank(const acc_t *acc);            /* global rank, 0..world-1  */
