@@ -27,9 +27,13 @@ void acc_accumulate_begin(acc_t *acc, int is_last_batch) {
   }
 }
 
-void acc_accumulate_end(acc_t *acc) { (void)acc; }
+void acc_accumulate_end(acc_t *acc) {
+  (void)acc;
+}
 
-int acc_sync_gradients(const acc_t *acc) { return acc ? acc->sync_gradients : 1; }
+int acc_sync_gradients(const acc_t *acc) {
+  return acc ? acc->sync_gradients : 1;
+}
 
 acc_result_t acc_backward(acc_t *acc, float *grads, size_t n) {
   if (!acc || (n && !grads))
@@ -40,8 +44,7 @@ acc_result_t acc_backward(acc_t *acc, float *grads, size_t n) {
     if (acc->accum_prev_n != n) {
       float *p = realloc(acc->accum_prev, n * sizeof(float));
       if (!p)
-        return acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_backward: no memory for %zu floats",
-                              n);
+        return acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_backward: no memory for %zu floats", n);
       acc->accum_prev = p;
       acc->accum_prev_n = n;
       acc->accum_prev_zero = 1;

@@ -79,10 +79,17 @@ static void sb_printf(sbuf_t *b, const char *fmt, ...) {
 static void xml_text(sbuf_t *b, const char *s) {
   for (; *s; s++) {
     switch (*s) {
-    case '<': sb_printf(b, "&lt;"); break;
-    case '>': sb_printf(b, "&gt;"); break;
-    case '&': sb_printf(b, "&amp;"); break;
-    default: sb_printf(b, "%c", *s);
+    case '<':
+      sb_printf(b, "&lt;");
+      break;
+    case '>':
+      sb_printf(b, "&gt;");
+      break;
+    case '&':
+      sb_printf(b, "&amp;");
+      break;
+    default:
+      sb_printf(b, "%c", *s);
     }
   }
 }
@@ -116,11 +123,13 @@ static void panel(sbuf_t *b, const series_t *s, int y0) {
   sb_printf(b, "<g transform=\"translate(0,%d)\">", y0);
   sb_printf(b, "<text x=\"%d\" y=\"16\" font-size=\"13\" font-weight=\"bold\">", ML);
   xml_text(b, s->name);
-  sb_printf(b, "</text><text x=\"%d\" y=\"16\" font-size=\"12\" text-anchor=\"end\">last %g at %ld</text>",
-            W - MR, s->vals[s->n - 1], s->steps[s->n - 1]);
-  sb_printf(b,
-            "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#bbb\"/>",
-            ML, MT, pw, ph);
+  sb_printf(
+      b,
+      "</text><text x=\"%d\" y=\"16\" font-size=\"12\" text-anchor=\"end\">last %g at %ld</text>",
+      W - MR, s->vals[s->n - 1], s->steps[s->n - 1]);
+  sb_printf(
+      b, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#bbb\"/>",
+      ML, MT, pw, ph);
   sb_printf(b,
             "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"end\">%.4g</text>"
             "<text x=\"%d\" y=\"%.0f\" font-size=\"11\" text-anchor=\"end\">%.4g</text>",
@@ -206,7 +215,9 @@ void acc_log_scalar(acc_t *acc, const char *name, long step, double value) {
     redraw(acc);
 }
 
-void acc_log_flush(acc_t *acc) { acc__charts_flush(acc); }
+void acc_log_flush(acc_t *acc) {
+  acc__charts_flush(acc);
+}
 
 void acc__charts_flush(acc_t *acc) {
   if (acc && acc->charts && nbf__display_attached())

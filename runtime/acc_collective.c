@@ -14,18 +14,17 @@
 #include "acc_nccl.h"
 #include "acc_reduce.h"
 
-static acc_result_t check(acc_t *acc, const char *what, const void *a, const void *b,
-                          size_t count, acc_dtype_t dtype) {
+static acc_result_t check(acc_t *acc, const char *what, const void *a, const void *b, size_t count,
+                          acc_dtype_t dtype) {
   if (!acc)
     return ACC_ERR_INVALID_ARGUMENT;
   if (!acc_dtype_valid(dtype))
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "%s: unknown dtype %d", what, (int)dtype);
   if (count && (!a || !b))
-    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "%s: NULL buffer for %zu elements",
-                          what, count);
-  if (count > ((size_t)1 << 40))
-    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "%s: count %zu is too large", what,
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "%s: NULL buffer for %zu elements", what,
                           count);
+  if (count > ((size_t)1 << 40))
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "%s: count %zu is too large", what, count);
   return ACC_OK;
 }
 
@@ -44,8 +43,7 @@ static acc_result_t broken(acc_t *acc) {
   return ACC_ERR_PEER;
 }
 
-acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
-                            acc_op_t op) {
+acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, acc_op_t op) {
   acc_result_t r = check(acc, "all-reduce", buf, buf, count, dtype);
   if (r != ACC_OK)
     return r;
@@ -117,8 +115,7 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
   if (r != ACC_OK)
     return r;
   if (!acc_op_valid(op))
-    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "reduce-scatter: unknown op %d",
-                          (int)op);
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "reduce-scatter: unknown op %d", (int)op);
   if (count == 0)
     return ACC_OK;
   size_t esz = acc_dtype_size(dtype), bytes = count * esz;
@@ -136,8 +133,7 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
   size_t total = bytes * (size_t)acc->world;
   unsigned char *tmp = malloc(total);
   if (!tmp)
-    return acc__set_error(acc, ACC_ERR_NO_MEMORY, "reduce-scatter: no memory for %zu bytes",
-                          total);
+    return acc__set_error(acc, ACC_ERR_NO_MEMORY, "reduce-scatter: no memory for %zu bytes", total);
   memcpy(tmp, send, total);
   char err[1024];
   r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,

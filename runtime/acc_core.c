@@ -98,8 +98,8 @@ static int read_env(acc_t *acc, const acc_config_t *c) {
   snprintf(acc->master_addr, sizeof acc->master_addr, "%s",
            acc__env_str("MASTER_ADDR", "127.0.0.1"));
   snprintf(acc->run_id, sizeof acc->run_id, "%s", acc__env_str("NBFORK_RUN_ID", "run"));
-  const char *mp = c->mixed_precision ? c->mixed_precision
-                                      : acc__env_str("ACCELERATE_MIXED_PRECISION", "no");
+  const char *mp =
+      c->mixed_precision ? c->mixed_precision : acc__env_str("ACCELERATE_MIXED_PRECISION", "no");
   if (parse_precision(mp, &acc->precision) != 0) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "mixed precision '%s' is not one of no, fp16, bf16", mp);
@@ -230,13 +230,27 @@ void acc_destroy(acc_t **acc_p) {
   free(acc);
 }
 
-int acc_rank(const acc_t *acc) { return acc ? acc->rank : 0; }
-int acc_local_rank(const acc_t *acc) { return acc ? acc->local_rank : 0; }
-int acc_world_size(const acc_t *acc) { return acc ? acc->world : 1; }
-int acc_local_world_size(const acc_t *acc) { return acc ? acc->local_world : 1; }
-int acc_is_main_process(const acc_t *acc) { return acc ? acc->rank == 0 : 1; }
-int acc_is_local_main_process(const acc_t *acc) { return acc ? acc->local_rank == 0 : 1; }
-int acc_device(const acc_t *acc) { return acc ? acc->device : -1; }
+int acc_rank(const acc_t *acc) {
+  return acc ? acc->rank : 0;
+}
+int acc_local_rank(const acc_t *acc) {
+  return acc ? acc->local_rank : 0;
+}
+int acc_world_size(const acc_t *acc) {
+  return acc ? acc->world : 1;
+}
+int acc_local_world_size(const acc_t *acc) {
+  return acc ? acc->local_world : 1;
+}
+int acc_is_main_process(const acc_t *acc) {
+  return acc ? acc->rank == 0 : 1;
+}
+int acc_is_local_main_process(const acc_t *acc) {
+  return acc ? acc->local_rank == 0 : 1;
+}
+int acc_device(const acc_t *acc) {
+  return acc ? acc->device : -1;
+}
 acc_precision_t acc_mixed_precision(const acc_t *acc) {
   return acc ? acc->precision : ACC_PRECISION_NO;
 }

@@ -47,4 +47,6 @@ acc_result_t acc__set_error(acc_t *acc, acc_result_t code, const char *fmt, ...)
   return code;
 }
 
-const char *acc_last_error(const acc_t *acc) { return acc ? acc->err : ""; }
+const char *acc_last_error(const acc_t *acc) {
+  return acc ? acc->err : "";
+}

@@ -32,7 +32,9 @@ struct acc_gloo {
 
 namespace {
 
-bool contains(const std::string &s, const char *needle) { return s.find(needle) != std::string::npos; }
+bool contains(const std::string &s, const char *needle) {
+  return s.find(needle) != std::string::npos;
+}
 
 /* Map a Gloo I/O error text to a result code. */
 acc_result_t classify(const std::string &what) {
@@ -84,8 +86,7 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
     r = ACC_ERR_BACKEND;
   }
   if (err && errlen)
-    std::snprintf(err, errlen, "%s failed: %s%s", what, msg.c_str(),
-                  from_store ? "" : advice(r));
+    std::snprintf(err, errlen, "%s failed: %s%s", what, msg.c_str(), from_store ? "" : advice(r));
   if (g && g->ctx) {
     try {
       g->ctx->closeConnections();
@@ -98,13 +99,11 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
 /* Gloo's option setters are templated on the element type only to know
  * its size; the reduction is ours, so an unsigned type of the right width
  * stands for every dtype of that width. */
-template <typename T>
-void run_allreduce(acc_gloo_t *g, void *buf, size_t count, acc_reduce_fn fn) {
+template <typename T> void run_allreduce(acc_gloo_t *g, void *buf, size_t count, acc_reduce_fn fn) {
   gloo::AllreduceOptions opts(g->ctx);
   opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
   opts.setOutput(static_cast<T *>(buf), count);
-  opts.setReduceFunction(
-      [fn](void *o, const void *a, const void *b, size_t n) { fn(o, a, b, n); });
+  opts.setReduceFunction([fn](void *o, const void *a, const void *b, size_t n) { fn(o, a, b, n); });
   opts.setTimeout(g->timeout);
   gloo::allreduce(opts);
 }
@@ -127,8 +126,7 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
   }
   g->timeout = std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 300000);
   std::string where = std::string("Gloo rendezvous (rank ") + std::to_string(rank) + " of " +
-                      std::to_string(size) + ", listening on " + (hostname ? hostname : "?") +
-                      ")";
+                      std::to_string(size) + ", listening on " + (hostname ? hostname : "?") + ")";
   acc_result_t r = guard(nullptr, where.c_str(), err, errlen, [&] {
     gloo::transport::tcp::attr attr;
     attr.hostname = hostname ? hostname : "127.0.0.1";
@@ -198,8 +196,8 @@ acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t 
 
 acc_result_t acc_gloo_broadcast(acc_gloo_t *g, void *buf, size_t bytes, int root, char *err,
                                 size_t errlen) {
-  std::string what = "broadcast of " + std::to_string(bytes) + " bytes from rank " +
-                     std::to_string(root);
+  std::string what =
+      "broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root);
   return guard(g, what.c_str(), err, errlen, [&] {
     gloo::BroadcastOptions opts(g->ctx);
     opts.setOutput(static_cast<uint8_t *>(buf), bytes);

@@ -10,7 +10,8 @@
 namespace accrt {
 
 GlooStore::GlooStore(acc_store_client_t *client, std::string prefix, int timeout_ms)
-    : client_(client), prefix_(std::move(prefix)), timeout_ms_(timeout_ms > 0 ? timeout_ms : 300000) {}
+    : client_(client), prefix_(std::move(prefix)),
+      timeout_ms_(timeout_ms > 0 ? timeout_ms : 300000) {}
 
 /* Gloo's connectFullMesh publishes "rank_N" (host name) and "N" (pair
  * addresses) for every rank N; name the rank a timeout waited for. */
@@ -18,14 +19,15 @@ static std::string whose(const std::string &key) {
   std::string k = key.rfind("rank_", 0) == 0 ? key.substr(5) : key;
   if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos)
     return std::string();
-  return "rank " + k + " did not arrive at the rendezvous in time (not started, crashed "
+  return "rank " + k +
+         " did not arrive at the rendezvous in time (not started, crashed "
          "before acc_new, or started with another MASTER_ADDR/MASTER_PORT/WORLD_SIZE/"
          "NBFORK_RUN_ID); ";
 }
 
 void GlooStore::fail(acc_result_t r, const char *what, const std::string &key) {
-  std::string msg = std::string("rendezvous ") + what + " '" + prefix_ + key + "' failed: " +
-                    (r == ACC_ERR_TIMEOUT ? whose(key) : std::string()) +
+  std::string msg = std::string("rendezvous ") + what + " '" + prefix_ + key +
+                    "' failed: " + (r == ACC_ERR_TIMEOUT ? whose(key) : std::string()) +
                     acc_store_client_error(client_);
   throw StoreError(r, msg);
 }

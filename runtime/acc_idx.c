@@ -42,10 +42,11 @@ static int read_exact(gzFile f, void *buf, size_t n, char *why, size_t whylen) {
   return 0;
 }
 
-static acc_idx_t *idx_fail(const char *path, gzFile f, acc_idx_t *idx, long offset,
-                           uint32_t magic, const char *why) {
-  fprintf(stderr, "acc_idx_read: %s: %s (at byte offset %ld of the uncompressed file, magic 0x%08x)\n", path, why,
-          offset, (unsigned)magic);
+static acc_idx_t *idx_fail(const char *path, gzFile f, acc_idx_t *idx, long offset, uint32_t magic,
+                           const char *why) {
+  fprintf(stderr,
+          "acc_idx_read: %s: %s (at byte offset %ld of the uncompressed file, magic 0x%08x)\n",
+          path, why, offset, (unsigned)magic);
   fflush(stderr);
   if (f)
     gzclose(f);

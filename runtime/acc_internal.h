@@ -82,8 +82,8 @@ void acc__charts_free(acc_t *acc);
 
 /* The sampler of `rank` in a world of `world` (acc_sampler_new reads
  * them from the accelerator); tests simulate every rank with it. */
-acc_sampler_t *acc__sampler_new_for(int rank, int world, size_t n, size_t batch_size,
-                                    int shuffle, unsigned long long seed);
+acc_sampler_t *acc__sampler_new_for(int rank, int world, size_t n, size_t batch_size, int shuffle,
+                                    unsigned long long seed);
 
 /* Monotonic clock in seconds. */
 double acc__now_s(void);

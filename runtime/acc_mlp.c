@@ -28,8 +28,8 @@ struct acc_mlp {
   size_t nparams;
   float *params, *grads;
   size_t *w_off, *b_off;
-  const float *x; /* input of the last forward (borrowed) */
-  float **act;    /* act[l], l = 1..nlayers: batch × sizes[l] (post-ReLU; logits last) */
+  const float *x;     /* input of the last forward (borrowed) */
+  float **act;        /* act[l], l = 1..nlayers: batch × sizes[l] (post-ReLU; logits last) */
   float *dz_a, *dz_b; /* backward scratch: max_batch × max(sizes[1..]) */
 };
 
@@ -124,9 +124,15 @@ oom:
   return NULL;
 }
 
-size_t acc_mlp_num_params(const acc_mlp_t *m) { return m ? m->nparams : 0; }
-float *acc_mlp_params(acc_mlp_t *m) { return m ? m->params : NULL; }
-float *acc_mlp_grads(acc_mlp_t *m) { return m ? m->grads : NULL; }
+size_t acc_mlp_num_params(const acc_mlp_t *m) {
+  return m ? m->nparams : 0;
+}
+float *acc_mlp_params(acc_mlp_t *m) {
+  return m ? m->params : NULL;
+}
+float *acc_mlp_grads(acc_mlp_t *m) {
+  return m ? m->grads : NULL;
+}
 
 void acc_mlp_zero_grad(acc_mlp_t *m) {
   if (m)
@@ -136,8 +142,7 @@ void acc_mlp_zero_grad(acc_mlp_t *m) {
 const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
   if (!m || !x || batch < 1 || batch > m->max_batch) {
     if (m)
-      fprintf(stderr, "acc_mlp_forward: batch %d not in 1..%d (max_batch)\n", batch,
-              m->max_batch);
+      fprintf(stderr, "acc_mlp_forward: batch %d not in 1..%d (max_batch)\n", batch, m->max_batch);
     return NULL;
   }
   m->x = x;
@@ -178,8 +183,8 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
     float *d = dz + (size_t)r * C;
     int64_t y = labels[r];
     if (y < 0 || y >= C) {
-      fprintf(stderr, "acc_mlp_backward_xent: label %lld of row %d is not in 0..%d\n",
-              (long long)y, r, C - 1);
+      fprintf(stderr, "acc_mlp_backward_xent: label %lld of row %d is not in 0..%d\n", (long long)y,
+              r, C - 1);
       return NAN;
     }
     float mx = z[0];

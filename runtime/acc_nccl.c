@@ -207,15 +207,14 @@ acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_
                 "all-reduce");
 }
 
-acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
-                                int root) {
+acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root) {
   acc_result_t r = ensure_comm(acc);
   if (r != ACC_OK)
     return r;
-  return finish(acc,
-                ncclBroadcast(buf, buf, count, nccl_type(dtype), root, acc->nccl->comm,
-                              acc->nccl->stream),
-                "broadcast");
+  return finish(
+      acc,
+      ncclBroadcast(buf, buf, count, nccl_type(dtype), root, acc->nccl->comm, acc->nccl->stream),
+      "broadcast");
 }
 
 acc_result_t acc_nccl_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
@@ -223,10 +222,9 @@ acc_result_t acc_nccl_all_gather(acc_t *acc, const void *send, void *recv, size_
   acc_result_t r = ensure_comm(acc);
   if (r != ACC_OK)
     return r;
-  return finish(acc,
-                ncclAllGather(send, recv, count, nccl_type(dtype), acc->nccl->comm,
-                              acc->nccl->stream),
-                "all-gather");
+  return finish(
+      acc, ncclAllGather(send, recv, count, nccl_type(dtype), acc->nccl->comm, acc->nccl->stream),
+      "all-gather");
 }
 
 acc_result_t acc_nccl_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
@@ -235,8 +233,8 @@ acc_result_t acc_nccl_reduce_scatter(acc_t *acc, const void *send, void *recv, s
   if (r != ACC_OK)
     return r;
   return finish(acc,
-                ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op),
-                                  acc->nccl->comm, acc->nccl->stream),
+                ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), acc->nccl->comm,
+                                  acc->nccl->stream),
                 "reduce-scatter");
 }
 
@@ -274,7 +272,9 @@ void acc_nccl_destroy(acc_t *acc) {
 
 #else /* !NBFORK_WITH_CUDA */
 
-int acc_nccl_device_count(void) { return 0; }
+int acc_nccl_device_count(void) {
+  return 0;
+}
 
 acc_result_t acc_nccl_set_device(acc_t *acc, int device) {
   return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
@@ -286,8 +286,8 @@ int acc_nccl_is_device_ptr(const void *ptr) {
   return 0;
 }
 
-#define NO_CUDA(acc)                                                                           \
-  acc__set_error(acc, ACC_ERR_UNSUPPORTED,                                                     \
+#define NO_CUDA(acc)                                                                               \
+  acc__set_error(acc, ACC_ERR_UNSUPPORTED,                                                         \
                  "collectives on device buffers need NCCL; nbfork was built without CUDA")
 
 acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
@@ -295,8 +295,7 @@ acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_
   (void)buf, (void)count, (void)dtype, (void)op;
   return NO_CUDA(acc);
 }
-acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
-                                int root) {
+acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root) {
   (void)buf, (void)count, (void)dtype, (void)root;
   return NO_CUDA(acc);
 }
@@ -310,6 +309,8 @@ acc_result_t acc_nccl_reduce_scatter(acc_t *acc, const void *send, void *recv, s
   (void)send, (void)recv, (void)count, (void)dtype, (void)op;
   return NO_CUDA(acc);
 }
-void acc_nccl_destroy(acc_t *acc) { (void)acc; }
+void acc_nccl_destroy(acc_t *acc) {
+  (void)acc;
+}
 
 #endif

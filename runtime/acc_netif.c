@@ -36,8 +36,9 @@ int acc__local_addr_for(const char *host, char *out, size_t outlen) {
     socklen_t sl = sizeof ss;
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
         getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-      const void *a = ss.ss_family == AF_INET ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
-                                              : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+      const void *a = ss.ss_family == AF_INET
+                          ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+                          : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
       if (inet_ntop(ss.ss_family, a, out, (socklen_t)outlen))
         rc = 0;
     }

@@ -21,7 +21,7 @@
 #define MIN_INTERVAL_S 0.1
 
 struct acc_progress {
-  int active; /* main process */
+  int active;   /* main process */
   int attached; /* notebook display (else terminal) */
   int tty;
   char desc[128];
@@ -69,8 +69,8 @@ static void fmt_stats(const acc_progress_t *p, double now, char *out, size_t len
   if (p->n == 0 || el <= 0)
     snprintf(rem, sizeof rem, "?");
   else
-    fmt_time(rem, sizeof rem, (double)(p->total - (p->n < p->total ? p->n : p->total)) * el /
-                                  (double)p->n);
+    fmt_time(rem, sizeof rem,
+             (double)(p->total - (p->n < p->total ? p->n : p->total)) * el / (double)p->n);
   snprintf(out, len, "%zu/%zu [%s<%s, %s%s%s]", p->n, p->total, e, rem, rate, sep, p->postfix);
 }
 
@@ -94,11 +94,21 @@ static size_t html_escape(const char *s, char *out, size_t len) {
   for (; *s && o + 7 < len; s++) {
     const char *r = NULL;
     switch (*s) {
-    case '<': r = "&lt;"; break;
-    case '>': r = "&gt;"; break;
-    case '&': r = "&amp;"; break;
-    case '"': r = "&quot;"; break;
-    default: out[o++] = *s; continue;
+    case '<':
+      r = "&lt;";
+      break;
+    case '>':
+      r = "&gt;";
+      break;
+    case '&':
+      r = "&amp;";
+      break;
+    case '"':
+      r = "&quot;";
+      break;
+    default:
+      out[o++] = *s;
+      continue;
     }
     size_t k = strlen(r);
     memcpy(out + o, r, k);

@@ -15,12 +15,12 @@
 #define MAXI(a, b) ((a) > (b) ? (a) : (b))
 #define MINI(a, b) ((a) < (b) ? (a) : (b))
 
-#define KERNEL(name, T, OP)                                                                \
-  static void name(void *out, const void *in1, const void *in2, size_t n) {               \
-    T *o = out;                                                                            \
-    const T *a = in1, *b = in2;                                                            \
-    for (size_t i = 0; i < n; i++)                                                         \
-      o[i] = OP(a[i], b[i]);                                                               \
+#define KERNEL(name, T, OP)                                                                        \
+  static void name(void *out, const void *in1, const void *in2, size_t n) {                        \
+    T *o = out;                                                                                    \
+    const T *a = in1, *b = in2;                                                                    \
+    for (size_t i = 0; i < n; i++)                                                                 \
+      o[i] = OP(a[i], b[i]);                                                                       \
   }
 
 /* Integer sums wrap (two's complement) instead of being undefined. */
@@ -49,14 +49,14 @@ KERNEL(max_i64, int64_t, MAXI)
 KERNEL(min_i64, int64_t, MINI)
 
 /* Half types: widen to float, reduce, round back (nearest even). */
-#define HALF_KERNEL(name, TOF, FROMF, OP)                                                  \
-  static void name(void *out, const void *in1, const void *in2, size_t n) {               \
-    uint16_t *o = out;                                                                     \
-    const uint16_t *a = in1, *b = in2;                                                     \
-    for (size_t i = 0; i < n; i++) {                                                       \
-      float x = TOF(a[i]), y = TOF(b[i]);                                                  \
-      o[i] = FROMF(OP(x, y));                                                              \
-    }                                                                                      \
+#define HALF_KERNEL(name, TOF, FROMF, OP)                                                          \
+  static void name(void *out, const void *in1, const void *in2, size_t n) {                        \
+    uint16_t *o = out;                                                                             \
+    const uint16_t *a = in1, *b = in2;                                                             \
+    for (size_t i = 0; i < n; i++) {                                                               \
+      float x = TOF(a[i]), y = TOF(b[i]);                                                          \
+      o[i] = FROMF(OP(x, y));                                                                      \
+    }                                                                                              \
   }
 
 HALF_KERNEL(sum_f16, acc_f16_to_f32, acc_f32_to_f16, SUM)
@@ -66,15 +66,18 @@ HALF_KERNEL(sum_bf16, acc_bf16_to_f32, acc_f32_to_bf16, SUM)
 HALF_KERNEL(max_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MAXNAN)
 HALF_KERNEL(min_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MINNAN)
 
-int acc_dtype_valid(acc_dtype_t dtype) { return (unsigned)dtype <= (unsigned)ACC_I64; }
-int acc_op_valid(acc_op_t op) { return (unsigned)op <= (unsigned)ACC_MIN; }
+int acc_dtype_valid(acc_dtype_t dtype) {
+  return (unsigned)dtype <= (unsigned)ACC_I64;
+}
+int acc_op_valid(acc_op_t op) {
+  return (unsigned)op <= (unsigned)ACC_MIN;
+}
 
 acc_reduce_fn acc_reduce_get(acc_dtype_t dtype, acc_op_t op) {
   /* rows: dtype in enum order; columns: SUM, MAX, MIN */
   static const acc_reduce_fn table[6][3] = {
-      {sum_f32, max_f32, min_f32},    {sum_f64, max_f64, min_f64},
-      {sum_f16, max_f16, min_f16},    {sum_bf16, max_bf16, min_bf16},
-      {sum_i32, max_i32, min_i32},    {sum_i64, max_i64, min_i64},
+      {sum_f32, max_f32, min_f32},    {sum_f64, max_f64, min_f64}, {sum_f16, max_f16, min_f16},
+      {sum_bf16, max_bf16, min_bf16}, {sum_i32, max_i32, min_i32}, {sum_i64, max_i64, min_i64},
   };
   if (!acc_dtype_valid(dtype) || !acc_op_valid(op))
     return NULL;

@@ -16,7 +16,9 @@ static uint64_t splitmix64(uint64_t *x) {
   return z ^ (z >> 31);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 void acc_rng_seed(acc_rng_t *r, uint64_t seed) {
   uint64_t x = seed;
@@ -39,7 +41,9 @@ uint64_t acc_rng_next(acc_rng_t *r) {
   return result;
 }
 
-double acc_rng_uniform(acc_rng_t *r) { return (double)(acc_rng_next(r) >> 11) * 0x1.0p-53; }
+double acc_rng_uniform(acc_rng_t *r) {
+  return (double)(acc_rng_next(r) >> 11) * 0x1.0p-53;
+}
 
 uint64_t acc_rng_below(acc_rng_t *r, uint64_t n) {
   if (n == 0)
@@ -95,6 +99,10 @@ void acc_set_seed(acc_t *acc, unsigned long long seed, int per_rank) {
   srand((unsigned)s);
 }
 
-double acc_rand_uniform(acc_t *acc) { return acc_rng_uniform(rng_of(acc)); }
+double acc_rand_uniform(acc_t *acc) {
+  return acc_rng_uniform(rng_of(acc));
+}
 
-double acc_rand_normal(acc_t *acc) { return acc_rng_normal(rng_of(acc)); }
+double acc_rand_normal(acc_t *acc) {
+  return acc_rng_normal(rng_of(acc));
+}

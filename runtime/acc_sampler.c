@@ -24,9 +24,9 @@ struct acc_sampler {
   size_t n, batch, total; /* total = padded length */
   int shuffle;
   unsigned long long seed;
-  size_t *order;     /* global padded order, `total` indices */
-  size_t *mine;      /* this rank's indices, total/world */
-  size_t nbatches;   /* per rank */
+  size_t *order;   /* global padded order, `total` indices */
+  size_t *mine;    /* this rank's indices, total/world */
+  size_t nbatches; /* per rank */
 };
 
 static void build(acc_sampler_t *s, int epoch) {
@@ -51,8 +51,8 @@ static void build(acc_sampler_t *s, int epoch) {
   }
 }
 
-acc_sampler_t *acc__sampler_new_for(int rank, int world, size_t n, size_t batch_size,
-                                    int shuffle, unsigned long long seed) {
+acc_sampler_t *acc__sampler_new_for(int rank, int world, size_t n, size_t batch_size, int shuffle,
+                                    unsigned long long seed) {
   if (n == 0 || batch_size == 0 || world < 1 || rank < 0 || rank >= world)
     return NULL;
   acc_sampler_t *s = calloc(1, sizeof *s);
@@ -96,7 +96,9 @@ void acc_sampler_set_epoch(acc_sampler_t *s, int epoch) {
     build(s, epoch);
 }
 
-size_t acc_sampler_num_batches(const acc_sampler_t *s) { return s ? s->nbatches : 0; }
+size_t acc_sampler_num_batches(const acc_sampler_t *s) {
+  return s ? s->nbatches : 0;
+}
 
 const size_t *acc_sampler_batch(const acc_sampler_t *s, size_t b, size_t *len) {
   if (!s || b >= s->nbatches) {
@@ -109,4 +111,6 @@ const size_t *acc_sampler_batch(const acc_sampler_t *s, size_t b, size_t *len) {
   return s->mine + b * s->batch;
 }
 
-size_t acc_sampler_dataset_size(const acc_sampler_t *s) { return s ? s->n : 0; }
+size_t acc_sampler_dataset_size(const acc_sampler_t *s) {
+  return s ? s->n : 0;
+}

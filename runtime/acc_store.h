@@ -106,8 +106,7 @@ acc_result_t acc_store_wait(acc_store_client_t *c, const char *const *keys, size
 /* Atomically add `delta` to the counter `key` (missing = 0) and return
  * the new value in *result (may be NULL). Errors: as acc_store_set
  * (STORE when the key holds something that is not a decimal integer). */
-acc_result_t acc_store_add(acc_store_client_t *c, const char *key, int64_t delta,
-                           int64_t *result);
+acc_result_t acc_store_add(acc_store_client_t *c, const char *key, int64_t delta, int64_t *result);
 
 /* *exists = 1 when `key` is set, else 0; never blocks server-side. */
 acc_result_t acc_store_check(acc_store_client_t *c, const char *key, int *exists);

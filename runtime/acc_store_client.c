@@ -34,7 +34,8 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void set_err(acc_store_client_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(acc_store_client_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void set_err(acc_store_client_t *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -108,14 +109,15 @@ void acc_store_client_set_timeout(acc_store_client_t *c, int timeout_ms) {
     c->timeout_ms = timeout_ms;
 }
 
-const char *acc_store_client_error(const acc_store_client_t *c) { return c ? c->err : ""; }
+const char *acc_store_client_error(const acc_store_client_t *c) {
+  return c ? c->err : "";
+}
 
 /* Send [op, key, value] and wait until `deadline` (ms, monotonic) for
  * [status, value]. On ACC_OK, *rval (if rval) is a malloc'd NUL-terminated
  * copy of the reply value. */
-static acc_result_t request(acc_store_client_t *c, const char *op, const char *key,
-                            const void *val, size_t vlen, int64_t deadline, void **rval,
-                            size_t *rlen) {
+static acc_result_t request(acc_store_client_t *c, const char *op, const char *key, const void *val,
+                            size_t vlen, int64_t deadline, void **rval, size_t *rlen) {
   if (!c || !key || !*key || (vlen && !val)) {
     if (c)
       set_err(c, "store %s: invalid argument (empty key or NULL value)", op);
@@ -129,7 +131,8 @@ static acc_result_t request(acc_store_client_t *c, const char *op, const char *k
   }
   size_t klen = strlen(key);
   if (zmq_send(c->sock, op, strlen(op), ZMQ_SNDMORE) < 0 ||
-      zmq_send(c->sock, key, klen, ZMQ_SNDMORE) < 0 || zmq_send(c->sock, vlen ? val : "", vlen, 0) < 0) {
+      zmq_send(c->sock, key, klen, ZMQ_SNDMORE) < 0 ||
+      zmq_send(c->sock, vlen ? val : "", vlen, 0) < 0) {
     set_err(c, "store %s '%s': send to %s failed: %s", op, key, c->endpoint, zmq_strerror(errno));
     return ACC_ERR_STORE;
   }
@@ -208,8 +211,7 @@ out:
   return res;
 }
 
-acc_result_t acc_store_set(acc_store_client_t *c, const char *key, const void *value,
-                           size_t len) {
+acc_result_t acc_store_set(acc_store_client_t *c, const char *key, const void *value, size_t len) {
   if (!c)
     return ACC_ERR_INVALID_ARGUMENT;
   return request(c, "SET", key, value, len, now_ms() + c->timeout_ms, NULL, NULL);
@@ -237,8 +239,7 @@ acc_result_t acc_store_wait(acc_store_client_t *c, const char *const *keys, size
   return ACC_OK;
 }
 
-acc_result_t acc_store_add(acc_store_client_t *c, const char *key, int64_t delta,
-                           int64_t *result) {
+acc_result_t acc_store_add(acc_store_client_t *c, const char *key, int64_t delta, int64_t *result) {
   if (!c)
     return ACC_ERR_INVALID_ARGUMENT;
   char buf[32];

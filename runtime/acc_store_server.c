@@ -195,8 +195,7 @@ static void handle(acc_store_server_t *s, const unsigned char *id, size_t idlen,
       cur = strtoll((const char *)e->val, &end, 10);
       if (errno || *end || e->len == 0) {
         char msg[256];
-        snprintf(msg, sizeof msg, "ADD: key '%s' holds a value that is not a decimal integer",
-                 key);
+        snprintf(msg, sizeof msg, "ADD: key '%s' holds a value that is not a decimal integer", key);
         reply_err(s, id, idlen, msg);
         return;
       }
@@ -249,8 +248,8 @@ static void serve_one(acc_store_server_t *s) {
     } else {
       char op[16], *key = NULL;
       size_t oplen = zmq_msg_size(&f[1]), klen = zmq_msg_size(&f[2]);
-      if (oplen == 0 || oplen >= sizeof op || klen == 0 ||
-          memchr(zmq_msg_data(&f[2]), 0, klen) || !(key = malloc(klen + 1))) {
+      if (oplen == 0 || oplen >= sizeof op || klen == 0 || memchr(zmq_msg_data(&f[2]), 0, klen) ||
+          !(key = malloc(klen + 1))) {
         reply_err(s, id, idlen, "malformed request: bad op or key");
       } else {
         memcpy(op, zmq_msg_data(&f[1]), oplen);
@@ -389,7 +388,9 @@ fail:
   return NULL;
 }
 
-int acc_store_server_port(const acc_store_server_t *srv) { return srv ? srv->port : -1; }
+int acc_store_server_port(const acc_store_server_t *srv) {
+  return srv ? srv->port : -1;
+}
 
 void acc_store_server_stop(acc_store_server_t **srv_p) {
   if (!srv_p || !*srv_p)

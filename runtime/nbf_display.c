@@ -55,9 +55,13 @@ static int display_fd(void) {
   return (int)fd;
 }
 
-int nbf__display_attached(void) { return display_fd() >= 0; }
+int nbf__display_attached(void) {
+  return display_fd() >= 0;
+}
 
-static int starts_with(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+static int starts_with(const char *s, const char *p) {
+  return strncmp(s, p, strlen(p)) == 0;
+}
 
 static int ends_with(const char *s, const char *p) {
   size_t a = strlen(s), b = strlen(p);
@@ -224,8 +228,8 @@ static json_t *display_event(const char *msg, long id, const nbf_mime_t *items, 
   }
   char did[64];
   snprintf(did, sizeof did, "nbf-%ld-%ld", (long)getpid(), id);
-  return json_pack("{s:s, s:o, s:{}, s:{s:s}}", "msg", msg, "data", data, "metadata",
-                   "transient", "display_id", did);
+  return json_pack("{s:s, s:o, s:{}, s:{s:s}}", "msg", msg, "data", data, "metadata", "transient",
+                   "display_id", did);
 }
 
 /* Terminal fallback: print the bundle's text item to stdout. Returns 0

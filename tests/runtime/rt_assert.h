@@ -38,7 +38,7 @@
   do {                                                                                             \
     T rt_a_ = (a), rt_b_ = (b);                                                                    \
     if (!(rt_a_ op rt_b_))                                                                         \
-      RT_FAIL("%s %s %s: " fmt " vs " fmt, #a, #op, #b, rt_a_, rt_b_);                            \
+      RT_FAIL("%s %s %s: " fmt " vs " fmt, #a, #op, #b, rt_a_, rt_b_);                             \
   } while (0)
 
 #define ASSERT_EQ(a, b) RT_CMP(a, ==, b, long long, "%lld")
@@ -62,7 +62,7 @@
   do {                                                                                             \
     const char *rt_a_ = (a), *rt_b_ = (b);                                                         \
     if (!rt_a_ || !rt_b_ || strcmp(rt_a_, rt_b_) != 0)                                             \
-      RT_FAIL("%s == %s: \"%s\" vs \"%s\"", #a, #b, rt_a_ ? rt_a_ : "(null)",                     \
+      RT_FAIL("%s == %s: \"%s\" vs \"%s\"", #a, #b, rt_a_ ? rt_a_ : "(null)",                      \
               rt_b_ ? rt_b_ : "(null)");                                                           \
   } while (0)
 

@@ -12,9 +12,9 @@
 typedef int (*rt_rank_fn)(int rank, int world, void *arg);
 
 typedef struct {
-  int world;          /* processes to start */
-  int started;        /* how many actually start (<= world; default world) */
-  int deadline_s;     /* kill everything after this (default 60) */
+  int world;             /* processes to start */
+  int started;           /* how many actually start (<= world; default world) */
+  int deadline_s;        /* kill everything after this (default 60) */
   const char *timeout_s; /* NBFORK_TIMEOUT_S for the ranks (default "20") */
 } rt_spawn_opts_t;
 

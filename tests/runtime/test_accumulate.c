@@ -82,10 +82,7 @@ static void sync_pattern(void) {
     const char *want;
   } cases[] = {
       {2, -1, 5, "01011"}, /* default sync_with_dataloader: last batch syncs */
-      {2, 0, 5, "01010"},
-      {3, -1, 7, "0010011"},
-      {1, -1, 3, "111"},
-      {4, -1, 4, "0001"},
+      {2, 0, 5, "01010"},  {3, -1, 7, "0010011"}, {1, -1, 3, "111"}, {4, -1, 4, "0001"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
     acc_config_t cfg = ACC_CONFIG_INIT;

@@ -29,27 +29,47 @@ typedef struct {
 static const size_t COUNTS[] = {1, 7, 1031, 300001};
 
 /* The value rank r holds at element i (small signed integers). */
-static int value(int r, size_t i) { return (int)((i * 7 + (size_t)r * 13) % 37) - 18 + r; }
+static int value(int r, size_t i) {
+  return (int)((i * 7 + (size_t)r * 13) % 37) - 18 + r;
+}
 
 static void put(void *buf, acc_dtype_t d, size_t i, double v) {
   switch (d) {
-  case ACC_F32: ((float *)buf)[i] = (float)v; break;
-  case ACC_F64: ((double *)buf)[i] = v; break;
-  case ACC_F16: ((uint16_t *)buf)[i] = acc_f32_to_f16((float)v); break;
-  case ACC_BF16: ((uint16_t *)buf)[i] = acc_f32_to_bf16((float)v); break;
-  case ACC_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-  case ACC_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case ACC_F32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  case ACC_F64:
+    ((double *)buf)[i] = v;
+    break;
+  case ACC_F16:
+    ((uint16_t *)buf)[i] = acc_f32_to_f16((float)v);
+    break;
+  case ACC_BF16:
+    ((uint16_t *)buf)[i] = acc_f32_to_bf16((float)v);
+    break;
+  case ACC_I32:
+    ((int32_t *)buf)[i] = (int32_t)v;
+    break;
+  case ACC_I64:
+    ((int64_t *)buf)[i] = (int64_t)v;
+    break;
   }
 }
 
 static double get(const void *buf, acc_dtype_t d, size_t i) {
   switch (d) {
-  case ACC_F32: return ((const float *)buf)[i];
-  case ACC_F64: return ((const double *)buf)[i];
-  case ACC_F16: return acc_f16_to_f32(((const uint16_t *)buf)[i]);
-  case ACC_BF16: return acc_bf16_to_f32(((const uint16_t *)buf)[i]);
-  case ACC_I32: return ((const int32_t *)buf)[i];
-  case ACC_I64: return (double)((const int64_t *)buf)[i];
+  case ACC_F32:
+    return ((const float *)buf)[i];
+  case ACC_F64:
+    return ((const double *)buf)[i];
+  case ACC_F16:
+    return acc_f16_to_f32(((const uint16_t *)buf)[i]);
+  case ACC_BF16:
+    return acc_bf16_to_f32(((const uint16_t *)buf)[i]);
+  case ACC_I32:
+    return ((const int32_t *)buf)[i];
+  case ACC_I64:
+    return (double)((const int64_t *)buf)[i];
   }
   return 0;
 }
@@ -66,15 +86,21 @@ static double reference(acc_dtype_t d, acc_op_t op, int world, size_t i) {
   }
   unsigned char tmp[8];
   switch (op) {
-  case ACC_SUM: return (double)sum;
-  case ACC_MAX: return (double)mx;
-  case ACC_MIN: return (double)mn;
+  case ACC_SUM:
+    return (double)sum;
+  case ACC_MAX:
+    return (double)mx;
+  case ACC_MIN:
+    return (double)mn;
   case ACC_AVG:
     switch (d) {
-    case ACC_F32: return (double)((float)sum / (float)world);
-    case ACC_F64: return (double)sum / (double)world;
+    case ACC_F32:
+      return (double)((float)sum / (float)world);
+    case ACC_F64:
+      return (double)sum / (double)world;
     case ACC_I32:
-    case ACC_I64: return (double)(sum / world);
+    case ACC_I64:
+      return (double)(sum / world);
     default:
       put(tmp, d, 0, (double)((float)sum / (float)world));
       return get(tmp, d, 0);
@@ -142,8 +168,8 @@ static int run_rank(int rank, int world, void *arg) {
         ASSERT_OK(acc, acc_broadcast(acc, buf, n, d, root));
         for (size_t i = 0; i < n; i++)
           if (get(buf, d, i) != value(root, i))
-            RT_FAIL("rank %d root %d element %zu: got %.9g want %d", rank, root, i,
-                    get(buf, d, i), value(root, i));
+            RT_FAIL("rank %d root %d element %zu: got %.9g want %d", rank, root, i, get(buf, d, i),
+                    value(root, i));
         free(buf);
       }
     } else if (strcmp(job->coll, "all_gather") == 0) {

@@ -133,8 +133,8 @@ static void display_json(void) {
   const char *vega = "[1,2]";
   ASSERT_GT(nbf_display("application/vnd.vegalite.v5+json", vega, 5), 0);
   ev = one_event();
-  ASSERT_TRUE(json_is_array(json_object_get(json_object_get(ev, "data"),
-                                            "application/vnd.vegalite.v5+json")));
+  ASSERT_TRUE(json_is_array(
+      json_object_get(json_object_get(ev, "data"), "application/vnd.vegalite.v5+json")));
   json_decref(ev);
 }
 
@@ -210,8 +210,9 @@ static void invalid_utf8(void) {
   long id = nbf_display("text/plain", bad, sizeof bad);
   ASSERT_GT(id, 0);
   json_t *ev = one_event();
-  ASSERT_STREQ(sget(json_object_get(ev, "data"), "text/plain", NULL),
-               "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c");
+  ASSERT_STREQ(sget(json_object_get(ev, "data"), "text/plain", NULL), "a\xef\xbf\xbd"
+                                                                      "b\xef\xbf\xbd\xef\xbf\xbd"
+                                                                      "c");
   json_decref(ev);
 }
 
@@ -271,11 +272,16 @@ int main(int argc, char **argv) {
   struct {
     const char *name;
     void (*fn)(void);
-  } cases[] = {{"display_text", display_text}, {"display_png", display_png},
-               {"display_json", display_json}, {"bad_json", bad_json},
-               {"update", update},             {"clear_output", clear_output},
-               {"execute_result", execute_result}, {"bundle", bundle},
-               {"invalid_utf8", invalid_utf8}, {"no_kernel", no_kernel},
+  } cases[] = {{"display_text", display_text},
+               {"display_png", display_png},
+               {"display_json", display_json},
+               {"bad_json", bad_json},
+               {"update", update},
+               {"clear_output", clear_output},
+               {"execute_result", execute_result},
+               {"bundle", bundle},
+               {"invalid_utf8", invalid_utf8},
+               {"no_kernel", no_kernel},
                {"flush_order", flush_order}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     if (!strcmp(c, cases[i].name)) {

@@ -55,8 +55,8 @@ static void f16_rounding(void) {
   ASSERT_EQ(acc_f32_to_f16(65519.0f), 0x7bff);
   ASSERT_EQ(acc_f32_to_f16(65520.0f), 0x7c00); /* rounds to inf */
   ASSERT_EQ(acc_f32_to_f16(INFINITY), 0x7c00);
-  ASSERT_EQ(acc_f32_to_f16(5.9604645e-08f), 0x0001); /* smallest subnormal */
-  ASSERT_EQ(acc_f32_to_f16(2.9802322e-08f), 0x0000); /* exactly half of it: tie to even */
+  ASSERT_EQ(acc_f32_to_f16(5.9604645e-08f), 0x0001);     /* smallest subnormal */
+  ASSERT_EQ(acc_f32_to_f16(2.9802322e-08f), 0x0000);     /* exactly half of it: tie to even */
   ASSERT_EQ(acc_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie -> even */
   ASSERT_EQ(acc_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02); /* tie -> even (up) */
   ASSERT_EQ(acc_f32_to_f16(-0.0f), 0x8000);

@@ -33,8 +33,8 @@ static int run_rank(int rank, int world, void *arg) {
           const size_t *idx = acc_sampler_batch(s, k, &len);
           for (size_t i = 0; i < len; i++)
             vals[i] = (int64_t)idx[i]; /* "predictions" = sample ids */
-          size_t m = acc_gather_for_metrics(acc, vals, len, out, k + 1 == nb,
-                                            acc_sampler_dataset_size(s));
+          size_t m =
+              acc_gather_for_metrics(acc, vals, len, out, k + 1 == nb, acc_sampler_dataset_size(s));
           ASSERT_NE(m, (size_t)-1);
           ASSERT_LE(m, len * (size_t)world);
           for (size_t i = 0; i < m; i++) {
@@ -44,8 +44,8 @@ static int run_rank(int rank, int world, void *arg) {
           got += m;
         }
         if (got != n)
-          RT_FAIL("rank %d n=%zu batch=%zu shuffle=%d: gathered %zu samples, want %zu", rank, n,
-                  B, shuffle, got, n);
+          RT_FAIL("rank %d n=%zu batch=%zu shuffle=%d: gathered %zu samples, want %zu", rank, n, B,
+                  shuffle, got, n);
         for (size_t i = 0; i < n; i++)
           if (seen[i] != 1)
             RT_FAIL("rank %d n=%zu batch=%zu: sample %zu seen %u times", rank, n, B, i, seen[i]);

@@ -172,8 +172,8 @@ static int train_rank(int rank, int world, void *arg) {
     XT[i] = xt->u8[i] / 255.0f;
   const int sizes[] = {784, 256, 10};
   acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, (int)B);
-  acc_optim_t *o = acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), acc_mlp_num_params(m), 0.1f,
-                               0.9f, 0.0f);
+  acc_optim_t *o =
+      acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), acc_mlp_num_params(m), 0.1f, 0.9f, 0.0f);
   acc_sampler_t *s = acc_sampler_new(acc, N, B, 1, 0);
   float *xb = malloc(B * 784 * sizeof(float));
   int64_t yb[64];
@@ -209,8 +209,8 @@ static int train_rank(int rank, int world, void *arg) {
     acc_mlp_predict(m, pred);
     for (size_t i = 0; i < len; i++)
       hit[i] = pred[i] == yt->u8[idx[i]];
-    size_t k = acc_gather_for_metrics(acc, hit, len, all, b + 1 == acc_sampler_num_batches(ts),
-                                      10000);
+    size_t k =
+        acc_gather_for_metrics(acc, hit, len, all, b + 1 == acc_sampler_num_batches(ts), 10000);
     for (size_t i = 0; i < k; i++)
       correct += (size_t)all[i];
     seen += k;

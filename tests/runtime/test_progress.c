@@ -78,7 +78,8 @@ static void final_state(void) {
   json_t *ev = events();
   const char *txt = data_of(json_array_get(ev, json_array_size(ev) - 1), "text/plain");
   /* epoch 1 |█████     | 400/750 [00:00<00:00, 2666.7 it/s, loss=0.31] */
-  ASSERT_CONTAINS(txt, "epoch 1 |\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88     | 400/750 [00:00<00:00, ");
+  ASSERT_CONTAINS(txt, "epoch 1 |\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88     "
+                       "| 400/750 [00:00<00:00, ");
   ASSERT_CONTAINS(txt, " it/s, loss=0.31]");
   const char *html = data_of(json_array_get(ev, json_array_size(ev) - 1), "text/html");
   ASSERT_CONTAINS(html, "<progress value=\"400\" max=\"750\"");
