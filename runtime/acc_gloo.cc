@@ -14,6 +14,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -149,12 +150,24 @@ void acc_gloo_destroy(acc_gloo_t **g_p) {
     return;
   acc_gloo_t *g = *g_p;
   *g_p = nullptr;
+  /* Gloo's TCP event loop notices its end only at its next 10 ms epoll
+   * timeout, once for the pairs and once for the device: ~20 ms that a
+   * launched worker, which exits right after, would spend waiting. The
+   * teardown runs on a detached thread instead (the caller left the group
+   * after the final barrier, so no peer reads these connections). */
+  auto teardown = [g] {
+    try {
+      g->ctx.reset(); /* pairs first: they refer to the device */
+      g->dev.reset();
+    } catch (...) {
+    }
+    delete g;
+  };
   try {
-    g->ctx.reset(); /* pairs first: they refer to the device */
-    g->dev.reset();
+    std::thread(teardown).detach();
   } catch (...) {
+    teardown(); /* no thread could be started: wait for it here */
   }
-  delete g;
 }
 
 void acc_gloo_abort(acc_gloo_t *g) {

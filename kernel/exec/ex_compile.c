@@ -93,6 +93,7 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
     argv[argc++] = "-fPIC";
     argv[argc++] = "-shared";
     argv[argc++] = "-fdiagnostics-color=never";
+    argv[argc++] = "-pipe";
   }
   argv[argc++] = inc;
   argc = add_words(argv, argc, 100, tc->cflags, &we_c);
@@ -104,9 +105,12 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
   argv[argc++] = "-o";
   argv[argc++] = tmp;
   argv[argc++] = src;
+  /* No -lnbfork: the executor has libnbfork loaded in its global scope,
+   * where dlopen resolves the cell's references (linking it again costs
+   * ~10 ms per cell for the linker to walk its dependencies). The search
+   * path still serves %ldflags libraries installed beside it. */
   argv[argc++] = libp;
   argv[argc++] = rpath;
-  argv[argc++] = "-lnbfork";
   int base = argc;
   argc = add_words(argv, argc, 124, tc->ldflags, &we_l);
   if (argc < 0) {
