@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "acc_store.h"
+#include "ln_rdzv.h"
 #include "ln_worker.h"
 
 /* Time a worker gets between SIGTERM and SIGKILL when the group stops. */
@@ -95,9 +96,11 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
     signal_group(w, started, SIGTERM);
     stop_at = now_ms();
   }
-  struct pollfd *pfd = calloc((size_t)started * 3 + 1, sizeof *pfd);
-  ln_worker_t **owner = calloc((size_t)started * 3 + 1, sizeof *owner);
-  int *which = calloc((size_t)started * 3 + 1, sizeof *which);
+  struct pollfd *pfd = calloc((size_t)started * 4 + 1, sizeof *pfd);
+  ln_worker_t **owner = calloc((size_t)started * 4 + 1, sizeof *owner);
+  int *which = calloc((size_t)started * 4 + 1, sizeof *which);
+  ln_rdzv_t rdzv;
+  ln_rdzv_begin(&rdzv, o, restart);
   int monitor_ms = (int)(o->monitor_interval_s * 1000);
   if (monitor_ms < 1)
     monitor_ms = 1;
@@ -112,6 +115,11 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
           owner[np] = &w[i];
           which[np++] = s;
         }
+      if (!w[i].exited && w[i].pidfd >= 0) {
+        pfd[np] = (struct pollfd){w[i].pidfd, POLLIN, 0};
+        owner[np] = &w[i];
+        which[np++] = -1; /* exit: reaped below */
+      }
     }
     if (!alive && (np == 0 || (drain_until >= 0 && now_ms() > drain_until)))
       break;
@@ -120,7 +128,7 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
     int pr = poll(pfd, (nfds_t)np, monitor_ms);
     if (pr > 0) {
       for (int k = 0; k < np; k++)
-        if (pfd[k].revents & (POLLIN | POLLHUP | POLLERR))
+        if (which[k] >= 0 && (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
           ln_worker_read(owner[k], which[k], ctx->send_event);
     }
     for (int i = 0; i < started; i++)
@@ -144,6 +152,12 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
         signal_group(w, started, SIGTERM);
       }
     }
+    if (!stopping && result == LN_RUN_OK && ln_rdzv_poll(&rdzv, setup_error) != 0) {
+      result = LN_RUN_SETUP_FAILED; /* a node did not join in time */
+      stopping = 1;
+      stop_at = now_ms();
+      signal_group(w, started, SIGTERM);
+    }
     if (ctx->interrupted && *ctx->interrupted && !stopping) {
       result = LN_RUN_INTERRUPTED;
       stopping = 1;
@@ -158,6 +172,7 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   /* every worker is reaped here; close what the drain left open */
   for (int i = 0; i < started; i++)
     ln_worker_close(&w[i]);
+  ln_rdzv_end(&rdzv); /* its client's threads go before any re-fork */
   acc_store_server_stop(&srv);
   if (result == LN_RUN_FAILED) {
     size_t cap = 0;

@@ -26,6 +26,7 @@ typedef struct {
   char prefix[128];
   char *tail[LN_TAIL_LINES]; /* last stderr lines, ring */
   int tail_next;
+  int pidfd;       /* readable when the worker exits; -1 when unsupported */
   int exited, status, failed;
 } ln_worker_t;
 

@@ -56,8 +56,10 @@ acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dty
   if (on_device(acc, buf))
     return acc_nccl_all_reduce(acc, buf, count, dtype, op);
   char err[1024];
-  r = acc_gloo_all_reduce(acc->gloo, buf, count, acc_dtype_size(dtype), acc_reduce_get(dtype, op),
-                          err, sizeof err);
+  r = acc_gloo_all_reduce_cached(acc->gloo, buf, count, dtype, op, err, sizeof err);
+  if (r == ACC_ERR_UNSUPPORTED)
+    r = acc_gloo_all_reduce(acc->gloo, buf, count, acc_dtype_size(dtype),
+                            acc_reduce_get(dtype, op), err, sizeof err);
   if (r != ACC_OK)
     return gloo_failed(acc, r, err);
   if (op == ACC_AVG)

@@ -7,17 +7,22 @@
  */
 #include "acc_gloo.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -25,11 +30,25 @@
 
 #include "acc_gloo_store.h"
 
+/* One cached buffer-based all-reduce (see acc_gloo_all_reduce_cached). */
+struct acc_gloo_cached {
+  void *buf;
+  size_t count;
+  acc_dtype_t dtype;
+  acc_op_t op;
+  std::unique_ptr<gloo::Algorithm> algo;
+};
+
 struct acc_gloo {
   std::shared_ptr<gloo::transport::Device> dev;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::chrono::milliseconds timeout{300000};
+  std::vector<acc_gloo_cached> cache; /* most recently used last */
 };
+
+/* Cached algorithms per group: a training loop all-reduces one or two
+ * buffers over and over; a few more cover metrics. */
+static const size_t kCachedAlgorithms = 8;
 
 namespace {
 
@@ -109,6 +128,16 @@ template <typename T> void run_allreduce(acc_gloo_t *g, void *buf, size_t count,
   gloo::allreduce(opts);
 }
 
+template <typename T>
+std::unique_ptr<gloo::Algorithm> make_hd(acc_gloo_t *g, void *buf, size_t count, acc_op_t op) {
+  const gloo::ReductionFunction<T> *fn = op == ACC_MAX   ? gloo::ReductionFunction<T>::max
+                                         : op == ACC_MIN ? gloo::ReductionFunction<T>::min
+                                                         : gloo::ReductionFunction<T>::sum;
+  std::vector<T *> ptrs{static_cast<T *>(buf)};
+  return std::unique_ptr<gloo::Algorithm>(
+      new gloo::AllreduceHalvingDoubling<T>(g->ctx, ptrs, static_cast<int>(count), fn));
+}
+
 } // namespace
 
 extern "C" {
@@ -157,7 +186,8 @@ void acc_gloo_destroy(acc_gloo_t **g_p) {
    * after the final barrier, so no peer reads these connections). */
   auto teardown = [g] {
     try {
-      g->ctx.reset(); /* pairs first: they refer to the device */
+      g->cache.clear(); /* algorithms hold buffers of the pairs */
+      g->ctx.reset();   /* pairs first: they refer to the device */
       g->dev.reset();
     } catch (...) {
     }
@@ -204,6 +234,40 @@ acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t 
     default:
       throw std::invalid_argument("unsupported element size");
     }
+  });
+}
+
+
+acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count,
+                                                   acc_dtype_t dtype, acc_op_t op, char *err,
+                                                   size_t errlen) {
+  if (count == 0 || count > (size_t)INT32_MAX || dtype == ACC_F16 || dtype == ACC_BF16)
+    return ACC_ERR_UNSUPPORTED;
+  std::string what = "all-reduce of " + std::to_string(count) + " elements";
+  return guard(g, what.c_str(), err, errlen, [&] {
+    auto &cache = g->cache;
+    size_t i = 0;
+    for (; i < cache.size(); i++)
+      if (cache[i].buf == buf && cache[i].count == count && cache[i].dtype == dtype &&
+          cache[i].op == op)
+        break;
+    if (i == cache.size()) {
+      if (cache.size() == kCachedAlgorithms)
+        cache.erase(cache.begin()); /* least recently used: same choice on every rank */
+      acc_gloo_cached c{buf, count, dtype, op, nullptr};
+      switch (dtype) {
+      case ACC_F32: c.algo = make_hd<float>(g, buf, count, op); break;
+      case ACC_F64: c.algo = make_hd<double>(g, buf, count, op); break;
+      case ACC_I32: c.algo = make_hd<int32_t>(g, buf, count, op); break;
+      default: c.algo = make_hd<int64_t>(g, buf, count, op); break;
+      }
+      cache.push_back(std::move(c));
+      i = cache.size() - 1;
+    } else if (i + 1 != cache.size()) {
+      std::rotate(cache.begin() + (long)i, cache.begin() + (long)i + 1, cache.end());
+      i = cache.size() - 1;
+    }
+    cache[i].algo->run();
   });
 }
 

@@ -177,6 +177,42 @@ class LauncherTests(unittest.TestCase):
         self.assertIn("pass another port", "\n".join(errs[0]["traceback"]))
 
 
+class RendezvousTimeoutTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.k = h.Kernel()
+        reply, out = cls.k.execute(DEFS)
+        assert reply["status"] == "ok", h.errors(out)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.k.close()
+
+    def test_missing_node_is_named(self):
+        t0 = time.time()
+        reply, out = self.k.execute(
+            "%%launch reduce_ones() num_processes=1 num_nodes=3 node_rank=0 use_port=%d "
+            "rdzv_timeout=2 rdzv_id=lonely" % h.free_port())
+        self.assertLess(time.time() - t0, 8)
+        errs = h.errors(out)
+        self.assertEqual(len(errs), 1)
+        self.assertEqual(errs[0]["ename"], "LaunchError")
+        self.assertIn("nodes 1, 2 of num_nodes=3 did not join within rdzv_timeout=2 s",
+                      errs[0]["evalue"])
+
+    def test_master_unreachable(self):
+        reply, out = self.k.execute(
+            "%%launch reduce_ones() num_processes=1 num_nodes=2 node_rank=1 use_port=%d "
+            "rdzv_timeout=2" % h.free_port())
+        errs = h.errors(out)
+        self.assertEqual(errs[0]["ename"], "LaunchError")
+        self.assertIn("node 0's store at 127.0.0.1", errs[0]["evalue"])
+        # and the kernel is usable at once
+        reply, out = self.k.execute("%%launch reduce_ones() num_processes=2 use_port=%d" %
+                                    h.free_port())
+        self.assertEqual(reply["status"], "ok", h.errors(out))
+
+
 class TwoNodeTests(unittest.TestCase):
     def test_two_kernels_two_nodes(self):
         a, b = h.Kernel(), h.Kernel()
