@@ -122,6 +122,18 @@ def run_torch(world, epochs):
 
 # ---------------------------------------------------------------- nbfork
 
+MAPS_CELL = r"""
+#include <stdio.h>
+#include <string.h>
+{
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[1024];
+    while (maps && fgets(line, sizeof line, maps))
+        if (strstr(line, "blas") && strchr(line, '/')) printf("%s", strchr(line, '/'));
+    if (maps) fclose(maps);
+}
+"""
+
 def run_nbfork(world, epochs):
     import json
     import nbf_harness as h
@@ -140,8 +152,10 @@ def run_nbfork(world, epochs):
         assert reply["status"] == "ok", h.errors(out)
         text = h.stream_text(out)
         accs = re.findall(r"epoch \d+: (\d+\.\d+)", text)
-        exe = [int(p) for p in os.popen("pgrep -f nbfork-executor").read().split()]
-        blas = blas_of(exe[-1]) if exe else "?"
+        # the workers are forks of the executor: its mappings are theirs
+        reply, out = k.execute(MAPS_CELL)
+        libs = {os.path.realpath(l.strip()) for l in h.stream_text(out).splitlines() if l.strip()}
+        blas = ", ".join(sorted(libs)) or "(none mapped)"
         return wall, float(accs[-1]), blas, 48000
     finally:
         k.close()
