@@ -51,6 +51,9 @@ class BrowserTest(unittest.TestCase):
                    JUPYTER_CONFIG_DIR=os.path.join(self.tmp, "cfg"),
                    JUPYTER_RUNTIME_DIR=os.path.join(self.tmp, "rt"))
         self.log = open(os.path.join(self.tmp, "server.log"), "w")
+        self.driver = None
+        # cleanups run even when setUp fails half-way (tearDown would not)
+        self.addCleanup(self.cleanup)
         self.server = subprocess.Popen(
             ["jupyter-notebook", "--no-browser", "--ip=127.0.0.1", "--port=%d" % self.port,
              "--NotebookApp.token=" + self.token, "--allow-root",
@@ -73,9 +76,10 @@ class BrowserTest(unittest.TestCase):
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER),
                                        options=opts)
 
-    def tearDown(self):
+    def cleanup(self):
         try:
-            self.driver.quit()
+            if self.driver:
+                self.driver.quit()
         finally:
             self.server.terminate()
             self.server.wait(10)
