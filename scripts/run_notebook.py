@@ -9,7 +9,9 @@ printed), 2 on bad usage. Rich outputs (progress bars, charts) are shown
 by their text/plain form, updated in place on a terminal.
 """
 import argparse
+import re
 import sys
+import time
 
 import nbformat
 from nbclient import NotebookClient
@@ -30,6 +32,23 @@ class LiveClient(NotebookClient):
 
 
 _last_was_update = False
+_shown = {}  # display_id -> (text, time) of what was last printed for it
+
+
+def _worth_printing(msg, text):
+    """On a terminal every update redraws the line; in a log, print an
+    update of a display only when it changed and is complete ("N/N") or
+    2 s passed since its last line, so a progress bar does not flood it."""
+    did = msg["content"].get("transient", {}).get("display_id")
+    last_text, last_t = _shown.get(did, (None, 0.0))
+    if text == last_text:
+        return False
+    now = time.time()
+    if msg["msg_type"] == "update_display_data" and not sys.stdout.isatty():
+        if not re.search(r"\b(\d+)/\1\b", text) and now - last_t < 2.0:
+            return False
+    _shown[did] = (text, now)
+    return True
 
 
 def show(msg):
@@ -40,11 +59,10 @@ def show(msg):
         text = c["text"]
     elif kind in ("display_data", "update_display_data", "execute_result"):
         data = c.get("data", {})
-        if "text/plain" in data:
-            text = data["text/plain"]
-        elif "image/svg+xml" in data or "image/png" in data:
+        if "text/plain" not in data:
             return  # a chart: nothing to print on a terminal
-        else:
+        text = data["text/plain"]
+        if kind != "execute_result" and not _worth_printing(msg, text):
             return
         if kind == "update_display_data" and sys.stdout.isatty():
             sys.stdout.write("\r\x1b[K" + text)
