@@ -42,6 +42,12 @@ int flaky(void) {
     return 0;
 }
 void forever(void) { while (1) sleep(1); }
+int chatty(void) {
+    for (int i = 0; i < 5; i++) { printf("rank %d line %d\n", rank_env(), i); fflush(stdout); usleep(20000); }
+    fprintf(stderr, "rank %d done\n", rank_env());
+    sleep(1);  /* the lines must reach the notebook before this ends */
+    return 0;
+}
 int reduce_ones(void) {
     acc_t *acc = acc_new(NULL);
     if (!acc) return 1;
@@ -80,6 +86,27 @@ class LauncherTests(unittest.TestCase):
         for r, line in enumerate(lines):
             self.assertIn("rank=%d local=%d world=3 lws=3 node=0 addr=127.0.0.1" % (r, r), line)
             self.assertIn("mp=bf16 magic=42", line)
+
+    def test_live_output_in_order_per_rank(self):
+        port = h.free_port()
+        msg_id = self.k.kc.execute("%%launch chatty() num_processes=2 use_port=%d" % port)
+        seen, t_line, t_idle = "", None, None
+        while t_idle is None:
+            m = self.k.kc.get_iopub_msg(timeout=30)
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            if m["msg_type"] == "stream" and m["content"]["name"] == "stdout":
+                seen += m["content"]["text"]
+                if "line 4" in seen and t_line is None and seen.count("line 4") == 2:
+                    t_line = time.time()
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                t_idle = time.time()
+        self.k.kc.get_shell_msg(timeout=30)
+        self.assertIsNotNone(t_line, seen)
+        self.assertGreater(t_idle - t_line, 0.5, "worker output was not forwarded live")
+        for r in (0, 1):
+            lines = [l for l in seen.splitlines() if l.startswith("rank %d line" % r)]
+            self.assertEqual(lines, ["rank %d line %d" % (r, i) for i in range(5)])
 
     def test_prefix_template(self):
         reply, out = self.launch("show()", "log_line_prefix_template='[rank{rank}]: '")
