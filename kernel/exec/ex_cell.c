@@ -4,6 +4,7 @@
  */
 #include "ex_cell.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,8 +17,12 @@
 #define TAG_PLACEHOLDER "@NBFTAG@"
 
 typedef struct {
-  char *key;  /* "sym:NAME", "type:NAME", "macro:NAME", "proto:NAME", "pp:TEXT" */
-  char *text; /* what the prelude of later cells contains for it */
+  char *key;   /* "sym:NAME", "type:NAME", "macro:NAME", "proto:NAME", "pp:TEXT" */
+  char *text;  /* what the prelude of later cells contains for it */
+  char *decl;  /* as shown by inspect (NULL for "pp:" entries) */
+  char *doc;   /* doc comment or NULL */
+  char *label; /* defining cell */
+  const char *kind;
 } entry_t;
 
 struct ex_cell_state {
@@ -29,14 +34,20 @@ struct ex_cell_state {
 
 ex_cell_state_t *ex_cell_state_new(void) { return calloc(1, sizeof(ex_cell_state_t)); }
 
+static void entry_free(entry_t *e) {
+  free(e->key);
+  free(e->text);
+  free(e->decl);
+  free(e->doc);
+  free(e->label);
+}
+
 void ex_cell_state_destroy(ex_cell_state_t **st_p) {
   if (!st_p || !*st_p)
     return;
   ex_cell_state_t *st = *st_p;
-  for (size_t i = 0; i < st->n; i++) {
-    free(st->entries[i].key);
-    free(st->entries[i].text);
-  }
+  for (size_t i = 0; i < st->n; i++)
+    entry_free(&st->entries[i]);
   free(st->entries);
   for (size_t i = 0; i < st->ntypedefs; i++)
     free(st->typedefs[i]);
@@ -51,6 +62,26 @@ int ex_cell_is_type(const char *name, void *ctx) {
     if (strcmp(st->typedefs[i], name) == 0)
       return 1;
   return 0;
+}
+
+/* FNV-1a over `s`, leaving out `#line` marker lines: they name the cell
+ * by its execution count, which must not defeat the compile cache. */
+static uint64_t unit_hash(const char *s, uint64_t h) {
+  int bol = 1;
+  while (*s) {
+    if (bol && strncmp(s, "#line ", 6) == 0) {
+      const char *nl = strchr(s, '\n');
+      if (!nl)
+        break;
+      s = nl + 1;
+      continue;
+    }
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ULL;
+    bol = *s == '\n';
+    s++;
+  }
+  return h;
 }
 
 static uint64_t fnv1a(const char *s, uint64_t h) {
@@ -68,6 +99,23 @@ static char *concat(const char *a, const char *b) {
     memcpy(r, a, la);
     memcpy(r + la, b, lb + 1);
   }
+  return r;
+}
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...) {
+  va_list ap;
+  va_start(ap, f);
+  int n = vsnprintf(NULL, 0, f, ap);
+  va_end(ap);
+  if (n < 0)
+    return NULL;
+  char *r = malloc((size_t)n + 1);
+  if (!r)
+    return NULL;
+  va_start(ap, f);
+  vsnprintf(r, (size_t)n + 1, f, ap);
+  va_end(ap);
   return r;
 }
 
@@ -90,24 +138,35 @@ static char *chunk_key(const ex_chunk_t *k) {
 }
 
 /* Does this cell define `key` (so earlier prelude text for it is left
- * out)? "sym:X" and "proto:X" shadow each other. */
+ * out)? A definition (function or variable) shadows both "sym:X" and
+ * "proto:X"; a prototype shadows only an earlier prototype: the earlier
+ * definition's declaration (with its versioned label) stays, and the
+ * cell's prototype merely repeats it. */
 static int cell_defines(const ex_split_t *sp, const char *key) {
+  int is_sym = strncmp(key, "sym:", 4) == 0, is_proto = strncmp(key, "proto:", 6) == 0;
+  const char *kname = strchr(key, ':') + 1;
   for (size_t i = 0; i < sp->count; i++) {
     const ex_chunk_t *k = &sp->chunks[i];
-    if (k->kind == EX_CHUNK_VARIABLE && !k->is_extern) {
+    if (k->kind == EX_CHUNK_VARIABLE) {
+      if (k->is_extern || !(is_sym || is_proto))
+        continue;
       for (size_t d = 0; d < k->ndecls; d++)
-        if ((strncmp(key, "sym:", 4) == 0 || strncmp(key, "proto:", 6) == 0) &&
-            strcmp(strchr(key, ':') + 1, k->decls[d].name) == 0)
+        if (strcmp(kname, k->decls[d].name) == 0)
           return 1;
       continue;
     }
-    char *ck = chunk_key(k);
-    if (!ck)
+    if (k->kind == EX_CHUNK_FUNCTION && (is_sym || is_proto)) {
+      if (strcmp(kname, k->name) == 0)
+        return 1;
       continue;
-    int same = strcmp(ck, key) == 0;
-    if (!same && (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_PROTOTYPE) &&
-        (strncmp(key, "sym:", 4) == 0 || strncmp(key, "proto:", 6) == 0))
-      same = strcmp(strchr(key, ':') + 1, k->name) == 0;
+    }
+    if (k->kind == EX_CHUNK_PROTOTYPE) {
+      if (is_proto && strcmp(kname, k->name) == 0)
+        return 1;
+      continue;
+    }
+    char *ck = chunk_key(k);
+    int same = ck && strcmp(ck, key) == 0;
     free(ck);
     if (same)
       return 1;
@@ -123,54 +182,159 @@ static int cell_defines_function(const ex_split_t *sp, const char *name) {
   return 0;
 }
 
-/* A declarator whose initializer must stay a static initializer: braced
- * lists, arrays, and const objects (assignment would be illegal). */
-static int static_init(const ex_chunk_t *k, const ex_declarator_t *d) {
-  if (d->init_braced || strchr(d->declarator, '['))
-    return 1;
-  if (strchr(d->declarator, '*'))
-    return 0;
-  const char *p = k->specifiers;
-  while ((p = strstr(p, "const")) != NULL) {
-    int start = p == k->specifiers || p[-1] == ' ';
-    int end = p[5] == 0 || p[5] == ' ';
+/* Does `text` contain `word` as a whole identifier? */
+static int has_word(const char *text, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = text; (p = strstr(p, word)) != NULL; p += n) {
+    int start = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+    int end = !(isalnum((unsigned char)p[n]) || p[n] == '_');
     if (start && end)
       return 1;
-    p += 5;
   }
   return 0;
 }
 
-/* Helpers that print a cell's last expression as Jupyter execute_result
- * (text/plain). Doubles print in the shortest form that reads back equal. */
+/* Is the declared object itself const (`const int k`, `int *const p`),
+ * as opposed to a pointer to const (`const char *s`)? */
+static int object_is_const(const ex_chunk_t *k, const ex_declarator_t *d) {
+  const char *star = strrchr(d->declarator, '*');
+  if (!star)
+    return has_word(k->specifiers, "const");
+  return has_word(star + 1, "const");
+}
+
+typedef enum {
+  INIT_NONE,    /* no initializer: zero                                    */
+  INIT_STATIC,  /* braced list or array: a static initializer              */
+  INIT_CONST,   /* const object: a static initializer, never reset         */
+  INIT_RUNTIME  /* assigned when the cell runs (may call functions)        */
+} init_kind_t;
+
+static init_kind_t init_kind(const ex_chunk_t *k, const ex_declarator_t *d) {
+  if (object_is_const(k, d))
+    return INIT_CONST;
+  if (!d->init)
+    return INIT_NONE;
+  if (d->init_braced || strchr(d->declarator, '['))
+    return INIT_STATIC;
+  return INIT_RUNTIME;
+}
+
+/* Helpers that show a cell's last expression as Jupyter execute_result
+ * (text/plain): integers in decimal, floating point in the shortest form
+ * that reads back equal, `char *` as a quoted C string, other pointers in
+ * hex, structs by size. They declare the libc functions they call under
+ * private names (asm labels), so a cell needs no header and its own names
+ * never clash with them. C dispatches with _Generic; C++ (%%cuda cells)
+ * with overloads. A void expression shows nothing. */
 static const char show_helpers[] =
-    "#include <stdio.h>\n"
-    "#include <stdlib.h>\n"
-    "static void __nbf_show_ll(long long v){char b[32];snprintf(b,sizeof b,\"%lld\",v);"
+    "#define __NBF_U __attribute__((unused))\n"
+    "extern int __nbf_snprintf(char *, __SIZE_TYPE__, const char *, ...) __asm__(\"snprintf\");\n"
+    "extern double __nbf_strtod(const char *, char **) __asm__(\"strtod\");\n"
+    "extern float __nbf_strtof(const char *, char **) __asm__(\"strtof\");\n"
+    "static __NBF_U void __nbf_show_ll(long long v){char b[32];"
+    "__nbf_snprintf(b,sizeof b,\"%lld\",v);nbf__execute_result(b);}\n"
+    "static __NBF_U void __nbf_show_ull(unsigned long long v){char b[32];"
+    "__nbf_snprintf(b,sizeof b,\"%llu\",v);nbf__execute_result(b);}\n"
+    "static __NBF_U void __nbf_show_d(double v){char b[40];for(int p=1;p<=17;p++){"
+    "__nbf_snprintf(b,sizeof b,\"%.*g\",p,v);if(__nbf_strtod(b,0)==v)break;}"
     "nbf__execute_result(b);}\n"
-    "static void __nbf_show_ull(unsigned long long v){char b[32];snprintf(b,sizeof b,\"%llu\",v);"
+    "static __NBF_U void __nbf_show_f(float v){char b[40];for(int p=1;p<=9;p++){"
+    "__nbf_snprintf(b,sizeof b,\"%.*g\",p,(double)v);if(__nbf_strtof(b,0)==v)break;}"
     "nbf__execute_result(b);}\n"
-    "static void __nbf_show_d(double v){char b[40];for(int p=1;p<=17;p++){snprintf(b,sizeof b,"
-    "\"%.*g\",p,v);if(strtod(b,0)==v)break;}nbf__execute_result(b);}\n"
-    "static void __nbf_show_f(float v){char b[40];for(int p=1;p<=9;p++){snprintf(b,sizeof b,"
-    "\"%.*g\",p,(double)v);if(strtof(b,0)==v)break;}nbf__execute_result(b);}\n"
-    "static void __nbf_show_ld(long double v){char b[64];snprintf(b,sizeof b,\"%Lg\",v);"
+    "static __NBF_U void __nbf_show_ld(long double v){char b[64];"
+    "__nbf_snprintf(b,sizeof b,\"%Lg\",v);nbf__execute_result(b);}\n"
+    "static __NBF_U void __nbf_show_bool(int v){nbf__execute_result(v?\"true\":\"false\");}\n"
+    "static __NBF_U void __nbf_show_char(char v){char b[32];"
+    "if(v>=32&&v<127)__nbf_snprintf(b,sizeof b,\"'%c' (%d)\",v,v);"
+    "else __nbf_snprintf(b,sizeof b,\"%d\",v);nbf__execute_result(b);}\n"
+    "static __NBF_U void __nbf_show_str(const char *s){if(!s){nbf__execute_result(\"NULL\");"
+    "return;}__SIZE_TYPE__ n=0;while(s[n])n++;char *b=(char *)__builtin_malloc(4*n+3);"
+    "if(!b)return;__SIZE_TYPE__ o=0;b[o++]='\"';for(__SIZE_TYPE__ i=0;i<n;i++){"
+    "unsigned char c=(unsigned char)s[i];if(c=='\"'||c=='\\\\'){b[o++]='\\\\';b[o++]=(char)c;}"
+    "else if(c=='\\n'){b[o++]='\\\\';b[o++]='n';}else if(c=='\\t'){b[o++]='\\\\';b[o++]='t';}"
+    "else if(c<32||c==127){__nbf_snprintf(b+o,5,\"\\\\x%02x\",c);o+=4;}else b[o++]=(char)c;}"
+    "b[o++]='\"';b[o]=0;nbf__execute_result(b);__builtin_free(b);}\n"
+    "static __NBF_U void __nbf_show_ptr(const void *p){char b[32];"
+    "if(p)__nbf_snprintf(b,sizeof b,\"%p\",p);else __nbf_snprintf(b,sizeof b,\"NULL\");"
     "nbf__execute_result(b);}\n"
-    "static void __nbf_show_bool(_Bool v){nbf__execute_result(v?\"true\":\"false\");}\n"
-    "static void __nbf_show_char(char v){char b[32];snprintf(b,sizeof b,\"'%c' (%d)\",v,v);"
+    "static __NBF_U void __nbf_show_obj(__SIZE_TYPE__ size){char b[64];"
+    "__nbf_snprintf(b,sizeof b,\"<%zu-byte value>\",(__SIZE_TYPE__)size);"
     "nbf__execute_result(b);}\n"
-    "static void __nbf_show_str(const char *s){if(!s){nbf__execute_result(\"NULL\");return;}"
-    "size_t n=0;while(s[n])n++;char *b=malloc(n+3);if(!b)return;b[0]='\"';for(size_t i=0;i<n;i++)"
-    "b[i+1]=s[i];b[n+1]='\"';b[n+2]=0;nbf__execute_result(b);free(b);}\n"
-    "static void __nbf_show_ptr(const void *p){char b[32];if(p)snprintf(b,sizeof b,\"%p\",p);"
-    "else snprintf(b,sizeof b,\"NULL\");nbf__execute_result(b);}\n"
-    "#define __nbf_show(x) _Generic((x), _Bool: __nbf_show_bool, char: __nbf_show_char, "
-    "signed char: __nbf_show_ll, unsigned char: __nbf_show_ull, short: __nbf_show_ll, "
-    "unsigned short: __nbf_show_ull, int: __nbf_show_ll, unsigned: __nbf_show_ull, "
-    "long: __nbf_show_ll, unsigned long: __nbf_show_ull, long long: __nbf_show_ll, "
-    "unsigned long long: __nbf_show_ull, float: __nbf_show_f, double: __nbf_show_d, "
-    "long double: __nbf_show_ld, char *: __nbf_show_str, const char *: __nbf_show_str, "
-    "default: __nbf_show_ptr)(x)\n";
+    "#ifndef __cplusplus\n"
+    /* every C shower takes (type class, size, value) so _Generic's default
+     * can be variadic and receive structs too */
+    "#define __NBF_SHOW_AS(name, T, f) static __NBF_U void name(int c, __SIZE_TYPE__ n, T v)"
+    "{(void)c;(void)n;f(v);}\n"
+    "__NBF_SHOW_AS(__nbf_c_bool, _Bool, __nbf_show_bool)\n"
+    "__NBF_SHOW_AS(__nbf_c_char, char, __nbf_show_char)\n"
+    "__NBF_SHOW_AS(__nbf_c_ll, long long, __nbf_show_ll)\n"
+    "__NBF_SHOW_AS(__nbf_c_ull, unsigned long long, __nbf_show_ull)\n"
+    "__NBF_SHOW_AS(__nbf_c_f, float, __nbf_show_f)\n"
+    "__NBF_SHOW_AS(__nbf_c_d, double, __nbf_show_d)\n"
+    "__NBF_SHOW_AS(__nbf_c_ld, long double, __nbf_show_ld)\n"
+    "__NBF_SHOW_AS(__nbf_c_str, const char *, __nbf_show_str)\n"
+    "static __NBF_U void __nbf_c_u128(int c, __SIZE_TYPE__ n, unsigned __int128 u){"
+    "(void)c;(void)n;char b[48];int i=47;b[i]=0;do{b[--i]=(char)('0'+(int)(u%10));u/=10;}"
+    "while(u);nbf__execute_result(b+i);}\n"
+    "static __NBF_U void __nbf_c_i128(int c, __SIZE_TYPE__ n, __int128 v){"
+    "(void)c;(void)n;char b[48];int i=47;unsigned __int128 u=v<0?-(unsigned __int128)v:"
+    "(unsigned __int128)v;b[i]=0;do{b[--i]=(char)('0'+(int)(u%10));u/=10;}while(u);"
+    "if(v<0)b[--i]='-';nbf__execute_result(b+i);}\n"
+    "static __NBF_U void __nbf_c_other(int c, __SIZE_TYPE__ n, ...){"
+    "__builtin_va_list ap;__builtin_va_start(ap,n);"
+    "if(c==5)__nbf_show_ptr(__builtin_va_arg(ap,void *));"
+    "else __nbf_show_obj(n);__builtin_va_end(ap);}\n"
+    "#define __nbf_isvoid(x) __builtin_types_compatible_p(__typeof__(x), void)\n"
+    "#define __nbf_show(x) __builtin_choose_expr(__nbf_isvoid(x), (void)(x), "
+    "__nbf_show1(__builtin_choose_expr(__nbf_isvoid(x), 0, (x))))\n"
+    "#define __nbf_show1(y) ({ __auto_type __nbf_v = (y); _Generic(__nbf_v, "
+    "_Bool: __nbf_c_bool, char: __nbf_c_char, signed char: __nbf_c_ll, "
+    "unsigned char: __nbf_c_ull, short: __nbf_c_ll, unsigned short: __nbf_c_ull, "
+    "int: __nbf_c_ll, unsigned: __nbf_c_ull, long: __nbf_c_ll, unsigned long: __nbf_c_ull, "
+    "long long: __nbf_c_ll, unsigned long long: __nbf_c_ull, float: __nbf_c_f, "
+    "double: __nbf_c_d, long double: __nbf_c_ld, char *: __nbf_c_str, "
+    "const char *: __nbf_c_str, __int128: __nbf_c_i128, unsigned __int128: __nbf_c_u128, "
+    "default: __nbf_c_other)"
+    "(__builtin_classify_type(__nbf_v), sizeof __nbf_v, __nbf_v); })\n"
+    "#else\n"
+    "static __NBF_U void __nbf_show_cxx(bool v){__nbf_show_bool(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(char v){__nbf_show_char(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(signed char v){__nbf_show_ll(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(unsigned char v){__nbf_show_ull(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(short v){__nbf_show_ll(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(unsigned short v){__nbf_show_ull(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(int v){__nbf_show_ll(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(unsigned v){__nbf_show_ull(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(long v){__nbf_show_ll(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(unsigned long v){__nbf_show_ull(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(long long v){__nbf_show_ll(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(unsigned long long v){__nbf_show_ull(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(float v){__nbf_show_f(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(double v){__nbf_show_d(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(long double v){__nbf_show_ld(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(char *v){__nbf_show_str(v);}\n"
+    "static __NBF_U void __nbf_show_cxx(const char *v){__nbf_show_str(v);}\n"
+    "template <class T> static __NBF_U void __nbf_show_cxx(T *p){__nbf_show_ptr((const void *)p);}\n"
+    "template <class T> static __NBF_U void __nbf_show_cxx(const T &){__nbf_show_obj(sizeof(T));}\n"
+    "static __NBF_U void __nbf_show_any(__nbf_tag) {}\n"
+    "template <class T> static __NBF_U void __nbf_show_any(__nbf_box<T> b){__nbf_show_cxx(*b.p);}\n"
+    "#define __nbf_show(x) __nbf_show_any(((x), __nbf_tag()))\n"
+    "#endif\n";
+
+/* C++ only: `(EXPR, __nbf_tag())` is the built-in comma (a tag) when EXPR
+ * is void, else our operator (a box pointing at the value): overloads on
+ * the result tell the two apart. Used to show values and by launch thunks. */
+static const char cxx_support[] =
+    "#ifdef __cplusplus\n"
+    "struct __nbf_tag {};\n"
+    "template <class T> struct __nbf_box { const T *p; };\n"
+    "template <class T> static __attribute__((unused)) __nbf_box<T> operator,(const T &v, "
+    "__nbf_tag) { __nbf_box<T> b = {&v}; return b; }\n"
+    "static __attribute__((unused)) int __nbf_launch_int(__nbf_tag) { return 0; }\n"
+    "template <class T> static __attribute__((unused)) int __nbf_launch_int(__nbf_box<T> b) "
+    "{ return (int)*b.p; }\n"
+    "#endif\n";
 
 /* Replace every TAG_PLACEHOLDER in src with tag (caller frees). */
 static char *fill_tag(const char *src, const char *tag) {
@@ -190,14 +354,15 @@ oom:
   return NULL;
 }
 
-int ex_cell_generate(ex_cell_state_t *st, const char *code, const char *label,
+int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
                      const char *launch_call, const char *salt, ex_cell_unit_t *out, char *err,
                      size_t errlen) {
   memset(out, 0, sizeof *out);
-  if (ex_split(code, ex_cell_is_type, st, &out->split, err, errlen))
+  if (ex_split(code, cxx ? EX_SPLIT_CXX : 0, ex_cell_is_type, st, &out->split, err, errlen))
     return -1;
+  out->cxx = cxx;
   const ex_split_t *sp = &out->split;
-  ex_buf_t src = {0}, run = {0};
+  ex_buf_t src = {0}, run = {0}, reset = {0};
   int ok = 1, has_expr = 0;
 
   ok &= !ex_buf_puts(&src, "/* generated by nbfork from a notebook cell */\n"
@@ -212,6 +377,7 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, const char *label,
     switch (k->kind) {
     case EX_CHUNK_PREPROC:
     case EX_CHUNK_TYPE:
+    case EX_CHUNK_VERBATIM:
       ok &= !ex_buf_printf(&src, "#line %d \"%s\"\n%s\n", k->line, label, k->text);
       break;
     case EX_CHUNK_PROTOTYPE: {
@@ -239,16 +405,26 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, const char *label,
       }
       for (size_t d = 0; d < k->ndecls; d++) {
         const ex_declarator_t *dd = &k->decls[d];
-        int si = dd->init && static_init(k, dd);
+        init_kind_t ik = init_kind(k, dd);
+        int si = dd->init && ik != INIT_RUNTIME;
         ok &= !ex_buf_printf(&src, "#line %d \"%s\"\n%s %s __asm__(\"%s__c" TAG_PLACEHOLDER "\")%s%s;\n",
                              k->line, label, k->specifiers, dd->declarator, dd->name,
                              si ? " = " : "", si ? dd->init : "");
-        if (dd->init && !si)
+        if (ik == INIT_RUNTIME)
           /* through a local, so braced macros (ACC_CONFIG_INIT) and
            * struct-valued calls both work as initializers */
           ok &= !ex_buf_printf(&run,
                                "#line %d \"%s\"\n{ __typeof__(%s) __nbf_init = %s; %s = __nbf_init; }\n",
                                k->line, label, dd->name, dd->init, dd->name);
+        else if (ik == INIT_NONE && !strstr(dd->declarator, "[]"))
+          ok &= !ex_buf_printf(&reset,
+                               "#line %d \"%s\"\n__builtin_memset((void *)&%s, 0, sizeof %s);\n",
+                               k->line, label, dd->name, dd->name);
+        else if (ik == INIT_STATIC)
+          ok &= !ex_buf_printf(&reset,
+                               "#line %d \"%s\"\n{ static const __typeof__(%s) __nbf_i = %s; "
+                               "__builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n",
+                               k->line, label, dd->name, dd->init, dd->name, dd->name);
       }
       break;
     case EX_CHUNK_STATEMENT:
@@ -260,28 +436,43 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, const char *label,
       break;
     }
   }
+  if (has_expr || launch_call)
+    ok &= !ex_buf_printf(&src, "#line 1 \"<nbfork>\"\n%s", cxx_support);
   if (has_expr)
-    ok &= !ex_buf_printf(&src, "#line 1 \"<nbfork>\"\n%s", show_helpers);
-  ok &= !ex_buf_printf(&src, "#line 1 \"<nbfork>\"\nvoid __nbf_run_" TAG_PLACEHOLDER "(void) {\n%s}\n",
-                       run.data ? run.data : "");
+    ok &= !ex_buf_puts(&src, show_helpers);
+  /* The run function. A cell that runs again from the compile cache
+   * (same shared object, already loaded) first resets its globals. */
+  ok &= !ex_buf_puts(&src, "#line 1 \"<nbfork>\"\n#ifdef __cplusplus\nextern \"C\"\n#endif\n"
+                           "void __nbf_run_" TAG_PLACEHOLDER "(void) {\n");
+  if (reset.len)
+    ok &= !ex_buf_printf(&src, "static int __nbf_ran;\nif (__nbf_ran++) {\n%s#line 1 \"<nbfork>\"\n}\n",
+                         reset.data);
+  ok &= !ex_buf_printf(&src, "%s}\n", run.data ? run.data : "");
   if (launch_call) {
     /* void calls return 0; others are converted to int (a non-zero return
      * is that worker's failure). */
     ok &= !ex_buf_printf(
         &src,
-        "#line 1 \"%%launch\"\nint __nbf_launch_" TAG_PLACEHOLDER "(void) {\n"
+        "#line 1 \"%%launch\"\n"
+        "#ifdef __cplusplus\n"
+        "extern \"C\" int __nbf_launch_" TAG_PLACEHOLDER "(void) {\n"
+        "  return __nbf_launch_int(((%s), __nbf_tag()));\n}\n"
+        "#else\n"
+        "int __nbf_launch_" TAG_PLACEHOLDER "(void) {\n"
         "  return __builtin_choose_expr(__builtin_types_compatible_p(__typeof__(%s), void),\n"
-        "    ((%s), 0), (%s));\n}\n",
-        launch_call, launch_call, launch_call);
+        "    ((%s), 0), (%s));\n}\n"
+        "#endif\n",
+        launch_call, launch_call, launch_call, launch_call);
   }
   ex_buf_free(&run);
+  ex_buf_free(&reset);
   if (!ok) {
     ex_buf_free(&src);
     snprintf(err, errlen, "out of memory");
     ex_split_free(&out->split);
     return -1;
   }
-  uint64_t h = fnv1a(src.data, fnv1a(salt ? salt : "", 14695981039346656037ULL));
+  uint64_t h = unit_hash(src.data, fnv1a(salt ? salt : "", 14695981039346656037ULL));
   snprintf(out->tag, sizeof out->tag, "%016llx", (unsigned long long)h);
   out->source = fill_tag(src.data, out->tag);
   ex_buf_free(&src);
@@ -297,23 +488,21 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, const char *label,
   return 0;
 }
 
-/* Set `key` to `text`: replace in place (types, macros: later entries may
- * use them), or move to the end ("sym:": its new declaration may use types
- * defined after the old one). Takes ownership of key and text. */
-static int put_entry(ex_cell_state_t *st, char *key, char *text) {
-  if (!key || !text)
+/* Set `e->key` to the entry `e` (its strings are taken): replace in place
+ * (types, macros: later entries may use them), or move to the end ("sym:":
+ * its new declaration may use types defined after the old one). */
+static int put_entry(ex_cell_state_t *st, entry_t e) {
+  if (!e.key || !e.text)
     goto oom;
   for (size_t i = 0; i < st->n; i++) {
-    if (strcmp(st->entries[i].key, key) != 0)
+    if (strcmp(st->entries[i].key, e.key) != 0)
       continue;
-    if (strncmp(key, "sym:", 4) != 0) {
-      free(st->entries[i].text);
-      st->entries[i].text = text;
-      free(key);
+    if (strncmp(e.key, "sym:", 4) != 0) {
+      entry_free(&st->entries[i]);
+      st->entries[i] = e;
       return 0;
     }
-    free(st->entries[i].key);
-    free(st->entries[i].text);
+    entry_free(&st->entries[i]);
     memmove(&st->entries[i], &st->entries[i + 1], (st->n - i - 1) * sizeof(entry_t));
     st->n--;
     break;
@@ -326,11 +515,10 @@ static int put_entry(ex_cell_state_t *st, char *key, char *text) {
     st->entries = v;
     st->cap = cap;
   }
-  st->entries[st->n++] = (entry_t){key, text};
+  st->entries[st->n++] = e;
   return 0;
 oom:
-  free(key);
-  free(text);
+  entry_free(&e);
   return -1;
 }
 
@@ -338,8 +526,7 @@ oom:
 static void drop_entry(ex_cell_state_t *st, const char *key) {
   for (size_t i = 0; i < st->n; i++) {
     if (strcmp(st->entries[i].key, key) == 0) {
-      free(st->entries[i].key);
-      free(st->entries[i].text);
+      entry_free(&st->entries[i]);
       memmove(&st->entries[i], &st->entries[i + 1], (st->n - i - 1) * sizeof(entry_t));
       st->n--;
       return;
@@ -347,21 +534,13 @@ static void drop_entry(ex_cell_state_t *st, const char *key) {
   }
 }
 
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...) {
-  va_list ap;
-  va_start(ap, f);
-  int n = vsnprintf(NULL, 0, f, ap);
-  va_end(ap);
-  if (n < 0)
-    return NULL;
-  char *r = malloc((size_t)n + 1);
-  if (!r)
-    return NULL;
-  va_start(ap, f);
-  vsnprintf(r, (size_t)n + 1, f, ap);
-  va_end(ap);
-  return r;
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+/* An entry with its display fields filled from chunk k. */
+static entry_t make_entry(char *key, char *text, const char *kind, char *decl,
+                          const ex_chunk_t *k, const char *label) {
+  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind};
+  return e;
 }
 
 int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
@@ -370,8 +549,19 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
     const ex_chunk_t *k = &u->split.chunks[i];
     switch (k->kind) {
     case EX_CHUNK_PREPROC:
-    case EX_CHUNK_TYPE:
-      rc |= put_entry(st, chunk_key(k), fmt("#line %d \"%s\"\n%s\n", k->line, u->label, k->text));
+    case EX_CHUNK_TYPE: {
+      int named = k->name != NULL;
+      /* a C++ cell's #include (<cstdio>, <cuda_runtime.h>) is for later
+       * C++ cells only */
+      const char *p = k->text + 1;
+      while (*p == ' ' || *p == '\t')
+        p++;
+      int guard = u->cxx && k->kind == EX_CHUNK_PREPROC && !strncmp(p, "include", 7);
+      rc |= put_entry(st, make_entry(chunk_key(k),
+                                     fmt("%s#line %d \"%s\"\n%s\n%s", guard ? "#ifdef __cplusplus\n" : "",
+                                         k->line, u->label, k->text, guard ? "#endif\n" : ""),
+                                     k->kind == EX_CHUNK_TYPE ? "type" : "macro",
+                                     named ? strdup(k->text) : NULL, k, u->label));
       if (k->kind == EX_CHUNK_TYPE && k->name && !strchr(k->name, ' ') &&
           !ex_cell_is_type(k->name, st)) {
         char **v = realloc(st->typedefs, (st->ntypedefs + 1) * sizeof *v);
@@ -381,28 +571,48 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
         }
       }
       break;
+    }
     case EX_CHUNK_PROTOTYPE:
-      if (!cell_defines_function(&u->split, k->name))
-        rc |= put_entry(st, chunk_key(k), fmt("%s\n", k->text));
+      if (!cell_defines_function(&u->split, k->name)) {
+        char *decl = strdup(k->text);
+        if (decl) {
+          size_t l = strlen(decl);
+          while (l && (decl[l - 1] == ';' || decl[l - 1] == ' '))
+            decl[--l] = 0;
+        }
+        rc |= put_entry(st, make_entry(chunk_key(k), fmt("%s\n", k->text), "function", decl, k,
+                                       u->label));
+      }
       break;
     case EX_CHUNK_FUNCTION: {
       char *pk = concat("proto:", k->name);
       if (pk)
         drop_entry(st, pk);
       free(pk);
-      rc |= put_entry(st, chunk_key(k),
-                      fmt("%s __asm__(\"%s__c%s\");\n", k->signature, k->name, u->tag));
+      rc |= put_entry(st, make_entry(chunk_key(k),
+                                     fmt("%s __asm__(\"%s__c%s\");\n", k->signature, k->name,
+                                         u->tag),
+                                     "function", strdup(k->signature), k, u->label));
       break;
     }
     case EX_CHUNK_VARIABLE:
       if (k->is_extern) {
-        rc |= put_entry(st, concat("pp:", k->text), fmt("%s\n", k->text));
+        rc |= put_entry(st, make_entry(concat("pp:", k->text), fmt("%s\n", k->text), NULL, NULL,
+                                       k, u->label));
         break;
       }
-      for (size_t d = 0; d < k->ndecls; d++)
-        rc |= put_entry(st, concat("sym:", k->decls[d].name),
-                        fmt("extern %s %s __asm__(\"%s__c%s\");\n", k->specifiers,
-                            k->decls[d].declarator, k->decls[d].name, u->tag));
+      for (size_t d = 0; d < k->ndecls; d++) {
+        const ex_declarator_t *dd = &k->decls[d];
+        char *pk = concat("proto:", dd->name);
+        if (pk)
+          drop_entry(st, pk);
+        free(pk);
+        rc |= put_entry(st, make_entry(concat("sym:", dd->name),
+                                       fmt("extern %s %s __asm__(\"%s__c%s\");\n", k->specifiers,
+                                           dd->declarator, dd->name, u->tag),
+                                       "variable", fmt("%s %s", k->specifiers, dd->declarator),
+                                       k, u->label));
+      }
       break;
     default:
       break;
@@ -417,23 +627,36 @@ void ex_cell_unit_free(ex_cell_unit_t *u) {
   memset(u, 0, sizeof *u);
 }
 
-void ex_cell_each_name(const ex_cell_state_t *st,
-                       void (*fn)(const char *name, const char *kind, const char *decl, void *ctx),
+static int entry_name(const entry_t *e, ex_cell_name_t *out) {
+  if (!e->kind || !e->decl)
+    return 0;
+  out->name = strchr(e->key, ':') + 1;
+  out->kind = e->kind;
+  out->decl = e->decl;
+  out->doc = e->doc;
+  out->label = e->label;
+  return 1;
+}
+
+void ex_cell_each_name(const ex_cell_state_t *st, void (*fn)(const ex_cell_name_t *n, void *ctx),
                        void *ctx) {
   for (size_t i = 0; i < st->n; i++) {
-    const char *key = st->entries[i].key;
-    const char *kind = NULL;
-    if (strncmp(key, "sym:", 4) == 0)
-      kind = strchr(st->entries[i].text, '(') && strncmp(st->entries[i].text, "extern ", 7)
-                 ? "function"
-                 : "variable";
-    else if (strncmp(key, "type:", 5) == 0)
-      kind = "type";
-    else if (strncmp(key, "macro:", 6) == 0)
-      kind = "macro";
-    else if (strncmp(key, "proto:", 6) == 0)
-      kind = "function";
-    if (kind)
-      fn(strchr(key, ':') + 1, kind, st->entries[i].text, ctx);
+    ex_cell_name_t n;
+    if (entry_name(&st->entries[i], &n))
+      fn(&n, ctx);
   }
+}
+
+int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *out) {
+  int found = 0;
+  for (size_t i = 0; i < st->n; i++) {
+    ex_cell_name_t n;
+    if (entry_name(&st->entries[i], &n) && strcmp(n.name, name) == 0) {
+      *out = n;
+      found = 1; /* keep looking: a definition comes after its prototype */
+      if (strncmp(st->entries[i].key, "sym:", 4) == 0)
+        return 1;
+    }
+  }
+  return found;
 }

@@ -11,9 +11,17 @@
  * Preprocessor lines and type declarations are replayed in the prelude
  * (a re-defined typedef/struct/macro replaces its earlier text).
  *
- * The tag is a hash of the generated unit, so re-running an unchanged
- * cell produces the same shared object path and skips the compiler
- * (compile cache).
+ * The tag is a hash of the generated unit (without its `#line` markers,
+ * which name the cell by execution count), so re-running an unchanged cell
+ * produces the same shared object path and skips the compiler (compile
+ * cache). Its globals are then reset when it runs again: no initializer
+ * -> zero, a static initializer -> that value again (a re-run of a cell
+ * that defines `int a[3] = {1, 2, 3};` gives back {1, 2, 3}, as a
+ * recompiled cell would).
+ *
+ * The unit is valid C (gnu11) and, for %%cuda cells compiled by nvcc, C++:
+ * the run and launch entry points are extern "C" there, and the value of
+ * a last expression is shown through overloads instead of _Generic.
  *
  * Top-level variable initializers that are not constant-looking (not
  * braced, not arrays, not const objects) run as assignments in order
@@ -39,15 +47,19 @@ typedef struct {
   char launch_symbol[64]; /* `int LAUNCH(void)` calls the launch call  */
   int has_launch;
   char label[32];         /* `cell[3]`: names the cell in diagnostics  */
+  int cxx;                /* C++ (%%cuda) unit                          */
   ex_split_t split;
 } ex_cell_unit_t;
 
-/* Generate the unit for `code` (no magic lines). `label` names the cell in
- * diagnostics (`cell[3]`). `launch_call`, when not NULL, is a C call
+/* Generate the unit for `code` (no magic lines). `cxx`: the cell is C++
+ * (a %%cuda cell, compiled by nvcc): its C++/CUDA-only declarations
+ * (EX_CHUNK_VERBATIM) stay local to it, and the #include lines it leaves
+ * for later cells are seen by later C++ cells only. `label` names the cell
+ * in diagnostics (`cell[3]`). `launch_call`, when not NULL, is a C call
  * expression compiled into a thunk returning int (0 for void calls).
  * `salt` (flags, compiler) enters the hash. Returns 0, or -1 with a
  * message in err (the cell could not be split). Caller frees `out`. */
-int ex_cell_generate(ex_cell_state_t *st, const char *code, const char *label,
+int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
                      const char *launch_call, const char *salt, ex_cell_unit_t *out, char *err,
                      size_t errlen);
 
@@ -56,10 +68,22 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u);
 
 void ex_cell_unit_free(ex_cell_unit_t *u);
 
-/* Names of functions and globals currently defined (for %who and
- * completion): calls fn(name, kind "function"|"variable"|"type"|"macro"). */
-void ex_cell_each_name(const ex_cell_state_t *st,
-                       void (*fn)(const char *name, const char *kind, const char *decl, void *ctx),
+/* What earlier cells defined under one name (borrowed from the state). */
+typedef struct {
+  const char *name;  /* `sq`, `point_t`, `struct S`, `N`                   */
+  const char *kind;  /* "function", "variable", "type" or "macro"           */
+  const char *decl;  /* declaration as the user wrote it (`int sq(int x)`,
+                        `float *w`, the typedef or #define text)            */
+  const char *doc;   /* the comment above the definition, or NULL           */
+  const char *label; /* the cell that defined it (`cell[3]`)                */
+} ex_cell_name_t;
+
+/* Each name currently defined, in order of first definition (for %who,
+ * complete and inspect). */
+void ex_cell_each_name(const ex_cell_state_t *st, void (*fn)(const ex_cell_name_t *n, void *ctx),
                        void *ctx);
+
+/* The newest definition of `name`, or 0 when there is none. */
+int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *out);
 
 #endif

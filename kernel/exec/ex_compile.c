@@ -4,7 +4,9 @@
 #define _GNU_SOURCE
 #include "ex_compile.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +65,7 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
   char *tmp = dup_printf("%s/cell_%s.so.tmp", tc->workdir, tag);
   char *inc = dup_printf("-I%s%s", tc->incdir, "");
   char *libp = dup_printf("-L%s%s", tc->libdir, "");
-  char *rpath = dup_printf("-Wl,-rpath,%s%s", tc->libdir, "");
+  char *rpath = dup_printf(cuda ? "-rpath=%s%s" : "-Wl,-rpath,%s%s", tc->libdir, "");
   wordexp_t we_c = {0}, we_l = {0};
   int have_c = 0, have_l = 0, rc = -1;
   ex_buf_t out = {0};
@@ -76,13 +78,20 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
     rc = 0;
     goto done;
   }
+  if (cuda && !tc->nvcc) {
+    ex_buf_printf(&out, "no CUDA compiler (nvcc) found: install the CUDA toolkit or set "
+                        "NBFORK_NVCC to nvcc's path\n");
+    goto done;
+  }
   if (write_file(src, source)) {
     ex_buf_printf(&out, "cannot write %s: %s\n", src, strerror(errno));
     goto done;
   }
   char *argv[128];
   int argc = 0;
+  const char *flags = cuda ? tc->nvccflags : tc->cflags;
   if (cuda) {
+    /* nvcc compiles the unit as C++ (extern "C" entry points) */
     argv[argc++] = (char *)tc->nvcc;
     argv[argc++] = "-Xcompiler";
     argv[argc++] = "-fPIC";
@@ -92,25 +101,26 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
     argv[argc++] = "-std=gnu11";
     argv[argc++] = "-fPIC";
     argv[argc++] = "-shared";
-    argv[argc++] = "-fdiagnostics-color=never";
     argv[argc++] = "-pipe";
+    argv[argc++] = "-fdiagnostics-color=never";
+    if (tc->ld)
+      argv[argc++] = (char *)tc->ld;
   }
   argv[argc++] = inc;
-  argc = add_words(argv, argc, 100, tc->cflags, &we_c);
+  argc = add_words(argv, argc, 100, flags, &we_c);
   if (argc < 0) {
-    ex_buf_printf(&out, "cannot parse compiler flags: %s\n", tc->cflags);
+    ex_buf_printf(&out, "cannot parse compiler flags: %s\n", flags);
     goto done;
   }
-  have_c = tc->cflags && *tc->cflags;
+  have_c = flags && *flags;
   argv[argc++] = "-o";
   argv[argc++] = tmp;
   argv[argc++] = src;
-  /* No -lnbfork: the executor has libnbfork loaded in its global scope,
-   * where dlopen resolves the cell's references (linking it again costs
-   * ~10 ms per cell for the linker to walk its dependencies). The search
-   * path still serves %ldflags libraries installed beside it. */
   argv[argc++] = libp;
+  if (cuda)
+    argv[argc++] = "-Xlinker";
   argv[argc++] = rpath;
+  argv[argc++] = "-lnbfork";
   int base = argc;
   argc = add_words(argv, argc, 124, tc->ldflags, &we_l);
   if (argc < 0) {
@@ -142,13 +152,21 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0)
       dup2(devnull, 0);
+    /* the kernel interrupts the executor, never the compiler */
+    signal(SIGINT, SIG_DFL);
     execvp(argv[0], argv);
-    dprintf(2, "cannot run the compiler '%s': %s (set NBFORK_CC)\n", argv[0], strerror(errno));
+    dprintf(2, "cannot run the compiler '%s': %s (set %s)\n", argv[0], strerror(errno),
+            cuda ? "NBFORK_NVCC" : "NBFORK_CC");
     _exit(127);
   }
   close(pfd[1]);
   char buf[4096];
+  int killed = 0;
   for (;;) {
+    if (tc->interrupted && *tc->interrupted && !killed) {
+      kill(pid, SIGKILL);
+      killed = 1;
+    }
     ssize_t r = read(pfd[0], buf, sizeof buf);
     if (r < 0 && errno == EINTR)
       continue;
@@ -159,8 +177,14 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
   close(pfd[0]);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-    ;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && rename(tmp, so) == 0) {
+    if (tc->interrupted && *tc->interrupted && !killed) {
+      kill(pid, SIGKILL);
+      killed = 1;
+    }
+  if (killed || (tc->interrupted && *tc->interrupted)) {
+    unlink(tmp);
+    rc = 2;
+  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && rename(tmp, so) == 0) {
     *so_path = so;
     so = NULL;
     rc = 0;
@@ -185,19 +209,142 @@ done:
   return rc;
 }
 
-char *ex_compile_summary(const char *diag) {
-  const char *p = diag ? strstr(diag, "error:") : NULL;
-  if (!p)
-    return strdup(diag && *diag ? "the compiler rejected the cell" : "compilation failed");
-  const char *s = p;
-  while (s > diag && s[-1] != '\n')
-    s--;
-  const char *e = strchr(p, '\n');
-  size_t n = e ? (size_t)(e - s) : strlen(s);
-  char *r = malloc(n + 1);
-  if (r) {
-    memcpy(r, s, n);
-    r[n] = 0;
+static int is_exec(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+char *ex_compile_find_nvcc(void) {
+  const char *env = getenv("NBFORK_NVCC");
+  if (env && *env) {
+    if (strchr(env, '/'))
+      return is_exec(env) ? strdup(env) : NULL;
+    /* a bare name: look it up on PATH below */
   }
-  return r;
+  const char *name = env && *env ? env : "nvcc";
+  const char *path = getenv("PATH");
+  char cand[4096];
+  if (path) {
+    for (const char *p = path; *p;) {
+      const char *e = strchr(p, ':');
+      size_t n = e ? (size_t)(e - p) : strlen(p);
+      if (n && snprintf(cand, sizeof cand, "%.*s/%s", (int)n, p, name) < (int)sizeof cand &&
+          is_exec(cand))
+        return strdup(cand);
+      if (!e)
+        break;
+      p = e + 1;
+    }
+  }
+  if (env && *env)
+    return NULL;
+  const char *home = getenv("CUDA_HOME");
+  if (home && *home && snprintf(cand, sizeof cand, "%s/bin/nvcc", home) < (int)sizeof cand &&
+      is_exec(cand))
+    return strdup(cand);
+  if (is_exec("/usr/local/cuda/bin/nvcc"))
+    return strdup("/usr/local/cuda/bin/nvcc");
+  return NULL;
+}
+
+/* Should this diagnostics line be hidden from the user? `cell_errors`:
+ * the diagnostics report an error in the cell itself, so what follows
+ * from it inside nbfork's generated helpers is noise. */
+static int hidden_line(const char *l, size_t n, int cell_errors) {
+  static const char *const hide[] = {
+      "In function '__nbf_", "In function \xe2\x80\x98__nbf_", /* our wrappers */
+      "some warnings being treated as errors",
+      "in definition of macro '__nbf_", "in expansion of macro '__nbf_",
+      NULL};
+  if (n == 0)
+    return 1;
+  for (int i = 0; hide[i]; i++)
+    if (memmem(l, n, hide[i], strlen(hide[i])))
+      return 1;
+  /* lines pointing into nbfork's generated helpers: notes always, errors
+   * when they only follow from an error in the cell */
+  if (n > 9 && !strncmp(l, "<nbfork>:", 9) && (cell_errors || memmem(l, n, "note:", 5)))
+    return 1;
+  return 0;
+}
+
+char *ex_compile_clean(const char *diag) {
+  ex_buf_t out = {0};
+  if (!diag)
+    return strdup("");
+  int cell_errors = 0;
+  for (const char *p = diag; *p;) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (memmem(p, n, "error", 5) && strncmp(p, "<nbfork>:", 9) != 0)
+      cell_errors = 1;
+    p = e ? e + 1 : p + n;
+  }
+  for (const char *p = diag; *p;) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (!hidden_line(p, n, cell_errors)) {
+      /* sq__c0123456789abcdef -> sq */
+      ex_buf_t line = {0};
+      for (size_t i = 0; i < n; i++) {
+        if (i + 19 <= n && p[i] == '_' && p[i + 1] == '_' && p[i + 2] == 'c') {
+          size_t h = 0;
+          while (h < 16 && isxdigit((unsigned char)p[i + 3 + h]) &&
+                 !isupper((unsigned char)p[i + 3 + h]))
+            h++;
+          if (h == 16 && (i + 19 == n || !(isalnum((unsigned char)p[i + 19]) || p[i + 19] == '_'))) {
+            i += 18;
+            continue;
+          }
+        }
+        ex_buf_append(&line, p + i, 1);
+      }
+      /* drop a line already shown (one error, expanded twice, is one) */
+      int dup = 0;
+      if (line.data && out.data) {
+        for (const char *q = out.data; *q;) {
+          const char *qe = strchr(q, '\n');
+          size_t qn = qe ? (size_t)(qe - q) : strlen(q);
+          if (qn == line.len && !memcmp(q, line.data, qn)) {
+            dup = 1;
+            break;
+          }
+          q = qe ? qe + 1 : q + qn;
+        }
+      }
+      if (line.data && !dup) {
+        ex_buf_append(&out, line.data, line.len);
+        ex_buf_append(&out, "\n", 1);
+      }
+      ex_buf_free(&line);
+    }
+    p = e ? e + 1 : p + n;
+  }
+  char *r = ex_buf_take(&out);
+  return r ? r : strdup("");
+}
+
+char *ex_compile_summary(const char *diag) {
+  /* the first compiler error; a linker's "collect2: error: ld returned"
+   * only when nothing better is there */
+  const char *best = NULL;
+  for (const char *p = diag; p && *p;) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (memmem(p, n, "error", 5) && strncmp(p, "collect2:", 9) != 0) {
+      best = p;
+      break;
+    }
+    if (!best && (memmem(p, n, "cannot find", 11) || memmem(p, n, "undefined reference", 19)))
+      best = p;
+    p = e ? e + 1 : p + n;
+  }
+  if (!best)
+    best = diag && *diag ? diag : NULL;
+  if (!best)
+    return strdup("compilation failed");
+  size_t n = strcspn(best, "\n");
+  while (n && (best[n - 1] == ' ' || best[n - 1] == '\r'))
+    n--;
+  return strndup(best, n);
 }

@@ -11,26 +11,47 @@
 #ifndef EX_COMPILE_H
 #define EX_COMPILE_H
 
+#include <signal.h>
+
 typedef struct {
   const char *cc;      /* C compiler: NBFORK_CC or "cc"                    */
-  const char *nvcc;    /* CUDA compiler: NBFORK_NVCC or nvcc on PATH/NULL   */
+  const char *nvcc;    /* CUDA compiler: see ex_compile_find_nvcc; NULL =
+                          none found                                       */
   const char *incdir;  /* directory holding nbfork.h                       */
   const char *libdir;  /* directory holding libnbfork.so                   */
   const char *workdir; /* where sources and objects go                     */
-  const char *cflags;  /* NBFORK_CFLAGS/default, then %cflags (words)       */
-  const char *ldflags; /* %ldflags (words)                                 */
+  const char *cflags;  /* C cells: NBFORK_CFLAGS/default, then %cflags     */
+  const char *nvccflags; /* %%cuda cells: NBFORK_NVCCFLAGS or "-O2"        */
+  const char *ldflags; /* %ldflags (words), both kinds of cells            */
+  const char *ld;      /* "-fuse-ld=..." for C cells, or NULL (system ld)   */
+  volatile sig_atomic_t *interrupted; /* set by SIGINT: stop the compiler  */
 } ex_toolchain_t;
 
 /* Compile `source` (C, or CUDA when cuda != 0) into WORKDIR/cell_TAG.so.
  * Returns 0 with *so_path set (caller frees), 1 when the compiler rejected
- * the code (*diag = its diagnostics, caller frees), or -1 on a system
- * failure (*diag says which call failed and why). *diag may also be set
- * on success (warnings). */
+ * the code (*diag = its diagnostics, caller frees), 2 when *interrupted
+ * became set while the compiler ran (it is killed; nothing is kept), or
+ * -1 on a system failure (*diag says which call failed and why). *diag may
+ * also be set on success (warnings). An object that already exists for
+ * `tag` is reused without compiling (the compile cache). */
 int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
                char **so_path, char **diag);
 
-/* The first "error:" line of compiler diagnostics, trimmed, for a
- * one-line summary (caller frees). */
+/* The CUDA compiler to use (caller frees), or NULL: NBFORK_NVCC if set,
+ * else `nvcc` on PATH, else $CUDA_HOME/bin/nvcc, else
+ * /usr/local/cuda/bin/nvcc (where the toolkit installs it without putting
+ * it on PATH). */
+char *ex_compile_find_nvcc(void);
+
+/* Compiler diagnostics as the user should see them (caller frees): lines
+ * about the generated wrapper (`In function '__nbf_run_...'`, notes in
+ * nbfork's own helper code, `cc1: some warnings being treated as errors`)
+ * and repeated lines dropped, versioned symbol names (`sq__c<16 hex>`)
+ * shown as the plain name. */
+char *ex_compile_clean(const char *diag);
+
+/* The first "error" line of compiler diagnostics, trimmed, for a one-line
+ * summary (caller frees). */
 char *ex_compile_summary(const char *diag);
 
 #endif

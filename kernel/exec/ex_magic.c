@@ -73,10 +73,12 @@ typedef struct {
   int any;
 } who_ctx_t;
 
-static void who_print(const char *name, const char *kind, const char *decl, void *ctx) {
-  (void)decl;
+static void who_print(const ex_cell_name_t *n, void *ctx) {
   ((who_ctx_t *)ctx)->any = 1;
-  printf("%-24s %s\n", name, kind);
+  if (!strcmp(n->kind, "function") || !strcmp(n->kind, "variable"))
+    printf("%-24s %-9s %s  (%s)\n", n->name, n->kind, n->decl, n->label);
+  else
+    printf("%-24s %-9s (%s)\n", n->name, n->kind, n->label);
 }
 
 static void set_flags(char **slot, const char *args, size_t n, const char *what) {
@@ -84,7 +86,10 @@ static void set_flags(char **slot, const char *args, size_t n, const char *what)
   size_t len = n - (size_t)(p - args);
   while (len && isspace((unsigned char)p[len - 1]))
     len--;
-  if (len) {
+  if (len == 7 && !strncmp(p, "--clear", 7)) {
+    free(*slot);
+    *slot = NULL;
+  } else if (len) {
     free(*slot);
     *slot = strndup(p, len);
   }

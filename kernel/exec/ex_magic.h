@@ -7,7 +7,9 @@
  * |------------------------|----------------------------------------------------|
  * | %launch CALL [k=v ...] | fork workers running CALL (see ln_options.h)       |
  * | %cflags [FLAGS]        | set extra compiler flags for later cells; show     |
+ * |                        | (`--clear` removes them)                           |
  * | %ldflags [FLAGS]       | set extra linker flags (-lfoo) for later cells     |
+ * |                        | (`--clear` removes them)                           |
  * | %env [NAME[=VALUE]]    | show or set an environment variable (workers      |
  * |                        | inherit it)                                        |
  * | %who                   | list functions, globals, types, macros defined     |

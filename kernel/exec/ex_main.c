@@ -62,6 +62,7 @@ typedef struct {
   char incdir[PATH_MAX];
   char libdir[PATH_MAX];
   int cuda_cell; /* execution count of the cell that initialized CUDA */
+  char *nvcc;    /* CUDA compiler found at start, or NULL */
 } ex_t;
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -132,7 +133,10 @@ static int setup(ex_t *ex) {
   }
   ex->cells = ex_cell_state_new();
   ex->tc.cc = getenv("NBFORK_CC") ? getenv("NBFORK_CC") : "cc";
-  ex->tc.nvcc = getenv("NBFORK_NVCC") ? getenv("NBFORK_NVCC") : "nvcc";
+  ex->nvcc = ex_compile_find_nvcc();
+  ex->tc.nvcc = ex->nvcc;
+  ex->tc.nvccflags = getenv("NBFORK_NVCCFLAGS") ? getenv("NBFORK_NVCCFLAGS") : "-O2";
+  ex->tc.interrupted = &g_interrupted;
   ex->tc.incdir = ex->incdir;
   ex->tc.libdir = ex->libdir;
   ex->tc.workdir = ex->workdir;
@@ -174,7 +178,7 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   ex->tc.cflags = cflags;
   ex->tc.ldflags = ex->flags.ldflags;
   ex_cell_unit_t u;
-  if (ex_cell_generate(ex->cells, m->code, label, m->launch_call, salt, &u, err, sizeof err)) {
+  if (ex_cell_generate(ex->cells, m->code, m->cuda, label, m->launch_call, salt, &u, err, sizeof err)) {
     free(cflags);
     free(salt);
     char ev[600];
@@ -185,20 +189,35 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   char *so = NULL, *diag = NULL;
   int rc = ex_compile(&ex->tc, u.source, u.tag, m->cuda, &so, &diag);
   free(cflags);
-  if (rc != 0) {
-    char *summary = rc > 0 ? ex_compile_summary(diag) : strndup(diag ? diag : "", strcspn(diag ? diag : "", "\n"));
-    int r = ex_event_reply_error(rc > 0 ? "CompileError" : "SystemError",
-                                 summary ? summary : "compilation failed", diag);
-    free(summary);
+  if (rc == 2) {
     free(diag);
+    ex_cell_unit_free(&u);
+    return ex_event_reply_error("KeyboardInterrupt",
+                                "the cell was interrupted while it compiled; the state of earlier "
+                                "cells is kept",
+                                NULL);
+  }
+  char *clean = diag ? ex_compile_clean(diag) : NULL;
+  free(diag);
+  if (rc != 0) {
+    const char *d = clean ? clean : "";
+    char *summary = rc > 0 ? ex_compile_summary(d) : strndup(d, strcspn(d, "\n"));
+    /* a failure of the link step alone (a missing -lNAME) is a LinkError */
+    int link_only = rc > 0 && summary &&
+                    (strstr(summary, "cannot find") || strstr(summary, "undefined reference") ||
+                     !strncmp(summary, "collect2:", 9));
+    int r = ex_event_reply_error(rc < 0 ? "SystemError" : link_only ? "LinkError" : "CompileError",
+                                 summary ? summary : "compilation failed", d);
+    free(summary);
+    free(clean);
     ex_cell_unit_free(&u);
     return r;
   }
-  if (diag && *diag) { /* warnings: the cell compiled */
-    fputs(diag, stderr);
+  if (clean && *clean) { /* warnings: the cell compiled */
+    fputs(clean, stderr);
     fflush(stderr);
   }
-  free(diag);
+  free(clean);
   void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
   free(so);
   if (!h) {
@@ -265,12 +284,13 @@ static int handle_execute(ex_t *ex, json_t *req) {
   if (!code)
     return ex_event_reply_error("ProtocolError", "execute request without code", NULL);
   g_interrupted = 0;
-  ex_stdin_allow(json_is_true(json_object_get(req, "allow_stdin")));
+  ex_stdin_begin(json_is_true(json_object_get(req, "allow_stdin")));
   ex_magic_result_t m;
   char err[512] = "";
   const char *ename = "UsageError";
   if (ex_magic_run(code, &ex->flags, ex->cells, &m, &ename, err, sizeof err)) {
     ex_magic_result_free(&m);
+    ex_stdin_end();
     return ex_event_reply_error(ename, err, NULL);
   }
   const char *p = m.code;
@@ -279,14 +299,15 @@ static int handle_execute(ex_t *ex, json_t *req) {
   int rc;
   if (!*p && !m.launch_call)
     rc = ex_event_reply_ok(NULL); /* magics only, or an empty cell */
-  else if (m.cuda && access(ex->tc.nvcc, X_OK) != 0 && !strchr(ex->tc.nvcc, '/') &&
-           system("command -v nvcc >/dev/null 2>&1") != 0)
-    rc = ex_event_reply_error("CompileError",
-                              "%%cuda cell: no CUDA compiler (nvcc) found",
-                              "Install the CUDA toolkit or set NBFORK_NVCC to nvcc's path.");
+  else if (m.cuda && !ex->tc.nvcc)
+    rc = ex_event_reply_error("CompileError", "%%cuda cell: no CUDA compiler (nvcc) found",
+                              "%%cuda cell: no CUDA compiler (nvcc) found on PATH, in "
+                              "$CUDA_HOME/bin or in /usr/local/cuda/bin.\nInstall the CUDA "
+                              "toolkit or set NBFORK_NVCC to nvcc's path.");
   else
     rc = run_code(ex, &m, count);
   ex_magic_result_free(&m);
+  ex_stdin_end();
   return rc;
 }
 

@@ -62,10 +62,11 @@ static void add_match(cand_t *c, const char *name, size_t n) {
   json_array_append_new(c->matches, json_stringn(name, n));
 }
 
-static void add_cell_name(const char *name, const char *kind, const char *decl, void *ctx) {
-  (void)kind;
-  (void)decl;
-  add_match(ctx, name, strlen(name));
+static void add_cell_name(const ex_cell_name_t *n, void *ctx) {
+  if (!strchr(n->name, ' ')) /* `struct S` completes as S after `struct ` */
+    add_match(ctx, n->name, strlen(n->name));
+  else
+    add_match(ctx, strchr(n->name, ' ') + 1, strlen(strchr(n->name, ' ') + 1));
 }
 
 static int cmp_json_str(const void *a, const void *b) {
@@ -136,20 +137,6 @@ static int handle_complete(json_t *req, const ex_cell_state_t *cells) {
                                      (json_int_t)pos, "metadata"));
 }
 
-typedef struct {
-  const char *name;
-  const char *decl;
-  const char *kind;
-} find_t;
-
-static void find_cell_name(const char *name, const char *kind, const char *decl, void *ctx) {
-  find_t *f = ctx;
-  if (!strcmp(name, f->name)) {
-    f->decl = decl;
-    f->kind = kind;
-  }
-}
-
 /* The declaration of `name` in nbfork.h with the comment block above it
  * (caller frees), or NULL. */
 static char *header_doc(const char *name) {
@@ -197,6 +184,45 @@ static char *header_doc(const char *name) {
   return NULL;
 }
 
+/* The identifier to inspect at byte offset pos: the one under (or just
+ * before) the cursor, else the function whose call's parentheses the
+ * cursor is in (`sq(3|` inspects sq). Returns its [s, e) range or 0. */
+static int inspect_target(const char *code, size_t len, size_t pos, size_t *s_out,
+                          size_t *e_out) {
+  size_t s = pos, e = pos;
+  while (s > 0 && is_ident(code[s - 1]))
+    s--;
+  while (e < len && is_ident(code[e]))
+    e++;
+  if (e > s && !isdigit((unsigned char)code[s])) {
+    *s_out = s;
+    *e_out = e;
+    return 1;
+  }
+  int depth = 0;
+  for (size_t i = pos; i > 0; i--) {
+    char c = code[i - 1];
+    if (c == ')')
+      depth++;
+    else if (c == '(' && depth-- == 0) {
+      e = i - 1;
+      while (e > 0 && (code[e - 1] == ' ' || code[e - 1] == '\t'))
+        e--;
+      s = e;
+      while (s > 0 && is_ident(code[s - 1]))
+        s--;
+      if (e > s && !isdigit((unsigned char)code[s])) {
+        *s_out = s;
+        *e_out = e;
+        return 1;
+      }
+      return 0;
+    } else if (c == ';' || c == '{' || c == '}')
+      return 0;
+  }
+  return 0;
+}
+
 static int handle_inspect(json_t *req, const ex_cell_state_t *cells) {
   const char *code = json_string_value(json_object_get(req, "code"));
   json_int_t pos = json_integer_value(json_object_get(req, "cursor_pos"));
@@ -205,19 +231,17 @@ static int handle_inspect(json_t *req, const ex_cell_state_t *cells) {
   size_t len = strlen(code);
   if (pos < 0 || (size_t)pos > len)
     pos = (json_int_t)len;
-  size_t s = (size_t)pos, e = (size_t)pos;
-  while (s > 0 && is_ident(code[s - 1]))
-    s--;
-  while (e < len && is_ident(code[e]))
-    e++;
-  if (e == s)
+  size_t s, e;
+  if (!inspect_target(code, len, (size_t)pos, &s, &e))
     return ex_event_reply_ok(json_pack("{s:b, s:{}, s:{}}", "found", 0, "data", "metadata"));
   char *name = strndup(code + s, e - s);
-  find_t f = {name, NULL, NULL};
-  ex_cell_each_name(cells, find_cell_name, &f);
+  if (!name)
+    return ex_event_reply_error("MemoryError", "out of memory", NULL);
+  ex_cell_name_t n;
   char *text = NULL;
-  if (f.decl) {
-    if (asprintf(&text, "%s %s, defined in an earlier cell:\n%s", f.kind, name, f.decl) < 0)
+  if (ex_cell_find(cells, name, &n)) {
+    if (asprintf(&text, "%s %s, defined in %s:\n%s%s%s", n.kind, n.name, n.label,
+                 n.doc ? n.doc : "", n.doc ? "\n" : "", n.decl) < 0)
       text = NULL;
   } else {
     char *doc = header_doc(name);

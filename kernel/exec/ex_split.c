@@ -177,6 +177,9 @@ typedef struct {
   size_t n;
   ex_is_type_fn is_type;
   void *ctx;
+  char **local_types; /* typedef names defined earlier in this cell */
+  size_t nlocal;
+  int cxx; /* EX_SPLIT_CXX */
 } cx_t;
 
 static int tk_is(const cx_t *c, size_t i, const char *s) {
@@ -242,6 +245,9 @@ static int is_type_name(const cx_t *c, size_t i) {
   const char *s = c->src + c->t[i].start;
   if (len > 2 && s[len - 2] == '_' && s[len - 1] == 't')
     return 1; /* POSIX reserves *_t for types: uint8_t, acc_t, ... */
+  for (size_t j = 0; j < c->nlocal; j++)
+    if (strlen(c->local_types[j]) == len && memcmp(c->local_types[j], s, len) == 0)
+      return 1;
   if (c->is_type) {
     char *name = tk_text(c, i);
     int r = name && c->is_type(name, c->ctx);
@@ -330,6 +336,61 @@ static void chunk_free(ex_chunk_t *k) {
     free(k->decls[i].init);
   }
   free(k->decls);
+  free(k->doc);
+}
+
+/* The comment right above source offset `start` (only whitespace between,
+ * at most one line break), not reaching back before offset `lo` (the end
+ * of the previous token): a block comment or a run of `//` lines, each
+ * on lines of their own (a comment trailing code belongs to that code).
+ * Caller frees; NULL when there is none. */
+static char *doc_comment(const char *src, size_t lo, size_t start) {
+  size_t e = start; /* exclusive end of the comment */
+  int breaks = 0;
+  while (e > lo && isspace((unsigned char)src[e - 1])) {
+    if (src[e - 1] == '\n' && ++breaks > 1)
+      return NULL; /* a blank line separates the comment from the chunk */
+    e--;
+  }
+  if (e == lo)
+    return NULL;
+  size_t first;
+  if (e - lo >= 4 && src[e - 1] == '/' && src[e - 2] == '*') {
+    size_t s = e - 2;
+    while (s-- > lo)
+      if (src[s] == '/' && src[s + 1] == '*')
+        break;
+    if (s == (size_t)-1 || s < lo || src[s] != '/' || src[s + 1] != '*')
+      return NULL;
+    first = s;
+  } else {
+    /* `//` lines: walk back line by line while each starts with `//` */
+    first = (size_t)-1;
+    size_t line_end = e;
+    for (;;) {
+      size_t ls = line_end;
+      while (ls > lo && src[ls - 1] != '\n')
+        ls--;
+      size_t t = ls;
+      while (t < line_end && (src[t] == ' ' || src[t] == '\t'))
+        t++;
+      if (!(t + 1 < line_end && src[t] == '/' && src[t + 1] == '/'))
+        break;
+      if (ls > 0 && src[ls - 1] != '\n')
+        break; /* code before it on its line */
+      first = t;
+      if (ls == 0 || ls <= lo + 1)
+        break;
+      line_end = ls - 1;
+    }
+    if (first == (size_t)-1)
+      return NULL;
+  }
+  /* the comment must start its line */
+  for (size_t t = first; t > 0 && src[t - 1] != '\n'; t--)
+    if (src[t - 1] != ' ' && src[t - 1] != '\t')
+      return NULL;
+  return dup_range(src, first, e);
 }
 
 /* Specifier text from token a to e-1, without storage-class keywords that
@@ -416,6 +477,28 @@ static int parse_declarators(const cx_t *c, ex_chunk_t *k, size_t d, size_t b) {
   return 0;
 }
 
+static const char *const kw_cxx_decl[] = {"template", "namespace", "using", "class",
+                                          "static_assert", NULL};
+static const char *const kw_cuda[] = {"__global__", "__device__", "__host__", "__constant__",
+                                      "__shared__", "__managed__", NULL};
+
+/* C++ mode: is the chunk a declaration to keep as written (see
+ * EX_CHUNK_VERBATIM)? CUDA qualifiers count when they come before the
+ * declarator's parameter list, initializer or body. */
+static int is_cxx_verbatim(const cx_t *c, size_t a, size_t b) {
+  if (in_list(c, a, kw_cxx_decl))
+    return 1;
+  if (tk_is(c, a, "extern") && a + 1 <= b && c->t[a + 1].kind == TK_STRING)
+    return 1; /* extern "C" ... */
+  for (size_t i = a; i <= b; i++) {
+    if (tk_is(c, i, "(") || tk_is(c, i, "=") || tk_is(c, i, "{") || tk_is(c, i, ";"))
+      break;
+    if (in_list(c, i, kw_cuda))
+      return 1;
+  }
+  return 0;
+}
+
 /* Classify tokens a..b (inclusive) into chunk k. `last` = final chunk of
  * the cell; `has_semi` = ends with `;`. */
 static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) {
@@ -423,6 +506,7 @@ static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) 
   k->text = tk_span(c, a, b);
   if (!k->text)
     return -1;
+  k->doc = doc_comment(c->src, a ? c->t[a - 1].end : 0, c->t[a].start);
   if (c->t[a].kind == TK_PREPROC) {
     k->kind = EX_CHUNK_PREPROC;
     /* #define NAME: keep NAME as the key so a re-definition replaces it */
@@ -441,6 +525,10 @@ static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) 
     return 0;
   }
   int ends_semi = tk_is(c, b, ";");
+  if (c->cxx && is_cxx_verbatim(c, a, b)) {
+    k->kind = EX_CHUNK_VERBATIM;
+    return 0;
+  }
   if (in_list(c, a, kw_statement) || tk_is(c, a, "{")) {
     k->kind = EX_CHUNK_STATEMENT;
     return 0;
@@ -586,10 +674,21 @@ static int brace_ends_chunk(const cx_t *c, size_t a, size_t i) {
   }
   if (open == a)
     return 1; /* a bare compound statement */
-  /* initializer: `= {` or `= (T){`  */
-  for (size_t j = a; j < open; j++)
-    if (tk_is(c, j, "="))
+  if (in_list(c, a, kw_statement))
+    return 1; /* if/for/while/switch body (`==` or `=` in its head is no initializer) */
+  if (c->cxx && (tk_is(c, a, "template") || tk_is(c, a, "namespace") ||
+                 (tk_is(c, a, "extern") && a + 1 < c->n && c->t[a + 1].kind == TK_STRING)))
+    return 1; /* `template <int N = 3> ... { }`, `namespace ns { }`, `extern "C" { }` */
+  /* initializer: `= {` or `= (T){`, with the `=` outside any bracket */
+  depth = 0;
+  for (size_t j = a; j < open; j++) {
+    if (tk_is(c, j, "(") || tk_is(c, j, "[") || tk_is(c, j, "{"))
+      depth++;
+    else if (tk_is(c, j, ")") || tk_is(c, j, "]") || tk_is(c, j, "}"))
+      depth--;
+    else if (depth == 0 && tk_is(c, j, "="))
       return 0;
+  }
   /* struct/union/enum body: `struct [tag] {` */
   if (tk_is(c, open - 1, "struct") || tk_is(c, open - 1, "union") || tk_is(c, open - 1, "enum"))
     return 0;
@@ -599,15 +698,37 @@ static int brace_ends_chunk(const cx_t *c, size_t a, size_t i) {
   return 1;
 }
 
-int ex_split(const char *src, ex_is_type_fn is_type, void *ctx, ex_split_t *out, char *err,
-             size_t errlen) {
+/* Does the `;` at index i (depth 0) end the chunk that began at token a?
+ * Not before an `else` (`if (x) a(); else b();`), and not inside a `do`
+ * statement before its `while (...)`. */
+static int semi_ends_chunk(const cx_t *c, size_t a, size_t i) {
+  if (i + 1 < c->n && tk_is(c, i + 1, "else"))
+    return 0;
+  if (tk_is(c, a, "do")) {
+    /* the `;` must follow `while ( ... )` */
+    if (i == 0 || !tk_is(c, i - 1, ")"))
+      return 0;
+    int depth = 0;
+    for (size_t j = i - 1; j > a; j--) {
+      if (tk_is(c, j, ")"))
+        depth++;
+      else if (tk_is(c, j, "(") && --depth == 0)
+        return tk_is(c, j - 1, "while");
+    }
+    return 0;
+  }
+  return 1;
+}
+
+int ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
+             char *err, size_t errlen) {
   tk_list_t tl = {0};
   memset(out, 0, sizeof *out);
   if (tokenize(src, &tl, err, errlen, NULL)) {
     free(tl.v);
     return -1;
   }
-  cx_t c = {src, tl.v, tl.n, is_type, ctx};
+  cx_t c = {src, tl.v, tl.n, is_type, ctx, NULL, 0, (flags & EX_SPLIT_CXX) != 0};
   size_t cap = 0;
   size_t a = 0;
   int depth = 0;
@@ -626,7 +747,7 @@ int ex_split(const char *src, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
       if (depth == 0 && tk_is(&c, i, "}") && brace_ends_chunk(&c, a, i))
         end = 1;
     } else if (depth == 0 && tk_is(&c, i, ";")) {
-      end = !(tk_is(&c, a, "if") && i + 1 < c.n && tk_is(&c, i + 1, "else"));
+      end = semi_ends_chunk(&c, a, i);
     }
     if (!end && i + 1 < c.n)
       continue;
@@ -645,12 +766,21 @@ int ex_split(const char *src, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
     memset(k, 0, sizeof *k);
     if (classify(&c, a, i, i + 1 == c.n, k))
       goto fail;
+    if (k->kind == EX_CHUNK_TYPE && k->name && !strchr(k->name, ' ')) {
+      char **v = realloc(c.local_types, (c.nlocal + 1) * sizeof *v);
+      if (!v)
+        goto fail;
+      c.local_types = v;
+      c.local_types[c.nlocal++] = k->name; /* borrowed from the chunk */
+    }
     a = i + 1;
   }
   free(tl.v);
+  free(c.local_types);
   return 0;
 fail:
   free(tl.v);
+  free(c.local_types);
   ex_split_free(out);
   if (err && errlen && !err[0])
     set_err(err, errlen, "out of memory");

@@ -25,7 +25,13 @@ typedef enum {
   EX_CHUNK_PROTOTYPE, /* function declaration without body, or extern     */
   EX_CHUNK_VARIABLE,  /* object declaration(s) at file scope              */
   EX_CHUNK_STATEMENT, /* anything else: runs in order                     */
-  EX_CHUNK_EXPRESSION /* the last chunk, an expression without ';'        */
+  EX_CHUNK_EXPRESSION, /* the last chunk, an expression without ';'       */
+  EX_CHUNK_VERBATIM   /* EX_SPLIT_CXX only: a C++/CUDA declaration kept as
+                         written at file scope and local to its cell:
+                         template, class, namespace, using, extern "C",
+                         static_assert, and anything declared __global__,
+                         __device__, __host__, __constant__, __shared__ or
+                         __managed__                                      */
 } ex_chunk_kind_t;
 
 /* One declarator of a variable declaration: `*p = &x` in `int a, *p = &x;`. */
@@ -51,6 +57,8 @@ typedef struct {
   ex_declarator_t *decls; /* VARIABLE: declarators                          */
   size_t ndecls;
   int is_extern;     /* VARIABLE/PROTOTYPE written with `extern`            */
+  char *doc;         /* the comment right above the chunk (its doc comment,
+                        as written: a block comment or `//` lines), or NULL */
 } ex_chunk_t;
 
 typedef struct {
@@ -60,14 +68,18 @@ typedef struct {
 
 /* Known type names, so `T *x;` is read as a declaration. `is_type` is
  * asked about identifiers not known to C itself; NULL = only the built-in
- * list (size_t, FILE, names ending in _t, ...). */
+ * list (size_t, FILE, names ending in _t, ...). Typedef names defined
+ * earlier in the same cell are known without asking. */
 typedef int (*ex_is_type_fn)(const char *name, void *ctx);
+
+/* Flags of ex_split. */
+#define EX_SPLIT_CXX 1 /* the cell is C++ (a %%cuda cell): see EX_CHUNK_VERBATIM */
 
 /* Split `src`. Returns 0, or -1 with a message in err (unbalanced
  * brackets, unterminated comment/string), line numbers 1-based.
  * Caller frees with ex_split_free. */
-int ex_split(const char *src, ex_is_type_fn is_type, void *ctx, ex_split_t *out, char *err,
-             size_t errlen);
+int ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
+             char *err, size_t errlen);
 void ex_split_free(ex_split_t *s);
 
 /* "complete", "incomplete" or "invalid" for Jupyter's is_complete_request:

@@ -2,16 +2,55 @@
 #include "ex_stdin.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ex_events.h"
 
 static int g_allow;
+static int g_saved_fd0 = -1; /* the kernel's pipe while fd 0 is /dev/null */
 
-void ex_stdin_allow(int allow) { g_allow = allow; }
+/* Discard answers still in the pipe (an input_request answered after its
+ * cell was interrupted). */
+static void drain_pipe(void) {
+  int fl = fcntl(0, F_GETFL);
+  if (fl < 0 || fcntl(0, F_SETFL, fl | O_NONBLOCK) < 0)
+    return;
+  char buf[4096];
+  while (read(0, buf, sizeof buf) > 0)
+    ;
+  fcntl(0, F_SETFL, fl);
+}
+
+void ex_stdin_begin(int allow) {
+  g_allow = allow;
+  clearerr(stdin);
+  __fpurge(stdin);
+  if (allow) {
+    drain_pipe();
+    return;
+  }
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0)
+    return;
+  g_saved_fd0 = fcntl(0, F_DUPFD_CLOEXEC, 10);
+  if (g_saved_fd0 >= 0)
+    dup2(devnull, 0);
+  close(devnull);
+}
+
+void ex_stdin_end(void) {
+  if (g_saved_fd0 >= 0) {
+    dup2(g_saved_fd0, 0);
+    close(g_saved_fd0);
+    g_saved_fd0 = -1;
+  }
+  g_allow = 0;
+}
 
 /* Read one answer line from the kernel (fd 0) into buf. */
 static ssize_t cookie_read(void *cookie, char *buf, size_t size) {
