@@ -1,0 +1,587 @@
+#!/usr/bin/python3
+"""End-to-end tests of the REAL nbfork kernel and executor (the C cell
+engine), driven through jupyter_client, nbclient and jupyter console.
+
+The kernel is the build tree's (NBFORK_BUILD_DIR), started through a private
+kernelspec by tests/e2e/nbf_harness.py's Kernel class. Each test method is
+its own ctest test (tests/exec/CMakeLists.txt); one runs by hand with
+
+  NBFORK_BUILD_DIR=build PYTHONPATH=tests/e2e:tests/exec \\
+    /usr/bin/python3 -m unittest test_exec_e2e.ExecutorE2ETest.test_hello_world
+"""
+import glob
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import nbf_harness
+from nbf_harness import Kernel, errors, stream_text
+
+TIMEOUT = 60
+
+
+def find_nvcc():
+    """nvcc as the executor finds it (ex_compile_find_nvcc), or None."""
+    env = os.environ.get("NBFORK_NVCC")
+    if env:
+        return env if os.access(env, os.X_OK) else shutil.which(env)
+    for cand in [shutil.which("nvcc"),
+                 os.path.join(os.environ.get("CUDA_HOME", "/nonexistent"), "bin", "nvcc"),
+                 "/usr/local/cuda/bin/nvcc"]:
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def results(outputs):
+    """text/plain of every execute_result."""
+    return [m["content"]["data"]["text/plain"] for m in outputs
+            if m["msg_type"] == "execute_result"]
+
+
+class ExecutorE2ETest(unittest.TestCase):
+    kernel_env = None
+
+    def setUp(self):
+        if not os.access(nbf_harness.KERNEL, os.X_OK):
+            self.skipTest("no built nbfork-kernel at %s" % nbf_harness.KERNEL)
+        self.workdir = tempfile.mkdtemp(prefix="nbfork-exec-e2e-")
+        env = {"NBFORK_WORKDIR": os.path.join(self.workdir, "cells"),
+               "NBFORK_KEEP_WORKDIR": "1"}
+        env.update(self.kernel_env or {})
+        self.k = Kernel(env=env)
+        self.kc = self.k.kc
+
+    def tearDown(self):
+        self.k.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ------------------------------------------------------------ helpers
+
+    def run_cell(self, code, allow_stdin=False, answers=None, interrupt_after=None,
+                 timeout=TIMEOUT, **kw):
+        """Execute `code`; answer input_requests from `answers` (a list).
+        Returns (reply content, iopub messages, stdin requests, times) where
+        times has 'sent', 'interrupt' and 'idle' (time.monotonic())."""
+        answers = list(answers or [])
+        msg_id = self.kc.execute(code, allow_stdin=allow_stdin, **kw)
+        times = {"sent": time.monotonic()}
+        outputs, stdin_reqs = [], []
+        deadline = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            if interrupt_after is not None and "interrupt" not in times and \
+                    now - times["sent"] >= interrupt_after:
+                self.k.km.interrupt_kernel()
+                times["interrupt"] = time.monotonic()
+            if now > deadline:
+                self.fail("no idle within %ss for %r" % (timeout, code[:80]))
+            try:
+                m = self.kc.get_stdin_msg(timeout=0)
+                stdin_reqs.append(m)
+                self.kc.input(answers.pop(0) if answers else "")
+            except queue.Empty:
+                pass
+            try:
+                m = self.kc.get_iopub_msg(timeout=0.02)
+            except queue.Empty:
+                continue
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            outputs.append(m)
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                times["idle"] = time.monotonic()
+                break
+        reply = self.kc.get_shell_msg(timeout=timeout)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.kc.get_shell_msg(timeout=timeout)
+        return reply["content"], outputs, stdin_reqs, times
+
+    def ok(self, code, **kw):
+        """Run a cell that must succeed; returns its iopub messages."""
+        reply, outputs, _, _ = self.run_cell(code, **kw)
+        self.assertEqual(reply["status"], "ok",
+                         "cell failed: %r\n%s" % (code, reply.get("traceback")))
+        self.assertEqual(errors(outputs), [])
+        return outputs
+
+    def value(self, code):
+        """text/plain of the cell's execute_result (exactly one)."""
+        r = results(self.ok(code))
+        self.assertEqual(len(r), 1, "expected one execute_result for %r, got %r" % (code, r))
+        return r[0]
+
+    def shell(self, msg_id):
+        reply = self.kc.get_shell_msg(timeout=TIMEOUT)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.kc.get_shell_msg(timeout=TIMEOUT)
+        return reply["content"]
+
+    def objects(self):
+        return sorted(glob.glob(os.path.join(self.workdir, "cells", "*.so")))
+
+    # -------------------------------------------------------------- cells
+
+    def test_hello_world(self):
+        reply, outputs, _, _ = self.run_cell('#include <stdio.h>\nprintf("hello, world\\n");')
+        self.assertEqual(reply["status"], "ok")
+        self.assertEqual(outputs[0]["msg_type"], "status")
+        self.assertEqual(outputs[0]["content"]["execution_state"], "busy")
+        self.assertEqual(outputs[1]["msg_type"], "execute_input")
+        self.assertEqual(stream_text(outputs), "hello, world\n")
+        self.assertEqual(stream_text(outputs, "stderr"), "")
+        self.assertEqual(results(outputs), [])
+
+    def test_output_streams_live_and_stderr(self):
+        reply, outputs, _, times = self.run_cell(
+            '#include <stdio.h>\n#include <unistd.h>\n'
+            'printf("first\\n");\nfprintf(stderr, "to stderr\\n");\nusleep(800000);\n'
+            'printf("second\\n");')
+        self.assertEqual(reply["status"], "ok")
+        self.assertEqual(stream_text(outputs), "first\nsecond\n")
+        self.assertEqual(stream_text(outputs, "stderr"), "to stderr\n")
+
+    def test_output_arrives_while_the_cell_runs(self):
+        seen = {}
+        msg_id = self.kc.execute('#include <stdio.h>\n#include <unistd.h>\n'
+                                 'printf("early\\n");\nsleep(1);\nprintf("late\\n");')
+        sent = time.monotonic()
+        while True:
+            m = self.kc.get_iopub_msg(timeout=TIMEOUT)
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            if m["msg_type"] == "stream":
+                for line in m["content"]["text"].splitlines():
+                    seen[line] = time.monotonic() - sent
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                break
+        self.shell(msg_id)
+        self.assertLess(seen["early"] + 0.5, seen["late"],
+                        "'early' was not streamed before the cell ended: %r" % seen)
+
+    def test_state_across_cells(self):
+        self.ok("int counter = 41;")
+        self.ok("int bump(int by) { counter += by; return counter; }")
+        self.ok("counter++;")
+        self.assertEqual(self.value("counter"), "42")
+        self.assertEqual(self.value("bump(8)"), "50")
+        self.ok("typedef struct { int x, y; } point;\n#define SCALE 10")
+        self.assertEqual(self.value("point p = { 2, 3 };\np.x * SCALE + p.y"), "23")
+        self.assertEqual(self.value("p.y"), "3")
+
+    def test_rerun_replaces_definitions(self):
+        self.ok("int sq(int x) { return x * x; }")
+        self.ok("int call_sq(void) { return sq(3); }")
+        self.assertEqual(self.value("sq(3)"), "9")
+        # Re-running the defining cell with a new body replaces sq for every
+        # cell compiled from now on ...
+        self.ok("int sq(int x) { return x + 1; }")
+        self.assertEqual(self.value("sq(3)"), "4")
+        # ... while code compiled EARLIER keeps the version it was compiled
+        # against: call_sq still calls the old sq (README, "Cells are C").
+        self.assertEqual(self.value("call_sq()"), "9")
+        # a global redefined with another type and value
+        self.ok("int g = 1;")
+        self.ok("double g = 2.5;")
+        self.assertEqual(self.value("g"), "2.5")
+        # re-running an unchanged cell gives its globals their initial values
+        self.ok("int arr[3] = {1, 2, 3};\nint total;")
+        self.ok("arr[0] = 100; total = 7;")
+        self.ok("int arr[3] = {1, 2, 3};\nint total;")
+        self.assertEqual(self.value("arr[0] + total"), "1")
+
+    def test_execute_result_values(self):
+        self.ok("int j = 5;")
+        reply, outputs, _, _ = self.run_cell("j")
+        self.assertEqual(results(outputs), ["5"])
+        er = [m for m in outputs if m["msg_type"] == "execute_result"][0]
+        self.assertEqual(er["content"]["execution_count"], reply["execution_count"])
+        self.assertEqual(self.value("2.5 * 2"), "5")
+        self.assertEqual(self.value("1.0 / 4"), "0.25")
+        self.assertEqual(self.value('"abc"'), '"abc"')
+        self.assertEqual(self.value('char *s = "hi";\ns'), '"hi"')
+        self.assertRegex(self.value("&j"), r"^0x[0-9a-f]+$")
+        self.assertEqual(self.value("(void *)0"), "NULL")
+        self.assertEqual(self.value("-7L"), "-7")
+        self.assertEqual(self.value("'A'"), "65")  # a char literal is an int in C
+        self.assertEqual(self.value("(char)'A'"), "'A' (65)")
+        # a void last expression and a statement show nothing
+        self.assertEqual(results(self.ok("void f(void) {}\nf()")), [])
+        self.assertEqual(results(self.ok("j;")), [])
+
+    def test_compile_error_shape(self):
+        self.ok("int before = 1;")
+        reply, outputs, _, _ = self.run_cell("int ok = 1;\nint bad = undefined_name + 1;\nok")
+        self.assertEqual(reply["status"], "error")
+        self.assertEqual(reply["ename"], "CompileError")
+        errs = errors(outputs)
+        self.assertEqual(len(errs), 1, errs)
+        e = errs[0]
+        self.assertEqual(e["ename"], "CompileError")
+        self.assertNotIn("\n", e["evalue"])
+        self.assertIn("undefined_name", e["evalue"])
+        self.assertRegex(e["evalue"], r"^cell\[%d\]:2:\d+: error:" % reply["execution_count"])
+        self.assertTrue(any(re.match(r"cell\[%d\]:2:\d+: error:" % reply["execution_count"], t)
+                            for t in e["traceback"]), e["traceback"])
+        for t in e["traceback"]:
+            self.assertNotIn("__nbf", t)
+            self.assertNotIn("<nbfork>", t)
+        self.assertEqual(stream_text(outputs, "stderr"), "")
+        self.assertEqual(stream_text(outputs), "")
+        self.assertEqual(reply["ename"], e["ename"])
+        self.assertEqual(reply["evalue"], e["evalue"])
+        # nothing of the failed cell was kept; earlier state was
+        self.assertEqual(self.value("before"), "1")
+        reply, _, _, _ = self.run_cell("ok")
+        self.assertEqual(reply["status"], "error")
+
+    def test_unbalanced_cell_is_one_compile_error(self):
+        reply, outputs, _, _ = self.run_cell("int f(void) {\n  return 1;\n")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertEqual(len(errors(outputs)), 1)
+        self.assertIn("not closed", reply["evalue"])
+
+    def test_link_error(self):
+        reply, outputs, _, _ = self.run_cell("int nowhere(void);\nnowhere()")
+        self.assertEqual(reply["status"], "error")
+        self.assertEqual(reply["ename"], "LinkError")
+        self.assertEqual(len(errors(outputs)), 1)
+        self.assertIn("nowhere", reply["evalue"])
+        self.assertEqual(self.value("1 + 1"), "2")
+
+    def test_crash_survival(self):
+        self.ok("int lost = 3;")
+        reply, outputs, _, _ = self.run_cell("*(volatile int *)0 = 1;")
+        self.assertEqual(reply["status"], "error")
+        errs = errors(outputs)
+        self.assertEqual(len(errs), 1)
+        self.assertIn("SIGSEGV", errs[0]["ename"] + errs[0]["evalue"])
+        self.assertIn("lost", errs[0]["evalue"])
+        # the kernel is alive, with a fresh executor
+        self.assertEqual(self.value("6 * 7"), "42")
+        reply, _, _, _ = self.run_cell("lost")
+        self.assertEqual(reply["ename"], "CompileError")
+
+    def test_abort_names_the_signal(self):
+        reply, outputs, _, _ = self.run_cell("#include <stdlib.h>\nabort();")
+        self.assertEqual(len(errors(outputs)), 1)
+        self.assertIn("SIGABRT", reply["ename"] + reply["evalue"])
+        self.assertEqual(self.value("1"), "1")
+
+    def test_interrupt_infinite_loop(self):
+        self.ok("int kept = 7;")
+        reply, outputs, _, times = self.run_cell("while (1) {}", interrupt_after=0.5)
+        self.assertEqual(reply["status"], "error")
+        self.assertEqual(reply["ename"], "KeyboardInterrupt")
+        self.assertLess(times["idle"] - times["interrupt"], 2.0)
+        self.assertEqual(len(errors(outputs)), 1)
+        # the state survived: no new executor
+        self.assertEqual(self.value("kept"), "7")
+        self.assertEqual(self.value("kept + 1"), "8")
+
+    def test_input_request_scanf_and_fgets(self):
+        reply, outputs, reqs, _ = self.run_cell(
+            '#include <stdio.h>\nint n = 0;\nscanf("%d", &n);\nprintf("got %d\\n", n);',
+            allow_stdin=True, answers=["42"])
+        self.assertEqual(reply["status"], "ok")
+        self.assertEqual(len(reqs), 1)
+        self.assertEqual(reqs[0]["msg_type"], "input_request")
+        self.assertFalse(reqs[0]["content"]["password"])
+        self.assertEqual(stream_text(outputs), "got 42\n")
+        reply, outputs, reqs, _ = self.run_cell(
+            '#include <string.h>\nchar line[64];\nfgets(line, sizeof line, stdin);\n'
+            'line[strcspn(line, "\\n")] = 0;\nprintf("[%s]\\n", line);',
+            allow_stdin=True, answers=["hello there"])
+        self.assertEqual(len(reqs), 1)
+        self.assertEqual(stream_text(outputs), "[hello there]\n")
+
+    def test_stdin_without_allow_is_eof(self):
+        reply, outputs, reqs, times = self.run_cell(
+            '#include <stdio.h>\nint n = 5;\nint r = scanf("%d", &n);\n'
+            'char buf[8];\nchar *g = fgets(buf, sizeof buf, stdin);\n'
+            'printf("%d %d %s\\n", r, n, g ? "line" : "eof");', allow_stdin=False)
+        self.assertEqual(reply["status"], "ok")
+        self.assertEqual(reqs, [])
+        self.assertEqual(stream_text(outputs), "-1 5 eof\n")
+        # end-of-file is not sticky: the next cell that may read, reads
+        reply, outputs, reqs, _ = self.run_cell(
+            'scanf("%d", &n);\nprintf("%d\\n", n);', allow_stdin=True, answers=["9"])
+        self.assertEqual(len(reqs), 1)
+        self.assertEqual(stream_text(outputs), "9\n")
+
+    # ------------------------------------------------ requests about code
+
+    def test_is_complete(self):
+        for code, want in [("int x = 1;", "complete"),
+                           ("int f(int x) {", "incomplete"),
+                           ('printf("%d",\n', "incomplete"),
+                           ("/* open comment", "incomplete"),
+                           ("}", "invalid")]:
+            reply = self.shell(self.kc.is_complete(code))
+            self.assertEqual(reply["status"], want, code)
+            if want == "incomplete":
+                self.assertIn("indent", reply)
+
+    def test_complete(self):
+        self.ok("int my_counter = 1;\nint my_function(void) { return 2; }\n"
+                "typedef struct { int a; } my_type;")
+        reply = self.shell(self.kc.complete("my_", 3))
+        self.assertEqual(reply["status"], "ok")
+        for name in ["my_counter", "my_function", "my_type"]:
+            self.assertIn(name, reply["matches"])
+        self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (0, 3))
+        reply = self.shell(self.kc.complete("acc_all_r", 9))
+        self.assertIn("acc_all_reduce", reply["matches"])
+        reply = self.shell(self.kc.complete("x = prin", 8))
+        self.assertIn("printf", reply["matches"])
+        self.assertEqual(reply["cursor_start"], 4)
+        # cursor positions are code points: "é" (2 bytes) before the cursor
+        code = 'puts("é"); my_c'
+        reply = self.shell(self.kc.complete(code, len(code)))
+        self.assertEqual(reply["matches"], ["my_counter"])
+        self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (len(code) - 4, len(code)))
+        # in the middle of a line, after a non-ASCII comment
+        code = "/* ü */ my_f + 1"
+        reply = self.shell(self.kc.complete(code, 12))
+        self.assertEqual(reply["matches"], ["my_function"])
+        self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (8, 12))
+
+    def test_inspect(self):
+        self.ok("/* Doubles x (an int). */\nint twice(int x) { return 2 * x; }")
+        reply = self.shell(self.kc.inspect("twice", 5))
+        self.assertEqual(reply["status"], "ok")
+        self.assertTrue(reply["found"])
+        text = reply["data"]["text/plain"]
+        self.assertIn("int twice(int x)", text)
+        self.assertIn("Doubles x", text)
+        self.assertRegex(text, r"cell\[\d+\]")
+        self.assertNotIn("__asm__", text)
+        # the cursor inside a call's parentheses inspects the callee
+        reply = self.shell(self.kc.inspect("twice(3", 7))
+        self.assertTrue(reply["found"])
+        self.assertIn("int twice(int x)", reply["data"]["text/plain"])
+        # the runtime API, from nbfork.h, with its doc comment
+        reply = self.shell(self.kc.inspect("acc_all_reduce", 3))
+        self.assertTrue(reply["found"])
+        text = reply["data"]["text/plain"]
+        self.assertIn("acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count", text)
+        self.assertIn("In-place all-reduce", text)
+        reply = self.shell(self.kc.inspect("no_such_name", 4))
+        self.assertFalse(reply["found"])
+
+    def test_history(self):
+        self.ok("int h1 = 1;")
+        self.ok("int h2 = 2;")
+        self.ok("h1 + h2")
+        reply = self.shell(self.kc.history(hist_access_type="tail", n=2, output=False, raw=True))
+        self.assertEqual([h[2] for h in reply["history"]], ["int h2 = 2;", "h1 + h2"])
+        reply = self.shell(self.kc.history(hist_access_type="search", pattern="int h*",
+                                           output=False, raw=True))
+        self.assertEqual([h[2] for h in reply["history"]], ["int h1 = 1;", "int h2 = 2;"])
+        reply = self.shell(self.kc.history(hist_access_type="range", session=0, start=1,
+                                           stop=2, output=False, raw=True))
+        self.assertEqual([h[2] for h in reply["history"]], ["int h1 = 1;"])
+
+    def test_execution_count(self):
+        r1, _, _, _ = self.run_cell("int c1 = 1;")
+        r2, _, _, _ = self.run_cell("c1")
+        self.assertEqual(r2["execution_count"], r1["execution_count"] + 1)
+        r3, out3, _, _ = self.run_cell("c1 = 5;", silent=True)
+        self.assertEqual(r3["execution_count"], r2["execution_count"])
+        self.assertEqual([m["msg_type"] for m in out3 if m["msg_type"] != "status"], [])
+        r4, _, _, _ = self.run_cell("c1", store_history=False)
+        self.assertEqual(r4["execution_count"], r2["execution_count"])
+        r5, out5, _, _ = self.run_cell("c1")
+        self.assertEqual(r5["execution_count"], r2["execution_count"] + 1)
+        self.assertEqual(results(out5), ["5"])
+        # an error counts too
+        r6, _, _, _ = self.run_cell("syntax error here")
+        self.assertEqual(r6["execution_count"], r5["execution_count"] + 1)
+
+    # ------------------------------------------------------------- magics
+
+    def test_magic_cflags_ldflags(self):
+        out = self.ok("%cflags -DMAGIC_VALUE=31")
+        self.assertIn("-DMAGIC_VALUE=31", stream_text(out))
+        self.assertEqual(self.value("MAGIC_VALUE + 1"), "32")
+        # libssl (Debian libssl-dev) is not loaded in the executor: its
+        # functions need %ldflags -lssl
+        cell = "#include <openssl/ssl.h>\nTLS_method() != NULL"
+        reply, outputs, _, _ = self.run_cell(cell)
+        self.assertEqual(reply["status"], "error")
+        self.assertEqual(reply["ename"], "LinkError")
+        self.assertIn("TLS_method", reply["evalue"])
+        self.assertEqual(len(errors(outputs)), 1)
+        out = self.ok("%ldflags -lssl")
+        self.assertIn("-lssl", stream_text(out))
+        self.assertEqual(self.value(cell), "1")
+        reply, _, _, _ = self.run_cell("%ldflags -lnbfork_no_such_lib\n1")
+        self.assertEqual(reply["ename"], "LinkError")
+        self.assertIn("nbfork_no_such_lib", reply["evalue"])
+        self.assertIn("(none)", stream_text(self.ok("%ldflags --clear")))
+        self.assertEqual(self.value("2"), "2")
+        # magics and code in one cell
+        self.assertEqual(self.value("%cflags -DMAGIC_VALUE=40\nMAGIC_VALUE"), "40")
+
+    def test_magic_env_who_lsmagic(self):
+        out = self.ok("%env NBFORK_TEST_VAR=hello")
+        self.assertIn("NBFORK_TEST_VAR=hello", stream_text(out))
+        self.assertEqual(stream_text(self.ok("%env NBFORK_TEST_VAR")).strip(), "hello")
+        self.assertEqual(self.value('#include <stdlib.h>\ngetenv("NBFORK_TEST_VAR")'), '"hello"')
+        self.assertIn("Nothing defined", stream_text(self.ok("%who")))
+        self.ok("int w_var = 1;\nint w_fn(void) { return 0; }\ntypedef int w_type;\n#define W_MAC 1")
+        who = stream_text(self.ok("%who"))
+        for name, kind in [("w_var", "variable"), ("w_fn", "function"), ("w_type", "type"),
+                           ("W_MAC", "macro")]:
+            self.assertRegex(who, r"(?m)^%s\s+%s" % (name, kind))
+        ls = stream_text(self.ok("%lsmagic"))
+        for magic in ["%launch", "%cflags", "%ldflags", "%env", "%who", "%lsmagic", "%%cuda"]:
+            self.assertIn(magic, ls)
+        reply, outputs, _, _ = self.run_cell("%nosuchmagic")
+        self.assertEqual(reply["ename"], "UsageError")
+        self.assertEqual(len(errors(outputs)), 1)
+
+    # -------------------------------------------------------- compile cache
+
+    def test_compile_cache_skips_the_compiler(self):
+        cell = "int cached = 11;\nint cached_fn(void) { return cached * 2; }"
+        self.ok(cell)
+        first = self.objects()
+        self.assertEqual(len(first), 1, first)
+        stamp = os.stat(first[0]).st_mtime_ns
+        # the identical cell again (new execution count): no new object,
+        # the same one untouched -> the compiler did not run
+        self.ok(cell)
+        self.assertEqual(self.objects(), first)
+        self.assertEqual(os.stat(first[0]).st_mtime_ns, stamp)
+        self.assertEqual(self.value("cached_fn()"), "22")
+        n = len(self.objects())
+        self.ok("cached = 1;")  # a new cell compiles
+        self.assertEqual(len(self.objects()), n + 1)
+        self.ok("cached = 1;")  # ... once
+        self.assertEqual(len(self.objects()), n + 1)
+        # a changed flag is a new object
+        self.ok("%cflags -O0")
+        self.ok(cell)
+        self.assertEqual(len(self.objects()), n + 2)
+
+    # ------------------------------------------------------------- display
+
+    def test_display_update_clear(self):
+        reply, outputs, _, _ = self.run_cell(
+            'long id = nbf_display("text/html", "<b>one</b>", 10);\n'
+            'nbf_update_display(id, "text/html", "<b>two</b>", 10);\n'
+            'nbf_clear_output(1);\n'
+            'nbf_display("text/plain", "after", 5);')
+        self.assertEqual(reply["status"], "ok")
+        kinds = [m["msg_type"] for m in outputs
+                 if m["msg_type"] not in ("status", "execute_input")]
+        self.assertEqual(kinds, ["display_data", "update_display_data", "clear_output",
+                                 "display_data"])
+        d, u, c, d2 = [m["content"] for m in outputs
+                       if m["msg_type"] not in ("status", "execute_input")]
+        self.assertEqual(d["data"]["text/html"], "<b>one</b>")
+        self.assertEqual(u["data"]["text/html"], "<b>two</b>")
+        self.assertTrue(d["transient"]["display_id"])
+        self.assertEqual(d["transient"]["display_id"], u["transient"]["display_id"])
+        self.assertTrue(c["wait"])
+        self.assertEqual(d2["data"]["text/plain"], "after")
+
+    # ----------------------------------------------------- other front ends
+
+    def test_notebook_run_by_nbclient(self):
+        import nbformat
+        from nbclient import NotebookClient
+
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell("#include <stdio.h>\nint n = 6;"),
+                    nbformat.v4.new_code_cell('printf("n is %d\\n", n);\nn * 7'),
+                    nbformat.v4.new_code_cell('nbf_display("text/markdown", "**bold**", 8);')]
+        nb.metadata["kernelspec"] = {"name": "nbfork", "display_name": "C (nbfork)",
+                                     "language": "c"}
+        ks = nbf_harness.make_kernelspec_dir()
+        old = os.environ.get("JUPYTER_PATH")
+        os.environ["JUPYTER_PATH"] = ks
+        try:
+            NotebookClient(nb, timeout=120, kernel_name="nbfork").execute()
+        finally:
+            if old is None:
+                os.environ.pop("JUPYTER_PATH", None)
+            else:
+                os.environ["JUPYTER_PATH"] = old
+            shutil.rmtree(ks, ignore_errors=True)
+        out1 = nb.cells[1].outputs
+        self.assertEqual(out1[0]["output_type"], "stream")
+        self.assertEqual(out1[0]["text"], "n is 6\n")
+        self.assertEqual(out1[1]["output_type"], "execute_result")
+        self.assertEqual(out1[1]["data"]["text/plain"], "42")
+        self.assertEqual(out1[1]["execution_count"], 2)
+        self.assertEqual(nb.cells[2].outputs[0]["output_type"], "display_data")
+        self.assertEqual(nb.cells[2].outputs[0]["data"]["text/markdown"], "**bold**")
+        self.assertEqual(nb.metadata["language_info"]["name"], "c")
+
+    def test_jupyter_console_one_cell(self):
+        console = shutil.which("jupyter-console") or "/usr/bin/jupyter-console"
+        if not os.access(console, os.X_OK):
+            self.skipTest("jupyter-console (Debian jupyter-console) is not installed")
+        ks = nbf_harness.make_kernelspec_dir()
+        env = dict(os.environ, JUPYTER_PATH=ks,
+                   JUPYTER_RUNTIME_DIR=os.path.join(self.workdir, "runtime"))
+        try:
+            # --simple-prompt reads one line per cell from a plain pipe
+            p = subprocess.run(
+                [console, "--kernel", "nbfork", "--simple-prompt"],
+                input='#include <stdio.h>\nprintf("console says %d\\n", 6 * 7);\n20 + 1\n',
+                capture_output=True, text=True, env=env, timeout=120)
+        finally:
+            shutil.rmtree(ks, ignore_errors=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("console says 42", p.stdout)
+        self.assertRegex(p.stdout, r"Out\[3\]: 21")
+        self.assertIn("nbfork", p.stdout)  # the banner
+        self.assertNotIn("error", p.stderr.lower())
+
+    # --------------------------------------------------------------- CUDA
+
+    def test_cuda_cell_host_code(self):
+        nvcc = find_nvcc()
+        if not nvcc:
+            self.skipTest("no nvcc (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): %%cuda "
+                          "cells cannot compile here")
+        # a %%cuda cell is C++ compiled by nvcc; host code only (no GPU needed)
+        reply, outputs, _, _ = self.run_cell(
+            "%%cuda\n#include <cstdio>\n"
+            "/* The answer, from C++. */\n"
+            "int answer(void) { return 6 * 7; }\n"
+            "template <typename T> T twice(T v) { return v + v; }\n"
+            'printf("host side %d\\n", twice(answer()));\n'
+            "answer()", timeout=300)
+        self.assertEqual(reply["status"], "ok", reply.get("traceback"))
+        self.assertEqual(stream_text(outputs), "host side 84\n")
+        self.assertEqual(results(outputs), ["42"])
+        # C cells call what the CUDA cell defined (versioned, unmangled)
+        self.assertEqual(self.value("answer() + 1"), "43")
+        # a compile error in a CUDA cell is one CompileError
+        reply, outputs, _, _ = self.run_cell("%%cuda\nint broken( {", timeout=300)
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertEqual(len(errors(outputs)), 1)
+
+    def test_cuda_cell_without_nvcc(self):
+        # the same cell where no nvcc can be found: a clear CompileError
+        self.k.close()
+        self.k = Kernel(env={"NBFORK_NVCC": "/nonexistent/nvcc"})
+        self.kc = self.k.kc
+        reply, outputs, _, _ = self.run_cell("%%cuda\nint x = 1;")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertIn("nvcc", reply["evalue"])
+        self.assertEqual(len(errors(outputs)), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,939 @@
+/*
+ * test_exec_unit.c — unit tests of the cell engine: ex_split (chunk kinds
+ * for many cell shapes), ex_cell (versioned symbols, prelude, compile-cache
+ * tags, initializers), ex_compile (diagnostics clean-up, the cache) and,
+ * with the system compiler, the whole compile/load/run path in-process.
+ *
+ * Run one case: build/bin/test_exec_unit split_function  (--list for all).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ex_cell.h"
+#include "ex_compile.h"
+#include "ex_split.h"
+#include "ex_test.h"
+
+#ifndef EX_TEST_INCDIR
+#error "EX_TEST_INCDIR (directory of nbfork.h) must be defined"
+#endif
+#ifndef EX_TEST_LIBDIR
+#error "EX_TEST_LIBDIR (directory of libnbfork.so) must be defined"
+#endif
+
+/* ------------------------------------------------------------ helpers */
+
+static const char *kind_name(ex_chunk_kind_t k) {
+  switch (k) {
+  case EX_CHUNK_PREPROC:
+    return "PREPROC";
+  case EX_CHUNK_TYPE:
+    return "TYPE";
+  case EX_CHUNK_FUNCTION:
+    return "FUNCTION";
+  case EX_CHUNK_PROTOTYPE:
+    return "PROTOTYPE";
+  case EX_CHUNK_VARIABLE:
+    return "VARIABLE";
+  case EX_CHUNK_STATEMENT:
+    return "STATEMENT";
+  case EX_CHUNK_EXPRESSION:
+    return "EXPRESSION";
+  case EX_CHUNK_VERBATIM:
+    return "VERBATIM";
+  }
+  return "?";
+}
+
+static ex_split_t split_ok_with(const char *src, ex_is_type_fn is_type, void *ctx) {
+  ex_split_t s;
+  char err[256] = "";
+  if (ex_split(src, 0, is_type, ctx, &s, err, sizeof err) != 0)
+    EX_TEST_FAIL("ex_split failed on:\n%s\n--- error: %s", src, err);
+  return s;
+}
+
+static ex_split_t split_ok(const char *src) { return split_ok_with(src, NULL, NULL); }
+
+/* The chunk kinds of `src`, comma-separated ("VARIABLE,EXPRESSION"). */
+static char *kinds_of(const char *src) {
+  ex_split_t s = split_ok(src);
+  static char buf[1024];
+  buf[0] = 0;
+  for (size_t i = 0; i < s.count; i++) {
+    if (i)
+      strcat(buf, ",");
+    strcat(buf, kind_name(s.chunks[i].kind));
+  }
+  ex_split_free(&s);
+  return buf;
+}
+
+#define ASSERT_KINDS(src, kinds) ASSERT_EQ_STR(kinds_of(src), kinds)
+
+static void expect_split_error(const char *src, const char *msg_part) {
+  ex_split_t s;
+  char err[256] = "";
+  int rc = ex_split(src, 0, NULL, NULL, &s, err, sizeof err);
+  if (rc == 0) {
+    ex_split_free(&s);
+    EX_TEST_FAIL("ex_split accepted unbalanced source:\n%s", src);
+  }
+  ASSERT_CONTAINS(err, msg_part);
+  ASSERT_EQ_INT(s.count, 0);
+}
+
+/* ------------------------------------------------------- ex_split cases */
+
+EX_TEST(split_function) {
+  ex_split_t s = split_ok("int sq(int x) {\n  return x * x;\n}\n");
+  ASSERT_EQ_INT(s.count, 1);
+  ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "FUNCTION");
+  ASSERT_EQ_STR(s.chunks[0].name, "sq");
+  ASSERT_EQ_STR(s.chunks[0].signature, "int sq(int x)");
+  ASSERT_EQ_STR(s.chunks[0].body, "{\n  return x * x;\n}");
+  ASSERT_EQ_INT(s.chunks[0].line, 1);
+  ex_split_free(&s);
+
+  s = split_ok("char *dup2(const char *s) { return 0; }\nstruct P mk(void) { struct P p; return p; }");
+  ASSERT_EQ_INT(s.count, 2);
+  ASSERT_EQ_STR(s.chunks[0].name, "dup2");
+  ASSERT_EQ_STR(s.chunks[0].signature, "char *dup2(const char *s)");
+  ASSERT_EQ_STR(kind_name(s.chunks[1].kind), "FUNCTION");
+  ASSERT_EQ_STR(s.chunks[1].name, "mk");
+  ASSERT_EQ_INT(s.chunks[1].line, 2);
+  ex_split_free(&s);
+
+  /* two functions and a call in one cell */
+  ASSERT_KINDS("int a(void) { return 1; }\nint b(void) { return a() + 1; }\nb()",
+               "FUNCTION,FUNCTION,EXPRESSION");
+}
+
+EX_TEST(split_static_inline) {
+  ex_split_t s = split_ok("static inline int twice(int x) { return 2 * x; }");
+  ASSERT_EQ_INT(s.count, 1);
+  ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "FUNCTION");
+  ASSERT_EQ_STR(s.chunks[0].signature, "int twice(int x)");
+  /* `static inline` blanked in place: columns of diagnostics stay right */
+  ASSERT_EQ_STR(s.chunks[0].text, "              int twice(int x) { return 2 * x; }");
+  ex_split_free(&s);
+
+  s = split_ok("static int counter = 0;");
+  ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "VARIABLE");
+  ASSERT_EQ_STR(s.chunks[0].specifiers, "int");
+  ex_split_free(&s);
+}
+
+EX_TEST(split_prototype) {
+  ex_split_t s = split_ok("int sq(int x);\nextern double f(void);\nvoid g();");
+  ASSERT_EQ_STR(kinds_of("int sq(int x);\nextern double f(void);\nvoid g();"),
+                "PROTOTYPE,PROTOTYPE,PROTOTYPE");
+  ASSERT_EQ_STR(s.chunks[0].name, "sq");
+  ASSERT_EQ_STR(s.chunks[1].name, "f");
+  ASSERT_EQ_INT(s.chunks[1].is_extern, 1);
+  ASSERT_EQ_STR(s.chunks[2].name, "g");
+  ex_split_free(&s);
+
+  /* a pointer to a function is a variable, not a prototype */
+  s = split_ok("int (*fp)(int);");
+  ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "VARIABLE");
+  ASSERT_EQ_STR(s.chunks[0].decls[0].name, "fp");
+  ASSERT_EQ_STR(s.chunks[0].decls[0].declarator, "(*fp)(int)");
+  ex_split_free(&s);
+
+  s = split_ok("int (*op)(int, int) = add;");
+  ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "VARIABLE");
+  ASSERT_EQ_STR(s.chunks[0].decls[0].init, "add");
+  ex_split_free(&s);
+}
+
+EX_TEST(split_global_without_initializer) {
+  ex_split_t s = split_ok("int counter;\nfloat weights[784];\nunsigned long long big;");
+  ASSERT_EQ_INT(s.count, 3);
+  for (size_t i = 0; i < 3; i++) {
+    ASSERT_EQ_STR(kind_name(s.chunks[i].kind), "VARIABLE");
+    ASSERT_EQ_INT(s.chunks[i].ndecls, 1);
+    ASSERT_TRUE(s.chunks[i].decls[0].init == NULL);
+  }
+  ASSERT_EQ_STR(s.chunks[0].decls[0].name, "counter");
+  ASSERT_EQ_STR(s.chunks[1].decls[0].name, "weights");
+  ASSERT_EQ_STR(s.chunks[1].decls[0].declarator, "weights[784]");
+  ASSERT_EQ_STR(s.chunks[2].specifiers, "unsigned long long");
+  ex_split_free(&s);
+}
+
+EX_TEST(split_global_with_initializer) {
+  ex_split_t s = split_ok("double rate = 0.5;\nint a[3] = {1, 2, 3};\n"
+                          "float *buf = malloc(10 * sizeof(float));\nconst char *name = \"x;y\";");
+  ASSERT_EQ_INT(s.count, 4);
+  ASSERT_EQ_STR(s.chunks[0].decls[0].init, "0.5");
+  ASSERT_EQ_INT(s.chunks[0].decls[0].init_braced, 0);
+  ASSERT_EQ_STR(s.chunks[1].decls[0].init, "{1, 2, 3}");
+  ASSERT_EQ_INT(s.chunks[1].decls[0].init_braced, 1);
+  ASSERT_EQ_STR(s.chunks[2].decls[0].declarator, "*buf");
+  ASSERT_EQ_STR(s.chunks[2].decls[0].init, "malloc(10 * sizeof(float))");
+  ASSERT_EQ_STR(s.chunks[3].specifiers, "const char");
+  ASSERT_EQ_STR(s.chunks[3].decls[0].init, "\"x;y\"");
+  ex_split_free(&s);
+}
+
+EX_TEST(split_multiple_declarators) {
+  ex_split_t s = split_ok("int a = 1, *b, c[2] = {3, 4}, d = f(1, 2);");
+  ASSERT_EQ_INT(s.count, 1);
+  ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "VARIABLE");
+  ASSERT_EQ_INT(s.chunks[0].ndecls, 4);
+  const char *names[] = {"a", "b", "c", "d"};
+  const char *decls[] = {"a", "*b", "c[2]", "d"};
+  const char *inits[] = {"1", NULL, "{3, 4}", "f(1, 2)"};
+  for (int i = 0; i < 4; i++) {
+    ASSERT_EQ_STR(s.chunks[0].decls[i].name, names[i]);
+    ASSERT_EQ_STR(s.chunks[0].decls[i].declarator, decls[i]);
+    if (inits[i])
+      ASSERT_EQ_STR(s.chunks[0].decls[i].init, inits[i]);
+    else
+      ASSERT_TRUE(s.chunks[0].decls[i].init == NULL);
+  }
+  ex_split_free(&s);
+}
+
+EX_TEST(split_typedef) {
+  ex_split_t s = split_ok("typedef struct { float x, y; } vec2;\n"
+                          "typedef int (*cmp_fn)(const void *, const void *);\n"
+                          "typedef unsigned long ulong;\n"
+                          "typedef int arr4[4];");
+  ASSERT_EQ_INT(s.count, 4);
+  const char *names[] = {"vec2", "cmp_fn", "ulong", "arr4"};
+  for (int i = 0; i < 4; i++) {
+    ASSERT_EQ_STR(kind_name(s.chunks[i].kind), "TYPE");
+    ASSERT_EQ_STR(s.chunks[i].name, names[i]);
+  }
+  ex_split_free(&s);
+}
+
+EX_TEST(split_struct_enum_union) {
+  ex_split_t s = split_ok("struct point { int x, y; };\nenum color { RED, GREEN = 2 };\n"
+                          "union num { int i; float f; };\nstruct point origin = {0, 0};\n"
+                          "enum { ANON_A, ANON_B };");
+  ASSERT_EQ_STR(kinds_of("struct point { int x, y; };\nenum color { RED, GREEN = 2 };\n"
+                         "union num { int i; float f; };\nstruct point origin = {0, 0};\n"
+                         "enum { ANON_A, ANON_B };"),
+                "TYPE,TYPE,TYPE,VARIABLE,TYPE");
+  ASSERT_EQ_STR(s.chunks[0].name, "struct point");
+  ASSERT_EQ_STR(s.chunks[1].name, "enum color");
+  ASSERT_EQ_STR(s.chunks[2].name, "union num");
+  ASSERT_EQ_STR(s.chunks[3].decls[0].name, "origin");
+  ASSERT_TRUE(s.chunks[4].name == NULL); /* anonymous enum: no key */
+  ex_split_free(&s);
+
+  /* a struct defined together with a variable */
+  s = split_ok("struct cfg { int n; } global_cfg = { 3 };");
+  ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "VARIABLE");
+  ASSERT_EQ_STR(s.chunks[0].decls[0].name, "global_cfg");
+  ex_split_free(&s);
+}
+
+EX_TEST(split_preprocessor) {
+  const char *src = "#include <stdio.h>\n#define N 10\n#define SQ(x) ((x) * (x))\n"
+                    "#define LONG(a) \\\n  ((a) + 1)\n#ifdef N\nint n = N;\n#endif\n";
+  ex_split_t s = split_ok(src);
+  ASSERT_EQ_STR(kinds_of(src), "PREPROC,PREPROC,PREPROC,PREPROC,PREPROC,VARIABLE,PREPROC");
+  ASSERT_TRUE(s.chunks[0].name == NULL);
+  ASSERT_EQ_STR(s.chunks[1].name, "N");
+  ASSERT_EQ_STR(s.chunks[2].name, "SQ");
+  ASSERT_EQ_STR(s.chunks[3].name, "LONG");
+  ASSERT_EQ_STR(s.chunks[3].text, "#define LONG(a) \\\n  ((a) + 1)");
+  ASSERT_EQ_INT(s.chunks[5].line, 7);
+  ex_split_free(&s);
+}
+
+EX_TEST(split_if_else) {
+  ASSERT_KINDS("if (x == 1) { y(); } else { z(); }", "STATEMENT");
+  ASSERT_KINDS("if (x) a(); else b();", "STATEMENT");
+  ASSERT_KINDS("if (a) { f(); } else if (b) g(); else { h(); }", "STATEMENT");
+  /* `==` in the condition is no initializer: the `}` ends the if */
+  ASSERT_KINDS("if (a == b) { f(); }\nint z = 3;", "STATEMENT,VARIABLE");
+  ASSERT_KINDS("if (a != b) { f(); }\nz", "STATEMENT,EXPRESSION");
+  /* an else after a braceless body inside a for */
+  ASSERT_KINDS("for (;;) if (x) a(); else b();\nint after;", "STATEMENT,VARIABLE");
+}
+
+EX_TEST(split_do_while) {
+  ASSERT_KINDS("do { i++; } while (i < 3);", "STATEMENT");
+  ASSERT_KINDS("do i++; while (i < 3);\nint k;", "STATEMENT,VARIABLE");
+  ASSERT_KINDS("while (n--) total += n;\nwhile (x) { x--; }", "STATEMENT,STATEMENT");
+}
+
+EX_TEST(split_for) {
+  ASSERT_KINDS("for (int i = 0; i < 3; i++) { s += i; }\nint after = 1;",
+               "STATEMENT,VARIABLE");
+  ASSERT_KINDS("for (int i = 0; i < 3; i++) s += i;\nprintf(\"%d\", s);",
+               "STATEMENT,STATEMENT");
+}
+
+EX_TEST(split_compound_and_switch) {
+  ASSERT_KINDS("{ int t = 1; printf(\"%d\", t); }", "STATEMENT");
+  ASSERT_KINDS("{ int t = 1; }\n{ int u = 2; }\nint v;", "STATEMENT,STATEMENT,VARIABLE");
+  ASSERT_KINDS("switch (x) { case 1: y = 2; break; default: break; }\nx",
+               "STATEMENT,EXPRESSION");
+  ASSERT_KINDS("x = (struct P){1, 2};\np.x = 3;", "STATEMENT,STATEMENT");
+  ASSERT_KINDS("int s = ({ int t = 2; t * t; });", "VARIABLE");
+}
+
+EX_TEST(split_last_expression) {
+  ASSERT_KINDS("int j = 5;\nj", "VARIABLE,EXPRESSION");
+  ASSERT_KINDS("sq(3)", "EXPRESSION");
+  ASSERT_KINDS("x + 1;", "STATEMENT");
+  ASSERT_KINDS("\"abc\"", "EXPRESSION");
+  ASSERT_KINDS("a[2] * 3.0", "EXPRESSION");
+  ASSERT_KINDS("&j", "EXPRESSION");
+  ASSERT_KINDS("(char)65", "EXPRESSION");
+  ASSERT_KINDS("x = 5", "EXPRESSION");
+  /* only the last chunk can be an expression */
+  ASSERT_KINDS("f()\ng()", "EXPRESSION");
+  ex_split_t s = split_ok("int j = 5;\nj // the value\n");
+  ASSERT_EQ_STR(s.chunks[1].text, "j");
+  ASSERT_EQ_INT(s.chunks[1].line, 2);
+  ex_split_free(&s);
+  /* a declaration without `;` is not an expression */
+  ASSERT_KINDS("int k = 3", "STATEMENT");
+}
+
+EX_TEST(split_strings_and_comments_with_braces) {
+  const char *src = "const char *s = \"{ not a block }\"; /* } */ char c = '}'; // {\n"
+                    "puts(\"a;b\");\nchar q = '\\'';\nconst char *e = \"\\\"{\";";
+  ex_split_t s = split_ok(src);
+  ASSERT_EQ_STR(kinds_of(src), "VARIABLE,VARIABLE,STATEMENT,VARIABLE,VARIABLE");
+  ASSERT_EQ_STR(s.chunks[0].decls[0].init, "\"{ not a block }\"");
+  ASSERT_EQ_STR(s.chunks[1].decls[0].init, "'}'");
+  ASSERT_EQ_STR(s.chunks[3].decls[0].init, "'\\''");
+  ASSERT_EQ_STR(s.chunks[4].decls[0].init, "\"\\\"{\"");
+  ex_split_free(&s);
+  ASSERT_KINDS("int f(void) { /* } */ return '{'; } // }\nf()", "FUNCTION,EXPRESSION");
+}
+
+EX_TEST(split_unbalanced_is_error) {
+  expect_split_error("int f() {\n  return 1;\n", "line 1: bracket opened here is not closed");
+  expect_split_error("int x = 1;\n}", "line 2: unmatched '}'");
+  expect_split_error("foo(1));", "unmatched ')'");
+  expect_split_error("int a[3 = {1};", "not closed");
+  expect_split_error("/* never closed", "comment is not closed");
+  expect_split_error("puts(\"abc);", "string literal is not closed");
+  expect_split_error("char c = 'x;", "character literal is not closed");
+}
+
+EX_TEST(split_typedef_names) {
+  /* a typedef earlier in the same cell makes `T *p;` a declaration */
+  ASSERT_KINDS("typedef int myint;\nmyint *p;", "TYPE,VARIABLE");
+  /* unknown T: `T * p;` is a multiplication */
+  ASSERT_KINDS("T * p;", "STATEMENT");
+  ASSERT_KINDS("T p;", "VARIABLE"); /* ident ident can only declare */
+  ASSERT_KINDS("size_t *n;\nFILE *f;\nuint8_t *bytes;", "VARIABLE,VARIABLE,VARIABLE");
+}
+
+static int is_T(const char *name, void *ctx) {
+  (void)ctx;
+  return strcmp(name, "T") == 0;
+}
+
+EX_TEST(split_known_types_from_earlier_cells) {
+  ex_split_t s = split_ok_with("T * p;", is_T, NULL);
+  ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "VARIABLE");
+  ASSERT_EQ_STR(s.chunks[0].decls[0].name, "p");
+  ex_split_free(&s);
+}
+
+EX_TEST(split_doc_comment) {
+  ex_split_t s = split_ok("/* Squares x. */\nint sq(int x) { return x * x; }\n"
+                          "// first\n// second\nint f(void);\n"
+                          "int a; // about a\nint b;\n"
+                          "/* far away */\n\nint c;");
+  ASSERT_EQ_INT(s.count, 5);
+  ASSERT_EQ_STR(s.chunks[0].doc, "/* Squares x. */");
+  ASSERT_EQ_STR(s.chunks[1].doc, "// first\n// second");
+  ASSERT_TRUE(s.chunks[2].doc == NULL);
+  ASSERT_TRUE(s.chunks[3].doc == NULL); /* `// about a` trails `int a;` */
+  ASSERT_TRUE(s.chunks[4].doc == NULL); /* a blank line in between */
+  ex_split_free(&s);
+}
+
+EX_TEST(split_is_complete) {
+  ASSERT_EQ_STR(ex_split_is_complete("int x = 1;"), "complete");
+  ASSERT_EQ_STR(ex_split_is_complete(""), "complete");
+  ASSERT_EQ_STR(ex_split_is_complete("int f() {"), "incomplete");
+  ASSERT_EQ_STR(ex_split_is_complete("int f() {\n  return 1;\n}"), "complete");
+  ASSERT_EQ_STR(ex_split_is_complete("printf(\"%d\",\n"), "incomplete");
+  ASSERT_EQ_STR(ex_split_is_complete("/* still a comment"), "incomplete");
+  ASSERT_EQ_STR(ex_split_is_complete("#define M(a) \\"), "incomplete");
+  ASSERT_EQ_STR(ex_split_is_complete("}"), "invalid");
+  ASSERT_EQ_STR(ex_split_is_complete("int x = 1;)"), "invalid");
+}
+
+EX_TEST(split_cxx_cuda_cell) {
+  const char *src = "#include <cstdio>\n"
+                    "template <typename T> T twice(T v) { return v + v; }\n"
+                    "template <int N = 3> int get() { return N; }\n"
+                    "namespace ns { int inner(void) { return 1; } }\n"
+                    "struct Acc { float s; };\n"
+                    "class Box { public: int v; };\n"
+                    "using std::size_t;\n"
+                    "extern \"C\" { int c_api(int); }\n"
+                    "__global__ void kern(float *x, int n) { x[0] = n; }\n"
+                    "__device__ __host__ float both(float v) { return v; }\n"
+                    "__constant__ float coef[4];\n"
+                    "int host_fn(int x) { return twice(x); }\n"
+                    "float hbuf[4];\n"
+                    "host_fn(2)";
+  ex_split_t s;
+  char err[128] = "";
+  ASSERT_EQ_INT(ex_split(src, EX_SPLIT_CXX, NULL, NULL, &s, err, sizeof err), 0);
+  char kinds[512] = "";
+  for (size_t i = 0; i < s.count; i++) {
+    if (i)
+      strcat(kinds, ",");
+    strcat(kinds, kind_name(s.chunks[i].kind));
+  }
+  ASSERT_EQ_STR(kinds, "PREPROC,VERBATIM,VERBATIM,VERBATIM,TYPE,VERBATIM,VERBATIM,VERBATIM,"
+                       "VERBATIM,VERBATIM,VERBATIM,FUNCTION,VARIABLE,EXPRESSION");
+  ASSERT_EQ_STR(s.chunks[11].name, "host_fn");
+  ex_split_free(&s);
+  /* in C, `class` and `template` are plain identifiers */
+  ASSERT_KINDS("int class = 1;\nclass = 2;", "VARIABLE,STATEMENT");
+}
+
+/* -------------------------------------------------------- ex_cell cases */
+
+typedef struct {
+  ex_cell_state_t *st;
+  int count;
+} cells_t;
+
+static cells_t cells_new(void) {
+  cells_t c = {ex_cell_state_new(), 0};
+  ASSERT_TRUE(c.st != NULL);
+  return c;
+}
+
+/* Generate (and commit) a unit for `code` as the next cell. */
+static ex_cell_unit_t gen(cells_t *c, const char *code, int commit) {
+  ex_cell_unit_t u;
+  char label[32], err[256] = "";
+  snprintf(label, sizeof label, "cell[%d]", ++c->count);
+  if (ex_cell_generate(c->st, code, 0, label, NULL, "salt", &u, err, sizeof err))
+    EX_TEST_FAIL("ex_cell_generate failed on:\n%s\n--- error: %s", code, err);
+  if (commit)
+    ASSERT_EQ_INT(ex_cell_commit(c->st, &u), 0);
+  return u;
+}
+
+static char *label_of(const char *name, const char *tag) {
+  static char buf[128];
+  snprintf(buf, sizeof buf, "__asm__(\"%s__c%s\")", name, tag);
+  return buf;
+}
+
+EX_TEST(cell_versioned_symbols) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u = gen(&c, "int sq(int x) { return x * x; }\nint g = 3;\nsq(g)", 1);
+  ASSERT_EQ_INT(strlen(u.tag), 16);
+  ASSERT_CONTAINS(u.source, "#include <nbfork.h>");
+  ASSERT_CONTAINS(u.source, label_of("sq", u.tag));
+  ASSERT_CONTAINS(u.source, label_of("g", u.tag));
+  ASSERT_CONTAINS(u.source, "#line 1 \"cell[1]\"");
+  ASSERT_CONTAINS(u.source, u.run_symbol);
+  ASSERT_CONTAINS(u.source, "__nbf_show((sq(g)));");
+  ASSERT_NOT_CONTAINS(u.source, "@NBFTAG@");
+  /* the run function is extern "C" for %%cuda (C++) units */
+  ASSERT_CONTAINS(u.source, "#ifdef __cplusplus\nextern \"C\"\n#endif\nvoid __nbf_run_");
+  /* the show helpers need no libc header */
+  ASSERT_NOT_CONTAINS(u.source, "#include <stdio.h>");
+  ex_cell_unit_free(&u);
+  ex_cell_state_destroy(&c.st);
+  ASSERT_TRUE(c.st == NULL);
+}
+
+EX_TEST(cell_prelude_for_later_cells) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u1 = gen(&c, "#include <math.h>\n#define N 4\ntypedef struct { int a; } box;\n"
+                              "/* Squares x. */\nint sq(int x) { return x * x; }\nint g = 3;",
+                          1);
+  ex_cell_unit_t u2 = gen(&c, "box b;\nsq(N) + g", 0);
+  ASSERT_CONTAINS(u2.source, "#include <math.h>");
+  ASSERT_CONTAINS(u2.source, "#define N 4");
+  ASSERT_CONTAINS(u2.source, "typedef struct { int a; } box;");
+  char want[256];
+  snprintf(want, sizeof want, "int sq(int x) __asm__(\"sq__c%s\");", u1.tag);
+  ASSERT_CONTAINS(u2.source, want);
+  snprintf(want, sizeof want, "extern int g __asm__(\"g__c%s\");", u1.tag);
+  ASSERT_CONTAINS(u2.source, want);
+  /* `box b;` is a declaration because box is a type of an earlier cell */
+  ASSERT_EQ_STR(kind_name(u2.split.chunks[0].kind), "VARIABLE");
+  ASSERT_TRUE(ex_cell_is_type("box", c.st));
+  ASSERT_TRUE(!ex_cell_is_type("sq", c.st));
+
+  ex_cell_name_t n;
+  ASSERT_TRUE(ex_cell_find(c.st, "sq", &n));
+  ASSERT_EQ_STR(n.kind, "function");
+  ASSERT_EQ_STR(n.decl, "int sq(int x)");
+  ASSERT_EQ_STR(n.doc, "/* Squares x. */");
+  ASSERT_EQ_STR(n.label, "cell[1]");
+  ASSERT_TRUE(ex_cell_find(c.st, "g", &n));
+  ASSERT_EQ_STR(n.kind, "variable");
+  ASSERT_EQ_STR(n.decl, "int g");
+  ASSERT_TRUE(ex_cell_find(c.st, "N", &n));
+  ASSERT_EQ_STR(n.kind, "macro");
+  ASSERT_TRUE(!ex_cell_find(c.st, "nothing", &n));
+  ex_cell_unit_free(&u1);
+  ex_cell_unit_free(&u2);
+  ex_cell_state_destroy(&c.st);
+}
+
+EX_TEST(cell_redefinition_replaces) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u1 = gen(&c, "int sq(int x) { return x * x; }\nint g = 1;", 1);
+  ex_cell_unit_t u2 = gen(&c, "int sq(int x) { return x + 1; }\ndouble g = 2.5;", 1);
+  /* the redefining cell does not see the old declarations */
+  ASSERT_NOT_CONTAINS(u2.source, u1.tag);
+  ex_cell_unit_t u3 = gen(&c, "sq(2) + g", 0);
+  ASSERT_CONTAINS(u3.source, label_of("sq", u2.tag));
+  ASSERT_CONTAINS(u3.source, "extern double g");
+  ASSERT_NOT_CONTAINS(u3.source, u1.tag);
+  ex_cell_name_t n;
+  ASSERT_TRUE(ex_cell_find(c.st, "g", &n));
+  ASSERT_EQ_STR(n.decl, "double g");
+  ASSERT_EQ_STR(n.label, "cell[2]");
+  ex_cell_unit_free(&u1);
+  ex_cell_unit_free(&u2);
+  ex_cell_unit_free(&u3);
+  ex_cell_state_destroy(&c.st);
+}
+
+EX_TEST(cell_prototype_keeps_definition) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u1 = gen(&c, "int sq(int x) { return x * x; }", 1);
+  /* re-declaring a defined function keeps calling its version */
+  ex_cell_unit_t u2 = gen(&c, "int sq(int x);\nint y = sq(2);", 1);
+  ASSERT_CONTAINS(u2.source, label_of("sq", u1.tag));
+  ex_cell_unit_t u3 = gen(&c, "sq(3)", 0);
+  ASSERT_CONTAINS(u3.source, label_of("sq", u1.tag));
+  /* a prototype and its definition in one cell: one versioned symbol */
+  ex_cell_unit_t u4 = gen(&c, "int tw(int);\nint tw(int x) { return 2 * x; }", 1);
+  ASSERT_CONTAINS(u4.source, "int tw(int) __asm__(\"tw__c");
+  ex_cell_unit_free(&u1);
+  ex_cell_unit_free(&u2);
+  ex_cell_unit_free(&u3);
+  ex_cell_unit_free(&u4);
+  ex_cell_state_destroy(&c.st);
+}
+
+EX_TEST(cell_tag_is_the_compile_cache_key) {
+  cells_t a = cells_new(), b = cells_new();
+  b.count = 6; /* the same cell as cell[7] */
+  ex_cell_unit_t ua = gen(&a, "int x = 1;", 0), ub = gen(&b, "int x = 1;", 0);
+  ASSERT_NE_STR(ua.label, ub.label);
+  ASSERT_EQ_STR(ua.tag, ub.tag); /* the label does not enter the hash */
+  ex_cell_unit_t uc = gen(&a, "int x = 2;", 0);
+  ASSERT_NE_STR(ua.tag, uc.tag);
+  /* flags (the salt) enter the hash */
+  ex_cell_unit_t ud;
+  char err[64];
+  ASSERT_EQ_INT(ex_cell_generate(a.st, "int x = 1;", 0, "cell[9]", NULL, "-O3", &ud, err, sizeof err),
+                0);
+  ASSERT_NE_STR(ua.tag, ud.tag);
+  /* what earlier cells defined enters the hash (the prelude) */
+  ex_cell_unit_t ue = gen(&a, "int other = 5;", 1);
+  ex_cell_unit_t uf = gen(&a, "int x = 1;", 0);
+  ASSERT_NE_STR(ua.tag, uf.tag);
+  ex_cell_unit_free(&ua);
+  ex_cell_unit_free(&ub);
+  ex_cell_unit_free(&uc);
+  ex_cell_unit_free(&ud);
+  ex_cell_unit_free(&ue);
+  ex_cell_unit_free(&uf);
+  ex_cell_state_destroy(&a.st);
+  ex_cell_state_destroy(&b.st);
+}
+
+EX_TEST(cell_initializers) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u = gen(&c,
+                         "float *w = malloc(4 * sizeof(float));\nint a[2] = {1, 2};\nint n;\n"
+                         "const int k = 3;\nconst char *msg = \"hi\";\nchar *const fixed = \"x\";",
+                         0);
+  char want[256];
+  /* non-constant initializer: assigned when the cell runs */
+  snprintf(want, sizeof want, "float *w __asm__(\"w__c%s\");", u.tag);
+  ASSERT_CONTAINS(u.source, want);
+  ASSERT_CONTAINS(u.source,
+                  "{ __typeof__(w) __nbf_init = malloc(4 * sizeof(float)); w = __nbf_init; }");
+  /* braced list: static, and reset when the cached object runs again */
+  snprintf(want, sizeof want, "int a[2] __asm__(\"a__c%s\") = {1, 2};", u.tag);
+  ASSERT_CONTAINS(u.source, want);
+  ASSERT_CONTAINS(u.source, "static const __typeof__(a) __nbf_i = {1, 2};");
+  ASSERT_CONTAINS(u.source, "__builtin_memset((void *)&n, 0, sizeof n);");
+  ASSERT_CONTAINS(u.source, "if (__nbf_ran++) {");
+  /* const objects: static initializers, never reset */
+  snprintf(want, sizeof want, "const int k __asm__(\"k__c%s\") = 3;", u.tag);
+  ASSERT_CONTAINS(u.source, want);
+  ASSERT_NOT_CONTAINS(u.source, "&k");
+  snprintf(want, sizeof want, "char *const fixed __asm__(\"fixed__c%s\") = \"x\";", u.tag);
+  ASSERT_CONTAINS(u.source, want);
+  /* a pointer to const is assignable: assigned at run time */
+  ASSERT_CONTAINS(u.source, "msg = __nbf_init;");
+  ex_cell_unit_free(&u);
+  ex_cell_state_destroy(&c.st);
+}
+
+EX_TEST(cell_launch_thunk) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u;
+  char err[64];
+  ASSERT_EQ_INT(ex_cell_generate(c.st, "int train(int n) { return n; }", 0, "cell[1]", "train(3)",
+                                 "", &u, err, sizeof err),
+                0);
+  ASSERT_EQ_INT(u.has_launch, 1);
+  ASSERT_CONTAINS(u.source, u.launch_symbol);
+  ASSERT_CONTAINS(u.source, "extern \"C\" int __nbf_launch_");
+  ASSERT_CONTAINS(u.source, "__builtin_types_compatible_p(__typeof__(train(3)), void)");
+  ex_cell_unit_free(&u);
+  ex_cell_state_destroy(&c.st);
+}
+
+EX_TEST(cell_cxx_cell_leaves_c_cells_alone) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u;
+  char err[64];
+  ASSERT_EQ_INT(ex_cell_generate(c.st,
+                                 "#include <cstdio>\n#define K 2\n"
+                                 "template <typename T> T twice(T v) { return v + v; }\n"
+                                 "__global__ void kern(int *p) { *p = 1; }\n"
+                                 "int answer(void) { return twice(21); }",
+                                 1, "cell[1]", NULL, "", &u, err, sizeof err),
+                0);
+  ASSERT_EQ_INT(u.cxx, 1);
+  ASSERT_CONTAINS(u.source, "template <typename T> T twice(T v) { return v + v; }");
+  ASSERT_CONTAINS(u.source, "__global__ void kern(int *p) { *p = 1; }");
+  ASSERT_CONTAINS(u.source, label_of("answer", u.tag));
+  ASSERT_EQ_INT(ex_cell_commit(c.st, &u), 0);
+  ex_cell_unit_t v = gen(&c, "answer() * K", 0);
+  /* the C++ header only under __cplusplus, the macro and host function
+   * for everyone, the template and the kernel for nobody */
+  ASSERT_CONTAINS(v.source, "#ifdef __cplusplus\n#line 1 \"cell[1]\"\n#include <cstdio>\n#endif");
+  ASSERT_CONTAINS(v.source, "#define K 2");
+  ASSERT_CONTAINS(v.source, label_of("answer", u.tag));
+  ASSERT_NOT_CONTAINS(v.source, "twice");
+  ASSERT_NOT_CONTAINS(v.source, "kern");
+  ex_cell_unit_free(&u);
+  ex_cell_unit_free(&v);
+  ex_cell_state_destroy(&c.st);
+}
+
+EX_TEST(cell_split_error) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u;
+  char err[128] = "";
+  ASSERT_EQ_INT(ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, "", &u, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "not closed");
+  ex_cell_state_destroy(&c.st);
+}
+
+/* ---------------------------------------------------- ex_compile cases */
+
+EX_TEST(compile_clean_diagnostics) {
+  const char *raw = "cell[2]: In function '__nbf_run_0123456789abcdef':\n"
+                    "cell[2]:1:9: error: expected expression before ';' token\n"
+                    "cell[2]:1:13: error: 'foo' undeclared (first use in this function)\n"
+                    "<nbfork>:12:33: note: in definition of macro '__nbf_show'\n"
+                    "cell[2]:1:13: error: 'foo' undeclared (first use in this function)\n"
+                    "cell[2]:3:1: warning: call to sq__c0123456789abcdef here\n"
+                    "cc1: some warnings being treated as errors\n";
+  char *c = ex_compile_clean(raw);
+  ASSERT_EQ_STR(c, "cell[2]:1:9: error: expected expression before ';' token\n"
+                   "cell[2]:1:13: error: 'foo' undeclared (first use in this function)\n"
+                   "cell[2]:3:1: warning: call to sq here\n");
+  free(c);
+  c = ex_compile_clean("");
+  ASSERT_EQ_STR(c, "");
+  free(c);
+}
+
+EX_TEST(compile_summary) {
+  char *s = ex_compile_summary("cell[1]: In function 'f':\ncell[1]:2:3: error: boom  \nmore\n");
+  ASSERT_EQ_STR(s, "cell[1]:2:3: error: boom");
+  free(s);
+  s = ex_compile_summary("/usr/bin/ld: cannot find -lnope: No such file or directory\n"
+                         "collect2: error: ld returned 1 exit status\n");
+  ASSERT_EQ_STR(s, "/usr/bin/ld: cannot find -lnope: No such file or directory");
+  free(s);
+  s = ex_compile_summary("");
+  ASSERT_EQ_STR(s, "compilation failed");
+  free(s);
+}
+
+EX_TEST(compile_find_nvcc) {
+  setenv("NBFORK_NVCC", "/nonexistent/nvcc", 1);
+  ASSERT_TRUE(ex_compile_find_nvcc() == NULL);
+  setenv("NBFORK_NVCC", "/bin/true", 1);
+  char *p = ex_compile_find_nvcc();
+  ASSERT_EQ_STR(p, "/bin/true");
+  free(p);
+  unsetenv("NBFORK_NVCC");
+  /* without the variable: PATH first, then /usr/local/cuda/bin */
+  setenv("PATH", "/nonexistent", 1);
+  unsetenv("CUDA_HOME");
+  p = ex_compile_find_nvcc();
+  if (access("/usr/local/cuda/bin/nvcc", X_OK) == 0)
+    ASSERT_EQ_STR(p, "/usr/local/cuda/bin/nvcc");
+  else
+    ASSERT_TRUE(p == NULL);
+  free(p);
+}
+
+/* ---------------------------- the whole path, with the system compiler */
+
+typedef struct {
+  cells_t cells;
+  ex_toolchain_t tc;
+  char workdir[64];
+} engine_t;
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void engine_init(engine_t *e) {
+  memset(e, 0, sizeof *e);
+  e->cells = cells_new();
+  snprintf(e->workdir, sizeof e->workdir, "/tmp/nbfork-exec-test-XXXXXX");
+  ASSERT_TRUE(mkdtemp(e->workdir) != NULL);
+  e->tc.cc = getenv("NBFORK_CC") ? getenv("NBFORK_CC") : "cc";
+  e->tc.incdir = EX_TEST_INCDIR;
+  e->tc.libdir = EX_TEST_LIBDIR;
+  e->tc.workdir = e->workdir;
+  e->tc.cflags = "-O1 -Werror=implicit-function-declaration";
+  e->tc.nvccflags = "-O2";
+}
+
+static void engine_destroy(engine_t *e) {
+  nftw(e->workdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+  ex_cell_state_destroy(&e->cells.st);
+}
+
+static size_t count_objects(const char *dir) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "ls %s/*.so 2>/dev/null | wc -l", dir);
+  FILE *p = popen(cmd, "r");
+  size_t n = 0;
+  if (p) {
+    if (fscanf(p, "%zu", &n) != 1)
+      n = 0;
+    pclose(p);
+  }
+  return n;
+}
+
+/* Compile, load, commit and run `code` as the next cell; returns the
+ * handle. Fails the test on a compile error. */
+static void *run_cell(engine_t *e, const char *code, char tag_out[17]) {
+  ex_cell_unit_t u = gen(&e->cells, code, 0);
+  char *so = NULL, *diag = NULL;
+  int rc = ex_compile(&e->tc, u.source, u.tag, 0, &so, &diag);
+  if (rc != 0)
+    EX_TEST_FAIL("cell did not compile (rc %d):\n%s\n--- diagnostics:\n%s\n--- unit:\n%s", rc, code,
+                  diag ? diag : "", u.source);
+  free(diag);
+  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
+  if (!h)
+    EX_TEST_FAIL("dlopen: %s", dlerror());
+  free(so);
+  ASSERT_EQ_INT(ex_cell_commit(e->cells.st, &u), 0);
+  void (*run)(void) = (void (*)(void))dlsym(h, u.run_symbol);
+  ASSERT_TRUE(run != NULL);
+  run();
+  if (tag_out)
+    memcpy(tag_out, u.tag, 17);
+  ex_cell_unit_free(&u);
+  return h;
+}
+
+static void *sym(void *h, const char *name, const char *tag) {
+  char s[128];
+  snprintf(s, sizeof s, "%s__c%s", name, tag);
+  void *p = dlsym(h, s);
+  if (!p)
+    EX_TEST_FAIL("symbol %s not found: %s", s, dlerror());
+  return p;
+}
+
+EX_TEST(compile_run_redefinition) {
+  engine_t e;
+  engine_init(&e);
+  char t1[17], t2[17], t3[17], t4[17];
+  void *h1 = run_cell(&e, "int sq(int x) { return x * x; }", t1);
+  void *h2 = run_cell(&e, "int call_sq(void) { return sq(3); }", t2);
+  void *h3 = run_cell(&e, "int sq(int x) { return x + 1; }", t3);
+  void *h4 = run_cell(&e, "int now = sq(3);\nint later = 0;", t4);
+  int (*call_sq)(void) = (int (*)(void))sym(h2, "call_sq", t2);
+  /* call_sq was compiled against the first sq and keeps calling it */
+  ASSERT_EQ_INT(call_sq(), 9);
+  /* a cell compiled after the redefinition gets the new one */
+  ASSERT_EQ_INT(*(int *)sym(h4, "now", t4), 4);
+  (void)h1;
+  (void)h3;
+  engine_destroy(&e);
+}
+
+EX_TEST(compile_cache_and_reset) {
+  engine_t e;
+  engine_init(&e);
+  char t1[17], t2[17];
+  void *h1 = run_cell(&e, "int arr[3] = {1, 2, 3};\nint n;\nint *p = arr + 1;", t1);
+  size_t objects = count_objects(e.workdir);
+  ASSERT_EQ_INT(objects, 1);
+  int *arr = sym(h1, "arr", t1), *n = sym(h1, "n", t1);
+  arr[0] = 9;
+  *n = 7;
+  /* the identical cell again: no compiler (there is none now), same
+   * object, and its globals start over */
+  e.tc.cc = "/nonexistent/cc";
+  e.cells.count = 41;
+  void *h2 = run_cell(&e, "int arr[3] = {1, 2, 3};\nint n;\nint *p = arr + 1;", t2);
+  ASSERT_EQ_STR(t1, t2);
+  ASSERT_TRUE(h1 == h2);
+  ASSERT_EQ_INT(count_objects(e.workdir), objects);
+  ASSERT_EQ_INT(arr[0], 1);
+  ASSERT_EQ_INT(*n, 0);
+  ASSERT_TRUE(*(int **)sym(h2, "p", t2) == arr + 1);
+  engine_destroy(&e);
+}
+
+EX_TEST(compile_error_has_cell_lines) {
+  engine_t e;
+  engine_init(&e);
+  ex_cell_unit_t u = gen(&e.cells, "int ok = 1;\nint bad = ;\nundefined_thing", 0);
+  char *so = NULL, *diag = NULL;
+  ASSERT_EQ_INT(ex_compile(&e.tc, u.source, u.tag, 0, &so, &diag), 1);
+  ASSERT_TRUE(so == NULL);
+  char *clean = ex_compile_clean(diag);
+  ASSERT_CONTAINS(clean, "cell[1]:2:");
+  ASSERT_CONTAINS(clean, "cell[1]:3:");
+  ASSERT_NOT_CONTAINS(clean, "__nbf_");
+  ASSERT_NOT_CONTAINS(clean, "<nbfork>");
+  char *sum = ex_compile_summary(clean);
+  ASSERT_CONTAINS(sum, "cell[1]:2:");
+  ASSERT_CONTAINS(sum, "error:");
+  ASSERT_TRUE(!strchr(sum, '\n'));
+  ASSERT_EQ_INT(count_objects(e.workdir), 0);
+  free(sum);
+  free(clean);
+  free(diag);
+  ex_cell_unit_free(&u);
+  engine_destroy(&e);
+}
+
+/* Run `code` with stdout captured; returns what it printed (static). */
+static const char *shown(engine_t *e, const char *code) {
+  static char out[4096];
+  fflush(stdout);
+  int saved = dup(1);
+  char path[] = "/tmp/nbfork-exec-out-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_TRUE(fd >= 0);
+  dup2(fd, 1);
+  run_cell(e, code, NULL);
+  fflush(stdout);
+  dup2(saved, 1);
+  close(saved);
+  ssize_t n = pread(fd, out, sizeof out - 1, 0);
+  out[n > 0 ? n : 0] = 0;
+  close(fd);
+  unlink(path);
+  return out;
+}
+
+EX_TEST(compile_show_values) {
+  unsetenv("NBFORK_DISPLAY_FD"); /* nbf__execute_result prints to stdout */
+  engine_t e;
+  engine_init(&e);
+  ASSERT_EQ_STR(shown(&e, "int j = 5;\nj"), "5\n");
+  ASSERT_EQ_STR(shown(&e, "2.5"), "2.5\n");
+  ASSERT_EQ_STR(shown(&e, "1.0 / 3"), "0.3333333333333333\n");
+  ASSERT_EQ_STR(shown(&e, "0.1f"), "0.1\n");
+  ASSERT_EQ_STR(shown(&e, "\"a\\\"b\\n\""), "\"a\\\"b\\n\"\n");
+  ASSERT_EQ_STR(shown(&e, "(char)65"), "'A' (65)\n");
+  ASSERT_EQ_STR(shown(&e, "(_Bool)1"), "true\n");
+  ASSERT_EQ_STR(shown(&e, "-3000000000LL"), "-3000000000\n");
+  ASSERT_EQ_STR(shown(&e, "18446744073709551615ULL"), "18446744073709551615\n");
+  ASSERT_EQ_STR(shown(&e, "(__int128)-5"), "-5\n");
+  ASSERT_EQ_STR(shown(&e, "(void *)0"), "NULL\n");
+  ASSERT_EQ_STR(shown(&e, "(char *)0"), "NULL\n");
+  const char *p = shown(&e, "&j");
+  ASSERT_TRUE(!strncmp(p, "0x", 2));
+  ASSERT_EQ_STR(shown(&e, "struct P { int a, b; };\nstruct P pt = {1, 2};\npt"),
+                "<8-byte value>\n");
+  /* a void expression shows nothing */
+  ASSERT_EQ_STR(shown(&e, "void nothing(void) {}\nnothing()"), "");
+  engine_destroy(&e);
+}
+
+EX_TEST(compile_cxx_unit_with_host_compiler) {
+  /* %%cuda units are C++: check the generated code with the host C++
+   * compiler (no nvcc needed): extern "C" entry points, shown values */
+  if (system("c++ --version >/dev/null 2>&1") != 0) {
+    printf("SKIP: no C++ compiler\n");
+    exit(77);
+  }
+  engine_t e;
+  engine_init(&e);
+  ex_cell_unit_t u = gen(&e.cells, "int h(void) { return 7; }\nvoid v(void) {}\nv();\nh()", 0);
+  char src[128], so[128], cmd[1024];
+  snprintf(src, sizeof src, "%s/unit.cc", e.workdir);
+  snprintf(so, sizeof so, "%s/unit.so", e.workdir);
+  FILE *f = fopen(src, "w");
+  ASSERT_TRUE(f != NULL);
+  fputs(u.source, f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd,
+           "c++ -fPIC -shared -I%s -o %s %s -L%s -Wl,-rpath,%s -lnbfork 2>&1",
+           EX_TEST_INCDIR, so, src, EX_TEST_LIBDIR, EX_TEST_LIBDIR);
+  if (system(cmd) != 0)
+    EX_TEST_FAIL("the C++ unit did not compile:\n%s", u.source);
+  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
+  if (!h)
+    EX_TEST_FAIL("dlopen: %s", dlerror());
+  ASSERT_TRUE(dlsym(h, u.run_symbol) != NULL); /* extern "C": unmangled */
+  ASSERT_TRUE(sym(h, "h", u.tag) != NULL);
+  ex_cell_unit_free(&u);
+
+  ex_cell_unit_t l;
+  char err[64];
+  ASSERT_EQ_INT(ex_cell_generate(e.cells.st, "void go(void) {}", 1, "cell[2]", "go()", "", &l, err,
+                                 sizeof err),
+                0);
+  f = fopen(src, "w");
+  fputs(l.source, f);
+  fclose(f);
+  snprintf(so, sizeof so, "%s/unit2.so", e.workdir);
+  snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s 2>&1", EX_TEST_INCDIR, so, src);
+  if (system(cmd) != 0)
+    EX_TEST_FAIL("the C++ launch unit did not compile:\n%s", l.source);
+  void *h2 = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
+  if (!h2)
+    EX_TEST_FAIL("dlopen: %s", dlerror());
+  int (*launch)(void) = (int (*)(void))dlsym(h2, l.launch_symbol);
+  ASSERT_TRUE(launch != NULL);
+  ASSERT_EQ_INT(launch(), 0);
+  ex_cell_unit_free(&l);
+  engine_destroy(&e);
+}
+
+EX_TEST_MAIN()
