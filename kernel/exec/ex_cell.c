@@ -361,6 +361,13 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char 
   if (ex_split(code, cxx ? EX_SPLIT_CXX : 0, ex_cell_is_type, st, &out->split, err, errlen))
     return -1;
   out->cxx = cxx;
+  out->straight = 1;
+  for (size_t i = 0; i < out->split.count; i++) {
+    const ex_chunk_t *k = &out->split.chunks[i];
+    if (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_VERBATIM || has_word(k->text, "for") ||
+        has_word(k->text, "while") || has_word(k->text, "do") || has_word(k->text, "goto"))
+      out->straight = 0;
+  }
   const ex_split_t *sp = &out->split;
   ex_buf_t src = {0}, run = {0}, reset = {0};
   int ok = 1, has_expr = 0;

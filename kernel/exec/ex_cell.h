@@ -48,6 +48,10 @@ typedef struct {
   int has_launch;
   char label[32];         /* `cell[3]`: names the cell in diagnostics  */
   int cxx;                /* C++ (%%cuda) unit                          */
+  int straight;           /* no function definition and no loop (for,
+                             while, do, goto) anywhere: nothing here runs
+                             long enough for optimization to pay for its
+                             compile time                                */
   ex_split_t split;
 } ex_cell_unit_t;
 

@@ -23,7 +23,6 @@ typedef struct {
   const char *cflags;  /* C cells: NBFORK_CFLAGS/default, then %cflags     */
   const char *nvccflags; /* %%cuda cells: NBFORK_NVCCFLAGS or "-O2"        */
   const char *ldflags; /* %ldflags (words), both kinds of cells            */
-  const char *ld;      /* "-fuse-ld=..." for C cells, or NULL (system ld)   */
   volatile sig_atomic_t *interrupted; /* set by SIGINT: stop the compiler  */
 } ex_toolchain_t;
 

@@ -57,7 +57,8 @@ typedef struct {
   ex_cell_state_t *cells;
   ex_toolchain_t tc;
   ex_flags_t flags;
-  char *base_cflags;
+  char *base_cflags;     /* NBFORK_CFLAGS, or the default below */
+  int default_cflags;    /* NBFORK_CFLAGS is not set */
   char workdir[PATH_MAX];
   char incdir[PATH_MAX];
   char libdir[PATH_MAX];
@@ -72,6 +73,11 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
   remove(path);
   return 0;
 }
+
+/* Flags every C cell gets by default: calling an undeclared function is
+ * an error (C99 dropped implicit declarations; the link would otherwise
+ * fail later, or call it with the wrong types). */
+#define EX_CFLAGS_ALWAYS "-Werror=implicit-function-declaration"
 
 static ex_t *g_ex;        /* for the atexit cleanup only */
 static pid_t g_executor_pid; /* a worker calling exit() runs atexit too */
@@ -140,8 +146,10 @@ static int setup(ex_t *ex) {
   ex->tc.incdir = ex->incdir;
   ex->tc.libdir = ex->libdir;
   ex->tc.workdir = ex->workdir;
-  /* -O2: training loops are written in cells. No -g: compile time. */
-  ex->base_cflags = strdup(getenv("NBFORK_CFLAGS") ? getenv("NBFORK_CFLAGS") : "-O2 -Werror=implicit-function-declaration");
+  /* -O2: training loops are written in cells (straight-line cells get -O0,
+   * see run_code). No -g: compile time. */
+  ex->default_cflags = getenv("NBFORK_CFLAGS") == NULL;
+  ex->base_cflags = strdup(ex->default_cflags ? "-O2 " EX_CFLAGS_ALWAYS : getenv("NBFORK_CFLAGS"));
   return ex->cells && ex->base_cflags ? 0 : -1;
 }
 
@@ -170,25 +178,39 @@ static int reply_interrupted(void) {
 static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   char label[32], err[512] = "";
   snprintf(label, sizeof label, "cell[%d]", count);
-  char *cflags = NULL, *salt = NULL;
-  if (asprintf(&cflags, "%s %s", ex->base_cflags, ex->flags.cflags ? ex->flags.cflags : "") < 0 ||
-      asprintf(&salt, "%s|%s|%s|%d", ex->tc.cc, cflags,
+  const char *user = ex->flags.cflags ? ex->flags.cflags : "";
+  /* The salt is what, besides the unit's text, decides the object: the
+   * compilers and their flags. The -O0 choice below follows from the text
+   * and these, so it needs no place in it. */
+  char *salt = NULL;
+  if (asprintf(&salt, "%s|%s %s|%s|%s|%s|%d", ex->tc.cc, ex->base_cflags, user,
+               ex->tc.nvcc ? ex->tc.nvcc : "", ex->tc.nvccflags,
                ex->flags.ldflags ? ex->flags.ldflags : "", m->cuda) < 0)
     return ex_event_reply_error("MemoryError", "out of memory", NULL);
-  ex->tc.cflags = cflags;
-  ex->tc.ldflags = ex->flags.ldflags;
   ex_cell_unit_t u;
-  if (ex_cell_generate(ex->cells, m->code, m->cuda, label, m->launch_call, salt, &u, err, sizeof err)) {
-    free(cflags);
-    free(salt);
+  int g = ex_cell_generate(ex->cells, m->code, m->cuda, label, m->launch_call, salt, &u, err,
+                           sizeof err);
+  free(salt);
+  if (g) {
     char ev[600];
     snprintf(ev, sizeof ev, "%s: %s", label, err);
     return ex_event_reply_error("CompileError", ev, NULL);
   }
-  free(salt);
+  /* A straight-line cell (no function, no loop) runs once and briefly:
+   * -O0 compiles it faster (measured: bench/kernel_latency.py) unless the
+   * user chose flags (NBFORK_CFLAGS, or an -O in %cflags). */
+  int quick = u.straight && ex->default_cflags && !strstr(user, "-O");
+  char *cflags = NULL;
+  if (asprintf(&cflags, "%s %s", quick ? "-O0 " EX_CFLAGS_ALWAYS : ex->base_cflags, user) < 0) {
+    ex_cell_unit_free(&u);
+    return ex_event_reply_error("MemoryError", "out of memory", NULL);
+  }
+  ex->tc.cflags = cflags;
+  ex->tc.ldflags = ex->flags.ldflags;
   char *so = NULL, *diag = NULL;
   int rc = ex_compile(&ex->tc, u.source, u.tag, m->cuda, &so, &diag);
   free(cflags);
+  ex->tc.cflags = NULL;
   if (rc == 2) {
     free(diag);
     ex_cell_unit_free(&u);

@@ -840,6 +840,43 @@ EX_TEST(compile_error_has_cell_lines) {
   engine_destroy(&e);
 }
 
+EX_TEST(compile_links_libc_libm_libgcc) {
+  /* cells bind libc/libm at load time and carry libgcc's and glibc's
+   * static parts: each kind of symbol must resolve */
+  engine_t e;
+  engine_init(&e);
+  char t[17];
+  void *h = run_cell(&e,
+                     "#include <errno.h>\n#include <math.h>\n#include <pthread.h>\n"
+                     "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+                     "static void bye(void) {}\n"
+                     "static int cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }\n"
+                     "static void *thr(void *p) { *(int *)p = 5; return p; }\n"
+                     "double root = sqrt(2.0) * cbrt(27.0);\n"
+                     "int sorted[3] = {3, 1, 2};\n"
+                     "long long q = 0;\n"
+                     "int from_thread = 0;\n"
+                     "int at = 0;\n"
+                     "int err = 0;\n"
+                     "qsort(sorted, 3, sizeof(int), cmp);\n"
+                     "{ volatile unsigned __int128 big = ((unsigned __int128)1 << 100) + 7; q = (long long)(big % 1000003); }\n"
+                     "{ pthread_t th; pthread_create(&th, NULL, thr, &from_thread); pthread_join(th, NULL); }\n"
+                     "at = atexit(bye);\n"
+                     "errno = 0; strtol(\"99999999999999999999999\", NULL, 10); err = errno;\n"
+                     "fprintf(stdout, \"%s\", \"\");",
+                     t);
+  ASSERT_TRUE(*(double *)sym(h, "root", t) > 4.24 && *(double *)sym(h, "root", t) < 4.25);
+  int *sorted = sym(h, "sorted", t);
+  ASSERT_EQ_INT(sorted[0], 1);
+  ASSERT_EQ_INT(sorted[2], 3);
+  unsigned __int128 big = ((unsigned __int128)1 << 100) + 7;
+  ASSERT_EQ_INT(*(long long *)sym(h, "q", t), (long long)(big % 1000003));
+  ASSERT_EQ_INT(*(int *)sym(h, "from_thread", t), 5);
+  ASSERT_EQ_INT(*(int *)sym(h, "at", t), 0);
+  ASSERT_EQ_INT(*(int *)sym(h, "err", t), 34 /* ERANGE */);
+  engine_destroy(&e);
+}
+
 /* Run `code` with stdout captured; returns what it printed (static). */
 static const char *shown(engine_t *e, const char *code) {
   static char out[4096];
