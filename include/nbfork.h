@@ -71,7 +71,8 @@ typedef struct {
 
 /* Defaults: precision from the environment, no accumulation,
  * sync_with_dataloader on, no seeding, default timeout. */
-#define ACC_CONFIG_INIT {NULL, 1, -1, -1, 0}
+#define ACC_CONFIG_INIT                                                                            \
+  { NULL, 1, -1, -1, 0 }
 
 typedef struct acc acc_t;
 
@@ -109,9 +110,9 @@ acc_t *acc_new(const acc_config_t *cfg);
  * clears *acc_p. */
 void acc_destroy(acc_t **acc_p);
 
-int acc_rank(const acc_t *acc);            /* global rank, 0..world-1  */
-int acc_local_rank(const acc_t *acc);      /* rank within this node    */
-int acc_world_size(const acc_t *acc);      /* number of processes      */
+int acc_rank(const acc_t *acc);       /* global rank, 0..world-1  */
+int acc_local_rank(const acc_t *acc); /* rank within this node    */
+int acc_world_size(const acc_t *acc); /* number of processes      */
 int acc_local_world_size(const acc_t *acc);
 int acc_is_main_process(const acc_t *acc); /* rank == 0                */
 int acc_is_local_main_process(const acc_t *acc);
@@ -250,12 +251,82 @@ int acc_sync_gradients(const acc_t *acc);
 acc_result_t acc_backward(acc_t *acc, float *grads, size_t n);
 
 /* ------------------------------------------------------------------ */
+/* Mixed precision (Accelerate's mixed_precision = no | fp16 | bf16)    */
+/* ------------------------------------------------------------------ */
+
+/* Convert `n` elements between f32 and IEEE fp16 / bfloat16 (uint16_t
+ * bit patterns), rounding to nearest, ties to even (as torch's .half()
+ * and .bfloat16(); fp16 overflow gives +-inf, NaN stays NaN). Host
+ * buffers on the CPU (F16C instructions when present); device buffers,
+ * when acc_device(acc) >= 0, by CUDA kernels (synchronous). `acc` may be
+ * NULL (host only; no CUDA call is ever made then, so it is safe in a
+ * notebook cell before %launch). dst and src must not overlap.
+ * Errors: INVALID_ARGUMENT (NULL buffer), BACKEND (CUDA failed). */
+acc_result_t acc_to_f16(const acc_t *acc, uint16_t *dst, const float *src, size_t n);
+acc_result_t acc_from_f16(const acc_t *acc, float *dst, const uint16_t *src, size_t n);
+acc_result_t acc_to_bf16(const acc_t *acc, uint16_t *dst, const float *src, size_t n);
+acc_result_t acc_from_bf16(const acc_t *acc, float *dst, const uint16_t *src, size_t n);
+
+/* fp16 dynamic loss scaling, with the semantics of PyTorch's GradScaler
+ * (torch.cuda.amp.GradScaler, used by Accelerate for fp16):
+ *  - the loss is multiplied by the scale S before the backward pass, so
+ *    small gradients do not flush to zero in fp16: acc_mlp_backward_xent
+ *    does it; code computing its own gradients multiplies d(loss) by
+ *    acc_loss_scale(acc);
+ *  - before the optimizer step the gradients are multiplied by 1/S and
+ *    checked: on inf/NaN the step is SKIPPED and S *= 0.5 (backoff);
+ *    after 2000 consecutive clean steps S *= 2 (growth);
+ *  - S starts at 2^16 = 65536.
+ * acc_optim_step does all of this; the calls below are for a custom
+ * optimizer (call acc_unscale_gradients, step only when it returned 1,
+ * then acc_update_loss_scale) or to inspect the scaler. With precision
+ * no or bf16 the scale is 1 and nothing is scaled. */
+
+/* The current loss scale S (1.0 unless the precision is fp16). */
+float acc_loss_scale(const acc_t *acc);
+
+/* GradScaler(init_scale, growth_factor, backoff_factor, growth_interval);
+ * defaults 65536, 2, 0.5, 2000. Resets the count of clean steps.
+ * Errors: INVALID_ARGUMENT unless init_scale > 0, growth_factor > 1,
+ * 0 < backoff_factor < 1, growth_interval >= 1. */
+acc_result_t acc_set_grad_scaler(acc_t *acc, float init_scale, float growth_factor,
+                                 float backoff_factor, int growth_interval);
+
+/* GradScaler.unscale_ (Accelerate's unscale_gradients): multiply the `n`
+ * f32 gradients (host, or device when acc_device >= 0) by 1/S. Returns 1
+ * when all were finite (the optimizer may step), 0 when some were inf/NaN
+ * (skip the step), -1 on error (acc_last_error). A second call on the
+ * same buffer before acc_update_loss_scale does nothing (as GradScaler).
+ * No-op returning 1 unless the precision is fp16. */
+int acc_unscale_gradients(acc_t *acc, float *grads, size_t n);
+
+/* GradScaler.update: back off (found_inf != 0) or count a clean step and
+ * grow every growth_interval clean steps. No-op unless fp16. */
+void acc_update_loss_scale(acc_t *acc, int found_inf);
+
+/* Consecutive clean steps counted towards the next growth. */
+int acc_loss_scale_growth_tracker(const acc_t *acc);
+
+/* 1 when the last optimizer step was skipped because the gradients held
+ * inf/NaN (Accelerate's optimizer_step_was_skipped), else 0. */
+int acc_optimizer_step_was_skipped(const acc_t *acc);
+
+/* ------------------------------------------------------------------ */
 /* A small model toolkit on one flat parameter buffer                   */
 /* ------------------------------------------------------------------ */
 
 /* A multi-layer perceptron: Linear → ReLU → ... → Linear, f32, row-major,
  * all parameters in one flat buffer `params` (and gradients in `grads`)
- * so a single all-reduce covers the model. */
+ * so a single all-reduce covers the model.
+ *
+ * Mixed precision follows the accelerator given to acc_mlp_new (which must
+ * outlive the model), as torch.autocast does for nn.Linear: with fp16 or
+ * bf16 the inputs and weights of every matrix product are rounded to the
+ * half type (accumulation in f32), each layer's outputs and gradients are
+ * rounded to it, the softmax cross-entropy runs in f32, and the master
+ * parameters and the gradient buffer stay f32; with fp16 the loss is
+ * scaled by acc_loss_scale (so fp16 overflow shows up as inf gradients,
+ * which acc_optim_step skips). */
 typedef struct acc_mlp acc_mlp_t;
 
 /* sizes[0] = inputs, sizes[nlayers] = outputs; weights Kaiming-uniform

@@ -56,10 +56,8 @@ acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dty
   if (on_device(acc, buf))
     return acc_nccl_all_reduce(acc, buf, count, dtype, op);
   char err[1024];
-  r = acc_gloo_all_reduce_cached(acc->gloo, buf, count, dtype, op, err, sizeof err);
-  if (r == ACC_ERR_UNSUPPORTED)
-    r = acc_gloo_all_reduce(acc->gloo, buf, count, acc_dtype_size(dtype),
-                            acc_reduce_get(dtype, op), err, sizeof err);
+  r = acc_gloo_all_reduce_algo(acc->gloo, buf, count, dtype, op,
+                               (acc_gloo_algo_t)acc->allreduce_algo, err, sizeof err);
   if (r != ACC_OK)
     return gloo_failed(acc, r, err);
   if (op == ACC_AVG)
@@ -160,4 +158,18 @@ acc_result_t acc_wait_for_everyone(acc_t *acc) {
   char err[1024];
   acc_result_t r = acc_gloo_barrier(acc->gloo, err, sizeof err);
   return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+}
+
+void acc__set_allreduce_algo(acc_t *acc, int algo) {
+  if (acc && algo >= 0 && algo <= (int)ACC_GLOO_BCUBE)
+    acc->allreduce_algo = algo;
+}
+
+const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
+  if (!acc || acc->world == 1)
+    return "none (one process)";
+  acc_gloo_algo_t a = (acc_gloo_algo_t)acc->allreduce_algo;
+  if (a == ACC_GLOO_AUTO)
+    a = acc_gloo_choose_algo(acc->gloo, bytes);
+  return acc_gloo_algo_name(a);
 }

@@ -192,6 +192,7 @@ acc_t *acc_new(const acc_config_t *cfg) {
   acc->device = -1;
   acc->world = 1;
   acc_rng_seed(&acc->rng, 67280421310721ULL); /* PyTorch's default seed */
+  acc__scaler_init(acc);
   if (read_env(acc, &c) != 0)
     return fail(acc, "reading the environment");
   acc->accum_steps = c.gradient_accumulation_steps > 1 ? c.gradient_accumulation_steps : 1;

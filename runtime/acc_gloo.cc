@@ -17,12 +17,14 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <vector>
 #include <thread>
+#include <vector>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -36,6 +38,7 @@ struct acc_gloo_cached {
   size_t count;
   acc_dtype_t dtype;
   acc_op_t op;
+  acc_gloo_algo_t kind;
   std::unique_ptr<gloo::Algorithm> algo;
 };
 
@@ -44,6 +47,9 @@ struct acc_gloo {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   std::chrono::milliseconds timeout{300000};
   std::vector<acc_gloo_cached> cache; /* most recently used last */
+  /* Tag of the next AllreduceOptions-style operation: each gets its own,
+   * as ProcessGroupGloo does (every rank issues the same sequence). */
+  uint32_t next_tag = 1;
 };
 
 /* Cached algorithms per group: a training loop all-reduces one or two
@@ -119,23 +125,39 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
 /* Gloo's option setters are templated on the element type only to know
  * its size; the reduction is ours, so an unsigned type of the right width
  * stands for every dtype of that width. */
-template <typename T> void run_allreduce(acc_gloo_t *g, void *buf, size_t count, acc_reduce_fn fn) {
+template <typename T>
+void run_allreduce(acc_gloo_t *g, void *buf, size_t count, acc_reduce_fn fn, bool bcube = false) {
   gloo::AllreduceOptions opts(g->ctx);
-  opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+  opts.setAlgorithm(bcube ? gloo::AllreduceOptions::Algorithm::BCUBE
+                          : gloo::AllreduceOptions::Algorithm::RING);
   opts.setOutput(static_cast<T *>(buf), count);
   opts.setReduceFunction([fn](void *o, const void *a, const void *b, size_t n) { fn(o, a, b, n); });
   opts.setTimeout(g->timeout);
+  opts.setTag(g->next_tag++);
   gloo::allreduce(opts);
 }
 
 template <typename T>
-std::unique_ptr<gloo::Algorithm> make_hd(acc_gloo_t *g, void *buf, size_t count, acc_op_t op) {
+std::unique_ptr<gloo::Algorithm> make_cached(acc_gloo_t *g, void *buf, size_t count, acc_op_t op,
+                                             acc_gloo_algo_t kind) {
   const gloo::ReductionFunction<T> *fn = op == ACC_MAX   ? gloo::ReductionFunction<T>::max
                                          : op == ACC_MIN ? gloo::ReductionFunction<T>::min
                                                          : gloo::ReductionFunction<T>::sum;
   std::vector<T *> ptrs{static_cast<T *>(buf)};
-  return std::unique_ptr<gloo::Algorithm>(
-      new gloo::AllreduceHalvingDoubling<T>(g->ctx, ptrs, static_cast<int>(count), fn));
+  const int n = static_cast<int>(count);
+  gloo::Algorithm *a;
+  switch (kind) {
+  case ACC_GLOO_RING_CHUNKED:
+    a = new gloo::AllreduceRingChunked<T>(g->ctx, ptrs, n, fn);
+    break;
+  case ACC_GLOO_RING_CACHED:
+    a = new gloo::AllreduceRing<T>(g->ctx, ptrs, n, fn);
+    break;
+  default:
+    a = new gloo::AllreduceHalvingDoubling<T>(g->ctx, ptrs, n, fn);
+    break;
+  }
+  return std::unique_ptr<gloo::Algorithm>(a);
 }
 
 } // namespace
@@ -237,29 +259,83 @@ acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t 
   });
 }
 
+const char *acc_gloo_algo_name(acc_gloo_algo_t algo) {
+  switch (algo) {
+  case ACC_GLOO_AUTO:
+    return "auto";
+  case ACC_GLOO_HALVING_DOUBLING:
+    return "halving-doubling";
+  case ACC_GLOO_RING_CHUNKED:
+    return "ring-chunked";
+  case ACC_GLOO_RING_CACHED:
+    return "ring-cached";
+  case ACC_GLOO_RING:
+    return "ring";
+  case ACC_GLOO_BCUBE:
+    return "bcube";
+  }
+  return "?";
+}
 
-acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count,
-                                                   acc_dtype_t dtype, acc_op_t op, char *err,
-                                                   size_t errlen) {
-  if (count == 0 || count > (size_t)INT32_MAX || dtype == ACC_F16 || dtype == ACC_BF16)
-    return ACC_ERR_UNSUPPORTED;
+static int cacheable(acc_dtype_t dtype) {
+  return dtype == ACC_F32 || dtype == ACC_F64 || dtype == ACC_I32 || dtype == ACC_I64;
+}
+
+acc_result_t acc_gloo_all_reduce_algo(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
+                                      acc_op_t op, acc_gloo_algo_t algo, char *err, size_t errlen) {
+  if (count == 0)
+    return ACC_OK;
+  const size_t esz = acc_dtype_size(dtype);
+  if (algo == ACC_GLOO_AUTO)
+    algo = acc_gloo_choose_algo(g, count * esz);
+  const bool cached_kind = algo == ACC_GLOO_HALVING_DOUBLING || algo == ACC_GLOO_RING_CHUNKED ||
+                           algo == ACC_GLOO_RING_CACHED;
+  if (cached_kind && (!cacheable(dtype) || count > (size_t)INT32_MAX))
+    algo = ACC_GLOO_RING; /* Gloo's typed algorithms: no half types, int counts */
   std::string what = "all-reduce of " + std::to_string(count) + " elements";
+  acc_reduce_fn fn = acc_reduce_get(dtype, op);
+  if (algo == ACC_GLOO_RING || algo == ACC_GLOO_BCUBE) {
+    const bool bcube = algo == ACC_GLOO_BCUBE;
+    return guard(g, what.c_str(), err, errlen, [&] {
+      switch (esz) {
+      case 2:
+        run_allreduce<uint16_t>(g, buf, count, fn, bcube);
+        break;
+      case 4:
+        run_allreduce<uint32_t>(g, buf, count, fn, bcube);
+        break;
+      case 8:
+        run_allreduce<uint64_t>(g, buf, count, fn, bcube);
+        break;
+      default:
+        throw std::invalid_argument("unsupported element size");
+      }
+    });
+  }
   return guard(g, what.c_str(), err, errlen, [&] {
     auto &cache = g->cache;
     size_t i = 0;
     for (; i < cache.size(); i++)
       if (cache[i].buf == buf && cache[i].count == count && cache[i].dtype == dtype &&
-          cache[i].op == op)
+          cache[i].op == op && cache[i].kind == algo)
         break;
     if (i == cache.size()) {
       if (cache.size() == kCachedAlgorithms)
         cache.erase(cache.begin()); /* least recently used: same choice on every rank */
-      acc_gloo_cached c{buf, count, dtype, op, nullptr};
+      acc_gloo_cached c{buf, count, dtype, op, algo, nullptr};
       switch (dtype) {
-      case ACC_F32: c.algo = make_hd<float>(g, buf, count, op); break;
-      case ACC_F64: c.algo = make_hd<double>(g, buf, count, op); break;
-      case ACC_I32: c.algo = make_hd<int32_t>(g, buf, count, op); break;
-      default: c.algo = make_hd<int64_t>(g, buf, count, op); break;
+      case ACC_F32:
+        c.algo = make_cached<float>(g, buf, count, op, algo);
+        break;
+      case ACC_F64:
+        c.algo = make_cached<double>(g, buf, count, op, algo);
+        break;
+      case ACC_I32:
+        c.algo = make_cached<int32_t>(g, buf, count, op, algo);
+        break;
+      default:
+        c.algo = make_cached<int64_t>(g, buf, count, op, algo);
+        break;
       }
       cache.push_back(std::move(c));
       i = cache.size() - 1;
@@ -271,12 +347,26 @@ acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count,
   });
 }
 
+acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
+                                        acc_op_t op, char *err, size_t errlen) {
+  if (count == 0 || count > (size_t)INT32_MAX || !cacheable(dtype))
+    return ACC_ERR_UNSUPPORTED;
+  return acc_gloo_all_reduce_algo(g, buf, count, dtype, op, ACC_GLOO_HALVING_DOUBLING, err, errlen);
+}
+
+acc_gloo_algo_t acc_gloo_choose_algo(const acc_gloo_t *g, size_t bytes) {
+  (void)g;
+  (void)bytes;
+  return ACC_GLOO_HALVING_DOUBLING; /* provisional: measured below */
+}
+
 acc_result_t acc_gloo_broadcast(acc_gloo_t *g, void *buf, size_t bytes, int root, char *err,
                                 size_t errlen) {
   std::string what =
       "broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root);
   return guard(g, what.c_str(), err, errlen, [&] {
     gloo::BroadcastOptions opts(g->ctx);
+    opts.setTag(g->next_tag++);
     opts.setOutput(static_cast<uint8_t *>(buf), bytes);
     opts.setRoot(root);
     opts.setTimeout(g->timeout);
@@ -289,6 +379,7 @@ acc_result_t acc_gloo_all_gather(acc_gloo_t *g, const void *send, void *recv, si
   std::string what = "all-gather of " + std::to_string(bytes) + " bytes per rank";
   return guard(g, what.c_str(), err, errlen, [&] {
     gloo::AllgatherOptions opts(g->ctx);
+    opts.setTag(g->next_tag++);
     uint8_t *own = static_cast<uint8_t *>(recv) + static_cast<size_t>(g->ctx->rank) * bytes;
     if (send != own)
       opts.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(send)), bytes);
@@ -301,6 +392,7 @@ acc_result_t acc_gloo_all_gather(acc_gloo_t *g, const void *send, void *recv, si
 acc_result_t acc_gloo_barrier(acc_gloo_t *g, char *err, size_t errlen) {
   return guard(g, "barrier", err, errlen, [&] {
     gloo::BarrierOptions opts(g->ctx);
+    opts.setTag(g->next_tag++);
     opts.setTimeout(g->timeout);
     gloo::barrier(opts);
   });

@@ -52,8 +52,34 @@ acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t 
  * f32, f64, i32, i64 only: returns ACC_ERR_UNSUPPORTED otherwise, and the
  * caller falls back to acc_gloo_all_reduce. Every rank must make the same
  * sequence of calls (the cache evicts in the same order everywhere). */
-acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count,
-                                        acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen);
+acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
+                                        acc_op_t op, char *err, size_t errlen);
+
+/* The all-reduce algorithms of Gloo the shim can run. The first three
+ * are Gloo's buffer-based algorithms, cached per (buf, count, dtype, op)
+ * so their pair buffers are registered once (f32, f64, i32, i64 only;
+ * other dtypes run ACC_GLOO_RING); the last two go through
+ * gloo::allreduce(AllreduceOptions) as PyTorch's ProcessGroupGloo does. */
+typedef enum {
+  ACC_GLOO_AUTO = 0,         /* acc_gloo_choose_algo by size              */
+  ACC_GLOO_HALVING_DOUBLING, /* gloo::AllreduceHalvingDoubling (cached)   */
+  ACC_GLOO_RING_CHUNKED,     /* gloo::AllreduceRingChunked (cached)       */
+  ACC_GLOO_RING_CACHED,      /* gloo::AllreduceRing (cached)              */
+  ACC_GLOO_RING,             /* AllreduceOptions, RING (PyTorch's choice) */
+  ACC_GLOO_BCUBE             /* AllreduceOptions, BCUBE                   */
+} acc_gloo_algo_t;
+
+/* In-place all-reduce of `count` elements with `algo` (AVG = SUM; the
+ * caller divides). Every rank must use the same algorithm. */
+acc_result_t acc_gloo_all_reduce_algo(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
+                                      acc_op_t op, acc_gloo_algo_t algo, char *err, size_t errlen);
+
+/* The algorithm ACC_GLOO_AUTO runs for a buffer of `bytes` bytes (chosen
+ * from measurements, see acc_gloo.cc); the same on every rank. */
+acc_gloo_algo_t acc_gloo_choose_algo(const acc_gloo_t *g, size_t bytes);
+
+/* Short English name ("halving-doubling", "ring", ...). */
+const char *acc_gloo_algo_name(acc_gloo_algo_t algo);
 
 /* Broadcast `bytes` bytes of `buf` from `root`. */
 acc_result_t acc_gloo_broadcast(acc_gloo_t *g, void *buf, size_t bytes, int root, char *err,

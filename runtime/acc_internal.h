@@ -36,8 +36,14 @@ struct acc {
   size_t accum_prev_n;
   int accum_prev_zero; /* accum_prev is all zeros (start of a window) */
 
-  /* fp16 "loss scaler": set when a sync step found inf/NaN gradients */
-  int found_inf;
+  /* fp16 dynamic loss scaler (GradScaler; acc_mixed.c) */
+  float scale;                 /* current loss scale, 2^16 at start      */
+  float growth_factor;         /* 2                                      */
+  float backoff_factor;        /* 0.5                                    */
+  int growth_interval;         /* 2000                                   */
+  int growth_tracker;          /* consecutive steps without inf/NaN      */
+  int found_inf;               /* the last unscale found inf/NaN         */
+  const float *unscaled_grads; /* buffer unscaled since the last update */
 
   /* RNG (acc_set_seed) */
   acc_rng_t rng;
@@ -47,7 +53,8 @@ struct acc {
   acc_store_client_t *store;
   acc_gloo_t *gloo;
   acc_nccl_t *nccl;
-  int broken; /* a collective failed: the group cannot be used again */
+  int broken;         /* a collective failed: the group cannot be used again */
+  int allreduce_algo; /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
 
   /* live charts (acc_log_scalar) */
   acc_charts_t *charts;
@@ -84,6 +91,19 @@ void acc__charts_free(acc_t *acc);
  * them from the accelerator); tests simulate every rank with it. */
 acc_sampler_t *acc__sampler_new_for(int rank, int world, size_t n, size_t batch_size, int shuffle,
                                     unsigned long long seed);
+
+/* Force the Gloo all-reduce algorithm of host buffers (acc_gloo_algo_t;
+ * 0 = the runtime's choice by size). For benchmarks (bench/allreduce);
+ * every rank must set the same. */
+void acc__set_allreduce_algo(acc_t *acc, int algo);
+/* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
+const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
+
+/* Mixed precision (acc_mixed.c): default GradScaler settings; round `n`
+ * f32 values in place to the nearest fp16/bf16 value (no-op for
+ * ACC_PRECISION_NO). */
+void acc__scaler_init(acc_t *acc);
+void acc__round_half(acc_precision_t p, float *x, size_t n);
 
 /* Monotonic clock in seconds. */
 double acc__now_s(void);

@@ -9,6 +9,19 @@
  * weight and the bias) drawn from the accelerator's RNG; with several
  * ranks, rank 0's parameters are then broadcast (as DDP does).
  *
+ * Mixed precision (fp16/bf16, from the accelerator) emulates
+ * torch.autocast on nn.Linear with an f32 master copy: the inputs and
+ * weights of every product are rounded to the half type (a shadow copy of
+ * the parameters, refreshed each forward), products accumulate in f32 and
+ * their outputs are rounded to the half type, as are the gradients that
+ * flow back and each layer's weight/bias gradient before it is added to
+ * the f32 gradient buffer (the AccumulateGrad of a cast parameter). The
+ * softmax cross-entropy runs in f32 (autocast's fp32 list). With fp16 the
+ * gradient of the loss is multiplied by the loss scale (GradScaler.scale),
+ * so the gradients leave backward scaled and acc_optim_step unscales them.
+ * With precision "no" none of this runs and results are bit-identical to
+ * plain f32.
+ *
  * All buffers are allocated once for max_batch rows: a training step
  * allocates nothing.
  */
@@ -21,6 +34,7 @@
 #include "acc_internal.h"
 
 struct acc_mlp {
+  acc_t *acc; /* borrowed: precision, loss scale, process group */
   int nlayers;
   int *sizes;
   int max_batch;
@@ -31,6 +45,11 @@ struct acc_mlp {
   const float *x;     /* input of the last forward (borrowed) */
   float **act;        /* act[l], l = 1..nlayers: batch × sizes[l] (post-ReLU; logits last) */
   float *dz_a, *dz_b; /* backward scratch: max_batch × max(sizes[1..]) */
+  /* mixed precision (allocated at the first half-precision forward) */
+  acc_precision_t prec; /* of the last forward */
+  float *wh;            /* parameters rounded to the half type */
+  float *xh;            /* input rounded: max_batch × sizes[0] */
+  float *gtmp;          /* one layer's weight gradient: max(nout × nin) */
 };
 
 static void *alloc64(size_t bytes) {
@@ -51,6 +70,9 @@ void acc_mlp_destroy(acc_mlp_t **m_p) {
   free(m->act);
   free(m->dz_a);
   free(m->dz_b);
+  free(m->wh);
+  free(m->xh);
+  free(m->gtmp);
   free(m->params);
   free(m->grads);
   free(m->w_off);
@@ -72,6 +94,7 @@ acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch)
   acc_mlp_t *m = calloc(1, sizeof *m);
   if (!m)
     return NULL;
+  m->acc = acc;
   m->nlayers = nlayers;
   m->max_batch = max_batch;
   m->sizes = malloc((size_t)(nlayers + 1) * sizeof(int));
@@ -139,6 +162,26 @@ void acc_mlp_zero_grad(acc_mlp_t *m) {
     memset(m->grads, 0, m->nparams * sizeof(float));
 }
 
+/* Allocate the half-precision buffers once. */
+static int half_buffers(acc_mlp_t *m) {
+  if (m->wh)
+    return 0;
+  size_t widest = 1;
+  for (int l = 0; l < m->nlayers; l++) {
+    size_t w = (size_t)m->sizes[l + 1] * (size_t)m->sizes[l];
+    widest = w > widest ? w : widest;
+  }
+  m->wh = alloc64(m->nparams * sizeof(float));
+  m->xh = alloc64((size_t)m->max_batch * (size_t)m->sizes[0] * sizeof(float));
+  m->gtmp = alloc64(widest * sizeof(float));
+  if (!m->wh || !m->xh || !m->gtmp) {
+    free(m->wh), free(m->xh), free(m->gtmp);
+    m->wh = m->xh = m->gtmp = NULL;
+    return -1;
+  }
+  return 0;
+}
+
 const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
   if (!m || !x || batch < 1 || batch > m->max_batch) {
     if (m)
@@ -147,18 +190,33 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
   }
   m->x = x;
   m->batch = batch;
-  const float *in = x;
+  m->prec = acc_mixed_precision(m->acc);
+  const float *in = x, *params = m->params;
+  if (m->prec != ACC_PRECISION_NO) {
+    if (half_buffers(m) != 0) {
+      fprintf(stderr, "acc_mlp_forward: out of memory for the half-precision buffers\n");
+      return NULL;
+    }
+    memcpy(m->wh, m->params, m->nparams * sizeof(float));
+    acc__round_half(m->prec, m->wh, m->nparams);
+    size_t nx = (size_t)batch * (size_t)m->sizes[0];
+    memcpy(m->xh, x, nx * sizeof(float));
+    acc__round_half(m->prec, m->xh, nx);
+    in = m->xh;
+    params = m->wh;
+  }
   for (int l = 0; l < m->nlayers; l++) {
     const int nin = m->sizes[l], nout = m->sizes[l + 1];
     float *out = m->act[l + 1];
-    const float *w = m->params + m->w_off[l], *b = m->params + m->b_off[l];
+    const float *w = params + m->w_off[l], *b = params + m->b_off[l];
     for (int r = 0; r < batch; r++)
       memcpy(out + (size_t)r * nout, b, (size_t)nout * sizeof(float));
     /* out (batch × nout) += in (batch × nin) · W^T (nin × nout) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, nout, nin, 1.0f, in, nin, w, nin,
                 1.0f, out, nout);
+    size_t n = (size_t)batch * (size_t)nout;
+    acc__round_half(m->prec, out, n); /* the layer's output in the half type */
     if (l < m->nlayers - 1) {
-      size_t n = (size_t)batch * (size_t)nout;
       for (size_t i = 0; i < n; i++)
         out[i] = out[i] > 0.0f ? out[i] : 0.0f;
     }
@@ -176,6 +234,10 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
   const float *logits = m->act[L];
   float *dz = m->dz_a, *dprev = m->dz_b;
   const float invB = 1.0f / (float)B;
+  const acc_precision_t prec = m->prec;
+  /* GradScaler.scale(loss): with fp16 the loss gradient is multiplied by
+   * the loss scale (the returned loss is not). */
+  const float scale = prec == ACC_PRECISION_FP16 ? acc_loss_scale(m->acc) : 1.0f;
   double loss = 0.0;
   /* dz = (softmax(logits) - onehot(label)) / B */
   for (int r = 0; r < B; r++) {
@@ -200,26 +262,53 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
     for (int c = 0; c < C; c++)
       d[c] *= inv;
     d[y] -= invB;
+    if (scale != 1.0f)
+      for (int c = 0; c < C; c++)
+        d[c] *= scale;
   }
+  acc__round_half(prec, dz, (size_t)B * (size_t)C);
   for (int l = L - 1; l >= 0; l--) {
     const int nin = m->sizes[l], nout = m->sizes[l + 1];
-    const float *in = l == 0 ? m->x : m->act[l];
+    const float *in = l == 0 ? (prec == ACC_PRECISION_NO ? m->x : m->xh) : m->act[l];
     float *gw = m->grads + m->w_off[l], *gb = m->grads + m->b_off[l];
-    /* dW (nout × nin) += dz^T (nout × B) · in (B × nin) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, nin, B, 1.0f, dz, nout, in, nin,
-                1.0f, gw, nin);
-    for (int r = 0; r < B; r++) {
-      const float *d = dz + (size_t)r * nout;
+    if (prec == ACC_PRECISION_NO) {
+      /* dW (nout × nin) += dz^T (nout × B) · in (B × nin) */
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, nin, B, 1.0f, dz, nout, in, nin,
+                  1.0f, gw, nin);
+      for (int r = 0; r < B; r++) {
+        const float *d = dz + (size_t)r * nout;
+        for (int c = 0; c < nout; c++)
+          gb[c] += d[c];
+      }
+    } else {
+      /* the half-precision gradient of the cast weight, then added to
+       * the f32 gradient of the master weight */
+      const size_t nw = (size_t)nout * (size_t)nin;
+      float *restrict t = m->gtmp;
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, nin, B, 1.0f, dz, nout, in, nin,
+                  0.0f, t, nin);
+      acc__round_half(prec, t, nw);
+      for (size_t i = 0; i < nw; i++)
+        gw[i] += t[i];
       for (int c = 0; c < nout; c++)
-        gb[c] += d[c];
+        t[c] = 0.0f;
+      for (int r = 0; r < B; r++) {
+        const float *d = dz + (size_t)r * nout;
+        for (int c = 0; c < nout; c++)
+          t[c] += d[c];
+      }
+      acc__round_half(prec, t, (size_t)nout);
+      for (int c = 0; c < nout; c++)
+        gb[c] += t[c];
     }
     if (l == 0)
       break;
     /* dprev (B × nin) = dz (B × nout) · W (nout × nin), masked by ReLU */
-    const float *w = m->params + m->w_off[l];
+    const float *w = (prec == ACC_PRECISION_NO ? m->params : m->wh) + m->w_off[l];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout, w, nin,
                 0.0f, dprev, nin);
     size_t n = (size_t)B * (size_t)nin;
+    acc__round_half(prec, dprev, n);
     for (size_t i = 0; i < n; i++)
       if (!(in[i] > 0.0f))
         dprev[i] = 0.0f;

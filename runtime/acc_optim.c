@@ -14,7 +14,9 @@
  *
  * acc_optim_step is Accelerate's AcceleratedOptimizer.step: it does
  * nothing on micro-steps that do not sync gradients, and with fp16 mixed
- * precision skips a step whose gradients hold inf/NaN (GradScaler).
+ * precision runs GradScaler's unscale_ / step / update (acc_mixed.c):
+ * gradients divided by the loss scale, the step skipped when they hold
+ * inf/NaN, the scale updated.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -129,13 +131,6 @@ static void adamw_step(acc_optim_t *o) {
   }
 }
 
-static int grads_finite(const acc_optim_t *o) {
-  float acc = 0.0f;
-  for (size_t i = 0; i < o->n; i++)
-    acc += o->grads[i] * 0.0f; /* inf*0 and NaN*0 are NaN */
-  return acc == 0.0f;
-}
-
 /* Momentum buffers of parameters whose gradient stays 0 (dead ReLU units)
  * decay geometrically into subnormal floats after a few hundred steps;
  * x86 then takes a ~100-cycle assist per operation, which made the
@@ -163,9 +158,13 @@ int acc_optim_step(acc_t *acc, acc_optim_t *opt) {
   if (acc && !acc->sync_gradients)
     return 0;
   if (acc && acc->precision == ACC_PRECISION_FP16) {
-    acc->found_inf = !grads_finite(opt);
-    if (acc->found_inf)
+    /* GradScaler: unscale_ (inf/NaN check), step unless found, update */
+    int found = acc_unscale_gradients(acc, opt->grads, opt->n) != 1;
+    acc_update_loss_scale(acc, found);
+    if (found)
       return 0;
+  } else if (acc) {
+    acc->found_inf = 0;
   }
   step_ftz(opt);
   return 1;

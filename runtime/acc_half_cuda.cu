@@ -1,0 +1,116 @@
+/*
+ * acc_half_cuda.cu — mixed precision kernels on device buffers (see
+ * acc_half_cuda.h): grid-stride loops, conversions through cuda_fp16.h /
+ * cuda_bf16.h intrinsics (round to nearest even, as torch's .half() and
+ * .bfloat16()), and the GradScaler unscale with an inf/NaN flag (as
+ * torch's _amp_foreach_non_finite_check_and_unscale_).
+ */
+#include "acc_half_cuda.h"
+
+#include <cstdint>
+#include <cstdio>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace {
+
+__global__ void k_to_f16(uint16_t *dst, const float *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+
+__global__ void k_from_f16(float *dst, const uint16_t *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = __half2float(__ushort_as_half(src[i]));
+}
+
+__global__ void k_to_bf16(uint16_t *dst, const float *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+}
+
+__global__ void k_from_bf16(float *dst, const uint16_t *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
+}
+
+__global__ void k_unscale(float *g, size_t n, float inv, int *found) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float v = g[i];
+    if (!isfinite(v))
+      *found = 1;
+    g[i] = v * inv;
+  }
+}
+
+unsigned blocks_for(size_t n) {
+  size_t b = (n + 255) / 256;
+  return (unsigned)(b > 4096 ? 4096 : (b ? b : 1));
+}
+
+acc_result_t check(cudaError_t e, const char *what, char *err, size_t errlen) {
+  if (e == cudaSuccess)
+    return ACC_OK;
+  if (err && errlen)
+    std::snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
+  return ACC_ERR_BACKEND;
+}
+
+} // namespace
+
+extern "C" acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, char *err,
+                                         size_t errlen) {
+  if (n == 0)
+    return ACC_OK;
+  const unsigned b = blocks_for(n);
+  switch (kind) {
+  case 0:
+    k_to_f16<<<b, 256>>>(static_cast<uint16_t *>(dst), static_cast<const float *>(src), n);
+    break;
+  case 1:
+    k_from_f16<<<b, 256>>>(static_cast<float *>(dst), static_cast<const uint16_t *>(src), n);
+    break;
+  case 2:
+    k_to_bf16<<<b, 256>>>(static_cast<uint16_t *>(dst), static_cast<const float *>(src), n);
+    break;
+  case 3:
+    k_from_bf16<<<b, 256>>>(static_cast<float *>(dst), static_cast<const uint16_t *>(src), n);
+    break;
+  default:
+    if (err && errlen)
+      std::snprintf(err, errlen, "unknown conversion %d", kind);
+    return ACC_ERR_INVALID_ARGUMENT;
+  }
+  acc_result_t r = check(cudaGetLastError(), "conversion kernel launch", err, errlen);
+  if (r != ACC_OK)
+    return r;
+  return check(cudaDeviceSynchronize(), "conversion kernel", err, errlen);
+}
+
+extern "C" acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *found_inf, char *err,
+                                         size_t errlen) {
+  *found_inf = 0;
+  if (n == 0)
+    return ACC_OK;
+  int *d_found = nullptr;
+  acc_result_t r = check(cudaMalloc(&d_found, sizeof(int)), "cudaMalloc", err, errlen);
+  if (r != ACC_OK)
+    return r;
+  r = check(cudaMemset(d_found, 0, sizeof(int)), "cudaMemset", err, errlen);
+  if (r == ACC_OK) {
+    k_unscale<<<blocks_for(n), 256>>>(g, n, inv, d_found);
+    r = check(cudaGetLastError(), "unscale kernel launch", err, errlen);
+  }
+  if (r == ACC_OK)
+    r = check(cudaMemcpy(found_inf, d_found, sizeof(int), cudaMemcpyDeviceToHost), "unscale kernel",
+              err, errlen);
+  cudaFree(d_found);
+  return r;
+}

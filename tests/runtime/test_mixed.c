@@ -1,0 +1,462 @@
+/*
+ * test_mixed.c — mixed precision: array conversions (host; device SKIPs
+ * without a GPU), the fp16 loss scaler (GradScaler semantics) on an
+ * injected overflow, and fp16/bf16 training runs on Fashion-MNIST.
+ *   test_mixed convert_f16|convert_bf16|scaler_overflow|scaler_growth|
+ *              scaler_off|scaler_ranks|train_fp16|train_bf16|gpu_convert
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "acc_half.h"
+#include "acc_nccl.h"
+#include "nbfork.h"
+#include "rt_assert.h"
+#include "rt_spawn.h"
+
+static acc_t *new_acc(const char *precision) {
+  acc_config_t cfg = ACC_CONFIG_INIT;
+  cfg.mixed_precision = precision;
+  acc_t *acc = acc_new(&cfg);
+  ASSERT_NOT_NULL(acc);
+  return acc;
+}
+
+/* Every fp16 value converts to f32 and back unchanged (NaN stays NaN);
+ * f32 values round exactly as the scalar reference of acc_half.h (which
+ * test_half checks against brute force). */
+static void convert_f16(void) {
+  const size_t n = 65536;
+  uint16_t *h = malloc(n * 2), *back = malloc(n * 2);
+  float *f = malloc(n * 4);
+  for (size_t i = 0; i < n; i++)
+    h[i] = (uint16_t)i;
+  ASSERT_OK(NULL, acc_from_f16(NULL, f, h, n));
+  ASSERT_OK(NULL, acc_to_f16(NULL, back, f, n));
+  for (size_t i = 0; i < n; i++) {
+    int is_nan = (i & 0x7c00) == 0x7c00 && (i & 0x3ff);
+    ASSERT_TRUE(is_nan ? isnan(f[i]) : f[i] == acc_f16_to_f32(h[i]));
+    if (is_nan)
+      ASSERT_TRUE((back[i] & 0x7c00) == 0x7c00 && (back[i] & 0x3ff));
+    else if (back[i] != h[i])
+      RT_FAIL("half 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
+  }
+  /* random f32 (all exponents, including overflow and subnormals) */
+  uint32_t x = 7;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 1664525u + 1013904223u;
+    uint32_t bits = x;
+    memcpy(&f[i], &bits, 4);
+  }
+  ASSERT_OK(NULL, acc_to_f16(NULL, back, f, n));
+  for (size_t i = 0; i < n; i++)
+    if (!isnan(f[i]) && back[i] != acc_f32_to_f16(f[i]))
+      RT_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", f[i], back[i], acc_f32_to_f16(f[i]));
+  ASSERT_EQ(acc_to_f16(NULL, NULL, f, 4), ACC_ERR_INVALID_ARGUMENT);
+  ASSERT_OK(NULL, acc_to_f16(NULL, NULL, NULL, 0));
+  free(h), free(back), free(f);
+}
+
+static void convert_bf16(void) {
+  const size_t n = 65536;
+  uint16_t *h = malloc(n * 2), *back = malloc(n * 2);
+  float *f = malloc(n * 4);
+  for (size_t i = 0; i < n; i++)
+    h[i] = (uint16_t)i;
+  ASSERT_OK(NULL, acc_from_bf16(NULL, f, h, n));
+  ASSERT_OK(NULL, acc_to_bf16(NULL, back, f, n));
+  for (size_t i = 0; i < n; i++) {
+    if (isnan(f[i]))
+      ASSERT_TRUE(isnan(acc_bf16_to_f32(back[i])));
+    else if (back[i] != h[i])
+      RT_FAIL("bf16 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
+  }
+  uint32_t x = 11;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 1664525u + 1013904223u;
+    memcpy(&f[i], &x, 4);
+  }
+  ASSERT_OK(NULL, acc_to_bf16(NULL, back, f, n));
+  for (size_t i = 0; i < n; i++)
+    if (isnan(f[i]))
+      ASSERT_TRUE(isnan(acc_bf16_to_f32(back[i])));
+    else if (back[i] != acc_f32_to_bf16(f[i]))
+      RT_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", f[i], back[i], acc_f32_to_bf16(f[i]));
+  /* ties to even: 1 + 2^-8 rounds to 1, 1 + 3*2^-8 rounds up */
+  float t[2] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256};
+  ASSERT_OK(NULL, acc_to_bf16(NULL, back, t, 2));
+  ASSERT_EQ(back[0], 0x3f80);
+  ASSERT_EQ(back[1], 0x3f82);
+  free(h), free(back), free(f);
+}
+
+/* One SGD step (lr 1, no momentum) on gradients g scaled by the current
+ * loss scale, as the model toolkit leaves them. */
+static int step_with(acc_t *acc, acc_optim_t *o, float *g, float value) {
+  g[0] = value * acc_loss_scale(acc);
+  g[1] = -2.0f * acc_loss_scale(acc);
+  acc_accumulate_begin(acc, 0);
+  int stepped = acc_optim_step(acc, o);
+  acc_accumulate_end(acc);
+  return stepped;
+}
+
+/* An injected overflow: the step is skipped (parameters unchanged), the
+ * scale halves, the clean-step count restarts; NaN behaves the same. */
+static void scaler_overflow(void) {
+  acc_t *acc = new_acc("fp16");
+  ASSERT_EQ(acc_mixed_precision(acc), ACC_PRECISION_FP16);
+  ASSERT_TRUE(acc_loss_scale(acc) == 65536.0f); /* 2^16 */
+  float p[2] = {1.0f, 1.0f}, g[2];
+  acc_optim_t *o = acc_sgd_new(p, g, 2, 1.0f, 0.0f, 0.0f);
+  /* a clean step: gradients unscaled before the update */
+  ASSERT_EQ(step_with(acc, o, g, 0.5f), 1);
+  ASSERT_TRUE(p[0] == 0.5f && p[1] == 3.0f);
+  ASSERT_TRUE(g[0] == 0.5f); /* unscaled in place */
+  ASSERT_EQ(acc_optimizer_step_was_skipped(acc), 0);
+  ASSERT_EQ(acc_loss_scale_growth_tracker(acc), 1);
+  /* overflow: inf */
+  ASSERT_EQ(step_with(acc, o, g, INFINITY), 0);
+  ASSERT_TRUE(p[0] == 0.5f && p[1] == 3.0f);
+  ASSERT_EQ(acc_optimizer_step_was_skipped(acc), 1);
+  ASSERT_TRUE(acc_loss_scale(acc) == 32768.0f);
+  ASSERT_EQ(acc_loss_scale_growth_tracker(acc), 0);
+  /* NaN */
+  ASSERT_EQ(step_with(acc, o, g, NAN), 0);
+  ASSERT_TRUE(p[0] == 0.5f && p[1] == 3.0f);
+  ASSERT_TRUE(acc_loss_scale(acc) == 16384.0f);
+  /* back to clean */
+  ASSERT_EQ(step_with(acc, o, g, 0.25f), 1);
+  ASSERT_TRUE(p[0] == 0.25f && p[1] == 5.0f);
+  ASSERT_EQ(acc_optimizer_step_was_skipped(acc), 0);
+  ASSERT_TRUE(acc_loss_scale(acc) == 16384.0f);
+  /* a non-sync micro-step neither steps nor touches the scaler */
+  acc_optim_destroy(&o);
+  acc_destroy(&acc);
+
+  acc_config_t cfg = ACC_CONFIG_INIT;
+  cfg.mixed_precision = "fp16";
+  cfg.gradient_accumulation_steps = 2;
+  acc = acc_new(&cfg);
+  o = acc_sgd_new(p, g, 2, 1.0f, 0.0f, 0.0f);
+  g[0] = INFINITY;
+  acc_accumulate_begin(acc, 0); /* step 1 of 2: no sync */
+  ASSERT_EQ(acc_optim_step(acc, o), 0);
+  ASSERT_TRUE(acc_loss_scale(acc) == 65536.0f);
+  acc_accumulate_end(acc);
+  acc_optim_destroy(&o);
+  acc_destroy(&acc);
+}
+
+/* Growth after `growth_interval` consecutive clean steps (3 here, 2000
+ * by default), restarted by an overflow; custom factors. */
+static void scaler_growth(void) {
+  acc_t *acc = new_acc("fp16");
+  float p[2] = {0, 0}, g[2];
+  acc_optim_t *o = acc_sgd_new(p, g, 2, 0.0f, 0.0f, 0.0f);
+  ASSERT_OK(acc, acc_set_grad_scaler(acc, 1024.0f, 2.0f, 0.5f, 3));
+  ASSERT_TRUE(acc_loss_scale(acc) == 1024.0f);
+  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_TRUE(acc_loss_scale(acc) == 1024.0f);
+  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1); /* 3rd clean step: grow */
+  ASSERT_TRUE(acc_loss_scale(acc) == 2048.0f);
+  ASSERT_EQ(acc_loss_scale_growth_tracker(acc), 0);
+  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_EQ(step_with(acc, o, g, INFINITY), 0); /* restarts the count */
+  ASSERT_TRUE(acc_loss_scale(acc) == 1024.0f);
+  for (int i = 0; i < 2; i++)
+    ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_TRUE(acc_loss_scale(acc) == 1024.0f);
+  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_TRUE(acc_loss_scale(acc) == 2048.0f);
+  /* the default interval is 2000 */
+  ASSERT_OK(acc, acc_set_grad_scaler(acc, 65536.0f, 2.0f, 0.5f, 2000));
+  for (int i = 0; i < 1999; i++)
+    ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_TRUE(acc_loss_scale(acc) == 65536.0f);
+  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_TRUE(acc_loss_scale(acc) == 131072.0f);
+  /* growth stops where the scale would overflow f32 */
+  ASSERT_OK(acc, acc_set_grad_scaler(acc, 3e38f, 2.0f, 0.5f, 1));
+  g[0] = 1.0f, g[1] = 1.0f;
+  acc_update_loss_scale(acc, 0);
+  ASSERT_TRUE(acc_loss_scale(acc) == 3e38f);
+  /* bad settings */
+  ASSERT_EQ(acc_set_grad_scaler(acc, 0.0f, 2.0f, 0.5f, 10), ACC_ERR_INVALID_ARGUMENT);
+  ASSERT_CONTAINS(acc_last_error(acc), "init_scale > 0");
+  ASSERT_EQ(acc_set_grad_scaler(acc, 1.0f, 1.0f, 0.5f, 10), ACC_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(acc_set_grad_scaler(acc, 1.0f, 2.0f, 1.0f, 10), ACC_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(acc_set_grad_scaler(acc, 1.0f, 2.0f, 0.5f, 0), ACC_ERR_INVALID_ARGUMENT);
+  /* unscale twice before an update: the second call does nothing */
+  ASSERT_OK(acc, acc_set_grad_scaler(acc, 4.0f, 2.0f, 0.5f, 10));
+  g[0] = 8.0f;
+  ASSERT_EQ(acc_unscale_gradients(acc, g, 2), 1);
+  ASSERT_EQ(acc_unscale_gradients(acc, g, 2), 1);
+  ASSERT_TRUE(g[0] == 2.0f);
+  acc_update_loss_scale(acc, 0);
+  acc_optim_destroy(&o);
+  acc_destroy(&acc);
+}
+
+/* no / bf16: the scale is 1 and gradients are used as they are; an inf
+ * gradient is not skipped (there is no scaler, as in Accelerate). */
+static void scaler_off(void) {
+  const char *modes[] = {"no", "bf16"};
+  for (int k = 0; k < 2; k++) {
+    acc_t *acc = new_acc(modes[k]);
+    ASSERT_TRUE(acc_loss_scale(acc) == 1.0f);
+    float p[2] = {1, 1}, g[2] = {0.5f, 0.5f};
+    acc_optim_t *o = acc_sgd_new(p, g, 2, 1.0f, 0.0f, 0.0f);
+    acc_accumulate_begin(acc, 0);
+    ASSERT_EQ(acc_optim_step(acc, o), 1);
+    ASSERT_TRUE(p[0] == 0.5f);
+    ASSERT_EQ(acc_unscale_gradients(acc, g, 2), 1);
+    ASSERT_TRUE(g[0] == 0.5f);
+    acc_optim_destroy(&o);
+    acc_destroy(&acc);
+  }
+}
+
+/* Two ranks, an overflow on rank 1 only: after acc_backward's all-reduce
+ * both ranks see it, both skip and both halve the scale (they stay in
+ * step); clean steps then agree bit for bit. */
+static int ranks_body(int rank, int world, void *arg) {
+  (void)world, (void)arg;
+  acc_t *acc = new_acc("fp16");
+  float p[4] = {1, 2, 3, 4}, g[4];
+  acc_optim_t *o = acc_sgd_new(p, g, 4, 0.5f, 0.9f, 0.0f);
+  for (int step = 0; step < 6; step++) {
+    float S = acc_loss_scale(acc);
+    for (int i = 0; i < 4; i++)
+      g[i] = (float)(rank + 1 + i) * 0.125f * S;
+    if (step == 2 && rank == 1)
+      g[3] = INFINITY;
+    acc_accumulate_begin(acc, 0);
+    ASSERT_OK(acc, acc_backward(acc, g, 4));
+    int stepped = acc_optim_step(acc, o);
+    acc_accumulate_end(acc);
+    ASSERT_EQ(stepped, step != 2);
+    ASSERT_TRUE(acc_loss_scale(acc) == (step >= 2 ? 32768.0f : 65536.0f));
+  }
+  float all[8];
+  ASSERT_OK(acc, acc_all_gather(acc, p, all, 4, ACC_F32));
+  ASSERT_TRUE(memcmp(all, all + 4, 4 * sizeof(float)) == 0);
+  acc_optim_destroy(&o);
+  acc_destroy(&acc);
+  return 0;
+}
+
+static void scaler_ranks(void) {
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 60};
+  ASSERT_EQ(rt_spawn(&o, ranks_body, NULL, NULL), 0);
+}
+
+/* ---- training ---- */
+
+#define FM "/usr/share/datasets/fashion-mnist/"
+
+typedef struct {
+  const char *precision;
+  int skipped_max; /* at most this many skipped steps */
+} train_arg_t;
+
+/* Train 784-256-10 for one epoch on 12000 Fashion-MNIST images (SGD
+ * 0.1/0.9, batch 64 per rank) in `precision`, evaluate on 2000 test
+ * images; rank 0 writes accuracy and skipped steps to the pipe fd. */
+static double train_once(const char *precision, int *skipped) {
+  acc_t *acc = new_acc(precision);
+  acc_set_seed(acc, 0, 0);
+  acc_idx_t *xi = acc_idx_read(FM "train-images-idx3-ubyte.gz");
+  acc_idx_t *yi = acc_idx_read(FM "train-labels-idx1-ubyte.gz");
+  acc_idx_t *xt = acc_idx_read(FM "t10k-images-idx3-ubyte.gz");
+  acc_idx_t *yt = acc_idx_read(FM "t10k-labels-idx1-ubyte.gz");
+  ASSERT_TRUE(xi && yi && xt && yt);
+  const size_t N = 12000, NT = 2000, B = 64;
+  float *X = malloc(N * 784 * sizeof(float)), *XT = malloc(NT * 784 * sizeof(float));
+  for (size_t i = 0; i < N * 784; i++)
+    X[i] = xi->u8[i] / 255.0f;
+  for (size_t i = 0; i < NT * 784; i++)
+    XT[i] = xt->u8[i] / 255.0f;
+  const int sizes[] = {784, 256, 10};
+  acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, (int)B);
+  acc_optim_t *o =
+      acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), acc_mlp_num_params(m), 0.1f, 0.9f, 0.0f);
+  acc_sampler_t *s = acc_sampler_new(acc, N, B, 1, 0);
+  float *xb = malloc(B * 784 * sizeof(float));
+  int64_t yb[64];
+  size_t nb = acc_sampler_num_batches(s);
+  *skipped = 0;
+  for (size_t b = 0; b < nb; b++) {
+    size_t len;
+    const size_t *idx = acc_sampler_batch(s, b, &len);
+    for (size_t i = 0; i < len; i++) {
+      memcpy(xb + i * 784, X + idx[i] * 784, 784 * sizeof(float));
+      yb[i] = yi->u8[idx[i]];
+    }
+    acc_mlp_zero_grad(m);
+    acc_mlp_forward(m, xb, (int)len);
+    float loss = acc_mlp_backward_xent(m, yb);
+    ASSERT_TRUE(isfinite(loss));
+    acc_accumulate_begin(acc, b + 1 == nb);
+    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(m), acc_mlp_num_params(m)));
+    if (!acc_optim_step(acc, o))
+      (*skipped)++;
+    acc_accumulate_end(acc);
+  }
+  acc_sampler_t *ts = acc_sampler_new(acc, NT, B, 0, 0);
+  size_t correct = 0, seen = 0;
+  int64_t pred[64], hit[64], all[64 * 8];
+  for (size_t b = 0; b < acc_sampler_num_batches(ts); b++) {
+    size_t len;
+    const size_t *idx = acc_sampler_batch(ts, b, &len);
+    for (size_t i = 0; i < len; i++)
+      memcpy(xb + i * 784, XT + idx[i] * 784, 784 * sizeof(float));
+    acc_mlp_forward(m, xb, (int)len);
+    acc_mlp_predict(m, pred);
+    for (size_t i = 0; i < len; i++)
+      hit[i] = pred[i] == yt->u8[idx[i]];
+    size_t k = acc_gather_for_metrics(acc, hit, len, all, b + 1 == acc_sampler_num_batches(ts), NT);
+    for (size_t i = 0; i < k; i++)
+      correct += (size_t)all[i];
+    seen += k;
+  }
+  ASSERT_EQ(seen, NT);
+  double accuracy = (double)correct / (double)NT;
+  acc_print(acc, "%-4s: %zu steps, %d skipped, final scale %g, accuracy %.4f\n", precision, nb,
+            *skipped, (double)acc_loss_scale(acc), accuracy);
+  acc_sampler_destroy(&s);
+  acc_sampler_destroy(&ts);
+  acc_optim_destroy(&o);
+  acc_mlp_destroy(&m);
+  acc_idx_destroy(&xi), acc_idx_destroy(&yi), acc_idx_destroy(&xt), acc_idx_destroy(&yt);
+  free(X), free(XT), free(xb);
+  acc_destroy(&acc);
+  return accuracy;
+}
+
+static int pipe_fd[2];
+
+static int train_body(int rank, int world, void *arg) {
+  (void)world;
+  const train_arg_t *a = arg;
+  int sk_ref = 0, sk = 0;
+  double ref = train_once("no", &sk_ref);
+  double got = train_once(a->precision, &sk);
+  ASSERT_EQ(sk_ref, 0);
+  ASSERT_LE(sk, a->skipped_max);
+  if (rank == 0) {
+    double r[2] = {ref, got};
+    ASSERT_EQ(write(pipe_fd[1], r, sizeof r), (long long)sizeof r);
+  }
+  return 0;
+}
+
+static void train(const char *precision, int skipped_max) {
+  if (access(FM "train-images-idx3-ubyte.gz", R_OK) != 0)
+    RT_SKIP("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
+  ASSERT_EQ(pipe(pipe_fd), 0);
+  train_arg_t a = {precision, skipped_max};
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 100};
+  ASSERT_EQ(rt_spawn(&o, train_body, &a, NULL), 0);
+  double r[2];
+  ASSERT_EQ(read(pipe_fd[0], r, sizeof r), (long long)sizeof r);
+  printf("accuracy: no %.4f, %s %.4f\n", r[0], precision, r[1]);
+  ASSERT_DBL_LT(0.72, r[1]);               /* it learns */
+  ASSERT_DBL_LT(fabs(r[1] - r[0]), 0.025); /* as well as f32, within 2.5 points */
+}
+
+/* ---- device conversions (SKIP without a GPU) ---- */
+
+typedef int (*malloc_fn)(void **, size_t);
+typedef int (*memcpy_fn)(void *, const void *, size_t, int);
+typedef int (*free_fn)(void *);
+
+static void gpu_convert(void) {
+  void *rt = dlopen("libcudart.so", RTLD_NOW | RTLD_GLOBAL);
+  if (!rt)
+    rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
+  if (!rt)
+    RT_SKIP("no CUDA runtime library");
+  malloc_fn p_malloc = (malloc_fn)dlsym(rt, "cudaMalloc");
+  memcpy_fn p_memcpy = (memcpy_fn)dlsym(rt, "cudaMemcpy");
+  free_fn p_free = (free_fn)dlsym(rt, "cudaFree");
+  if (acc_nccl_device_count() <= 0)
+    RT_SKIP("no GPU visible (or nbfork built without CUDA)");
+  unsetenv("ACCELERATE_USE_CPU");
+  acc_t *acc = new_acc("fp16");
+  ASSERT_TRUE(acc_device(acc) >= 0);
+  const size_t n = 100000;
+  float *h = malloc(n * 4), *hb = malloc(n * 4), *d = NULL, *d2 = NULL;
+  uint16_t *hh = malloc(n * 2), *dh = NULL;
+  uint32_t x = 3;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 1664525u + 1013904223u;
+    h[i] = (float)((double)x / 4294967296.0 * 200000.0 - 100000.0);
+  }
+  ASSERT_EQ(p_malloc((void **)&d, n * 4), 0);
+  ASSERT_EQ(p_malloc((void **)&d2, n * 4), 0);
+  ASSERT_EQ(p_malloc((void **)&dh, n * 2), 0);
+  ASSERT_EQ(p_memcpy(d, h, n * 4, 1), 0);
+  const char *names[2] = {"fp16", "bf16"};
+  for (int k = 0; k < 2; k++) {
+    ASSERT_OK(acc, k ? acc_to_bf16(acc, dh, d, n) : acc_to_f16(acc, dh, d, n));
+    ASSERT_OK(acc, k ? acc_from_bf16(acc, d2, dh, n) : acc_from_f16(acc, d2, dh, n));
+    ASSERT_EQ(p_memcpy(hh, dh, n * 2, 2), 0);
+    ASSERT_EQ(p_memcpy(hb, d2, n * 4, 2), 0);
+    for (size_t i = 0; i < n; i++) {
+      uint16_t want = k ? acc_f32_to_bf16(h[i]) : acc_f32_to_f16(h[i]);
+      if (hh[i] != want)
+        RT_FAIL("%s: %.9g -> 0x%04x, want 0x%04x", names[k], h[i], hh[i], want);
+      float back = k ? acc_bf16_to_f32(want) : acc_f16_to_f32(want);
+      ASSERT_TRUE(hb[i] == back || (isnan(hb[i]) && isnan(back)));
+    }
+  }
+  /* unscale on device: finite, then with an inf */
+  ASSERT_EQ(acc_unscale_gradients(acc, d, n), 1);
+  acc_update_loss_scale(acc, 0);
+  ASSERT_EQ(p_memcpy(hb, d, n * 4, 2), 0);
+  ASSERT_TRUE(hb[7] == h[7] / 65536.0f);
+  h[5] = INFINITY;
+  ASSERT_EQ(p_memcpy(d, h, n * 4, 1), 0);
+  ASSERT_EQ(acc_unscale_gradients(acc, d, n), 0);
+  p_free(d), p_free(d2), p_free(dh);
+  free(h), free(hb), free(hh);
+  acc_destroy(&acc);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2)
+    return 2;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char *c = argv[1];
+  if (!strcmp(c, "convert_f16"))
+    convert_f16();
+  else if (!strcmp(c, "convert_bf16"))
+    convert_bf16();
+  else if (!strcmp(c, "scaler_overflow"))
+    scaler_overflow();
+  else if (!strcmp(c, "scaler_growth"))
+    scaler_growth();
+  else if (!strcmp(c, "scaler_off"))
+    scaler_off();
+  else if (!strcmp(c, "scaler_ranks"))
+    scaler_ranks();
+  else if (!strcmp(c, "train_fp16"))
+    train("fp16", 30);
+  else if (!strcmp(c, "train_bf16"))
+    train("bf16", 0);
+  else if (!strcmp(c, "gpu_convert"))
+    gpu_convert();
+  else
+    RT_FAIL("unknown case %s", c);
+  printf("mixed %s: OK\n", c);
+  return 0;
+}
