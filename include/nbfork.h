@@ -367,6 +367,51 @@ void acc_optim_set_lr(acc_optim_t *opt, float lr);
 void acc_optim_destroy(acc_optim_t **opt_p);
 
 /* ------------------------------------------------------------------ */
+/* Checkpoints (Accelerate's save_state / load_state)                   */
+/* ------------------------------------------------------------------ */
+
+/* Save the training state into directory `dir` (created if missing):
+ *  - by the main process, in DIR/nbfork_state.bin: the model's parameters
+ *    (and layer sizes), the optimizer's hyper-parameters, step count and
+ *    momentum / Adam moments, the fp16 loss scaler (scale, clean-step
+ *    count, settings) and every object registered with
+ *    acc_register_for_checkpointing;
+ *  - by every rank R, in DIR/nbfork_rank<R>.bin: its RNG states (the
+ *    accelerator's and the one used with acc == NULL), its gradient
+ *    accumulation position (micro-step counter and the open window's
+ *    buffer) and the model's gradient buffer.
+ * `model` and `opt` may be NULL (not saved). Each file is replaced
+ * atomically (temporary file, fsync, rename, fsync of the directory): a
+ * crash leaves the previous checkpoint or the new one. Not saved: libc's
+ * rand() state, the sampler (it is a function of seed and epoch: register
+ * your epoch/batch counters), the data. Collective with world size > 1
+ * (every rank calls it; it returns when all files are written, with the
+ * same result on every rank). Errors: INVALID_ARGUMENT, IO (the message
+ * names the path and the system error), NO_MEMORY, and the collectives'. */
+acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt);
+
+/* Restore what acc_save_state saved in `dir` into the accelerator,
+ * `model` and `opt` (each may be NULL: not restored), and the registered
+ * objects. The main process reads nbfork_state.bin and broadcasts it
+ * (other nodes need not share the file system for it); each rank reads
+ * its own nbfork_rank<R>.bin. Everything is checked first (file format,
+ * CRC-32, model layer sizes, optimizer kind and size, registered object
+ * sizes) and nothing is changed unless every rank can load: a CPU run
+ * resumed this way continues bit for bit as if never interrupted.
+ * Collective with world size > 1. Errors: IO (missing, truncated or
+ * corrupt file: the message names it), INVALID_ARGUMENT (the checkpoint
+ * is of another model/optimizer), NO_MEMORY, the collectives'. */
+acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt);
+
+/* Accelerate's register_for_checkpointing: save `bytes` bytes at `data`
+ * under `name` (1..24 characters) with every acc_save_state and restore
+ * them with acc_load_state (the main process's copy; the size must match
+ * on load). Use it for loop counters (epoch, batch), a custom model's
+ * parameters, a scheduler's state. Registering a name again replaces it.
+ * The memory is borrowed until acc_destroy. At most 64 objects. */
+acc_result_t acc_register_for_checkpointing(acc_t *acc, const char *name, void *data, size_t bytes);
+
+/* ------------------------------------------------------------------ */
 /* Progress and live charts (through the display API)                   */
 /* ------------------------------------------------------------------ */
 

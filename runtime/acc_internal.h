@@ -56,6 +56,10 @@ struct acc {
   int broken;         /* a collective failed: the group cannot be used again */
   int allreduce_algo; /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
 
+  /* objects saved with acc_save_state (acc_register_for_checkpointing) */
+  struct acc_ckpt_item *ckpt_items;
+  int nckpt_items;
+
   /* live charts (acc_log_scalar) */
   acc_charts_t *charts;
 
@@ -104,6 +108,29 @@ const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
  * ACC_PRECISION_NO). */
 void acc__scaler_init(acc_t *acc);
 void acc__round_half(acc_precision_t p, float *x, size_t n);
+
+/* Checkpoints (acc_checkpoint.c) reach into the model, the optimizer
+ * and the RNGs through these. */
+struct acc_ckpt_item {
+  char name[64];
+  void *data;
+  size_t bytes;
+};
+typedef struct {
+  int kind; /* 0 SGD, 1 AdamW */
+  size_t n;
+  float lr, momentum, weight_decay, beta1, beta2, eps;
+  long long t;
+  float *m, *v; /* the optimizer's own buffers (n floats each, or NULL) */
+} acc__optim_view_t;
+/* Pointers into `o` and a copy of its scalars. */
+void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v);
+/* Set the scalars of `o` (lr, ..., t) from `v`. */
+void acc__optim_restore(acc_optim_t *o, const acc__optim_view_t *v);
+/* Layer sizes of `m`: *nlayers layers, sizes[0..nlayers]. */
+const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
+/* The RNG of `acc`, or the process-wide one when acc is NULL. */
+acc_rng_t *acc__rng(acc_t *acc);
 
 /* Monotonic clock in seconds. */
 double acc__now_s(void);

@@ -332,3 +332,8 @@ void acc_mlp_predict(const acc_mlp_t *m, int64_t *pred) {
     pred[r] = best;
   }
 }
+
+const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers) {
+  *nlayers = m->nlayers;
+  return m->sizes;
+}

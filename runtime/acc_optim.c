@@ -189,3 +189,27 @@ void acc_optim_destroy(acc_optim_t **opt_p) {
   free(*opt_p);
   *opt_p = NULL;
 }
+
+void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v) {
+  v->kind = o->kind == OPT_SGD ? 0 : 1;
+  v->n = o->n;
+  v->lr = o->lr;
+  v->momentum = o->momentum;
+  v->weight_decay = o->weight_decay;
+  v->beta1 = o->beta1;
+  v->beta2 = o->beta2;
+  v->eps = o->eps;
+  v->t = o->t;
+  v->m = o->m;
+  v->v = o->v;
+}
+
+void acc__optim_restore(acc_optim_t *o, const acc__optim_view_t *v) {
+  o->lr = v->lr;
+  o->momentum = v->momentum;
+  o->weight_decay = v->weight_decay;
+  o->beta1 = v->beta1;
+  o->beta2 = v->beta2;
+  o->eps = v->eps;
+  o->t = v->t;
+}

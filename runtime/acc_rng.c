@@ -106,3 +106,7 @@ double acc_rand_uniform(acc_t *acc) {
 double acc_rand_normal(acc_t *acc) {
   return acc_rng_normal(rng_of(acc));
 }
+
+acc_rng_t *acc__rng(acc_t *acc) {
+  return rng_of(acc);
+}
