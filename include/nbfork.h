@@ -95,6 +95,14 @@ typedef struct acc acc_t;
  *   NBFORK_STORE_HOSTED   1 = the launcher hosts the store [0]
  *   NBFORK_GLOO_HOSTNAME  address Gloo listens on [the local address that
  *                         routes to MASTER_ADDR; 127.0.0.1 for loopback]
+ *   NBFORK_RDZV_SECRET    shared secret of the job's rendezvous store:
+ *                         when set, the store (hosted by rank 0 or the
+ *                         launcher) talks only to clients presenting it
+ *                         (ZeroMQ CURVE, keys derived from SHA-256 of the
+ *                         secret); every process of the job needs the same
+ *                         value, else rendezvous fails within the timeout
+ *                         with "wrong or missing rendezvous secret?" [unset:
+ *                         open store]
  *   ACCELERATE_USE_CPU    true = never use a GPU [false]. Otherwise, when
  *                         built with CUDA and a GPU is visible, the rank
  *                         uses device LOCAL_RANK (this initializes CUDA in

@@ -16,6 +16,8 @@
  *   NBFORK_STORE_HOSTED          1 = the launcher hosts the store (0)
  *   NBFORK_GLOO_HOSTNAME         address Gloo listens on (the local
  *                                address that routes to MASTER_ADDR)
+ *   NBFORK_RDZV_SECRET           shared secret of the rendezvous store
+ *                                (CURVE; unset = open store)
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -136,18 +138,22 @@ static int join_group(acc_t *acc) {
   if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL)
     signal(SIGPIPE, SIG_IGN);
 
+  const char *secret = acc__env_str("NBFORK_RDZV_SECRET", NULL);
   if (!acc__env_bool("NBFORK_STORE_HOSTED", 0) && acc->rank == 0) {
     char err[512];
-    acc->store_server = acc_store_server_start("*", acc->master_port, err, sizeof err);
+    acc->store_server =
+        acc_store_server_start_secure("*", acc->master_port, secret, err, sizeof err);
     if (!acc->store_server) {
       acc__set_error(acc, ACC_ERR_STORE, "rank 0 could not host the rendezvous store: %s", err);
       return -1;
     }
   }
-  acc->store = acc_store_client_new(acc->master_addr, acc->master_port, acc->timeout_ms);
+  acc->store =
+      acc_store_client_new_secure(acc->master_addr, acc->master_port, acc->timeout_ms, secret);
   if (!acc->store) {
-    acc__set_error(acc, ACC_ERR_STORE, "cannot create a client of the store at %s:%d",
-                   acc->master_addr, acc->master_port);
+    acc__set_error(acc, ACC_ERR_STORE, "cannot create a%s client of the store at %s:%d",
+                   secret ? " secure (NBFORK_RDZV_SECRET)" : "", acc->master_addr,
+                   acc->master_port);
     return -1;
   }
   char host[256];

@@ -22,6 +22,18 @@
  * Keys are byte strings without NUL; callers prefix them per run
  * (NBFORK_RUN_ID) so runs sharing a store never mix.
  *
+ * Security: with a shared secret (acc_store_server_start_secure,
+ * acc_store_client_new_secure; the runtime reads NBFORK_RDZV_SECRET) the
+ * connection uses ZeroMQ's CURVE mechanism (CurveZMQ: Curve25519 key
+ * exchange, then every frame encrypted and authenticated): the server's
+ * key pair is derived from SHA-256(secret) (the 32 bytes are its secret
+ * key, zmq_curve_public gives the public one), so only a client that
+ * knows the secret knows the server's public key and can complete the
+ * handshake; clients use a fresh random key pair. A client without the
+ * secret, or with another one, never gets an answer: its requests time
+ * out with an error that says "wrong or missing rendezvous secret?".
+ * Without a secret (NULL or "") the store is open, as before.
+ *
  * Threads and fork(): the server owns a ZeroMQ context (an I/O thread) and
  * one serving thread. A process that fork()s must have no threads, so the
  * launcher starts the server AFTER forking its workers and stops it BEFORE
@@ -54,6 +66,12 @@ typedef struct acc_store_server acc_store_server_t;
 acc_store_server_t *acc_store_server_start(const char *bind_addr, int port, char *err,
                                            size_t errlen);
 
+/* As acc_store_server_start, accepting only clients that present
+ * `secret` (CURVE, see the top of this file); `secret` NULL or "" = open.
+ * Fails (NULL, reason in err) when libzmq was built without CURVE. */
+acc_store_server_t *acc_store_server_start_secure(const char *bind_addr, int port,
+                                                  const char *secret, char *err, size_t errlen);
+
 /* The TCP port the server listens on (useful after port 0). */
 int acc_store_server_port(const acc_store_server_t *srv);
 
@@ -76,6 +94,17 @@ typedef struct acc_store_client acc_store_client_t;
  * create the socket or the address is malformed (reason on stderr).
  * Caller owns the result: acc_store_client_destroy. */
 acc_store_client_t *acc_store_client_new(const char *addr, int port, int timeout_ms);
+
+/* As acc_store_client_new, presenting `secret` to a secure store (CURVE,
+ * see the top of this file); `secret` NULL or "" = plain client. Returns
+ * NULL (reason on stderr) when libzmq has no CURVE support. */
+acc_store_client_t *acc_store_client_new_secure(const char *addr, int port, int timeout_ms,
+                                                const char *secret);
+
+/* Derive the store's CURVE key pair from `secret` (SHA-256 of its bytes
+ * = the secret key): Z85 text, 40 characters + NUL each. Returns 0, or -1
+ * when CURVE is unavailable. `secret_z85` may be NULL. */
+int acc_store_curve_keys(const char *secret, char public_z85[41], char secret_z85[41]);
 
 /* Close the client. NULL-safe; clears *c_p. */
 void acc_store_client_destroy(acc_store_client_t **c_p);

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +26,81 @@ struct acc_store_client {
   void *sock;
   char endpoint[320];
   int timeout_ms;
-  char err[512];
+  char err[768];
+  /* CURVE (secure store): the server's public key derived from the
+   * secret, and this client's random key pair */
+  int secure;
+  char server_pub[41], pub[41], sec[41];
+  /* socket monitor: tells a refused handshake from an absent server */
+  void *mon;
+  unsigned mon_gen;
 };
+
+int acc_store_curve_keys(const char *secret, char public_z85[41], char secret_z85[41]) {
+  if (!secret || !zmq_has("curve"))
+    return -1;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int mdlen = 0;
+  if (EVP_Digest(secret, strlen(secret), md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != 32)
+    return -1;
+  char sec[41];
+  if (!zmq_z85_encode(sec, md, 32) || zmq_curve_public(public_z85, sec) != 0)
+    return -1;
+  if (secret_z85)
+    memcpy(secret_z85, sec, sizeof sec);
+  return 0;
+}
+
+/* Handshake events seen by the monitor since the socket was opened. */
+enum { MON_CONNECTED = 1, MON_HANDSHAKE_OK = 2, MON_HANDSHAKE_FAILED = 4, MON_DISCONNECTED = 8 };
+
+static int drain_monitor(acc_store_client_t *c) {
+  int seen = 0;
+  if (!c->mon)
+    return 0;
+  for (;;) {
+    zmq_msg_t ev, addr;
+    zmq_msg_init(&ev);
+    if (zmq_msg_recv(&ev, c->mon, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&ev);
+      break;
+    }
+    uint16_t id = 0;
+    if (zmq_msg_size(&ev) >= 2)
+      memcpy(&id, zmq_msg_data(&ev), 2);
+    int more = zmq_msg_more(&ev);
+    zmq_msg_close(&ev);
+    if (more) { /* second frame: the endpoint */
+      zmq_msg_init(&addr);
+      zmq_msg_recv(&addr, c->mon, 0);
+      zmq_msg_close(&addr);
+    }
+    if (id == ZMQ_EVENT_CONNECTED)
+      seen |= MON_CONNECTED;
+    else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+      seen |= MON_HANDSHAKE_OK;
+    else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+             id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      seen |= MON_HANDSHAKE_FAILED;
+    else if (id == ZMQ_EVENT_DISCONNECTED)
+      seen |= MON_DISCONNECTED;
+  }
+  return seen;
+}
+
+static void close_socket(acc_store_client_t *c) {
+  if (c->sock) {
+    zmq_socket_monitor(c->sock, NULL, 0);
+    zmq_close(c->sock);
+    c->sock = NULL;
+  }
+  if (c->mon) {
+    int zero = 0;
+    zmq_setsockopt(c->mon, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_close(c->mon);
+    c->mon = NULL;
+  }
+}
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -49,19 +123,47 @@ static int open_socket(acc_store_client_t *c) {
     return -1;
   int zero = 0;
   zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
+  if (c->secure && (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, c->server_pub, 40) != 0 ||
+                    zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, c->pub, 40) != 0 ||
+                    zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, c->sec, 40) != 0)) {
+    zmq_close(c->sock);
+    c->sock = NULL;
+    return -1;
+  }
+  /* The monitor (events of this socket over inproc) must exist before
+   * connecting so that the first handshake is seen. */
+  char mon_ep[96];
+  snprintf(mon_ep, sizeof mon_ep, "inproc://nbfork-store-mon-%p-%u", (void *)c, ++c->mon_gen);
+  if (zmq_socket_monitor(c->sock, mon_ep,
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
+                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) == 0) {
+    c->mon = zmq_socket(c->ctx, ZMQ_PAIR);
+    if (c->mon && zmq_connect(c->mon, mon_ep) != 0) {
+      zmq_close(c->mon);
+      c->mon = NULL;
+    }
+  }
   /* Reconnect quickly while the server is not up yet. */
   int ivl = 20, ivl_max = 500;
   zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
   zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
   if (zmq_connect(c->sock, c->endpoint) != 0) {
-    zmq_close(c->sock);
-    c->sock = NULL;
+    int e = errno;
+    close_socket(c);
+    errno = e;
     return -1;
   }
   return 0;
 }
 
 acc_store_client_t *acc_store_client_new(const char *addr, int port, int timeout_ms) {
+  return acc_store_client_new_secure(addr, port, timeout_ms, NULL);
+}
+
+acc_store_client_t *acc_store_client_new_secure(const char *addr, int port, int timeout_ms,
+                                                const char *secret) {
   if (!addr || !*addr || port <= 0 || port > 65535) {
     fprintf(stderr, "nbfork store client: bad address '%s' port %d\n", addr ? addr : "(null)",
             port);
@@ -75,6 +177,18 @@ acc_store_client_t *acc_store_client_new(const char *addr, int port, int timeout
   else
     snprintf(c->endpoint, sizeof c->endpoint, "tcp://%s:%d", addr, port);
   c->timeout_ms = timeout_ms > 0 ? timeout_ms : 300000;
+  if (secret && *secret) {
+    if (acc_store_curve_keys(secret, c->server_pub, NULL) != 0 ||
+        zmq_curve_keypair(c->pub, c->sec) != 0) {
+      fprintf(stderr,
+              "nbfork store client: a rendezvous secret is set but this libzmq has no CURVE "
+              "support (zmq_has(\"curve\") = 0): unset NBFORK_RDZV_SECRET or use a libzmq "
+              "built with libsodium\n");
+      free(c);
+      return NULL;
+    }
+    c->secure = 1;
+  }
   c->ctx = zmq_ctx_new();
   if (!c->ctx) {
     fprintf(stderr, "nbfork store client: zmq_ctx_new: %s\n", zmq_strerror(errno));
@@ -97,8 +211,7 @@ void acc_store_client_destroy(acc_store_client_t **c_p) {
     return;
   acc_store_client_t *c = *c_p;
   *c_p = NULL;
-  if (c->sock)
-    zmq_close(c->sock);
+  close_socket(c);
   while (zmq_ctx_term(c->ctx) != 0 && errno == EINTR)
     ;
   free(c);
@@ -151,20 +264,29 @@ static acc_result_t request(acc_store_client_t *c, const char *op, const char *k
     if (rc > 0)
       break;
     if (now_ms() >= deadline) {
-      if (strcmp(op, "GET") == 0 || strcmp(op, "WAIT") == 0)
+      int seen = drain_monitor(c);
+      if ((seen & MON_HANDSHAKE_FAILED) ||
+          ((seen & MON_CONNECTED) && (seen & MON_DISCONNECTED) && !(seen & MON_HANDSHAKE_OK)))
+        set_err(c,
+                "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): the "
+                "store refused this %s client's connection handshake: wrong or missing "
+                "rendezvous secret? (every process of the job needs the same "
+                "NBFORK_RDZV_SECRET)",
+                c->endpoint, op, key, c->timeout_ms, c->secure ? "secret-holding" : "open");
+      else if (strcmp(op, "GET") == 0 || strcmp(op, "WAIT") == 0)
         set_err(c,
                 "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): "
                 "the key was never set, or the store is not reachable (is the store running "
-                "on rank 0 or in the launcher, are MASTER_ADDR/MASTER_PORT right?)",
+                "on rank 0 or in the launcher, are MASTER_ADDR/MASTER_PORT right, wrong or "
+                "missing rendezvous secret?)",
                 c->endpoint, op, key, c->timeout_ms);
       else
         set_err(c,
                 "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): "
                 "is the store running (rank 0 or the launcher), are MASTER_ADDR/MASTER_PORT "
-                "right?",
+                "right, wrong or missing rendezvous secret?",
                 c->endpoint, op, key, c->timeout_ms);
-      zmq_close(c->sock); /* drop the pending request (see top of file) */
-      c->sock = NULL;
+      close_socket(c); /* drop the pending request (see top of file) */
       open_socket(c);
       return ACC_ERR_TIMEOUT;
     }

@@ -310,6 +310,11 @@ static void close_sockets(acc_store_server_t *s) {
 
 acc_store_server_t *acc_store_server_start(const char *bind_addr, int port, char *err,
                                            size_t errlen) {
+  return acc_store_server_start_secure(bind_addr, port, NULL, err, errlen);
+}
+
+acc_store_server_t *acc_store_server_start_secure(const char *bind_addr, int port,
+                                                  const char *secret, char *err, size_t errlen) {
   char dummy[8];
   if (!err) {
     err = dummy;
@@ -319,6 +324,15 @@ acc_store_server_t *acc_store_server_start(const char *bind_addr, int port, char
     err[0] = 0;
   if (port < 0 || port > 65535) {
     snprintf(err, errlen, "store: port %d out of range (0..65535)", port);
+    return NULL;
+  }
+  char pub[41], sec[41];
+  const int secure = secret && *secret;
+  if (secure && acc_store_curve_keys(secret, pub, sec) != 0) {
+    snprintf(err, errlen,
+             "store: a rendezvous secret is set but this libzmq has no CURVE support "
+             "(zmq_has(\"curve\") = 0): unset NBFORK_RDZV_SECRET or use a libzmq built with "
+             "libsodium");
     return NULL;
   }
   if (!bind_addr || !*bind_addr || strcmp(bind_addr, "0.0.0.0") == 0)
@@ -351,6 +365,15 @@ acc_store_server_t *acc_store_server_start(const char *bind_addr, int port, char
     goto fail;
   }
   zmq_setsockopt(s->router, ZMQ_LINGER, &zero, sizeof zero);
+  if (secure) {
+    int one = 1;
+    if (zmq_setsockopt(s->router, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+        zmq_setsockopt(s->router, ZMQ_CURVE_SECRETKEY, sec, 40) != 0) {
+      snprintf(err, errlen, "store: cannot enable CURVE: %s", zmq_strerror(errno));
+      goto fail;
+    }
+  }
+  memset(sec, 0, sizeof sec);
   if (zmq_bind(s->router, ep) != 0) {
     int e = errno;
     if (e == EADDRINUSE)

@@ -1,7 +1,9 @@
 /*
  * test_store.c — the ZeroMQ rendezvous store (runtime/acc_store.h).
  *   test_store set_get|blocking_get|add_check_delete|timeout|no_server|
- *              port_in_use|stop_with_waiter|ephemeral_port
+ *              port_in_use|stop_with_waiter|ephemeral_port|secret_ok|
+ *              secret_missing|secret_wrong|secret_open_server|secret_ranks|
+ *              secret_ranks_wrong
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include "acc_store.h"
+#include "nbfork.h"
 #include "rt_assert.h"
 #include "rt_spawn.h"
 
@@ -226,6 +229,124 @@ static void ephemeral_port(void) {
   }
 }
 
+/* ---- rendezvous secret (CURVE) ---- */
+
+static acc_store_server_t *start_secure(const char *secret, int *port) {
+  char err[512];
+  acc_store_server_t *s = acc_store_server_start_secure("127.0.0.1", 0, secret, err, sizeof err);
+  if (!s)
+    RT_FAIL("secure server start: %s", err);
+  *port = acc_store_server_port(s);
+  return s;
+}
+
+static void secret_ok(void) {
+  int port;
+  acc_store_server_t *s = start_secure("correct horse battery staple", &port);
+  acc_store_client_t *c =
+      acc_store_client_new_secure("127.0.0.1", port, 5000, "correct horse battery staple");
+  ASSERT_NOT_NULL(c);
+  ASSERT_EQ(acc_store_set(c, "k", "v", 1), ACC_OK);
+  void *v;
+  ASSERT_EQ(acc_store_get(c, "k", &v, NULL), ACC_OK);
+  ASSERT_STREQ((char *)v, "v");
+  free(v);
+  int64_t r;
+  ASSERT_EQ(acc_store_add(c, "n", 2, &r), ACC_OK);
+  ASSERT_EQ(r, 2);
+  /* a second client with the same secret sees the same data */
+  acc_store_client_t *c2 =
+      acc_store_client_new_secure("127.0.0.1", port, 5000, "correct horse battery staple");
+  ASSERT_EQ(acc_store_get(c2, "k", &v, NULL), ACC_OK);
+  free(v);
+  acc_store_client_destroy(&c2);
+  acc_store_client_destroy(&c);
+  acc_store_server_stop(&s);
+  /* key derivation: deterministic, differs per secret, Z85 text */
+  char p1[41], p2[41], s1[41];
+  ASSERT_EQ(acc_store_curve_keys("a", p1, s1), 0);
+  ASSERT_EQ(acc_store_curve_keys("a", p2, NULL), 0);
+  ASSERT_STREQ(p1, p2);
+  ASSERT_EQ(strlen(p1), 40);
+  ASSERT_EQ(acc_store_curve_keys("b", p2, NULL), 0);
+  ASSERT_TRUE(strcmp(p1, p2) != 0);
+  /* "" and NULL mean an open store */
+  s = start_secure("", &port);
+  c = acc_store_client_new("127.0.0.1", port, 2000);
+  ASSERT_EQ(acc_store_set(c, "k", "v", 1), ACC_OK);
+  acc_store_client_destroy(&c);
+  acc_store_server_stop(&s);
+}
+
+/* A client without the secret, or with another one, gets no answer: the
+ * request fails within the timeout and the error names the cause. */
+static void refused(const char *client_secret) {
+  int port;
+  acc_store_server_t *s = start_secure("s3cret", &port);
+  acc_store_client_t *c = acc_store_client_new_secure("127.0.0.1", port, 600, client_secret);
+  ASSERT_NOT_NULL(c);
+  double t0 = rt_now();
+  ASSERT_EQ(acc_store_set(c, "k", "v", 1), ACC_ERR_TIMEOUT);
+  double dt = rt_now() - t0;
+  ASSERT_DBL_LT(0.5, dt);
+  ASSERT_DBL_LT(dt, 3.0);
+  printf("%s\n", acc_store_client_error(c));
+  ASSERT_CONTAINS(acc_store_client_error(c), "wrong or missing rendezvous secret?");
+  void *v = NULL;
+  ASSERT_EQ(acc_store_get(c, "k", &v, NULL), ACC_ERR_TIMEOUT);
+  ASSERT_CONTAINS(acc_store_client_error(c), "wrong or missing rendezvous secret?");
+  ASSERT_NULL(v);
+  /* and nothing it sent reached the store */
+  acc_store_client_t *good = acc_store_client_new_secure("127.0.0.1", port, 2000, "s3cret");
+  int ex = 1;
+  ASSERT_EQ(acc_store_check(good, "k", &ex), ACC_OK);
+  ASSERT_EQ(ex, 0);
+  acc_store_client_destroy(&good);
+  acc_store_client_destroy(&c);
+  acc_store_server_stop(&s);
+}
+
+/* A secret-holding client of an open store: the handshake fails too. */
+static void secret_open_server(void) {
+  int port;
+  acc_store_server_t *s = start(&port);
+  acc_store_client_t *c = acc_store_client_new_secure("127.0.0.1", port, 600, "s3cret");
+  ASSERT_EQ(acc_store_set(c, "k", "v", 1), ACC_ERR_TIMEOUT);
+  printf("%s\n", acc_store_client_error(c));
+  ASSERT_CONTAINS(acc_store_client_error(c), "wrong or missing rendezvous secret?");
+  acc_store_client_destroy(&c);
+  acc_store_server_stop(&s);
+}
+
+/* acc_new with NBFORK_RDZV_SECRET: rank 0 hosts a secure store. */
+static int secret_rank(int rank, int world, void *arg) {
+  const char *mode = arg;
+  if (!strcmp(mode, "wrong") && rank == 1)
+    setenv("NBFORK_RDZV_SECRET", "not-the-secret", 1);
+  else if (!strcmp(mode, "wrong") && rank == 2)
+    unsetenv("NBFORK_RDZV_SECRET");
+  double t0 = rt_now();
+  acc_t *acc = acc_new(NULL);
+  if (!strcmp(mode, "wrong")) {
+    ASSERT_NULL(acc); /* every rank fails within the timeout (2 s) */
+    ASSERT_DBL_LT(rt_now() - t0, 8.0);
+    return 0;
+  }
+  ASSERT_NOT_NULL(acc);
+  int64_t x = rank + 1;
+  ASSERT_OK(acc, acc_all_reduce(acc, &x, 1, ACC_I64, ACC_SUM));
+  ASSERT_EQ(x, world * (world + 1) / 2);
+  acc_destroy(&acc);
+  return 0;
+}
+
+static void secret_ranks(const char *mode) {
+  setenv("NBFORK_RDZV_SECRET", "job-secret-42", 1);
+  rt_spawn_opts_t o = {.world = !strcmp(mode, "wrong") ? 3 : 2, .deadline_s = 30, .timeout_s = "2"};
+  ASSERT_EQ(rt_spawn(&o, secret_rank, (void *)mode, NULL), 0);
+  unsetenv("NBFORK_RDZV_SECRET");
+}
+
 int main(int argc, char **argv) {
   if (argc != 2)
     return 2;
@@ -246,6 +367,18 @@ int main(int argc, char **argv) {
     stop_with_waiter();
   else if (!strcmp(c, "ephemeral_port"))
     ephemeral_port();
+  else if (!strcmp(c, "secret_ok"))
+    secret_ok();
+  else if (!strcmp(c, "secret_missing"))
+    refused(NULL);
+  else if (!strcmp(c, "secret_wrong"))
+    refused("wrong");
+  else if (!strcmp(c, "secret_open_server"))
+    secret_open_server();
+  else if (!strcmp(c, "secret_ranks"))
+    secret_ranks("right");
+  else if (!strcmp(c, "secret_ranks_wrong"))
+    secret_ranks("wrong");
   else
     RT_FAIL("unknown case %s", c);
   printf("store %s: OK\n", c);
