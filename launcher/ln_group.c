@@ -83,7 +83,8 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   acc_store_server_t *srv = NULL;
   if (result == LN_RUN_OK && o->node_rank == 0) {
     char serr[256] = "";
-    srv = acc_store_server_start(store_bind_addr(o->master_addr), o->use_port, serr, sizeof serr);
+    srv = acc_store_server_start_secure(store_bind_addr(o->master_addr), o->use_port,
+                                        o->rdzv_secret, serr, sizeof serr);
     if (!srv) {
       *setup_error = xprintf("cannot host the rendezvous store at %s:%d: %s", o->master_addr,
                              o->use_port, serr);

@@ -19,11 +19,14 @@ void ln_options_init(ln_options_t *o) {
   snprintf(o->rdzv_backend, sizeof o->rdzv_backend, "static");
   o->rdzv_timeout_s = 300;
   o->monitor_interval_s = 0.1;
+  const char *secret = getenv("NBFORK_RDZV_SECRET");
+  if (secret && strlen(secret) < sizeof o->rdzv_secret)
+    memcpy(o->rdzv_secret, secret, strlen(secret) + 1);
 }
 
 static const char *const known[] = {"num_processes", "mixed_precision", "use_port", "master_addr",
                                     "node_rank", "num_nodes", "rdzv_backend", "rdzv_endpoint",
-                                    "rdzv_id", "rdzv_timeout", "max_restarts", "monitor_interval",
+                                    "rdzv_id", "rdzv_timeout", "rdzv_conf", "max_restarts", "monitor_interval",
                                     "log_line_prefix_template", NULL};
 
 static int parse_int(const char *v, long lo, long hi, int *out) {
@@ -81,6 +84,11 @@ static int set_option(ln_options_t *o, const char *key, const char *v, char *err
   } else if (!strcmp(key, "rdzv_timeout")) {
     bad = parse_int(v, 1, 86400, &o->rdzv_timeout_s);
     accepted = "seconds, an integer >= 1";
+  } else if (!strcmp(key, "rdzv_conf")) {
+    /* torch's rdzv_conf syntax, key=value[,key=value]; nbfork knows "secret" */
+    accepted = "secret=TEXT (the job's shared secret, at most 255 characters)";
+    bad = strncmp(v, "secret=", 7) != 0 || strchr(v, ',') != NULL || !v[7] ||
+          copy(o->rdzv_secret, sizeof o->rdzv_secret, v + 7);
   } else if (!strcmp(key, "max_restarts")) {
     bad = parse_int(v, 0, 1000, &o->max_restarts);
     accepted = "an integer >= 0";

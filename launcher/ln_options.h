@@ -16,6 +16,10 @@
  * | rdzv_endpoint            | master_addr:use_port| host:port                |
  * | rdzv_id                  | none                | text (separates runs)    |
  * | rdzv_timeout             | 300                 | seconds > 0              |
+ * | rdzv_conf                | (none)              | secret=TEXT: the store   |
+ * |                          |                     | admits only peers with   |
+ * |                          |                     | it (default: env         |
+ * |                          |                     | NBFORK_RDZV_SECRET)      |
  * | max_restarts             | 0                   | integer >= 0             |
  * | monitor_interval         | 0.1                 | seconds > 0              |
  * | log_line_prefix_template | (none)              | text with {rank},        |
@@ -37,6 +41,7 @@ typedef struct {
   char rdzv_endpoint[300];
   char rdzv_id[128];
   int rdzv_timeout_s;
+  char rdzv_secret[256]; /* "" = an open store */
   int max_restarts;
   double monitor_interval_s;
   char log_line_prefix_template[256];

@@ -25,7 +25,8 @@ void ln_rdzv_begin(ln_rdzv_t *r, const ln_options_t *o, int restart) {
   snprintf(r->prefix, sizeof r->prefix, "%s-r%d/nodes/", o->rdzv_id[0] ? o->rdzv_id : "nbfork",
            restart);
   r->deadline_ms = now_ms() + o->rdzv_timeout_s * 1000.0;
-  r->client = acc_store_client_new(o->master_addr, o->use_port, LN_RDZV_POLL_MS);
+  r->client = acc_store_client_new_secure(o->master_addr, o->use_port, LN_RDZV_POLL_MS,
+                                          o->rdzv_secret);
 }
 
 static void node_key(const ln_rdzv_t *r, int node, char *key, size_t n) {
@@ -67,7 +68,8 @@ int ln_rdzv_poll(ln_rdzv_t *r, char **error) {
     if (asprintf(error,
                  "rendezvous: node 0's store at %s:%d did not answer within rdzv_timeout=%d s. "
                  "Run the launch cell of node_rank=0 (same use_port, num_nodes, rdzv_id) and check "
-                 "that %s:%d is reachable from this machine.",
+                 "that %s:%d is reachable from this machine (and that every node uses the same "
+                 "rendezvous secret).",
                  o->master_addr, o->use_port, o->rdzv_timeout_s, o->master_addr,
                  o->use_port) < 0)
       *error = NULL;

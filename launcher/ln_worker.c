@@ -101,6 +101,8 @@ worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pi
   setenv_int("TORCHELASTIC_RESTART_COUNT", env->restart);
   setenv_int("NBFORK_RESTART_COUNT", env->restart);
   setenv("NBFORK_STORE_HOSTED", "1", 1);
+  if (o->rdzv_secret[0])
+    setenv("NBFORK_RDZV_SECRET", o->rdzv_secret, 1); /* the runtime's store client */
   char run_id[200];
   snprintf(run_id, sizeof run_id, "%s-r%d", o->rdzv_id[0] ? o->rdzv_id : "nbfork", env->restart);
   setenv("NBFORK_RUN_ID", run_id, 1);

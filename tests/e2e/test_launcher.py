@@ -227,6 +227,13 @@ class RendezvousTimeoutTests(unittest.TestCase):
         self.assertIn("nodes 1, 2 of num_nodes=3 did not join within rdzv_timeout=2 s",
                       errs[0]["evalue"])
 
+    def test_secret_store(self):
+        # every rank joins through a store that admits only the secret's holders
+        reply, out = self.k.execute("%%launch reduce_ones() num_processes=2 use_port=%d "
+                                    "rdzv_conf='secret=s3cr3t'" % h.free_port())
+        self.assertEqual(reply["status"], "ok", h.errors(out))
+        self.assertEqual(h.stream_text(out).count("of 2 sum 2"), 2)
+
     def test_master_unreachable(self):
         reply, out = self.k.execute(
             "%%launch reduce_ones() num_processes=1 num_nodes=2 node_rank=1 use_port=%d "
@@ -241,6 +248,32 @@ class RendezvousTimeoutTests(unittest.TestCase):
 
 
 class TwoNodeTests(unittest.TestCase):
+    def test_wrong_secret_is_refused(self):
+        a, b = h.Kernel(), h.Kernel()
+        try:
+            for k in (a, b):
+                self.assertEqual(k.execute(DEFS)[0]["status"], "ok")
+            port = h.free_port()
+            results = {}
+
+            def run(k, node, secret):
+                results[node] = k.execute(
+                    "%%launch reduce_ones() num_processes=1 num_nodes=2 node_rank=%d use_port=%d "
+                    "rdzv_timeout=3 rdzv_conf=secret=%s" % (node, port, secret), timeout=60)
+
+            threads = [threading.Thread(target=run, args=(a, 0, "right")),
+                       threading.Thread(target=run, args=(b, 1, "wrong"))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            e0, e1 = h.errors(results[0][1]), h.errors(results[1][1])
+            self.assertIn("node 1 of num_nodes=2 did not join", e0[0]["evalue"])
+            self.assertIn("same rendezvous secret", e1[0]["evalue"])
+        finally:
+            a.close()
+            b.close()
+
     def test_two_kernels_two_nodes(self):
         a, b = h.Kernel(), h.Kernel()
         try:
@@ -253,7 +286,8 @@ class TwoNodeTests(unittest.TestCase):
             def run(k, node):
                 results[node] = k.execute(
                     "%%launch reduce_ones() num_processes=2 num_nodes=2 node_rank=%d "
-                    "use_port=%d rdzv_id=twonode" % (node, port), timeout=120)
+                    "use_port=%d rdzv_id=twonode rdzv_conf=secret=shared" % (node, port),
+                    timeout=120)
 
             threads = [threading.Thread(target=run, args=(k, n)) for n, k in ((0, a), (1, b))]
             for t in threads:
