@@ -215,6 +215,9 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
     goto done;
   }
   if (pid == 0) {
+    /* its own process group: an interrupt kills the driver and cc1, as,
+     * ld (or nvcc's helpers) at once */
+    setpgid(0, 0);
     dup2(pfd[1], 1);
     dup2(pfd[1], 2);
     setenv("LC_ALL", "C", 1); /* plain ASCII quotes in diagnostics */
@@ -228,13 +231,15 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
             cuda ? "NBFORK_NVCC" : "NBFORK_CC");
     _exit(127);
   }
+  setpgid(pid, pid); /* also here: no race with the child's own call */
   close(pfd[1]);
   char buf[4096];
   int killed = 0;
   for (;;) {
-    if (tc->interrupted && *tc->interrupted && !killed) {
-      kill(pid, SIGKILL);
+    if (tc->interrupted && *tc->interrupted) {
+      kill(-pid, SIGKILL);
       killed = 1;
+      break;
     }
     ssize_t r = read(pfd[0], buf, sizeof buf);
     if (r < 0 && errno == EINTR)
@@ -247,7 +252,7 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
     if (tc->interrupted && *tc->interrupted && !killed) {
-      kill(pid, SIGKILL);
+      kill(-pid, SIGKILL);
       killed = 1;
     }
   if (killed || (tc->interrupted && *tc->interrupted)) {

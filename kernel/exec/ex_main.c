@@ -243,8 +243,14 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
   free(so);
   if (!h) {
+    /* "/tmp/.../cell_TAG.so: undefined symbol: f__cTAG" -> "cell[3]:
+     * undefined symbol: f" */
+    const char *de = dlerror();
+    const char *tail = de ? strstr(de, ".so: ") : NULL;
+    char *msg = ex_compile_clean(tail ? tail + 5 : de ? de : "cannot load the cell");
     char ev[1024];
-    snprintf(ev, sizeof ev, "%s", dlerror());
+    snprintf(ev, sizeof ev, "%s: %.*s", label, msg ? (int)strcspn(msg, "\n") : 0, msg ? msg : "");
+    free(msg);
     ex_cell_unit_free(&u);
     return ex_event_reply_error(
         "LinkError", ev,

@@ -6,10 +6,16 @@
  * bracket depth 0 and decides where each construct ends. The rules for
  * where a construct ends are the C grammar's, reduced to what matters at
  * file scope:
- *   - `;` at depth 0 ends a chunk, unless an `else` follows an `if`;
- *   - `}` back at depth 0 ends a function definition or a compound
- *     statement, but not an initializer, a struct/union/enum body, a
- *     `do` body or an `if` body followed by `else`.
+ *   - `;` at depth 0 ends a chunk, unless an `else` follows it, or it is
+ *     inside a `do` statement before its `while (...)`;
+ *   - `}` back at depth 0 ends a function definition, a compound
+ *     statement or the body of if/for/while/switch, but not an
+ *     initializer (`= {` with the `=` outside brackets), a
+ *     struct/union/enum body, a `do` body or a body followed by `else`.
+ * Classification then reads the chunk's first tokens: a declaration
+ * starts with specifiers (keywords, or a typedef name: built in, of an
+ * earlier cell, or of this cell). In C++ mode (%%cuda cells) templates,
+ * classes, namespaces and CUDA-qualified code are kept verbatim.
  */
 #include "ex_split.h"
 

@@ -252,7 +252,7 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual(reply["status"], "error")
         self.assertEqual(reply["ename"], "LinkError")
         self.assertEqual(len(errors(outputs)), 1)
-        self.assertIn("nowhere", reply["evalue"])
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]: undefined symbol: nowhere$")
         self.assertEqual(self.value("1 + 1"), "2")
 
     def test_crash_survival(self):
@@ -284,6 +284,25 @@ class ExecutorE2ETest(unittest.TestCase):
         # the state survived: no new executor
         self.assertEqual(self.value("kept"), "7")
         self.assertEqual(self.value("kept + 1"), "8")
+
+    def test_interrupt_while_compiling(self):
+        # a compiler that takes 30 s (a wrapper around cc): the interrupt
+        # stops it at once, and the state of earlier cells is kept
+        slow = os.path.join(self.workdir, "slow-cc")
+        with open(slow, "w") as f:
+            f.write('#!/bin/sh\ncase "$1" in -print*) ;; *) sleep 30 ;; esac\nexec cc "$@"\n')
+        os.chmod(slow, 0o755)
+        self.k.close()
+        self.k = Kernel(env={"NBFORK_CC": slow})
+        self.kc = self.k.kc
+        self.ok("%cflags -DFAST")  # magics alone compile nothing
+        reply, outputs, _, times = self.run_cell("int compiled = 1;", interrupt_after=0.5)
+        self.assertEqual(reply["ename"], "KeyboardInterrupt")
+        self.assertIn("compiled", reply["evalue"])
+        self.assertLess(times["idle"] - times["interrupt"], 2.0)
+        self.assertEqual(len(errors(outputs)), 1)
+        # the same executor answers (a killed one would have lost %cflags)
+        self.assertIn("-DFAST", stream_text(self.ok("%cflags")))
 
     def test_input_request_scanf_and_fgets(self):
         reply, outputs, reqs, _ = self.run_cell(
