@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ex_buf.h"
 
@@ -88,6 +89,45 @@ static uint64_t fnv1a(const char *s, uint64_t h) {
   for (; *s; s++) {
     h ^= (unsigned char)*s;
     h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+/* Mix into h the size and modification time of each file the unit
+ * includes with quotes (`#include "mylib.h"`, a path relative to the
+ * executor's directory or absolute), so editing such a header defeats the
+ * compile cache as editing the cell would. Headers those include are not
+ * followed; system headers (<...>) are taken as unchanging. */
+static uint64_t hash_local_includes(const char *src, uint64_t h) {
+  for (const char *p = src; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+    const char *q = p;
+    while (*q == ' ' || *q == '\t')
+      q++;
+    if (*q++ != '#')
+      continue;
+    while (*q == ' ' || *q == '\t')
+      q++;
+    if (strncmp(q, "include", 7) != 0)
+      continue;
+    q += 7;
+    while (*q == ' ' || *q == '\t')
+      q++;
+    if (*q != '"')
+      continue;
+    const char *e = strchr(q + 1, '"');
+    const char *nl = strchr(q, '\n');
+    if (!e || (nl && e > nl) || e - q - 1 >= 4096)
+      continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s", (int)(e - q - 1), q + 1);
+    struct stat st;
+    char info[128];
+    if (stat(path, &st) == 0)
+      snprintf(info, sizeof info, "|%lld.%09ld:%lld", (long long)st.st_mtim.tv_sec,
+               (long)st.st_mtim.tv_nsec, (long long)st.st_size);
+    else
+      snprintf(info, sizeof info, "|missing");
+    h = fnv1a(path, fnv1a(info, h));
   }
   return h;
 }
@@ -480,6 +520,7 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char 
     return -1;
   }
   uint64_t h = unit_hash(src.data, fnv1a(salt ? salt : "", 14695981039346656037ULL));
+  h = hash_local_includes(src.data, h);
   snprintf(out->tag, sizeof out->tag, "%016llx", (unsigned long long)h);
   out->source = fill_tag(src.data, out->tag);
   ex_buf_free(&src);

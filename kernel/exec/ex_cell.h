@@ -12,9 +12,9 @@
  * (a re-defined typedef/struct/macro replaces its earlier text).
  *
  * The tag is a hash of the generated unit (without its `#line` markers,
- * which name the cell by execution count), so re-running an unchanged cell
- * produces the same shared object path and skips the compiler (compile
- * cache). Its globals are then reset when it runs again: no initializer
+ * which name the cell by execution count) and of the size and time of the
+ * files it includes with quotes, so re-running an unchanged cell produces
+ * the same shared object path and skips the compiler (compile cache). Its globals are then reset when it runs again: no initializer
  * -> zero, a static initializer -> that value again (a re-run of a cell
  * that defines `int a[3] = {1, 2, 3};` gives back {1, 2, 3}, as a
  * recompiled cell would).

@@ -170,6 +170,14 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
     if (nonshared)
       argv[argc++] = "-nodefaultlibs";
   }
+  /* `#include "mylib.h"` finds headers next to the notebook (the
+   * executor's directory), not only next to the generated source */
+  if (cuda) {
+    argv[argc++] = "-I.";
+  } else {
+    argv[argc++] = "-iquote";
+    argv[argc++] = ".";
+  }
   argv[argc++] = inc;
   argc = add_words(argv, argc, 100, flags, &we_c);
   if (argc < 0) {

@@ -27,6 +27,8 @@ typedef struct {
 } ex_toolchain_t;
 
 /* Compile `source` (C, or CUDA when cuda != 0) into WORKDIR/cell_TAG.so.
+ * Quoted includes are searched in the current directory (the notebook's)
+ * too, then in incdir (nbfork.h).
  * Returns 0 with *so_path set (caller frees), 1 when the compiler rejected
  * the code (*diag = its diagnostics, caller frees), 2 when *interrupted
  * became set while the compiler ran (it is killed; nothing is kept), or

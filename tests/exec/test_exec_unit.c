@@ -560,6 +560,32 @@ EX_TEST(cell_tag_is_the_compile_cache_key) {
   ex_cell_state_destroy(&b.st);
 }
 
+EX_TEST(cell_tag_follows_local_headers) {
+  /* editing a header included with quotes is editing the cell */
+  char dir[] = "/tmp/nbfork-exec-hdr-XXXXXX", path[64], code[128];
+  ASSERT_TRUE(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/mylib.h", dir);
+  snprintf(code, sizeof code, "#include \"%s\"\nint v = MYLIB_V;", path);
+  FILE *f = fopen(path, "w");
+  ASSERT_TRUE(f != NULL);
+  fputs("#define MYLIB_V 1\n", f);
+  fclose(f);
+  cells_t c = cells_new();
+  ex_cell_unit_t a = gen(&c, code, 0), b = gen(&c, code, 0);
+  ASSERT_EQ_STR(a.tag, b.tag);
+  f = fopen(path, "w");
+  fputs("#define MYLIB_V 22\n", f); /* another size, whatever the clock says */
+  fclose(f);
+  ex_cell_unit_t d = gen(&c, code, 0);
+  ASSERT_NE_STR(a.tag, d.tag);
+  unlink(path);
+  rmdir(dir);
+  ex_cell_unit_free(&a);
+  ex_cell_unit_free(&b);
+  ex_cell_unit_free(&d);
+  ex_cell_state_destroy(&c.st);
+}
+
 EX_TEST(cell_initializers) {
   cells_t c = cells_new();
   ex_cell_unit_t u = gen(&c,
@@ -813,6 +839,32 @@ EX_TEST(compile_cache_and_reset) {
   ASSERT_EQ_INT(arr[0], 1);
   ASSERT_EQ_INT(*n, 0);
   ASSERT_TRUE(*(int **)sym(h2, "p", t2) == arr + 1);
+  engine_destroy(&e);
+}
+
+EX_TEST(compile_local_header_next_to_the_notebook) {
+  /* the executor runs in the notebook's directory: `#include "x.h"` finds
+   * x.h there, and editing it recompiles the cell */
+  engine_t e;
+  engine_init(&e);
+  char cwd[4096];
+  ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
+  ASSERT_EQ_INT(chdir(e.workdir), 0);
+  ASSERT_EQ_INT(mkdir("nb", 0700), 0);
+  ASSERT_EQ_INT(chdir("nb"), 0);
+  FILE *f = fopen("local_lib.h", "w");
+  fputs("#define LOCAL_V 5\n", f);
+  fclose(f);
+  char t1[17], t2[17];
+  void *h = run_cell(&e, "#include \"local_lib.h\"\nint lv = LOCAL_V;", t1);
+  ASSERT_EQ_INT(*(int *)sym(h, "lv", t1), 5);
+  f = fopen("local_lib.h", "w");
+  fputs("#define LOCAL_V 50\n", f);
+  fclose(f);
+  h = run_cell(&e, "#include \"local_lib.h\"\nint lv = LOCAL_V;", t2);
+  ASSERT_NE_STR(t1, t2);
+  ASSERT_EQ_INT(*(int *)sym(h, "lv", t2), 50);
+  ASSERT_EQ_INT(chdir(cwd), 0);
   engine_destroy(&e);
 }
 
