@@ -329,6 +329,16 @@ char *ex_compile_find_nvcc(void) {
   return NULL;
 }
 
+/* Does the n-byte line l contain `needle`? (memmem, without GCC 12's
+ * -Wnonnull false positive under -fsanitize=undefined) */
+static int line_has(const char *l, size_t n, const char *needle) {
+  size_t k = strlen(needle);
+  for (size_t i = 0; i + k <= n; i++)
+    if (l[i] == needle[0] && !memcmp(l + i, needle, k))
+      return 1;
+  return 0;
+}
+
 /* Should this diagnostics line be hidden from the user? `cell_errors`:
  * the diagnostics report an error in the cell itself, so what follows
  * from it inside nbfork's generated helpers is noise. */
@@ -341,11 +351,11 @@ static int hidden_line(const char *l, size_t n, int cell_errors) {
   if (n == 0)
     return 1;
   for (int i = 0; hide[i]; i++)
-    if (memmem(l, n, hide[i], strlen(hide[i])))
+    if (line_has(l, n, hide[i]))
       return 1;
   /* lines pointing into nbfork's generated helpers: notes always, errors
    * when they only follow from an error in the cell */
-  if (n > 9 && !strncmp(l, "<nbfork>:", 9) && (cell_errors || memmem(l, n, "note:", 5)))
+  if (n > 9 && !strncmp(l, "<nbfork>:", 9) && (cell_errors || line_has(l, n, "note:")))
     return 1;
   return 0;
 }
@@ -355,16 +365,17 @@ char *ex_compile_clean(const char *diag) {
   if (!diag)
     return strdup("");
   int cell_errors = 0;
-  for (const char *p = diag; *p;) {
-    const char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (memmem(p, n, "error", 5) && strncmp(p, "<nbfork>:", 9) != 0)
+  for (size_t off = 0; diag[off];) {
+    const char *p = diag + off;
+    size_t n = strcspn(p, "\n");
+    if (line_has(p, n, "error") && strncmp(p, "<nbfork>:", 9) != 0)
       cell_errors = 1;
-    p = e ? e + 1 : p + n;
+    off += n + (p[n] == '\n');
   }
-  for (const char *p = diag; *p;) {
-    const char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
+  for (size_t off = 0; diag[off];) {
+    const char *p = diag + off;
+    size_t n = strcspn(p, "\n");
+    off += n + (p[n] == '\n');
     if (!hidden_line(p, n, cell_errors)) {
       /* sq__c0123456789abcdef -> sq */
       ex_buf_t line = {0};
@@ -400,7 +411,6 @@ char *ex_compile_clean(const char *diag) {
       }
       ex_buf_free(&line);
     }
-    p = e ? e + 1 : p + n;
   }
   char *r = ex_buf_take(&out);
   return r ? r : strdup("");
@@ -413,11 +423,11 @@ char *ex_compile_summary(const char *diag) {
   for (const char *p = diag; p && *p;) {
     const char *e = strchr(p, '\n');
     size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (memmem(p, n, "error", 5) && strncmp(p, "collect2:", 9) != 0) {
+    if (line_has(p, n, "error") && strncmp(p, "collect2:", 9) != 0) {
       best = p;
       break;
     }
-    if (!best && (memmem(p, n, "cannot find", 11) || memmem(p, n, "undefined reference", 19)))
+    if (!best && (line_has(p, n, "cannot find") || line_has(p, n, "undefined reference")))
       best = p;
     p = e ? e + 1 : p + n;
   }
