@@ -28,7 +28,9 @@ int ex_buf_append(ex_buf_t *b, const char *s, size_t n) {
   return 0;
 }
 
-int ex_buf_puts(ex_buf_t *b, const char *s) { return ex_buf_append(b, s, strlen(s)); }
+int ex_buf_puts(ex_buf_t *b, const char *s) {
+  return ex_buf_append(b, s, strlen(s));
+}
 
 int ex_buf_printf(ex_buf_t *b, const char *fmt, ...) {
   va_list ap;

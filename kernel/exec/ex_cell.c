@@ -33,7 +33,9 @@ struct ex_cell_state {
   size_t ntypedefs;
 };
 
-ex_cell_state_t *ex_cell_state_new(void) { return calloc(1, sizeof(ex_cell_state_t)); }
+ex_cell_state_t *ex_cell_state_new(void) {
+  return calloc(1, sizeof(ex_cell_state_t));
+}
 
 static void entry_free(entry_t *e) {
   free(e->key);
@@ -244,10 +246,10 @@ static int object_is_const(const ex_chunk_t *k, const ex_declarator_t *d) {
 }
 
 typedef enum {
-  INIT_NONE,    /* no initializer: zero                                    */
-  INIT_STATIC,  /* braced list or array: a static initializer              */
-  INIT_CONST,   /* const object: a static initializer, never reset         */
-  INIT_RUNTIME  /* assigned when the cell runs (may call functions)        */
+  INIT_NONE,   /* no initializer: zero                                    */
+  INIT_STATIC, /* braced list or array: a static initializer              */
+  INIT_CONST,  /* const object: a static initializer, never reset         */
+  INIT_RUNTIME /* assigned when the cell runs (may call functions)        */
 } init_kind_t;
 
 static init_kind_t init_kind(const ex_chunk_t *k, const ex_declarator_t *d) {
@@ -355,7 +357,8 @@ static const char show_helpers[] =
     "static __NBF_U void __nbf_show_cxx(long double v){__nbf_show_ld(v);}\n"
     "static __NBF_U void __nbf_show_cxx(char *v){__nbf_show_str(v);}\n"
     "static __NBF_U void __nbf_show_cxx(const char *v){__nbf_show_str(v);}\n"
-    "template <class T> static __NBF_U void __nbf_show_cxx(T *p){__nbf_show_ptr((const void *)p);}\n"
+    "template <class T> static __NBF_U void __nbf_show_cxx(T *p){__nbf_show_ptr((const void "
+    "*)p);}\n"
     "template <class T> static __NBF_U void __nbf_show_cxx(const T &){__nbf_show_obj(sizeof(T));}\n"
     "static __NBF_U void __nbf_show_any(__nbf_tag) {}\n"
     "template <class T> static __NBF_U void __nbf_show_any(__nbf_box<T> b){__nbf_show_cxx(*b.p);}\n"
@@ -454,24 +457,25 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char 
         const ex_declarator_t *dd = &k->decls[d];
         init_kind_t ik = init_kind(k, dd);
         int si = dd->init && ik != INIT_RUNTIME;
-        ok &= !ex_buf_printf(&src, "#line %d \"%s\"\n%s %s __asm__(\"%s__c" TAG_PLACEHOLDER "\")%s%s;\n",
-                             k->line, label, k->specifiers, dd->declarator, dd->name,
-                             si ? " = " : "", si ? dd->init : "");
+        ok &= !ex_buf_printf(
+            &src, "#line %d \"%s\"\n%s %s __asm__(\"%s__c" TAG_PLACEHOLDER "\")%s%s;\n", k->line,
+            label, k->specifiers, dd->declarator, dd->name, si ? " = " : "", si ? dd->init : "");
         if (ik == INIT_RUNTIME)
           /* through a local, so braced macros (ACC_CONFIG_INIT) and
            * struct-valued calls both work as initializers */
-          ok &= !ex_buf_printf(&run,
-                               "#line %d \"%s\"\n{ __typeof__(%s) __nbf_init = %s; %s = __nbf_init; }\n",
-                               k->line, label, dd->name, dd->init, dd->name);
+          ok &= !ex_buf_printf(
+              &run, "#line %d \"%s\"\n{ __typeof__(%s) __nbf_init = %s; %s = __nbf_init; }\n",
+              k->line, label, dd->name, dd->init, dd->name);
         else if (ik == INIT_NONE && !strstr(dd->declarator, "[]"))
           ok &= !ex_buf_printf(&reset,
                                "#line %d \"%s\"\n__builtin_memset((void *)&%s, 0, sizeof %s);\n",
                                k->line, label, dd->name, dd->name);
         else if (ik == INIT_STATIC)
-          ok &= !ex_buf_printf(&reset,
-                               "#line %d \"%s\"\n{ static const __typeof__(%s) __nbf_i = %s; "
-                               "__builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n",
-                               k->line, label, dd->name, dd->init, dd->name, dd->name);
+          ok &= !ex_buf_printf(
+              &reset,
+              "#line %d \"%s\"\n{ static const __typeof__(%s) __nbf_i = %s; "
+              "__builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n",
+              k->line, label, dd->name, dd->init, dd->name, dd->name);
       }
       break;
     case EX_CHUNK_STATEMENT:
@@ -492,8 +496,8 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char 
   ok &= !ex_buf_puts(&src, "#line 1 \"<nbfork>\"\n#ifdef __cplusplus\nextern \"C\"\n#endif\n"
                            "void __nbf_run_" TAG_PLACEHOLDER "(void) {\n");
   if (reset.len)
-    ok &= !ex_buf_printf(&src, "static int __nbf_ran;\nif (__nbf_ran++) {\n%s#line 1 \"<nbfork>\"\n}\n",
-                         reset.data);
+    ok &= !ex_buf_printf(
+        &src, "static int __nbf_ran;\nif (__nbf_ran++) {\n%s#line 1 \"<nbfork>\"\n}\n", reset.data);
   ok &= !ex_buf_printf(&src, "%s}\n", run.data ? run.data : "");
   if (launch_call) {
     /* void calls return 0; others are converted to int (a non-zero return
@@ -582,11 +586,13 @@ static void drop_entry(ex_cell_state_t *st, const char *key) {
   }
 }
 
-static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+static char *dup_or_null(const char *s) {
+  return s ? strdup(s) : NULL;
+}
 
 /* An entry with its display fields filled from chunk k. */
-static entry_t make_entry(char *key, char *text, const char *kind, char *decl,
-                          const ex_chunk_t *k, const char *label) {
+static entry_t make_entry(char *key, char *text, const char *kind, char *decl, const ex_chunk_t *k,
+                          const char *label) {
   entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind};
   return e;
 }
@@ -605,11 +611,12 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
       while (*p == ' ' || *p == '\t')
         p++;
       int guard = u->cxx && k->kind == EX_CHUNK_PREPROC && !strncmp(p, "include", 7);
-      rc |= put_entry(st, make_entry(chunk_key(k),
-                                     fmt("%s#line %d \"%s\"\n%s\n%s", guard ? "#ifdef __cplusplus\n" : "",
-                                         k->line, u->label, k->text, guard ? "#endif\n" : ""),
-                                     k->kind == EX_CHUNK_TYPE ? "type" : "macro",
-                                     named ? strdup(k->text) : NULL, k, u->label));
+      rc |= put_entry(
+          st, make_entry(chunk_key(k),
+                         fmt("%s#line %d \"%s\"\n%s\n%s", guard ? "#ifdef __cplusplus\n" : "",
+                             k->line, u->label, k->text, guard ? "#endif\n" : ""),
+                         k->kind == EX_CHUNK_TYPE ? "type" : "macro",
+                         named ? strdup(k->text) : NULL, k, u->label));
       if (k->kind == EX_CHUNK_TYPE && k->name && !strchr(k->name, ' ') &&
           !ex_cell_is_type(k->name, st)) {
         char **v = realloc(st->typedefs, (st->ntypedefs + 1) * sizeof *v);
@@ -628,8 +635,8 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
           while (l && (decl[l - 1] == ';' || decl[l - 1] == ' '))
             decl[--l] = 0;
         }
-        rc |= put_entry(st, make_entry(chunk_key(k), fmt("%s\n", k->text), "function", decl, k,
-                                       u->label));
+        rc |= put_entry(
+            st, make_entry(chunk_key(k), fmt("%s\n", k->text), "function", decl, k, u->label));
       }
       break;
     case EX_CHUNK_FUNCTION: {
@@ -637,16 +644,16 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
       if (pk)
         drop_entry(st, pk);
       free(pk);
-      rc |= put_entry(st, make_entry(chunk_key(k),
-                                     fmt("%s __asm__(\"%s__c%s\");\n", k->signature, k->name,
-                                         u->tag),
-                                     "function", strdup(k->signature), k, u->label));
+      rc |=
+          put_entry(st, make_entry(chunk_key(k),
+                                   fmt("%s __asm__(\"%s__c%s\");\n", k->signature, k->name, u->tag),
+                                   "function", strdup(k->signature), k, u->label));
       break;
     }
     case EX_CHUNK_VARIABLE:
       if (k->is_extern) {
-        rc |= put_entry(st, make_entry(concat("pp:", k->text), fmt("%s\n", k->text), NULL, NULL,
-                                       k, u->label));
+        rc |= put_entry(
+            st, make_entry(concat("pp:", k->text), fmt("%s\n", k->text), NULL, NULL, k, u->label));
         break;
       }
       for (size_t d = 0; d < k->ndecls; d++) {
@@ -658,8 +665,8 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
         rc |= put_entry(st, make_entry(concat("sym:", dd->name),
                                        fmt("extern %s %s __asm__(\"%s__c%s\");\n", k->specifiers,
                                            dd->declarator, dd->name, u->tag),
-                                       "variable", fmt("%s %s", k->specifiers, dd->declarator),
-                                       k, u->label));
+                                       "variable", fmt("%s %s", k->specifiers, dd->declarator), k,
+                                       u->label));
       }
       break;
     default:

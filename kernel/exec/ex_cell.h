@@ -14,7 +14,8 @@
  * The tag is a hash of the generated unit (without its `#line` markers,
  * which name the cell by execution count) and of the size and time of the
  * files it includes with quotes, so re-running an unchanged cell produces
- * the same shared object path and skips the compiler (compile cache). Its globals are then reset when it runs again: no initializer
+ * the same shared object path and skips the compiler (compile cache). Its globals are then reset
+ * when it runs again: no initializer
  * -> zero, a static initializer -> that value again (a re-run of a cell
  * that defines `int a[3] = {1, 2, 3};` gives back {1, 2, 3}, as a
  * recompiled cell would).
@@ -41,17 +42,17 @@ void ex_cell_state_destroy(ex_cell_state_t **st_p);
 int ex_cell_is_type(const char *name, void *st);
 
 typedef struct {
-  char *source;  /* generated C translation unit                     */
-  char tag[17];  /* hex hash of the unit: file names and versions     */
+  char *source;           /* generated C translation unit                     */
+  char tag[17];           /* hex hash of the unit: file names and versions     */
   char run_symbol[64];    /* `void RUN(void)` runs the statements      */
   char launch_symbol[64]; /* `int LAUNCH(void)` calls the launch call  */
   int has_launch;
-  char label[32];         /* `cell[3]`: names the cell in diagnostics  */
-  int cxx;                /* C++ (%%cuda) unit                          */
-  int straight;           /* no function definition and no loop (for,
-                             while, do, goto) anywhere: nothing here runs
-                             long enough for optimization to pay for its
-                             compile time                                */
+  char label[32]; /* `cell[3]`: names the cell in diagnostics  */
+  int cxx;        /* C++ (%%cuda) unit                          */
+  int straight;   /* no function definition and no loop (for,
+                     while, do, goto) anywhere: nothing here runs
+                     long enough for optimization to pay for its
+                     compile time                                */
   ex_split_t split;
 } ex_cell_unit_t;
 

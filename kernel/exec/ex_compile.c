@@ -6,8 +6,8 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <signal.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,11 +343,12 @@ static int line_has(const char *l, size_t n, const char *needle) {
  * the diagnostics report an error in the cell itself, so what follows
  * from it inside nbfork's generated helpers is noise. */
 static int hidden_line(const char *l, size_t n, int cell_errors) {
-  static const char *const hide[] = {
-      "In function '__nbf_", "In function \xe2\x80\x98__nbf_", /* our wrappers */
-      "some warnings being treated as errors",
-      "in definition of macro '__nbf_", "in expansion of macro '__nbf_",
-      NULL};
+  static const char *const hide[] = {"In function '__nbf_",
+                                     "In function \xe2\x80\x98__nbf_", /* our wrappers */
+                                     "some warnings being treated as errors",
+                                     "in definition of macro '__nbf_",
+                                     "in expansion of macro '__nbf_",
+                                     NULL};
   if (n == 0)
     return 1;
   for (int i = 0; hide[i]; i++)
@@ -385,7 +386,8 @@ char *ex_compile_clean(const char *diag) {
           while (h < 16 && isxdigit((unsigned char)p[i + 3 + h]) &&
                  !isupper((unsigned char)p[i + 3 + h]))
             h++;
-          if (h == 16 && (i + 19 == n || !(isalnum((unsigned char)p[i + 19]) || p[i + 19] == '_'))) {
+          if (h == 16 &&
+              (i + 19 == n || !(isalnum((unsigned char)p[i + 19]) || p[i + 19] == '_'))) {
             i += 18;
             continue;
           }

@@ -14,15 +14,15 @@
 #include <signal.h>
 
 typedef struct {
-  const char *cc;      /* C compiler: NBFORK_CC or "cc"                    */
-  const char *nvcc;    /* CUDA compiler: see ex_compile_find_nvcc; NULL =
-                          none found                                       */
-  const char *incdir;  /* directory holding nbfork.h                       */
-  const char *libdir;  /* directory holding libnbfork.so                   */
-  const char *workdir; /* where sources and objects go                     */
-  const char *cflags;  /* C cells: NBFORK_CFLAGS/default, then %cflags     */
-  const char *nvccflags; /* %%cuda cells: NBFORK_NVCCFLAGS or "-O2"        */
-  const char *ldflags; /* %ldflags (words), both kinds of cells            */
+  const char *cc;                     /* C compiler: NBFORK_CC or "cc"                    */
+  const char *nvcc;                   /* CUDA compiler: see ex_compile_find_nvcc; NULL =
+                                         none found                                       */
+  const char *incdir;                 /* directory holding nbfork.h                       */
+  const char *libdir;                 /* directory holding libnbfork.so                   */
+  const char *workdir;                /* where sources and objects go                     */
+  const char *cflags;                 /* C cells: NBFORK_CFLAGS/default, then %cflags     */
+  const char *nvccflags;              /* %%cuda cells: NBFORK_NVCCFLAGS or "-O2"        */
+  const char *ldflags;                /* %ldflags (words), both kinds of cells            */
   volatile sig_atomic_t *interrupted; /* set by SIGINT: stop the compiler  */
 } ex_toolchain_t;
 

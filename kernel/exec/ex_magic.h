@@ -29,10 +29,10 @@ typedef struct {
 } ex_flags_t;
 
 typedef struct {
-  int cuda;           /* %%cuda seen                                   */
-  char *launch_call;  /* `f(a, b)` of %launch, owned, or NULL          */
-  char *launch_opts;  /* the key=value text after it, owned            */
-  const char *code;   /* C code after the magic lines (points into src) */
+  int cuda;          /* %%cuda seen                                   */
+  char *launch_call; /* `f(a, b)` of %launch, owned, or NULL          */
+  char *launch_opts; /* the key=value text after it, owned            */
+  const char *code;  /* C code after the magic lines (points into src) */
 } ex_magic_result_t;
 
 /* Run the magic lines at the top of `src`. Returns 0, or -1 with *ename

@@ -57,8 +57,8 @@ typedef struct {
   ex_cell_state_t *cells;
   ex_toolchain_t tc;
   ex_flags_t flags;
-  char *base_cflags;     /* NBFORK_CFLAGS, or the default below */
-  int default_cflags;    /* NBFORK_CFLAGS is not set */
+  char *base_cflags;  /* NBFORK_CFLAGS, or the default below */
+  int default_cflags; /* NBFORK_CFLAGS is not set */
   char workdir[PATH_MAX];
   char incdir[PATH_MAX];
   char libdir[PATH_MAX];
@@ -79,7 +79,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
  * fail later, or call it with the wrong types). */
 #define EX_CFLAGS_ALWAYS "-Werror=implicit-function-declaration"
 
-static ex_t *g_ex;        /* for the atexit cleanup only */
+static ex_t *g_ex;           /* for the atexit cleanup only */
 static pid_t g_executor_pid; /* a worker calling exit() runs atexit too */
 
 static void cleanup_workdir(void) {
@@ -166,12 +166,13 @@ static void check_cuda(ex_t *ex, int count) {
           count);
 }
 
-static int send_event_line(const char *line, size_t len) { return ex_event_send_raw(line, len); }
+static int send_event_line(const char *line, size_t len) {
+  return ex_event_send_raw(line, len);
+}
 
 static int reply_interrupted(void) {
   return ex_event_reply_error("KeyboardInterrupt",
-                              "the cell was interrupted; the state of earlier cells is kept",
-                              NULL);
+                              "the cell was interrupted; the state of earlier cells is kept", NULL);
 }
 
 /* Compile, load and run one cell (magic lines already handled). */
@@ -228,7 +229,9 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
     int link_only = rc > 0 && summary &&
                     (strstr(summary, "cannot find") || strstr(summary, "undefined reference") ||
                      !strncmp(summary, "collect2:", 9));
-    int r = ex_event_reply_error(rc < 0 ? "SystemError" : link_only ? "LinkError" : "CompileError",
+    int r = ex_event_reply_error(rc < 0      ? "SystemError"
+                                 : link_only ? "LinkError"
+                                             : "CompileError",
                                  summary ? summary : "compilation failed", d);
     free(summary);
     free(clean);

@@ -15,17 +15,17 @@
 static char *g_header; /* text of nbfork.h */
 
 static const char *const c_words[] = {
-    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
-    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
-    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
-    "union", "unsigned", "void", "volatile", "while", "_Bool", "_Generic", "_Static_assert",
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict",
+    "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
+    "unsigned", "void", "volatile", "while", "_Bool", "_Generic", "_Static_assert",
     /* the libc a cell uses most */
     "printf", "fprintf", "snprintf", "puts", "putchar", "fputs", "fflush", "stdout", "stderr",
     "malloc", "calloc", "realloc", "free", "memcpy", "memset", "memmove", "strlen", "strcmp",
-    "strncmp", "strdup", "strchr", "strstr", "atoi", "atof", "strtol", "strtod", "qsort",
-    "exit", "abort", "rand", "srand", "fopen", "fclose", "fread", "fwrite", "fgets", "sqrt",
-    "sqrtf", "exp", "expf", "log", "logf", "fabs", "fabsf", "pow", "powf", "tanh", "tanhf",
-    "size_t", "int64_t", "int32_t", "uint8_t", "uint32_t", "uint64_t", "NULL", NULL};
+    "strncmp", "strdup", "strchr", "strstr", "atoi", "atof", "strtol", "strtod", "qsort", "exit",
+    "abort", "rand", "srand", "fopen", "fclose", "fread", "fwrite", "fgets", "sqrt", "sqrtf", "exp",
+    "expf", "log", "logf", "fabs", "fabsf", "pow", "powf", "tanh", "tanhf", "size_t", "int64_t",
+    "int32_t", "uint8_t", "uint32_t", "uint64_t", "NULL", NULL};
 
 void ex_query_init(const char *incdir) {
   char path[4096];
@@ -42,7 +42,9 @@ void ex_query_init(const char *incdir) {
   fclose(f);
 }
 
-static int is_ident(char c) { return isalnum((unsigned char)c) || c == '_'; }
+static int is_ident(char c) {
+  return isalnum((unsigned char)c) || c == '_';
+}
 
 typedef struct {
   const char *prefix;
@@ -94,7 +96,8 @@ static int handle_complete(json_t *req, const ex_cell_state_t *cells) {
   ex_cell_each_name(cells, add_cell_name, &c);
   /* identifiers of the cell itself */
   for (size_t i = 0; i < len;) {
-    if (is_ident(code[i]) && !isdigit((unsigned char)code[i]) && (i == 0 || !is_ident(code[i - 1]))) {
+    if (is_ident(code[i]) && !isdigit((unsigned char)code[i]) &&
+        (i == 0 || !is_ident(code[i - 1]))) {
       size_t j = i;
       while (j < len && is_ident(code[j]))
         j++;
@@ -132,9 +135,8 @@ static int handle_complete(json_t *req, const ex_cell_state_t *cells) {
   for (size_t i = 0; v && i < n; i++)
     json_array_append_new(c.matches, v[i]);
   free(v);
-  return ex_event_reply_ok(json_pack("{s:o, s:I, s:I, s:{}}", "matches", c.matches,
-                                     "cursor_start", (json_int_t)start, "cursor_end",
-                                     (json_int_t)pos, "metadata"));
+  return ex_event_reply_ok(json_pack("{s:o, s:I, s:I, s:{}}", "matches", c.matches, "cursor_start",
+                                     (json_int_t)start, "cursor_end", (json_int_t)pos, "metadata"));
 }
 
 /* The declaration of `name` in nbfork.h with the comment block above it
@@ -187,8 +189,7 @@ static char *header_doc(const char *name) {
 /* The identifier to inspect at byte offset pos: the one under (or just
  * before) the cursor, else the function whose call's parentheses the
  * cursor is in (`sq(3|` inspects sq). Returns its [s, e) range or 0. */
-static int inspect_target(const char *code, size_t len, size_t pos, size_t *s_out,
-                          size_t *e_out) {
+static int inspect_target(const char *code, size_t len, size_t pos, size_t *s_out, size_t *e_out) {
   size_t s = pos, e = pos;
   while (s > 0 && is_ident(code[s - 1]))
     s--;

@@ -151,12 +151,13 @@ static int tokenize(const char *src, tk_list_t *out, char *err, size_t errlen, i
         return -1;
       continue;
     }
-    if (isdigit((unsigned char)c) || (c == '.' && i + 1 < n && isdigit((unsigned char)src[i + 1]))) {
+    if (isdigit((unsigned char)c) ||
+        (c == '.' && i + 1 < n && isdigit((unsigned char)src[i + 1]))) {
       size_t s = i;
-      while (i < n && (isalnum((unsigned char)src[i]) || src[i] == '.' || src[i] == '_' ||
-                       ((src[i] == '+' || src[i] == '-') &&
-                        (src[i - 1] == 'e' || src[i - 1] == 'E' || src[i - 1] == 'p' ||
-                         src[i - 1] == 'P'))))
+      while (i < n &&
+             (isalnum((unsigned char)src[i]) || src[i] == '.' || src[i] == '_' ||
+              ((src[i] == '+' || src[i] == '-') &&
+               (src[i - 1] == 'e' || src[i - 1] == 'E' || src[i - 1] == 'p' || src[i - 1] == 'P'))))
         i++;
       if (tk_push(out, TK_NUMBER, s, i, line))
         return -1;
@@ -214,22 +215,22 @@ static char *tk_span(const cx_t *c, size_t a, size_t b) {
 }
 
 static const char *const kw_specifier[] = {
-    "void",     "char",     "short",    "int",        "long",         "float",
-    "double",   "signed",   "unsigned", "_Bool",      "bool",         "_Complex",
-    "const",    "volatile", "restrict", "static",     "extern",       "register",
-    "inline",   "typedef",  "struct",   "union",      "enum",         "__attribute__",
-    "_Atomic",  "_Thread_local", "__thread", "_Alignas", "__inline__", "__restrict",
-    "__extension__", "_Noreturn", "__typeof__", "typeof", NULL};
+    "void",          "char",          "short",      "int",      "long",       "float",
+    "double",        "signed",        "unsigned",   "_Bool",    "bool",       "_Complex",
+    "const",         "volatile",      "restrict",   "static",   "extern",     "register",
+    "inline",        "typedef",       "struct",     "union",    "enum",       "__attribute__",
+    "_Atomic",       "_Thread_local", "__thread",   "_Alignas", "__inline__", "__restrict",
+    "__extension__", "_Noreturn",     "__typeof__", "typeof",   NULL};
 
 /* Keywords that name (part of) a base type: after one of these, the next
  * identifier is a declarator, not a typedef name. */
-static const char *const kw_base[] = {"void",   "char",   "short",    "int",   "long",
-                                      "float",  "double", "signed",   "unsigned",
-                                      "_Bool",  "bool",   "_Complex", NULL};
+static const char *const kw_base[] = {"void",  "char",     "short",  "int",      "long",
+                                      "float", "double",   "signed", "unsigned", "_Bool",
+                                      "bool",  "_Complex", NULL};
 
-static const char *const kw_statement[] = {"if",       "for",   "while", "do",     "switch",
-                                           "return",   "break", "continue", "goto",
-                                           "case",     "default", "else", NULL};
+static const char *const kw_statement[] = {"if",      "for",   "while",    "do",   "switch",
+                                           "return",  "break", "continue", "goto", "case",
+                                           "default", "else",  NULL};
 
 static int in_list(const cx_t *c, size_t i, const char *const *list) {
   for (; *list; list++)
@@ -239,8 +240,8 @@ static int in_list(const cx_t *c, size_t i, const char *const *list) {
 }
 
 static const char *const builtin_types[] = {
-    "size_t", "ssize_t", "FILE", "va_list", "ptrdiff_t", "wchar_t", "bool", "jmp_buf",
-    "sigjmp_buf", "pthread_t", "DIR", "time_t", NULL};
+    "size_t",  "ssize_t",    "FILE",      "va_list", "ptrdiff_t", "wchar_t", "bool",
+    "jmp_buf", "sigjmp_buf", "pthread_t", "DIR",     "time_t",    NULL};
 
 static int is_type_name(const cx_t *c, size_t i) {
   if (i >= c->n || c->t[i].kind != TK_IDENT)
@@ -316,8 +317,8 @@ static size_t parse_specifiers(const cx_t *c, size_t a, size_t b, int *is_decl) 
       /* A typedef name: known, or followed by something that can only
        * start a declarator (`T x`, `T *x =`, `T *x;`). */
       int known = is_type_name(c, i);
-      int ident_next = i + 1 <= b && c->t[i + 1].kind == TK_IDENT &&
-                       !in_list(c, i + 1, kw_statement);
+      int ident_next =
+          i + 1 <= b && c->t[i + 1].kind == TK_IDENT && !in_list(c, i + 1, kw_statement);
       if (known || ident_next) {
         *is_decl = 1;
         have_base = 1;
@@ -483,9 +484,9 @@ static int parse_declarators(const cx_t *c, ex_chunk_t *k, size_t d, size_t b) {
   return 0;
 }
 
-static const char *const kw_cxx_decl[] = {"template", "namespace", "using", "class",
-                                          "static_assert", NULL};
-static const char *const kw_cuda[] = {"__global__", "__device__", "__host__", "__constant__",
+static const char *const kw_cxx_decl[] = {"template", "namespace",     "using",
+                                          "class",    "static_assert", NULL};
+static const char *const kw_cuda[] = {"__global__", "__device__",  "__host__", "__constant__",
                                       "__shared__", "__managed__", NULL};
 
 /* C++ mode: is the chunk a declaration to keep as written (see

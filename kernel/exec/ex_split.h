@@ -19,19 +19,19 @@
 #include <stddef.h>
 
 typedef enum {
-  EX_CHUNK_PREPROC,   /* #include, #define, ... (one logical line)        */
-  EX_CHUNK_TYPE,      /* typedef, struct/union/enum definition            */
-  EX_CHUNK_FUNCTION,  /* function definition with a body                  */
-  EX_CHUNK_PROTOTYPE, /* function declaration without body, or extern     */
-  EX_CHUNK_VARIABLE,  /* object declaration(s) at file scope              */
-  EX_CHUNK_STATEMENT, /* anything else: runs in order                     */
+  EX_CHUNK_PREPROC,    /* #include, #define, ... (one logical line)        */
+  EX_CHUNK_TYPE,       /* typedef, struct/union/enum definition            */
+  EX_CHUNK_FUNCTION,   /* function definition with a body                  */
+  EX_CHUNK_PROTOTYPE,  /* function declaration without body, or extern     */
+  EX_CHUNK_VARIABLE,   /* object declaration(s) at file scope              */
+  EX_CHUNK_STATEMENT,  /* anything else: runs in order                     */
   EX_CHUNK_EXPRESSION, /* the last chunk, an expression without ';'       */
-  EX_CHUNK_VERBATIM   /* EX_SPLIT_CXX only: a C++/CUDA declaration kept as
-                         written at file scope and local to its cell:
-                         template, class, namespace, using, extern "C",
-                         static_assert, and anything declared __global__,
-                         __device__, __host__, __constant__, __shared__ or
-                         __managed__                                      */
+  EX_CHUNK_VERBATIM    /* EX_SPLIT_CXX only: a C++/CUDA declaration kept as
+                          written at file scope and local to its cell:
+                          template, class, namespace, using, extern "C",
+                          static_assert, and anything declared __global__,
+                          __device__, __host__, __constant__, __shared__ or
+                          __managed__                                      */
 } ex_chunk_kind_t;
 
 /* One declarator of a variable declaration: `*p = &x` in `int a, *p = &x;`. */
@@ -44,21 +44,21 @@ typedef struct {
 
 typedef struct {
   ex_chunk_kind_t kind;
-  char *text;        /* exact source text of the chunk                      */
-  int line;          /* 1-based cell line where it starts                   */
-  char *name;        /* FUNCTION/PROTOTYPE: function name; TYPE: key (the
-                        typedef name or "struct tag"); PREPROC #define: the
-                        macro name; else NULL                               */
-  char *specifiers;  /* VARIABLE/FUNCTION: declaration specifiers, with
-                        `static`/`inline` removed (`const float`)          */
-  char *signature;   /* FUNCTION: text before the body (`int sq(int x)`), */
-                     /* `static`/`inline` removed                           */
-  char *body;        /* FUNCTION: the body including braces                 */
+  char *text;             /* exact source text of the chunk                      */
+  int line;               /* 1-based cell line where it starts                   */
+  char *name;             /* FUNCTION/PROTOTYPE: function name; TYPE: key (the
+                             typedef name or "struct tag"); PREPROC #define: the
+                             macro name; else NULL                               */
+  char *specifiers;       /* VARIABLE/FUNCTION: declaration specifiers, with
+                             `static`/`inline` removed (`const float`)          */
+  char *signature;        /* FUNCTION: text before the body (`int sq(int x)`), */
+                          /* `static`/`inline` removed                           */
+  char *body;             /* FUNCTION: the body including braces                 */
   ex_declarator_t *decls; /* VARIABLE: declarators                          */
   size_t ndecls;
-  int is_extern;     /* VARIABLE/PROTOTYPE written with `extern`            */
-  char *doc;         /* the comment right above the chunk (its doc comment,
-                        as written: a block comment or `//` lines), or NULL */
+  int is_extern; /* VARIABLE/PROTOTYPE written with `extern`            */
+  char *doc;     /* the comment right above the chunk (its doc comment,
+                    as written: a block comment or `//` lines), or NULL */
 } ex_chunk_t;
 
 typedef struct {

@@ -58,8 +58,8 @@ static ssize_t cookie_read(void *cookie, char *buf, size_t size) {
   if (!g_allow || size == 0)
     return 0; /* EOF: nobody can answer */
   fflush(stdout);
-  if (ex_event_send(json_pack("{s:s, s:s, s:b}", "msg", "input_request", "prompt", "",
-                              "password", 0)))
+  if (ex_event_send(
+          json_pack("{s:s, s:s, s:b}", "msg", "input_request", "prompt", "", "password", 0)))
     return 0;
   size_t n = 0;
   while (n < size) {

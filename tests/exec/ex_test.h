@@ -60,7 +60,7 @@
   do {                                                                                             \
     const char *h_ = (hay), *n_ = (needle);                                                        \
     if (!h_ || !n_ || !strstr(h_, n_))                                                             \
-      EX_TEST_FAIL("%s contains %s failed:\n--- text:\n%s\n--- does not contain:\n%s", #hay,      \
+      EX_TEST_FAIL("%s contains %s failed:\n--- text:\n%s\n--- does not contain:\n%s", #hay,       \
                    #needle, h_ ? h_ : "(null)", n_ ? n_ : "(null)");                               \
   } while (0)
 
@@ -68,7 +68,7 @@
   do {                                                                                             \
     const char *h_ = (hay), *n_ = (needle);                                                        \
     if (h_ && n_ && strstr(h_, n_))                                                                \
-      EX_TEST_FAIL("%s lacks %s failed:\n--- text:\n%s\n--- contains:\n%s", #hay, #needle, h_,    \
+      EX_TEST_FAIL("%s lacks %s failed:\n--- text:\n%s\n--- contains:\n%s", #hay, #needle, h_,     \
                    n_);                                                                            \
   } while (0)
 
@@ -98,8 +98,8 @@ extern ex_test_case_t *ex_test_list;
   ex_test_case_t *ex_test_list;                                                                    \
   int main(int argc, char **argv) {                                                                \
     int ran = 0;                                                                                   \
-    for (ex_test_case_t *t = ex_test_list; t; t = t->next) {                                      \
-      if (argc > 1 && strcmp(argv[1], "--list") == 0) {                                           \
+    for (ex_test_case_t *t = ex_test_list; t; t = t->next) {                                       \
+      if (argc > 1 && strcmp(argv[1], "--list") == 0) {                                            \
         printf("%s\n", t->name);                                                                   \
         continue;                                                                                  \
       }                                                                                            \
@@ -112,7 +112,7 @@ extern ex_test_case_t *ex_test_list;
     if (argc > 1 && strcmp(argv[1], "--list") == 0)                                                \
       return 0;                                                                                    \
     if (!ran) {                                                                                    \
-      fprintf(stderr, "no test named '%s' (--list shows them)\n", argc > 1 ? argv[1] : "");       \
+      fprintf(stderr, "no test named '%s' (--list shows them)\n", argc > 1 ? argv[1] : "");        \
       return 1;                                                                                    \
     }                                                                                              \
     return 0;                                                                                      \

@@ -60,7 +60,9 @@ static ex_split_t split_ok_with(const char *src, ex_is_type_fn is_type, void *ct
   return s;
 }
 
-static ex_split_t split_ok(const char *src) { return split_ok_with(src, NULL, NULL); }
+static ex_split_t split_ok(const char *src) {
+  return split_ok_with(src, NULL, NULL);
+}
 
 /* The chunk kinds of `src`, comma-separated ("VARIABLE,EXPRESSION"). */
 static char *kinds_of(const char *src) {
@@ -102,7 +104,8 @@ EX_TEST(split_function) {
   ASSERT_EQ_INT(s.chunks[0].line, 1);
   ex_split_free(&s);
 
-  s = split_ok("char *dup2(const char *s) { return 0; }\nstruct P mk(void) { struct P p; return p; }");
+  s = split_ok(
+      "char *dup2(const char *s) { return 0; }\nstruct P mk(void) { struct P p; return p; }");
   ASSERT_EQ_INT(s.count, 2);
   ASSERT_EQ_STR(s.chunks[0].name, "dup2");
   ASSERT_EQ_STR(s.chunks[0].signature, "char *dup2(const char *s)");
@@ -271,17 +274,14 @@ EX_TEST(split_do_while) {
 }
 
 EX_TEST(split_for) {
-  ASSERT_KINDS("for (int i = 0; i < 3; i++) { s += i; }\nint after = 1;",
-               "STATEMENT,VARIABLE");
-  ASSERT_KINDS("for (int i = 0; i < 3; i++) s += i;\nprintf(\"%d\", s);",
-               "STATEMENT,STATEMENT");
+  ASSERT_KINDS("for (int i = 0; i < 3; i++) { s += i; }\nint after = 1;", "STATEMENT,VARIABLE");
+  ASSERT_KINDS("for (int i = 0; i < 3; i++) s += i;\nprintf(\"%d\", s);", "STATEMENT,STATEMENT");
 }
 
 EX_TEST(split_compound_and_switch) {
   ASSERT_KINDS("{ int t = 1; printf(\"%d\", t); }", "STATEMENT");
   ASSERT_KINDS("{ int t = 1; }\n{ int u = 2; }\nint v;", "STATEMENT,STATEMENT,VARIABLE");
-  ASSERT_KINDS("switch (x) { case 1: y = 2; break; default: break; }\nx",
-               "STATEMENT,EXPRESSION");
+  ASSERT_KINDS("switch (x) { case 1: y = 2; break; default: break; }\nx", "STATEMENT,EXPRESSION");
   ASSERT_KINDS("x = (struct P){1, 2};\np.x = 3;", "STATEMENT,STATEMENT");
   ASSERT_KINDS("int s = ({ int t = 2; t * t; });", "VARIABLE");
 }
@@ -460,8 +460,9 @@ EX_TEST(cell_versioned_symbols) {
 
 EX_TEST(cell_prelude_for_later_cells) {
   cells_t c = cells_new();
-  ex_cell_unit_t u1 = gen(&c, "#include <math.h>\n#define N 4\ntypedef struct { int a; } box;\n"
-                              "/* Squares x. */\nint sq(int x) { return x * x; }\nint g = 3;",
+  ex_cell_unit_t u1 = gen(&c,
+                          "#include <math.h>\n#define N 4\ntypedef struct { int a; } box;\n"
+                          "/* Squares x. */\nint sq(int x) { return x * x; }\nint g = 3;",
                           1);
   ex_cell_unit_t u2 = gen(&c, "box b;\nsq(N) + g", 0);
   ASSERT_CONTAINS(u2.source, "#include <math.h>");
@@ -543,8 +544,8 @@ EX_TEST(cell_tag_is_the_compile_cache_key) {
   /* flags (the salt) enter the hash */
   ex_cell_unit_t ud;
   char err[64];
-  ASSERT_EQ_INT(ex_cell_generate(a.st, "int x = 1;", 0, "cell[9]", NULL, "-O3", &ud, err, sizeof err),
-                0);
+  ASSERT_EQ_INT(
+      ex_cell_generate(a.st, "int x = 1;", 0, "cell[9]", NULL, "-O3", &ud, err, sizeof err), 0);
   ASSERT_NE_STR(ua.tag, ud.tag);
   /* what earlier cells defined enters the hash (the prelude) */
   ex_cell_unit_t ue = gen(&a, "int other = 5;", 1);
@@ -664,7 +665,8 @@ EX_TEST(cell_split_error) {
   cells_t c = cells_new();
   ex_cell_unit_t u;
   char err[128] = "";
-  ASSERT_EQ_INT(ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, "", &u, err, sizeof err), -1);
+  ASSERT_EQ_INT(ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, "", &u, err, sizeof err),
+                -1);
   ASSERT_CONTAINS(err, "not closed");
   ex_cell_state_destroy(&c.st);
 }
@@ -775,7 +777,7 @@ static void *run_cell(engine_t *e, const char *code, char tag_out[17]) {
   int rc = ex_compile(&e->tc, u.source, u.tag, 0, &so, &diag);
   if (rc != 0)
     EX_TEST_FAIL("cell did not compile (rc %d):\n%s\n--- diagnostics:\n%s\n--- unit:\n%s", rc, code,
-                  diag ? diag : "", u.source);
+                 diag ? diag : "", u.source);
   free(diag);
   void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
   if (!h)
@@ -898,25 +900,27 @@ EX_TEST(compile_links_libc_libm_libgcc) {
   engine_t e;
   engine_init(&e);
   char t[17];
-  void *h = run_cell(&e,
-                     "#include <errno.h>\n#include <math.h>\n#include <pthread.h>\n"
-                     "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
-                     "static void bye(void) {}\n"
-                     "static int cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }\n"
-                     "static void *thr(void *p) { *(int *)p = 5; return p; }\n"
-                     "double root = sqrt(2.0) * cbrt(27.0);\n"
-                     "int sorted[3] = {3, 1, 2};\n"
-                     "long long q = 0;\n"
-                     "int from_thread = 0;\n"
-                     "int at = 0;\n"
-                     "int err = 0;\n"
-                     "qsort(sorted, 3, sizeof(int), cmp);\n"
-                     "{ volatile unsigned __int128 big = ((unsigned __int128)1 << 100) + 7; q = (long long)(big % 1000003); }\n"
-                     "{ pthread_t th; pthread_create(&th, NULL, thr, &from_thread); pthread_join(th, NULL); }\n"
-                     "at = atexit(bye);\n"
-                     "errno = 0; strtol(\"99999999999999999999999\", NULL, 10); err = errno;\n"
-                     "fprintf(stdout, \"%s\", \"\");",
-                     t);
+  void *h = run_cell(
+      &e,
+      "#include <errno.h>\n#include <math.h>\n#include <pthread.h>\n"
+      "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+      "static void bye(void) {}\n"
+      "static int cmp(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }\n"
+      "static void *thr(void *p) { *(int *)p = 5; return p; }\n"
+      "double root = sqrt(2.0) * cbrt(27.0);\n"
+      "int sorted[3] = {3, 1, 2};\n"
+      "long long q = 0;\n"
+      "int from_thread = 0;\n"
+      "int at = 0;\n"
+      "int err = 0;\n"
+      "qsort(sorted, 3, sizeof(int), cmp);\n"
+      "{ volatile unsigned __int128 big = ((unsigned __int128)1 << 100) + 7; q = (long long)(big % "
+      "1000003); }\n"
+      "{ pthread_t th; pthread_create(&th, NULL, thr, &from_thread); pthread_join(th, NULL); }\n"
+      "at = atexit(bye);\n"
+      "errno = 0; strtol(\"99999999999999999999999\", NULL, 10); err = errno;\n"
+      "fprintf(stdout, \"%s\", \"\");",
+      t);
   ASSERT_TRUE(*(double *)sym(h, "root", t) > 4.24 && *(double *)sym(h, "root", t) < 4.25);
   int *sorted = sym(h, "sorted", t);
   ASSERT_EQ_INT(sorted[0], 1);
@@ -991,8 +995,7 @@ EX_TEST(compile_cxx_unit_with_host_compiler) {
   ASSERT_TRUE(f != NULL);
   fputs(u.source, f);
   fclose(f);
-  snprintf(cmd, sizeof cmd,
-           "c++ -fPIC -shared -I%s -o %s %s -L%s -Wl,-rpath,%s -lnbfork 2>&1",
+  snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s -L%s -Wl,-rpath,%s -lnbfork 2>&1",
            EX_TEST_INCDIR, so, src, EX_TEST_LIBDIR, EX_TEST_LIBDIR);
   if (system(cmd) != 0)
     EX_TEST_FAIL("the C++ unit did not compile:\n%s", u.source);
