@@ -314,6 +314,18 @@ static const void *find(const rfile_t *f, const char *name, size_t *bytes) {
   return NULL;
 }
 
+/* find() for a fixed-size record: the payload packs records back to back,
+ * so a record may sit at any address; copy it into the caller's aligned
+ * struct. Returns dst, or NULL when absent or of another size. */
+static const void *find_rec(const rfile_t *f, const char *name, void *dst, size_t size,
+                            size_t *bytes) {
+  const void *p = find(f, name, bytes);
+  if (!p || *bytes != size)
+    return NULL;
+  memcpy(dst, p, size);
+  return dst;
+}
+
 /* ---------------------------------------------------------------- records */
 
 typedef struct {
@@ -486,7 +498,8 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
 static acc_result_t use_shared(acc_t *acc, const rfile_t *f, acc_mlp_t *model, acc_optim_t *opt,
                                int apply, const char *path) {
   size_t b;
-  const scaler_rec_t *sr = find(f, "scaler", &b);
+  scaler_rec_t sr_copy;
+  const scaler_rec_t *sr = find_rec(f, "scaler", &sr_copy, sizeof sr_copy, &b);
   if (!sr || b != sizeof *sr)
     return acc__set_error(acc, ACC_ERR_IO, "%s has no loss scaler record", path);
   if (model) {
@@ -509,7 +522,8 @@ static acc_result_t use_shared(acc_t *acc, const rfile_t *f, acc_mlp_t *model, a
   if (opt) {
     acc__optim_view_t v;
     acc__optim_view(opt, &v);
-    const optim_rec_t *o = find(f, "optim", &b);
+    optim_rec_t o_copy;
+    const optim_rec_t *o = find_rec(f, "optim", &o_copy, sizeof o_copy, &b);
     if (!o || b != sizeof *o)
       return acc__set_error(acc, ACC_ERR_IO, "%s holds no optimizer (saved with opt NULL)", path);
     if (o->kind != v.kind || o->n != v.n || o->has_m != (v.m != NULL) || o->has_v != (v.v != NULL))
@@ -566,9 +580,11 @@ static acc_result_t use_shared(acc_t *acc, const rfile_t *f, acc_mlp_t *model, a
 static acc_result_t use_rank(acc_t *acc, const rfile_t *f, acc_mlp_t *model, int apply,
                              const char *path) {
   size_t b, bg = 0, bp = 0;
-  const rng_rec_t *rr = find(f, "rng", &b);
-  const rng_rec_t *rg = rr && b == sizeof *rr ? find(f, "rng.global", &b) : NULL;
-  const accum_rec_t *ar = rg && b == sizeof *rg ? find(f, "accum", &b) : NULL;
+  rng_rec_t rr_copy, rg_copy;
+  accum_rec_t ar_copy;
+  const rng_rec_t *rr = find_rec(f, "rng", &rr_copy, sizeof rr_copy, &b);
+  const rng_rec_t *rg = rr ? find_rec(f, "rng.global", &rg_copy, sizeof rg_copy, &b) : NULL;
+  const accum_rec_t *ar = rg ? find_rec(f, "accum", &ar_copy, sizeof ar_copy, &b) : NULL;
   if (!ar || b != sizeof *ar)
     return acc__set_error(acc, ACC_ERR_IO, "%s: RNG or accumulation record missing", path);
   const void *prev = ar->accum_prev_n ? find(f, "accum.prev", &bp) : NULL;
