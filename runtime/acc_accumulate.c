@@ -39,6 +39,12 @@ acc_result_t acc_backward(acc_t *acc, float *grads, size_t n) {
   if (!acc || (n && !grads))
     return acc ? acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_backward: NULL gradients")
                : ACC_ERR_INVALID_ARGUMENT;
+  if (acc->grads_synced) { /* acc_mlp_backward_xent all-reduced it in buckets */
+    int done = acc->grads_synced == grads && acc->grads_synced_n == n && acc->sync_gradients;
+    acc->grads_synced = NULL;
+    if (done)
+      return ACC_OK;
+  }
   int k = acc->accum_steps;
   if (k > 1 && n) {
     if (acc->accum_prev_n != n) {

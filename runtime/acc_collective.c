@@ -173,3 +173,28 @@ const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
     a = acc_gloo_choose_algo(acc->gloo, bytes);
   return acc_gloo_algo_name(a);
 }
+
+void acc__set_grad_buckets(acc_t *acc, int mode) {
+  if (acc && mode >= 0 && mode <= 2)
+    acc->grad_buckets = mode;
+}
+
+acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n) {
+  if (acc->grad_buckets != 2)
+    return acc_all_reduce(acc, buf, n, ACC_F32, ACC_AVG);
+  if (acc->broken)
+    return broken(acc);
+  char err[1024];
+  acc_result_t r = acc_gloo_all_reduce_async(acc->gloo, buf, n, ACC_F32, ACC_AVG, err, sizeof err);
+  return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+}
+
+acc_result_t acc__wait_buckets(acc_t *acc) {
+  if (!acc || !acc->gloo)
+    return ACC_OK;
+  char err[1024];
+  acc_result_t r = acc_gloo_wait(acc->gloo, err, sizeof err);
+  if (r != ACC_OK && !acc->broken)
+    return gloo_failed(acc, r, err);
+  return r;
+}

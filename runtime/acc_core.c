@@ -18,6 +18,8 @@
  *                                address that routes to MASTER_ADDR)
  *   NBFORK_RDZV_SECRET           shared secret of the rendezvous store
  *                                (CURVE; unset = open store)
+ *   NBFORK_GLOO_BUSY_POLL        1 = busy-poll small all-reduces (0)
+ *   NBFORK_GRAD_BUCKETS          0/1/2: gradient buckets of the MLP (0)
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -25,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "acc_gloo.h"
 #include "acc_internal.h"
@@ -32,6 +35,9 @@
 
 #define ACC_DEFAULT_TIMEOUT_S 300
 #define ACC_DEFAULT_PORT 29500
+/* Gradient buckets of the model toolkit by default: see
+ * acc_mlp_backward_xent in nbfork.h for the measurements. */
+#define ACC_DEFAULT_GRAD_BUCKETS 0
 
 /* Successive process groups of one process use fresh store keys: every
  * rank joins them in the same order, so the counter agrees across ranks.
@@ -131,6 +137,19 @@ static int select_device(acc_t *acc) {
   return 0;
 }
 
+/* NBFORK_GLOO_BUSY_POLL: 1 = the buffer-based all-reduces busy-poll
+ * their sockets (Gloo's busyPoll), 0 = they block in recv (default).
+ * Busy-polling saved a few microseconds per message on an idle machine
+ * (4 KiB: 18 vs 27 us) but, as soon as another process wanted the CPU,
+ * made a training step 2x slower and 1 MiB all-reduces 20x slower (a
+ * spinning rank holds the core its peer needs until the scheduler tick):
+ * opt-in, for nodes with a core per rank to spare. Ignored when this
+ * node's ranks outnumber its online CPUs. */
+static int busy_poll(const acc_t *acc) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return acc__env_bool("NBFORK_GLOO_BUSY_POLL", 0) && cpus > 0 && acc->local_world <= cpus;
+}
+
 static int join_group(acc_t *acc) {
   snprintf(acc->key_prefix, sizeof acc->key_prefix, "%s/%d/", acc->run_id, g_generation++);
   /* A dead peer must give an error, not kill us by SIGPIPE on write. */
@@ -170,7 +189,7 @@ static int join_group(acc_t *acc) {
   char gloo_prefix[256], err[1024];
   snprintf(gloo_prefix, sizeof gloo_prefix, "%sgloo/", acc->key_prefix);
   acc_result_t r = acc_gloo_connect(&acc->gloo, acc->rank, acc->world, host, acc->store,
-                                    gloo_prefix, acc->timeout_ms, err, sizeof err);
+                                    gloo_prefix, acc->timeout_ms, busy_poll(acc), err, sizeof err);
   if (r != ACC_OK) {
     acc__set_error(acc, r, "joining the process group (store %s:%d, timeout %d s): %s",
                    acc->master_addr, acc->master_port, acc->timeout_ms / 1000, err);
@@ -202,6 +221,17 @@ acc_t *acc_new(const acc_config_t *cfg) {
   if (read_env(acc, &c) != 0)
     return fail(acc, "reading the environment");
   acc->accum_steps = c.gradient_accumulation_steps > 1 ? c.gradient_accumulation_steps : 1;
+  {
+    int ok = 1;
+    long b = acc__env_long("NBFORK_GRAD_BUCKETS", ACC_DEFAULT_GRAD_BUCKETS, &ok);
+    if (!ok || b < 0 || b > 2) {
+      acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                     "NBFORK_GRAD_BUCKETS must be 0 (one all-reduce of the whole gradient), 1 "
+                     "(per bucket) or 2 (per bucket, overlapping the backward pass)");
+      return fail(acc, "reading the environment");
+    }
+    acc->grad_buckets = (int)b;
+  }
   acc->sync_with_dataloader = c.sync_with_dataloader != 0;
   acc->sync_gradients = 1;
   acc->accum_prev_zero = 1;

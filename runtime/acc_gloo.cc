@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -45,16 +48,53 @@ struct acc_gloo_cached {
 struct acc_gloo {
   std::shared_ptr<gloo::transport::Device> dev;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
+  /* A second full mesh (its own rendezvous; one made by Gloo's
+   * ContextFactory left the first mesh's operations 10-20x slower) whose
+   * pairs are in Gloo's synchronous mode: the calling thread reads and
+   * writes the sockets itself, busy-polling when busy_poll. The
+   * buffer-based all-reduces up to kSyncMaxBytes run on it. Without it
+   * every message costs two thread wake-ups (Gloo's event loop, then the
+   * caller), each of which often took a whole 4 ms scheduler tick on the
+   * 2-vCPU test machine: a training step of 784-256-10 went from 8-12 ms
+   * to 4 ms. The AllreduceOptions-style collectives need the asynchronous
+   * mesh (Gloo refuses unbound buffers on synchronous pairs). */
+  std::shared_ptr<gloo::Context> sctx;
+  bool busy_poll = false;
   std::chrono::milliseconds timeout{300000};
   std::vector<acc_gloo_cached> cache; /* most recently used last */
   /* Tag of the next AllreduceOptions-style operation: each gets its own,
    * as ProcessGroupGloo does (every rank issues the same sequence). */
   uint32_t next_tag = 1;
+
+  /* Asynchronous all-reduces (acc_gloo_all_reduce_async): one worker
+   * thread runs queued jobs in order, like ProcessGroupGloo's work
+   * threads; synchronous calls first wait for the queue to drain, so the
+   * group never runs two collectives at once. */
+  struct job {
+    void *buf;
+    size_t count;
+    acc_dtype_t dtype;
+    acc_op_t op;
+  };
+  std::thread worker;
+  std::mutex mu;
+  std::condition_variable cv_work, cv_done;
+  std::deque<job> queue;
+  size_t inflight = 0; /* queued + running */
+  bool stop = false;
+  acc_result_t async_err = ACC_OK;
+  std::string async_msg;
 };
 
 /* Cached algorithms per group: a training loop all-reduces one or two
  * buffers over and over; a few more cover metrics. */
-static const size_t kCachedAlgorithms = 8;
+static const size_t kCachedAlgorithms = 16;
+
+extern "C" {
+static void drain(acc_gloo_t *g); /* wait for the asynchronous queue */
+}
+static const size_t kCachedBytes = size_t(128) << 20;
+static const size_t kSyncMaxBytes = size_t(4) << 20;
 
 namespace {
 
@@ -116,6 +156,8 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
   if (g && g->ctx) {
     try {
       g->ctx->closeConnections();
+      if (g->sctx)
+        g->sctx->closeConnections();
     } catch (...) {
     }
   }
@@ -145,16 +187,24 @@ std::unique_ptr<gloo::Algorithm> make_cached(acc_gloo_t *g, void *buf, size_t co
                                                          : gloo::ReductionFunction<T>::sum;
   std::vector<T *> ptrs{static_cast<T *>(buf)};
   const int n = static_cast<int>(count);
+  /* Synchronous pairs write with blocking send(): two ranks sending each
+   * other more than their sockets buffer would deadlock, so only buffers
+   * up to kSyncMaxBytes run there (at most half of that in flight per
+   * direction, against several MiB of loopback/TCP socket buffers; the
+   * first deadlock seen here was at 16 MiB messages). */
+  const size_t bytes = count * sizeof(T);
+  const std::shared_ptr<gloo::Context> &ctx =
+      g->sctx && bytes <= kSyncMaxBytes ? g->sctx : std::static_pointer_cast<gloo::Context>(g->ctx);
   gloo::Algorithm *a;
   switch (kind) {
   case ACC_GLOO_RING_CHUNKED:
-    a = new gloo::AllreduceRingChunked<T>(g->ctx, ptrs, n, fn);
+    a = new gloo::AllreduceRingChunked<T>(ctx, ptrs, n, fn);
     break;
   case ACC_GLOO_RING_CACHED:
-    a = new gloo::AllreduceRing<T>(g->ctx, ptrs, n, fn);
+    a = new gloo::AllreduceRing<T>(ctx, ptrs, n, fn);
     break;
   default:
-    a = new gloo::AllreduceHalvingDoubling<T>(g->ctx, ptrs, n, fn);
+    a = new gloo::AllreduceHalvingDoubling<T>(ctx, ptrs, n, fn);
     break;
   }
   return std::unique_ptr<gloo::Algorithm>(a);
@@ -166,7 +216,7 @@ extern "C" {
 
 acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *hostname,
                               acc_store_client_t *store, const char *key_prefix, int timeout_ms,
-                              char *err, size_t errlen) {
+                              int busy_poll, char *err, size_t errlen) {
   *out = nullptr;
   acc_gloo_t *g = nullptr;
   try {
@@ -187,6 +237,17 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
     g->ctx->setTimeout(g->timeout);
     accrt::GlooStore st(store, key_prefix ? key_prefix : "", static_cast<int>(g->timeout.count()));
     g->ctx->connectFullMesh(st, g->dev);
+    /* the synchronous mesh: a second rendezvous through the store */
+    auto sctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    sctx->setTimeout(g->timeout);
+    accrt::GlooStore st2(store, (std::string(key_prefix ? key_prefix : "") + "sync/").c_str(),
+                         static_cast<int>(g->timeout.count()));
+    sctx->connectFullMesh(st2, g->dev);
+    g->sctx = sctx;
+    g->busy_poll = busy_poll != 0;
+    for (int i = 0; i < size; i++)
+      if (i != rank)
+        g->sctx->getPair(i)->setSync(true, g->busy_poll);
   });
   if (r != ACC_OK) {
     acc_gloo_destroy(&g);
@@ -201,6 +262,14 @@ void acc_gloo_destroy(acc_gloo_t **g_p) {
     return;
   acc_gloo_t *g = *g_p;
   *g_p = nullptr;
+  if (g->worker.joinable()) { /* finish queued all-reduces, stop the worker */
+    {
+      std::lock_guard<std::mutex> lk(g->mu);
+      g->stop = true;
+    }
+    g->cv_work.notify_one();
+    g->worker.join();
+  }
   /* Gloo's TCP event loop notices its end only at its next 10 ms epoll
    * timeout, once for the pairs and once for the device: ~20 ms that a
    * launched worker, which exits right after, would spend waiting. The
@@ -209,7 +278,8 @@ void acc_gloo_destroy(acc_gloo_t **g_p) {
   auto teardown = [g] {
     try {
       g->cache.clear(); /* algorithms hold buffers of the pairs */
-      g->ctx.reset();   /* pairs first: they refer to the device */
+      g->sctx.reset();
+      g->ctx.reset(); /* pairs first: they refer to the device */
       g->dev.reset();
     } catch (...) {
     }
@@ -226,6 +296,8 @@ void acc_gloo_abort(acc_gloo_t *g) {
   if (!g || !g->ctx)
     return;
   try {
+    if (g->sctx)
+      g->sctx->closeConnections();
     g->ctx->closeConnections();
   } catch (...) {
   }
@@ -236,11 +308,14 @@ void acc_gloo_set_timeout(acc_gloo_t *g, int timeout_ms) {
     g->timeout = std::chrono::milliseconds(timeout_ms);
     if (g->ctx)
       g->ctx->setTimeout(g->timeout);
+    if (g->sctx)
+      g->sctx->setTimeout(g->timeout);
   }
 }
 
 acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t esz,
                                  acc_reduce_fn fn, char *err, size_t errlen) {
+  drain(g);
   std::string what = "all-reduce of " + std::to_string(count) + " elements";
   return guard(g, what.c_str(), err, errlen, [&] {
     switch (esz) {
@@ -281,8 +356,8 @@ static int cacheable(acc_dtype_t dtype) {
   return dtype == ACC_F32 || dtype == ACC_F64 || dtype == ACC_I32 || dtype == ACC_I64;
 }
 
-acc_result_t acc_gloo_all_reduce_algo(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
-                                      acc_op_t op, acc_gloo_algo_t algo, char *err, size_t errlen) {
+static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
+                                   acc_op_t op, acc_gloo_algo_t algo, char *err, size_t errlen) {
   if (count == 0)
     return ACC_OK;
   const size_t esz = acc_dtype_size(dtype);
@@ -320,8 +395,16 @@ acc_result_t acc_gloo_all_reduce_algo(acc_gloo_t *g, void *buf, size_t count, ac
           cache[i].op == op && cache[i].kind == algo)
         break;
     if (i == cache.size()) {
-      if (cache.size() == kCachedAlgorithms)
-        cache.erase(cache.begin()); /* least recently used: same choice on every rank */
+      /* Evict the least recently used (the same choice on every rank)
+       * to stay within kCachedAlgorithms entries and kCachedBytes of
+       * buffers: each algorithm keeps inboxes as large as its buffer. */
+      size_t total = count * esz;
+      for (const auto &e : cache)
+        total += e.count * acc_dtype_size(e.dtype);
+      while (!cache.empty() && (cache.size() >= kCachedAlgorithms || total > kCachedBytes)) {
+        total -= cache.front().count * acc_dtype_size(cache.front().dtype);
+        cache.erase(cache.begin());
+      }
       acc_gloo_cached c{buf, count, dtype, op, algo, nullptr};
       switch (dtype) {
       case ACC_F32:
@@ -347,6 +430,78 @@ acc_result_t acc_gloo_all_reduce_algo(acc_gloo_t *g, void *buf, size_t count, ac
   });
 }
 
+acc_result_t acc_gloo_all_reduce_algo(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
+                                      acc_op_t op, acc_gloo_algo_t algo, char *err, size_t errlen) {
+  drain(g);
+  return all_reduce_now(g, buf, count, dtype, op, algo, err, errlen);
+}
+
+static void worker_main(acc_gloo_t *g) {
+  for (;;) {
+    acc_gloo::job j;
+    {
+      std::unique_lock<std::mutex> lk(g->mu);
+      g->cv_work.wait(lk, [g] { return g->stop || !g->queue.empty(); });
+      if (g->queue.empty())
+        return; /* stop */
+      j = g->queue.front();
+      g->queue.pop_front();
+    }
+    acc_result_t r = ACC_OK;
+    char err[1024] = "";
+    if (g->async_err == ACC_OK) { /* after a failure the group is closed: skip */
+      r = all_reduce_now(g, j.buf, j.count, j.dtype, j.op, ACC_GLOO_AUTO, err, sizeof err);
+      if (r == ACC_OK && j.op == ACC_AVG)
+        acc_reduce_divide(j.buf, j.count, j.dtype, g->ctx->size);
+    }
+    std::lock_guard<std::mutex> lk(g->mu);
+    if (r != ACC_OK && g->async_err == ACC_OK) {
+      g->async_err = r;
+      g->async_msg = err;
+    }
+    if (--g->inflight == 0)
+      g->cv_done.notify_all();
+  }
+}
+
+/* Wait until no asynchronous all-reduce is queued or running. */
+static void drain(acc_gloo_t *g) {
+  if (!g || !g->worker.joinable())
+    return;
+  std::unique_lock<std::mutex> lk(g->mu);
+  g->cv_done.wait(lk, [g] { return g->inflight == 0; });
+}
+
+acc_result_t acc_gloo_all_reduce_async(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
+                                       acc_op_t op, char *err, size_t errlen) {
+  if (count == 0)
+    return ACC_OK;
+  try {
+    if (!g->worker.joinable())
+      g->worker = std::thread(worker_main, g);
+    std::lock_guard<std::mutex> lk(g->mu);
+    g->queue.push_back({buf, count, dtype, op});
+    g->inflight++;
+  } catch (...) { /* no thread: run it here */
+    acc_result_t r = all_reduce_now(g, buf, count, dtype, op, ACC_GLOO_AUTO, err, errlen);
+    if (r == ACC_OK && op == ACC_AVG)
+      acc_reduce_divide(buf, count, dtype, g->ctx->size);
+    return r;
+  }
+  g->cv_work.notify_one();
+  return ACC_OK;
+}
+
+acc_result_t acc_gloo_wait(acc_gloo_t *g, char *err, size_t errlen) {
+  if (!g)
+    return ACC_OK;
+  drain(g);
+  std::lock_guard<std::mutex> lk(g->mu);
+  if (g->async_err != ACC_OK && err && errlen)
+    std::snprintf(err, errlen, "%s", g->async_msg.c_str());
+  return g->async_err;
+}
+
 acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
                                         acc_op_t op, char *err, size_t errlen) {
   if (count == 0 || count > (size_t)INT32_MAX || !cacheable(dtype))
@@ -354,14 +509,40 @@ acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count, 
   return acc_gloo_all_reduce_algo(g, buf, count, dtype, op, ACC_GLOO_HALVING_DOUBLING, err, errlen);
 }
 
+/* The choice by size, from bench/allreduce.py --algos (2 processes,
+ * loopback TCP, 2 vCPUs; median per call, each algorithm in its own run,
+ * best of 2 runs; buffers up to kSyncMaxBytes on the synchronous
+ * busy-polling mesh, larger ones on the asynchronous one):
+ *
+ *   size     ring-cached  halving-dbl  ring-chunked  options ring  PyTorch
+ *   4 KiB        18 us        33 us        55 us         ~4 ms       145 us
+ *   64 KiB       38 us        45 us        70 us         ~4 ms       287 us
+ *   256 KiB      99 us       106 us       142 us         ~4 ms       413 us
+ *   1 MiB       619 us       391 us       433 us         ~4 ms       963 us
+ *   4 MiB       2.4 ms       1.9 ms       1.8 ms         ~4 ms       3.4 ms
+ *   16 MiB        -          15 ms        15 ms          15 ms       16 ms
+ *   64 MiB        -          66 ms        63 ms          52 ms       55 ms
+ *
+ * (The options-API ring's ~4 ms medians at small sizes are thread
+ * wake-ups through Gloo's event loop, see `sctx`; PyTorch pays them too.)
+ * So: Gloo's AllreduceRing for small buffers with 2 ranks (one exchange
+ * of the whole buffer: the fewest round trips; with more ranks it would
+ * send the whole buffer n-1 times, so halving-doubling there),
+ * halving-doubling up to kSyncMaxBytes, and above it the AllreduceOptions
+ * ring PyTorch uses (segmented; the buffer-based algorithms would also
+ * keep inboxes as large as the buffer alive). */
 acc_gloo_algo_t acc_gloo_choose_algo(const acc_gloo_t *g, size_t bytes) {
-  (void)g;
-  (void)bytes;
-  return ACC_GLOO_HALVING_DOUBLING; /* provisional: measured below */
+  const int world = g && g->ctx ? g->ctx->size : 2;
+  if (bytes <= (256u << 10))
+    return world == 2 ? ACC_GLOO_RING_CACHED : ACC_GLOO_HALVING_DOUBLING;
+  if (bytes <= kSyncMaxBytes)
+    return ACC_GLOO_HALVING_DOUBLING;
+  return ACC_GLOO_RING;
 }
 
 acc_result_t acc_gloo_broadcast(acc_gloo_t *g, void *buf, size_t bytes, int root, char *err,
                                 size_t errlen) {
+  drain(g);
   std::string what =
       "broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root);
   return guard(g, what.c_str(), err, errlen, [&] {
@@ -376,6 +557,7 @@ acc_result_t acc_gloo_broadcast(acc_gloo_t *g, void *buf, size_t bytes, int root
 
 acc_result_t acc_gloo_all_gather(acc_gloo_t *g, const void *send, void *recv, size_t bytes,
                                  char *err, size_t errlen) {
+  drain(g);
   std::string what = "all-gather of " + std::to_string(bytes) + " bytes per rank";
   return guard(g, what.c_str(), err, errlen, [&] {
     gloo::AllgatherOptions opts(g->ctx);
@@ -390,6 +572,7 @@ acc_result_t acc_gloo_all_gather(acc_gloo_t *g, const void *send, void *recv, si
 }
 
 acc_result_t acc_gloo_barrier(acc_gloo_t *g, char *err, size_t errlen) {
+  drain(g);
   return guard(g, "barrier", err, errlen, [&] {
     gloo::BarrierOptions opts(g->ctx);
     opts.setTag(g->next_tag++);

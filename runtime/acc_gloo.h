@@ -28,11 +28,14 @@ typedef struct acc_gloo acc_gloo_t;
 
 /* Create Gloo's TCP device listening on `hostname` (an address of this
  * host) and connect the full mesh of `size` ranks through `store` (keys
- * under `key_prefix`), waiting at most `timeout_ms`. `store` is borrowed
- * for the duration of the call only. BLOCKS until every rank connected. */
+ * under `key_prefix`), waiting at most `timeout_ms`, plus a second mesh
+ * in Gloo's synchronous pair mode for the buffer-based all-reduces
+ * (busy-polling its sockets when busy_poll != 0: lowest latency, but it
+ * spins a core while waiting). `store` is borrowed for the duration of
+ * the call only. BLOCKS until every rank connected. */
 acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *hostname,
                               acc_store_client_t *store, const char *key_prefix, int timeout_ms,
-                              char *err, size_t errlen);
+                              int busy_poll, char *err, size_t errlen);
 
 /* Close connections and free. NULL-safe; clears *g_p. */
 void acc_gloo_destroy(acc_gloo_t **g_p);
@@ -73,6 +76,18 @@ typedef enum {
  * caller divides). Every rank must use the same algorithm. */
 acc_result_t acc_gloo_all_reduce_algo(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
                                       acc_op_t op, acc_gloo_algo_t algo, char *err, size_t errlen);
+
+/* Queue an in-place all-reduce (algorithm by size; AVG divides after the
+ * sum) on the group's worker thread and return at once; jobs run in
+ * queue order, so every rank must queue the same sequence. The buffer
+ * must not be touched until acc_gloo_wait. Every synchronous call of
+ * this shim first waits for the queue to drain. */
+acc_result_t acc_gloo_all_reduce_async(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
+                                       acc_op_t op, char *err, size_t errlen);
+
+/* Wait for every queued all-reduce; the first failure of any of them
+ * (after which the others were skipped and the group is closed). */
+acc_result_t acc_gloo_wait(acc_gloo_t *g, char *err, size_t errlen);
 
 /* The algorithm ACC_GLOO_AUTO runs for a buffer of `bytes` bytes (chosen
  * from measurements, see acc_gloo.cc); the same on every rank. */

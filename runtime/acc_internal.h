@@ -55,6 +55,13 @@ struct acc {
   acc_nccl_t *nccl;
   int broken;         /* a collective failed: the group cannot be used again */
   int allreduce_algo; /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
+  /* gradient buckets of the model toolkit (acc_mlp_backward_xent):
+   * 0 = none (acc_backward all-reduces the flat buffer), 1 = per bucket,
+   * blocking, 2 = per bucket on the worker thread, overlapping the rest
+   * of the backward pass */
+  int grad_buckets;
+  const float *grads_synced; /* buffer the model already all-reduced ... */
+  size_t grads_synced_n;     /* ... and its length: acc_backward skips it */
 
   /* objects saved with acc_save_state (acc_register_for_checkpointing) */
   struct acc_ckpt_item *ckpt_items;
@@ -100,6 +107,13 @@ acc_sampler_t *acc__sampler_new_for(int rank, int world, size_t n, size_t batch_
  * 0 = the runtime's choice by size). For benchmarks (bench/allreduce);
  * every rank must set the same. */
 void acc__set_allreduce_algo(acc_t *acc, int algo);
+/* Gradient buckets (see grad_buckets): all-reduce (AVG) `n` floats of a
+ * bucket now (mode 1) or on the worker thread (mode 2); wait for all
+ * queued buckets. Errors as acc_all_reduce. */
+acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n);
+acc_result_t acc__wait_buckets(acc_t *acc);
+void acc__set_grad_buckets(acc_t *acc, int mode);
+
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
 

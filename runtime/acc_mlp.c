@@ -225,6 +225,67 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
   return m->act[m->nlayers];
 }
 
+/* Gradient buckets of about this size when they overlap the backward
+ * pass (ACC_MLP_BUCKET_BYTES: the largest size at which the runtime's
+ * all-reduce uses its lowest-latency algorithm, see acc_gloo.cc). */
+#define ACC_MLP_BUCKET_BYTES (256u << 10)
+
+/* 0: acc_backward all-reduces the whole buffer; 1/2: backward does it per
+ * bucket (blocking / overlapping, acc->grad_buckets). Only when every
+ * micro-step syncs (no accumulation window to leave unreduced). */
+static int buckets_on(const acc_mlp_t *m) {
+  const acc_t *acc = m->acc;
+  if (!acc || acc->world < 2 || acc->accum_steps != 1 || acc->broken || !acc->gloo)
+    return 0;
+  return acc->grad_buckets;
+}
+
+/* Rows r0..r1-1 of layer l's weight gradient: gw += dz^T · in there. */
+static void weight_grad_rows(acc_mlp_t *m, acc_precision_t prec, const float *dz, const float *in,
+                             int B, int nin, int nout, int r0, int r1, float *gw) {
+  const int rows = r1 - r0;
+  float *g = gw + (size_t)r0 * (size_t)nin;
+  if (prec == ACC_PRECISION_NO) {
+    /* dW (rows × nin) += dz^T (rows × B) · in (B × nin) */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, nin, B, 1.0f, dz + r0, nout, in, nin,
+                1.0f, g, nin);
+    return;
+  }
+  /* the half-precision gradient of the cast weight, then added to the
+   * f32 gradient of the master weight */
+  const size_t nw = (size_t)rows * (size_t)nin;
+  float *restrict t = m->gtmp;
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, nin, B, 1.0f, dz + r0, nout, in, nin,
+              0.0f, t, nin);
+  acc__round_half(prec, t, nw);
+  for (size_t i = 0; i < nw; i++)
+    g[i] += t[i];
+}
+
+/* The bias gradient: gb += column sums of dz (B × nout). */
+static void bias_grad(acc_mlp_t *m, acc_precision_t prec, const float *dz, int B, int nout,
+                      float *gb) {
+  if (prec == ACC_PRECISION_NO) {
+    for (int r = 0; r < B; r++) {
+      const float *d = dz + (size_t)r * nout;
+      for (int c = 0; c < nout; c++)
+        gb[c] += d[c];
+    }
+    return;
+  }
+  float *restrict t = m->gtmp;
+  for (int c = 0; c < nout; c++)
+    t[c] = 0.0f;
+  for (int r = 0; r < B; r++) {
+    const float *d = dz + (size_t)r * nout;
+    for (int c = 0; c < nout; c++)
+      t[c] += d[c];
+  }
+  acc__round_half(prec, t, (size_t)nout);
+  for (int c = 0; c < nout; c++)
+    gb[c] += t[c];
+}
+
 float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
   if (!m || !labels || !m->x) {
     fprintf(stderr, "acc_mlp_backward_xent: call acc_mlp_forward first\n");
@@ -267,39 +328,32 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
         d[c] *= scale;
   }
   acc__round_half(prec, dz, (size_t)B * (size_t)C);
+  acc_t *acc = m->acc;
+  const int bucketed = buckets_on(m);
+  acc_result_t bucket_err = ACC_OK;
   for (int l = L - 1; l >= 0; l--) {
     const int nin = m->sizes[l], nout = m->sizes[l + 1];
     const float *in = l == 0 ? (prec == ACC_PRECISION_NO ? m->x : m->xh) : m->act[l];
-    float *gw = m->grads + m->w_off[l], *gb = m->grads + m->b_off[l];
-    if (prec == ACC_PRECISION_NO) {
-      /* dW (nout × nin) += dz^T (nout × B) · in (B × nin) */
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, nin, B, 1.0f, dz, nout, in, nin,
-                  1.0f, gw, nin);
-      for (int r = 0; r < B; r++) {
-        const float *d = dz + (size_t)r * nout;
-        for (int c = 0; c < nout; c++)
-          gb[c] += d[c];
+    float *gw = m->grads + m->w_off[l];
+    /* The weight gradient in row blocks when its all-reduce can overlap:
+     * each block's all-reduce runs on the worker thread while the next
+     * block is computed; the bias goes with the last block (W then b are
+     * contiguous, so every bucket is one slice of the buffer). */
+    int rows = nout;
+    if (bucketed == 2) {
+      size_t bytes = (size_t)nout * (size_t)nin * sizeof(float);
+      size_t nblocks = (bytes + ACC_MLP_BUCKET_BYTES - 1) / ACC_MLP_BUCKET_BYTES;
+      rows = (int)(((size_t)nout + nblocks - 1) / nblocks);
+    }
+    for (int r0 = 0; r0 < nout; r0 += rows) {
+      const int r1 = r0 + rows < nout ? r0 + rows : nout;
+      weight_grad_rows(m, prec, dz, in, B, nin, nout, r0, r1, gw);
+      if (r1 == nout)
+        bias_grad(m, prec, dz, B, nout, gw + (size_t)nout * (size_t)nin);
+      if (bucketed && bucket_err == ACC_OK) {
+        size_t n = (size_t)(r1 - r0) * (size_t)nin + (r1 == nout ? (size_t)nout : 0);
+        bucket_err = acc__all_reduce_bucket(acc, gw + (size_t)r0 * (size_t)nin, n);
       }
-    } else {
-      /* the half-precision gradient of the cast weight, then added to
-       * the f32 gradient of the master weight */
-      const size_t nw = (size_t)nout * (size_t)nin;
-      float *restrict t = m->gtmp;
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, nin, B, 1.0f, dz, nout, in, nin,
-                  0.0f, t, nin);
-      acc__round_half(prec, t, nw);
-      for (size_t i = 0; i < nw; i++)
-        gw[i] += t[i];
-      for (int c = 0; c < nout; c++)
-        t[c] = 0.0f;
-      for (int r = 0; r < B; r++) {
-        const float *d = dz + (size_t)r * nout;
-        for (int c = 0; c < nout; c++)
-          t[c] += d[c];
-      }
-      acc__round_half(prec, t, (size_t)nout);
-      for (int c = 0; c < nout; c++)
-        gb[c] += t[c];
     }
     if (l == 0)
       break;
@@ -315,6 +369,18 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
     float *t = dz;
     dz = dprev;
     dprev = t;
+  }
+  if (bucketed) {
+    acc_result_t w = acc__wait_buckets(acc);
+    if (bucket_err == ACC_OK)
+      bucket_err = w;
+    if (bucket_err == ACC_OK) { /* acc_backward need not all-reduce it again */
+      acc->grads_synced = m->grads;
+      acc->grads_synced_n = m->nparams;
+    } else {
+      fprintf(stderr, "acc_mlp_backward_xent: gradient all-reduce failed: %s\n",
+              acc_last_error(acc));
+    }
   }
   return (float)(loss / B);
 }

@@ -2,8 +2,12 @@
  * test_collectives.c — every collective × dtype × op on host buffers
  * against a serial reference computed in each rank, with N processes.
  *
- *   test_collectives all_reduce|reduce_scatter|broadcast|all_gather|barrier
- *                    DTYPE(f32|f64|f16|bf16|i32|i64) OP(sum|avg|max|min) NPROC
+ *   test_collectives all_reduce|reduce_scatter|broadcast|all_gather|barrier|
+ *                    algorithms DTYPE(f32|f64|f16|bf16|i32|i64) OP(sum|avg|max|min) NPROC
+ *
+ * `algorithms` forces each of the runtime's Gloo all-reduce algorithms in
+ * turn (acc__set_allreduce_algo) and checks them, then the runtime's own
+ * choice on a 36 MB buffer (the AllreduceOptions ring).
  *
  * Values are small integers (|v| <= 24) so that sums are exact in every
  * dtype whatever order Gloo's ring adds them in; AVG's reference divides
@@ -16,6 +20,7 @@
 #include <string.h>
 
 #include "acc_half.h"
+#include "acc_internal.h"
 #include "nbfork.h"
 #include "rt_assert.h"
 #include "rt_spawn.h"
@@ -193,12 +198,39 @@ static int run_rank(int rank, int world, void *arg) {
                     get(recv, d, (size_t)r * n + i), value(r, i));
       free(send);
       free(recv);
+    } else if (strcmp(job->coll, "algorithms") == 0) {
+      for (int a = 1; a <= 5; a++) {
+        acc__set_allreduce_algo(acc, a);
+        void *buf = malloc(n * esz);
+        for (size_t i = 0; i < n; i++)
+          put(buf, d, i, value(rank, i));
+        ASSERT_OK(acc, acc_all_reduce(acc, buf, n, d, job->op));
+        for (size_t i = 0; i < n; i++)
+          if (get(buf, d, i) != reference(d, job->op, world, i))
+            RT_FAIL("%s, %zu elements: element %zu: got %.9g want %.9g",
+                    acc__allreduce_algo_name(acc, n * esz), n, i, get(buf, d, i),
+                    reference(d, job->op, world, i));
+        free(buf);
+      }
+      acc__set_allreduce_algo(acc, 0);
     } else if (strcmp(job->coll, "barrier") == 0) {
       for (int k = 0; k < 20; k++)
         ASSERT_OK(acc, acc_wait_for_everyone(acc));
     } else {
       RT_FAIL("unknown collective %s", job->coll);
     }
+  }
+  if (strcmp(job->coll, "algorithms") == 0) { /* the runtime's choice for a large buffer */
+    const size_t big = 9u << 20;
+    float *buf = malloc(big * sizeof(float));
+    for (size_t i = 0; i < big; i++)
+      buf[i] = (float)value(rank, i);
+    ASSERT_OK(acc, acc_all_reduce(acc, buf, big, ACC_F32, ACC_SUM));
+    for (size_t i = 0; i < big; i += 997)
+      ASSERT_EQ((long long)buf[i], (long long)reference(ACC_F32, ACC_SUM, world, i));
+    if (rank == 0)
+      printf("36 MiB buffer: %s\n", acc__allreduce_algo_name(acc, big * sizeof(float)));
+    free(buf);
   }
   /* bad arguments are refused without communicating */
   ASSERT_EQ(acc_all_reduce(acc, NULL, 4, d, ACC_SUM), ACC_ERR_INVALID_ARGUMENT);
