@@ -1,0 +1,218 @@
+/*
+ * bench/allreduce.c — the nbfork side of bench/allreduce.py: forks NPROC
+ * ranks on 127.0.0.1 (the environment a launcher sets), and times
+ * acc_all_reduce (f32, SUM, in place) at each size, plus memcpy of the
+ * same buffer as a bandwidth reference. One JSON object per line on
+ * stdout (rank 0):
+ *   {"side":"nbfork","algo":"halving-doubling","bytes":1048576,
+ *    "iters":100,"median_s":...,"min_s":...}
+ *   {"side":"memcpy","bytes":...,"median_s":...}
+ *
+ *   allreduce [--nproc N] [--algos auto|all|NAME,...] BYTES...
+ *
+ * `auto` is what acc_all_reduce runs (the runtime's choice per size);
+ * `all` also times every Gloo algorithm the shim has, forced through the
+ * internal acc__set_allreduce_algo, to show why the choice is what it is.
+ * Built by bench/allreduce.py against the build tree's libnbfork.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "acc_gloo.h"
+#include "nbfork.h"
+
+/* Internal runtime calls (exported by libnbfork, declared in
+ * runtime/acc_internal.h). */
+void acc__set_allreduce_algo(acc_t *acc, int algo);
+const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int iters_for(size_t bytes) {
+  if (bytes <= 64 * 1024)
+    return 400;
+  if (bytes <= 2 * 1024 * 1024)
+    return 100;
+  if (bytes <= 32 * 1024 * 1024)
+    return 20;
+  return 10;
+}
+
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {0};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+typedef struct {
+  int nalgos;
+  int algos[8];
+  int nsizes;
+  size_t sizes[16];
+} plan_t;
+
+static int rank_main(const plan_t *p) {
+  acc_t *acc = acc_new(NULL);
+  if (!acc)
+    return 1;
+  int rank = acc_rank(acc), world = acc_world_size(acc);
+  for (int s = 0; s < p->nsizes; s++) {
+    size_t bytes = p->sizes[s], n = bytes / sizeof(float);
+    float *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    int iters = iters_for(bytes);
+    double *t = malloc((size_t)iters * sizeof *t);
+    for (int a = 0; a < p->nalgos; a++) {
+      acc__set_allreduce_algo(acc, p->algos[a]);
+      const char *name = acc__allreduce_algo_name(acc, bytes);
+      /* correctness once: sum over ranks of (rank + 1) */
+      for (size_t i = 0; i < n; i++)
+        buf[i] = (float)(rank + 1);
+      if (acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM) != ACC_OK) {
+        fprintf(stderr, "all-reduce failed: %s\n", acc_last_error(acc));
+        return 1;
+      }
+      const float want = (float)(world * (world + 1) / 2);
+      if (buf[0] != want || buf[n - 1] != want) {
+        fprintf(stderr, "%s: wrong sum %g (want %g)\n", name, buf[0], want);
+        return 1;
+      }
+      for (int w = 0; w < 3; w++)
+        acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM);
+      acc_wait_for_everyone(acc);
+      for (int i = 0; i < iters; i++) {
+        double t0 = now_s();
+        acc_result_t r = acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM);
+        t[i] = now_s() - t0;
+        if (r != ACC_OK) {
+          fprintf(stderr, "all-reduce failed: %s\n", acc_last_error(acc));
+          return 1;
+        }
+      }
+      qsort(t, (size_t)iters, sizeof *t, cmp_dbl);
+      if (rank == 0)
+        printf("{\"side\":\"nbfork\",\"algo\":\"%s\",\"forced\":%d,\"bytes\":%zu,\"iters\":%d,"
+               "\"median_s\":%.9g,\"min_s\":%.9g}\n",
+               name, p->algos[a] != 0, bytes, iters, t[iters / 2], t[0]);
+      fflush(stdout);
+    }
+    if (rank == 0) { /* memcpy reference: same buffer size, after the others */
+      float *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+      memset(dst, 0, bytes);
+      for (int i = 0; i < iters; i++) {
+        double t0 = now_s();
+        memcpy(dst, buf, bytes);
+        __asm__ volatile("" ::"r"(dst) : "memory");
+        t[i] = now_s() - t0;
+      }
+      qsort(t, (size_t)iters, sizeof *t, cmp_dbl);
+      printf("{\"side\":\"memcpy\",\"bytes\":%zu,\"iters\":%d,\"median_s\":%.9g,\"min_s\":%.9g}\n",
+             bytes, iters, t[iters / 2], t[0]);
+      fflush(stdout);
+      free(dst);
+    }
+    acc_wait_for_everyone(acc);
+    free(t);
+    free(buf);
+  }
+  acc_destroy(&acc);
+  return 0;
+}
+
+static int parse_algo(const char *s) {
+  for (int a = 0; a <= (int)ACC_GLOO_BCUBE; a++)
+    if (strcmp(s, acc_gloo_algo_name((acc_gloo_algo_t)a)) == 0)
+      return a;
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  plan_t p = {0};
+  int nproc = 2;
+  const char *algos = "auto";
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--nproc") && i + 1 < argc)
+      nproc = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--algos") && i + 1 < argc)
+      algos = argv[++i];
+    else if (p.nsizes < 16)
+      p.sizes[p.nsizes++] = strtoull(argv[i], NULL, 10);
+  }
+  if (p.nsizes == 0 || nproc < 2) {
+    fprintf(stderr, "usage: allreduce [--nproc N>=2] [--algos auto|all|NAME,...] BYTES...\n");
+    return 2;
+  }
+  if (!strcmp(algos, "all")) {
+    for (int a = 0; a <= (int)ACC_GLOO_BCUBE; a++)
+      p.algos[p.nalgos++] = a;
+  } else {
+    char *copy = strdup(algos), *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok && p.nalgos < 8;
+         tok = strtok_r(NULL, ",", &save)) {
+      int a = parse_algo(tok);
+      if (a < 0) {
+        fprintf(stderr, "unknown algorithm '%s'\n", tok);
+        return 2;
+      }
+      p.algos[p.nalgos++] = a;
+    }
+    free(copy);
+  }
+  char port[16], run_id[64];
+  snprintf(port, sizeof port, "%d", free_port());
+  snprintf(run_id, sizeof run_id, "bench-allreduce-%d", (int)getpid());
+  fflush(stdout);
+  pid_t *pids = calloc((size_t)nproc, sizeof *pids);
+  for (int r = 0; r < nproc; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      char b[16];
+      snprintf(b, sizeof b, "%d", r);
+      setenv("RANK", b, 1);
+      setenv("LOCAL_RANK", b, 1);
+      snprintf(b, sizeof b, "%d", nproc);
+      setenv("WORLD_SIZE", b, 1);
+      setenv("LOCAL_WORLD_SIZE", b, 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", port, 1);
+      setenv("NBFORK_RUN_ID", run_id, 1);
+      setenv("ACCELERATE_USE_CPU", "1", 1);
+      unsetenv("NBFORK_STORE_HOSTED");
+      _exit(rank_main(&p));
+    }
+  }
+  int rc = 0;
+  for (int r = 0; r < nproc; r++) {
+    int st;
+    waitpid(pids[r], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      rc = 1;
+  }
+  free(pids);
+  return rc;
+}
