@@ -384,8 +384,10 @@ acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, floa
 /* One optimizer step (Accelerate's AcceleratedOptimizer.step). Returns 1
  * when the parameters were updated, 0 when the step was skipped: on a
  * micro-step that does not sync gradients (acc_sync_gradients == 0), or
- * with fp16 mixed precision when the gradients hold inf/NaN (GradScaler).
- * `acc` may be NULL (always steps). */
+ * with fp16 mixed precision when the gradients hold inf/NaN. With fp16 it
+ * runs GradScaler's unscale_ (the gradient buffer is divided by the loss
+ * scale in place), step (skipped on inf/NaN) and update (see "Mixed
+ * precision" above). `acc` may be NULL (always steps). */
 int acc_optim_step(acc_t *acc, acc_optim_t *opt);
 /* Zero the optimizer's gradient buffer, but only on sync micro-steps
  * (Accelerate's AcceleratedOptimizer.zero_grad); `acc` may be NULL. */
