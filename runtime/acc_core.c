@@ -254,6 +254,7 @@ void acc_destroy(acc_t **acc_p) {
   /* Rank 0 stops hosting the store BEFORE the final barrier: no rank uses
    * the store after acc_new's first barrier, and a rank that leaves the
    * barrier and joins a new group at once must not reach this old store. */
+  acc_gloo_release_store(acc->gloo);
   acc_store_client_destroy(&acc->store);
   acc_store_server_stop(&acc->store_server);
   /* Leave together, so nobody tears down a connection a peer still reads. */

@@ -60,6 +60,13 @@ struct acc_gloo {
    * mesh (Gloo refuses unbound buffers on synchronous pairs). */
   std::shared_ptr<gloo::Context> sctx;
   bool busy_poll = false;
+  /* It costs a second rendezvous (~15 ms here), which a program that
+   * all-reduces once (a launch that only checks the group) should not
+   * pay: it is made at the first all-reduce of a buffer seen before,
+   * i.e. in a training loop, through the store acc_gloo_connect got. */
+  acc_store_client_t *store = nullptr;
+  std::string sync_prefix;
+  bool sync_tried = false;
   std::chrono::milliseconds timeout{300000};
   std::vector<acc_gloo_cached> cache; /* most recently used last */
   /* Tag of the next AllreduceOptions-style operation: each gets its own,
@@ -237,17 +244,11 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
     g->ctx->setTimeout(g->timeout);
     accrt::GlooStore st(store, key_prefix ? key_prefix : "", static_cast<int>(g->timeout.count()));
     g->ctx->connectFullMesh(st, g->dev);
-    /* the synchronous mesh: a second rendezvous through the store */
-    auto sctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    sctx->setTimeout(g->timeout);
-    accrt::GlooStore st2(store, (std::string(key_prefix ? key_prefix : "") + "sync/").c_str(),
-                         static_cast<int>(g->timeout.count()));
-    sctx->connectFullMesh(st2, g->dev);
-    g->sctx = sctx;
+    /* the synchronous mesh connects later, at the first repeated
+     * all-reduce (connect_sync) */
+    g->store = store;
+    g->sync_prefix = std::string(key_prefix ? key_prefix : "") + "sync/";
     g->busy_poll = busy_poll != 0;
-    for (int i = 0; i < size; i++)
-      if (i != rank)
-        g->sctx->getPair(i)->setSync(true, g->busy_poll);
   });
   if (r != ACC_OK) {
     acc_gloo_destroy(&g);
@@ -290,6 +291,14 @@ void acc_gloo_destroy(acc_gloo_t **g_p) {
   } catch (...) {
     teardown(); /* no thread could be started: wait for it here */
   }
+}
+
+void acc_gloo_release_store(acc_gloo_t *g) {
+  if (!g)
+    return;
+  drain(g);
+  g->store = nullptr;
+  g->sync_tried = true;
 }
 
 void acc_gloo_abort(acc_gloo_t *g) {
@@ -356,6 +365,21 @@ static int cacheable(acc_dtype_t dtype) {
   return dtype == ACC_F32 || dtype == ACC_F64 || dtype == ACC_I32 || dtype == ACC_I64;
 }
 
+/* Connect the synchronous mesh (see `sctx`); throws on failure. */
+static void connect_sync(acc_gloo_t *g) {
+  g->sync_tried = true;
+  if (!g->store)
+    return;
+  auto sctx = std::make_shared<gloo::rendezvous::Context>(g->ctx->rank, g->ctx->size);
+  sctx->setTimeout(g->timeout);
+  accrt::GlooStore st(g->store, g->sync_prefix, static_cast<int>(g->timeout.count()));
+  sctx->connectFullMesh(st, g->dev);
+  for (int i = 0; i < sctx->size; i++)
+    if (i != sctx->rank)
+      sctx->getPair(i)->setSync(true, g->busy_poll);
+  g->sctx = sctx;
+}
+
 static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
                                    acc_op_t op, acc_gloo_algo_t algo, char *err, size_t errlen) {
   if (count == 0)
@@ -394,6 +418,14 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
       if (cache[i].buf == buf && cache[i].count == count && cache[i].dtype == dtype &&
           cache[i].op == op && cache[i].kind == algo)
         break;
+    if (i < cache.size() && !g->sync_tried && count * esz <= kSyncMaxBytes) {
+      /* a repeated all-reduce: time for the synchronous mesh (every rank
+       * decides the same, their caches being equal); the algorithms built
+       * on the asynchronous mesh are rebuilt on it */
+      connect_sync(g);
+      cache.clear();
+      i = 0;
+    }
     if (i == cache.size()) {
       /* Evict the least recently used (the same choice on every rank)
        * to stay within kCachedAlgorithms entries and kCachedBytes of

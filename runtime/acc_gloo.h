@@ -31,11 +31,17 @@ typedef struct acc_gloo acc_gloo_t;
  * under `key_prefix`), waiting at most `timeout_ms`, plus a second mesh
  * in Gloo's synchronous pair mode for the buffer-based all-reduces
  * (busy-polling its sockets when busy_poll != 0: lowest latency, but it
- * spins a core while waiting). `store` is borrowed for the duration of
- * the call only. BLOCKS until every rank connected. */
+ * spins a core while waiting), connected at the first repeated
+ * all-reduce. `store` is borrowed and must stay valid until
+ * acc_gloo_destroy (that second mesh rendezvouses through it). BLOCKS
+ * until every rank connected. */
 acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *hostname,
                               acc_store_client_t *store, const char *key_prefix, int timeout_ms,
                               int busy_poll, char *err, size_t errlen);
+
+/* The store given to acc_gloo_connect is about to go: no second mesh
+ * will be connected through it any more. */
+void acc_gloo_release_store(acc_gloo_t *g);
 
 /* Close connections and free. NULL-safe; clears *g_p. */
 void acc_gloo_destroy(acc_gloo_t **g_p);
