@@ -67,6 +67,7 @@ struct acc_gloo {
   acc_store_client_t *store = nullptr;
   std::string sync_prefix;
   bool sync_tried = false;
+  std::vector<acc_gloo_cached> seen; /* buffers all-reduced before sctx */
   std::chrono::milliseconds timeout{300000};
   std::vector<acc_gloo_cached> cache; /* most recently used last */
   /* Tag of the next AllreduceOptions-style operation: each gets its own,
@@ -411,6 +412,28 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
       }
     });
   }
+  if (!g->sctx && count * esz <= kSyncMaxBytes) {
+    /* No synchronous mesh yet. Gloo's buffer-based algorithms must not
+     * run on the asynchronous mesh: once they had, its AllreduceOptions
+     * operations took 10-50x longer (seen with 16 MiB). The first
+     * all-reduce of a buffer runs PyTorch's ring; the second one (a
+     * training loop: every rank decides the same, as every rank sees the
+     * same calls) connects the synchronous mesh and goes on there. */
+    bool seen = false;
+    for (const auto &k : g->seen)
+      if (k.buf == buf && k.count == count && k.dtype == dtype && k.op == op)
+        seen = true;
+    if (!seen || g->sync_tried) {
+      if (!seen && g->seen.size() < 64)
+        g->seen.push_back({buf, count, dtype, op, algo, nullptr});
+      return all_reduce_now(g, buf, count, dtype, op, ACC_GLOO_RING, err, errlen);
+    }
+    acc_result_t r =
+        guard(g, "connecting the synchronous Gloo mesh", err, errlen, [&] { connect_sync(g); });
+    if (r != ACC_OK)
+      return r;
+    g->seen.clear();
+  }
   return guard(g, what.c_str(), err, errlen, [&] {
     auto &cache = g->cache;
     size_t i = 0;
@@ -418,14 +441,6 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
       if (cache[i].buf == buf && cache[i].count == count && cache[i].dtype == dtype &&
           cache[i].op == op && cache[i].kind == algo)
         break;
-    if (i < cache.size() && !g->sync_tried && count * esz <= kSyncMaxBytes) {
-      /* a repeated all-reduce: time for the synchronous mesh (every rank
-       * decides the same, their caches being equal); the algorithms built
-       * on the asynchronous mesh are rebuilt on it */
-      connect_sync(g);
-      cache.clear();
-      i = 0;
-    }
     if (i == cache.size()) {
       /* Evict the least recently used (the same choice on every rank)
        * to stay within kCachedAlgorithms entries and kCachedBytes of
