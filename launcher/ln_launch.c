@@ -13,20 +13,14 @@
 #define _GNU_SOURCE
 #include "ln_launch.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ln_cuda.h"
@@ -190,8 +184,8 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
       char *nl = strchr(failures, '\n');
       summary = nl ? strndup(failures, (size_t)(nl - failures)) : strdup(failures);
     }
-    char *tb = xprintf("%s%sThe other workers were stopped.%s", failures ? failures : "",
-                       failures ? "" : "", o->max_restarts ? " Restarts are used up." : "");
+    char *tb = xprintf("%sThe other workers were stopped.%s", failures ? failures : "",
+                       o->max_restarts ? " Restarts are used up." : "");
     free(failures);
     set_error(err, "WorkerFailed", summary ? summary : strdup("a worker failed"), tb);
     return -1;
