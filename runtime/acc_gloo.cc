@@ -34,6 +34,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "acc_gloo_store.h"
+#include "acc_gloo_waker.h"
 
 /* One cached buffer-based all-reduce (see acc_gloo_all_reduce_cached). */
 struct acc_gloo_cached {
@@ -46,6 +47,9 @@ struct acc_gloo_cached {
 };
 
 struct acc_gloo {
+  /* declared before dev: destroyed after it (the loop calls it until the
+   * device's loop thread ends) */
+  std::unique_ptr<accrt::LoopWaker> waker;
   std::shared_ptr<gloo::transport::Device> dev;
   std::shared_ptr<gloo::rendezvous::Context> ctx;
   /* A second full mesh (its own rendezvous; one made by Gloo's
@@ -241,9 +245,11 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
     gloo::transport::tcp::attr attr;
     attr.hostname = hostname ? hostname : "127.0.0.1";
     g->dev = gloo::transport::tcp::CreateDevice(attr);
+    g->waker = accrt::LoopWaker::attach(g->dev);
     g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     g->ctx->setTimeout(g->timeout);
     accrt::GlooStore st(store, key_prefix ? key_prefix : "", static_cast<int>(g->timeout.count()));
+    accrt::WakeScope awake(g->waker.get());
     g->ctx->connectFullMesh(st, g->dev);
     /* the synchronous mesh connects later, at the first repeated
      * all-reduce (connect_sync) */
@@ -272,17 +278,24 @@ void acc_gloo_destroy(acc_gloo_t **g_p) {
     g->cv_work.notify_one();
     g->worker.join();
   }
-  /* Gloo's TCP event loop notices its end only at its next 10 ms epoll
-   * timeout, once for the pairs and once for the device: ~20 ms that a
-   * launched worker, which exits right after, would spend waiting. The
-   * teardown runs on a detached thread instead (the caller left the group
-   * after the final barrier, so no peer reads these connections). */
+  /* Gloo's TCP event loop notices each closed pair and its own end only
+   * at a loop tick (see acc_gloo_waker.h): the waker shortens those, and
+   * the teardown runs on a detached thread, so that a launched worker,
+   * which exits right after, never waits for it (the caller left the
+   * group after the final barrier, so no peer reads these connections). */
   auto teardown = [g] {
     try {
+      if (g->waker)
+        g->waker->arm();
       g->cache.clear(); /* algorithms hold buffers of the pairs */
       g->sctx.reset();
       g->ctx.reset(); /* pairs first: they refer to the device */
+      std::weak_ptr<gloo::transport::Device> alive = g->dev;
       g->dev.reset();
+      /* the device (and its loop) should be gone now; should something
+       * still hold it, its loop may yet call the waker: keep it */
+      if (alive.lock())
+        (void)g->waker.release();
     } catch (...) {
     }
     delete g;
@@ -374,6 +387,7 @@ static void connect_sync(acc_gloo_t *g) {
   auto sctx = std::make_shared<gloo::rendezvous::Context>(g->ctx->rank, g->ctx->size);
   sctx->setTimeout(g->timeout);
   accrt::GlooStore st(g->store, g->sync_prefix, static_cast<int>(g->timeout.count()));
+  accrt::WakeScope awake(g->waker.get());
   sctx->connectFullMesh(st, g->dev);
   for (int i = 0; i < sctx->size; i++)
     if (i != sctx->rank)

@@ -145,8 +145,12 @@ static int open_socket(acc_store_client_t *c) {
       c->mon = NULL;
     }
   }
-  /* Reconnect quickly while the server is not up yet. */
-  int ivl = 20, ivl_max = 500;
+  /* Reconnect quickly while the server is not up yet: a launcher starts
+   * hosting the store only after it forked the workers (it must fork
+   * while single-threaded), so a worker's first connection is often
+   * refused; ZeroMQ then retries after `ivl` ms, doubling up to ivl_max.
+   * 20 ms here was a third of a launch's cost. */
+  int ivl = 1, ivl_max = 250;
   zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
   zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
   if (zmq_connect(c->sock, c->endpoint) != 0) {
