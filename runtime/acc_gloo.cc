@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <gloo/allgather.h>
+#include <gloo/allgather_ring.h>
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
@@ -37,13 +38,27 @@
 #include "acc_gloo_waker.h"
 
 /* One cached buffer-based all-reduce (see acc_gloo_all_reduce_cached). */
+/* One cached buffer-based algorithm (see acc_gloo_all_reduce_cached and
+ * all_gather_sync). It is found by what every rank asks for alike (kind
+ * and size, never the caller's addresses: the ranks' heaps differ, so a
+ * choice made from addresses could differ between ranks, and ranks that
+ * disagree on which algorithm runs, or on the context slots a new one
+ * takes, wait for each other forever). It works on its own buffers; the
+ * caller's data is copied in and out (two memcpys of at most
+ * kSyncMaxBytes: a few percent of the transfer). */
 struct acc_gloo_cached {
-  void *buf;
-  size_t count;
-  acc_dtype_t dtype;
-  acc_op_t op;
+  bool gather;        /* all-gather, else all-reduce */
+  size_t count;       /* all-reduce: elements; all-gather: bytes per rank */
+  acc_dtype_t dtype;  /* all-reduce only */
+  acc_op_t op;        /* all-reduce only */
   acc_gloo_algo_t kind;
+  std::vector<unsigned char> in, out; /* all-reduce: in, in place; all-gather: in -> out */
   std::unique_ptr<gloo::Algorithm> algo;
+
+  bool same(const acc_gloo_cached &o) const {
+    return gather == o.gather && count == o.count && (gather || (dtype == o.dtype && op == o.op));
+  }
+  size_t bytes() const { return in.size() + out.size(); }
 };
 
 struct acc_gloo {
@@ -66,12 +81,13 @@ struct acc_gloo {
   bool busy_poll = false;
   /* It costs a second rendezvous (~15 ms here), which a program that
    * all-reduces once (a launch that only checks the group) should not
-   * pay: it is made at the first all-reduce of a buffer seen before,
-   * i.e. in a training loop, through the store acc_gloo_connect got. */
+   * pay: it is made at the first all-reduce (or small all-gather) of a
+   * size seen before, i.e. in a training loop, through the store
+   * acc_gloo_connect got. */
   acc_store_client_t *store = nullptr;
   std::string sync_prefix;
   bool sync_tried = false;
-  std::vector<acc_gloo_cached> seen; /* buffers all-reduced before sctx */
+  std::vector<acc_gloo_cached> seen; /* sizes all-reduced/gathered before sctx */
   std::chrono::milliseconds timeout{300000};
   std::vector<acc_gloo_cached> cache; /* most recently used last */
   /* Tag of the next AllreduceOptions-style operation: each gets its own,
@@ -379,6 +395,21 @@ static int cacheable(acc_dtype_t dtype) {
   return dtype == ACC_F32 || dtype == ACC_F64 || dtype == ACC_I32 || dtype == ACC_I64;
 }
 
+/* Evict the least recently used cached algorithms (the same choice on
+ * every rank) until one more keeping `bytes` fits within
+ * kCachedAlgorithms entries and kCachedBytes of buffers: each algorithm
+ * keeps inboxes as large as its buffer. */
+static void make_room(acc_gloo_t *g, size_t bytes) {
+  auto &cache = g->cache;
+  size_t total = bytes;
+  for (const auto &e : cache)
+    total += e.bytes();
+  while (!cache.empty() && (cache.size() >= kCachedAlgorithms || total > kCachedBytes)) {
+    total -= cache.front().bytes();
+    cache.erase(cache.begin());
+  }
+}
+
 /* Connect the synchronous mesh (see `sctx`); throws on failure. */
 static void connect_sync(acc_gloo_t *g) {
   g->sync_tried = true;
@@ -430,16 +461,17 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
     /* No synchronous mesh yet. Gloo's buffer-based algorithms must not
      * run on the asynchronous mesh: once they had, its AllreduceOptions
      * operations took 10-50x longer (seen with 16 MiB). The first
-     * all-reduce of a buffer runs PyTorch's ring; the second one (a
+     * all-reduce of a size runs PyTorch's ring; the second one (a
      * training loop: every rank decides the same, as every rank sees the
      * same calls) connects the synchronous mesh and goes on there. */
+    acc_gloo_cached key{false, count, dtype, op, algo, {}, {}, nullptr};
     bool seen = false;
     for (const auto &k : g->seen)
-      if (k.buf == buf && k.count == count && k.dtype == dtype && k.op == op)
+      if (k.same(key))
         seen = true;
     if (!seen || g->sync_tried) {
       if (!seen && g->seen.size() < 64)
-        g->seen.push_back({buf, count, dtype, op, algo, nullptr});
+        g->seen.push_back(std::move(key));
       return all_reduce_now(g, buf, count, dtype, op, ACC_GLOO_RING, err, errlen);
     }
     acc_result_t r =
@@ -451,34 +483,30 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
   return guard(g, what.c_str(), err, errlen, [&] {
     auto &cache = g->cache;
     size_t i = 0;
+    const acc_gloo_cached key{false, count, dtype, op, algo, {}, {}, nullptr};
     for (; i < cache.size(); i++)
-      if (cache[i].buf == buf && cache[i].count == count && cache[i].dtype == dtype &&
-          cache[i].op == op && cache[i].kind == algo)
+      if (cache[i].same(key) && cache[i].kind == algo)
         break;
     if (i == cache.size()) {
       /* Evict the least recently used (the same choice on every rank)
        * to stay within kCachedAlgorithms entries and kCachedBytes of
        * buffers: each algorithm keeps inboxes as large as its buffer. */
-      size_t total = count * esz;
-      for (const auto &e : cache)
-        total += e.count * acc_dtype_size(e.dtype);
-      while (!cache.empty() && (cache.size() >= kCachedAlgorithms || total > kCachedBytes)) {
-        total -= cache.front().count * acc_dtype_size(cache.front().dtype);
-        cache.erase(cache.begin());
-      }
-      acc_gloo_cached c{buf, count, dtype, op, algo, nullptr};
+      make_room(g, count * esz);
+      acc_gloo_cached c{false, count, dtype, op, algo, {}, {}, nullptr};
+      c.in.resize(count * esz);
+      void *own = c.in.data();
       switch (dtype) {
       case ACC_F32:
-        c.algo = make_cached<float>(g, buf, count, op, algo);
+        c.algo = make_cached<float>(g, own, count, op, algo);
         break;
       case ACC_F64:
-        c.algo = make_cached<double>(g, buf, count, op, algo);
+        c.algo = make_cached<double>(g, own, count, op, algo);
         break;
       case ACC_I32:
-        c.algo = make_cached<int32_t>(g, buf, count, op, algo);
+        c.algo = make_cached<int32_t>(g, own, count, op, algo);
         break;
       default:
-        c.algo = make_cached<int64_t>(g, buf, count, op, algo);
+        c.algo = make_cached<int64_t>(g, own, count, op, algo);
         break;
       }
       cache.push_back(std::move(c));
@@ -487,7 +515,10 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
       std::rotate(cache.begin() + (long)i, cache.begin() + (long)i + 1, cache.end());
       i = cache.size() - 1;
     }
-    cache[i].algo->run();
+    acc_gloo_cached &e = cache[i];
+    std::memcpy(e.in.data(), buf, count * esz);
+    e.algo->run();
+    std::memcpy(buf, e.in.data(), count * esz);
   });
 }
 
@@ -616,9 +647,71 @@ acc_result_t acc_gloo_broadcast(acc_gloo_t *g, void *buf, size_t bytes, int root
   });
 }
 
+/* All-gather with Gloo's buffer-based ring on the synchronous mesh,
+ * cached per size like the all-reduces; false when that
+ * path does not apply (then the caller uses AllgatherOptions). Throws on
+ * failure. Why: evaluation gathers small buffers once per batch (two per
+ * batch in acc_gather_for_metrics); on the asynchronous mesh each cost
+ * two thread wake-ups of Gloo's event loop, ~0.7 ms here, which made a
+ * 2-process evaluation slower than a 1-process one. */
+static bool all_gather_sync(acc_gloo_t *g, const void *send, void *recv, size_t bytes,
+                            char *err, size_t errlen, acc_result_t *r) {
+  const size_t total = bytes * static_cast<size_t>(g->ctx->size);
+  if (total > kSyncMaxBytes || bytes > static_cast<size_t>(INT32_MAX))
+    return false;
+  acc_gloo_cached key{true, bytes, ACC_I64, ACC_SUM, ACC_GLOO_RING_CACHED, {}, {}, nullptr};
+  if (!g->sctx) { /* connect at the second gather of this size */
+    bool seen = false;
+    for (const auto &k : g->seen)
+      if (k.same(key))
+        seen = true;
+    if (!seen || g->sync_tried) {
+      if (!seen && g->seen.size() < 64)
+        g->seen.push_back(std::move(key));
+      return false;
+    }
+    *r = guard(g, "connecting the synchronous Gloo mesh", err, errlen, [&] { connect_sync(g); });
+    if (*r != ACC_OK)
+      return true;
+    g->seen.clear();
+    if (!g->sctx)
+      return false;
+  }
+  std::string what = "all-gather of " + std::to_string(bytes) + " bytes per rank";
+  *r = guard(g, what.c_str(), err, errlen, [&] {
+    auto &cache = g->cache;
+    size_t i = 0;
+    for (; i < cache.size(); i++)
+      if (cache[i].same(key))
+        break;
+    if (i == cache.size()) {
+      make_room(g, bytes + total);
+      acc_gloo_cached c{true, bytes, ACC_I64, ACC_SUM, ACC_GLOO_RING_CACHED, {}, {}, nullptr};
+      c.in.resize(bytes);
+      c.out.resize(total);
+      std::vector<const uint8_t *> in{c.in.data()};
+      c.algo.reset(new gloo::AllgatherRing<uint8_t>(g->sctx, in, c.out.data(),
+                                                     static_cast<int>(bytes)));
+      cache.push_back(std::move(c));
+      i = cache.size() - 1;
+    } else if (i + 1 != cache.size()) {
+      std::rotate(cache.begin() + (long)i, cache.begin() + (long)i + 1, cache.end());
+      i = cache.size() - 1;
+    }
+    acc_gloo_cached &e = cache[i];
+    std::memcpy(e.in.data(), send, bytes); /* send may lie inside recv: copy it first */
+    e.algo->run();
+    std::memcpy(recv, e.out.data(), total);
+  });
+  return true;
+}
+
 acc_result_t acc_gloo_all_gather(acc_gloo_t *g, const void *send, void *recv, size_t bytes,
                                  char *err, size_t errlen) {
   drain(g);
+  acc_result_t r = ACC_OK;
+  if (all_gather_sync(g, send, recv, bytes, err, errlen, &r))
+    return r;
   std::string what = "all-gather of " + std::to_string(bytes) + " bytes per rank";
   return guard(g, what.c_str(), err, errlen, [&] {
     gloo::AllgatherOptions opts(g->ctx);

@@ -54,8 +54,10 @@ acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t 
                                  acc_reduce_fn fn, char *err, size_t errlen);
 
 /* In-place all-reduce through Gloo's buffer-based halving-doubling
- * algorithm (Thakur, Rabenseifner & Gropp 2005), cached per (buf, count,
- * dtype, op): 5-10x less time than the options-based ring for the
+ * algorithm (Thakur, Rabenseifner & Gropp 2005), cached per (count,
+ * dtype, op) with its own buffer (the data is copied in and out, so the
+ * choice never depends on addresses, which differ between ranks): 5-10x
+ * less time than the options-based ring for the
  * 10^4-10^6 element buffers of gradient all-reduces, because its buffers
  * are registered once. SUM, MAX, MIN (AVG: SUM, the caller divides) of
  * f32, f64, i32, i64 only: returns ACC_ERR_UNSUPPORTED otherwise, and the
@@ -65,7 +67,7 @@ acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count, 
                                         acc_op_t op, char *err, size_t errlen);
 
 /* The all-reduce algorithms of Gloo the shim can run. The first three
- * are Gloo's buffer-based algorithms, cached per (buf, count, dtype, op)
+ * are Gloo's buffer-based algorithms, cached per (count, dtype, op)
  * so their pair buffers are registered once (f32, f64, i32, i64 only;
  * other dtypes run ACC_GLOO_RING); the last two go through
  * gloo::allreduce(AllreduceOptions) as PyTorch's ProcessGroupGloo does. */
