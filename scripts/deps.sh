@@ -6,6 +6,7 @@ pkgs=(
   build-essential cmake pkg-config
   libzmq3-dev libjansson-dev libssl-dev zlib1g-dev
   libgloo-dev libopenblas-dev libopenblas0
+  tcc libtcc-dev
   dataset-fashion-mnist
   python3 python3-jupyter-client python3-nbclient python3-nbformat python3-ipykernel
   jupyter-notebook jupyter-console

@@ -27,6 +27,7 @@
 #include "ex_cell.h"
 #include "ex_compile.h"
 #include "ex_events.h"
+#include "ex_jit.h"
 #include "ex_magic.h"
 #include "ex_query.h"
 #include "ex_stdin.h"
@@ -206,64 +207,77 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
     ex_cell_unit_free(&u);
     return ex_event_reply_error("MemoryError", "out of memory", NULL);
   }
-  ex->tc.cflags = cflags;
-  ex->tc.ldflags = ex->flags.ldflags;
-  char *so = NULL, *diag = NULL;
-  int rc = ex_compile(&ex->tc, u.source, u.tag, m->cuda, &so, &diag);
-  free(cflags);
-  ex->tc.cflags = NULL;
-  if (rc == 2) {
+  /* A cell that holds only `%launch f(...)` (nothing later cells link
+   * against): its thunk compiles in memory when TinyCC accepts it
+   * (ex_jit.h), else through the system compiler like any cell. */
+  void (*run)(void) = NULL;
+  int (*launch)(void) = NULL;
+  if (m->launch_call && !m->cuda && u.split.count == 0)
+    launch = ex_jit_launch(u.source, u.tag, u.launch_symbol, ex->incdir, cflags);
+  if (launch) {
+    free(cflags);
+    ex_cell_commit(ex->cells, &u);
+    ex_cell_unit_free(&u);
+  } else {
+    ex->tc.cflags = cflags;
+    ex->tc.ldflags = ex->flags.ldflags;
+    char *so = NULL, *diag = NULL;
+    int rc = ex_compile(&ex->tc, u.source, u.tag, m->cuda, &so, &diag);
+    free(cflags);
+    ex->tc.cflags = NULL;
+    if (rc == 2) {
+      free(diag);
+      ex_cell_unit_free(&u);
+      return ex_event_reply_error("KeyboardInterrupt",
+                                  "the cell was interrupted while it compiled; the state of earlier "
+                                  "cells is kept",
+                                  NULL);
+    }
+    char *clean = diag ? ex_compile_clean(diag) : NULL;
     free(diag);
-    ex_cell_unit_free(&u);
-    return ex_event_reply_error("KeyboardInterrupt",
-                                "the cell was interrupted while it compiled; the state of earlier "
-                                "cells is kept",
-                                NULL);
-  }
-  char *clean = diag ? ex_compile_clean(diag) : NULL;
-  free(diag);
-  if (rc != 0) {
-    const char *d = clean ? clean : "";
-    char *summary = rc > 0 ? ex_compile_summary(d) : strndup(d, strcspn(d, "\n"));
-    /* a failure of the link step alone (a missing -lNAME) is a LinkError */
-    int link_only = rc > 0 && summary &&
-                    (strstr(summary, "cannot find") || strstr(summary, "undefined reference") ||
-                     !strncmp(summary, "collect2:", 9));
-    int r = ex_event_reply_error(rc < 0      ? "SystemError"
-                                 : link_only ? "LinkError"
-                                             : "CompileError",
-                                 summary ? summary : "compilation failed", d);
-    free(summary);
+    if (rc != 0) {
+      const char *d = clean ? clean : "";
+      char *summary = rc > 0 ? ex_compile_summary(d) : strndup(d, strcspn(d, "\n"));
+      /* a failure of the link step alone (a missing -lNAME) is a LinkError */
+      int link_only = rc > 0 && summary &&
+                      (strstr(summary, "cannot find") || strstr(summary, "undefined reference") ||
+                       !strncmp(summary, "collect2:", 9));
+      int r = ex_event_reply_error(rc < 0      ? "SystemError"
+                                   : link_only ? "LinkError"
+                                               : "CompileError",
+                                   summary ? summary : "compilation failed", d);
+      free(summary);
+      free(clean);
+      ex_cell_unit_free(&u);
+      return r;
+    }
+    if (clean && *clean) { /* warnings: the cell compiled */
+      fputs(clean, stderr);
+      fflush(stderr);
+    }
     free(clean);
+    void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
+    free(so);
+    if (!h) {
+      /* "/tmp/.../cell_TAG.so: undefined symbol: f__cTAG" -> "cell[3]:
+       * undefined symbol: f" */
+      const char *de = dlerror();
+      const char *tail = de ? strstr(de, ".so: ") : NULL;
+      char *msg = ex_compile_clean(tail ? tail + 5 : de ? de : "cannot load the cell");
+      char ev[1024];
+      snprintf(ev, sizeof ev, "%s: %.*s", label, msg ? (int)strcspn(msg, "\n") : 0, msg ? msg : "");
+      free(msg);
+      ex_cell_unit_free(&u);
+      return ex_event_reply_error(
+          "LinkError", ev,
+          "The cell compiled but could not be loaded: a function it calls is declared but not "
+          "defined, or a library is missing (add it with %ldflags -lNAME).");
+    }
+    ex_cell_commit(ex->cells, &u);
+    run = (void (*)(void))dlsym(h, u.run_symbol);
+    launch = u.has_launch ? (int (*)(void))dlsym(h, u.launch_symbol) : NULL;
     ex_cell_unit_free(&u);
-    return r;
   }
-  if (clean && *clean) { /* warnings: the cell compiled */
-    fputs(clean, stderr);
-    fflush(stderr);
-  }
-  free(clean);
-  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
-  free(so);
-  if (!h) {
-    /* "/tmp/.../cell_TAG.so: undefined symbol: f__cTAG" -> "cell[3]:
-     * undefined symbol: f" */
-    const char *de = dlerror();
-    const char *tail = de ? strstr(de, ".so: ") : NULL;
-    char *msg = ex_compile_clean(tail ? tail + 5 : de ? de : "cannot load the cell");
-    char ev[1024];
-    snprintf(ev, sizeof ev, "%s: %.*s", label, msg ? (int)strcspn(msg, "\n") : 0, msg ? msg : "");
-    free(msg);
-    ex_cell_unit_free(&u);
-    return ex_event_reply_error(
-        "LinkError", ev,
-        "The cell compiled but could not be loaded: a function it calls is declared but not "
-        "defined, or a library is missing (add it with %ldflags -lNAME).");
-  }
-  ex_cell_commit(ex->cells, &u);
-  void (*run)(void) = (void (*)(void))dlsym(h, u.run_symbol);
-  int (*launch)(void) = u.has_launch ? (int (*)(void))dlsym(h, u.launch_symbol) : NULL;
-  ex_cell_unit_free(&u);
   if (g_interrupted) {
     check_cuda(ex, count);
     return reply_interrupted();

@@ -48,6 +48,7 @@ int chatty(void) {
     sleep(1);  /* the lines must reach the notebook before this ends */
     return 0;
 }
+int null_ptr(const int *p) { return p == 0; }   /* 0 for any non-null p */
 int reduce_ones(void) {
     acc_t *acc = acc_new(NULL);
     if (!acc) return 1;
@@ -187,7 +188,17 @@ class LauncherTests(unittest.TestCase):
     def test_call_type_checked(self):
         reply, out = self.k.execute("%launch show(1, 2) num_processes=2")
         self.assertEqual(reply["status"], "error")
-        self.assertEqual(h.errors(out)[0]["ename"], "CompileError")
+        err = h.errors(out)[0]
+        self.assertEqual(err["ename"], "CompileError")
+        # the system compiler's diagnostic (TinyCC's names no function)
+        self.assertIn("too many arguments to function 'show'", err["evalue"])
+
+    def test_call_with_a_warning_runs_with_the_system_compiler(self):
+        # TinyCC (-Werror) declines the thunk; GCC compiles it with a
+        # warning, which the cell shows, and the launch goes on
+        reply, out = self.launch("null_ptr(8)")
+        self.assertEqual(reply["status"], "ok", h.errors(out))
+        self.assertIn("makes pointer from integer without a cast", h.stream_text(out, "stderr"))
 
     def test_port_in_use(self):
         s = socket.socket()
@@ -202,6 +213,22 @@ class LauncherTests(unittest.TestCase):
         self.assertEqual(errs[0]["ename"], "LaunchError")
         self.assertIn("use_port=%d" % port, errs[0]["evalue"])
         self.assertIn("pass another port", "\n".join(errs[0]["traceback"]))
+
+
+class SystemCompilerThunkTests(unittest.TestCase):
+    """NBFORK_JIT=0: every thunk goes through the system compiler."""
+
+    def test_launch_without_jit(self):
+        k = h.Kernel(env={"NBFORK_JIT": "0"})
+        try:
+            reply, out = k.execute(DEFS)
+            self.assertEqual(reply["status"], "ok", h.errors(out))
+            reply, out = k.execute("%%launch reduce_ones() num_processes=2 use_port=%d" %
+                                   h.free_port())
+            self.assertEqual(reply["status"], "ok", h.errors(out))
+            self.assertEqual(h.stream_text(out).count("of 2 sum 2"), 2)
+        finally:
+            k.close()
 
 
 class RendezvousTimeoutTests(unittest.TestCase):

@@ -18,6 +18,7 @@
 
 #include "ex_cell.h"
 #include "ex_compile.h"
+#include "ex_jit.h"
 #include "ex_split.h"
 #include "ex_test.h"
 
@@ -1029,3 +1030,95 @@ EX_TEST(compile_cxx_unit_with_host_compiler) {
 }
 
 EX_TEST_MAIN()
+
+/* ------------------------------------------- launch thunks in memory */
+
+/* The unit of a cell holding only `%launch CALL` (the executor's case). */
+static ex_cell_unit_t gen_launch(cells_t *c, const char *call) {
+  ex_cell_unit_t u;
+  char label[32], err[256] = "";
+  snprintf(label, sizeof label, "cell[%d]", ++c->count);
+  if (ex_cell_generate(c->st, "", 0, label, call, "salt", &u, err, sizeof err))
+    EX_TEST_FAIL("ex_cell_generate failed on %%launch %s: %s", call, err);
+  return u;
+}
+
+/* The thunk of a launch-only cell compiles in memory, calls the function
+ * an earlier (system-compiled) cell defined with the argument values of
+ * the call, and reports its int result; a void function gives 0. A
+ * second request for the same unit is the same thunk. */
+EX_TEST(jit_launch_thunk_calls_the_cell_function) {
+  if (!ex_jit_enabled())
+    EX_TEST_SKIP("built without libtcc (Debian libtcc-dev) or NBFORK_JIT=0");
+  engine_t e;
+  engine_init(&e);
+  run_cell(&e,
+           "#include <stdio.h>\n"
+           "typedef struct { int a; double b; } pair_t;\n"
+           "int seen_n; double seen_x; char seen_s[16];\n"
+           "int work(const char *s, int n, double x, pair_t p) {\n"
+           "  seen_n = n; seen_x = x + p.b; snprintf(seen_s, sizeof seen_s, \"%s\", s);\n"
+           "  return n + p.a;\n}\n"
+           "void nothing(int n) { seen_n = n; }",
+           NULL);
+  ex_cell_unit_t u = gen_launch(&e.cells, "work(\"bf16\", 40, 0.5, (pair_t){2, 0.25})");
+  ex_jit_launch_fn fn = ex_jit_launch(u.source, u.tag, u.launch_symbol, e.tc.incdir, e.tc.cflags);
+  if (!fn)
+    EX_TEST_FAIL("TinyCC declined the thunk:\n%s", u.source);
+  ASSERT_EQ_INT(fn(), 42);
+  ASSERT_TRUE(ex_jit_launch(u.source, u.tag, u.launch_symbol, e.tc.incdir, e.tc.cflags) == fn);
+  ex_cell_unit_free(&u);
+  u = gen_launch(&e.cells, "nothing(7)");
+  fn = ex_jit_launch(u.source, u.tag, u.launch_symbol, e.tc.incdir, e.tc.cflags);
+  ASSERT_TRUE(fn != NULL);
+  ASSERT_EQ_INT(fn(), 0);
+  ex_cell_unit_free(&u);
+  /* what the calls did, read through a cell compiled by the system compiler */
+  char t[17];
+  void *h = run_cell(&e, "int probe(void) { return seen_n * 1000 + (int)(seen_x * 100) + (seen_s[0] == 'b'); }", t);
+  int (*probe)(void) = (int (*)(void))sym(h, "probe", t);
+  ASSERT_EQ_INT(probe(), 7 * 1000 + 75 + 1);
+  engine_destroy(&e);
+}
+
+/* Whatever TinyCC would judge differently from the system compiler goes
+ * there instead: errors, warnings, quoted includes, flags it cannot
+ * mirror, and NBFORK_JIT=0. */
+EX_TEST(jit_declines_to_the_system_compiler) {
+  if (!ex_jit_enabled())
+    EX_TEST_SKIP("built without libtcc (Debian libtcc-dev) or NBFORK_JIT=0");
+  engine_t e;
+  engine_init(&e);
+  run_cell(&e, "int take(int *p) { return p ? *p : -1; }\nint two(int a, int b) { return a + b; }",
+           NULL);
+  const char *declined[] = {
+      "two(1)",          /* too few arguments: an error */
+      "missing(1)",      /* undeclared */
+      "take(3)",         /* int to pointer: a warning, -Werror */
+  };
+  for (size_t i = 0; i < sizeof declined / sizeof *declined; i++) {
+    ex_cell_unit_t u = gen_launch(&e.cells, declined[i]);
+    if (ex_jit_launch(u.source, u.tag, u.launch_symbol, e.tc.incdir, e.tc.cflags))
+      EX_TEST_FAIL("TinyCC accepted %%launch %s", declined[i]);
+    ex_cell_unit_free(&u);
+  }
+  ex_cell_unit_t u = gen_launch(&e.cells, "two(1, 2)");
+  ASSERT_TRUE(ex_jit_launch(u.source, u.tag, u.launch_symbol, e.tc.incdir, "-O0 -fopenmp") ==
+              NULL);
+  ASSERT_TRUE(ex_jit_launch(u.source, u.tag, u.launch_symbol, e.tc.incdir, "-O2 '-DX=a b'") ==
+              NULL);
+  setenv("NBFORK_JIT", "0", 1);
+  ASSERT_TRUE(ex_jit_launch(u.source, u.tag, u.launch_symbol, e.tc.incdir, e.tc.cflags) == NULL);
+  unsetenv("NBFORK_JIT");
+  ex_jit_launch_fn fn =
+      ex_jit_launch(u.source, u.tag, u.launch_symbol, e.tc.incdir, "-O2 -g -DTHREE=3 -I/tmp");
+  ASSERT_TRUE(fn != NULL);
+  ASSERT_EQ_INT(fn(), 3);
+  ex_cell_unit_free(&u);
+  /* a quoted include in the prelude: the system compiler's search order */
+  run_cell(&e, "#include \"nbfork.h\"\nint three(void) { return 3; }", NULL);
+  u = gen_launch(&e.cells, "three()");
+  ASSERT_TRUE(ex_jit_launch(u.source, u.tag, u.launch_symbol, e.tc.incdir, e.tc.cflags) == NULL);
+  ex_cell_unit_free(&u);
+  engine_destroy(&e);
+}

@@ -1,0 +1,169 @@
+/*
+ * ex_jit.c — see ex_jit.h.
+ */
+#define _GNU_SOURCE
+#include "ex_jit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef NBFORK_HAVE_TCC
+#include <libtcc.h>
+
+/* Thunks kept loaded, oldest first; the oldest is dropped when full (no
+ * worker of an earlier launch still runs: launches are synchronous). */
+#define EX_JIT_KEEP 64
+
+typedef struct {
+  char tag[17];
+  TCCState *state;
+  ex_jit_launch_fn fn;
+} ex_jit_entry_t;
+
+static ex_jit_entry_t g_kept[EX_JIT_KEEP];
+static int g_nkept;
+
+int ex_jit_enabled(void) {
+  const char *e = getenv("NBFORK_JIT");
+  return !e || strcmp(e, "0") != 0;
+}
+
+static int starts(const char *s, const char *prefix) {
+  return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* A flag that changes nothing the thunk's meaning depends on. */
+static int ignorable(const char *w) {
+  static const char *const exact[] = {"-w",         "-pipe",
+                                      "-fPIC",      "-fpic",
+                                      "-fPIE",      "-fpie",
+                                      "-std=c99",   "-std=c11",
+                                      "-std=c17",   "-std=c18",
+                                      "-std=gnu99", "-std=gnu11",
+                                      "-std=gnu17", "-std=gnu18",
+                                      "-fno-omit-frame-pointer", "-fomit-frame-pointer",
+                                      "-fno-strict-aliasing",    "-fstrict-aliasing"};
+  for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+    if (!strcmp(w, exact[i]))
+      return 1;
+  if (starts(w, "-W"))
+    return !starts(w, "-Wp,") && !starts(w, "-Wa,") && !starts(w, "-Wl,") ? 1 : 0;
+  return starts(w, "-O") || starts(w, "-g") || starts(w, "-march=") || starts(w, "-mtune=") ||
+         starts(w, "-fdiagnostics-");
+}
+
+/* Mirror `cflags` on `s`: 0, or -1 when a flag asks for the system
+ * compiler. */
+static int apply_flags(TCCState *s, const char *cflags) {
+  if (!cflags)
+    return 0;
+  if (strpbrk(cflags, "'\"\\$`"))
+    return -1; /* quoting: leave its meaning to the system compiler */
+  char *copy = strdup(cflags), *save = NULL;
+  if (!copy)
+    return -1;
+  int rc = 0;
+  for (char *w = strtok_r(copy, " \t\n", &save); w && rc == 0;
+       w = strtok_r(NULL, " \t\n", &save)) {
+    if (!strcmp(w, "-I") || !strcmp(w, "-D") || !strcmp(w, "-U")) {
+      char *arg = strtok_r(NULL, " \t\n", &save);
+      if (!arg) {
+        rc = -1;
+        break;
+      }
+      char opt = w[1];
+      w = arg;
+      if (opt == 'I')
+        tcc_add_include_path(s, w);
+      else if (opt == 'U')
+        tcc_undefine_symbol(s, w);
+      else {
+        char *eq = strchr(w, '=');
+        if (eq)
+          *eq = 0;
+        tcc_define_symbol(s, w, eq ? eq + 1 : NULL);
+      }
+    } else if (starts(w, "-I")) {
+      tcc_add_include_path(s, w + 2);
+    } else if (starts(w, "-D")) {
+      char *eq = strchr(w + 2, '=');
+      if (eq)
+        *eq = 0;
+      tcc_define_symbol(s, w + 2, eq ? eq + 1 : NULL);
+    } else if (starts(w, "-U")) {
+      tcc_undefine_symbol(s, w + 2);
+    } else if (!strcmp(w, "-pthread")) {
+      tcc_define_symbol(s, "_REENTRANT", NULL); /* what it means to the preprocessor */
+    } else if (!ignorable(w)) {
+      rc = -1;
+    }
+  }
+  free(copy);
+  return rc;
+}
+
+/* TinyCC's diagnostics are not shown: on any of them the unit goes to
+ * the system compiler, which reports its own. */
+static void quiet(void *opaque, const char *msg) {
+  (void)opaque;
+  (void)msg;
+}
+
+ex_jit_launch_fn ex_jit_launch(const char *source, const char *tag, const char *launch_symbol,
+                               const char *incdir, const char *cflags) {
+  if (!source || !tag || !launch_symbol || !ex_jit_enabled())
+    return NULL;
+  for (int i = 0; i < g_nkept; i++)
+    if (!strcmp(g_kept[i].tag, tag))
+      return g_kept[i].fn;
+  /* a quoted include is searched next to the notebook, an order TinyCC
+   * would not reproduce exactly */
+  if (strstr(source, "#include \"") || strstr(source, "# include \""))
+    return NULL;
+  TCCState *s = tcc_new();
+  if (!s)
+    return NULL;
+  tcc_set_error_func(s, NULL, quiet);
+  tcc_set_output_type(s, TCC_OUTPUT_MEMORY);
+  ex_jit_launch_fn fn = NULL;
+  tcc_set_options(s, "-Werror");
+  if (apply_flags(s, cflags) == 0) {
+    if (incdir)
+      tcc_add_include_path(s, incdir);
+    if (tcc_compile_string(s, source) == 0 && tcc_relocate(s, TCC_RELOCATE_AUTO) >= 0)
+      fn = (ex_jit_launch_fn)tcc_get_symbol(s, launch_symbol);
+  }
+  if (!fn) {
+    tcc_delete(s);
+    return NULL;
+  }
+  if (g_nkept == EX_JIT_KEEP) {
+    tcc_delete(g_kept[0].state);
+    memmove(g_kept, g_kept + 1, (EX_JIT_KEEP - 1) * sizeof *g_kept);
+    g_nkept--;
+  }
+  ex_jit_entry_t *e = &g_kept[g_nkept++];
+  strncpy(e->tag, tag, sizeof e->tag - 1);
+  e->tag[sizeof e->tag - 1] = 0;
+  e->state = s;
+  e->fn = fn;
+  return fn;
+}
+
+#else /* no libtcc: always the system compiler */
+
+int ex_jit_enabled(void) {
+  return 0;
+}
+
+ex_jit_launch_fn ex_jit_launch(const char *source, const char *tag, const char *launch_symbol,
+                               const char *incdir, const char *cflags) {
+  (void)source;
+  (void)tag;
+  (void)launch_symbol;
+  (void)incdir;
+  (void)cflags;
+  return NULL;
+}
+
+#endif
