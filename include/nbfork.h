@@ -96,8 +96,10 @@ typedef struct acc acc_t;
  *   NBFORK_GLOO_HOSTNAME  address Gloo listens on [the local address that
  *                         routes to MASTER_ADDR; 127.0.0.1 for loopback]
  *   NBFORK_GLOO_BUSY_POLL 1 = all-reduces up to 4 MiB busy-poll their
- *                         sockets (lower latency on idle cores; much
- *                         slower when the CPU is shared) [0]
+ *                         sockets, as MPI and NCCL do (faster on cores the
+ *                         ranks have to themselves; much slower when other
+ *                         work shares them: set 0 there) [1 when the
+ *                         node's ranks do not outnumber its CPUs]
  *   NBFORK_GRAD_BUCKETS   0, 1, 2: gradient buckets of acc_mlp_backward_xent
  *                         (see there) [0]
  *   NBFORK_RDZV_SECRET    shared secret of the job's rendezvous store:
