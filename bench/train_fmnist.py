@@ -17,12 +17,17 @@ gather of predictions, 1 and 2 processes forked, one BLAS thread per process.
 Both sides must run on OpenBLAS (the libopenblas0 alternative of
 libblas.so.3): the script prints the BLAS library each side has mapped.
 
-Usage: bench/train_fmnist.py [--epochs N]   (build first: scripts/build.sh)
+The host of the test VM makes single runs vary by +-40%, so each
+configuration runs --repeat times (default 3), interleaved, and the
+medians are compared.
+
+Usage: bench/train_fmnist.py [--epochs N] [--repeat R]   (build first: scripts/build.sh)
 """
 import argparse
 import gzip
 import os
 import re
+import statistics
 import struct
 import sys
 import time
@@ -171,23 +176,35 @@ def run_nbfork(world, epochs):
 def main():
     ap = argparse.ArgumentParser(description="Fashion-MNIST: nbfork vs PyTorch DDP")
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each configuration, interleaved; medians are reported")
     args = ap.parse_args()
-    rows = []
-    for world in (1, 2):
-        for name, fn in (("pytorch", run_torch), ("nbfork", run_nbfork)):
-            print("running %s with %d process%s..." % (name, world, "es" if world > 1 else ""),
-                  flush=True)
-            wall, acc, blas, n_train = fn(world, args.epochs)
-            rows.append((name, world, wall, acc, blas, n_train))
+    # Interleaved (every configuration once per round) so that a slow
+    # stretch of the shared host hits all of them alike; the medians and
+    # the ratios of medians are reported, with each configuration's range.
+    runs = {}
+    for rnd in range(args.repeat):
+        for world in (1, 2):
+            for name, fn in (("pytorch", run_torch), ("nbfork", run_nbfork)):
+                print("round %d/%d: %s with %d process%s..." % (
+                    rnd + 1, args.repeat, name, world, "es" if world > 1 else ""), flush=True)
+                wall, acc, blas, n_train = fn(world, args.epochs)
+                runs.setdefault((name, world), []).append((wall, acc, blas, n_train))
     print()
-    print("%-8s %5s %12s %12s %9s  %s" % ("side", "procs", "images/s", "s/epoch", "accuracy",
-                                          "BLAS"))
+    print("%-8s %5s %12s %15s %12s %9s  %s" % ("side", "procs", "images/s", "(min-max)",
+                                               "s/epoch", "accuracy", "BLAS"))
     ips = {}
-    for name, world, wall, acc, blas, n_train in rows:
-        ips[(name, world)] = n_train * args.epochs / wall
-        print("%-8s %5d %12.0f %12.2f %8.2f%%  %s" % (name, world, ips[(name, world)],
-                                                      wall / args.epochs, acc, blas))
+    for world in (1, 2):
+        for name in ("pytorch", "nbfork"):
+            rs = runs[(name, world)]
+            rates = sorted(r[3] * args.epochs / r[0] for r in rs)
+            ips[(name, world)] = statistics.median(rates)
+            wall = statistics.median(r[0] for r in rs)
+            print("%-8s %5d %12.0f %15s %12.2f %8.2f%%  %s" % (
+                name, world, ips[(name, world)], "%.0f-%.0f" % (rates[0], rates[-1]),
+                wall / args.epochs, rs[-1][1], rs[-1][2]))
     print()
+    print("medians of %d interleaved runs, %d epochs each" % (args.repeat, args.epochs))
     print("nbfork / pytorch, 2 processes: %.2fx (goal >= 1.5x)" %
           (ips[("nbfork", 2)] / ips[("pytorch", 2)]))
     print("nbfork / pytorch, 1 process:   %.2fx" % (ips[("nbfork", 1)] / ips[("pytorch", 1)]))
