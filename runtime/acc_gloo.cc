@@ -410,6 +410,61 @@ static void make_room(acc_gloo_t *g, size_t bytes) {
   }
 }
 
+static void connect_sync(acc_gloo_t *g);
+
+/* Whether an operation `key` may run a cached algorithm on the
+ * synchronous mesh: 1 yes (connected now if need be), 0 no (run it on the
+ * asynchronous mesh; `key` is remembered), -1 connecting failed (*r).
+ * Gloo's buffer-based algorithms must not run on the asynchronous mesh:
+ * once they had, its AllreduceOptions operations took 10-50x longer (seen
+ * with 16 MiB). So the first operation of a kind and size runs there with
+ * the options API, and the second one (a training loop: every rank
+ * decides the same, as every rank makes the same calls) connects the
+ * synchronous mesh, on which it and all later ones run. */
+static int sync_mesh_for(acc_gloo_t *g, acc_gloo_cached &key, char *err, size_t errlen,
+                         acc_result_t *r) {
+  if (g->sctx)
+    return 1;
+  bool seen = false;
+  for (const auto &k : g->seen)
+    if (k.same(key))
+      seen = true;
+  if (!seen || g->sync_tried) {
+    if (!seen && g->seen.size() < 64)
+      g->seen.push_back(std::move(key));
+    return 0;
+  }
+  *r = guard(g, "connecting the synchronous Gloo mesh", err, errlen, [&] { connect_sync(g); });
+  if (*r != ACC_OK)
+    return -1;
+  g->seen.clear();
+  return g->sctx ? 1 : 0;
+}
+
+/* The cached entry like `key`, made by `make(entry)` (which sizes its
+ * buffers and creates its algorithm) when there is none; it becomes the
+ * most recently used. Throws what `make` throws. */
+extern "C++" {
+template <typename Make>
+static acc_gloo_cached &cached_entry(acc_gloo_t *g, const acc_gloo_cached &key, size_t bytes,
+                                     Make &&make) {
+  auto &cache = g->cache;
+  size_t i = 0;
+  for (; i < cache.size(); i++)
+    if (cache[i].same(key) && cache[i].kind == key.kind)
+      break;
+  if (i == cache.size()) {
+    make_room(g, bytes);
+    acc_gloo_cached c{key.gather, key.count, key.dtype, key.op, key.kind, {}, {}, nullptr};
+    make(c);
+    cache.push_back(std::move(c));
+  } else if (i + 1 != cache.size()) {
+    std::rotate(cache.begin() + (long)i, cache.begin() + (long)i + 1, cache.end());
+  }
+  return cache.back();
+}
+} // extern "C++"
+
 /* Connect the synchronous mesh (see `sctx`); throws on failure. */
 static void connect_sync(acc_gloo_t *g) {
   g->sync_tried = true;
@@ -457,42 +512,17 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
       }
     });
   }
-  if (!g->sctx && count * esz <= kSyncMaxBytes) {
-    /* No synchronous mesh yet. Gloo's buffer-based algorithms must not
-     * run on the asynchronous mesh: once they had, its AllreduceOptions
-     * operations took 10-50x longer (seen with 16 MiB). The first
-     * all-reduce of a size runs PyTorch's ring; the second one (a
-     * training loop: every rank decides the same, as every rank sees the
-     * same calls) connects the synchronous mesh and goes on there. */
-    acc_gloo_cached key{false, count, dtype, op, algo, {}, {}, nullptr};
-    bool seen = false;
-    for (const auto &k : g->seen)
-      if (k.same(key))
-        seen = true;
-    if (!seen || g->sync_tried) {
-      if (!seen && g->seen.size() < 64)
-        g->seen.push_back(std::move(key));
-      return all_reduce_now(g, buf, count, dtype, op, ACC_GLOO_RING, err, errlen);
-    }
-    acc_result_t r =
-        guard(g, "connecting the synchronous Gloo mesh", err, errlen, [&] { connect_sync(g); });
-    if (r != ACC_OK)
+  acc_gloo_cached key{false, count, dtype, op, algo, {}, {}, nullptr};
+  if (count * esz <= kSyncMaxBytes) {
+    acc_result_t r = ACC_OK;
+    int sync = sync_mesh_for(g, key, err, errlen, &r);
+    if (sync < 0)
       return r;
-    g->seen.clear();
+    if (sync == 0)
+      return all_reduce_now(g, buf, count, dtype, op, ACC_GLOO_RING, err, errlen);
   }
   return guard(g, what.c_str(), err, errlen, [&] {
-    auto &cache = g->cache;
-    size_t i = 0;
-    const acc_gloo_cached key{false, count, dtype, op, algo, {}, {}, nullptr};
-    for (; i < cache.size(); i++)
-      if (cache[i].same(key) && cache[i].kind == algo)
-        break;
-    if (i == cache.size()) {
-      /* Evict the least recently used (the same choice on every rank)
-       * to stay within kCachedAlgorithms entries and kCachedBytes of
-       * buffers: each algorithm keeps inboxes as large as its buffer. */
-      make_room(g, count * esz);
-      acc_gloo_cached c{false, count, dtype, op, algo, {}, {}, nullptr};
+    acc_gloo_cached &e = cached_entry(g, key, count * esz, [&](acc_gloo_cached &c) {
       c.in.resize(count * esz);
       void *own = c.in.data();
       switch (dtype) {
@@ -509,13 +539,7 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
         c.algo = make_cached<int64_t>(g, own, count, op, algo);
         break;
       }
-      cache.push_back(std::move(c));
-      i = cache.size() - 1;
-    } else if (i + 1 != cache.size()) {
-      std::rotate(cache.begin() + (long)i, cache.begin() + (long)i + 1, cache.end());
-      i = cache.size() - 1;
-    }
-    acc_gloo_cached &e = cache[i];
+    });
     std::memcpy(e.in.data(), buf, count * esz);
     e.algo->run();
     std::memcpy(buf, e.in.data(), count * esz);
@@ -660,45 +684,18 @@ static bool all_gather_sync(acc_gloo_t *g, const void *send, void *recv, size_t 
   if (total > kSyncMaxBytes || bytes > static_cast<size_t>(INT32_MAX))
     return false;
   acc_gloo_cached key{true, bytes, ACC_I64, ACC_SUM, ACC_GLOO_RING_CACHED, {}, {}, nullptr};
-  if (!g->sctx) { /* connect at the second gather of this size */
-    bool seen = false;
-    for (const auto &k : g->seen)
-      if (k.same(key))
-        seen = true;
-    if (!seen || g->sync_tried) {
-      if (!seen && g->seen.size() < 64)
-        g->seen.push_back(std::move(key));
-      return false;
-    }
-    *r = guard(g, "connecting the synchronous Gloo mesh", err, errlen, [&] { connect_sync(g); });
-    if (*r != ACC_OK)
-      return true;
-    g->seen.clear();
-    if (!g->sctx)
-      return false;
-  }
+  int sync = sync_mesh_for(g, key, err, errlen, r);
+  if (sync <= 0)
+    return sync < 0;
   std::string what = "all-gather of " + std::to_string(bytes) + " bytes per rank";
   *r = guard(g, what.c_str(), err, errlen, [&] {
-    auto &cache = g->cache;
-    size_t i = 0;
-    for (; i < cache.size(); i++)
-      if (cache[i].same(key))
-        break;
-    if (i == cache.size()) {
-      make_room(g, bytes + total);
-      acc_gloo_cached c{true, bytes, ACC_I64, ACC_SUM, ACC_GLOO_RING_CACHED, {}, {}, nullptr};
+    acc_gloo_cached &e = cached_entry(g, key, bytes + total, [&](acc_gloo_cached &c) {
       c.in.resize(bytes);
       c.out.resize(total);
       std::vector<const uint8_t *> in{c.in.data()};
       c.algo.reset(new gloo::AllgatherRing<uint8_t>(g->sctx, in, c.out.data(),
                                                      static_cast<int>(bytes)));
-      cache.push_back(std::move(c));
-      i = cache.size() - 1;
-    } else if (i + 1 != cache.size()) {
-      std::rotate(cache.begin() + (long)i, cache.begin() + (long)i + 1, cache.end());
-      i = cache.size() - 1;
-    }
-    acc_gloo_cached &e = cache[i];
+    });
     std::memcpy(e.in.data(), send, bytes); /* send may lie inside recv: copy it first */
     e.algo->run();
     std::memcpy(recv, e.out.data(), total);

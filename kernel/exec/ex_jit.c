@@ -4,8 +4,150 @@
 #define _GNU_SOURCE
 #include "ex_jit.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "ex_cell.h"
+
+/* Words that may make up a parameter's type when it is passed in
+ * registers of one class per value: scalar C types. */
+static int scalar_word(const char *w, size_t n) {
+  static const char *const words[] = {
+      "void",    "char",     "short",    "int",      "long",     "float",    "double",
+      "signed",  "unsigned", "_Bool",    "bool",     "const",    "volatile", "register",
+      "restrict", "size_t",  "ssize_t",  "ptrdiff_t", "intptr_t", "uintptr_t", "intmax_t",
+      "uintmax_t", "int8_t", "int16_t",  "int32_t",  "int64_t",  "uint8_t",  "uint16_t",
+      "uint32_t", "uint64_t", "off_t",   "pid_t",    "time_t",   "wchar_t",  "acc_dtype_t",
+      "acc_op_t", "acc_precision_t", "acc_result_t"};
+  for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+    if (strlen(words[i]) == n && !strncmp(w, words[i], n))
+      return 1;
+  return 0;
+}
+
+/* Whether a typedef earlier cells made is a scalar, a pointer or an
+ * enum (not a struct or union, which may be passed split across
+ * register classes). */
+static int scalar_typedef(const ex_cell_state_t *st, const char *name, size_t n) {
+  char buf[128];
+  if (n >= sizeof buf)
+    return 0;
+  memcpy(buf, name, n);
+  buf[n] = 0;
+  ex_cell_name_t d;
+  if (!st || !ex_cell_find(st, buf, &d) || strcmp(d.kind, "type") || !d.decl)
+    return 0;
+  if (strstr(d.decl, "struct") || strstr(d.decl, "union"))
+    return strchr(d.decl, '*') != NULL; /* a pointer to one */
+  if (strstr(d.decl, "enum") || strchr(d.decl, '*'))
+    return 1;
+  /* typedef <scalar words> name; */
+  const char *p = d.decl;
+  int words = 0, ok = 1;
+  while (*p && ok) {
+    while (*p && !isalnum((unsigned char)*p) && *p != '_')
+      p++;
+    const char *w = p;
+    while (isalnum((unsigned char)*p) || *p == '_')
+      p++;
+    size_t wn = (size_t)(p - w);
+    if (!wn)
+      break;
+    words++;
+    if (!(wn == 7 && !strncmp(w, "typedef", 7)) && !(wn == n && !strncmp(w, name, n)) &&
+        !scalar_word(w, wn))
+      ok = 0;
+  }
+  return ok && words > 2;
+}
+
+/* One parameter's text (`const char *s`, `pair_t p`, `int`, `...`). */
+static int scalar_param(const ex_cell_state_t *st, const char *text, size_t n) {
+  char p[256];
+  if (n >= sizeof p)
+    return 0;
+  memcpy(p, text, n);
+  p[n] = 0;
+  if (strchr(p, '*') || strchr(p, '['))
+    return 1; /* a pointer (an array parameter is one) */
+  if (strstr(p, "...") || strstr(p, "enum"))
+    return 1;
+  if (strstr(p, "long") && strstr(p, "double"))
+    return 0; /* long double: x87, in memory: leave it to GCC */
+  const char *last = NULL;
+  size_t lastn = 0;
+  int types = 0;
+  for (const char *q = p; *q;) {
+    while (*q && !isalnum((unsigned char)*q) && *q != '_')
+      q++;
+    const char *w = q;
+    while (isalnum((unsigned char)*q) || *q == '_')
+      q++;
+    size_t wn = (size_t)(q - w);
+    if (!wn)
+      break;
+    if (scalar_word(w, wn)) {
+      types++;
+      continue;
+    }
+    if (last) { /* an unknown word before another one: a type name */
+      if (!scalar_typedef(st, last, lastn))
+        return 0;
+      types++;
+    }
+    last = w;
+    lastn = wn;
+  }
+  /* the last unknown word is the parameter's name when a type came before
+   * it, else the type itself */
+  if (last && !types)
+    return scalar_typedef(st, last, lastn);
+  return types > 0;
+}
+
+int ex_jit_simple_call(const ex_cell_state_t *st, const char *call) {
+  if (!st || !call)
+    return 0;
+  while (isspace((unsigned char)*call))
+    call++;
+  const char *name = call;
+  while (isalnum((unsigned char)*call) || *call == '_')
+    call++;
+  size_t n = (size_t)(call - name);
+  while (isspace((unsigned char)*call))
+    call++;
+  if (!n || *call != '(' || n >= 128)
+    return 0; /* not NAME(...): a pointer call, a member, a macro... */
+  char buf[128];
+  memcpy(buf, name, n);
+  buf[n] = 0;
+  ex_cell_name_t f;
+  if (!ex_cell_find(st, buf, &f) || strcmp(f.kind, "function") || !f.decl)
+    return 0;
+  /* the parameter list: from the first '(' after the name to its match */
+  const char *p = strstr(f.decl, buf);
+  p = p ? strchr(p + n, '(') : NULL;
+  if (!p)
+    return 0;
+  p++;
+  int depth = 0;
+  const char *start = p;
+  for (; *p; p++) {
+    if (*p == '(' || *p == '[')
+      depth++;
+    else if ((*p == ')' || *p == ']') && depth > 0)
+      depth--;
+    else if ((*p == ',' || *p == ')') && depth == 0) {
+      if (!scalar_param(st, start, (size_t)(p - start)))
+        return 0;
+      if (*p == ')')
+        return 1;
+      start = p + 1;
+    }
+  }
+  return 0;
+}
 
 #ifdef NBFORK_HAVE_TCC
 #include <libtcc.h>
@@ -109,9 +251,10 @@ static void quiet(void *opaque, const char *msg) {
   (void)msg;
 }
 
-ex_jit_launch_fn ex_jit_launch(const char *source, const char *tag, const char *launch_symbol,
-                               const char *incdir, const char *cflags) {
-  if (!source || !tag || !launch_symbol || !ex_jit_enabled())
+ex_jit_launch_fn ex_jit_launch(const ex_cell_state_t *st, const char *call, const char *source,
+                               const char *tag, const char *launch_symbol, const char *incdir,
+                               const char *cflags) {
+  if (!source || !tag || !launch_symbol || !ex_jit_enabled() || !ex_jit_simple_call(st, call))
     return NULL;
   for (int i = 0; i < g_nkept; i++)
     if (!strcmp(g_kept[i].tag, tag))
@@ -156,8 +299,11 @@ int ex_jit_enabled(void) {
   return 0;
 }
 
-ex_jit_launch_fn ex_jit_launch(const char *source, const char *tag, const char *launch_symbol,
-                               const char *incdir, const char *cflags) {
+ex_jit_launch_fn ex_jit_launch(const ex_cell_state_t *st, const char *call, const char *source,
+                               const char *tag, const char *launch_symbol, const char *incdir,
+                               const char *cflags) {
+  (void)st;
+  (void)call;
   (void)source;
   (void)tag;
   (void)launch_symbol;

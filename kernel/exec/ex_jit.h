@@ -11,7 +11,8 @@
  * declarations, the thunk) in ~1.5 ms, in this process.
  *
  * The system compiler stays the judge. The fast path is taken only for
- * cells that hold nothing but the %launch line (a cell that also defines
+ * calls of a cell-defined function with scalar and pointer parameters
+ * (ex_jit_simple_call), in cells that hold nothing but the %launch line (a cell that also defines
  * things must become a shared object later cells link against), for C
  * (not %%cuda), and for compiler flags it can mirror: -I -D -U are passed
  * on, flags that only tune code generation or diagnostics (-O, -g, -W,
@@ -27,17 +28,29 @@
 #ifndef EX_JIT_H
 #define EX_JIT_H
 
+#include "ex_cell.h"
+
 typedef int (*ex_jit_launch_fn)(void);
 
+/* Whether `call` (the text of `%launch CALL`) is NAME(ARGS) with NAME a
+ * function earlier cells defined whose every parameter is a scalar, a
+ * pointer or an enum. Only such calls take the fast path: TinyCC 0.9.27
+ * passes a struct whose members need two register classes (say
+ * `{int; double}`) differently from the x86-64 ABI GCC follows, and
+ * `long double` is left to GCC too. Unknown type names count as structs. */
+int ex_jit_simple_call(const ex_cell_state_t *st, const char *call);
+
 /* The launch thunk `launch_symbol` of `source` (the unit ex_cell_generate
- * made, tag `tag`) compiled in memory, or NULL when the fast path does not
- * apply or TinyCC declined: then compile with ex_compile as usual.
+ * made for `%launch CALL` with the cells of `st`, tag `tag`) compiled in
+ * memory, or NULL when the fast path does not apply (ex_jit_simple_call)
+ * or TinyCC declined: then compile with ex_compile as usual.
  * `incdir` holds nbfork.h; `cflags` are the words the system compiler
  * would get. A thunk stays loaded for the executor's lifetime (the same
  * tag is found again without compiling; workers forked later inherit
  * it). */
-ex_jit_launch_fn ex_jit_launch(const char *source, const char *tag, const char *launch_symbol,
-                               const char *incdir, const char *cflags);
+ex_jit_launch_fn ex_jit_launch(const ex_cell_state_t *st, const char *call, const char *source,
+                               const char *tag, const char *launch_symbol, const char *incdir,
+                               const char *cflags);
 
 /* 1 when this executor was built with libtcc and NBFORK_JIT is not 0. */
 int ex_jit_enabled(void);

@@ -20,15 +20,6 @@
     exit(1);                                                                                       \
   } while (0)
 
-/* ctest counts exit code 77 as skipped (SKIP_RETURN_CODE) */
-#define EX_TEST_SKIP(...)                                                                          \
-  do {                                                                                             \
-    fprintf(stderr, "SKIP: ");                                                                     \
-    fprintf(stderr, __VA_ARGS__);                                                                  \
-    fprintf(stderr, "\n");                                                                         \
-    exit(77);                                                                                      \
-  } while (0)
-
 #define ASSERT_TRUE(c)                                                                             \
   do {                                                                                             \
     if (!(c))                                                                                      \
