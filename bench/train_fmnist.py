@@ -175,7 +175,8 @@ def run_nbfork(world, epochs):
 
 def main():
     ap = argparse.ArgumentParser(description="Fashion-MNIST: nbfork vs PyTorch DDP")
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=5,
+                    help="epochs per run (5: what notebooks/fashion_mnist.ipynb trains)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of each configuration, interleaved; medians are reported")
     args = ap.parse_args()
