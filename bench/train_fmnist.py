@@ -173,6 +173,20 @@ def run_nbfork(world, epochs):
         k.close()
 
 
+def cpu_times():
+    """The machine's CPU time counters (/proc/stat, all CPUs)."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:]]
+
+
+def steal_percent(before, after):
+    """Share of the CPU time the hypervisor gave to others (steal) between
+    two cpu_times() readings: this VM's host takes 5-25%, and a run with
+    more steal is slower for reasons outside both programs."""
+    d = [b - a for a, b in zip(before, after)]
+    return 100.0 * d[7] / max(1, sum(d)) if len(d) > 7 else 0.0
+
+
 def main():
     ap = argparse.ArgumentParser(description="Fashion-MNIST: nbfork vs PyTorch DDP")
     ap.add_argument("--epochs", type=int, default=5,
@@ -189,11 +203,13 @@ def main():
             for name, fn in (("pytorch", run_torch), ("nbfork", run_nbfork)):
                 print("round %d/%d: %s with %d process%s..." % (
                     rnd + 1, args.repeat, name, world, "es" if world > 1 else ""), flush=True)
+                t0 = cpu_times()
                 wall, acc, blas, n_train = fn(world, args.epochs)
-                runs.setdefault((name, world), []).append((wall, acc, blas, n_train))
+                steal = steal_percent(t0, cpu_times())
+                runs.setdefault((name, world), []).append((wall, acc, blas, n_train, steal))
     print()
-    print("%-8s %5s %12s %15s %12s %9s  %s" % ("side", "procs", "images/s", "(min-max)",
-                                               "s/epoch", "accuracy", "BLAS"))
+    print("%-8s %5s %12s %15s %12s %9s %7s  %s" % ("side", "procs", "images/s", "(min-max)",
+                                                   "s/epoch", "accuracy", "steal", "BLAS"))
     ips = {}
     for world in (1, 2):
         for name in ("pytorch", "nbfork"):
@@ -201,11 +217,13 @@ def main():
             rates = sorted(r[3] * args.epochs / r[0] for r in rs)
             ips[(name, world)] = statistics.median(rates)
             wall = statistics.median(r[0] for r in rs)
-            print("%-8s %5d %12.0f %15s %12.2f %8.2f%%  %s" % (
+            steal = statistics.median(r[4] for r in rs)
+            print("%-8s %5d %12.0f %15s %12.2f %8.2f%% %6.1f%%  %s" % (
                 name, world, ips[(name, world)], "%.0f-%.0f" % (rates[0], rates[-1]),
-                wall / args.epochs, rs[-1][1], rs[-1][2]))
+                wall / args.epochs, rs[-1][1], steal, rs[-1][2]))
     print()
-    print("medians of %d interleaved runs, %d epochs each" % (args.repeat, args.epochs))
+    print("medians of %d interleaved runs, %d epochs each; steal: CPU time the hypervisor "
+          "took during the runs" % (args.repeat, args.epochs))
     print("nbfork / pytorch, 2 processes: %.2fx (goal >= 1.5x)" %
           (ips[("nbfork", 2)] / ips[("pytorch", 2)]))
     print("nbfork / pytorch, 1 process:   %.2fx" % (ips[("nbfork", 1)] / ips[("pytorch", 1)]))
