@@ -18,6 +18,7 @@
 
 #include "acc_store.h"
 #include "ln_rdzv.h"
+#include "ln_util.h"
 #include "ln_worker.h"
 
 /* Time a worker gets between SIGTERM and SIGKILL when the group stops. */
@@ -29,17 +30,6 @@ static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *xprintf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *r = NULL;
-  if (vasprintf(&r, fmt, ap) < 0)
-    r = NULL;
-  va_end(ap);
-  return r;
 }
 
 /* Where the store binds: the master address when it is a local loopback
@@ -61,12 +51,12 @@ static void signal_group(ln_worker_t *w, int n, int sig) {
 
 /* One run of the worker group: fork, host the store, monitor until all
  * exited. Fills `failures` (text) on LN_RUN_FAILED. */
-ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx,
-                              int restart, int use_gpu, char **failures, char **setup_error) {
+ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, int restart,
+                             int use_gpu, char **failures, char **setup_error) {
   int n = o->num_processes;
   ln_worker_t *w = calloc((size_t)n, sizeof *w);
   if (!w) {
-    *setup_error = xprintf("out of memory");
+    *setup_error = ln_xprintf("out of memory");
     return LN_RUN_SETUP_FAILED;
   }
   ln_worker_env_t env = {o, restart, use_gpu, ctx->private_fds, ctx->nprivate};
@@ -74,7 +64,7 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   int started = 0;
   for (int i = 0; i < n; i++) {
     if (ln_worker_start(&w[i], i, &env, fn, w, i) != 0) {
-      *setup_error = xprintf("cannot start worker %d: %s", i, strerror(errno));
+      *setup_error = ln_xprintf("cannot start worker %d: %s", i, strerror(errno));
       result = LN_RUN_SETUP_FAILED;
       break;
     }
@@ -86,8 +76,8 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
     srv = acc_store_server_start_secure(store_bind_addr(o->master_addr), o->use_port,
                                         o->rdzv_secret, serr, sizeof serr);
     if (!srv) {
-      *setup_error = xprintf("cannot host the rendezvous store at %s:%d: %s", o->master_addr,
-                             o->use_port, serr);
+      *setup_error = ln_xprintf("cannot host the rendezvous store at %s:%d: %s", o->master_addr,
+                                o->use_port, serr);
       result = LN_RUN_SETUP_FAILED;
     }
   }
@@ -193,4 +183,3 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   free(which);
   return result;
 }
-

@@ -26,17 +26,7 @@
 #include "ln_cuda.h"
 #include "ln_debug.h"
 #include "ln_group.h"
-
-static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *xprintf(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char *r = NULL;
-  if (vasprintf(&r, fmt, ap) < 0)
-    r = NULL;
-  va_end(ap);
-  return r;
-}
+#include "ln_util.h"
 
 static void set_error(ln_error_t *err, const char *ename, char *evalue, char *traceback) {
   snprintf(err->ename, sizeof err->ename, "%s", ename);
@@ -94,23 +84,24 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
   int use_gpu = gpus > 0;
   if (ctx->cuda_initialized_by_cell > 0) {
     set_error(err, "LaunchError",
-              xprintf("CUDA was initialized in the kernel process by cell [%d]; workers forked "
-                      "now could not use the GPU (every CUDA call would fail with "
-                      "'initialization error').",
-                      ctx->cuda_initialized_by_cell),
-              xprintf("To fix it: restart the kernel, move the CUDA calls of cell [%d] into the "
-                      "launched function (or a function it calls), and run the cells again.",
-                      ctx->cuda_initialized_by_cell));
+              ln_xprintf("CUDA was initialized in the kernel process by cell [%d]; workers forked "
+                         "now could not use the GPU (every CUDA call would fail with "
+                         "'initialization error').",
+                         ctx->cuda_initialized_by_cell),
+              ln_xprintf("To fix it: restart the kernel, move the CUDA calls of cell [%d] into the "
+                         "launched function (or a function it calls), and run the cells again.",
+                         ctx->cuda_initialized_by_cell));
     return -1;
   }
   if (use_gpu && o->num_processes > gpus) {
-    set_error(err, "LaunchError",
-              xprintf("num_processes=%d but only %d GPU%s visible: NCCL refuses two ranks on one "
-                      "GPU.",
-                      o->num_processes, gpus, gpus == 1 ? " is" : "s are"),
-              xprintf("Use num_processes=%d or fewer, or make more GPUs visible "
-                      "(CUDA_VISIBLE_DEVICES).",
-                      gpus));
+    set_error(
+        err, "LaunchError",
+        ln_xprintf("num_processes=%d but only %d GPU%s visible: NCCL refuses two ranks on one "
+                   "GPU.",
+                   o->num_processes, gpus, gpus == 1 ? " is" : "s are"),
+        ln_xprintf("Use num_processes=%d or fewer, or make more GPUs visible "
+                   "(CUDA_VISIBLE_DEVICES).",
+                   gpus));
     return -1;
   }
   if (o->node_rank == 0) {
@@ -119,13 +110,14 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
       char buf[128];
       const char *why = strerror_r(e, buf, sizeof buf);
       set_error(err, "LaunchError",
-                xprintf("use_port=%d on %s cannot be used for the rendezvous store: %s.",
-                        o->use_port, o->master_addr, why),
-                e == EADDRINUSE ? xprintf("Another process holds port %d; pass another port, e.g. "
-                                          "use_port=%d, or stop that process.",
-                                          o->use_port, o->use_port == 65535 ? 29501 : o->use_port + 1)
-                                : xprintf("Check master_addr: on node_rank 0 it must be an "
-                                          "address of this machine."));
+                ln_xprintf("use_port=%d on %s cannot be used for the rendezvous store: %s.",
+                           o->use_port, o->master_addr, why),
+                e == EADDRINUSE
+                    ? ln_xprintf("Another process holds port %d; pass another port, e.g. "
+                                 "use_port=%d, or stop that process.",
+                                 o->use_port, o->use_port == 65535 ? 29501 : o->use_port + 1)
+                    : ln_xprintf("Check master_addr: on node_rank 0 it must be an "
+                                 "address of this machine."));
       return -1;
     }
   }
@@ -133,9 +125,9 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
     char *diag = NULL;
     if (ln_debug_check(o, ctx, use_gpu, &diag) != 0) {
       set_error(err, "LaunchError",
-                xprintf("ACCELERATE_DEBUG_MODE: the test launch of %d workers failed before "
-                        "training started.",
-                        o->num_processes),
+                ln_xprintf("ACCELERATE_DEBUG_MODE: the test launch of %d workers failed before "
+                           "training started.",
+                           o->num_processes),
                 diag);
       return -1;
     }
@@ -161,8 +153,8 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
     if (r == LN_RUN_INTERRUPTED) {
       free(failures);
       set_error(err, "KeyboardInterrupt",
-                xprintf("the launch was interrupted: all %d workers were stopped and reaped",
-                        o->num_processes),
+                ln_xprintf("the launch was interrupted: all %d workers were stopped and reaped",
+                           o->num_processes),
                 NULL);
       return -1;
     }
@@ -184,8 +176,8 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
       char *nl = strchr(failures, '\n');
       summary = nl ? strndup(failures, (size_t)(nl - failures)) : strdup(failures);
     }
-    char *tb = xprintf("%sThe other workers were stopped.%s", failures ? failures : "",
-                       o->max_restarts ? " Restarts are used up." : "");
+    char *tb = ln_xprintf("%sThe other workers were stopped.%s", failures ? failures : "",
+                          o->max_restarts ? " Restarts are used up." : "");
     free(failures);
     set_error(err, "WorkerFailed", summary ? summary : strdup("a worker failed"), tb);
     return -1;

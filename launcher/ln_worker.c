@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "ln_worker.h"
+#include "ln_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,19 +15,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0)
-      return -1;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
 
 static void setenv_int(const char *name, int v) {
   char b[24];
@@ -183,8 +171,8 @@ static void emit(ln_worker_t *w, int s, const char *p, size_t n, int complete,
   }
   int fd = s == LN_STDOUT ? 1 : 2;
   if (!w->midline[s] && w->prefix[0])
-    write_all(fd, w->prefix, strlen(w->prefix));
-  write_all(fd, p, n);
+    ln_write_all(fd, w->prefix, strlen(w->prefix));
+  ln_write_all(fd, p, n);
   w->midline[s] = !complete;
   if (s == LN_STDERR && complete)
     remember_stderr(w, p, n);

@@ -47,10 +47,10 @@
  * caller's data is copied in and out (two memcpys of at most
  * kSyncMaxBytes: a few percent of the transfer). */
 struct acc_gloo_cached {
-  bool gather;        /* all-gather, else all-reduce */
-  size_t count;       /* all-reduce: elements; all-gather: bytes per rank */
-  acc_dtype_t dtype;  /* all-reduce only */
-  acc_op_t op;        /* all-reduce only */
+  bool gather;       /* all-gather, else all-reduce */
+  size_t count;      /* all-reduce: elements; all-gather: bytes per rank */
+  acc_dtype_t dtype; /* all-reduce only */
+  acc_op_t op;       /* all-reduce only */
   acc_gloo_algo_t kind;
   std::vector<unsigned char> in, out; /* all-reduce: in, in place; all-gather: in -> out */
   std::unique_ptr<gloo::Algorithm> algo;
@@ -678,8 +678,8 @@ acc_result_t acc_gloo_broadcast(acc_gloo_t *g, void *buf, size_t bytes, int root
  * batch in acc_gather_for_metrics); on the asynchronous mesh each cost
  * two thread wake-ups of Gloo's event loop, ~0.7 ms here, which made a
  * 2-process evaluation slower than a 1-process one. */
-static bool all_gather_sync(acc_gloo_t *g, const void *send, void *recv, size_t bytes,
-                            char *err, size_t errlen, acc_result_t *r) {
+static bool all_gather_sync(acc_gloo_t *g, const void *send, void *recv, size_t bytes, char *err,
+                            size_t errlen, acc_result_t *r) {
   const size_t total = bytes * static_cast<size_t>(g->ctx->size);
   if (total > kSyncMaxBytes || bytes > static_cast<size_t>(INT32_MAX))
     return false;
@@ -693,8 +693,8 @@ static bool all_gather_sync(acc_gloo_t *g, const void *send, void *recv, size_t 
       c.in.resize(bytes);
       c.out.resize(total);
       std::vector<const uint8_t *> in{c.in.data()};
-      c.algo.reset(new gloo::AllgatherRing<uint8_t>(g->sctx, in, c.out.data(),
-                                                     static_cast<int>(bytes)));
+      c.algo.reset(
+          new gloo::AllgatherRing<uint8_t>(g->sctx, in, c.out.data(), static_cast<int>(bytes)));
     });
     std::memcpy(e.in.data(), send, bytes); /* send may lie inside recv: copy it first */
     e.algo->run();

@@ -20,8 +20,8 @@ namespace {
 std::mutex g_mu;
 } // namespace
 
-std::unique_ptr<LoopWaker> LoopWaker::attach(
-    const std::shared_ptr<::gloo::transport::Device> &dev) {
+std::unique_ptr<LoopWaker>
+LoopWaker::attach(const std::shared_ptr<::gloo::transport::Device> &dev) {
   auto tcp = std::dynamic_pointer_cast<::gloo::transport::tcp::Device>(dev);
   if (!tcp)
     return nullptr;

@@ -7,26 +7,14 @@
 #include <unistd.h>
 
 #include "../kn_wire.h"
-
-static int write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0)
-      return -1;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
+#include "ln_util.h"
 
 int ex_event_send_raw(const char *line, size_t len) {
   fflush(stdout);
   fflush(stderr);
-  if (write_all(KN_WIRE_FD_EVENTS, line, len))
+  if (ln_write_all(KN_WIRE_FD_EVENTS, line, len))
     return -1;
-  return write_all(KN_WIRE_FD_EVENTS, "\n", 1);
+  return ln_write_all(KN_WIRE_FD_EVENTS, "\n", 1);
 }
 
 int ex_event_send(json_t *obj) {

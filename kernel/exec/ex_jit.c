@@ -13,15 +13,13 @@
 /* Words that may make up a parameter's type when it is passed in
  * registers of one class per value: scalar C types. */
 static int scalar_word(const char *w, size_t n) {
-  static const char *const words[] = {
-      "void",    "char",     "short",    "int",      "long",     "float",    "double",
-      "signed",  "unsigned", "_Bool",    "bool",     "const",    "volatile", "register",
-      "restrict", "size_t",  "ssize_t",  "ptrdiff_t", "intptr_t", "uintptr_t", "intmax_t",
-      "uintmax_t", "int8_t", "int16_t",  "int32_t",  "int64_t",  "uint8_t",  "uint16_t",
-      "uint32_t", "uint64_t", "off_t",   "pid_t",    "time_t",   "wchar_t",  "acc_dtype_t",
-      "acc_op_t", "acc_precision_t", "acc_result_t"};
-  for (size_t i = 0; i < sizeof words / sizeof *words; i++)
-    if (strlen(words[i]) == n && !strncmp(w, words[i], n))
+  static const char words[] =
+      " void char short int long float double signed unsigned _Bool bool const volatile"
+      " register restrict size_t ssize_t ptrdiff_t intptr_t uintptr_t intmax_t uintmax_t"
+      " int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t off_t pid_t time_t"
+      " wchar_t acc_dtype_t acc_op_t acc_precision_t acc_result_t ";
+  for (const char *p = strstr(words, " "); p && p[1]; p = strchr(p + 1, ' '))
+    if (!strncmp(p + 1, w, n) && p[1 + n] == ' ')
       return 1;
   return 0;
 }
@@ -176,17 +174,13 @@ static int starts(const char *s, const char *prefix) {
 
 /* A flag that changes nothing the thunk's meaning depends on. */
 static int ignorable(const char *w) {
-  static const char *const exact[] = {"-w",         "-pipe",
-                                      "-fPIC",      "-fpic",
-                                      "-fPIE",      "-fpie",
-                                      "-std=c99",   "-std=c11",
-                                      "-std=c17",   "-std=c18",
-                                      "-std=gnu99", "-std=gnu11",
-                                      "-std=gnu17", "-std=gnu18",
-                                      "-fno-omit-frame-pointer", "-fomit-frame-pointer",
-                                      "-fno-strict-aliasing",    "-fstrict-aliasing"};
-  for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
-    if (!strcmp(w, exact[i]))
+  static const char exact[] = " -w -pipe -fPIC -fpic -fPIE -fpie -std=c99 -std=c11 -std=c17"
+                              " -std=c18 -std=gnu99 -std=gnu11 -std=gnu17 -std=gnu18"
+                              " -fno-omit-frame-pointer -fomit-frame-pointer"
+                              " -fno-strict-aliasing -fstrict-aliasing ";
+  const size_t n = strlen(w);
+  for (const char *p = exact; p && p[1]; p = strchr(p + 1, ' '))
+    if (!strncmp(p + 1, w, n) && p[1 + n] == ' ')
       return 1;
   if (starts(w, "-W"))
     return !starts(w, "-Wp,") && !starts(w, "-Wa,") && !starts(w, "-Wl,") ? 1 : 0;
@@ -205,8 +199,7 @@ static int apply_flags(TCCState *s, const char *cflags) {
   if (!copy)
     return -1;
   int rc = 0;
-  for (char *w = strtok_r(copy, " \t\n", &save); w && rc == 0;
-       w = strtok_r(NULL, " \t\n", &save)) {
+  for (char *w = strtok_r(copy, " \t\n", &save); w && rc == 0; w = strtok_r(NULL, " \t\n", &save)) {
     if (!strcmp(w, "-I") || !strcmp(w, "-D") || !strcmp(w, "-U")) {
       char *arg = strtok_r(NULL, " \t\n", &save);
       if (!arg) {

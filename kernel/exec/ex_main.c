@@ -213,8 +213,8 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   void (*run)(void) = NULL;
   int (*launch)(void) = NULL;
   if (m->launch_call && !m->cuda && u.split.count == 0)
-    launch = ex_jit_launch(ex->cells, m->launch_call, u.source, u.tag, u.launch_symbol,
-                           ex->incdir, cflags);
+    launch = ex_jit_launch(ex->cells, m->launch_call, u.source, u.tag, u.launch_symbol, ex->incdir,
+                           cflags);
   if (launch) {
     free(cflags);
     ex_cell_commit(ex->cells, &u);
@@ -229,10 +229,11 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
     if (rc == 2) {
       free(diag);
       ex_cell_unit_free(&u);
-      return ex_event_reply_error("KeyboardInterrupt",
-                                  "the cell was interrupted while it compiled; the state of earlier "
-                                  "cells is kept",
-                                  NULL);
+      return ex_event_reply_error(
+          "KeyboardInterrupt",
+          "the cell was interrupted while it compiled; the state of earlier "
+          "cells is kept",
+          NULL);
     }
     char *clean = diag ? ex_compile_clean(diag) : NULL;
     free(diag);

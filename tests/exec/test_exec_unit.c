@@ -1115,14 +1115,14 @@ EX_TEST(jit_declines_to_the_system_compiler) {
            "int (*fp)(int, int) = two;",
            NULL);
   const char *declined[] = {
-      "two(1)",                    /* too few arguments: an error */
-      "missing(1)",                /* undeclared */
-      "take(3)",                   /* int to pointer: a warning, -Werror */
+      "two(1)",                     /* too few arguments: an error */
+      "missing(1)",                 /* undeclared */
+      "take(3)",                    /* int to pointer: a warning, -Werror */
       "by_value((pair_t){1, 2.0})", /* a struct by value */
-      "wide(2.0L)",                /* long double */
-      "abs(-3)",                   /* not a cell's function */
-      "fp(1, 2)",                  /* a pointer, not a function */
-      "(two)(1, 2)",               /* not NAME(ARGS) */
+      "wide(2.0L)",                 /* long double */
+      "abs(-3)",                    /* not a cell's function */
+      "fp(1, 2)",                   /* a pointer, not a function */
+      "(two)(1, 2)",                /* not NAME(ARGS) */
   };
   for (size_t i = 0; i < sizeof declined / sizeof *declined; i++)
     if (jit(&e, declined[i], NULL))
