@@ -12,65 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EX_TEST_FAIL(...)                                                                          \
-  do {                                                                                             \
-    fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                                \
-    fprintf(stderr, __VA_ARGS__);                                                                  \
-    fprintf(stderr, "\n");                                                                         \
-    exit(1);                                                                                       \
-  } while (0)
+#include "../common/nbf_assert.h"
 
-#define ASSERT_TRUE(c)                                                                             \
-  do {                                                                                             \
-    if (!(c))                                                                                      \
-      EX_TEST_FAIL("ASSERT_TRUE(%s) failed", #c);                                                  \
-  } while (0)
-
-#define ASSERT_EQ_INT(a, b)                                                                        \
-  do {                                                                                             \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                            \
-    if (a_ != b_)                                                                                  \
-      EX_TEST_FAIL("%s == %s failed: %lld != %lld", #a, #b, a_, b_);                               \
-  } while (0)
-
-#define ASSERT_NE_INT(a, b)                                                                        \
-  do {                                                                                             \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                            \
-    if (a_ == b_)                                                                                  \
-      EX_TEST_FAIL("%s != %s failed: both are %lld", #a, #b, a_);                                  \
-  } while (0)
-
-#define ASSERT_EQ_STR(a, b)                                                                        \
-  do {                                                                                             \
-    const char *a_ = (a), *b_ = (b);                                                               \
-    if (!a_ || !b_ || strcmp(a_, b_) != 0)                                                         \
-      EX_TEST_FAIL("%s == %s failed: \"%s\" != \"%s\"", #a, #b, a_ ? a_ : "(null)",                \
-                   b_ ? b_ : "(null)");                                                            \
-  } while (0)
-
-#define ASSERT_NE_STR(a, b)                                                                        \
-  do {                                                                                             \
-    const char *a_ = (a), *b_ = (b);                                                               \
-    if (a_ && b_ && strcmp(a_, b_) == 0)                                                           \
-      EX_TEST_FAIL("%s != %s failed: both are \"%s\"", #a, #b, a_);                                \
-  } while (0)
-
-/* `hay` contains `needle` (both printed on failure). */
-#define ASSERT_CONTAINS(hay, needle)                                                               \
-  do {                                                                                             \
-    const char *h_ = (hay), *n_ = (needle);                                                        \
-    if (!h_ || !n_ || !strstr(h_, n_))                                                             \
-      EX_TEST_FAIL("%s contains %s failed:\n--- text:\n%s\n--- does not contain:\n%s", #hay,       \
-                   #needle, h_ ? h_ : "(null)", n_ ? n_ : "(null)");                               \
-  } while (0)
-
-#define ASSERT_NOT_CONTAINS(hay, needle)                                                           \
-  do {                                                                                             \
-    const char *h_ = (hay), *n_ = (needle);                                                        \
-    if (h_ && n_ && strstr(h_, n_))                                                                \
-      EX_TEST_FAIL("%s lacks %s failed:\n--- text:\n%s\n--- contains:\n%s", #hay, #needle, h_,     \
-                   n_);                                                                            \
-  } while (0)
+#define EX_TEST_FAIL NBF_TEST_FAIL
 
 typedef void (*ex_test_fn)(void);
 typedef struct ex_test_case {

@@ -12,19 +12,14 @@
 
 #include "nbfork.h"
 #include "rt_assert.h"
+#include "rt_display.h"
 #include "rt_spawn.h"
 
 static int g_rd = -1;
 
+/* Point NBFORK_DISPLAY_FD at a fresh pipe. */
 static void attach(void) {
-  int p[2];
-  ASSERT_EQ(pipe(p), 0);
-  fcntl(p[0], F_SETPIPE_SZ, 1 << 20);
-  fcntl(p[0], F_SETFL, O_NONBLOCK);
-  char b[16];
-  snprintf(b, sizeof b, "%d", p[1]);
-  setenv("NBFORK_DISPLAY_FD", b, 1);
-  g_rd = p[0];
+  g_rd = rt_display_attach();
 }
 
 /* All events so far as a JSON array. */
