@@ -104,16 +104,32 @@ void acc_reduce_divide(void *buf, size_t count, acc_dtype_t dtype, int world) {
   if (world <= 1)
     return;
   switch (dtype) {
+  /* For a power-of-two world the reciprocal is exact, and x * (1/w) is
+   * then the same correctly rounded value as x / w: a multiply is
+   * several times cheaper than a divide (this runs over every gradient
+   * after every all-reduce). */
   case ACC_F32: {
     float *p = buf, w = (float)world;
-    for (size_t i = 0; i < count; i++)
-      p[i] /= w;
+    if ((world & (world - 1)) == 0) {
+      const float r = 1.0f / w;
+      for (size_t i = 0; i < count; i++)
+        p[i] *= r;
+    } else {
+      for (size_t i = 0; i < count; i++)
+        p[i] /= w;
+    }
     break;
   }
   case ACC_F64: {
     double *p = buf, w = (double)world;
-    for (size_t i = 0; i < count; i++)
-      p[i] /= w;
+    if ((world & (world - 1)) == 0) {
+      const double r = 1.0 / w;
+      for (size_t i = 0; i < count; i++)
+        p[i] *= r;
+    } else {
+      for (size_t i = 0; i < count; i++)
+        p[i] /= w;
+    }
     break;
   }
   case ACC_F16: {
