@@ -398,8 +398,8 @@ oom:
 }
 
 int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
-                     const char *launch_call, const char *salt, ex_cell_unit_t *out, char *err,
-                     size_t errlen) {
+                     const char *launch_call, const char *timeit_stmt, const char *salt,
+                     ex_cell_unit_t *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (ex_split(code, cxx ? EX_SPLIT_CXX : 0, ex_cell_is_type, st, &out->split, err, errlen))
     return -1;
@@ -515,6 +515,19 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char 
         "#endif\n",
         launch_call, launch_call, launch_call, launch_call);
   }
+  if (timeit_stmt) {
+    /* the timed statement in a loop the executor calls (ex_timeit.h);
+     * the empty asm keeps the optimizer from merging the iterations */
+    out->straight = 0; /* compiled with the flags of function code */
+    ok &= !ex_buf_printf(&src,
+                         "#line 1 \"<nbfork>\"\n#ifdef __cplusplus\nextern \"C\"\n#endif\n"
+                         "void __nbf_timeit_" TAG_PLACEHOLDER "(long __nbf_n) {\n"
+                         "  for (long __nbf_i = 0; __nbf_i < __nbf_n; __nbf_i++) {\n"
+                         "#line 1 \"%%timeit\"\n%s;\n"
+                         "#line 1 \"<nbfork>\"\n"
+                         "    __asm__ __volatile__(\"\" ::: \"memory\");\n  }\n}\n",
+                         timeit_stmt);
+  }
   ex_buf_free(&run);
   ex_buf_free(&reset);
   if (!ok) {
@@ -531,6 +544,8 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char 
   snprintf(out->run_symbol, sizeof out->run_symbol, "__nbf_run_%s", out->tag);
   snprintf(out->launch_symbol, sizeof out->launch_symbol, "__nbf_launch_%s", out->tag);
   out->has_launch = launch_call != NULL;
+  snprintf(out->timeit_symbol, sizeof out->timeit_symbol, "__nbf_timeit_%s", out->tag);
+  out->has_timeit = timeit_stmt != NULL;
   snprintf(out->label, sizeof out->label, "%s", label);
   if (!out->source) {
     snprintf(err, errlen, "out of memory");

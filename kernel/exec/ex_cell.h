@@ -47,6 +47,8 @@ typedef struct {
   char run_symbol[64];    /* `void RUN(void)` runs the statements      */
   char launch_symbol[64]; /* `int LAUNCH(void)` calls the launch call  */
   int has_launch;
+  char timeit_symbol[64]; /* `void TIMEIT(long n)` runs the %timeit statement n times */
+  int has_timeit;
   char label[32]; /* `cell[3]`: names the cell in diagnostics  */
   int cxx;        /* C++ (%%cuda) unit                          */
   int straight;   /* no function definition and no loop (for,
@@ -62,11 +64,13 @@ typedef struct {
  * for later cells are seen by later C++ cells only. `label` names the cell
  * in diagnostics (`cell[3]`). `launch_call`, when not NULL, is a C call
  * expression compiled into a thunk returning int (0 for void calls).
+ * `timeit_stmt`, when not NULL, is a statement (or expression) run in a
+ * loop by `void TIMEIT(long n)` (ex_timeit.h).
  * `salt` (flags, compiler) enters the hash. Returns 0, or -1 with a
  * message in err (the cell could not be split). Caller frees `out`. */
 int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
-                     const char *launch_call, const char *salt, ex_cell_unit_t *out, char *err,
-                     size_t errlen);
+                     const char *launch_call, const char *timeit_stmt, const char *salt,
+                     ex_cell_unit_t *out, char *err, size_t errlen);
 
 /* Record the unit's definitions after it compiled and loaded. */
 int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u);

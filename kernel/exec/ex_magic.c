@@ -73,6 +73,44 @@ typedef struct {
   int any;
 } who_ctx_t;
 
+/* `%timeit [-n N] [-r R] STATEMENT` */
+static int parse_timeit(const char *args, size_t n, ex_magic_result_t *out, char *err,
+                        size_t errlen) {
+  const char *p = args, *end = args + n;
+  out->timeit_repeat = 7;
+  for (;;) {
+    while (p < end && isspace((unsigned char)*p))
+      p++;
+    if (end - p >= 3 && p[0] == '-' && (p[1] == 'n' || p[1] == 'r') &&
+        isspace((unsigned char)p[2])) {
+      char opt = p[1], *stop;
+      long v = strtol(p + 3, &stop, 10);
+      if (stop == p + 3 || v < 1 || v > 1000000000L ||
+          (stop < end && !isspace((unsigned char)*stop))) {
+        snprintf(err, errlen, "%%timeit: -%c needs a positive number, e.g. %%timeit -%c 100 f(x)",
+                 opt, opt);
+        return -1;
+      }
+      if (opt == 'n')
+        out->timeit_loops = v;
+      else
+        out->timeit_repeat = (int)(v > 1000 ? 1000 : v);
+      p = stop;
+      continue;
+    }
+    break;
+  }
+  while (end > p && isspace((unsigned char)end[-1]))
+    end--;
+  if (p == end) {
+    snprintf(err, errlen,
+             "%%timeit needs a statement, e.g. %%timeit sq(3)  or  %%timeit -n 1000 -r 5 sq(3)");
+    return -1;
+  }
+  out->timeit_stmt = strndup(p, (size_t)(end - p));
+  return out->timeit_stmt ? 0 : -1;
+}
+
 static void who_print(const ex_cell_name_t *n, void *ctx) {
   ((who_ctx_t *)ctx)->any = 1;
   if (!strcmp(n->kind, "function") || !strcmp(n->kind, "variable"))
@@ -130,6 +168,13 @@ int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
       if (parse_launch(args, an, out, err, errlen))
         return -1;
       *ename = "UsageError";
+    } else if (nl == 7 && !strncmp(line, "%timeit", 7)) {
+      if (out->timeit_stmt) {
+        snprintf(err, errlen, "only one %%timeit per cell");
+        return -1;
+      }
+      if (parse_timeit(args, an, out, err, errlen))
+        return -1;
     } else if (nl == 7 && !strncmp(line, "%cflags", 7)) {
       set_flags(&flags->cflags, args, an, "extra compiler flags");
     } else if (nl == 8 && !strncmp(line, "%ldflags", 8)) {
@@ -160,13 +205,14 @@ int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
       if (!w.any)
         printf("Nothing defined yet.\n");
     } else if (nl == 8 && !strncmp(line, "%lsmagic", 8)) {
-      printf("Line magics: %%launch %%cflags %%ldflags %%env %%who %%lsmagic\n"
+      printf("Line magics: %%launch %%timeit %%cflags %%ldflags %%env %%who %%lsmagic\n"
              "Cell magics: %%%%cuda\n");
     } else {
-      snprintf(err, errlen,
-               "unknown magic '%.*s'. Available: %%launch, %%cflags, %%ldflags, %%env, %%who, "
-               "%%lsmagic, %%%%cuda (first line only)",
-               (int)nl, line);
+      snprintf(
+          err, errlen,
+          "unknown magic '%.*s'. Available: %%launch, %%timeit, %%cflags, %%ldflags, %%env, %%who, "
+          "%%lsmagic, %%%%cuda (first line only)",
+          (int)nl, line);
       return -1;
     }
     p = next;
@@ -180,5 +226,6 @@ int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
 void ex_magic_result_free(ex_magic_result_t *r) {
   free(r->launch_call);
   free(r->launch_opts);
+  free(r->timeit_stmt);
   memset(r, 0, sizeof *r);
 }

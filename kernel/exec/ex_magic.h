@@ -6,6 +6,8 @@
  * | magic                  | effect                                             |
  * |------------------------|----------------------------------------------------|
  * | %launch CALL [k=v ...] | fork workers running CALL (see ln_options.h)       |
+ * | %timeit [-n N] [-r R]  | time STATEMENT as IPython does (ex_timeit.h)       |
+ * |   STATEMENT            |                                                    |
  * | %cflags [FLAGS]        | set extra compiler flags for later cells; show     |
  * |                        | (`--clear` removes them)                           |
  * | %ldflags [FLAGS]       | set extra linker flags (-lfoo) for later cells     |
@@ -32,6 +34,9 @@ typedef struct {
   int cuda;          /* %%cuda seen                                   */
   char *launch_call; /* `f(a, b)` of %launch, owned, or NULL          */
   char *launch_opts; /* the key=value text after it, owned            */
+  char *timeit_stmt; /* the statement of %timeit, owned, or NULL      */
+  long timeit_loops; /* -n: loops per run (0: chosen automatically)   */
+  int timeit_repeat; /* -r: runs (7)                                  */
   const char *code;  /* C code after the magic lines (points into src) */
 } ex_magic_result_t;
 

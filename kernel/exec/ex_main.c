@@ -31,6 +31,7 @@
 #include "ex_magic.h"
 #include "ex_query.h"
 #include "ex_stdin.h"
+#include "ex_timeit.h"
 #include "ln_cuda.h"
 #include "ln_launch.h"
 
@@ -176,6 +177,29 @@ static int reply_interrupted(void) {
                               "the cell was interrupted; the state of earlier cells is kept", NULL);
 }
 
+/* %timeit: time the compiled loop in this process (ex_timeit.h) and
+ * print IPython's line; an interrupt stops it like any statement. */
+static int run_timeit(ex_t *ex, const ex_magic_result_t *m, int count, void (*loop)(long)) {
+  ex_timeit_result_t r = {0};
+  if (sigsetjmp(g_jmp, 1) == 0) {
+    g_jmp_armed = 1;
+    ex_timeit_run(loop, m->timeit_loops, m->timeit_repeat, &g_interrupted, &r);
+    g_jmp_armed = 0;
+  } else {
+    g_interrupted = 1;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  check_cuda(ex, count);
+  if (g_interrupted)
+    return reply_interrupted();
+  char line[256];
+  ex_timeit_format(&r, line, sizeof line);
+  printf("%s\n", line);
+  fflush(stdout);
+  return ex_event_reply_ok(NULL);
+}
+
 /* Compile, load and run one cell (magic lines already handled). */
 static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   char label[32], err[512] = "";
@@ -190,8 +214,8 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
                ex->flags.ldflags ? ex->flags.ldflags : "", m->cuda) < 0)
     return ex_event_reply_error("MemoryError", "out of memory", NULL);
   ex_cell_unit_t u;
-  int g = ex_cell_generate(ex->cells, m->code, m->cuda, label, m->launch_call, salt, &u, err,
-                           sizeof err);
+  int g = ex_cell_generate(ex->cells, m->code, m->cuda, label, m->launch_call, m->timeit_stmt, salt,
+                           &u, err, sizeof err);
   free(salt);
   if (g) {
     char ev[600];
@@ -212,6 +236,7 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
    * (ex_jit.h), else through the system compiler like any cell. */
   void (*run)(void) = NULL;
   int (*launch)(void) = NULL;
+  void (*timeit)(long) = NULL;
   if (m->launch_call && !m->cuda && u.split.count == 0)
     launch = ex_jit_launch(ex->cells, m->launch_call, u.source, u.tag, u.launch_symbol, ex->incdir,
                            cflags);
@@ -278,6 +303,7 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
     ex_cell_commit(ex->cells, &u);
     run = (void (*)(void))dlsym(h, u.run_symbol);
     launch = u.has_launch ? (int (*)(void))dlsym(h, u.launch_symbol) : NULL;
+    timeit = u.has_timeit ? (void (*)(long))dlsym(h, u.timeit_symbol) : NULL;
     ex_cell_unit_free(&u);
   }
   if (g_interrupted) {
@@ -299,6 +325,8 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   fflush(stdout);
   fflush(stderr);
   check_cuda(ex, count);
+  if (timeit)
+    return run_timeit(ex, m, count, timeit);
   if (!m->launch_call)
     return ex_event_reply_ok(NULL);
 
@@ -344,7 +372,9 @@ static int handle_execute(ex_t *ex, json_t *req) {
   while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
     p++;
   int rc;
-  if (!*p && !m.launch_call)
+  if (m.launch_call && m.timeit_stmt)
+    rc = ex_event_reply_error("UsageError", "%launch and %timeit cannot share a cell", NULL);
+  else if (!*p && !m.launch_call && !m.timeit_stmt)
     rc = ex_event_reply_ok(NULL); /* magics only, or an empty cell */
   else if (m.cuda && !ex->tc.nvcc)
     rc = ex_event_reply_error("CompileError", "%%cuda cell: no CUDA compiler (nvcc) found",

@@ -460,11 +460,40 @@ class ExecutorE2ETest(unittest.TestCase):
                            ("W_MAC", "macro")]:
             self.assertRegex(who, r"(?m)^%s\s+%s" % (name, kind))
         ls = stream_text(self.ok("%lsmagic"))
-        for magic in ["%launch", "%cflags", "%ldflags", "%env", "%who", "%lsmagic", "%%cuda"]:
+        for magic in ["%launch", "%timeit", "%cflags", "%ldflags", "%env", "%who", "%lsmagic",
+                      "%%cuda"]:
             self.assertIn(magic, ls)
         reply, outputs, _, _ = self.run_cell("%nosuchmagic")
         self.assertEqual(reply["ename"], "UsageError")
         self.assertEqual(len(errors(outputs)), 1)
+
+    def test_magic_timeit(self):
+        self.ok("#include <unistd.h>\nlong calls;\nvoid nap(void) { usleep(2000); calls++; }")
+        # IPython's line: mean ± std per loop, runs and loops; -n/-r honoured
+        text = stream_text(self.ok("%timeit -n 5 -r 3 nap()"))
+        m = re.search(r"^([\d.]+) (s|ms|\u00b5s|ns) \u00b1 [\d.]+ (s|ms|\u00b5s|ns) per loop "
+                      r"\(mean \u00b1 std\. dev\. of 3 runs, 5 loops each\)$", text.strip())
+        self.assertTrue(m, text)
+        per_loop = float(m.group(1)) * {"s": 1, "ms": 1e-3, "\u00b5s": 1e-6, "ns": 1e-9}[m.group(2)]
+        self.assertGreaterEqual(per_loop, 0.002)  # usleep(2000) each
+        self.assertEqual(self.value("calls"), "15")
+        # without -n: loops chosen so that a run takes >= 0.2 s
+        text = stream_text(self.ok("%timeit nap()"))
+        self.assertRegex(text, r"of 7 runs, (50|100) loops each")
+        # a statement list too; the cell's own code runs first, once
+        self.ok("calls = 0;")
+        self.assertIn("per loop", stream_text(self.ok("%timeit -n 2 -r 1 calls += 10; nap()\n"
+                                                      "calls = 1000;")))
+        self.assertEqual(self.value("calls"), "1022")
+        for code, ename, text in [
+                ("%timeit", "UsageError", "needs a statement"),
+                ("%timeit -n x nap()", "UsageError", "-n needs a positive number"),
+                ("%timeit -r 0 nap()", "UsageError", "-r needs a positive number"),
+                ("%timeit no_such_fn()", "CompileError", "no_such_fn"),
+                ("%timeit nap()\n%launch nap() num_processes=1", "UsageError", "cannot share")]:
+            reply, outputs, _, _ = self.run_cell(code)
+            self.assertEqual(reply["ename"], ename, code)
+            self.assertIn(text, reply["evalue"], code)
 
     # -------------------------------------------------------- compile cache
 

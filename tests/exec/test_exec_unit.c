@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ex_cell.h"
@@ -21,6 +22,7 @@
 #include "ex_jit.h"
 #include "ex_split.h"
 #include "ex_test.h"
+#include "ex_timeit.h"
 
 #ifndef EX_TEST_INCDIR
 #error "EX_TEST_INCDIR (directory of nbfork.h) must be defined"
@@ -426,7 +428,7 @@ static ex_cell_unit_t gen(cells_t *c, const char *code, int commit) {
   ex_cell_unit_t u;
   char label[32], err[256] = "";
   snprintf(label, sizeof label, "cell[%d]", ++c->count);
-  if (ex_cell_generate(c->st, code, 0, label, NULL, "salt", &u, err, sizeof err))
+  if (ex_cell_generate(c->st, code, 0, label, NULL, NULL, "salt", &u, err, sizeof err))
     EX_TEST_FAIL("ex_cell_generate failed on:\n%s\n--- error: %s", code, err);
   if (commit)
     ASSERT_EQ_INT(ex_cell_commit(c->st, &u), 0);
@@ -546,7 +548,8 @@ EX_TEST(cell_tag_is_the_compile_cache_key) {
   ex_cell_unit_t ud;
   char err[64];
   ASSERT_EQ_INT(
-      ex_cell_generate(a.st, "int x = 1;", 0, "cell[9]", NULL, "-O3", &ud, err, sizeof err), 0);
+      ex_cell_generate(a.st, "int x = 1;", 0, "cell[9]", NULL, NULL, "-O3", &ud, err, sizeof err),
+      0);
   ASSERT_NE_STR(ua.tag, ud.tag);
   /* what earlier cells defined enters the hash (the prelude) */
   ex_cell_unit_t ue = gen(&a, "int other = 5;", 1);
@@ -623,7 +626,7 @@ EX_TEST(cell_launch_thunk) {
   ex_cell_unit_t u;
   char err[64];
   ASSERT_EQ_INT(ex_cell_generate(c.st, "int train(int n) { return n; }", 0, "cell[1]", "train(3)",
-                                 "", &u, err, sizeof err),
+                                 NULL, "", &u, err, sizeof err),
                 0);
   ASSERT_EQ_INT(u.has_launch, 1);
   ASSERT_CONTAINS(u.source, u.launch_symbol);
@@ -642,7 +645,7 @@ EX_TEST(cell_cxx_cell_leaves_c_cells_alone) {
                                  "template <typename T> T twice(T v) { return v + v; }\n"
                                  "__global__ void kern(int *p) { *p = 1; }\n"
                                  "int answer(void) { return twice(21); }",
-                                 1, "cell[1]", NULL, "", &u, err, sizeof err),
+                                 1, "cell[1]", NULL, NULL, "", &u, err, sizeof err),
                 0);
   ASSERT_EQ_INT(u.cxx, 1);
   ASSERT_CONTAINS(u.source, "template <typename T> T twice(T v) { return v + v; }");
@@ -666,8 +669,8 @@ EX_TEST(cell_split_error) {
   cells_t c = cells_new();
   ex_cell_unit_t u;
   char err[128] = "";
-  ASSERT_EQ_INT(ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, "", &u, err, sizeof err),
-                -1);
+  ASSERT_EQ_INT(
+      ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, NULL, "", &u, err, sizeof err), -1);
   ASSERT_CONTAINS(err, "not closed");
   ex_cell_state_destroy(&c.st);
 }
@@ -1009,8 +1012,8 @@ EX_TEST(compile_cxx_unit_with_host_compiler) {
 
   ex_cell_unit_t l;
   char err[64];
-  ASSERT_EQ_INT(ex_cell_generate(e.cells.st, "void go(void) {}", 1, "cell[2]", "go()", "", &l, err,
-                                 sizeof err),
+  ASSERT_EQ_INT(ex_cell_generate(e.cells.st, "void go(void) {}", 1, "cell[2]", "go()", NULL, "", &l,
+                                 err, sizeof err),
                 0);
   f = fopen(src, "w");
   fputs(l.source, f);
@@ -1039,7 +1042,7 @@ static ex_jit_launch_fn jit(engine_t *e, const char *call, const char *cflags) {
   ex_cell_unit_t u;
   char label[32], err[256] = "";
   snprintf(label, sizeof label, "cell[%d]", ++e->cells.count);
-  if (ex_cell_generate(e->cells.st, "", 0, label, call, "salt", &u, err, sizeof err))
+  if (ex_cell_generate(e->cells.st, "", 0, label, call, NULL, "salt", &u, err, sizeof err))
     EX_TEST_FAIL("ex_cell_generate failed on %%launch %s: %s", call, err);
   ex_jit_launch_fn fn = ex_jit_launch(e->cells.st, call, u.source, u.tag, u.launch_symbol,
                                       e->tc.incdir, cflags ? cflags : e->tc.cflags);
@@ -1165,4 +1168,52 @@ EX_TEST(jit_simple_call_rule) {
   ASSERT_EQ_INT(ex_jit_simple_call(c.st, "f"), 0);
   ASSERT_EQ_INT(ex_jit_simple_call(c.st, NULL), 0);
   ex_cell_state_destroy(&c.st);
+}
+
+/* ------------------------------------------------------------- %timeit */
+
+EX_TEST(timeit_format_as_ipython) {
+  char b[200];
+  ex_timeit_result_t r = {1.234e-6, 45.6e-9, 1000000, 7};
+  ex_timeit_format(&r, b, sizeof b);
+  ASSERT_EQ_STR(b, "1.23 \xc2\xb5s \xc2\xb1 45.6 ns per loop (mean \xc2\xb1 std. dev. of 7 runs, "
+                   "1,000,000 loops each)");
+  ex_timeit_result_t one = {2.5, 0, 1, 1};
+  ex_timeit_format(&one, b, sizeof b);
+  ASSERT_EQ_STR(b, "2.5 s \xc2\xb1 0 s per loop (mean \xc2\xb1 std. dev. of 1 run, 1 loop each)");
+  ex_timeit_result_t edge = {0.9997, 0.0123, 10, 3};
+  ex_timeit_format(&edge, b, sizeof b);
+  ASSERT_EQ_STR(b,
+                "1 s \xc2\xb1 12.3 ms per loop (mean \xc2\xb1 std. dev. of 3 runs, 10 loops each)");
+}
+
+static long g_timed;
+static void sleep_loop(long n) {
+  for (long i = 0; i < n; i++) {
+    struct timespec ts = {0, 1000000}; /* 1 ms */
+    nanosleep(&ts, NULL);
+  }
+  g_timed += n;
+}
+
+/* Without -n, loops grow 1, 2, 5, 10, ... until one run takes 0.2 s; then
+ * -r runs of that many loops; the mean is the time per loop. */
+EX_TEST(timeit_autorange_and_runs) {
+  ex_timeit_result_t r;
+  g_timed = 0;
+  ASSERT_EQ_INT(ex_timeit_run(sleep_loop, 0, 3, NULL, &r), 0);
+  ASSERT_EQ_INT(r.runs, 3);
+  ASSERT_TRUE(r.loops == 100 || r.loops == 200); /* 1 ms sleeps: ~0.2 s at 200 */
+  ASSERT_TRUE(r.mean_s >= 0.001 && r.mean_s < 0.005);
+  ASSERT_TRUE(r.stdev_s >= 0 && r.stdev_s < r.mean_s);
+  /* -n 4 -r 2: exactly 8 loops, no calibration */
+  g_timed = 0;
+  ASSERT_EQ_INT(ex_timeit_run(sleep_loop, 4, 2, NULL, &r), 0);
+  ASSERT_EQ_INT(g_timed, 8);
+  ASSERT_EQ_INT(r.loops, 4);
+  ASSERT_EQ_INT(r.runs, 2);
+  /* an interrupt already pending: no run, -1 */
+  volatile sig_atomic_t stop = 1;
+  ASSERT_EQ_INT(ex_timeit_run(sleep_loop, 4, 2, &stop, &r), -1);
+  ASSERT_EQ_INT(r.runs, 0);
 }

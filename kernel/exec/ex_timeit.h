@@ -1,0 +1,31 @@
+/*
+ * ex_timeit — the timing of `%timeit [-n N] [-r R] STATEMENT`, as
+ * IPython's %timeit does it (IPython/core/magics/execution.py): R runs
+ * (default 7) of N loops each; N, when not given, is the first of 1, 2,
+ * 5, 10, 20, 50, ... whose run takes at least 0.2 s. Reported: the mean
+ * and standard deviation over the runs of the time per loop.
+ */
+#ifndef EX_TIMEIT_H
+#define EX_TIMEIT_H
+
+#include <signal.h>
+#include <stddef.h>
+
+typedef struct {
+  double mean_s;  /* mean over the runs of (run time / loops), seconds */
+  double stdev_s; /* their standard deviation (population, as numpy's std) */
+  long loops;     /* loops per run */
+  int runs;       /* runs made */
+} ex_timeit_result_t;
+
+/* `loop(n)` runs the statement n times. `loops` <= 0: choose as above.
+ * Stops early when *interrupted becomes set (returns -1; r holds the
+ * runs made so far). Returns 0. */
+int ex_timeit_run(void (*loop)(long), long loops, int repeat, volatile sig_atomic_t *interrupted,
+                  ex_timeit_result_t *r);
+
+/* "1.23 µs ± 45.6 ns per loop (mean ± std. dev. of 7 runs, 100,000 loops
+ * each)" into buf (IPython's wording and 3 significant digits). */
+void ex_timeit_format(const ex_timeit_result_t *r, char *buf, size_t n);
+
+#endif
