@@ -12,9 +12,10 @@
  *
  * The system compiler stays the judge. The fast path is taken only for
  * calls of a cell-defined function with scalar and pointer parameters
- * (ex_jit_simple_call), in cells that hold nothing but the %launch line (a cell that also defines
- * things must become a shared object later cells link against), for C
- * (not %%cuda), and for compiler flags it can mirror: -I -D -U are passed
+ * (ex_jit_simple_call), in cells that hold nothing but the %launch line
+ * (a cell that also defines things must become a shared object later
+ * cells link against), for C (not %%cuda), and for compiler flags it
+ * can mirror: -I -D -U are passed
  * on, flags that only tune code generation or diagnostics (-O, -g, -W,
  * -march, -std=c../gnu..) are ignored, anything else sends the unit to
  * the system compiler. TinyCC runs with -Werror: any warning or error,
