@@ -37,7 +37,6 @@
 #include "acc_gloo_store.h"
 #include "acc_gloo_waker.h"
 
-/* One cached buffer-based all-reduce (see acc_gloo_all_reduce_cached). */
 /* One cached buffer-based algorithm (see acc_gloo_all_reduce_cached and
  * all_gather_sync). It is found by what every rank asks for alike (kind
  * and size, never the caller's addresses: the ranks' heaps differ, so a
@@ -396,7 +395,7 @@ static int cacheable(acc_dtype_t dtype) {
 }
 
 /* Evict the least recently used cached algorithms (the same choice on
- * every rank) until one more keeping `bytes` fits within
+ * every rank) until one more, keeping `bytes`, fits within
  * kCachedAlgorithms entries and kCachedBytes of buffers: each algorithm
  * keeps inboxes as large as its buffer. */
 static void make_room(acc_gloo_t *g, size_t bytes) {
@@ -446,17 +445,16 @@ static int sync_mesh_for(acc_gloo_t *g, acc_gloo_cached &key, char *err, size_t 
  * most recently used. Throws what `make` throws. */
 extern "C++" {
 template <typename Make>
-static acc_gloo_cached &cached_entry(acc_gloo_t *g, const acc_gloo_cached &key, size_t bytes,
-                                     Make &&make) {
+static acc_gloo_cached &cached_entry(acc_gloo_t *g, const acc_gloo_cached &key, Make &&make) {
   auto &cache = g->cache;
   size_t i = 0;
   for (; i < cache.size(); i++)
     if (cache[i].same(key) && cache[i].kind == key.kind)
       break;
   if (i == cache.size()) {
-    make_room(g, bytes);
     acc_gloo_cached c{key.gather, key.count, key.dtype, key.op, key.kind, {}, {}, nullptr};
     make(c);
+    make_room(g, c.bytes());
     cache.push_back(std::move(c));
   } else if (i + 1 != cache.size()) {
     std::rotate(cache.begin() + (long)i, cache.begin() + (long)i + 1, cache.end());
@@ -522,7 +520,7 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
       return all_reduce_now(g, buf, count, dtype, op, ACC_GLOO_RING, err, errlen);
   }
   return guard(g, what.c_str(), err, errlen, [&] {
-    acc_gloo_cached &e = cached_entry(g, key, count * esz, [&](acc_gloo_cached &c) {
+    acc_gloo_cached &e = cached_entry(g, key, [&](acc_gloo_cached &c) {
       c.in.resize(count * esz);
       void *own = c.in.data();
       switch (dtype) {
@@ -689,7 +687,7 @@ static bool all_gather_sync(acc_gloo_t *g, const void *send, void *recv, size_t 
     return sync < 0;
   std::string what = "all-gather of " + std::to_string(bytes) + " bytes per rank";
   *r = guard(g, what.c_str(), err, errlen, [&] {
-    acc_gloo_cached &e = cached_entry(g, key, bytes + total, [&](acc_gloo_cached &c) {
+    acc_gloo_cached &e = cached_entry(g, key, [&](acc_gloo_cached &c) {
       c.in.resize(bytes);
       c.out.resize(total);
       std::vector<const uint8_t *> in{c.in.data()};
