@@ -177,27 +177,106 @@ static int reply_interrupted(void) {
                               "the cell was interrupted; the state of earlier cells is kept", NULL);
 }
 
+/* Call fn(arg) with SIGINT armed to jump back here (on_sigint): 0 when
+ * it returned, 1 when an interrupt cut it short (g_interrupted is set). */
+static int call_interruptible(void (*fn)(void *), void *arg) {
+  if (sigsetjmp(g_jmp, 1) != 0)
+    return 1;
+  g_jmp_armed = 1;
+  fn(arg);
+  g_jmp_armed = 0;
+  return 0;
+}
+
+static void run_statements(void *run) {
+  (*(void (**)(void))run)();
+}
+
+typedef struct {
+  void (*loop)(long);
+  const ex_magic_result_t *m;
+  ex_timeit_result_t r;
+} timeit_call_t;
+
+static void timeit_body(void *arg) {
+  timeit_call_t *t = arg;
+  ex_timeit_run(t->loop, t->m->timeit_loops, t->m->timeit_repeat, &g_interrupted, &t->r);
+}
+
 /* %timeit: time the compiled loop in this process (ex_timeit.h) and
  * print IPython's line; an interrupt stops it like any statement. */
 static int run_timeit(ex_t *ex, const ex_magic_result_t *m, int count, void (*loop)(long)) {
-  ex_timeit_result_t r = {0};
-  if (sigsetjmp(g_jmp, 1) == 0) {
-    g_jmp_armed = 1;
-    ex_timeit_run(loop, m->timeit_loops, m->timeit_repeat, &g_interrupted, &r);
-    g_jmp_armed = 0;
-  } else {
-    g_interrupted = 1;
-  }
+  timeit_call_t t = {.loop = loop, .m = m};
+  call_interruptible(timeit_body, &t);
   fflush(stdout);
   fflush(stderr);
   check_cuda(ex, count);
   if (g_interrupted)
     return reply_interrupted();
   char line[256];
-  ex_timeit_format(&r, line, sizeof line);
+  ex_timeit_format(&t.r, line, sizeof line);
   printf("%s\n", line);
   fflush(stdout);
   return ex_event_reply_ok(NULL);
+}
+
+/* Compile `u` with the system compiler and load it (RTLD_GLOBAL: later
+ * cells bind to its symbols). Returns the handle, or NULL after replying
+ * with the error (*replied = what that reply returned). */
+static void *compile_and_load(ex_t *ex, int cuda, const ex_cell_unit_t *u, const char *label,
+                              const char *cflags, int *replied) {
+  ex->tc.cflags = cflags;
+  ex->tc.ldflags = ex->flags.ldflags;
+  char *so = NULL, *diag = NULL;
+  int rc = ex_compile(&ex->tc, u->source, u->tag, cuda, &so, &diag);
+  ex->tc.cflags = NULL;
+  if (rc == 2) {
+    free(diag);
+    *replied = ex_event_reply_error("KeyboardInterrupt",
+                                    "the cell was interrupted while it compiled; the state of "
+                                    "earlier cells is kept",
+                                    NULL);
+    return NULL;
+  }
+  char *clean = diag ? ex_compile_clean(diag) : NULL;
+  free(diag);
+  if (rc != 0) {
+    const char *d = clean ? clean : "";
+    char *summary = rc > 0 ? ex_compile_summary(d) : strndup(d, strcspn(d, "\n"));
+    /* a failure of the link step alone (a missing -lNAME) is a LinkError */
+    int link_only = rc > 0 && summary &&
+                    (strstr(summary, "cannot find") || strstr(summary, "undefined reference") ||
+                     !strncmp(summary, "collect2:", 9));
+    *replied = ex_event_reply_error(rc < 0      ? "SystemError"
+                                    : link_only ? "LinkError"
+                                                : "CompileError",
+                                    summary ? summary : "compilation failed", d);
+    free(summary);
+    free(clean);
+    return NULL;
+  }
+  if (clean && *clean) { /* warnings: the cell compiled */
+    fputs(clean, stderr);
+    fflush(stderr);
+  }
+  free(clean);
+  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
+  free(so);
+  if (!h) {
+    /* "/tmp/.../cell_TAG.so: undefined symbol: f__cTAG" -> "cell[3]:
+     * undefined symbol: f" */
+    const char *de = dlerror();
+    const char *tail = de ? strstr(de, ".so: ") : NULL;
+    char *msg = ex_compile_clean(tail ? tail + 5 : de ? de : "cannot load the cell");
+    char ev[1024];
+    snprintf(ev, sizeof ev, "%s: %.*s", label, msg ? (int)strcspn(msg, "\n") : 0, msg ? msg : "");
+    free(msg);
+    *replied = ex_event_reply_error(
+        "LinkError", ev,
+        "The cell compiled but could not be loaded: a function it calls is declared but not "
+        "defined, or a library is missing (add it with %ldflags -lNAME).");
+  }
+  return h;
 }
 
 /* Compile, load and run one cell (magic lines already handled). */
@@ -240,87 +319,30 @@ static int run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   if (m->launch_call && !m->cuda && u.split.count == 0)
     launch = ex_jit_launch(ex->cells, m->launch_call, u.source, u.tag, u.launch_symbol, ex->incdir,
                            cflags);
-  if (launch) {
-    free(cflags);
-    ex_cell_commit(ex->cells, &u);
-    ex_cell_unit_free(&u);
-  } else {
-    ex->tc.cflags = cflags;
-    ex->tc.ldflags = ex->flags.ldflags;
-    char *so = NULL, *diag = NULL;
-    int rc = ex_compile(&ex->tc, u.source, u.tag, m->cuda, &so, &diag);
-    free(cflags);
-    ex->tc.cflags = NULL;
-    if (rc == 2) {
-      free(diag);
-      ex_cell_unit_free(&u);
-      return ex_event_reply_error(
-          "KeyboardInterrupt",
-          "the cell was interrupted while it compiled; the state of earlier "
-          "cells is kept",
-          NULL);
-    }
-    char *clean = diag ? ex_compile_clean(diag) : NULL;
-    free(diag);
-    if (rc != 0) {
-      const char *d = clean ? clean : "";
-      char *summary = rc > 0 ? ex_compile_summary(d) : strndup(d, strcspn(d, "\n"));
-      /* a failure of the link step alone (a missing -lNAME) is a LinkError */
-      int link_only = rc > 0 && summary &&
-                      (strstr(summary, "cannot find") || strstr(summary, "undefined reference") ||
-                       !strncmp(summary, "collect2:", 9));
-      int r = ex_event_reply_error(rc < 0      ? "SystemError"
-                                   : link_only ? "LinkError"
-                                               : "CompileError",
-                                   summary ? summary : "compilation failed", d);
-      free(summary);
-      free(clean);
-      ex_cell_unit_free(&u);
-      return r;
-    }
-    if (clean && *clean) { /* warnings: the cell compiled */
-      fputs(clean, stderr);
-      fflush(stderr);
-    }
-    free(clean);
-    void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
-    free(so);
+  if (!launch) {
+    int replied = 0;
+    void *h = compile_and_load(ex, m->cuda, &u, label, cflags, &replied);
     if (!h) {
-      /* "/tmp/.../cell_TAG.so: undefined symbol: f__cTAG" -> "cell[3]:
-       * undefined symbol: f" */
-      const char *de = dlerror();
-      const char *tail = de ? strstr(de, ".so: ") : NULL;
-      char *msg = ex_compile_clean(tail ? tail + 5 : de ? de : "cannot load the cell");
-      char ev[1024];
-      snprintf(ev, sizeof ev, "%s: %.*s", label, msg ? (int)strcspn(msg, "\n") : 0, msg ? msg : "");
-      free(msg);
+      free(cflags);
       ex_cell_unit_free(&u);
-      return ex_event_reply_error(
-          "LinkError", ev,
-          "The cell compiled but could not be loaded: a function it calls is declared but not "
-          "defined, or a library is missing (add it with %ldflags -lNAME).");
+      return replied;
     }
-    ex_cell_commit(ex->cells, &u);
     run = (void (*)(void))dlsym(h, u.run_symbol);
     launch = u.has_launch ? (int (*)(void))dlsym(h, u.launch_symbol) : NULL;
     timeit = u.has_timeit ? (void (*)(long))dlsym(h, u.timeit_symbol) : NULL;
-    ex_cell_unit_free(&u);
   }
+  free(cflags);
+  ex_cell_commit(ex->cells, &u);
+  ex_cell_unit_free(&u);
   if (g_interrupted) {
     check_cuda(ex, count);
     return reply_interrupted();
   }
-  if (run) {
-    if (sigsetjmp(g_jmp, 1) == 0) {
-      g_jmp_armed = 1;
-      run();
-      g_jmp_armed = 0;
-    } else {
-      fflush(stdout);
-      fflush(stderr);
-      check_cuda(ex, count);
-      return reply_interrupted();
-    }
+  if (run && call_interruptible(run_statements, &run)) {
+    fflush(stdout);
+    fflush(stderr);
+    check_cuda(ex, count);
+    return reply_interrupted();
   }
   fflush(stdout);
   fflush(stderr);
