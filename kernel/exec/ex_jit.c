@@ -18,10 +18,24 @@ static int scalar_word(const char *w, size_t n) {
       " register restrict size_t ssize_t ptrdiff_t intptr_t uintptr_t intmax_t uintmax_t"
       " int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t off_t pid_t time_t"
       " wchar_t acc_dtype_t acc_op_t acc_precision_t acc_result_t ";
-  for (const char *p = strstr(words, " "); p && p[1]; p = strchr(p + 1, ' '))
+  for (const char *p = words; p && p[1]; p = strchr(p + 1, ' '))
     if (!strncmp(p + 1, w, n) && p[1 + n] == ' ')
       return 1;
   return 0;
+}
+
+/* The next identifier-like word at or after *p (its length in *n, 0 at
+ * the end); *p moves past it. */
+static const char *next_word(const char **p, size_t *n) {
+  const char *q = *p;
+  while (*q && !isalnum((unsigned char)*q) && *q != '_')
+    q++;
+  const char *w = q;
+  while (isalnum((unsigned char)*q) || *q == '_')
+    q++;
+  *n = (size_t)(q - w);
+  *p = q;
+  return w;
 }
 
 /* Whether a typedef earlier cells made is a scalar, a pointer or an
@@ -42,22 +56,15 @@ static int scalar_typedef(const ex_cell_state_t *st, const char *name, size_t n)
     return 1;
   /* typedef <scalar words> name; */
   const char *p = d.decl;
-  int words = 0, ok = 1;
-  while (*p && ok) {
-    while (*p && !isalnum((unsigned char)*p) && *p != '_')
-      p++;
-    const char *w = p;
-    while (isalnum((unsigned char)*p) || *p == '_')
-      p++;
-    size_t wn = (size_t)(p - w);
-    if (!wn)
-      break;
+  int words = 0;
+  size_t wn;
+  for (const char *w = next_word(&p, &wn); wn; w = next_word(&p, &wn)) {
     words++;
     if (!(wn == 7 && !strncmp(w, "typedef", 7)) && !(wn == n && !strncmp(w, name, n)) &&
         !scalar_word(w, wn))
-      ok = 0;
+      return 0;
   }
-  return ok && words > 2;
+  return words > 2;
 }
 
 /* One parameter's text (`const char *s`, `pair_t p`, `int`, `...`). */
@@ -73,18 +80,10 @@ static int scalar_param(const ex_cell_state_t *st, const char *text, size_t n) {
     return 1;
   if (strstr(p, "long") && strstr(p, "double"))
     return 0; /* long double: x87, in memory: leave it to GCC */
-  const char *last = NULL;
-  size_t lastn = 0;
+  const char *last = NULL, *q = p;
+  size_t lastn = 0, wn;
   int types = 0;
-  for (const char *q = p; *q;) {
-    while (*q && !isalnum((unsigned char)*q) && *q != '_')
-      q++;
-    const char *w = q;
-    while (isalnum((unsigned char)*q) || *q == '_')
-      q++;
-    size_t wn = (size_t)(q - w);
-    if (!wn)
-      break;
+  for (const char *w = next_word(&q, &wn); wn; w = next_word(&q, &wn)) {
     if (scalar_word(w, wn)) {
       types++;
       continue;
@@ -200,33 +199,21 @@ static int apply_flags(TCCState *s, const char *cflags) {
     return -1;
   int rc = 0;
   for (char *w = strtok_r(copy, " \t\n", &save); w && rc == 0; w = strtok_r(NULL, " \t\n", &save)) {
-    if (!strcmp(w, "-I") || !strcmp(w, "-D") || !strcmp(w, "-U")) {
-      char *arg = strtok_r(NULL, " \t\n", &save);
+    if (w[0] == '-' && (w[1] == 'I' || w[1] == 'D' || w[1] == 'U')) {
+      /* -IDIR or -I DIR, -DNAME[=VALUE], -UNAME */
+      char *arg = w[2] ? w + 2 : strtok_r(NULL, " \t\n", &save);
       if (!arg) {
         rc = -1;
-        break;
-      }
-      char opt = w[1];
-      w = arg;
-      if (opt == 'I')
-        tcc_add_include_path(s, w);
-      else if (opt == 'U')
-        tcc_undefine_symbol(s, w);
-      else {
-        char *eq = strchr(w, '=');
+      } else if (w[1] == 'I') {
+        tcc_add_include_path(s, arg);
+      } else if (w[1] == 'U') {
+        tcc_undefine_symbol(s, arg);
+      } else {
+        char *eq = strchr(arg, '=');
         if (eq)
           *eq = 0;
-        tcc_define_symbol(s, w, eq ? eq + 1 : NULL);
+        tcc_define_symbol(s, arg, eq ? eq + 1 : NULL);
       }
-    } else if (starts(w, "-I")) {
-      tcc_add_include_path(s, w + 2);
-    } else if (starts(w, "-D")) {
-      char *eq = strchr(w + 2, '=');
-      if (eq)
-        *eq = 0;
-      tcc_define_symbol(s, w + 2, eq ? eq + 1 : NULL);
-    } else if (starts(w, "-U")) {
-      tcc_undefine_symbol(s, w + 2);
     } else if (!strcmp(w, "-pthread")) {
       tcc_define_symbol(s, "_REENTRANT", NULL); /* what it means to the preprocessor */
     } else if (!ignorable(w)) {
