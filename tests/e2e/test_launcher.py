@@ -61,10 +61,13 @@ int reduce_ones(void) {
 """
 
 
-class LauncherTests(unittest.TestCase):
+class KernelWithDefs(unittest.TestCase):
+    """One kernel per test class (started with `kernel_env`) in which DEFS ran."""
+    kernel_env = None
+
     @classmethod
     def setUpClass(cls):
-        cls.k = h.Kernel()
+        cls.k = h.Kernel(env=cls.kernel_env)
         reply, out = cls.k.execute(DEFS)
         assert reply["status"] == "ok", h.errors(out)
 
@@ -72,6 +75,8 @@ class LauncherTests(unittest.TestCase):
     def tearDownClass(cls):
         cls.k.close()
 
+
+class LauncherTests(KernelWithDefs):
     def launch(self, call, opts="", timeout=60, **kw):
         port = h.free_port()
         return self.k.execute("%%launch %s num_processes=%s use_port=%d %s" % (
@@ -215,33 +220,18 @@ class LauncherTests(unittest.TestCase):
         self.assertIn("pass another port", "\n".join(errs[0]["traceback"]))
 
 
-class SystemCompilerThunkTests(unittest.TestCase):
+class SystemCompilerThunkTests(KernelWithDefs):
     """NBFORK_JIT=0: every thunk goes through the system compiler."""
+    kernel_env = {"NBFORK_JIT": "0"}
 
     def test_launch_without_jit(self):
-        k = h.Kernel(env={"NBFORK_JIT": "0"})
-        try:
-            reply, out = k.execute(DEFS)
-            self.assertEqual(reply["status"], "ok", h.errors(out))
-            reply, out = k.execute("%%launch reduce_ones() num_processes=2 use_port=%d" %
-                                   h.free_port())
-            self.assertEqual(reply["status"], "ok", h.errors(out))
-            self.assertEqual(h.stream_text(out).count("of 2 sum 2"), 2)
-        finally:
-            k.close()
+        reply, out = self.k.execute("%%launch reduce_ones() num_processes=2 use_port=%d" %
+                                    h.free_port())
+        self.assertEqual(reply["status"], "ok", h.errors(out))
+        self.assertEqual(h.stream_text(out).count("of 2 sum 2"), 2)
 
 
-class RendezvousTimeoutTests(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.k = h.Kernel()
-        reply, out = cls.k.execute(DEFS)
-        assert reply["status"] == "ok", h.errors(out)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.k.close()
-
+class RendezvousTimeoutTests(KernelWithDefs):
     def test_missing_node_is_named(self):
         t0 = time.time()
         reply, out = self.k.execute(
