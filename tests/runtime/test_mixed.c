@@ -18,6 +18,7 @@
 #include "acc_nccl.h"
 #include "nbfork.h"
 #include "rt_assert.h"
+#include "rt_mlp.h"
 #include "rt_spawn.h"
 
 static acc_t *new_acc(const char *precision) {
@@ -311,29 +312,10 @@ static double train_once(const char *precision, int *skipped) {
       (*skipped)++;
     acc_accumulate_end(acc);
   }
-  acc_sampler_t *ts = acc_sampler_new(acc, NT, B, 0, 0);
-  size_t correct = 0, seen = 0;
-  int64_t pred[64], hit[64], all[64 * 8];
-  for (size_t b = 0; b < acc_sampler_num_batches(ts); b++) {
-    size_t len;
-    const size_t *idx = acc_sampler_batch(ts, b, &len);
-    for (size_t i = 0; i < len; i++)
-      memcpy(xb + i * 784, XT + idx[i] * 784, 784 * sizeof(float));
-    acc_mlp_forward(m, xb, (int)len);
-    acc_mlp_predict(m, pred);
-    for (size_t i = 0; i < len; i++)
-      hit[i] = pred[i] == yt->u8[idx[i]];
-    size_t k = acc_gather_for_metrics(acc, hit, len, all, b + 1 == acc_sampler_num_batches(ts), NT);
-    for (size_t i = 0; i < k; i++)
-      correct += (size_t)all[i];
-    seen += k;
-  }
-  ASSERT_EQ(seen, NT);
-  double accuracy = (double)correct / (double)NT;
+  double accuracy = rt_mlp_accuracy(acc, m, XT, yt->u8, NT, B, xb);
   acc_print(acc, "%-4s: %zu steps, %d skipped, final scale %g, accuracy %.4f\n", precision, nb,
             *skipped, (double)acc_loss_scale(acc), accuracy);
   acc_sampler_destroy(&s);
-  acc_sampler_destroy(&ts);
   acc_optim_destroy(&o);
   acc_mlp_destroy(&m);
   acc_idx_destroy(&xi), acc_idx_destroy(&yi), acc_idx_destroy(&xt), acc_idx_destroy(&yt);

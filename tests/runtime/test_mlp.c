@@ -19,6 +19,7 @@
 
 #include "nbfork.h"
 #include "rt_assert.h"
+#include "rt_mlp.h"
 #include "rt_spawn.h"
 
 static void gradcheck(void) {
@@ -204,32 +205,12 @@ static int train_rank(int rank, int world, void *arg) {
   }
   double dt = rt_now() - t0;
   /* evaluate on this rank's shard of the test set, gather for metrics */
-  acc_sampler_t *ts = acc_sampler_new(acc, 10000, B, 0, 0);
-  size_t correct = 0, seen = 0;
-  int64_t pred[64], hit[64], all[64 * 8];
-  for (size_t b = 0; b < acc_sampler_num_batches(ts); b++) {
-    size_t len;
-    const size_t *idx = acc_sampler_batch(ts, b, &len);
-    for (size_t i = 0; i < len; i++)
-      memcpy(xb + i * 784, XT + idx[i] * 784, 784 * sizeof(float));
-    acc_mlp_forward(m, xb, (int)len);
-    acc_mlp_predict(m, pred);
-    for (size_t i = 0; i < len; i++)
-      hit[i] = pred[i] == yt->u8[idx[i]];
-    size_t k =
-        acc_gather_for_metrics(acc, hit, len, all, b + 1 == acc_sampler_num_batches(ts), 10000);
-    for (size_t i = 0; i < k; i++)
-      correct += (size_t)all[i];
-    seen += k;
-  }
-  ASSERT_EQ(seen, 10000);
-  double accuracy = (double)correct / 10000.0;
+  double accuracy = rt_mlp_accuracy(acc, m, XT, yt->u8, 10000, B, xb);
   acc_print(acc, "world %d: %zu steps in %.3f s (%.3f ms/step), last loss %.3f, accuracy %.4f\n",
             world, nb, dt, 1e3 * dt / (double)nb, loss, accuracy);
   ASSERT_DBL_LT(0.70, accuracy);
   (void)rank;
   acc_sampler_destroy(&s);
-  acc_sampler_destroy(&ts);
   acc_optim_destroy(&o);
   acc_mlp_destroy(&m);
   acc_idx_destroy(&xi);

@@ -1,0 +1,42 @@
+/*
+ * rt_mlp.h — for the tests that train an MLP on Fashion-MNIST: the test
+ * set's accuracy as a training loop computes it (each rank scores its
+ * shard, acc_gather_for_metrics counts every image exactly once).
+ */
+#ifndef RT_MLP_H
+#define RT_MLP_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "nbfork.h"
+#include "rt_assert.h"
+
+/* Accuracy (0..1) of `m` on `n` images XT (n × 784 floats) labelled
+ * y[0..n-1], in batches of `batch` (<= 64) through `xb` (batch × 784
+ * floats); asserts that exactly `n` predictions were gathered. */
+static inline double rt_mlp_accuracy(acc_t *acc, acc_mlp_t *m, const float *XT, const uint8_t *y,
+                                     size_t n, size_t batch, float *xb) {
+  acc_sampler_t *ts = acc_sampler_new(acc, n, batch, 0, 0);
+  size_t correct = 0, seen = 0;
+  int64_t pred[64], hit[64], all[64 * 8];
+  for (size_t b = 0; b < acc_sampler_num_batches(ts); b++) {
+    size_t len;
+    const size_t *idx = acc_sampler_batch(ts, b, &len);
+    for (size_t i = 0; i < len; i++)
+      memcpy(xb + i * 784, XT + idx[i] * 784, 784 * sizeof(float));
+    acc_mlp_forward(m, xb, (int)len);
+    acc_mlp_predict(m, pred);
+    for (size_t i = 0; i < len; i++)
+      hit[i] = pred[i] == y[idx[i]];
+    size_t k = acc_gather_for_metrics(acc, hit, len, all, b + 1 == acc_sampler_num_batches(ts), n);
+    for (size_t i = 0; i < k; i++)
+      correct += (size_t)all[i];
+    seen += k;
+  }
+  ASSERT_EQ(seen, n);
+  acc_sampler_destroy(&ts);
+  return (double)correct / (double)n;
+}
+
+#endif
