@@ -1,12 +1,13 @@
 /*
- * nbf_assert.h — the assert macros of the C unit tests of the kernel
- * (tests/kernel/kn_test.h) and the executor (tests/exec/ex_test.h), in
- * the style of libuv's test/task.h: each prints both operands and the
- * place on failure and exits 1.
+ * nbf_assert.h — the assert macros of every C unit test (kernel,
+ * executor, launcher, runtime), in the style of libuv's test/task.h: each
+ * prints the place, the expression and both operands on failure and
+ * exits 1. NBF_TEST_SKIP exits 77 (ctest SKIP_RETURN_CODE).
  */
 #ifndef NBF_ASSERT_H
 #define NBF_ASSERT_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,16 @@
     fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                                \
     fprintf(stderr, __VA_ARGS__);                                                                  \
     fprintf(stderr, "\n");                                                                         \
+    fflush(stderr);                                                                                \
     exit(1);                                                                                       \
+  } while (0)
+
+#define NBF_TEST_SKIP(...)                                                                         \
+  do {                                                                                             \
+    fprintf(stderr, "SKIP: ");                                                                     \
+    fprintf(stderr, __VA_ARGS__);                                                                  \
+    fprintf(stderr, "\n");                                                                         \
+    exit(77);                                                                                      \
   } while (0)
 
 #define ASSERT_TRUE(c)                                                                             \
@@ -25,18 +35,41 @@
       NBF_TEST_FAIL("ASSERT_TRUE(%s) failed", #c);                                                  \
   } while (0)
 
-#define ASSERT_EQ_INT(a, b)                                                                        \
+#define NBF_CMP_(a, op, b, T, fmt)                                                                  \
   do {                                                                                             \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                            \
-    if (a_ != b_)                                                                                  \
-      NBF_TEST_FAIL("%s == %s failed: %lld != %lld", #a, #b, a_, b_);                               \
+    T nbf_a_ = (a), nbf_b_ = (b);                                                                  \
+    if (!(nbf_a_ op nbf_b_))                                                                       \
+      NBF_TEST_FAIL("%s %s %s failed: " fmt " vs " fmt, #a, #op, #b, nbf_a_, nbf_b_);               \
   } while (0)
 
-#define ASSERT_NE_INT(a, b)                                                                        \
+#define ASSERT_EQ(a, b) NBF_CMP_(a, ==, b, long long, "%lld")
+#define ASSERT_NE(a, b) NBF_CMP_(a, !=, b, long long, "%lld")
+#define ASSERT_LT(a, b) NBF_CMP_(a, <, b, long long, "%lld")
+#define ASSERT_LE(a, b) NBF_CMP_(a, <=, b, long long, "%lld")
+#define ASSERT_GT(a, b) NBF_CMP_(a, >, b, long long, "%lld")
+#define ASSERT_GE(a, b) NBF_CMP_(a, >=, b, long long, "%lld")
+#define ASSERT_EQ_U(a, b) NBF_CMP_(a, ==, b, unsigned long long, "%llu")
+#define ASSERT_DBL_LT(a, b) NBF_CMP_(a, <, b, double, "%.9g")
+#define ASSERT_DBL_LE(a, b) NBF_CMP_(a, <=, b, double, "%.9g")
+
+#define ASSERT_NEAR(a, b, tol)                                                                     \
   do {                                                                                             \
-    long long a_ = (long long)(a), b_ = (long long)(b);                                            \
-    if (a_ == b_)                                                                                  \
-      NBF_TEST_FAIL("%s != %s failed: both are %lld", #a, #b, a_);                                  \
+    double nbf_a_ = (a), nbf_b_ = (b), nbf_t_ = (tol);                                             \
+    if (!(fabs(nbf_a_ - nbf_b_) <= nbf_t_))                                                        \
+      NBF_TEST_FAIL("%s ~= %s (tol %g) failed: %.9g vs %.9g", #a, #b, nbf_t_, nbf_a_, nbf_b_);      \
+  } while (0)
+
+#define ASSERT_NULL(p)                                                                             \
+  do {                                                                                             \
+    const void *nbf_p_ = (p);                                                                      \
+    if (nbf_p_ != NULL)                                                                            \
+      NBF_TEST_FAIL("%s is %p, expected NULL", #p, nbf_p_);                                         \
+  } while (0)
+
+#define ASSERT_NOT_NULL(p)                                                                         \
+  do {                                                                                             \
+    if ((p) == NULL)                                                                               \
+      NBF_TEST_FAIL("%s is NULL", #p);                                                              \
   } while (0)
 
 #define ASSERT_EQ_STR(a, b)                                                                        \

@@ -21,7 +21,7 @@
 #include "ex_compile.h"
 #include "ex_jit.h"
 #include "ex_split.h"
-#include "ex_test.h"
+#include "../common/nbf_test.h"
 #include "ex_timeit.h"
 
 #ifndef EX_TEST_INCDIR
@@ -59,7 +59,7 @@ static ex_split_t split_ok_with(const char *src, ex_is_type_fn is_type, void *ct
   ex_split_t s;
   char err[256] = "";
   if (ex_split(src, 0, is_type, ctx, &s, err, sizeof err) != 0)
-    EX_TEST_FAIL("ex_split failed on:\n%s\n--- error: %s", src, err);
+    NBF_TEST_FAIL("ex_split failed on:\n%s\n--- error: %s", src, err);
   return s;
 }
 
@@ -89,32 +89,32 @@ static void expect_split_error(const char *src, const char *msg_part) {
   int rc = ex_split(src, 0, NULL, NULL, &s, err, sizeof err);
   if (rc == 0) {
     ex_split_free(&s);
-    EX_TEST_FAIL("ex_split accepted unbalanced source:\n%s", src);
+    NBF_TEST_FAIL("ex_split accepted unbalanced source:\n%s", src);
   }
   ASSERT_CONTAINS(err, msg_part);
-  ASSERT_EQ_INT(s.count, 0);
+  ASSERT_EQ(s.count, 0);
 }
 
 /* ------------------------------------------------------- ex_split cases */
 
-EX_TEST(split_function) {
+NBF_TEST(split_function) {
   ex_split_t s = split_ok("int sq(int x) {\n  return x * x;\n}\n");
-  ASSERT_EQ_INT(s.count, 1);
+  ASSERT_EQ(s.count, 1);
   ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "FUNCTION");
   ASSERT_EQ_STR(s.chunks[0].name, "sq");
   ASSERT_EQ_STR(s.chunks[0].signature, "int sq(int x)");
   ASSERT_EQ_STR(s.chunks[0].body, "{\n  return x * x;\n}");
-  ASSERT_EQ_INT(s.chunks[0].line, 1);
+  ASSERT_EQ(s.chunks[0].line, 1);
   ex_split_free(&s);
 
   s = split_ok(
       "char *dup2(const char *s) { return 0; }\nstruct P mk(void) { struct P p; return p; }");
-  ASSERT_EQ_INT(s.count, 2);
+  ASSERT_EQ(s.count, 2);
   ASSERT_EQ_STR(s.chunks[0].name, "dup2");
   ASSERT_EQ_STR(s.chunks[0].signature, "char *dup2(const char *s)");
   ASSERT_EQ_STR(kind_name(s.chunks[1].kind), "FUNCTION");
   ASSERT_EQ_STR(s.chunks[1].name, "mk");
-  ASSERT_EQ_INT(s.chunks[1].line, 2);
+  ASSERT_EQ(s.chunks[1].line, 2);
   ex_split_free(&s);
 
   /* two functions and a call in one cell */
@@ -122,9 +122,9 @@ EX_TEST(split_function) {
                "FUNCTION,FUNCTION,EXPRESSION");
 }
 
-EX_TEST(split_static_inline) {
+NBF_TEST(split_static_inline) {
   ex_split_t s = split_ok("static inline int twice(int x) { return 2 * x; }");
-  ASSERT_EQ_INT(s.count, 1);
+  ASSERT_EQ(s.count, 1);
   ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "FUNCTION");
   ASSERT_EQ_STR(s.chunks[0].signature, "int twice(int x)");
   /* `static inline` blanked in place: columns of diagnostics stay right */
@@ -137,13 +137,13 @@ EX_TEST(split_static_inline) {
   ex_split_free(&s);
 }
 
-EX_TEST(split_prototype) {
+NBF_TEST(split_prototype) {
   ex_split_t s = split_ok("int sq(int x);\nextern double f(void);\nvoid g();");
   ASSERT_EQ_STR(kinds_of("int sq(int x);\nextern double f(void);\nvoid g();"),
                 "PROTOTYPE,PROTOTYPE,PROTOTYPE");
   ASSERT_EQ_STR(s.chunks[0].name, "sq");
   ASSERT_EQ_STR(s.chunks[1].name, "f");
-  ASSERT_EQ_INT(s.chunks[1].is_extern, 1);
+  ASSERT_EQ(s.chunks[1].is_extern, 1);
   ASSERT_EQ_STR(s.chunks[2].name, "g");
   ex_split_free(&s);
 
@@ -160,12 +160,12 @@ EX_TEST(split_prototype) {
   ex_split_free(&s);
 }
 
-EX_TEST(split_global_without_initializer) {
+NBF_TEST(split_global_without_initializer) {
   ex_split_t s = split_ok("int counter;\nfloat weights[784];\nunsigned long long big;");
-  ASSERT_EQ_INT(s.count, 3);
+  ASSERT_EQ(s.count, 3);
   for (size_t i = 0; i < 3; i++) {
     ASSERT_EQ_STR(kind_name(s.chunks[i].kind), "VARIABLE");
-    ASSERT_EQ_INT(s.chunks[i].ndecls, 1);
+    ASSERT_EQ(s.chunks[i].ndecls, 1);
     ASSERT_TRUE(s.chunks[i].decls[0].init == NULL);
   }
   ASSERT_EQ_STR(s.chunks[0].decls[0].name, "counter");
@@ -175,14 +175,14 @@ EX_TEST(split_global_without_initializer) {
   ex_split_free(&s);
 }
 
-EX_TEST(split_global_with_initializer) {
+NBF_TEST(split_global_with_initializer) {
   ex_split_t s = split_ok("double rate = 0.5;\nint a[3] = {1, 2, 3};\n"
                           "float *buf = malloc(10 * sizeof(float));\nconst char *name = \"x;y\";");
-  ASSERT_EQ_INT(s.count, 4);
+  ASSERT_EQ(s.count, 4);
   ASSERT_EQ_STR(s.chunks[0].decls[0].init, "0.5");
-  ASSERT_EQ_INT(s.chunks[0].decls[0].init_braced, 0);
+  ASSERT_EQ(s.chunks[0].decls[0].init_braced, 0);
   ASSERT_EQ_STR(s.chunks[1].decls[0].init, "{1, 2, 3}");
-  ASSERT_EQ_INT(s.chunks[1].decls[0].init_braced, 1);
+  ASSERT_EQ(s.chunks[1].decls[0].init_braced, 1);
   ASSERT_EQ_STR(s.chunks[2].decls[0].declarator, "*buf");
   ASSERT_EQ_STR(s.chunks[2].decls[0].init, "malloc(10 * sizeof(float))");
   ASSERT_EQ_STR(s.chunks[3].specifiers, "const char");
@@ -190,11 +190,11 @@ EX_TEST(split_global_with_initializer) {
   ex_split_free(&s);
 }
 
-EX_TEST(split_multiple_declarators) {
+NBF_TEST(split_multiple_declarators) {
   ex_split_t s = split_ok("int a = 1, *b, c[2] = {3, 4}, d = f(1, 2);");
-  ASSERT_EQ_INT(s.count, 1);
+  ASSERT_EQ(s.count, 1);
   ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "VARIABLE");
-  ASSERT_EQ_INT(s.chunks[0].ndecls, 4);
+  ASSERT_EQ(s.chunks[0].ndecls, 4);
   const char *names[] = {"a", "b", "c", "d"};
   const char *decls[] = {"a", "*b", "c[2]", "d"};
   const char *inits[] = {"1", NULL, "{3, 4}", "f(1, 2)"};
@@ -209,12 +209,12 @@ EX_TEST(split_multiple_declarators) {
   ex_split_free(&s);
 }
 
-EX_TEST(split_typedef) {
+NBF_TEST(split_typedef) {
   ex_split_t s = split_ok("typedef struct { float x, y; } vec2;\n"
                           "typedef int (*cmp_fn)(const void *, const void *);\n"
                           "typedef unsigned long ulong;\n"
                           "typedef int arr4[4];");
-  ASSERT_EQ_INT(s.count, 4);
+  ASSERT_EQ(s.count, 4);
   const char *names[] = {"vec2", "cmp_fn", "ulong", "arr4"};
   for (int i = 0; i < 4; i++) {
     ASSERT_EQ_STR(kind_name(s.chunks[i].kind), "TYPE");
@@ -223,7 +223,7 @@ EX_TEST(split_typedef) {
   ex_split_free(&s);
 }
 
-EX_TEST(split_struct_enum_union) {
+NBF_TEST(split_struct_enum_union) {
   ex_split_t s = split_ok("struct point { int x, y; };\nenum color { RED, GREEN = 2 };\n"
                           "union num { int i; float f; };\nstruct point origin = {0, 0};\n"
                           "enum { ANON_A, ANON_B };");
@@ -245,7 +245,7 @@ EX_TEST(split_struct_enum_union) {
   ex_split_free(&s);
 }
 
-EX_TEST(split_preprocessor) {
+NBF_TEST(split_preprocessor) {
   const char *src = "#include <stdio.h>\n#define N 10\n#define SQ(x) ((x) * (x))\n"
                     "#define LONG(a) \\\n  ((a) + 1)\n#ifdef N\nint n = N;\n#endif\n";
   ex_split_t s = split_ok(src);
@@ -255,11 +255,11 @@ EX_TEST(split_preprocessor) {
   ASSERT_EQ_STR(s.chunks[2].name, "SQ");
   ASSERT_EQ_STR(s.chunks[3].name, "LONG");
   ASSERT_EQ_STR(s.chunks[3].text, "#define LONG(a) \\\n  ((a) + 1)");
-  ASSERT_EQ_INT(s.chunks[5].line, 7);
+  ASSERT_EQ(s.chunks[5].line, 7);
   ex_split_free(&s);
 }
 
-EX_TEST(split_if_else) {
+NBF_TEST(split_if_else) {
   ASSERT_KINDS("if (x == 1) { y(); } else { z(); }", "STATEMENT");
   ASSERT_KINDS("if (x) a(); else b();", "STATEMENT");
   ASSERT_KINDS("if (a) { f(); } else if (b) g(); else { h(); }", "STATEMENT");
@@ -270,18 +270,18 @@ EX_TEST(split_if_else) {
   ASSERT_KINDS("for (;;) if (x) a(); else b();\nint after;", "STATEMENT,VARIABLE");
 }
 
-EX_TEST(split_do_while) {
+NBF_TEST(split_do_while) {
   ASSERT_KINDS("do { i++; } while (i < 3);", "STATEMENT");
   ASSERT_KINDS("do i++; while (i < 3);\nint k;", "STATEMENT,VARIABLE");
   ASSERT_KINDS("while (n--) total += n;\nwhile (x) { x--; }", "STATEMENT,STATEMENT");
 }
 
-EX_TEST(split_for) {
+NBF_TEST(split_for) {
   ASSERT_KINDS("for (int i = 0; i < 3; i++) { s += i; }\nint after = 1;", "STATEMENT,VARIABLE");
   ASSERT_KINDS("for (int i = 0; i < 3; i++) s += i;\nprintf(\"%d\", s);", "STATEMENT,STATEMENT");
 }
 
-EX_TEST(split_compound_and_switch) {
+NBF_TEST(split_compound_and_switch) {
   ASSERT_KINDS("{ int t = 1; printf(\"%d\", t); }", "STATEMENT");
   ASSERT_KINDS("{ int t = 1; }\n{ int u = 2; }\nint v;", "STATEMENT,STATEMENT,VARIABLE");
   ASSERT_KINDS("switch (x) { case 1: y = 2; break; default: break; }\nx", "STATEMENT,EXPRESSION");
@@ -289,7 +289,7 @@ EX_TEST(split_compound_and_switch) {
   ASSERT_KINDS("int s = ({ int t = 2; t * t; });", "VARIABLE");
 }
 
-EX_TEST(split_last_expression) {
+NBF_TEST(split_last_expression) {
   ASSERT_KINDS("int j = 5;\nj", "VARIABLE,EXPRESSION");
   ASSERT_KINDS("sq(3)", "EXPRESSION");
   ASSERT_KINDS("x + 1;", "STATEMENT");
@@ -302,13 +302,13 @@ EX_TEST(split_last_expression) {
   ASSERT_KINDS("f()\ng()", "EXPRESSION");
   ex_split_t s = split_ok("int j = 5;\nj // the value\n");
   ASSERT_EQ_STR(s.chunks[1].text, "j");
-  ASSERT_EQ_INT(s.chunks[1].line, 2);
+  ASSERT_EQ(s.chunks[1].line, 2);
   ex_split_free(&s);
   /* a declaration without `;` is not an expression */
   ASSERT_KINDS("int k = 3", "STATEMENT");
 }
 
-EX_TEST(split_strings_and_comments_with_braces) {
+NBF_TEST(split_strings_and_comments_with_braces) {
   const char *src = "const char *s = \"{ not a block }\"; /* } */ char c = '}'; // {\n"
                     "puts(\"a;b\");\nchar q = '\\'';\nconst char *e = \"\\\"{\";";
   ex_split_t s = split_ok(src);
@@ -321,7 +321,7 @@ EX_TEST(split_strings_and_comments_with_braces) {
   ASSERT_KINDS("int f(void) { /* } */ return '{'; } // }\nf()", "FUNCTION,EXPRESSION");
 }
 
-EX_TEST(split_unbalanced_is_error) {
+NBF_TEST(split_unbalanced_is_error) {
   expect_split_error("int f() {\n  return 1;\n", "line 1: bracket opened here is not closed");
   expect_split_error("int x = 1;\n}", "line 2: unmatched '}'");
   expect_split_error("foo(1));", "unmatched ')'");
@@ -331,7 +331,7 @@ EX_TEST(split_unbalanced_is_error) {
   expect_split_error("char c = 'x;", "character literal is not closed");
 }
 
-EX_TEST(split_typedef_names) {
+NBF_TEST(split_typedef_names) {
   /* a typedef earlier in the same cell makes `T *p;` a declaration */
   ASSERT_KINDS("typedef int myint;\nmyint *p;", "TYPE,VARIABLE");
   /* unknown T: `T * p;` is a multiplication */
@@ -345,19 +345,19 @@ static int is_T(const char *name, void *ctx) {
   return strcmp(name, "T") == 0;
 }
 
-EX_TEST(split_known_types_from_earlier_cells) {
+NBF_TEST(split_known_types_from_earlier_cells) {
   ex_split_t s = split_ok_with("T * p;", is_T, NULL);
   ASSERT_EQ_STR(kind_name(s.chunks[0].kind), "VARIABLE");
   ASSERT_EQ_STR(s.chunks[0].decls[0].name, "p");
   ex_split_free(&s);
 }
 
-EX_TEST(split_doc_comment) {
+NBF_TEST(split_doc_comment) {
   ex_split_t s = split_ok("/* Squares x. */\nint sq(int x) { return x * x; }\n"
                           "// first\n// second\nint f(void);\n"
                           "int a; // about a\nint b;\n"
                           "/* far away */\n\nint c;");
-  ASSERT_EQ_INT(s.count, 5);
+  ASSERT_EQ(s.count, 5);
   ASSERT_EQ_STR(s.chunks[0].doc, "/* Squares x. */");
   ASSERT_EQ_STR(s.chunks[1].doc, "// first\n// second");
   ASSERT_TRUE(s.chunks[2].doc == NULL);
@@ -366,7 +366,7 @@ EX_TEST(split_doc_comment) {
   ex_split_free(&s);
 }
 
-EX_TEST(split_is_complete) {
+NBF_TEST(split_is_complete) {
   ASSERT_EQ_STR(ex_split_is_complete("int x = 1;"), "complete");
   ASSERT_EQ_STR(ex_split_is_complete(""), "complete");
   ASSERT_EQ_STR(ex_split_is_complete("int f() {"), "incomplete");
@@ -378,7 +378,7 @@ EX_TEST(split_is_complete) {
   ASSERT_EQ_STR(ex_split_is_complete("int x = 1;)"), "invalid");
 }
 
-EX_TEST(split_cxx_cuda_cell) {
+NBF_TEST(split_cxx_cuda_cell) {
   const char *src = "#include <cstdio>\n"
                     "template <typename T> T twice(T v) { return v + v; }\n"
                     "template <int N = 3> int get() { return N; }\n"
@@ -395,7 +395,7 @@ EX_TEST(split_cxx_cuda_cell) {
                     "host_fn(2)";
   ex_split_t s;
   char err[128] = "";
-  ASSERT_EQ_INT(ex_split(src, EX_SPLIT_CXX, NULL, NULL, &s, err, sizeof err), 0);
+  ASSERT_EQ(ex_split(src, EX_SPLIT_CXX, NULL, NULL, &s, err, sizeof err), 0);
   char kinds[512] = "";
   for (size_t i = 0; i < s.count; i++) {
     if (i)
@@ -429,9 +429,9 @@ static ex_cell_unit_t gen(cells_t *c, const char *code, int commit) {
   char label[32], err[256] = "";
   snprintf(label, sizeof label, "cell[%d]", ++c->count);
   if (ex_cell_generate(c->st, code, 0, label, NULL, NULL, "salt", &u, err, sizeof err))
-    EX_TEST_FAIL("ex_cell_generate failed on:\n%s\n--- error: %s", code, err);
+    NBF_TEST_FAIL("ex_cell_generate failed on:\n%s\n--- error: %s", code, err);
   if (commit)
-    ASSERT_EQ_INT(ex_cell_commit(c->st, &u), 0);
+    ASSERT_EQ(ex_cell_commit(c->st, &u), 0);
   return u;
 }
 
@@ -441,10 +441,10 @@ static char *label_of(const char *name, const char *tag) {
   return buf;
 }
 
-EX_TEST(cell_versioned_symbols) {
+NBF_TEST(cell_versioned_symbols) {
   cells_t c = cells_new();
   ex_cell_unit_t u = gen(&c, "int sq(int x) { return x * x; }\nint g = 3;\nsq(g)", 1);
-  ASSERT_EQ_INT(strlen(u.tag), 16);
+  ASSERT_EQ(strlen(u.tag), 16);
   ASSERT_CONTAINS(u.source, "#include <nbfork.h>");
   ASSERT_CONTAINS(u.source, label_of("sq", u.tag));
   ASSERT_CONTAINS(u.source, label_of("g", u.tag));
@@ -461,7 +461,7 @@ EX_TEST(cell_versioned_symbols) {
   ASSERT_TRUE(c.st == NULL);
 }
 
-EX_TEST(cell_prelude_for_later_cells) {
+NBF_TEST(cell_prelude_for_later_cells) {
   cells_t c = cells_new();
   ex_cell_unit_t u1 = gen(&c,
                           "#include <math.h>\n#define N 4\ntypedef struct { int a; } box;\n"
@@ -498,7 +498,7 @@ EX_TEST(cell_prelude_for_later_cells) {
   ex_cell_state_destroy(&c.st);
 }
 
-EX_TEST(cell_redefinition_replaces) {
+NBF_TEST(cell_redefinition_replaces) {
   cells_t c = cells_new();
   ex_cell_unit_t u1 = gen(&c, "int sq(int x) { return x * x; }\nint g = 1;", 1);
   ex_cell_unit_t u2 = gen(&c, "int sq(int x) { return x + 1; }\ndouble g = 2.5;", 1);
@@ -518,7 +518,7 @@ EX_TEST(cell_redefinition_replaces) {
   ex_cell_state_destroy(&c.st);
 }
 
-EX_TEST(cell_prototype_keeps_definition) {
+NBF_TEST(cell_prototype_keeps_definition) {
   cells_t c = cells_new();
   ex_cell_unit_t u1 = gen(&c, "int sq(int x) { return x * x; }", 1);
   /* re-declaring a defined function keeps calling its version */
@@ -536,7 +536,7 @@ EX_TEST(cell_prototype_keeps_definition) {
   ex_cell_state_destroy(&c.st);
 }
 
-EX_TEST(cell_tag_is_the_compile_cache_key) {
+NBF_TEST(cell_tag_is_the_compile_cache_key) {
   cells_t a = cells_new(), b = cells_new();
   b.count = 6; /* the same cell as cell[7] */
   ex_cell_unit_t ua = gen(&a, "int x = 1;", 0), ub = gen(&b, "int x = 1;", 0);
@@ -547,7 +547,7 @@ EX_TEST(cell_tag_is_the_compile_cache_key) {
   /* flags (the salt) enter the hash */
   ex_cell_unit_t ud;
   char err[64];
-  ASSERT_EQ_INT(
+  ASSERT_EQ(
       ex_cell_generate(a.st, "int x = 1;", 0, "cell[9]", NULL, NULL, "-O3", &ud, err, sizeof err),
       0);
   ASSERT_NE_STR(ua.tag, ud.tag);
@@ -565,7 +565,7 @@ EX_TEST(cell_tag_is_the_compile_cache_key) {
   ex_cell_state_destroy(&b.st);
 }
 
-EX_TEST(cell_tag_follows_local_headers) {
+NBF_TEST(cell_tag_follows_local_headers) {
   /* editing a header included with quotes is editing the cell */
   char dir[] = "/tmp/nbfork-exec-hdr-XXXXXX", path[64], code[128];
   ASSERT_TRUE(mkdtemp(dir) != NULL);
@@ -591,7 +591,7 @@ EX_TEST(cell_tag_follows_local_headers) {
   ex_cell_state_destroy(&c.st);
 }
 
-EX_TEST(cell_initializers) {
+NBF_TEST(cell_initializers) {
   cells_t c = cells_new();
   ex_cell_unit_t u = gen(&c,
                          "float *w = malloc(4 * sizeof(float));\nint a[2] = {1, 2};\nint n;\n"
@@ -621,14 +621,14 @@ EX_TEST(cell_initializers) {
   ex_cell_state_destroy(&c.st);
 }
 
-EX_TEST(cell_launch_thunk) {
+NBF_TEST(cell_launch_thunk) {
   cells_t c = cells_new();
   ex_cell_unit_t u;
   char err[64];
-  ASSERT_EQ_INT(ex_cell_generate(c.st, "int train(int n) { return n; }", 0, "cell[1]", "train(3)",
+  ASSERT_EQ(ex_cell_generate(c.st, "int train(int n) { return n; }", 0, "cell[1]", "train(3)",
                                  NULL, "", &u, err, sizeof err),
                 0);
-  ASSERT_EQ_INT(u.has_launch, 1);
+  ASSERT_EQ(u.has_launch, 1);
   ASSERT_CONTAINS(u.source, u.launch_symbol);
   ASSERT_CONTAINS(u.source, "extern \"C\" int __nbf_launch_");
   ASSERT_CONTAINS(u.source, "__builtin_types_compatible_p(__typeof__(train(3)), void)");
@@ -636,22 +636,22 @@ EX_TEST(cell_launch_thunk) {
   ex_cell_state_destroy(&c.st);
 }
 
-EX_TEST(cell_cxx_cell_leaves_c_cells_alone) {
+NBF_TEST(cell_cxx_cell_leaves_c_cells_alone) {
   cells_t c = cells_new();
   ex_cell_unit_t u;
   char err[64];
-  ASSERT_EQ_INT(ex_cell_generate(c.st,
+  ASSERT_EQ(ex_cell_generate(c.st,
                                  "#include <cstdio>\n#define K 2\n"
                                  "template <typename T> T twice(T v) { return v + v; }\n"
                                  "__global__ void kern(int *p) { *p = 1; }\n"
                                  "int answer(void) { return twice(21); }",
                                  1, "cell[1]", NULL, NULL, "", &u, err, sizeof err),
                 0);
-  ASSERT_EQ_INT(u.cxx, 1);
+  ASSERT_EQ(u.cxx, 1);
   ASSERT_CONTAINS(u.source, "template <typename T> T twice(T v) { return v + v; }");
   ASSERT_CONTAINS(u.source, "__global__ void kern(int *p) { *p = 1; }");
   ASSERT_CONTAINS(u.source, label_of("answer", u.tag));
-  ASSERT_EQ_INT(ex_cell_commit(c.st, &u), 0);
+  ASSERT_EQ(ex_cell_commit(c.st, &u), 0);
   ex_cell_unit_t v = gen(&c, "answer() * K", 0);
   /* the C++ header only under __cplusplus, the macro and host function
    * for everyone, the template and the kernel for nobody */
@@ -665,11 +665,11 @@ EX_TEST(cell_cxx_cell_leaves_c_cells_alone) {
   ex_cell_state_destroy(&c.st);
 }
 
-EX_TEST(cell_split_error) {
+NBF_TEST(cell_split_error) {
   cells_t c = cells_new();
   ex_cell_unit_t u;
   char err[128] = "";
-  ASSERT_EQ_INT(
+  ASSERT_EQ(
       ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, NULL, "", &u, err, sizeof err), -1);
   ASSERT_CONTAINS(err, "not closed");
   ex_cell_state_destroy(&c.st);
@@ -677,7 +677,7 @@ EX_TEST(cell_split_error) {
 
 /* ---------------------------------------------------- ex_compile cases */
 
-EX_TEST(compile_clean_diagnostics) {
+NBF_TEST(compile_clean_diagnostics) {
   const char *raw = "cell[2]: In function '__nbf_run_0123456789abcdef':\n"
                     "cell[2]:1:9: error: expected expression before ';' token\n"
                     "cell[2]:1:13: error: 'foo' undeclared (first use in this function)\n"
@@ -695,7 +695,7 @@ EX_TEST(compile_clean_diagnostics) {
   free(c);
 }
 
-EX_TEST(compile_summary) {
+NBF_TEST(compile_summary) {
   char *s = ex_compile_summary("cell[1]: In function 'f':\ncell[1]:2:3: error: boom  \nmore\n");
   ASSERT_EQ_STR(s, "cell[1]:2:3: error: boom");
   free(s);
@@ -708,7 +708,7 @@ EX_TEST(compile_summary) {
   free(s);
 }
 
-EX_TEST(compile_find_nvcc) {
+NBF_TEST(compile_find_nvcc) {
   setenv("NBFORK_NVCC", "/nonexistent/nvcc", 1);
   ASSERT_TRUE(ex_compile_find_nvcc() == NULL);
   setenv("NBFORK_NVCC", "/bin/true", 1);
@@ -780,14 +780,14 @@ static void *run_cell(engine_t *e, const char *code, char tag_out[17]) {
   char *so = NULL, *diag = NULL;
   int rc = ex_compile(&e->tc, u.source, u.tag, 0, &so, &diag);
   if (rc != 0)
-    EX_TEST_FAIL("cell did not compile (rc %d):\n%s\n--- diagnostics:\n%s\n--- unit:\n%s", rc, code,
+    NBF_TEST_FAIL("cell did not compile (rc %d):\n%s\n--- diagnostics:\n%s\n--- unit:\n%s", rc, code,
                  diag ? diag : "", u.source);
   free(diag);
   void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
   if (!h)
-    EX_TEST_FAIL("dlopen: %s", dlerror());
+    NBF_TEST_FAIL("dlopen: %s", dlerror());
   free(so);
-  ASSERT_EQ_INT(ex_cell_commit(e->cells.st, &u), 0);
+  ASSERT_EQ(ex_cell_commit(e->cells.st, &u), 0);
   void (*run)(void) = (void (*)(void))dlsym(h, u.run_symbol);
   ASSERT_TRUE(run != NULL);
   run();
@@ -802,11 +802,11 @@ static void *sym(void *h, const char *name, const char *tag) {
   snprintf(s, sizeof s, "%s__c%s", name, tag);
   void *p = dlsym(h, s);
   if (!p)
-    EX_TEST_FAIL("symbol %s not found: %s", s, dlerror());
+    NBF_TEST_FAIL("symbol %s not found: %s", s, dlerror());
   return p;
 }
 
-EX_TEST(compile_run_redefinition) {
+NBF_TEST(compile_run_redefinition) {
   engine_t e;
   engine_init(&e);
   char t1[17], t2[17], t3[17], t4[17];
@@ -816,21 +816,21 @@ EX_TEST(compile_run_redefinition) {
   void *h4 = run_cell(&e, "int now = sq(3);\nint later = 0;", t4);
   int (*call_sq)(void) = (int (*)(void))sym(h2, "call_sq", t2);
   /* call_sq was compiled against the first sq and keeps calling it */
-  ASSERT_EQ_INT(call_sq(), 9);
+  ASSERT_EQ(call_sq(), 9);
   /* a cell compiled after the redefinition gets the new one */
-  ASSERT_EQ_INT(*(int *)sym(h4, "now", t4), 4);
+  ASSERT_EQ(*(int *)sym(h4, "now", t4), 4);
   (void)h1;
   (void)h3;
   engine_destroy(&e);
 }
 
-EX_TEST(compile_cache_and_reset) {
+NBF_TEST(compile_cache_and_reset) {
   engine_t e;
   engine_init(&e);
   char t1[17], t2[17];
   void *h1 = run_cell(&e, "int arr[3] = {1, 2, 3};\nint n;\nint *p = arr + 1;", t1);
   size_t objects = count_objects(e.workdir);
-  ASSERT_EQ_INT(objects, 1);
+  ASSERT_EQ(objects, 1);
   int *arr = sym(h1, "arr", t1), *n = sym(h1, "n", t1);
   arr[0] = 9;
   *n = 7;
@@ -841,45 +841,45 @@ EX_TEST(compile_cache_and_reset) {
   void *h2 = run_cell(&e, "int arr[3] = {1, 2, 3};\nint n;\nint *p = arr + 1;", t2);
   ASSERT_EQ_STR(t1, t2);
   ASSERT_TRUE(h1 == h2);
-  ASSERT_EQ_INT(count_objects(e.workdir), objects);
-  ASSERT_EQ_INT(arr[0], 1);
-  ASSERT_EQ_INT(*n, 0);
+  ASSERT_EQ(count_objects(e.workdir), objects);
+  ASSERT_EQ(arr[0], 1);
+  ASSERT_EQ(*n, 0);
   ASSERT_TRUE(*(int **)sym(h2, "p", t2) == arr + 1);
   engine_destroy(&e);
 }
 
-EX_TEST(compile_local_header_next_to_the_notebook) {
+NBF_TEST(compile_local_header_next_to_the_notebook) {
   /* the executor runs in the notebook's directory: `#include "x.h"` finds
    * x.h there, and editing it recompiles the cell */
   engine_t e;
   engine_init(&e);
   char cwd[4096];
   ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
-  ASSERT_EQ_INT(chdir(e.workdir), 0);
-  ASSERT_EQ_INT(mkdir("nb", 0700), 0);
-  ASSERT_EQ_INT(chdir("nb"), 0);
+  ASSERT_EQ(chdir(e.workdir), 0);
+  ASSERT_EQ(mkdir("nb", 0700), 0);
+  ASSERT_EQ(chdir("nb"), 0);
   FILE *f = fopen("local_lib.h", "w");
   fputs("#define LOCAL_V 5\n", f);
   fclose(f);
   char t1[17], t2[17];
   void *h = run_cell(&e, "#include \"local_lib.h\"\nint lv = LOCAL_V;", t1);
-  ASSERT_EQ_INT(*(int *)sym(h, "lv", t1), 5);
+  ASSERT_EQ(*(int *)sym(h, "lv", t1), 5);
   f = fopen("local_lib.h", "w");
   fputs("#define LOCAL_V 50\n", f);
   fclose(f);
   h = run_cell(&e, "#include \"local_lib.h\"\nint lv = LOCAL_V;", t2);
   ASSERT_NE_STR(t1, t2);
-  ASSERT_EQ_INT(*(int *)sym(h, "lv", t2), 50);
-  ASSERT_EQ_INT(chdir(cwd), 0);
+  ASSERT_EQ(*(int *)sym(h, "lv", t2), 50);
+  ASSERT_EQ(chdir(cwd), 0);
   engine_destroy(&e);
 }
 
-EX_TEST(compile_error_has_cell_lines) {
+NBF_TEST(compile_error_has_cell_lines) {
   engine_t e;
   engine_init(&e);
   ex_cell_unit_t u = gen(&e.cells, "int ok = 1;\nint bad = ;\nundefined_thing", 0);
   char *so = NULL, *diag = NULL;
-  ASSERT_EQ_INT(ex_compile(&e.tc, u.source, u.tag, 0, &so, &diag), 1);
+  ASSERT_EQ(ex_compile(&e.tc, u.source, u.tag, 0, &so, &diag), 1);
   ASSERT_TRUE(so == NULL);
   char *clean = ex_compile_clean(diag);
   ASSERT_CONTAINS(clean, "cell[1]:2:");
@@ -890,7 +890,7 @@ EX_TEST(compile_error_has_cell_lines) {
   ASSERT_CONTAINS(sum, "cell[1]:2:");
   ASSERT_CONTAINS(sum, "error:");
   ASSERT_TRUE(!strchr(sum, '\n'));
-  ASSERT_EQ_INT(count_objects(e.workdir), 0);
+  ASSERT_EQ(count_objects(e.workdir), 0);
   free(sum);
   free(clean);
   free(diag);
@@ -898,7 +898,7 @@ EX_TEST(compile_error_has_cell_lines) {
   engine_destroy(&e);
 }
 
-EX_TEST(compile_links_libc_libm_libgcc) {
+NBF_TEST(compile_links_libc_libm_libgcc) {
   /* cells bind libc/libm at load time and carry libgcc's and glibc's
    * static parts: each kind of symbol must resolve */
   engine_t e;
@@ -927,13 +927,13 @@ EX_TEST(compile_links_libc_libm_libgcc) {
       t);
   ASSERT_TRUE(*(double *)sym(h, "root", t) > 4.24 && *(double *)sym(h, "root", t) < 4.25);
   int *sorted = sym(h, "sorted", t);
-  ASSERT_EQ_INT(sorted[0], 1);
-  ASSERT_EQ_INT(sorted[2], 3);
+  ASSERT_EQ(sorted[0], 1);
+  ASSERT_EQ(sorted[2], 3);
   unsigned __int128 big = ((unsigned __int128)1 << 100) + 7;
-  ASSERT_EQ_INT(*(long long *)sym(h, "q", t), (long long)(big % 1000003));
-  ASSERT_EQ_INT(*(int *)sym(h, "from_thread", t), 5);
-  ASSERT_EQ_INT(*(int *)sym(h, "at", t), 0);
-  ASSERT_EQ_INT(*(int *)sym(h, "err", t), 34 /* ERANGE */);
+  ASSERT_EQ(*(long long *)sym(h, "q", t), (long long)(big % 1000003));
+  ASSERT_EQ(*(int *)sym(h, "from_thread", t), 5);
+  ASSERT_EQ(*(int *)sym(h, "at", t), 0);
+  ASSERT_EQ(*(int *)sym(h, "err", t), 34 /* ERANGE */);
   engine_destroy(&e);
 }
 
@@ -957,7 +957,7 @@ static const char *shown(engine_t *e, const char *code) {
   return out;
 }
 
-EX_TEST(compile_show_values) {
+NBF_TEST(compile_show_values) {
   unsetenv("NBFORK_DISPLAY_FD"); /* nbf__execute_result prints to stdout */
   engine_t e;
   engine_init(&e);
@@ -982,7 +982,7 @@ EX_TEST(compile_show_values) {
   engine_destroy(&e);
 }
 
-EX_TEST(compile_cxx_unit_with_host_compiler) {
+NBF_TEST(compile_cxx_unit_with_host_compiler) {
   /* %%cuda units are C++: check the generated code with the host C++
    * compiler (no nvcc needed): extern "C" entry points, shown values */
   if (system("c++ --version >/dev/null 2>&1") != 0) {
@@ -1002,17 +1002,17 @@ EX_TEST(compile_cxx_unit_with_host_compiler) {
   snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s -L%s -Wl,-rpath,%s -lnbfork 2>&1",
            EX_TEST_INCDIR, so, src, EX_TEST_LIBDIR, EX_TEST_LIBDIR);
   if (system(cmd) != 0)
-    EX_TEST_FAIL("the C++ unit did not compile:\n%s", u.source);
+    NBF_TEST_FAIL("the C++ unit did not compile:\n%s", u.source);
   void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
   if (!h)
-    EX_TEST_FAIL("dlopen: %s", dlerror());
+    NBF_TEST_FAIL("dlopen: %s", dlerror());
   ASSERT_TRUE(dlsym(h, u.run_symbol) != NULL); /* extern "C": unmangled */
   ASSERT_TRUE(sym(h, "h", u.tag) != NULL);
   ex_cell_unit_free(&u);
 
   ex_cell_unit_t l;
   char err[64];
-  ASSERT_EQ_INT(ex_cell_generate(e.cells.st, "void go(void) {}", 1, "cell[2]", "go()", NULL, "", &l,
+  ASSERT_EQ(ex_cell_generate(e.cells.st, "void go(void) {}", 1, "cell[2]", "go()", NULL, "", &l,
                                  err, sizeof err),
                 0);
   f = fopen(src, "w");
@@ -1021,18 +1021,18 @@ EX_TEST(compile_cxx_unit_with_host_compiler) {
   snprintf(so, sizeof so, "%s/unit2.so", e.workdir);
   snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s 2>&1", EX_TEST_INCDIR, so, src);
   if (system(cmd) != 0)
-    EX_TEST_FAIL("the C++ launch unit did not compile:\n%s", l.source);
+    NBF_TEST_FAIL("the C++ launch unit did not compile:\n%s", l.source);
   void *h2 = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
   if (!h2)
-    EX_TEST_FAIL("dlopen: %s", dlerror());
+    NBF_TEST_FAIL("dlopen: %s", dlerror());
   int (*launch)(void) = (int (*)(void))dlsym(h2, l.launch_symbol);
   ASSERT_TRUE(launch != NULL);
-  ASSERT_EQ_INT(launch(), 0);
+  ASSERT_EQ(launch(), 0);
   ex_cell_unit_free(&l);
   engine_destroy(&e);
 }
 
-EX_TEST_MAIN()
+NBF_TEST_MAIN()
 
 /* ------------------------------------------- launch thunks in memory */
 
@@ -1043,7 +1043,7 @@ static ex_jit_launch_fn jit(engine_t *e, const char *call, const char *cflags) {
   char label[32], err[256] = "";
   snprintf(label, sizeof label, "cell[%d]", ++e->cells.count);
   if (ex_cell_generate(e->cells.st, "", 0, label, call, NULL, "salt", &u, err, sizeof err))
-    EX_TEST_FAIL("ex_cell_generate failed on %%launch %s: %s", call, err);
+    NBF_TEST_FAIL("ex_cell_generate failed on %%launch %s: %s", call, err);
   ex_jit_launch_fn fn = ex_jit_launch(e->cells.st, call, u.source, u.tag, u.launch_symbol,
                                       e->tc.incdir, cflags ? cflags : e->tc.cflags);
   ex_cell_unit_free(&u);
@@ -1064,7 +1064,7 @@ static void need_jit(void) {
  * typedefs mixed, as the ABI assigns them to registers), and reports its
  * int result; a void function gives 0. The same call again is the same
  * thunk. */
-EX_TEST(jit_launch_thunk_calls_the_cell_function) {
+NBF_TEST(jit_launch_thunk_calls_the_cell_function) {
   need_jit();
   engine_t e;
   engine_init(&e);
@@ -1082,11 +1082,11 @@ EX_TEST(jit_launch_thunk_calls_the_cell_function) {
            NULL);
   ex_jit_launch_fn fn = jit(&e, "work(\"bf16\", 40, 0.5, 0.25f, 7, HIGH, &slot)", NULL);
   ASSERT_TRUE(fn != NULL);
-  ASSERT_EQ_INT(fn(), 42);
+  ASSERT_EQ(fn(), 42);
   ASSERT_TRUE(jit(&e, "work(\"bf16\", 40, 0.5, 0.25f, 7, HIGH, &slot)", NULL) == fn);
   fn = jit(&e, "nothing(7)", NULL);
   ASSERT_TRUE(fn != NULL);
-  ASSERT_EQ_INT(fn(), 0);
+  ASSERT_EQ(fn(), 0);
   /* what the calls did, read through a cell compiled by the system compiler */
   char t[17];
   void *h = run_cell(&e,
@@ -1094,7 +1094,7 @@ EX_TEST(jit_launch_thunk_calls_the_cell_function) {
                      "(int)seen_k * 10 + (seen_s[0] == 'b') + (slot == 42) * 1000000; }",
                      t);
   int (*probe)(void) = (int (*)(void))sym(h, "probe", t);
-  ASSERT_EQ_INT(probe(), 1000000 + 7 * 100000 + 75 * 1000 + 70 * 10 + 1);
+  ASSERT_EQ(probe(), 1000000 + 7 * 100000 + 75 * 1000 + 70 * 10 + 1);
   engine_destroy(&e);
 }
 
@@ -1103,7 +1103,7 @@ EX_TEST(jit_launch_thunk_calls_the_cell_function) {
  * gets `{int; double}` wrong), long double, functions the cells did not
  * define, calls that are not NAME(ARGS), quoted includes, flags it cannot
  * mirror, and NBFORK_JIT=0. */
-EX_TEST(jit_declines_to_the_system_compiler) {
+NBF_TEST(jit_declines_to_the_system_compiler) {
   need_jit();
   engine_t e;
   engine_init(&e);
@@ -1129,7 +1129,7 @@ EX_TEST(jit_declines_to_the_system_compiler) {
   };
   for (size_t i = 0; i < sizeof declined / sizeof *declined; i++)
     if (jit(&e, declined[i], NULL))
-      EX_TEST_FAIL("the fast path took %%launch %s", declined[i]);
+      NBF_TEST_FAIL("the fast path took %%launch %s", declined[i]);
   ASSERT_TRUE(jit(&e, "two(1, 2)", "-O0 -fopenmp") == NULL);
   ASSERT_TRUE(jit(&e, "two(1, 2)", "-O2 '-DX=a b'") == NULL);
   setenv("NBFORK_JIT", "0", 1);
@@ -1137,7 +1137,7 @@ EX_TEST(jit_declines_to_the_system_compiler) {
   unsetenv("NBFORK_JIT");
   ex_jit_launch_fn fn = jit(&e, "two(1, THREE)", "-O2 -g -DTHREE=3 -I/tmp");
   ASSERT_TRUE(fn != NULL);
-  ASSERT_EQ_INT(fn(), 4);
+  ASSERT_EQ(fn(), 4);
   /* a quoted include in the prelude: the system compiler's search order */
   run_cell(&e, "#include \"nbfork.h\"\nint three(void) { return 3; }", NULL);
   ASSERT_TRUE(jit(&e, "three()", NULL) == NULL);
@@ -1146,7 +1146,7 @@ EX_TEST(jit_declines_to_the_system_compiler) {
 
 /* Which calls count as simple (scalar and pointer parameters of a
  * cell-defined function): the rule itself, without TinyCC. */
-EX_TEST(jit_simple_call_rule) {
+NBF_TEST(jit_simple_call_rule) {
   cells_t c = cells_new();
   ex_cell_unit_t u = gen(&c,
                          "typedef float real;\ntypedef struct { int a; } box_t;\n"
@@ -1159,20 +1159,20 @@ EX_TEST(jit_simple_call_rule) {
                          "int m(unknown_t x) { return 0; }",
                          1);
   ex_cell_unit_free(&u);
-  ASSERT_EQ_INT(ex_jit_simple_call(c.st, "f(\"x\", 1, 2, A, 0, 0, 0)"), 1);
-  ASSERT_EQ_INT(ex_jit_simple_call(c.st, "  h ( )"), 1);
-  ASSERT_EQ_INT(ex_jit_simple_call(c.st, "k(0, 1)"), 1);
-  ASSERT_EQ_INT(ex_jit_simple_call(c.st, "g(b)"), 0);
-  ASSERT_EQ_INT(ex_jit_simple_call(c.st, "m(1)"), 0);
-  ASSERT_EQ_INT(ex_jit_simple_call(c.st, "nope(1)"), 0);
-  ASSERT_EQ_INT(ex_jit_simple_call(c.st, "f"), 0);
-  ASSERT_EQ_INT(ex_jit_simple_call(c.st, NULL), 0);
+  ASSERT_EQ(ex_jit_simple_call(c.st, "f(\"x\", 1, 2, A, 0, 0, 0)"), 1);
+  ASSERT_EQ(ex_jit_simple_call(c.st, "  h ( )"), 1);
+  ASSERT_EQ(ex_jit_simple_call(c.st, "k(0, 1)"), 1);
+  ASSERT_EQ(ex_jit_simple_call(c.st, "g(b)"), 0);
+  ASSERT_EQ(ex_jit_simple_call(c.st, "m(1)"), 0);
+  ASSERT_EQ(ex_jit_simple_call(c.st, "nope(1)"), 0);
+  ASSERT_EQ(ex_jit_simple_call(c.st, "f"), 0);
+  ASSERT_EQ(ex_jit_simple_call(c.st, NULL), 0);
   ex_cell_state_destroy(&c.st);
 }
 
 /* ------------------------------------------------------------- %timeit */
 
-EX_TEST(timeit_format_as_ipython) {
+NBF_TEST(timeit_format_as_ipython) {
   char b[200];
   ex_timeit_result_t r = {1.234e-6, 45.6e-9, 1000000, 7};
   ex_timeit_format(&r, b, sizeof b);
@@ -1198,22 +1198,22 @@ static void sleep_loop(long n) {
 
 /* Without -n, loops grow 1, 2, 5, 10, ... until one run takes 0.2 s; then
  * -r runs of that many loops; the mean is the time per loop. */
-EX_TEST(timeit_autorange_and_runs) {
+NBF_TEST(timeit_autorange_and_runs) {
   ex_timeit_result_t r;
   g_timed = 0;
-  ASSERT_EQ_INT(ex_timeit_run(sleep_loop, 0, 3, NULL, &r), 0);
-  ASSERT_EQ_INT(r.runs, 3);
+  ASSERT_EQ(ex_timeit_run(sleep_loop, 0, 3, NULL, &r), 0);
+  ASSERT_EQ(r.runs, 3);
   ASSERT_TRUE(r.loops == 100 || r.loops == 200); /* 1 ms sleeps: ~0.2 s at 200 */
   ASSERT_TRUE(r.mean_s >= 0.001 && r.mean_s < 0.005);
   ASSERT_TRUE(r.stdev_s >= 0 && r.stdev_s < r.mean_s);
   /* -n 4 -r 2: exactly 8 loops, no calibration */
   g_timed = 0;
-  ASSERT_EQ_INT(ex_timeit_run(sleep_loop, 4, 2, NULL, &r), 0);
-  ASSERT_EQ_INT(g_timed, 8);
-  ASSERT_EQ_INT(r.loops, 4);
-  ASSERT_EQ_INT(r.runs, 2);
+  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, NULL, &r), 0);
+  ASSERT_EQ(g_timed, 8);
+  ASSERT_EQ(r.loops, 4);
+  ASSERT_EQ(r.runs, 2);
   /* an interrupt already pending: no run, -1 */
   volatile sig_atomic_t stop = 1;
-  ASSERT_EQ_INT(ex_timeit_run(sleep_loop, 4, 2, &stop, &r), -1);
-  ASSERT_EQ_INT(r.runs, 0);
+  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, &stop, &r), -1);
+  ASSERT_EQ(r.runs, 0);
 }

@@ -18,7 +18,7 @@
 #include "kn_history.h"
 #include "kn_kernel.h"
 #include "kn_message.h"
-#include "kn_test.h"
+#include "../common/nbf_test.h"
 #include "kn_utf8.h"
 
 /* ------------------------------------------------------------------ auth */
@@ -34,14 +34,14 @@ static kn_span_t span(const char *s, size_t n) {
  *   h.hexdigest()
  * (/usr/bin/python3, Debian 12). The third is the well-known
  * HMAC_SHA256("key", "The quick brown fox jumps over the lazy dog"). */
-static void test_auth_vectors(void) {
+NBF_TEST(auth_vectors) {
   char hex[KN_AUTH_HEX_LEN + 1];
   const char *k1 = "secret-key";
   kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)k1, strlen(k1));
   ASSERT_TRUE(a && kn_auth_enabled(a));
   const char *h = "{\"msg_id\":\"1\",\"msg_type\":\"kernel_info_request\"}";
   kn_span_t p1[4] = {span(h, strlen(h)), span("{}", 2), span("{}", 2), span("{}", 2)};
-  ASSERT_EQ_INT(kn_auth_sign(a, p1, 4, hex), KN_OK);
+  ASSERT_EQ(kn_auth_sign(a, p1, 4, hex), KN_OK);
   ASSERT_EQ_STR(hex, "d24613c901272087168eb7a17b371d2f54d14044dca08737846f4baf86191b6a");
   kn_auth_destroy(&a);
   ASSERT_TRUE(a == NULL);
@@ -53,19 +53,19 @@ static void test_auth_vectors(void) {
   a = kn_auth_new("hmac-sha256", k2, sizeof k2);
   kn_span_t p2[4] = {span("a", 1), span("", 0), span("\xe2\x82\xac", 3),
                      span("{\"code\":\"x\"}", 12)};
-  ASSERT_EQ_INT(kn_auth_sign(a, p2, 4, hex), KN_OK);
+  ASSERT_EQ(kn_auth_sign(a, p2, 4, hex), KN_OK);
   ASSERT_EQ_STR(hex, "984c161a783ae5183c5249f8470ef9adacaf2d55fed61e832ce1f72c4d6bbb53");
   kn_auth_destroy(&a);
 
   a = kn_auth_new(NULL, (const unsigned char *)"key", 3);
   const char *fox = "The quick brown fox jumps over the lazy dog";
   kn_span_t p3[1] = {span(fox, strlen(fox))};
-  ASSERT_EQ_INT(kn_auth_sign(a, p3, 1, hex), KN_OK);
+  ASSERT_EQ(kn_auth_sign(a, p3, 1, hex), KN_OK);
   ASSERT_EQ_STR(hex, "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8");
   kn_auth_destroy(&a);
 }
 
-static void test_auth_verify(void) {
+NBF_TEST(auth_verify) {
   const char *key = "secret-key";
   kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)key, strlen(key));
   const char *h = "{\"msg_id\":\"1\",\"msg_type\":\"kernel_info_request\"}";
@@ -73,22 +73,22 @@ static void test_auth_verify(void) {
   const char *good = "d24613c901272087168eb7a17b371d2f54d14044dca08737846f4baf86191b6a";
   const char *upper = "D24613C901272087168EB7A17B371D2F54D14044DCA08737846F4BAF86191B6A";
   const char *bad = "d24613c901272087168eb7a17b371d2f54d14044dca08737846f4baf86191b6b";
-  ASSERT_EQ_INT(kn_auth_verify(a, p, 4, (const unsigned char *)good, 64), KN_OK);
-  ASSERT_EQ_INT(kn_auth_verify(a, p, 4, (const unsigned char *)upper, 64), KN_OK);
-  ASSERT_EQ_INT(kn_auth_verify(a, p, 4, (const unsigned char *)bad, 64), KN_ERR_AUTH);
-  ASSERT_EQ_INT(kn_auth_verify(a, p, 4, (const unsigned char *)good, 63), KN_ERR_AUTH);
-  ASSERT_EQ_INT(kn_auth_verify(a, p, 4, (const unsigned char *)"", 0), KN_ERR_AUTH);
+  ASSERT_EQ(kn_auth_verify(a, p, 4, (const unsigned char *)good, 64), KN_OK);
+  ASSERT_EQ(kn_auth_verify(a, p, 4, (const unsigned char *)upper, 64), KN_OK);
+  ASSERT_EQ(kn_auth_verify(a, p, 4, (const unsigned char *)bad, 64), KN_ERR_AUTH);
+  ASSERT_EQ(kn_auth_verify(a, p, 4, (const unsigned char *)good, 63), KN_ERR_AUTH);
+  ASSERT_EQ(kn_auth_verify(a, p, 4, (const unsigned char *)"", 0), KN_ERR_AUTH);
   p[3] = span("{ }", 3); /* same JSON, other bytes: signatures cover bytes */
-  ASSERT_EQ_INT(kn_auth_verify(a, p, 4, (const unsigned char *)good, 64), KN_ERR_AUTH);
+  ASSERT_EQ(kn_auth_verify(a, p, 4, (const unsigned char *)good, 64), KN_ERR_AUTH);
   kn_auth_destroy(&a);
 
   ASSERT_TRUE(kn_auth_new("hmac-md5", (const unsigned char *)"k", 1) == NULL);
   kn_auth_t *off = kn_auth_new("hmac-sha256", NULL, 0);
   ASSERT_TRUE(off && !kn_auth_enabled(off));
   char hex[KN_AUTH_HEX_LEN + 1];
-  ASSERT_EQ_INT(kn_auth_sign(off, p, 4, hex), KN_OK);
+  ASSERT_EQ(kn_auth_sign(off, p, 4, hex), KN_OK);
   ASSERT_EQ_STR(hex, "");
-  ASSERT_EQ_INT(kn_auth_verify(off, p, 4, NULL, 0), KN_OK);
+  ASSERT_EQ(kn_auth_verify(off, p, 4, NULL, 0), KN_OK);
   kn_auth_destroy(&off);
 }
 
@@ -101,7 +101,7 @@ static kn_span_t *spans_of(const kn_frames_t *f) {
   return s;
 }
 
-static void test_message_roundtrip(void) {
+NBF_TEST(message_roundtrip) {
   kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)"k", 1);
   json_t *parent = json_pack("{s:s, s:s}", "msg_id", "p-1", "msg_type", "execute_request");
   kn_msg_t *m = kn_msg_new(
@@ -113,27 +113,27 @@ static void test_message_roundtrip(void) {
   kn_frames_push(&m->ids, "\0\x01\x02", 3);
   kn_frames_push(&m->buffers, "BUF", 3);
   ASSERT_EQ_STR(kn_msg_type(m), "execute_reply");
-  ASSERT_EQ_INT(strlen(kn_msg_id(m)), 36);
+  ASSERT_EQ(strlen(kn_msg_id(m)), 36);
   ASSERT_EQ_STR(json_string_value(json_object_get(m->header, "version")), "5.3");
   const char *date = json_string_value(json_object_get(m->header, "date"));
   ASSERT_TRUE(date && strlen(date) == 27 && date[10] == 'T' && date[26] == 'Z');
 
   kn_frames_t f = {0};
-  ASSERT_EQ_INT(kn_msg_serialize(m, a, &f), KN_OK);
-  ASSERT_EQ_INT(f.n, 2 + 1 + 1 + 4 + 1);
+  ASSERT_EQ(kn_msg_serialize(m, a, &f), KN_OK);
+  ASSERT_EQ(f.n, 2 + 1 + 1 + 4 + 1);
   ASSERT_EQ_MEM(f.v[2].data, f.v[2].len, "<IDS|MSG>", 9);
-  ASSERT_EQ_INT(f.v[3].len, 64);
+  ASSERT_EQ(f.v[3].len, 64);
 
   kn_span_t *s = spans_of(&f);
   kn_msg_t *back = NULL;
   char why[256];
-  ASSERT_EQ_INT(kn_msg_parse(s, f.n, a, &back, why, sizeof why), KN_OK);
-  ASSERT_EQ_INT(back->ids.n, 2);
+  ASSERT_EQ(kn_msg_parse(s, f.n, a, &back, why, sizeof why), KN_OK);
+  ASSERT_EQ(back->ids.n, 2);
   ASSERT_EQ_MEM(back->ids.v[1].data, back->ids.v[1].len, "\0\x01\x02", 3);
   ASSERT_TRUE(json_equal(back->header, m->header));
   ASSERT_TRUE(json_equal(back->parent_header, m->parent_header));
   ASSERT_TRUE(json_equal(back->content, m->content));
-  ASSERT_EQ_INT(back->buffers.n, 1);
+  ASSERT_EQ(back->buffers.n, 1);
   ASSERT_EQ_MEM(back->buffers.v[0].data, back->buffers.v[0].len, "BUF", 3);
   kn_msg_destroy(&back);
 
@@ -141,17 +141,17 @@ static void test_message_roundtrip(void) {
   unsigned char saved = f.v[7].data[1];
   f.v[7].data[1] = 'X';
   s[7].data = f.v[7].data;
-  ASSERT_EQ_INT(kn_msg_parse(s, f.n, a, &back, why, sizeof why), KN_ERR_AUTH);
+  ASSERT_EQ(kn_msg_parse(s, f.n, a, &back, why, sizeof why), KN_ERR_AUTH);
   ASSERT_TRUE(back == NULL);
   f.v[7].data[1] = saved;
 
   /* wrong key: rejected; no delimiter / too few frames: protocol errors */
   kn_auth_t *other = kn_auth_new("hmac-sha256", (const unsigned char *)"other", 5);
-  ASSERT_EQ_INT(kn_msg_parse(s, f.n, other, &back, why, sizeof why), KN_ERR_AUTH);
+  ASSERT_EQ(kn_msg_parse(s, f.n, other, &back, why, sizeof why), KN_ERR_AUTH);
   ASSERT_EQ_STR(why, "invalid signature");
   kn_auth_destroy(&other);
-  ASSERT_EQ_INT(kn_msg_parse(s, 2, a, &back, why, sizeof why), KN_ERR_PROTOCOL);
-  ASSERT_EQ_INT(kn_msg_parse(s, 6, a, &back, why, sizeof why), KN_ERR_PROTOCOL);
+  ASSERT_EQ(kn_msg_parse(s, 2, a, &back, why, sizeof why), KN_ERR_PROTOCOL);
+  ASSERT_EQ(kn_msg_parse(s, 6, a, &back, why, sizeof why), KN_ERR_PROTOCOL);
 
   free(s);
   kn_frames_clear(&f);
@@ -160,23 +160,23 @@ static void test_message_roundtrip(void) {
   kn_auth_destroy(&a);
 }
 
-static void test_message_unsigned(void) {
+NBF_TEST(message_unsigned) {
   kn_auth_t *none = kn_auth_new("", NULL, 0);
   kn_auth_t *key = kn_auth_new("hmac-sha256", (const unsigned char *)"k", 1);
   kn_msg_t *m = kn_msg_new("status", "s", "u", NULL, NULL);
   kn_frames_t f = {0};
-  ASSERT_EQ_INT(kn_msg_serialize(m, none, &f), KN_OK);
-  ASSERT_EQ_INT(f.n, 6);
-  ASSERT_EQ_INT(f.v[1].len, 0); /* empty signature */
+  ASSERT_EQ(kn_msg_serialize(m, none, &f), KN_OK);
+  ASSERT_EQ(f.n, 6);
+  ASSERT_EQ(f.v[1].len, 0); /* empty signature */
   kn_span_t *s = spans_of(&f);
   kn_msg_t *back = NULL;
-  ASSERT_EQ_INT(kn_msg_parse(s, f.n, none, &back, NULL, 0), KN_OK);
+  ASSERT_EQ(kn_msg_parse(s, f.n, none, &back, NULL, 0), KN_OK);
   json_t *empty = json_object();
   ASSERT_TRUE(json_equal(back->content, empty));
   json_decref(empty);
   kn_msg_destroy(&back);
   /* a kernel with a key drops an unsigned message */
-  ASSERT_EQ_INT(kn_msg_parse(s, f.n, key, &back, NULL, 0), KN_ERR_AUTH);
+  ASSERT_EQ(kn_msg_parse(s, f.n, key, &back, NULL, 0), KN_ERR_AUTH);
   free(s);
   kn_frames_clear(&f);
   kn_msg_destroy(&m);
@@ -184,7 +184,7 @@ static void test_message_unsigned(void) {
   kn_auth_destroy(&key);
 }
 
-static void test_message_bad_json(void) {
+NBF_TEST(message_bad_json) {
   kn_auth_t *none = kn_auth_new("", NULL, 0);
   const char *frames[] = {"<IDS|MSG>", "", "{\"msg_type\":\"x\"}", "{}", "{}", "[1]"};
   kn_span_t s[6];
@@ -192,44 +192,44 @@ static void test_message_bad_json(void) {
     s[i] = span(frames[i], strlen(frames[i]));
   kn_msg_t *m = NULL;
   char why[256];
-  ASSERT_EQ_INT(kn_msg_parse(s, 6, none, &m, why, sizeof why), KN_ERR_PROTOCOL);
+  ASSERT_EQ(kn_msg_parse(s, 6, none, &m, why, sizeof why), KN_ERR_PROTOCOL);
   ASSERT_TRUE(strstr(why, "content") != NULL);
   s[5] = span("{}", 2);
   s[2] = span("{}", 2);
-  ASSERT_EQ_INT(kn_msg_parse(s, 6, none, &m, why, sizeof why), KN_ERR_PROTOCOL);
+  ASSERT_EQ(kn_msg_parse(s, 6, none, &m, why, sizeof why), KN_ERR_PROTOCOL);
   ASSERT_TRUE(strstr(why, "msg_type") != NULL);
   kn_auth_destroy(&none);
 }
 
 /* ------------------------------------------------------------ connection */
 
-static void test_connection_ok(void) {
+NBF_TEST(connection_ok) {
   kn_connection_t c;
   kn_connection_error_t e;
   const char *ok = "{\"shell_port\":5001,\"control_port\":5002,\"stdin_port\":5003,"
                    "\"iopub_port\":5004,\"hb_port\":5005,\"ip\":\"127.0.0.1\","
                    "\"key\":\"abc\",\"transport\":\"tcp\",\"signature_scheme\":\"hmac-sha256\","
                    "\"kernel_name\":\"nbfork\"}";
-  ASSERT_EQ_INT(kn_connection_parse(ok, &c, &e), KN_OK);
-  ASSERT_EQ_INT(c.ports[KN_PORT_HB], 5005);
-  ASSERT_EQ_INT(c.key_len, 3);
+  ASSERT_EQ(kn_connection_parse(ok, &c, &e), KN_OK);
+  ASSERT_EQ(c.ports[KN_PORT_HB], 5005);
+  ASSERT_EQ(c.key_len, 3);
   char ep[128];
-  ASSERT_EQ_INT(kn_connection_endpoint(&c, KN_PORT_SHELL, ep, sizeof ep), KN_OK);
+  ASSERT_EQ(kn_connection_endpoint(&c, KN_PORT_SHELL, ep, sizeof ep), KN_OK);
   ASSERT_EQ_STR(ep, "tcp://127.0.0.1:5001");
   kn_connection_clear(&c);
 
   const char *ipc = "{\"shell_port\":1,\"control_port\":2,\"stdin_port\":3,"
                     "\"iopub_port\":4,\"hb_port\":5,\"ip\":\"/tmp/kernel-x\","
                     "\"key\":\"\",\"transport\":\"ipc\"}";
-  ASSERT_EQ_INT(kn_connection_parse(ipc, &c, &e), KN_OK);
-  ASSERT_EQ_INT(kn_connection_endpoint(&c, KN_PORT_IOPUB, ep, sizeof ep), KN_OK);
+  ASSERT_EQ(kn_connection_parse(ipc, &c, &e), KN_OK);
+  ASSERT_EQ(kn_connection_endpoint(&c, KN_PORT_IOPUB, ep, sizeof ep), KN_OK);
   ASSERT_EQ_STR(ep, "ipc:///tmp/kernel-x-4");
-  ASSERT_EQ_INT(c.key_len, 0);
+  ASSERT_EQ(c.key_len, 0);
   ASSERT_EQ_STR(c.signature_scheme, "hmac-sha256");
   kn_connection_clear(&c);
 }
 
-static void test_connection_errors(void) {
+NBF_TEST(connection_errors) {
   static const struct {
     const char *json, *field;
   } cases[] = {
@@ -262,32 +262,32 @@ static void test_connection_errors(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     kn_connection_t c;
     kn_connection_error_t e;
-    ASSERT_EQ_INT(kn_connection_parse(cases[i].json, &c, &e), KN_ERR_INVALID);
+    ASSERT_EQ(kn_connection_parse(cases[i].json, &c, &e), KN_ERR_INVALID);
     ASSERT_EQ_STR(e.field, cases[i].field);
     ASSERT_TRUE(e.text[0] != '\0');
     ASSERT_TRUE(c.key == NULL);
   }
   kn_connection_t c;
   kn_connection_error_t e;
-  ASSERT_EQ_INT(kn_connection_load("/nonexistent/kernel-1.json", &c, &e), KN_ERR_SYSTEM);
+  ASSERT_EQ(kn_connection_load("/nonexistent/kernel-1.json", &c, &e), KN_ERR_SYSTEM);
   ASSERT_EQ_STR(e.field, "(file)");
   ASSERT_TRUE(strstr(e.text, "No such file") != NULL);
   kn_connection_parse("{\n\"shell_port\": }", &c, &e);
-  ASSERT_EQ_INT(e.line, 2);
+  ASSERT_EQ(e.line, 2);
 }
 
 /* ------------------------------------------------------------------ utf8 */
 
-static void test_utf8_split(void) {
+NBF_TEST(utf8_split) {
   kn_utf8_decoder_t d = {0};
   kn_buf_t out = {0};
   /* "é" = C3 A9 split across reads; "€" = E2 82 AC split into 3 reads */
-  ASSERT_EQ_INT(kn_utf8_decode(&d, (const unsigned char *)"h\xc3", 2, false, &out), KN_OK);
+  ASSERT_EQ(kn_utf8_decode(&d, (const unsigned char *)"h\xc3", 2, false, &out), KN_OK);
   ASSERT_EQ_MEM(out.data, out.len, "h", 1);
-  ASSERT_EQ_INT(kn_utf8_decode(&d, (const unsigned char *)"\xa9llo \xe2", 6, false, &out), KN_OK);
+  ASSERT_EQ(kn_utf8_decode(&d, (const unsigned char *)"\xa9llo \xe2", 6, false, &out), KN_OK);
   ASSERT_EQ_MEM(out.data, out.len, "h\xc3\xa9llo ", 7);
-  ASSERT_EQ_INT(kn_utf8_decode(&d, (const unsigned char *)"\x82", 1, false, &out), KN_OK);
-  ASSERT_EQ_INT(kn_utf8_decode(&d, (const unsigned char *)"\xac!", 2, false, &out), KN_OK);
+  ASSERT_EQ(kn_utf8_decode(&d, (const unsigned char *)"\x82", 1, false, &out), KN_OK);
+  ASSERT_EQ(kn_utf8_decode(&d, (const unsigned char *)"\xac!", 2, false, &out), KN_OK);
   ASSERT_EQ_MEM(out.data, out.len, "h\xc3\xa9llo \xe2\x82\xac!", 11);
   /* 4-byte emoji one byte at a time */
   const char *emoji = "\xf0\x9f\x98\x80";
@@ -298,7 +298,7 @@ static void test_utf8_split(void) {
   kn_buf_free(&out);
 }
 
-static void test_utf8_invalid(void) {
+NBF_TEST(utf8_invalid) {
   kn_utf8_decoder_t d = {0};
   kn_buf_t out = {0};
   /* stray continuation, overlong C0 80, surrogate ED A0 80, 0xFF */
@@ -323,27 +323,27 @@ static void test_utf8_invalid(void) {
   ASSERT_EQ_MEM(out.data, out.len, "y", 1);
   kn_utf8_decode(&d, NULL, 0, true, &out);
   ASSERT_EQ_MEM(out.data, out.len, "y\xef\xbf\xbd\xef\xbf\xbd", 7);
-  ASSERT_EQ_INT(d.npending, 0);
+  ASSERT_EQ(d.npending, 0);
   kn_buf_free(&out);
 }
 
-static void test_utf8_offsets(void) {
+NBF_TEST(utf8_offsets) {
   const char *s = "a\xc3\xa9"
                   "b\xe2\x82\xac"
                   "c"; /* a é b € c: 5 code points, 8 bytes */
   size_t n = strlen(s);
-  ASSERT_EQ_INT(kn_utf8_byte_offset(s, n, 0), 0);
-  ASSERT_EQ_INT(kn_utf8_byte_offset(s, n, 2), 3);
-  ASSERT_EQ_INT(kn_utf8_byte_offset(s, n, 4), 7);
-  ASSERT_EQ_INT(kn_utf8_byte_offset(s, n, 99), 8);
-  ASSERT_EQ_INT(kn_utf8_cp_offset(s, n, 3), 2);
-  ASSERT_EQ_INT(kn_utf8_cp_offset(s, n, 8), 5);
-  ASSERT_EQ_INT(kn_utf8_cp_offset(s, n, 5), 3); /* inside the euro sign */
+  ASSERT_EQ(kn_utf8_byte_offset(s, n, 0), 0);
+  ASSERT_EQ(kn_utf8_byte_offset(s, n, 2), 3);
+  ASSERT_EQ(kn_utf8_byte_offset(s, n, 4), 7);
+  ASSERT_EQ(kn_utf8_byte_offset(s, n, 99), 8);
+  ASSERT_EQ(kn_utf8_cp_offset(s, n, 3), 2);
+  ASSERT_EQ(kn_utf8_cp_offset(s, n, 8), 5);
+  ASSERT_EQ(kn_utf8_cp_offset(s, n, 5), 3); /* inside the euro sign */
 }
 
 /* --------------------------------------------------------------- history */
 
-static void test_history(void) {
+NBF_TEST(history) {
   kn_history_t *h = kn_history_new();
   kn_history_add(h, 1, "int x = 1;");
   kn_history_add(h, 2, "printf(\"%d\", x);");
@@ -351,30 +351,30 @@ static void test_history(void) {
   kn_history_add(h, 4, "x++;\nx");
   kn_history_set_output(h, 4, "2");
   json_t *r = kn_history_tail(h, 2, false);
-  ASSERT_EQ_INT(json_array_size(r), 2);
-  ASSERT_EQ_INT(json_integer_value(json_array_get(json_array_get(r, 0), 1)), 3);
+  ASSERT_EQ(json_array_size(r), 2);
+  ASSERT_EQ(json_integer_value(json_array_get(json_array_get(r, 0), 1)), 3);
   json_decref(r);
   r = kn_history_tail(h, 1, true);
   json_t *io = json_array_get(json_array_get(r, 0), 2);
   ASSERT_EQ_STR(json_string_value(json_array_get(io, 1)), "2");
   json_decref(r);
   r = kn_history_range(h, 0, 2, 4, false);
-  ASSERT_EQ_INT(json_array_size(r), 2);
-  ASSERT_EQ_INT(json_integer_value(json_array_get(json_array_get(r, 1), 1)), 3);
+  ASSERT_EQ(json_array_size(r), 2);
+  ASSERT_EQ(json_integer_value(json_array_get(json_array_get(r, 1), 1)), 3);
   json_decref(r);
   r = kn_history_range(h, 7, 0, 0, false);
-  ASSERT_EQ_INT(json_array_size(r), 0);
+  ASSERT_EQ(json_array_size(r), 0);
   json_decref(r);
   r = kn_history_search(h, "int*", 0, false, false);
-  ASSERT_EQ_INT(json_array_size(r), 2);
+  ASSERT_EQ(json_array_size(r), 2);
   json_decref(r);
   r = kn_history_search(h, "int*", 0, true, false);
-  ASSERT_EQ_INT(json_array_size(r), 1);
-  ASSERT_EQ_INT(json_integer_value(json_array_get(json_array_get(r, 0), 1)), 3);
+  ASSERT_EQ(json_array_size(r), 1);
+  ASSERT_EQ(json_integer_value(json_array_get(json_array_get(r, 0), 1)), 3);
   json_decref(r);
   r = kn_history_search(h, "*x*", 1, false, false); /* '*' spans the newline */
-  ASSERT_EQ_INT(json_array_size(r), 1);
-  ASSERT_EQ_INT(json_integer_value(json_array_get(json_array_get(r, 0), 1)), 4);
+  ASSERT_EQ(json_array_size(r), 1);
+  ASSERT_EQ(json_integer_value(json_array_get(json_array_get(r, 0), 1)), 4);
   json_decref(r);
   kn_history_destroy(&h);
   ASSERT_TRUE(h == NULL);
@@ -442,7 +442,7 @@ static int expect_wrapped(mock_t *mk, const char *req_id, const char *reply_type
       reply = i;
   }
   ASSERT_TRUE(reply > 0);
-  ASSERT_EQ_INT(mk->sent[reply]->ids.n, 1);
+  ASSERT_EQ(mk->sent[reply]->ids.n, 1);
   ASSERT_EQ_MEM(mk->sent[reply]->ids.v[0].data, mk->sent[reply]->ids.v[0].len, "client-id", 9);
   return reply;
 }
@@ -455,7 +455,7 @@ static kn_kernel_t *mock_kernel(mock_t *mk) {
   return k;
 }
 
-static void test_handler_kernel_info(void) {
+NBF_TEST(handler_kernel_info) {
   mock_t mk;
   kn_kernel_t *k = mock_kernel(&mk);
   kn_msg_t *req = request("kernel_info_request", NULL);
@@ -474,7 +474,7 @@ static void test_handler_kernel_info(void) {
   kn_kernel_destroy(&k);
 }
 
-static void test_handler_no_executor(void) {
+NBF_TEST(handler_no_executor) {
   mock_t mk;
   kn_kernel_t *k = mock_kernel(&mk);
   /* is_complete -> unknown; complete -> no matches at the cursor */
@@ -493,9 +493,9 @@ static void test_handler_no_executor(void) {
   kn_kernel_process_queue(k);
   r = expect_wrapped(&mk, id, "complete_reply", KN_CH_SHELL);
   json_t *c = mk.sent[r]->content;
-  ASSERT_EQ_INT(json_array_size(json_object_get(c, "matches")), 0);
-  ASSERT_EQ_INT(json_integer_value(json_object_get(c, "cursor_start")), 3);
-  ASSERT_EQ_INT(json_integer_value(json_object_get(c, "cursor_end")), 3);
+  ASSERT_EQ(json_array_size(json_object_get(c, "matches")), 0);
+  ASSERT_EQ(json_integer_value(json_object_get(c, "cursor_start")), 3);
+  ASSERT_EQ(json_integer_value(json_object_get(c, "cursor_end")), 3);
   mock_clear(&mk);
 
   /* execute: busy, execute_input, error, reply(error), idle; count grows */
@@ -504,26 +504,26 @@ static void test_handler_no_executor(void) {
   kn_kernel_on_message(k, KN_CH_SHELL, req);
   kn_kernel_process_queue(k);
   r = expect_wrapped(&mk, id, "execute_reply", KN_CH_SHELL);
-  ASSERT_EQ_INT(mk.n, 5);
+  ASSERT_EQ(mk.n, 5);
   ASSERT_EQ_STR(kn_msg_type(mk.sent[1]), "execute_input");
   ASSERT_EQ_STR(kn_msg_type(mk.sent[2]), "error");
   c = mk.sent[r]->content;
   ASSERT_EQ_STR(json_string_value(json_object_get(c, "status")), "error");
   ASSERT_EQ_STR(json_string_value(json_object_get(c, "ename")), "ExecutorUnavailable");
-  ASSERT_EQ_INT(json_integer_value(json_object_get(c, "execution_count")), 1);
+  ASSERT_EQ(json_integer_value(json_object_get(c, "execution_count")), 1);
   mock_clear(&mk);
 
   /* silent: only busy, reply, idle; count unchanged */
   req = request("execute_request", json_pack("{s:s, s:b}", "code", "x", "silent", 1));
   kn_kernel_on_message(k, KN_CH_SHELL, req);
   kn_kernel_process_queue(k);
-  ASSERT_EQ_INT(mk.n, 3);
-  ASSERT_EQ_INT(json_integer_value(json_object_get(mk.sent[1]->content, "execution_count")), 1);
+  ASSERT_EQ(mk.n, 3);
+  ASSERT_EQ(json_integer_value(json_object_get(mk.sent[1]->content, "execution_count")), 1);
   mock_clear(&mk);
   kn_kernel_destroy(&k);
 }
 
-static void test_handler_stop_on_error(void) {
+NBF_TEST(handler_stop_on_error) {
   mock_t mk;
   kn_kernel_t *k = mock_kernel(&mk);
   /* Three executes queued; the first fails (no executor), so the other
@@ -538,17 +538,17 @@ static void test_handler_stop_on_error(void) {
   for (int i = 0; i < mk.n; i++)
     if (mk.ch[i] == KN_CH_SHELL)
       statuses[nreplies++] = json_string_value(json_object_get(mk.sent[i]->content, "status"));
-  ASSERT_EQ_INT(nreplies, 4);
+  ASSERT_EQ(nreplies, 4);
   ASSERT_EQ_STR(statuses[0], "error");
   ASSERT_EQ_STR(statuses[1], "aborted");
   ASSERT_EQ_STR(statuses[2], "ok"); /* kernel_info */
   ASSERT_EQ_STR(statuses[3], "aborted");
-  ASSERT_EQ_INT(k->execution_count, 1); /* aborted cells get no count */
+  ASSERT_EQ(k->execution_count, 1); /* aborted cells get no count */
   mock_clear(&mk);
   kn_kernel_destroy(&k);
 }
 
-static void test_handler_history(void) {
+NBF_TEST(handler_history) {
   mock_t mk;
   kn_kernel_t *k = mock_kernel(&mk);
   for (int i = 0; i < 3; i++)
@@ -567,8 +567,8 @@ static void test_handler_history(void) {
   kn_kernel_process_queue(k);
   int r = expect_wrapped(&mk, id, "history_reply", KN_CH_SHELL);
   json_t *hist = json_object_get(mk.sent[r]->content, "history");
-  ASSERT_EQ_INT(json_array_size(hist), 1);
-  ASSERT_EQ_INT(json_integer_value(json_array_get(json_array_get(hist, 0), 1)), 3);
+  ASSERT_EQ(json_array_size(hist), 1);
+  ASSERT_EQ(json_integer_value(json_array_get(json_array_get(hist, 0), 1)), 3);
   mock_clear(&mk);
 
   kn_kernel_on_message(
@@ -576,13 +576,13 @@ static void test_handler_history(void) {
       request("history_request", json_pack("{s:s, s:i}", "hist_access_type", "tail", "n", 2)));
   kn_kernel_process_queue(k);
   hist = json_object_get(mk.sent[1]->content, "history");
-  ASSERT_EQ_INT(json_array_size(hist), 2);
+  ASSERT_EQ(json_array_size(hist), 2);
   ASSERT_EQ_STR(json_string_value(json_array_get(json_array_get(hist, 0), 2)), "puts(x);");
   mock_clear(&mk);
   kn_kernel_destroy(&k);
 }
 
-static void test_handler_shutdown(void) {
+NBF_TEST(handler_shutdown) {
   mock_t mk;
   kn_kernel_t *k = mock_kernel(&mk);
   kn_msg_t *req = request("shutdown_request", json_pack("{s:b}", "restart", 1));
@@ -598,43 +598,4 @@ static void test_handler_shutdown(void) {
 
 /* --------------------------------------------------------------- registry */
 
-static const kn_test_case_t TESTS[] = {
-    {"auth_vectors", test_auth_vectors},
-    {"auth_verify", test_auth_verify},
-    {"message_roundtrip", test_message_roundtrip},
-    {"message_unsigned", test_message_unsigned},
-    {"message_bad_json", test_message_bad_json},
-    {"connection_ok", test_connection_ok},
-    {"connection_errors", test_connection_errors},
-    {"utf8_split", test_utf8_split},
-    {"utf8_invalid", test_utf8_invalid},
-    {"utf8_offsets", test_utf8_offsets},
-    {"history", test_history},
-    {"handler_kernel_info", test_handler_kernel_info},
-    {"handler_no_executor", test_handler_no_executor},
-    {"handler_stop_on_error", test_handler_stop_on_error},
-    {"handler_history", test_handler_history},
-    {"handler_shutdown", test_handler_shutdown},
-};
-
-int main(int argc, char **argv) {
-  size_t n = sizeof TESTS / sizeof TESTS[0];
-  if (argc > 1 && strcmp(argv[1], "--list") == 0) {
-    for (size_t i = 0; i < n; i++)
-      printf("%s\n", TESTS[i].name);
-    return 0;
-  }
-  int ran = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (argc > 1 && strcmp(argv[1], TESTS[i].name) != 0)
-      continue;
-    TESTS[i].fn();
-    printf("ok %s\n", TESTS[i].name);
-    ran++;
-  }
-  if (!ran) {
-    fprintf(stderr, "no test named '%s' (--list shows them)\n", argc > 1 ? argv[1] : "");
-    return 1;
-  }
-  return 0;
-}
+NBF_TEST_MAIN()

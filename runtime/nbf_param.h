@@ -1,0 +1,75 @@
+/*
+ * nbf_param.h — the one reader of environment variables (after NCCL's
+ * NCCL_PARAM). Every variable nbfork reads or sets is declared once in
+ * nbf_params.def; `getenv` appears here and nowhere else in kernel/,
+ * launcher/ and runtime/.
+ *
+ * Values are read lazily, at each call, never cached: the launcher sets
+ * a worker's variables after fork(), and %env changes the executor's
+ * between cells, so a value read at load time would be stale.
+ *
+ * Part of the static library nbfork_common (hidden symbols), linked into
+ * the kernel, the executor, the launcher and libnbfork. Not installed.
+ */
+#ifndef NBF_PARAM_H
+#define NBF_PARAM_H
+
+#include <stddef.h>
+
+typedef enum nbf_param_type {
+  NBF_PARAM_STR,
+  NBF_PARAM_INT,
+  NBF_PARAM_BOOL,
+  NBF_PARAM_DOUBLE,
+} nbf_param_type_t;
+
+typedef enum nbf_param_id {
+#define NBF_PARAM(id, name, type, dflt, reader, doc) NBF_P_##id,
+#include "nbf_params.def"
+#undef NBF_PARAM
+  NBF_P_COUNT
+} nbf_param_id_t;
+
+/* One row of the table (static storage; never freed). */
+typedef struct nbf_param {
+  const char *name;        /* "NBFORK_TIMEOUT_S" */
+  nbf_param_type_t type;   /* how nbf_param_long/_bool/_double parse it */
+  const char *default_str; /* value when unset, as text; NULL: the caller's */
+  const char *reader;      /* "runtime", "launcher, runtime", ... */
+  const char *doc;         /* one line */
+} nbf_param_t;
+
+/* The row of `id`; NULL when `id` is out of range. */
+const nbf_param_t *nbf_param_info(nbf_param_id_t id);
+/* The variable's name ("RANK"); "" when `id` is out of range. */
+const char *nbf_param_name(nbf_param_id_t id);
+
+/* The value as set, or NULL when unset or empty. */
+const char *nbf_param_raw(nbf_param_id_t id);
+/* The value as set, else the table's default (NULL when it has none). */
+const char *nbf_param_str(nbf_param_id_t id);
+/* Integer value: as set, else the table's default, else `dflt`. Returns
+ * 0 with *out set, or -1 when the value set is not a whole decimal
+ * number that fits a long (*out untouched; the caller reports it, naming
+ * nbf_param_name(id) and nbf_param_raw(id)). */
+int nbf_param_long(nbf_param_id_t id, long dflt, long *out);
+/* Floating-point value, with the rules of nbf_param_long. */
+int nbf_param_double(nbf_param_id_t id, double dflt, double *out);
+/* Truth value (nbf_truthy) as set, else the table's default, else `dflt`. */
+int nbf_param_bool(nbf_param_id_t id, int dflt);
+
+/* Accelerate's str_to_bool: 1 for "1", "true", "yes", "on", "y" in any
+ * case, 0 for anything else and for NULL. The only table of true words. */
+int nbf_truthy(const char *s);
+
+/* Set (overwrite) or remove a variable for this process and its children.
+ * 0, or -1 with errno set (ENOMEM). */
+int nbf_param_set(nbf_param_id_t id, const char *value);
+int nbf_param_set_long(nbf_param_id_t id, long value);
+int nbf_param_unset(nbf_param_id_t id);
+
+/* A variable the *user* names (%env NAME), not one nbfork reads itself:
+ * its value or NULL. Not for nbfork's own variables (use the table). */
+const char *nbf_env_get(const char *name);
+
+#endif

@@ -1,0 +1,41 @@
+/*
+ * nbf_util.h — the small system helpers every process of nbfork needs
+ * once: the monotonic clock, writing a whole buffer, the path of the
+ * running binary, thread-safe error text and formatted allocation.
+ *
+ * Part of the static library nbfork_common (hidden symbols), linked into
+ * the kernel, the executor, the launcher and libnbfork. Not installed.
+ * Error discipline: 0 on success, -1 with errno set on failure.
+ */
+#ifndef NBF_UTIL_H
+#define NBF_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC in nanoseconds, milliseconds and seconds. */
+int64_t nbf_now_ns(void);
+int64_t nbf_now_ms(void);
+double nbf_now_s(void);
+
+/* Write all `n` bytes of `p` to `fd`, retrying after EINTR and partial
+ * writes. 0, or -1 with errno set (EAGAIN on a non-blocking fd too). */
+int nbf_write_all(int fd, const void *p, size_t n);
+
+/* The absolute path of the running binary (/proc/self/exe) into
+ * out[size], NUL-terminated. 0, or -1 with errno set (ENAMETOOLONG when
+ * it does not fit). */
+int nbf_self_exe(char *out, size_t size);
+
+/* strerror_r into `buf` (thread-safe, unlike strerror); returns the text,
+ * which may be a static string rather than `buf`. Never NULL. */
+const char *nbf_strerror(int err, char *buf, size_t size);
+#define NBF_ERRBUF 128
+/* The text of `err` in a buffer that lives to the end of the enclosing
+ * block: printf("%s", NBF_STRERROR(errno)). */
+#define NBF_STRERROR(err) nbf_strerror((err), (char[NBF_ERRBUF]){0}, NBF_ERRBUF)
+
+/* vasprintf into a new string (caller frees), or NULL when out of memory. */
+char *nbf_xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,163 @@
+/*
+ * test_params.c — the parameter table (runtime/nbf_params.def) and its
+ * reader (runtime/nbf_param.c): parsing rules, the README's environment
+ * table naming exactly the table's variables, and `getenv` nowhere but
+ * in the reader.
+ */
+#define _GNU_SOURCE
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nbf_buf.h"
+#include "nbf_param.h"
+#include "nbf_test.h"
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    NBF_TEST_FAIL("cannot open %s", path);
+  nbf_buf_t b = {0};
+  char chunk[4096];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+    ASSERT_EQ(nbf_buf_append(&b, chunk, n), 0);
+  fclose(f);
+  return nbf_buf_take(&b);
+}
+
+/* Names in backquotes in the first column of the rows of README.md's
+ * "## Environment variables" table, as one " NAME NAME ... " string. */
+static char *readme_names(void) {
+  char *text = read_file(NBF_SOURCE_DIR "/README.md");
+  char *sec = strstr(text, "\n## Environment variables");
+  ASSERT_NOT_NULL(sec);
+  nbf_buf_t names = {0};
+  nbf_buf_puts(&names, " ");
+  char *save = NULL;
+  for (char *line = strtok_r(sec + 1, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    if (line != sec + 1 && strncmp(line, "## ", 3) == 0)
+      break; /* next section */
+    if (line[0] != '|' || strncmp(line, "|---", 4) == 0 || strncmp(line, "| variable", 10) == 0)
+      continue;
+    char *end = strchr(line + 1, '|');
+    if (end)
+      *end = 0;
+    for (char *q = strchr(line, '`'); q; q = strchr(q, '`')) {
+      char *close = strchr(q + 1, '`');
+      if (!close)
+        break;
+      nbf_buf_printf(&names, "%.*s ", (int)(close - q - 1), q + 1);
+      q = close + 1;
+    }
+  }
+  free(text);
+  return nbf_buf_take(&names);
+}
+
+NBF_TEST(readme_table_matches_parameter_table) {
+  char *names = readme_names();
+  for (int id = 0; id < NBF_P_COUNT; id++) {
+    char key[128];
+    snprintf(key, sizeof key, " %s ", nbf_param_name(id));
+    if (!strstr(names, key))
+      NBF_TEST_FAIL("%s is in runtime/nbf_params.def but not in README.md's environment table",
+                    nbf_param_name(id));
+  }
+  char *save = NULL;
+  for (char *n = strtok_r(names, " ", &save); n; n = strtok_r(NULL, " ", &save)) {
+    int found = 0;
+    for (int id = 0; id < NBF_P_COUNT && !found; id++)
+      found = strcmp(n, nbf_param_name(id)) == 0;
+    if (!found)
+      NBF_TEST_FAIL("README.md's environment table lists %s, which runtime/nbf_params.def lacks",
+                    n);
+  }
+  free(names);
+}
+
+NBF_TEST(values_defaults_and_bad_input) {
+  long v = 0;
+  ASSERT_EQ(nbf_param_unset(NBF_P_NBFORK_TIMEOUT_S), 0);
+  ASSERT_EQ(nbf_param_long(NBF_P_NBFORK_TIMEOUT_S, 7, &v), 0);
+  ASSERT_EQ(v, 300); /* the table's default wins over the caller's */
+  ASSERT_EQ(nbf_param_unset(NBF_P_LOCAL_RANK), 0);
+  ASSERT_EQ(nbf_param_long(NBF_P_LOCAL_RANK, 5, &v), 0);
+  ASSERT_EQ(v, 5); /* no table default: the caller's */
+  ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, "12"), 0);
+  ASSERT_EQ(nbf_param_long(NBF_P_NBFORK_TIMEOUT_S, 7, &v), 0);
+  ASSERT_EQ(v, 12);
+  ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, "12s"), 0);
+  v = -3;
+  ASSERT_EQ(nbf_param_long(NBF_P_NBFORK_TIMEOUT_S, 7, &v), -1);
+  ASSERT_EQ(v, -3); /* untouched on a bad value */
+  ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, ""), 0);
+  ASSERT_NULL(nbf_param_raw(NBF_P_NBFORK_TIMEOUT_S)); /* empty = unset */
+  ASSERT_EQ_STR(nbf_param_str(NBF_P_NBFORK_TIMEOUT_S), "300");
+  double d = 0;
+  ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, "2.5"), 0);
+  ASSERT_EQ(nbf_param_double(NBF_P_NBFORK_TIMEOUT_S, 1, &d), 0);
+  ASSERT_NEAR(d, 2.5, 0);
+  ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, "nan"), 0);
+  ASSERT_EQ(nbf_param_double(NBF_P_NBFORK_TIMEOUT_S, 1, &d), -1);
+  ASSERT_EQ_STR(nbf_param_name(NBF_P_NBFORK_TIMEOUT_S), "NBFORK_TIMEOUT_S");
+  ASSERT_EQ_STR(nbf_param_name(NBF_P_COUNT), "");
+  ASSERT_NULL(nbf_param_info(NBF_P_COUNT));
+}
+
+NBF_TEST(booleans_are_accelerates_str_to_bool) {
+  const char *yes[] = {"1", "true", "TRUE", "Yes", "on", "Y"};
+  const char *no[] = {"0", "false", "no", "off", "n", "2", "truthy"};
+  for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+    ASSERT_EQ(nbf_param_set(NBF_P_ACCELERATE_DEBUG_MODE, yes[i]), 0);
+    ASSERT_EQ(nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 0), 1);
+  }
+  for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
+    ASSERT_EQ(nbf_param_set(NBF_P_ACCELERATE_DEBUG_MODE, no[i]), 0);
+    ASSERT_EQ(nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 1), 0);
+  }
+  ASSERT_EQ(nbf_param_unset(NBF_P_ACCELERATE_DEBUG_MODE), 0);
+  ASSERT_EQ(nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 1), 0); /* table default "0" */
+  ASSERT_EQ(nbf_param_unset(NBF_P_NBFORK_GLOO_BUSY_POLL), 0);
+  ASSERT_EQ(nbf_param_bool(NBF_P_NBFORK_GLOO_BUSY_POLL, 1), 1); /* caller's default */
+  ASSERT_EQ(nbf_truthy(NULL), 0);
+}
+
+/* Files under kernel/, launcher/ and runtime/ that call getenv, other
+ * than the reader itself. */
+static nbf_buf_t offenders;
+static int scan_file(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+  (void)st, (void)ftw;
+  size_t n = strlen(path);
+  int source = n > 2 && (!strcmp(path + n - 2, ".c") || !strcmp(path + n - 2, ".h") ||
+                         (n > 3 && !strcmp(path + n - 3, ".cc")) ||
+                         (n > 3 && !strcmp(path + n - 3, ".cu")));
+  if (type != FTW_F || !source || strstr(path, "/nbf_param.c"))
+    return 0;
+  char *text = read_file(path);
+  for (char *p = strstr(text, "getenv"); p; p = strstr(p + 1, "getenv")) {
+    const char *q = p + 6;
+    while (*q == ' ')
+      q++;
+    if (*q == '(' && (p == text || (p[-1] != '_' && p[-1] != '"'))) {
+      nbf_buf_printf(&offenders, "  %s\n", path);
+      break;
+    }
+  }
+  free(text);
+  return 0;
+}
+
+NBF_TEST(getenv_only_in_the_reader) {
+  const char *dirs[] = {"/kernel", "/launcher", "/runtime"};
+  for (size_t i = 0; i < 3; i++) {
+    char root[4096];
+    snprintf(root, sizeof root, "%s%s", NBF_SOURCE_DIR, dirs[i]);
+    ASSERT_EQ(nftw(root, scan_file, 16, FTW_PHYS), 0);
+  }
+  if (offenders.len)
+    NBF_TEST_FAIL("getenv outside runtime/nbf_param.c (use nbf_param.h):\n%s", offenders.data);
+}
+
+NBF_TEST_MAIN()
