@@ -16,6 +16,8 @@
 
 #include "kn_log.h"
 #include "kn_wire.h"
+#include "nbf_param.h"
+#include "nbf_util.h"
 
 extern char **environ;
 
@@ -35,16 +37,14 @@ void kn_executor_init(kn_executor_t *ex) {
 }
 
 kn_result_t kn_executor_find(char *path, size_t len) {
-  const char *env = getenv(KN_WIRE_ENV_EXECUTOR);
+  const char *env = nbf_param_raw(NBF_P_NBFORK_EXECUTOR);
   if (env && *env) {
     snprintf(path, len, "%s", env);
     return KN_OK;
   }
   char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0)
+  if (nbf_self_exe(self, sizeof self))
     return KN_ERR_SYSTEM;
-  self[n] = '\0';
   char *slash = strrchr(self, '/');
   if (slash)
     *slash = '\0';

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kn_log.h"
+#include "nbf_param.h"
 
 #ifndef NBFORK_KERNELSPEC_SOURCE_DIR
 #define NBFORK_KERNELSPEC_SOURCE_DIR ""
@@ -79,18 +80,18 @@ static int valid_name(const char *s) {
 }
 
 static void user_data_dir(char *out, size_t len) {
-  const char *v = getenv("JUPYTER_DATA_DIR");
-  if (v && *v) {
+  const char *v = nbf_param_raw(NBF_P_JUPYTER_DATA_DIR);
+  if (v) {
     snprintf(out, len, "%s", v);
     return;
   }
-  v = getenv("XDG_DATA_HOME");
-  if (v && *v) {
+  v = nbf_param_raw(NBF_P_XDG_DATA_HOME);
+  if (v) {
     snprintf(out, len, "%s/jupyter", v);
     return;
   }
-  const char *home = getenv("HOME");
-  snprintf(out, len, "%s/.local/share/jupyter", home && *home ? home : ".");
+  const char *home = nbf_param_raw(NBF_P_HOME);
+  snprintf(out, len, "%s/.local/share/jupyter", home ? home : ".");
 }
 
 /* The kernelspec/ folder with the logos: next to the binary's install

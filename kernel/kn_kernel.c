@@ -10,6 +10,7 @@
 #include "kn_handlers.h"
 #include "kn_log.h"
 #include "kn_wire.h"
+#include "nbf_param.h"
 
 /* ---------------------------------------------------------------- sending */
 
@@ -89,8 +90,7 @@ kn_kernel_t *kn_kernel_new(kn_io_t io, const char *executor_path) {
     free(k);
     return NULL;
   }
-  const char *user = getenv("USER");
-  snprintf(k->username, sizeof k->username, "%s", user && *user ? user : "nbfork");
+  snprintf(k->username, sizeof k->username, "%s", nbf_param_str(NBF_P_USER));
   snprintf(k->executor_path, sizeof k->executor_path, "%s", executor_path ? executor_path : "");
   return k;
 }

@@ -1,6 +1,7 @@
 /* kn_log.c — stderr diagnostics (see kn_log.h). */
 #define _GNU_SOURCE
 #include "kn_log.h"
+#include "nbf_param.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,11 +9,9 @@
 #include <string.h>
 
 static int debug_enabled(void) {
-  static int cached = -1;
-  if (cached < 0) {
-    const char *v = getenv("NBFORK_KERNEL_DEBUG");
-    cached = (v && *v && strcmp(v, "0") != 0) ? 1 : 0;
-  }
+  static int cached = -1; /* the kernel reads it once: it logs on hot paths */
+  if (cached < 0)
+    cached = nbf_param_bool(NBF_P_NBFORK_KERNEL_DEBUG, 0);
   return cached;
 }
 

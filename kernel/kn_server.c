@@ -9,6 +9,7 @@
 
 #include "kn_log.h"
 #include "kn_signals.h"
+#include "nbf_param.h"
 
 #define KN_TICK_MS 100 /* longest sleep: executor exit checks, parent checks */
 
@@ -50,8 +51,7 @@ static void check_parent(kn_kernel_t *k, pid_t parent) {
 }
 
 kn_result_t kn_server_run(kn_kernel_t *k, kn_transport_t *t, int sig_fd) {
-  const char *jpy = getenv("JPY_PARENT_PID");
-  pid_t parent = jpy && *jpy ? getppid() : 0;
+  pid_t parent = nbf_param_raw(NBF_P_JPY_PARENT_PID) ? getppid() : 0;
   int64_t next_parent_check = 0;
   int failures = 0;
   while (!k->stop) {

@@ -105,7 +105,6 @@
 #define KN_WIRE_EXECUTOR_NAME "nbfork-executor"
 /* Milliseconds the executor gets to answer an interrupt before it is killed. */
 #define KN_WIRE_INTERRUPT_GRACE_MS 2000
-/* Environment variable naming the executor binary (overrides lookup). */
-#define KN_WIRE_ENV_EXECUTOR "NBFORK_EXECUTOR"
+/* NBFORK_EXECUTOR (nbf_params.def) names the executor binary instead. */
 
 #endif

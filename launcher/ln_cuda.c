@@ -1,4 +1,5 @@
 #include "ln_cuda.h"
+#include "nbf_param.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
@@ -7,7 +8,7 @@
 /* Count the entries of CUDA_VISIBLE_DEVICES ("" hides all; a negative
  * entry ends the list, as in the CUDA runtime). -1 when unset. */
 static int visible_from_env(void) {
-  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  const char *v = nbf_param_exact(NBF_P_CUDA_VISIBLE_DEVICES);
   if (!v)
     return -1;
   int n = 0;

@@ -15,6 +15,7 @@
 
 #include "ln_group.h"
 #include "nbfork.h"
+#include "nbf_param.h"
 
 /* Shared with the forked test workers (copied by fork). */
 static int g_use_gpu;
@@ -30,8 +31,10 @@ static const char *cuda_error_name(void *h, int code) {
 }
 
 static int debug_worker(void) {
-  int rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
-  int local_rank = atoi(getenv("LOCAL_RANK") ? getenv("LOCAL_RANK") : "0");
+  long r = 0, lr = 0; /* the launcher set both: they parse */
+  nbf_param_long(NBF_P_RANK, 0, &r);
+  nbf_param_long(NBF_P_LOCAL_RANK, 0, &lr);
+  int rank = (int)r, local_rank = (int)lr;
   if (g_use_gpu) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!h) {

@@ -18,8 +18,8 @@
 
 #include "acc_store.h"
 #include "ln_rdzv.h"
-#include "ln_util.h"
 #include "ln_worker.h"
+#include "nbf_util.h"
 
 /* Time a worker gets between SIGTERM and SIGKILL when the group stops. */
 #define LN_GRACE_MS 1000
@@ -56,7 +56,7 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   int n = o->num_processes;
   ln_worker_t *w = calloc((size_t)n, sizeof *w);
   if (!w) {
-    *setup_error = ln_xprintf("out of memory");
+    *setup_error = nbf_xprintf("out of memory");
     return LN_RUN_SETUP_FAILED;
   }
   ln_worker_env_t env = {o, restart, use_gpu, ctx->private_fds, ctx->nprivate};
@@ -64,7 +64,7 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   int started = 0;
   for (int i = 0; i < n; i++) {
     if (ln_worker_start(&w[i], i, &env, fn, w, i) != 0) {
-      *setup_error = ln_xprintf("cannot start worker %d: %s", i, strerror(errno));
+      *setup_error = nbf_xprintf("cannot start worker %d: %s", i, strerror(errno));
       result = LN_RUN_SETUP_FAILED;
       break;
     }
@@ -76,7 +76,7 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
     srv = acc_store_server_start_secure(store_bind_addr(o->master_addr), o->use_port,
                                         o->rdzv_secret, serr, sizeof serr);
     if (!srv) {
-      *setup_error = ln_xprintf("cannot host the rendezvous store at %s:%d: %s", o->master_addr,
+      *setup_error = nbf_xprintf("cannot host the rendezvous store at %s:%d: %s", o->master_addr,
                                 o->use_port, serr);
       result = LN_RUN_SETUP_FAILED;
     }

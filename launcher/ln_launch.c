@@ -26,7 +26,8 @@
 #include "ln_cuda.h"
 #include "ln_debug.h"
 #include "ln_group.h"
-#include "ln_util.h"
+#include "nbf_param.h"
+#include "nbf_util.h"
 
 static void set_error(ln_error_t *err, const char *ename, char *evalue, char *traceback) {
   snprintf(err->ename, sizeof err->ename, "%s", ename);
@@ -41,13 +42,7 @@ void ln_error_free(ln_error_t *err) {
 }
 
 int ln_debug_mode(void) {
-  const char *v = getenv("ACCELERATE_DEBUG_MODE");
-  if (!v)
-    return 0;
-  static const char *const yes[] = {"1", "true", "yes", "on", "y", NULL};
-  for (int i = 0; yes[i]; i++)
-    if (strcasecmp(v, yes[i]) == 0)
-      return 1;
+  return nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 0);
   return 0;
 }
 
@@ -84,11 +79,11 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
   int use_gpu = gpus > 0;
   if (ctx->cuda_initialized_by_cell > 0) {
     set_error(err, "LaunchError",
-              ln_xprintf("CUDA was initialized in the kernel process by cell [%d]; workers forked "
+              nbf_xprintf("CUDA was initialized in the kernel process by cell [%d]; workers forked "
                          "now could not use the GPU (every CUDA call would fail with "
                          "'initialization error').",
                          ctx->cuda_initialized_by_cell),
-              ln_xprintf("To fix it: restart the kernel, move the CUDA calls of cell [%d] into the "
+              nbf_xprintf("To fix it: restart the kernel, move the CUDA calls of cell [%d] into the "
                          "launched function (or a function it calls), and run the cells again.",
                          ctx->cuda_initialized_by_cell));
     return -1;
@@ -96,10 +91,10 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
   if (use_gpu && o->num_processes > gpus) {
     set_error(
         err, "LaunchError",
-        ln_xprintf("num_processes=%d but only %d GPU%s visible: NCCL refuses two ranks on one "
+        nbf_xprintf("num_processes=%d but only %d GPU%s visible: NCCL refuses two ranks on one "
                    "GPU.",
                    o->num_processes, gpus, gpus == 1 ? " is" : "s are"),
-        ln_xprintf("Use num_processes=%d or fewer, or make more GPUs visible "
+        nbf_xprintf("Use num_processes=%d or fewer, or make more GPUs visible "
                    "(CUDA_VISIBLE_DEVICES).",
                    gpus));
     return -1;
@@ -110,13 +105,13 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
       char buf[128];
       const char *why = strerror_r(e, buf, sizeof buf);
       set_error(err, "LaunchError",
-                ln_xprintf("use_port=%d on %s cannot be used for the rendezvous store: %s.",
+                nbf_xprintf("use_port=%d on %s cannot be used for the rendezvous store: %s.",
                            o->use_port, o->master_addr, why),
                 e == EADDRINUSE
-                    ? ln_xprintf("Another process holds port %d; pass another port, e.g. "
+                    ? nbf_xprintf("Another process holds port %d; pass another port, e.g. "
                                  "use_port=%d, or stop that process.",
                                  o->use_port, o->use_port == 65535 ? 29501 : o->use_port + 1)
-                    : ln_xprintf("Check master_addr: on node_rank 0 it must be an "
+                    : nbf_xprintf("Check master_addr: on node_rank 0 it must be an "
                                  "address of this machine."));
       return -1;
     }
@@ -125,7 +120,7 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
     char *diag = NULL;
     if (ln_debug_check(o, ctx, use_gpu, &diag) != 0) {
       set_error(err, "LaunchError",
-                ln_xprintf("ACCELERATE_DEBUG_MODE: the test launch of %d workers failed before "
+                nbf_xprintf("ACCELERATE_DEBUG_MODE: the test launch of %d workers failed before "
                            "training started.",
                            o->num_processes),
                 diag);
@@ -153,7 +148,7 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
     if (r == LN_RUN_INTERRUPTED) {
       free(failures);
       set_error(err, "KeyboardInterrupt",
-                ln_xprintf("the launch was interrupted: all %d workers were stopped and reaped",
+                nbf_xprintf("the launch was interrupted: all %d workers were stopped and reaped",
                            o->num_processes),
                 NULL);
       return -1;
@@ -176,7 +171,7 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
       char *nl = strchr(failures, '\n');
       summary = nl ? strndup(failures, (size_t)(nl - failures)) : strdup(failures);
     }
-    char *tb = ln_xprintf("%sThe other workers were stopped.%s", failures ? failures : "",
+    char *tb = nbf_xprintf("%sThe other workers were stopped.%s", failures ? failures : "",
                           o->max_restarts ? " Restarts are used up." : "");
     free(failures);
     set_error(err, "WorkerFailed", summary ? summary : strdup("a worker failed"), tb);

@@ -3,6 +3,7 @@
  * which option, what was given, what is accepted.
  */
 #include "ln_options.h"
+#include "nbf_param.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -19,7 +20,7 @@ void ln_options_init(ln_options_t *o) {
   snprintf(o->rdzv_backend, sizeof o->rdzv_backend, "static");
   o->rdzv_timeout_s = 300;
   o->monitor_interval_s = 0.1;
-  const char *secret = getenv("NBFORK_RDZV_SECRET");
+  const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
   if (secret && strlen(secret) < sizeof o->rdzv_secret)
     memcpy(o->rdzv_secret, secret, strlen(secret) + 1);
 }

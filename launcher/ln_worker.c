@@ -3,10 +3,12 @@
  */
 #define _GNU_SOURCE
 #include "ln_worker.h"
-#include "ln_util.h"
+#include "nbf_util.h"
+#include "nbf_param.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,12 +17,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static void setenv_int(const char *name, int v) {
-  char b[24];
-  snprintf(b, sizeof b, "%d", v);
-  setenv(name, b, 1);
-}
 
 /* The child side: never returns. */
 static void __attribute__((noreturn))
@@ -60,14 +56,15 @@ worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pi
   dup2(pipes[LN_STDERR][1], 2);
   /* The display channel keeps the number the runtime was told about
    * (NBFORK_DISPLAY_FD), now leading to the launcher instead of the kernel. */
-  const char *dfd = getenv("NBFORK_DISPLAY_FD");
-  int display_fd = dfd ? atoi(dfd) : 0;
+  long display_fd = 0;
+  if (nbf_param_long(NBF_P_NBFORK_DISPLAY_FD, 0, &display_fd) || display_fd > INT_MAX)
+    display_fd = 0;
   if (display_fd <= 2 || display_fd == devnull) {
     display_fd = fcntl(pipes[LN_DISPLAY][1], F_DUPFD, 10);
   } else {
-    dup2(pipes[LN_DISPLAY][1], display_fd);
+    dup2(pipes[LN_DISPLAY][1], (int)display_fd);
   }
-  setenv_int("NBFORK_DISPLAY_FD", display_fd);
+  nbf_param_set_long(NBF_P_NBFORK_DISPLAY_FD, display_fd);
   for (int s = 0; s < 3; s++) {
     if (pipes[s][1] != display_fd && pipes[s][1] > 2)
       close(pipes[s][1]);
@@ -77,26 +74,23 @@ worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pi
     close(devnull);
 
   int rank = o->node_rank * o->num_processes + local_rank;
-  setenv_int("RANK", rank);
-  setenv_int("LOCAL_RANK", local_rank);
-  setenv_int("WORLD_SIZE", o->num_nodes * o->num_processes);
-  setenv_int("LOCAL_WORLD_SIZE", o->num_processes);
-  setenv_int("NODE_RANK", o->node_rank);
-  setenv_int("GROUP_RANK", o->node_rank);
-  setenv("MASTER_ADDR", o->master_addr, 1);
-  setenv_int("MASTER_PORT", o->use_port);
-  setenv("ACCELERATE_MIXED_PRECISION", o->mixed_precision, 1);
-  setenv_int("TORCHELASTIC_RESTART_COUNT", env->restart);
-  setenv_int("NBFORK_RESTART_COUNT", env->restart);
-  setenv("NBFORK_STORE_HOSTED", "1", 1);
+  nbf_param_set_long(NBF_P_RANK, rank);
+  nbf_param_set_long(NBF_P_LOCAL_RANK, local_rank);
+  nbf_param_set_long(NBF_P_WORLD_SIZE, o->num_nodes * o->num_processes);
+  nbf_param_set_long(NBF_P_LOCAL_WORLD_SIZE, o->num_processes);
+  nbf_param_set_long(NBF_P_NODE_RANK, o->node_rank);
+  nbf_param_set_long(NBF_P_GROUP_RANK, o->node_rank);
+  nbf_param_set(NBF_P_MASTER_ADDR, o->master_addr);
+  nbf_param_set_long(NBF_P_MASTER_PORT, o->use_port);
+  nbf_param_set(NBF_P_ACCELERATE_MIXED_PRECISION, o->mixed_precision);
+  nbf_param_set_long(NBF_P_TORCHELASTIC_RESTART_COUNT, env->restart);
+  nbf_param_set_long(NBF_P_NBFORK_RESTART_COUNT, env->restart);
+  nbf_param_set(NBF_P_NBFORK_STORE_HOSTED, "1");
   if (o->rdzv_secret[0])
-    setenv("NBFORK_RDZV_SECRET", o->rdzv_secret, 1); /* the runtime's store client */
+    nbf_param_set(NBF_P_NBFORK_RDZV_SECRET, o->rdzv_secret); /* the runtime's store client */
   char run_id[200];
   snprintf(run_id, sizeof run_id, "%s-r%d", o->rdzv_id[0] ? o->rdzv_id : "nbfork", env->restart);
-  setenv("NBFORK_RUN_ID", run_id, 1);
-  setenv_int("NBFORK_TIMEOUT_RDZV_S", o->rdzv_timeout_s);
-  if (env->use_gpu)
-    setenv("ACCELERATE_USE_GPU", "1", 1);
+  nbf_param_set(NBF_P_NBFORK_RUN_ID, run_id);
 
   /* stdio buffers are shared state copied by fork: start clean */
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -171,8 +165,8 @@ static void emit(ln_worker_t *w, int s, const char *p, size_t n, int complete,
   }
   int fd = s == LN_STDOUT ? 1 : 2;
   if (!w->midline[s] && w->prefix[0])
-    ln_write_all(fd, w->prefix, strlen(w->prefix));
-  ln_write_all(fd, p, n);
+    nbf_write_all(fd, w->prefix, strlen(w->prefix));
+  nbf_write_all(fd, p, n);
   w->midline[s] = !complete;
   if (s == LN_STDERR && complete)
     remember_stderr(w, p, n);

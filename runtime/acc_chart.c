@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "acc_internal.h"
+#include "nbf_util.h"
 
 #define MIN_INTERVAL_S 0.3
 #define MAX_SERIES 16
@@ -176,7 +177,7 @@ static void redraw(acc_t *acc) {
   }
   free(b.p);
   c->dirty = 0;
-  c->last_draw = acc__now_s();
+  c->last_draw = nbf_now_s();
 }
 
 void acc_log_scalar(acc_t *acc, const char *name, long step, double value) {
@@ -211,7 +212,7 @@ void acc_log_scalar(acc_t *acc, const char *name, long step, double value) {
   s->vals[s->n] = value;
   s->n++;
   c->dirty = 1;
-  if (nbf__display_attached() && acc__now_s() - c->last_draw >= MIN_INTERVAL_S)
+  if (nbf__display_attached() && nbf_now_s() - c->last_draw >= MIN_INTERVAL_S)
     redraw(acc);
 }
 

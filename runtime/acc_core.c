@@ -23,6 +23,7 @@
  *   NBFORK_GRAD_BUCKETS          0/1/2: gradient buckets of the MLP (0)
  */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +34,11 @@
 #include "acc_gloo.h"
 #include "acc_internal.h"
 #include "acc_nccl.h"
+#include "nbf_param.h"
 
-#define ACC_DEFAULT_TIMEOUT_S 300
-#define ACC_DEFAULT_PORT 29500
-/* Gradient buckets of the model toolkit by default: see
- * acc_mlp_backward_xent in nbfork.h for the measurements. */
-#define ACC_DEFAULT_GRAD_BUCKETS 0
+/* Defaults (NBFORK_TIMEOUT_S 300, MASTER_PORT 29500, NBFORK_GRAD_BUCKETS 0:
+ * see acc_mlp_backward_xent in nbfork.h for the measurements) live in
+ * nbf_params.def; the 0 passed to nbf_param_long below is never used. */
 
 /* Successive process groups of one process use fresh store keys: every
  * rank joins them in the same order, so the counter agrees across ranks.
@@ -69,19 +69,27 @@ static acc_t *fail(acc_t *acc, const char *step) {
   return NULL;
 }
 
-static int read_env(acc_t *acc, const acc_config_t *c) {
-  int ok = 1;
-  acc->rank = (int)acc__env_long("RANK", 0, &ok);
-  acc->world = (int)acc__env_long("WORLD_SIZE", 1, &ok);
-  acc->local_rank = (int)acc__env_long("LOCAL_RANK", acc->rank, &ok);
-  acc->local_world = (int)acc__env_long("LOCAL_WORLD_SIZE", acc->world, &ok);
-  acc->master_port = (int)acc__env_long("MASTER_PORT", ACC_DEFAULT_PORT, &ok);
-  long timeout_s = c->timeout_s > 0 ? c->timeout_s
-                                    : acc__env_long("NBFORK_TIMEOUT_S", ACC_DEFAULT_TIMEOUT_S, &ok);
-  if (!ok) {
-    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "an environment variable is not an integer");
+/* An integer parameter (nbf_param_long) in [INT_MIN, INT_MAX]; a bad
+ * value becomes acc's error, naming the variable. 0 or -1. */
+static int env_int(acc_t *acc, nbf_param_id_t id, long dflt, int *out) {
+  long v;
+  if (nbf_param_long(id, dflt, &v) != 0 || v < INT_MIN || v > INT_MAX) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "environment variable %s='%s' is not an integer",
+                   nbf_param_name(id), nbf_param_raw(id));
     return -1;
   }
+  *out = (int)v;
+  return 0;
+}
+
+static int read_env(acc_t *acc, const acc_config_t *c) {
+  int timeout_s = c->timeout_s;
+  if (env_int(acc, NBF_P_RANK, 0, &acc->rank) || env_int(acc, NBF_P_WORLD_SIZE, 1, &acc->world) ||
+      env_int(acc, NBF_P_LOCAL_RANK, acc->rank, &acc->local_rank) ||
+      env_int(acc, NBF_P_LOCAL_WORLD_SIZE, acc->world, &acc->local_world) ||
+      env_int(acc, NBF_P_MASTER_PORT, 0, &acc->master_port) ||
+      (timeout_s <= 0 && env_int(acc, NBF_P_NBFORK_TIMEOUT_S, 0, &timeout_s)))
+    return -1;
   if (acc->world < 1 || acc->rank < 0 || acc->rank >= acc->world) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "RANK=%d / WORLD_SIZE=%d are inconsistent (need 0 <= RANK < WORLD_SIZE)",
@@ -100,15 +108,14 @@ static int read_env(acc_t *acc, const acc_config_t *c) {
     return -1;
   }
   if (timeout_s <= 0 || timeout_s > 24L * 3600 * 365) {
-    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "NBFORK_TIMEOUT_S=%ld must be > 0", timeout_s);
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "NBFORK_TIMEOUT_S=%d must be > 0", timeout_s);
     return -1;
   }
-  acc->timeout_ms = (int)(timeout_s * 1000 > 2000000000L ? 2000000000L : timeout_s * 1000);
-  snprintf(acc->master_addr, sizeof acc->master_addr, "%s",
-           acc__env_str("MASTER_ADDR", "127.0.0.1"));
-  snprintf(acc->run_id, sizeof acc->run_id, "%s", acc__env_str("NBFORK_RUN_ID", "run"));
+  acc->timeout_ms = (int)(timeout_s * 1000L > 2000000000L ? 2000000000L : timeout_s * 1000L);
+  snprintf(acc->master_addr, sizeof acc->master_addr, "%s", nbf_param_str(NBF_P_MASTER_ADDR));
+  snprintf(acc->run_id, sizeof acc->run_id, "%s", nbf_param_str(NBF_P_NBFORK_RUN_ID));
   const char *mp =
-      c->mixed_precision ? c->mixed_precision : acc__env_str("ACCELERATE_MIXED_PRECISION", "no");
+      c->mixed_precision ? c->mixed_precision : nbf_param_str(NBF_P_ACCELERATE_MIXED_PRECISION);
   if (parse_precision(mp, &acc->precision) != 0) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "mixed precision '%s' is not one of no, fp16, bf16", mp);
@@ -120,7 +127,7 @@ static int read_env(acc_t *acc, const acc_config_t *c) {
 /* Pick the CUDA device of this rank (Accelerate: cuda:LOCAL_RANK). */
 static int select_device(acc_t *acc) {
   acc->device = -1;
-  if (acc__env_bool("ACCELERATE_USE_CPU", 0))
+  if (nbf_param_bool(NBF_P_ACCELERATE_USE_CPU, 0))
     return 0;
   int n = acc_nccl_device_count();
   if (n <= 0)
@@ -153,7 +160,8 @@ static int select_device(acc_t *acc) {
  * load had 1 MiB all-reduces 20x slower. Set it to 0 on shared nodes. */
 static int busy_poll(const acc_t *acc) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  return acc__env_bool("NBFORK_GLOO_BUSY_POLL", 1) && cpus > 0 && acc->local_world <= cpus;
+  const char *set = nbf_param_raw(NBF_P_NBFORK_GLOO_BUSY_POLL);
+  return set ? nbf_truthy(set) : cpus > 0 && acc->local_world <= cpus;
 }
 
 static int join_group(acc_t *acc) {
@@ -163,8 +171,8 @@ static int join_group(acc_t *acc) {
   if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL)
     signal(SIGPIPE, SIG_IGN);
 
-  const char *secret = acc__env_str("NBFORK_RDZV_SECRET", NULL);
-  if (!acc__env_bool("NBFORK_STORE_HOSTED", 0) && acc->rank == 0) {
+  const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
+  if (!nbf_param_bool(NBF_P_NBFORK_STORE_HOSTED, 0) && acc->rank == 0) {
     char err[512];
     acc->store_server =
         acc_store_server_start_secure("*", acc->master_port, secret, err, sizeof err);
@@ -182,8 +190,8 @@ static int join_group(acc_t *acc) {
     return -1;
   }
   char host[256];
-  const char *h = getenv("NBFORK_GLOO_HOSTNAME");
-  if (h && *h) {
+  const char *h = nbf_param_raw(NBF_P_NBFORK_GLOO_HOSTNAME);
+  if (h) {
     snprintf(host, sizeof host, "%s", h);
   } else if (acc__local_addr_for(acc->master_addr, host, sizeof host) != 0) {
     acc__set_error(acc, ACC_ERR_SYSTEM,
@@ -228,9 +236,8 @@ acc_t *acc_new(const acc_config_t *cfg) {
     return fail(acc, "reading the environment");
   acc->accum_steps = c.gradient_accumulation_steps > 1 ? c.gradient_accumulation_steps : 1;
   {
-    int ok = 1;
-    long b = acc__env_long("NBFORK_GRAD_BUCKETS", ACC_DEFAULT_GRAD_BUCKETS, &ok);
-    if (!ok || b < 0 || b > 2) {
+    long b;
+    if (nbf_param_long(NBF_P_NBFORK_GRAD_BUCKETS, 0, &b) || b < 0 || b > 2) {
       acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                      "NBFORK_GRAD_BUCKETS must be 0 (one all-reduce of the whole gradient), 1 "
                      "(per bucket) or 2 (per bucket, overlapping the backward pass)");

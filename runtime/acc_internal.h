@@ -78,14 +78,6 @@ struct acc {
 acc_result_t acc__set_error(acc_t *acc, acc_result_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Environment helpers: the value of NAME, or `def` when unset/empty. */
-const char *acc__env_str(const char *name, const char *def);
-/* Integer value of NAME; `def` when unset; -1 + message on stderr when
- * not an integer (then *ok = 0). */
-long acc__env_long(const char *name, long def, int *ok);
-/* Truthy as Accelerate's str_to_bool: 1/true/yes/on/y (any case). */
-int acc__env_bool(const char *name, int def);
-
 /* Local IPv4/IPv6 address this host uses to reach `host` (MASTER_ADDR),
  * as text in `out`; "127.0.0.1" for loopback. Returns 0 or -1. */
 int acc__local_addr_for(const char *host, char *out, size_t outlen);

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "acc_internal.h"
+#include "nbf_util.h"
 
 #ifdef NBFORK_WITH_CUDA
 
@@ -79,7 +80,7 @@ static acc_result_t wait_comm(acc_t *acc, ncclComm_t comm, const char *what, dou
       return ACC_OK;
     if (st != ncclInProgress)
       return fail(acc, ACC_ERR_PEER, what, ncclGetErrorString(st));
-    if (acc__now_s() > deadline)
+    if (nbf_now_s() > deadline)
       return fail(acc, ACC_ERR_TIMEOUT, what, "timed out (NBFORK_TIMEOUT_S)");
     pause_briefly(&spins);
   }
@@ -136,7 +137,7 @@ static acc_result_t ensure_comm(acc_t *acc) {
   acc->nccl = n;
   if (r != ncclSuccess && r != ncclInProgress)
     return fail(acc, ACC_ERR_BACKEND, "ncclCommInitRankConfig", ncclGetErrorString(r));
-  return wait_comm(acc, n->comm, "communicator init", acc__now_s() + acc->timeout_ms / 1000.0);
+  return wait_comm(acc, n->comm, "communicator init", nbf_now_s() + acc->timeout_ms / 1000.0);
 }
 
 static ncclDataType_t nccl_type(acc_dtype_t d) {
@@ -173,7 +174,7 @@ static ncclRedOp_t nccl_op(acc_op_t op) {
 
 /* After enqueueing: wait for the enqueue itself, then for the stream. */
 static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
-  double deadline = acc__now_s() + acc->timeout_ms / 1000.0;
+  double deadline = nbf_now_s() + acc->timeout_ms / 1000.0;
   if (r != ncclSuccess && r != ncclInProgress)
     return fail(acc, ACC_ERR_BACKEND, what, ncclGetErrorString(r));
   acc_result_t a = wait_comm(acc, acc->nccl->comm, what, deadline);
@@ -190,7 +191,7 @@ static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
     ncclCommGetAsyncError(acc->nccl->comm, &st);
     if (st != ncclSuccess && st != ncclInProgress)
       return fail(acc, ACC_ERR_PEER, what, ncclGetErrorString(st));
-    if (acc__now_s() > deadline)
+    if (nbf_now_s() > deadline)
       return fail(acc, ACC_ERR_TIMEOUT, what, "timed out (NBFORK_TIMEOUT_S)");
     pause_briefly(&spins);
   }
@@ -249,13 +250,13 @@ void acc_nccl_destroy(acc_t *acc) {
     /* Finalize (non-blocking, bounded by the timeout), then destroy; abort
      * when anything goes wrong so we never block forever. */
     ncclResult_t r = ncclCommFinalize(n->comm);
-    double deadline = acc__now_s() + acc->timeout_ms / 1000.0;
+    double deadline = nbf_now_s() + acc->timeout_ms / 1000.0;
     ncclResult_t st = r;
     unsigned spins = 0;
     while (r == ncclSuccess || r == ncclInProgress) {
       if (ncclCommGetAsyncError(n->comm, &st) != ncclSuccess || st != ncclInProgress)
         break;
-      if (acc__now_s() > deadline) {
+      if (nbf_now_s() > deadline) {
         st = ncclInternalError;
         break;
       }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "acc_internal.h"
+#include "nbf_util.h"
 
 #define BAR_CELLS 10
 #define MIN_INTERVAL_S 0.1
@@ -119,7 +120,7 @@ static size_t html_escape(const char *s, char *out, size_t len) {
 }
 
 static void draw(acc_progress_t *p, int final) {
-  double now = acc__now_s();
+  double now = nbf_now_s();
   char stats[512], text[1024];
   fmt_stats(p, now, stats, sizeof stats);
   fmt_text(p, stats, text, sizeof text);
@@ -157,7 +158,7 @@ acc_progress_t *acc_progress_new(const acc_t *acc, const char *desc, size_t tota
     return NULL;
   p->active = acc_is_main_process(acc);
   p->total = total;
-  p->t0 = acc__now_s();
+  p->t0 = nbf_now_s();
   p->drawn_n = (size_t)-1;
   snprintf(p->desc, sizeof p->desc, "%s", desc ? desc : "");
   if (p->active) {
@@ -178,7 +179,7 @@ void acc_progress_update(acc_progress_t *p, size_t n, const char *postfix) {
   if (!p->attached && !p->tty)
     return;
   int at_end = p->total && p->n >= p->total && p->drawn_n != p->n;
-  if (at_end || acc__now_s() - p->last_draw >= MIN_INTERVAL_S)
+  if (at_end || nbf_now_s() - p->last_draw >= MIN_INTERVAL_S)
     draw(p, 0);
 }
 

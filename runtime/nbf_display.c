@@ -37,18 +37,16 @@
 #include <unistd.h>
 
 #include "acc_internal.h"
+#include "nbf_param.h"
+#include "nbf_util.h"
 
 static pthread_mutex_t g_write_lock = PTHREAD_MUTEX_INITIALIZER;
 static long g_next_id; /* atomically incremented */
 
 /* The events fd, or -1 when not attached to a kernel. */
 static int display_fd(void) {
-  const char *v = getenv("NBFORK_DISPLAY_FD");
-  if (!v || !*v)
-    return -1;
-  char *end;
-  long fd = strtol(v, &end, 10);
-  if (*end || fd < 0 || fd > 1 << 20)
+  long fd;
+  if (nbf_param_long(NBF_P_NBFORK_DISPLAY_FD, -1, &fd) || fd < 0 || fd > 1 << 20)
     return -1;
   if (fcntl((int)fd, F_GETFD) == -1)
     return -1;
@@ -160,24 +158,6 @@ static json_t *mime_value(const char *mime, const void *data, size_t len) {
   return base64_value(data, len);
 }
 
-static int write_all(int fd, const char *buf, size_t len) {
-  while (len) {
-    ssize_t n = write(fd, buf, len);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      if (errno == EAGAIN) { /* non-blocking pipe full: wait for room */
-        usleep(1000);
-        continue;
-      }
-      return -1;
-    }
-    buf += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
 /* Serialize `ev` (stolen) as one line to `fd`. Returns 0 or -1. */
 static int write_event(int fd, json_t *ev) {
   if (!ev)
@@ -197,7 +177,7 @@ static int write_event(int fd, json_t *ev) {
   fflush(stdout);
   fflush(stderr);
   pthread_mutex_lock(&g_write_lock);
-  int rc = write_all(fd, line, n + 1);
+  int rc = nbf_write_all(fd, line, n + 1);
   pthread_mutex_unlock(&g_write_lock);
   free(line);
   if (rc != 0)

@@ -24,10 +24,12 @@ const char *nbf_param_name(nbf_param_id_t id) {
   return (unsigned)id < NBF_P_COUNT ? table[id].name : "";
 }
 
+const char *nbf_param_exact(nbf_param_id_t id) {
+  return (unsigned)id < NBF_P_COUNT ? getenv(table[id].name) : NULL;
+}
+
 const char *nbf_param_raw(nbf_param_id_t id) {
-  if ((unsigned)id >= NBF_P_COUNT)
-    return NULL;
-  const char *v = getenv(table[id].name);
+  const char *v = nbf_param_exact(id);
   return v && *v ? v : NULL;
 }
 

@@ -46,6 +46,10 @@ const char *nbf_param_name(nbf_param_id_t id);
 
 /* The value as set, or NULL when unset or empty. */
 const char *nbf_param_raw(nbf_param_id_t id);
+/* The value exactly as set, "" included; NULL when unset. For the few
+ * variables where empty means something (CUDA_VISIBLE_DEVICES="" hides
+ * every GPU). */
+const char *nbf_param_exact(nbf_param_id_t id);
 /* The value as set, else the table's default (NULL when it has none). */
 const char *nbf_param_str(nbf_param_id_t id);
 /* Integer value: as set, else the table's default, else `dflt`. Returns

@@ -5,6 +5,7 @@
 #include "nbf_util.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,13 @@ int nbf_write_all(int fd, const void *p, size_t n) {
     ssize_t w = write(fd, c, n);
     if (w < 0 && errno == EINTR)
       continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      /* a full non-blocking pipe: wait for room rather than drop output */
+      struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+      if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+        return -1;
+      continue;
+    }
     if (w < 0)
       return -1;
     c += w;

@@ -19,7 +19,8 @@ int64_t nbf_now_ms(void);
 double nbf_now_s(void);
 
 /* Write all `n` bytes of `p` to `fd`, retrying after EINTR and partial
- * writes. 0, or -1 with errno set (EAGAIN on a non-blocking fd too). */
+ * writes; on a full non-blocking fd it waits (poll) for room. 0, or -1
+ * with errno set. */
 int nbf_write_all(int fd, const void *p, size_t n);
 
 /* The absolute path of the running binary (/proc/self/exe) into

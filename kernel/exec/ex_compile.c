@@ -17,6 +17,7 @@
 #include <wordexp.h>
 
 #include "ex_buf.h"
+#include "nbf_param.h"
 
 static char *dup_printf(const char *fmt, const char *a, const char *b) {
   size_t n = strlen(fmt) + strlen(a) + strlen(b) + 1;
@@ -297,14 +298,14 @@ static int is_exec(const char *path) {
 }
 
 char *ex_compile_find_nvcc(void) {
-  const char *env = getenv("NBFORK_NVCC");
+  const char *env = nbf_param_raw(NBF_P_NBFORK_NVCC);
   if (env && *env) {
     if (strchr(env, '/'))
       return is_exec(env) ? strdup(env) : NULL;
     /* a bare name: look it up on PATH below */
   }
   const char *name = env && *env ? env : "nvcc";
-  const char *path = getenv("PATH");
+  const char *path = nbf_param_raw(NBF_P_PATH);
   char cand[4096];
   if (path) {
     for (const char *p = path; *p;) {
@@ -320,7 +321,7 @@ char *ex_compile_find_nvcc(void) {
   }
   if (env && *env)
     return NULL;
-  const char *home = getenv("CUDA_HOME");
+  const char *home = nbf_param_raw(NBF_P_CUDA_HOME);
   if (home && *home && snprintf(cand, sizeof cand, "%s/bin/nvcc", home) < (int)sizeof cand &&
       is_exec(cand))
     return strdup(cand);

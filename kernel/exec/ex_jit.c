@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ex_cell.h"
+#include "nbf_param.h"
 
 /* Words that may make up a parameter's type when it is passed in
  * registers of one class per value: scalar C types. */
@@ -163,8 +164,7 @@ static ex_jit_entry_t g_kept[EX_JIT_KEEP];
 static int g_nkept;
 
 int ex_jit_enabled(void) {
-  const char *e = getenv("NBFORK_JIT");
-  return !e || strcmp(e, "0") != 0;
+  return nbf_param_bool(NBF_P_NBFORK_JIT, 1);
 }
 
 static int starts(const char *s, const char *prefix) {

@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "ex_magic.h"
+#include "nbf_param.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -195,7 +196,7 @@ int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
         setenv(a, eq + 1, 1);
         printf("env: %s=%s\n", a, eq + 1);
       } else {
-        const char *v = getenv(a);
+        const char *v = nbf_env_get(a);
         printf("%s\n", v ? v : "(not set)");
       }
       free(a);

@@ -34,6 +34,8 @@
 #include "ex_timeit.h"
 #include "ln_cuda.h"
 #include "ln_launch.h"
+#include "nbf_param.h"
+#include "nbf_util.h"
 
 #ifndef NBFORK_VERSION
 #define NBFORK_VERSION "0"
@@ -85,7 +87,7 @@ static ex_t *g_ex;           /* for the atexit cleanup only */
 static pid_t g_executor_pid; /* a worker calling exit() runs atexit too */
 
 static void cleanup_workdir(void) {
-  if (getpid() == g_executor_pid && g_ex && g_ex->workdir[0] && !getenv("NBFORK_KEEP_WORKDIR"))
+  if (getpid() == g_executor_pid && g_ex && g_ex->workdir[0] && !nbf_param_bool(NBF_P_NBFORK_KEEP_WORKDIR, 0))
     nftw(g_ex->workdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -94,14 +96,13 @@ static void cleanup_workdir(void) {
  * have the same shape). */
 static int find_dirs(ex_t *ex) {
   char exe[PATH_MAX - 32];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n < 0)
+  if (nbf_self_exe(exe, sizeof exe))
     return -1;
-  exe[n] = 0;
   char *slash = strrchr(exe, '/');
   if (slash)
     *slash = 0;
-  const char *inc = getenv("NBFORK_INCLUDE_DIR"), *lib = getenv("NBFORK_LIB_DIR");
+  const char *inc = nbf_param_raw(NBF_P_NBFORK_INCLUDE_DIR);
+  const char *lib = nbf_param_raw(NBF_P_NBFORK_LIB_DIR);
   if (inc)
     snprintf(ex->incdir, sizeof ex->incdir, "%s", inc);
   else
@@ -123,16 +124,16 @@ static int find_dirs(ex_t *ex) {
 static int setup(ex_t *ex) {
   if (find_dirs(ex))
     return -1;
-  const char *wd = getenv("NBFORK_WORKDIR");
+  const char *wd = nbf_param_raw(NBF_P_NBFORK_WORKDIR);
   if (wd) {
     snprintf(ex->workdir, sizeof ex->workdir, "%s", wd);
     mkdir(ex->workdir, 0700);
   } else {
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    const char *tmp = nbf_param_str(NBF_P_TMPDIR);
     snprintf(ex->workdir, sizeof ex->workdir, "%s/nbfork-%d-XXXXXX", tmp, (int)getpid());
     if (!mkdtemp(ex->workdir)) {
       fprintf(stderr, "nbfork-executor: cannot create a work directory in %s: %s\n", tmp,
-              strerror(errno));
+              NBF_STRERROR(errno));
       return -1;
     }
     g_ex = ex;
@@ -140,18 +141,19 @@ static int setup(ex_t *ex) {
     atexit(cleanup_workdir);
   }
   ex->cells = ex_cell_state_new();
-  ex->tc.cc = getenv("NBFORK_CC") ? getenv("NBFORK_CC") : "cc";
+  ex->tc.cc = nbf_param_str(NBF_P_NBFORK_CC);
   ex->nvcc = ex_compile_find_nvcc();
   ex->tc.nvcc = ex->nvcc;
-  ex->tc.nvccflags = getenv("NBFORK_NVCCFLAGS") ? getenv("NBFORK_NVCCFLAGS") : "-O2";
+  ex->tc.nvccflags = nbf_param_str(NBF_P_NBFORK_NVCCFLAGS);
   ex->tc.interrupted = &g_interrupted;
   ex->tc.incdir = ex->incdir;
   ex->tc.libdir = ex->libdir;
   ex->tc.workdir = ex->workdir;
   /* -O2: training loops are written in cells (straight-line cells get -O0,
    * see run_code). No -g: compile time. */
-  ex->default_cflags = getenv("NBFORK_CFLAGS") == NULL;
-  ex->base_cflags = strdup(ex->default_cflags ? "-O2 " EX_CFLAGS_ALWAYS : getenv("NBFORK_CFLAGS"));
+  const char *cflags = nbf_param_raw(NBF_P_NBFORK_CFLAGS);
+  ex->default_cflags = cflags == NULL;
+  ex->base_cflags = strdup(cflags ? cflags : "-O2 " EX_CFLAGS_ALWAYS);
   return ex->cells && ex->base_cflags ? 0 : -1;
 }
 
