@@ -153,14 +153,19 @@ class KernelWithDefs(unittest.TestCase):
     def tearDownClass(cls):
         cls.k.close()
 
-
-class LauncherTests(KernelWithDefs):
     def launch(self, call, opts="", timeout=120, **kw):
         n = kw.pop("n", 2)
         return on_free_port(lambda port: self.k.execute(
             "%%launch %s num_processes=%s use_port=%d %s" % (call, n, port, opts),
             timeout=timeout, **kw))
 
+    def assert_reduced(self, reply, out, world=2):
+        """The launch of reduce_ones() ran: every rank summed world ones."""
+        self.assertEqual(reply["status"], "ok", h.errors(out))
+        self.assertEqual(h.stream_text(out).count("of %d sum %d" % (world, world)), world)
+
+
+class LauncherTests(KernelWithDefs):
     def test_globals_and_environment(self):
         reply, out = self.launch("show()", "mixed_precision=bf16", n=3)
         self.assertEqual(reply["status"], "ok", h.errors(out))
@@ -234,9 +239,7 @@ class LauncherTests(KernelWithDefs):
 
         (reply, _), (reply2, out) = on_free_port(run)
         self.assertEqual(reply["status"], "error")
-        reply = reply2
-        self.assertEqual(reply["status"], "ok", h.errors(out))
-        self.assertEqual(h.stream_text(out).count("of 2 sum 2"), 2)
+        self.assert_reduced(reply2, out)
 
     def test_max_restarts(self):
         reply, out = self.launch("flaky()", "max_restarts=2")
@@ -272,9 +275,7 @@ class LauncherTests(KernelWithDefs):
         self.assertEqual(reply["status"], "ok", h.errors(out))
 
     def test_collective_two_processes(self):
-        reply, out = self.launch("reduce_ones()")
-        self.assertEqual(reply["status"], "ok", h.errors(out))
-        self.assertEqual(h.stream_text(out).count("of 2 sum 2"), 2)
+        self.assert_reduced(*self.launch("reduce_ones()"))
 
     def test_bad_options(self):
         cases = [
@@ -356,18 +357,14 @@ class SystemCompilerThunkTests(KernelWithDefs):
     kernel_env = {"NBFORK_JIT": "0"}
 
     def test_launch_without_jit(self):
-        reply, out = on_free_port(lambda port: self.k.execute(
-            "%%launch reduce_ones() num_processes=2 use_port=%d" % port))
-        self.assertEqual(reply["status"], "ok", h.errors(out))
-        self.assertEqual(h.stream_text(out).count("of 2 sum 2"), 2)
+        self.assert_reduced(*self.launch("reduce_ones()"))
 
 
 class RendezvousTimeoutTests(KernelWithDefs):
     def test_missing_node_is_named(self):
         t0 = time.time()
-        reply, out = on_free_port(lambda port: self.k.execute(
-            "%%launch reduce_ones() num_processes=1 num_nodes=3 node_rank=0 use_port=%d "
-            "rdzv_timeout=2 rdzv_id=lonely" % port))
+        reply, out = self.launch("reduce_ones()",
+                                 "num_nodes=3 node_rank=0 rdzv_timeout=2 rdzv_id=lonely", n=1)
         self.assertLess(time.time() - t0, 90)  # rdzv_timeout=2 ends it: never hangs
         errs = h.errors(out)
         self.assertEqual(len(errs), 1)
@@ -377,21 +374,15 @@ class RendezvousTimeoutTests(KernelWithDefs):
 
     def test_secret_store(self):
         # every rank joins through a store that admits only the secret's holders
-        reply, out = on_free_port(lambda port: self.k.execute(
-            "%%launch reduce_ones() num_processes=2 use_port=%d rdzv_conf='secret=s3cr3t'" % port))
-        self.assertEqual(reply["status"], "ok", h.errors(out))
-        self.assertEqual(h.stream_text(out).count("of 2 sum 2"), 2)
+        self.assert_reduced(*self.launch("reduce_ones()", "rdzv_conf='secret=s3cr3t'"))
 
     def test_master_unreachable(self):
-        reply, out = self.k.execute(
-            "%%launch reduce_ones() num_processes=1 num_nodes=2 node_rank=1 use_port=%d "
-            "rdzv_timeout=2" % h.free_port())
+        reply, out = self.launch("reduce_ones()", "num_nodes=2 node_rank=1 rdzv_timeout=2", n=1)
         errs = h.errors(out)
         self.assertEqual(errs[0]["ename"], "LaunchError")
         self.assertIn("node 0's store at 127.0.0.1", errs[0]["evalue"])
         # and the kernel is usable at once
-        reply, out = on_free_port(lambda port: self.k.execute(
-            "%%launch reduce_ones() num_processes=2 use_port=%d" % port))
+        reply, out = self.launch("reduce_ones()")
         self.assertEqual(reply["status"], "ok", h.errors(out))
 
 

@@ -37,22 +37,35 @@ static int parse(const char *text, ln_options_t *o, char *err, size_t errlen) {
   return ln_options_parse(text, o, err, errlen);
 }
 
+/* Every field of `o` as text, so that one assertion compares two option
+ * sets and prints both when they differ. */
+static const char *options_text(const ln_options_t *o, char *buf, size_t n) {
+  snprintf(buf, n,
+           "num_processes=%d mixed_precision=%s use_port=%d master_addr=%s node_rank=%d "
+           "num_nodes=%d rdzv_backend=%s rdzv_endpoint=%s rdzv_id=%s rdzv_timeout=%d "
+           "secret=%s max_restarts=%d monitor_interval=%.17g log_line_prefix_template=%s",
+           o->num_processes, o->mixed_precision, o->use_port, o->master_addr, o->node_rank,
+           o->num_nodes, o->rdzv_backend, o->rdzv_endpoint, o->rdzv_id, o->rdzv_timeout_s,
+           o->rdzv_secret, o->max_restarts, o->monitor_interval_s, o->log_line_prefix_template);
+  return buf;
+}
+
+static void assert_options_eq(const ln_options_t *got, const ln_options_t *want) {
+  char a[2048], b[2048];
+  ASSERT_EQ_STR(options_text(got, a, sizeof a), options_text(want, b, sizeof b));
+}
+
 NBF_TEST(options_defaults) {
   ln_options_t o;
   ln_options_init(&o);
-  ASSERT_EQ(o.num_processes, 0);
-  ASSERT_EQ_STR(o.mixed_precision, "no");
-  ASSERT_EQ(o.use_port, 29500);
-  ASSERT_EQ_STR(o.master_addr, "127.0.0.1");
-  ASSERT_EQ(o.node_rank, 0);
-  ASSERT_EQ(o.num_nodes, 1);
-  ASSERT_EQ_STR(o.rdzv_backend, "static");
-  ASSERT_EQ_STR(o.rdzv_endpoint, "");
-  ASSERT_EQ_STR(o.rdzv_id, "");
-  ASSERT_EQ(o.rdzv_timeout_s, 300);
-  ASSERT_EQ(o.max_restarts, 0);
-  ASSERT_NEAR(o.monitor_interval_s, 0.1, 1e-12);
-  ASSERT_EQ_STR(o.log_line_prefix_template, "");
+  assert_options_eq(&o, &(ln_options_t){.num_processes = 0,
+                                        .mixed_precision = "no",
+                                        .use_port = 29500,
+                                        .master_addr = "127.0.0.1",
+                                        .num_nodes = 1,
+                                        .rdzv_backend = "static",
+                                        .rdzv_timeout_s = 300,
+                                        .monitor_interval_s = 0.1});
 }
 
 NBF_TEST(options_every_option) {
@@ -65,18 +78,19 @@ NBF_TEST(options_every_option) {
                  &o, err, sizeof err);
   ASSERT_EQ(rc, 0);
   ASSERT_EQ_STR(err, "");
-  ASSERT_EQ(o.num_processes, 3);
-  ASSERT_EQ_STR(o.mixed_precision, "bf16");
-  ASSERT_EQ(o.use_port, 1234);
-  ASSERT_EQ_STR(o.master_addr, "node0");
-  ASSERT_EQ(o.node_rank, 1);
-  ASSERT_EQ(o.num_nodes, 2);
-  ASSERT_EQ_STR(o.rdzv_id, "job-1.a_b");
-  ASSERT_EQ(o.rdzv_timeout_s, 7);
-  ASSERT_EQ_STR(o.rdzv_secret, "s3 cr3t");
-  ASSERT_EQ(o.max_restarts, 4);
-  ASSERT_NEAR(o.monitor_interval_s, 0.25, 1e-12);
-  ASSERT_EQ_STR(o.log_line_prefix_template, "[{rank}] ");
+  assert_options_eq(&o, &(ln_options_t){.num_processes = 3,
+                                        .mixed_precision = "bf16",
+                                        .use_port = 1234,
+                                        .master_addr = "node0",
+                                        .node_rank = 1,
+                                        .num_nodes = 2,
+                                        .rdzv_backend = "static",
+                                        .rdzv_id = "job-1.a_b",
+                                        .rdzv_timeout_s = 7,
+                                        .rdzv_secret = "s3 cr3t",
+                                        .max_restarts = 4,
+                                        .monitor_interval_s = 0.25,
+                                        .log_line_prefix_template = "[{rank}] "});
 }
 
 NBF_TEST(options_rdzv_endpoint_overrides_master) {
@@ -96,11 +110,14 @@ NBF_TEST(options_secret_from_environment) {
   ASSERT_EQ_STR(o.rdzv_secret, "from-env");
 }
 
+/* A rejected option text and what its message must say. */
+typedef struct {
+  const char *text, *expect;
+} rejection_t;
+
 /* Every rejection names the option, the value and what is accepted. */
 NBF_TEST(options_bad_values) {
-  static const struct {
-    const char *text, *expect;
-  } cases[] = {
+  static const rejection_t cases[] = {
       {"num_processes=2 bogus=1", "unknown option 'bogus'. Options of %launch: num_processes"},
       {"", "num_processes is missing"},
       {"mixed_precision=fp16", "num_processes is missing"},
@@ -174,49 +191,56 @@ NBF_TEST(prefix_template) {
 
 /* ---- per-rank environment --------------------------------------------- */
 
-static void assert_param(nbf_param_id_t id, const char *expect) {
-  const char *v = nbf_param_raw(id);
-  ASSERT_NOT_NULL(v);
-  ASSERT_EQ_STR(v, expect);
+/* Parse `opts`, export worker `local_rank`'s environment of run
+ * `restart` into this process and return it as "NAME=value ..." (every
+ * variable ln_worker_export_env sets; "-" when unset), static storage. */
+static const char *exported_env(const char *opts, int restart, int local_rank) {
+  static const nbf_param_id_t ids[] = {NBF_P_RANK,
+                                       NBF_P_LOCAL_RANK,
+                                       NBF_P_WORLD_SIZE,
+                                       NBF_P_LOCAL_WORLD_SIZE,
+                                       NBF_P_NODE_RANK,
+                                       NBF_P_GROUP_RANK,
+                                       NBF_P_MASTER_ADDR,
+                                       NBF_P_MASTER_PORT,
+                                       NBF_P_ACCELERATE_MIXED_PRECISION,
+                                       NBF_P_TORCHELASTIC_RESTART_COUNT,
+                                       NBF_P_NBFORK_RESTART_COUNT,
+                                       NBF_P_NBFORK_STORE_HOSTED,
+                                       NBF_P_NBFORK_RDZV_SECRET,
+                                       NBF_P_NBFORK_RUN_ID};
+  static char text[2048];
+  ln_options_t o;
+  char err[512];
+  if (parse(opts, &o, err, sizeof err) != 0)
+    NBF_TEST_FAIL("'%s': %s", opts, err);
+  ln_worker_env_t env = {&o, restart, 0, NULL, 0};
+  ln_worker_export_env(&env, local_rank);
+  size_t off = 0;
+  for (size_t i = 0; i < sizeof ids / sizeof ids[0] && off < sizeof text; i++) {
+    const char *v = nbf_param_raw(ids[i]);
+    off += (size_t)snprintf(text + off, sizeof text - off, "%s%s=%s", i ? " " : "",
+                            nbf_param_name(ids[i]), v ? v : "-");
+  }
+  return text;
 }
 
 NBF_TEST(worker_environment) {
-  ln_options_t o;
-  char err[512];
-  ASSERT_EQ(parse("num_processes=3 node_rank=1 num_nodes=2 master_addr=10.0.0.1 use_port=2345 "
-                  "mixed_precision=fp16 rdzv_id=job rdzv_conf=secret=k",
-                  &o, err, sizeof err),
-            0);
-  ln_worker_env_t env = {&o, 2, 0, NULL, 0};
-  ln_worker_export_env(&env, 1);
-  assert_param(NBF_P_RANK, "4");
-  assert_param(NBF_P_LOCAL_RANK, "1");
-  assert_param(NBF_P_WORLD_SIZE, "6");
-  assert_param(NBF_P_LOCAL_WORLD_SIZE, "3");
-  assert_param(NBF_P_NODE_RANK, "1");
-  assert_param(NBF_P_GROUP_RANK, "1");
-  assert_param(NBF_P_MASTER_ADDR, "10.0.0.1");
-  assert_param(NBF_P_MASTER_PORT, "2345");
-  assert_param(NBF_P_ACCELERATE_MIXED_PRECISION, "fp16");
-  assert_param(NBF_P_TORCHELASTIC_RESTART_COUNT, "2");
-  assert_param(NBF_P_NBFORK_RESTART_COUNT, "2");
-  assert_param(NBF_P_NBFORK_STORE_HOSTED, "1");
-  assert_param(NBF_P_NBFORK_RDZV_SECRET, "k");
-  assert_param(NBF_P_NBFORK_RUN_ID, "job-r2");
+  ASSERT_EQ_STR(exported_env("num_processes=3 node_rank=1 num_nodes=2 master_addr=10.0.0.1 "
+                             "use_port=2345 mixed_precision=fp16 rdzv_id=job rdzv_conf=secret=k",
+                             2, 1),
+                "RANK=4 LOCAL_RANK=1 WORLD_SIZE=6 LOCAL_WORLD_SIZE=3 NODE_RANK=1 GROUP_RANK=1 "
+                "MASTER_ADDR=10.0.0.1 MASTER_PORT=2345 ACCELERATE_MIXED_PRECISION=fp16 "
+                "TORCHELASTIC_RESTART_COUNT=2 NBFORK_RESTART_COUNT=2 NBFORK_STORE_HOSTED=1 "
+                "NBFORK_RDZV_SECRET=k NBFORK_RUN_ID=job-r2");
 }
 
 NBF_TEST(worker_environment_default_run_id) {
-  ln_options_t o;
-  char err[512];
-  ASSERT_EQ(parse("num_processes=2", &o, err, sizeof err), 0);
-  ln_worker_env_t env = {&o, 0, 0, NULL, 0};
-  ln_worker_export_env(&env, 0);
-  assert_param(NBF_P_RANK, "0");
-  assert_param(NBF_P_WORLD_SIZE, "2");
-  assert_param(NBF_P_MASTER_ADDR, "127.0.0.1");
-  assert_param(NBF_P_MASTER_PORT, "29500");
-  assert_param(NBF_P_ACCELERATE_MIXED_PRECISION, "no");
-  assert_param(NBF_P_NBFORK_RUN_ID, "nbfork-r0");
+  ASSERT_EQ_STR(exported_env("num_processes=2", 0, 0),
+                "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0 GROUP_RANK=0 "
+                "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ACCELERATE_MIXED_PRECISION=no "
+                "TORCHELASTIC_RESTART_COUNT=0 NBFORK_RESTART_COUNT=0 NBFORK_STORE_HOSTED=1 "
+                "NBFORK_RDZV_SECRET=- NBFORK_RUN_ID=nbfork-r0");
 }
 
 /* ---- line assembly ------------------------------------------------------ */
@@ -256,6 +280,13 @@ static const char *fake_output(fake_worker_t *f) {
   return text;
 }
 
+/* Write `text` on stream s, let the worker read it; the output so far. */
+static const char *feed(fake_worker_t *f, int s, const char *text) {
+  fake_write(f, s, text);
+  ln_worker_read(&f->w, s, NULL);
+  return fake_output(f);
+}
+
 static void fake_close(fake_worker_t *f) {
   for (int s = 0; s < 3; s++)
     if (f->in[s] >= 0)
@@ -268,28 +299,21 @@ static void fake_close(fake_worker_t *f) {
 NBF_TEST(lines_get_the_prefix) {
   fake_worker_t f;
   fake_open(&f, "[1] ");
-  fake_write(&f, LN_STDOUT, "one\ntwo\nthr");
-  ln_worker_read(&f.w, LN_STDOUT, NULL);
-  ASSERT_EQ_STR(fake_output(&f), "[1] one\n[1] two\n");
-  fake_write(&f, LN_STDOUT, "ee\n");
-  ln_worker_read(&f.w, LN_STDOUT, NULL);
-  ASSERT_EQ_STR(fake_output(&f), "[1] one\n[1] two\n[1] three\n");
+  ASSERT_EQ_STR(feed(&f, LN_STDOUT, "one\ntwo\nthr"), "[1] one\n[1] two\n");
+  ASSERT_EQ_STR(feed(&f, LN_STDOUT, "ee\n"), "[1] one\n[1] two\n[1] three\n");
   fake_close(&f);
 }
 
 NBF_TEST(stale_partial_line_is_flushed_once) {
   fake_worker_t f;
   fake_open(&f, "[0] ");
-  fake_write(&f, LN_STDOUT, "Password: ");
-  ln_worker_read(&f.w, LN_STDOUT, NULL);
+  ASSERT_EQ_STR(feed(&f, LN_STDOUT, "Password: "), "");
   ln_worker_flush_stale(&f.w); /* first tick: it may still grow */
   ASSERT_EQ_STR(fake_output(&f), "");
   ln_worker_flush_stale(&f.w); /* a whole tick later: forward it */
   ASSERT_EQ_STR(fake_output(&f), "[0] Password: ");
-  fake_write(&f, LN_STDOUT, "ok\nnext\n");
-  ln_worker_read(&f.w, LN_STDOUT, NULL);
   /* the rest of the line gets no second prefix; the next line does */
-  ASSERT_EQ_STR(fake_output(&f), "[0] Password: ok\n[0] next\n");
+  ASSERT_EQ_STR(feed(&f, LN_STDOUT, "ok\nnext\n"), "[0] Password: ok\n[0] next\n");
   fake_close(&f);
 }
 
@@ -310,8 +334,7 @@ NBF_TEST(partial_line_ends_with_newline_at_eof) {
 NBF_TEST(flushed_partial_line_ends_with_newline_at_close) {
   fake_worker_t f;
   fake_open(&f, "");
-  fake_write(&f, LN_STDERR, "loss=0.5");
-  ln_worker_read(&f.w, LN_STDERR, NULL);
+  ASSERT_EQ_STR(feed(&f, LN_STDERR, "loss=0.5"), "");
   ln_worker_flush_stale(&f.w);
   ln_worker_flush_stale(&f.w);
   ASSERT_EQ_STR(fake_output(&f), "loss=0.5");
