@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include "ln_launch.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -43,7 +44,6 @@ void ln_error_free(ln_error_t *err) {
 
 int ln_debug_mode(void) {
   return nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 0);
-  return 0;
 }
 
 /* Is use_port free on the master? Binding it ourselves is the only
@@ -73,67 +73,119 @@ static int port_check(const char *addr, int port) {
   return rc;
 }
 
-int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err) {
-  memset(err, 0, sizeof *err);
-  int gpus = ln_cuda_visible_gpus();
-  int use_gpu = gpus > 0;
-  if (ctx->cuda_initialized_by_cell > 0) {
-    set_error(err, "LaunchError",
-              nbf_xprintf("CUDA was initialized in the kernel process by cell [%d]; workers forked "
-                         "now could not use the GPU (every CUDA call would fail with "
-                         "'initialization error').",
-                         ctx->cuda_initialized_by_cell),
-              nbf_xprintf("To fix it: restart the kernel, move the CUDA calls of cell [%d] into the "
-                         "launched function (or a function it calls), and run the cells again.",
-                         ctx->cuda_initialized_by_cell));
+int ln_thread_count(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
     return -1;
-  }
-  if (use_gpu && o->num_processes > gpus) {
-    set_error(
-        err, "LaunchError",
-        nbf_xprintf("num_processes=%d but only %d GPU%s visible: NCCL refuses two ranks on one "
-                   "GPU.",
-                   o->num_processes, gpus, gpus == 1 ? " is" : "s are"),
-        nbf_xprintf("Use num_processes=%d or fewer, or make more GPUs visible "
-                   "(CUDA_VISIBLE_DEVICES).",
-                   gpus));
-    return -1;
-  }
-  if (o->node_rank == 0) {
-    int e = port_check(o->master_addr, o->use_port);
-    if (e) {
-      char buf[128];
-      const char *why = strerror_r(e, buf, sizeof buf);
-      set_error(err, "LaunchError",
-                nbf_xprintf("use_port=%d on %s cannot be used for the rendezvous store: %s.",
-                           o->use_port, o->master_addr, why),
-                e == EADDRINUSE
-                    ? nbf_xprintf("Another process holds port %d; pass another port, e.g. "
-                                 "use_port=%d, or stop that process.",
-                                 o->use_port, o->use_port == 65535 ? 29501 : o->use_port + 1)
-                    : nbf_xprintf("Check master_addr: on node_rank 0 it must be an "
-                                 "address of this machine."));
-      return -1;
-    }
-  }
-  if (ln_debug_mode()) {
-    char *diag = NULL;
-    if (ln_debug_check(o, ctx, use_gpu, &diag) != 0) {
-      set_error(err, "LaunchError",
-                nbf_xprintf("ACCELERATE_DEBUG_MODE: the test launch of %d workers failed before "
-                           "training started.",
-                           o->num_processes),
-                diag);
-      return -1;
-    }
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.')
+      n++;
+  closedir(d);
+  return n;
+}
+
+/* CUDA initialized in this process: forked workers could not use it. */
+static int check_cuda(const ln_context_t *ctx, ln_error_t *err) {
+  int cell = ctx->cuda_initialized_by_cell;
+  if (cell <= 0)
+    return 0;
+  set_error(err, "LaunchError",
+            nbf_xprintf("CUDA was initialized in the kernel process by cell [%d]; workers forked "
+                        "now could not use the GPU (every CUDA call would fail with "
+                        "'initialization error').",
+                        cell),
+            nbf_xprintf("To fix it: restart the kernel, move the CUDA calls of cell [%d] into the "
+                        "launched function (or a function it calls), and run the cells again.",
+                        cell));
+  return -1;
+}
+
+/* The fork guard: fork() copies only the calling thread, so a lock that
+ * another thread holds at that moment (malloc's, stdio's, OpenMP's or
+ * BLAS's pool) stays locked forever in every worker, which then hangs. */
+static int check_threads(ln_error_t *err) {
+  int n = ln_thread_count();
+  if (n <= 1)
+    return 0; /* single-threaded (or /proc unreadable: nothing to say) */
+  set_error(err, "LaunchError",
+            nbf_xprintf("the kernel process runs %d threads (a cell started OpenMP, BLAS or its "
+                        "own threads); forking workers from a multi-threaded process can "
+                        "deadlock them.",
+                        n),
+            nbf_xprintf("To fix it: end the threads the earlier cells started (pthread_join them; "
+                        "keep OPENBLAS_NUM_THREADS=1 and OMP_NUM_THREADS=1 in the kernel, or "
+                        "start threaded work inside the launched function), or restart the "
+                        "kernel; then run %%launch again."));
+  return -1;
+}
+
+/* num_processes must not exceed the visible GPUs (NCCL: one rank, one GPU). */
+static int check_gpus(const ln_options_t *o, int gpus, ln_error_t *err) {
+  if (gpus <= 0 || o->num_processes <= gpus)
+    return 0;
+  set_error(err, "LaunchError",
+            nbf_xprintf("num_processes=%d but only %d GPU%s visible: NCCL refuses two ranks on "
+                        "one GPU.",
+                        o->num_processes, gpus, gpus == 1 ? " is" : "s are"),
+            nbf_xprintf("Use num_processes=%d or fewer, or make more GPUs visible "
+                        "(CUDA_VISIBLE_DEVICES).",
+                        gpus));
+  return -1;
+}
+
+/* node_rank 0 hosts the store on use_port: say now when it cannot. */
+static int check_port(const ln_options_t *o, ln_error_t *err) {
+  int e = o->node_rank == 0 ? port_check(o->master_addr, o->use_port) : 0;
+  if (!e)
+    return 0;
+  set_error(err, "LaunchError",
+            nbf_xprintf("use_port=%d on %s cannot be used for the rendezvous store: %s.",
+                        o->use_port, o->master_addr, NBF_STRERROR(e)),
+            e == EADDRINUSE
+                ? nbf_xprintf("Another process holds port %d; pass another port, e.g. "
+                              "use_port=%d, or stop that process.",
+                              o->use_port, o->use_port == 65535 ? 29501 : o->use_port + 1)
+                : nbf_xprintf("Check master_addr: on node_rank 0 it must be an "
+                              "address of this machine."));
+  return -1;
+}
+
+/* ACCELERATE_DEBUG_MODE: a test launch before the real one. */
+static int check_debug_launch(const ln_options_t *o, ln_context_t *ctx, int use_gpu,
+                              ln_error_t *err) {
+  if (!ln_debug_mode())
+    return 0;
+  char *diag = NULL;
+  if (ln_debug_check(o, ctx, use_gpu, &diag) == 0) {
     free(diag);
+    return 0;
   }
-  if (use_gpu)
-    printf("Launching training on %d GPU%s.\n", o->num_processes, o->num_processes == 1 ? "" : "s");
-  else
-    printf("Launching training on %d CPU process%s.\n", o->num_processes,
-           o->num_processes == 1 ? "" : "es");
-  fflush(stdout);
+  set_error(err, "LaunchError",
+            nbf_xprintf("ACCELERATE_DEBUG_MODE: the test launch of %d workers failed before "
+                        "training started.",
+                        o->num_processes),
+            diag);
+  return -1;
+}
+
+/* WorkerFailed: the first line of the failure report is the summary. */
+static void set_worker_failed(const ln_options_t *o, char *failures, ln_error_t *err) {
+  char *summary = NULL;
+  if (failures) {
+    char *nl = strchr(failures, '\n');
+    summary = nl ? strndup(failures, (size_t)(nl - failures)) : strdup(failures);
+  }
+  char *tb = nbf_xprintf("%sThe other workers were stopped.%s", failures ? failures : "",
+                         o->max_restarts ? " Restarts are used up." : "");
+  free(failures);
+  set_error(err, "WorkerFailed", summary ? summary : strdup("a worker failed"), tb);
+}
+
+/* Run the group, again after each failure while max_restarts allows. */
+static int run_with_restarts(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, int use_gpu,
+                             ln_error_t *err) {
   for (int restart = 0;; restart++) {
     if (restart > 0) {
       printf("restart %d/%d: starting the worker group again\n", restart, o->max_restarts);
@@ -141,40 +193,47 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
     }
     char *failures = NULL, *setup_error = NULL;
     ln_run_result_t r = ln_run_group(o, fn, ctx, restart, use_gpu, &failures, &setup_error);
-    if (r == LN_RUN_OK) {
+    if (r != LN_RUN_FAILED)
       free(failures);
+    if (r != LN_RUN_SETUP_FAILED)
+      free(setup_error);
+    switch (r) {
+    case LN_RUN_OK:
       return 0;
-    }
-    if (r == LN_RUN_INTERRUPTED) {
-      free(failures);
+    case LN_RUN_INTERRUPTED:
       set_error(err, "KeyboardInterrupt",
                 nbf_xprintf("the launch was interrupted: all %d workers were stopped and reaped",
-                           o->num_processes),
+                            o->num_processes),
                 NULL);
       return -1;
-    }
-    if (r == LN_RUN_SETUP_FAILED) {
-      free(failures);
+    case LN_RUN_SETUP_FAILED:
       set_error(err, "LaunchError", setup_error, NULL);
       return -1;
+    case LN_RUN_FAILED:
+      break;
     }
-    free(setup_error);
-    if (restart < o->max_restarts) {
-      fprintf(stderr, "%s", failures ? failures : "");
-      fflush(stderr);
-      free(failures);
-      continue;
+    if (restart >= o->max_restarts) {
+      set_worker_failed(o, failures, err);
+      return -1;
     }
-    /* one-line summary: the first line of the failure report */
-    char *summary = NULL;
-    if (failures) {
-      char *nl = strchr(failures, '\n');
-      summary = nl ? strndup(failures, (size_t)(nl - failures)) : strdup(failures);
-    }
-    char *tb = nbf_xprintf("%sThe other workers were stopped.%s", failures ? failures : "",
-                          o->max_restarts ? " Restarts are used up." : "");
+    fprintf(stderr, "%s", failures ? failures : "");
+    fflush(stderr);
     free(failures);
-    set_error(err, "WorkerFailed", summary ? summary : strdup("a worker failed"), tb);
-    return -1;
   }
+}
+
+int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err) {
+  memset(err, 0, sizeof *err);
+  int gpus = ln_cuda_visible_gpus();
+  int use_gpu = gpus > 0;
+  if (check_cuda(ctx, err) || check_threads(err) || check_gpus(o, gpus, err) ||
+      check_port(o, err) || check_debug_launch(o, ctx, use_gpu, err))
+    return -1;
+  if (use_gpu)
+    printf("Launching training on %d GPU%s.\n", o->num_processes, o->num_processes == 1 ? "" : "s");
+  else
+    printf("Launching training on %d CPU process%s.\n", o->num_processes,
+           o->num_processes == 1 ? "" : "es");
+  fflush(stdout);
+  return run_with_restarts(o, fn, ctx, use_gpu, err);
 }

@@ -5,8 +5,26 @@
  *
  * The calling process must be single-threaded (the executor is): fork()
  * copies only the calling thread, and a lock held by another thread would
- * stay locked forever in the workers. The rendezvous store thread is
- * started after the fork and stopped before any re-fork (restarts).
+ * stay locked forever in the workers. ln_launch checks it (the fork guard:
+ * /proc/self/task) and refuses with a LaunchError. The rendezvous store
+ * thread is started after the fork and stopped before any re-fork.
+ *
+ * Error discipline of the launcher (how errors travel):
+ * - What the user sees leaves through ONE place: ln_launch's ln_error_t,
+ *   which the executor turns into the cell's `error` message. Its ename
+ *   says who is to blame: LaunchError (a check before forking or the
+ *   group's setup failed: evalue says what, traceback what to do),
+ *   WorkerFailed (a worker's exit code or signal, with its stderr tail),
+ *   KeyboardInterrupt. Option errors come from ln_options_parse as text
+ *   in the caller's buffer (jansson style) and become a LaunchError too.
+ * - Inside the launcher, functions return 0 / -1 with errno set (system
+ *   calls: ln_worker_start) or a result enum (ln_run_group's
+ *   ln_run_result_t), and hand any text up as a malloc'd string
+ *   (`char **setup_error`, `char **failures`) that the level above puts
+ *   into the ln_error_t; nothing below ln_launch prints an error itself.
+ * - Workers report on their own stderr; the launcher keeps its last
+ *   LN_TAIL_LINES lines for the WorkerFailed traceback.
+ * - errno text comes from NBF_STRERROR (strerror_r), never strerror.
  */
 #ifndef LN_LAUNCH_H
 #define LN_LAUNCH_H
@@ -36,8 +54,8 @@ typedef struct {
 } ln_context_t;
 
 typedef struct {
-  char ename[32]; /* "LaunchError", "WorkerFailed", "KeyboardInterrupt" */
-  char *evalue;   /* one line; caller frees                              */
+  char ename[32];  /* "LaunchError", "WorkerFailed", "KeyboardInterrupt" */
+  char *evalue;    /* one line; caller frees                              */
   char *traceback; /* lines separated by '\n'; caller frees (may be NULL) */
 } ln_error_t;
 
@@ -51,6 +69,10 @@ typedef struct {
 int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err);
 
 void ln_error_free(ln_error_t *err);
+
+/* The number of threads of the calling process (entries of
+ * /proc/self/task), or -1 when /proc cannot be read. */
+int ln_thread_count(void);
 
 /* 1 when ACCELERATE_DEBUG_MODE is true: 1, true, yes, on, y (any case). */
 int ln_debug_mode(void);

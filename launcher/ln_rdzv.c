@@ -7,13 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+#include "nbf_util.h"
 
 void ln_rdzv_begin(ln_rdzv_t *r, const ln_options_t *o, int restart) {
   memset(r, 0, sizeof *r);
@@ -24,9 +19,9 @@ void ln_rdzv_begin(ln_rdzv_t *r, const ln_options_t *o, int restart) {
   }
   snprintf(r->prefix, sizeof r->prefix, "%s-r%d/nodes/", o->rdzv_id[0] ? o->rdzv_id : "nbfork",
            restart);
-  r->deadline_ms = now_ms() + o->rdzv_timeout_s * 1000.0;
-  r->client = acc_store_client_new_secure(o->master_addr, o->use_port, LN_RDZV_POLL_MS,
-                                          o->rdzv_secret);
+  r->deadline_ms = nbf_now_ms() + o->rdzv_timeout_s * 1000.0;
+  r->client =
+      acc_store_client_new_secure(o->master_addr, o->use_port, LN_RDZV_POLL_MS, o->rdzv_secret);
 }
 
 static void node_key(const ln_rdzv_t *r, int node, char *key, size_t n) {
@@ -61,7 +56,7 @@ int ln_rdzv_poll(ln_rdzv_t *r, char **error) {
       return 0;
     }
   }
-  if (now_ms() < r->deadline_ms)
+  if (nbf_now_ms() < r->deadline_ms)
     return 0;
   /* timed out: say who is missing */
   if (o->node_rank != 0 || !r->client || !r->self_set) {
@@ -70,8 +65,7 @@ int ln_rdzv_poll(ln_rdzv_t *r, char **error) {
                  "Run the launch cell of node_rank=0 (same use_port, num_nodes, rdzv_id) and check "
                  "that %s:%d is reachable from this machine (and that every node uses the same "
                  "rendezvous secret).",
-                 o->master_addr, o->use_port, o->rdzv_timeout_s, o->master_addr,
-                 o->use_port) < 0)
+                 o->master_addr, o->use_port, o->rdzv_timeout_s, o->master_addr, o->use_port) < 0)
       *error = NULL;
     return -1;
   }
@@ -85,8 +79,8 @@ int ln_rdzv_poll(ln_rdzv_t *r, char **error) {
       continue;
     count++;
     if (off < sizeof missing)
-      off += (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", count > 1 ? ", " : "",
-                              n);
+      off +=
+          (size_t)snprintf(missing + off, sizeof missing - off, "%s%d", count > 1 ? ", " : "", n);
   }
   if (asprintf(error,
                "rendezvous: node%s %s of num_nodes=%d did not join within rdzv_timeout=%d s "

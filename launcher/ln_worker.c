@@ -3,8 +3,6 @@
  */
 #define _GNU_SOURCE
 #include "ln_worker.h"
-#include "nbf_util.h"
-#include "nbf_param.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,27 +16,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* The child side: never returns. */
-static void __attribute__((noreturn))
-worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pipes[3][2],
-             ln_worker_t *siblings, int nsiblings, pid_t parent) {
-  const ln_options_t *o = env->o;
-  setpgid(0, 0); /* own group: a stop signal reaches its children too */
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent)
-    _exit(1); /* the launcher died before prctl took effect */
-  /* The executor's handlers (SIGINT jumps back to the cell runner) must
-   * not run here: Jupyter's interrupt reaches workers through the
-   * launcher, as SIGTERM. */
-  struct sigaction dfl = {0};
-  dfl.sa_handler = SIG_DFL;
-  for (int s = 1; s < NSIG; s++)
-    if (s != SIGKILL && s != SIGSTOP)
-      sigaction(s, &dfl, NULL);
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, NULL);
+#include "nbf_param.h"
+#include "nbf_util.h"
 
+/* Point the child's descriptors where a worker needs them: stdin and
+ * the caller's private descriptors at /dev/null, fd 1/2 and the display
+ * channel at the launcher's pipes; every other pipe end closed. */
+static void child_descriptors(const ln_worker_env_t *env, int pipes[3][2], ln_worker_t *siblings,
+                              int nsiblings) {
   for (int i = 0; i < nsiblings; i++) {
     for (int s = 0; s < 3; s++)
       if (siblings[i].fd[s] >= 0)
@@ -72,7 +57,10 @@ worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pi
   }
   if (devnull > 2)
     close(devnull);
+}
 
+void ln_worker_export_env(const ln_worker_env_t *env, int local_rank) {
+  const ln_options_t *o = env->o;
   int rank = o->node_rank * o->num_processes + local_rank;
   nbf_param_set_long(NBF_P_RANK, rank);
   nbf_param_set_long(NBF_P_LOCAL_RANK, local_rank);
@@ -91,6 +79,29 @@ worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pi
   char run_id[200];
   snprintf(run_id, sizeof run_id, "%s-r%d", o->rdzv_id[0] ? o->rdzv_id : "nbfork", env->restart);
   nbf_param_set(NBF_P_NBFORK_RUN_ID, run_id);
+}
+
+/* The child side: never returns. */
+static void __attribute__((noreturn))
+worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pipes[3][2],
+             ln_worker_t *siblings, int nsiblings, pid_t parent) {
+  setpgid(0, 0); /* own group: a stop signal reaches its children too */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent)
+    _exit(1); /* the launcher died before prctl took effect */
+  /* The executor's handlers (SIGINT jumps back to the cell runner) must
+   * not run here: Jupyter's interrupt reaches workers through the
+   * launcher, as SIGTERM. */
+  struct sigaction dfl = {0};
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; s++)
+    if (s != SIGKILL && s != SIGSTOP)
+      sigaction(s, &dfl, NULL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  child_descriptors(env, pipes, siblings, nsiblings);
+  ln_worker_export_env(env, local_rank);
 
   /* stdio buffers are shared state copied by fork: start clean */
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -102,9 +113,7 @@ worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pi
 
 int ln_worker_start(ln_worker_t *w, int local_rank, const ln_worker_env_t *env, int (*fn)(void),
                     ln_worker_t *siblings, int nsiblings) {
-  memset(w, 0, sizeof *w);
-  w->local_rank = local_rank;
-  w->fd[0] = w->fd[1] = w->fd[2] = w->pidfd = -1;
+  ln_worker_init(w, local_rank);
   int rank = env->o->node_rank * env->o->num_processes + local_rank;
   ln_options_prefix(env->o, rank, local_rank, w->prefix, sizeof w->prefix);
   int pipes[3][2];
@@ -155,6 +164,14 @@ static void remember_stderr(ln_worker_t *w, const char *line, size_t n) {
   w->tail_next = (w->tail_next + 1) % LN_TAIL_LINES;
 }
 
+void ln_worker_init(ln_worker_t *w, int local_rank) {
+  memset(w, 0, sizeof *w);
+  w->local_rank = local_rank;
+  w->fd[0] = w->fd[1] = w->fd[2] = w->pidfd = -1;
+  w->out_fd[LN_STDOUT] = 1;
+  w->out_fd[LN_STDERR] = 2;
+}
+
 /* Forward one piece of stream s (a whole line, or a flushed partial). */
 static void emit(ln_worker_t *w, int s, const char *p, size_t n, int complete,
                  int (*send_event)(const char *, size_t)) {
@@ -163,7 +180,7 @@ static void emit(ln_worker_t *w, int s, const char *p, size_t n, int complete,
       send_event(p, n - 1); /* without the newline */
     return;
   }
-  int fd = s == LN_STDOUT ? 1 : 2;
+  int fd = w->out_fd[s];
   if (!w->midline[s] && w->prefix[0])
     nbf_write_all(fd, w->prefix, strlen(w->prefix));
   nbf_write_all(fd, p, n);
@@ -172,29 +189,33 @@ static void emit(ln_worker_t *w, int s, const char *p, size_t n, int complete,
     remember_stderr(w, p, n);
 }
 
-static int append(ln_worker_t *w, int s, const char *p, size_t n) {
-  char *b = realloc(w->buf[s], w->len[s] + n + 1);
-  if (!b)
-    return -1;
-  memcpy(b + w->len[s], p, n);
-  w->buf[s] = b;
-  w->len[s] += n;
-  return 0;
-}
-
 /* Emit every complete line in the buffer of stream s. */
 static void drain_lines(ln_worker_t *w, int s, int (*send_event)(const char *, size_t)) {
+  nbf_buf_t *b = &w->line[s];
   size_t start = 0;
-  for (size_t i = 0; i < w->len[s]; i++) {
-    if (w->buf[s][i] == '\n') {
-      emit(w, s, w->buf[s] + start, i + 1 - start, 1, send_event);
+  for (size_t i = 0; i < b->len; i++) {
+    if (b->data[i] == '\n') {
+      emit(w, s, b->data + start, i + 1 - start, 1, send_event);
       start = i + 1;
     }
   }
   if (start) {
-    memmove(w->buf[s], w->buf[s] + start, w->len[s] - start);
-    w->len[s] -= start;
+    nbf_buf_consume(b, start);
     w->stale[s] = 0;
+  }
+}
+
+/* The stream ended (EOF or the worker was reaped): forward what is left
+ * and end a partial line with a newline, so that the next line written
+ * on the same descriptor (another worker's, or the launcher's own
+ * message) starts on a line of its own. */
+static void end_stream(ln_worker_t *w, int s) {
+  if (s != LN_DISPLAY && w->line[s].len)
+    emit(w, s, w->line[s].data, w->line[s].len, 0, NULL);
+  nbf_buf_consume(&w->line[s], w->line[s].len);
+  if (s != LN_DISPLAY && w->midline[s]) {
+    nbf_write_all(w->out_fd[s], "\n", 1);
+    w->midline[s] = 0;
   }
 }
 
@@ -203,7 +224,7 @@ void ln_worker_read(ln_worker_t *w, int s, int (*send_event)(const char *, size_
   for (;;) {
     ssize_t r = read(w->fd[s], chunk, sizeof chunk);
     if (r > 0) {
-      if (append(w, s, chunk, (size_t)r) == 0)
+      if (nbf_buf_append(&w->line[s], chunk, (size_t)r) == 0)
         drain_lines(w, s, send_event);
       continue;
     }
@@ -212,9 +233,7 @@ void ln_worker_read(ln_worker_t *w, int s, int (*send_event)(const char *, size_
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return;
     /* EOF or error: the writer is gone */
-    if (w->len[s] && s != LN_DISPLAY)
-      emit(w, s, w->buf[s], w->len[s], 0, send_event);
-    w->len[s] = 0;
+    end_stream(w, s);
     close(w->fd[s]);
     w->fd[s] = -1;
     return;
@@ -223,13 +242,14 @@ void ln_worker_read(ln_worker_t *w, int s, int (*send_event)(const char *, size_
 
 void ln_worker_flush_stale(ln_worker_t *w) {
   for (int s = LN_STDOUT; s <= LN_STDERR; s++) {
-    if (!w->len[s]) {
+    nbf_buf_t *b = &w->line[s];
+    if (!b->len) {
       w->stale[s] = 0;
       continue;
     }
     if (w->stale[s]) { /* a prompt or progress text without newline */
-      emit(w, s, w->buf[s], w->len[s], 0, NULL);
-      w->len[s] = 0;
+      emit(w, s, b->data, b->len, 0, NULL);
+      nbf_buf_consume(b, b->len);
       w->stale[s] = 0;
     } else {
       w->stale[s] = 1;
@@ -247,9 +267,7 @@ void ln_worker_close(ln_worker_t *w) {
       close(w->fd[s]);
       w->fd[s] = -1;
     }
-    if (w->len[s] && s != LN_DISPLAY)
-      emit(w, s, w->buf[s], w->len[s], 0, NULL);
-    w->len[s] = 0;
+    end_stream(w, s);
   }
 }
 
@@ -284,7 +302,7 @@ void ln_worker_describe(const ln_worker_t *w, int rank, FILE *out) {
 
 void ln_worker_free(ln_worker_t *w) {
   for (int s = 0; s < 3; s++)
-    free(w->buf[s]);
+    nbf_buf_free(&w->line[s]);
   for (int i = 0; i < LN_TAIL_LINES; i++)
     free(w->tail[i]);
   memset(w, 0, sizeof *w);

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "ln_options.h"
+#include "nbf_buf.h"
 
 #define LN_TAIL_LINES 12
 
@@ -18,15 +19,15 @@ enum { LN_STDOUT = 0, LN_STDERR = 1, LN_DISPLAY = 2 };
 typedef struct {
   pid_t pid;
   int local_rank;
-  int fd[3];       /* read ends; -1 once closed */
-  char *buf[3];    /* bytes of an unfinished line */
-  size_t len[3];
-  int stale[3];    /* the partial line was already there last tick */
-  int midline[3];  /* a partial line was flushed: no prefix for the rest */
+  int fd[3];         /* read ends; -1 once closed */
+  nbf_buf_t line[3]; /* bytes of an unfinished line */
+  int out_fd[2];     /* where stdout/stderr lines go: the launcher's 1 and 2 */
+  int stale[3];      /* the partial line was already there last tick */
+  int midline[3];    /* a partial line was flushed: no prefix for the rest */
   char prefix[128];
   char *tail[LN_TAIL_LINES]; /* last stderr lines, ring */
   int tail_next;
-  int pidfd;       /* readable when the worker exits; -1 when unsupported */
+  int pidfd; /* readable when the worker exits; -1 when unsupported */
   int exited, status, failed;
 } ln_worker_t;
 
@@ -38,6 +39,17 @@ typedef struct {
   const int *private_fds;
   int nprivate;
 } ln_worker_env_t;
+
+/* An idle worker slot: no process, every descriptor -1, output to the
+ * launcher's fd 1 and 2. ln_worker_start does this itself. */
+void ln_worker_init(ln_worker_t *w, int local_rank);
+
+/* Set this process's per-rank environment for worker `local_rank`:
+ * RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, GROUP_RANK,
+ * MASTER_ADDR, MASTER_PORT, ACCELERATE_MIXED_PRECISION, the restart
+ * counts, NBFORK_STORE_HOSTED, NBFORK_RUN_ID (and NBFORK_RDZV_SECRET when
+ * the options carry one). Called in the forked child. */
+void ln_worker_export_env(const ln_worker_env_t *env, int local_rank);
 
 /* fork() worker `local_rank`; in the child set the environment and call
  * fn, then _exit with its result. `siblings[0..nsiblings-1]` are workers
@@ -54,7 +66,8 @@ void ln_worker_read(ln_worker_t *w, int s, int (*send_event)(const char *, size_
 /* Forward partial output lines that waited a whole monitor tick. */
 void ln_worker_flush_stale(ln_worker_t *w);
 
-/* Flush what is left and close the read ends. */
+/* Flush what is left (ending a partial line with a newline) and close
+ * the read ends. */
 void ln_worker_close(ln_worker_t *w);
 
 /* Describe a failed worker: rank, pid, exit code or signal, stderr tail. */

@@ -1,0 +1,577 @@
+/*
+ * Launcher unit tests: option parsing (every option, every rejection),
+ * the per-rank environment, output line assembly with prefixes and
+ * partial lines, stderr tails and failure descriptions, ln_run_group on
+ * trivial functions of this binary, and the fork guard.
+ *
+ * Usage: test_launcher_unit CASE (ctest runs each case as
+ * launcher.unit.CASE; OPENBLAS_NUM_THREADS=1 keeps the process
+ * single-threaded, as the kernel keeps the executor).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ln_group.h"
+#include "ln_launch.h"
+#include "ln_options.h"
+#include "ln_worker.h"
+#include "nbf_param.h"
+#include "nbf_test.h"
+#include "nbf_util.h"
+
+/* ---- options ---------------------------------------------------------- */
+
+/* Parse `text` into fresh defaults; the result of ln_options_parse. */
+static int parse(const char *text, ln_options_t *o, char *err, size_t errlen) {
+  ln_options_init(o);
+  err[0] = 0;
+  return ln_options_parse(text, o, err, errlen);
+}
+
+/* Every field of `o` as text, so that one assertion compares two option
+ * sets and prints both when they differ. */
+static const char *options_text(const ln_options_t *o, char *buf, size_t n) {
+  snprintf(buf, n,
+           "num_processes=%d mixed_precision=%s use_port=%d master_addr=%s node_rank=%d "
+           "num_nodes=%d rdzv_backend=%s rdzv_endpoint=%s rdzv_id=%s rdzv_timeout=%d "
+           "secret=%s max_restarts=%d monitor_interval=%.17g log_line_prefix_template=%s",
+           o->num_processes, o->mixed_precision, o->use_port, o->master_addr, o->node_rank,
+           o->num_nodes, o->rdzv_backend, o->rdzv_endpoint, o->rdzv_id, o->rdzv_timeout_s,
+           o->rdzv_secret, o->max_restarts, o->monitor_interval_s, o->log_line_prefix_template);
+  return buf;
+}
+
+static void assert_options_eq(const ln_options_t *got, const ln_options_t *want) {
+  char a[2048], b[2048];
+  ASSERT_EQ_STR(options_text(got, a, sizeof a), options_text(want, b, sizeof b));
+}
+
+NBF_TEST(options_defaults) {
+  ln_options_t o;
+  ln_options_init(&o);
+  assert_options_eq(&o, &(ln_options_t){.num_processes = 0,
+                                        .mixed_precision = "no",
+                                        .use_port = 29500,
+                                        .master_addr = "127.0.0.1",
+                                        .num_nodes = 1,
+                                        .rdzv_backend = "static",
+                                        .rdzv_timeout_s = 300,
+                                        .monitor_interval_s = 0.1});
+}
+
+NBF_TEST(options_every_option) {
+  ln_options_t o;
+  char err[512];
+  int rc = parse("num_processes=3 mixed_precision=bf16 use_port=1234 master_addr=node0 "
+                 "node_rank=1 num_nodes=2 rdzv_backend=static rdzv_id=job-1.a_b "
+                 "rdzv_timeout=7 rdzv_conf='secret=s3 cr3t' max_restarts=4 "
+                 "monitor_interval=0.25 log_line_prefix_template=\"[{rank}] \"",
+                 &o, err, sizeof err);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ_STR(err, "");
+  assert_options_eq(&o, &(ln_options_t){.num_processes = 3,
+                                        .mixed_precision = "bf16",
+                                        .use_port = 1234,
+                                        .master_addr = "node0",
+                                        .node_rank = 1,
+                                        .num_nodes = 2,
+                                        .rdzv_backend = "static",
+                                        .rdzv_id = "job-1.a_b",
+                                        .rdzv_timeout_s = 7,
+                                        .rdzv_secret = "s3 cr3t",
+                                        .max_restarts = 4,
+                                        .monitor_interval_s = 0.25,
+                                        .log_line_prefix_template = "[{rank}] "});
+}
+
+NBF_TEST(options_rdzv_endpoint_overrides_master) {
+  ln_options_t o;
+  char err[512];
+  ASSERT_EQ(parse("num_processes=1 master_addr=a use_port=1 rdzv_endpoint=host.x:4242", &o, err,
+                  sizeof err),
+            0);
+  ASSERT_EQ_STR(o.master_addr, "host.x");
+  ASSERT_EQ(o.use_port, 4242);
+}
+
+NBF_TEST(options_secret_from_environment) {
+  ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_RDZV_SECRET, "from-env"), 0);
+  ln_options_t o;
+  ln_options_init(&o);
+  ASSERT_EQ_STR(o.rdzv_secret, "from-env");
+}
+
+/* A rejected option text and what its message must say. */
+typedef struct {
+  const char *text, *expect;
+} rejection_t;
+
+/* Every rejection names the option, the value and what is accepted. */
+NBF_TEST(options_bad_values) {
+  static const rejection_t cases[] = {
+      {"num_processes=2 bogus=1", "unknown option 'bogus'. Options of %launch: num_processes"},
+      {"", "num_processes is missing"},
+      {"mixed_precision=fp16", "num_processes is missing"},
+      {"num_processes=0", "bad value for num_processes: '0' (accepted: an integer >= 1)"},
+      {"num_processes=x", "bad value for num_processes: 'x'"},
+      {"num_processes=2x", "bad value for num_processes: '2x'"},
+      {"num_processes=99999999999", "bad value for num_processes"},
+      {"num_processes=2 mixed_precision=fp8", "(accepted: no, fp16 or bf16)"},
+      {"num_processes=2 use_port=0", "bad value for use_port: '0' (accepted: a TCP port"},
+      {"num_processes=2 use_port=65536", "bad value for use_port: '65536'"},
+      {"num_processes=2 use_port=abc", "bad value for use_port: 'abc'"},
+      {"num_processes=2 master_addr=", "bad value for master_addr: ''"},
+      {"num_processes=2 node_rank=-1", "bad value for node_rank: '-1'"},
+      {"num_processes=2 num_nodes=0", "bad value for num_nodes: '0'"},
+      {"num_processes=2 node_rank=2 num_nodes=2", "node_rank=2 is not below num_nodes=2"},
+      {"num_processes=2 rdzv_backend=c10d", "bad value for rdzv_backend: 'c10d' (accepted: static"},
+      {"num_processes=2 rdzv_endpoint=nohost", "bad value for rdzv_endpoint: 'nohost'"},
+      {"num_processes=2 rdzv_endpoint=h:0", "bad value for rdzv_endpoint: 'h:0' (accepted: "},
+      {"num_processes=2 rdzv_endpoint=:29500", "bad value for rdzv_endpoint: ':29500'"},
+      {"num_processes=2 rdzv_id=a/b", "bad value for rdzv_id: 'a/b'"},
+      {"num_processes=2 rdzv_timeout=0", "bad value for rdzv_timeout: '0'"},
+      {"num_processes=2 rdzv_timeout=86401", "bad value for rdzv_timeout"},
+      {"num_processes=2 rdzv_conf=key=v", "bad value for rdzv_conf: 'key=v' (accepted: secret="},
+      {"num_processes=2 rdzv_conf=secret=", "bad value for rdzv_conf: 'secret='"},
+      {"num_processes=2 rdzv_conf=secret=a,b=c", "bad value for rdzv_conf"},
+      {"num_processes=2 max_restarts=-1", "bad value for max_restarts: '-1'"},
+      {"num_processes=2 max_restarts=1001", "bad value for max_restarts"},
+      {"num_processes=2 monitor_interval=-1", "bad value for monitor_interval: '-1'"},
+      {"num_processes=2 monitor_interval=0", "bad value for monitor_interval: '0'"},
+      {"num_processes=2 monitor_interval=61", "(accepted: seconds, a number > 0 and <= 60)"},
+      {"num_processes=2 monitor_interval=fast", "bad value for monitor_interval: 'fast'"},
+      {"num_processes=2 stray", "expected key=value after the call, got 'stray'"},
+      {"num_processes=2 use_port='29500", "option use_port: the quoted value is not closed"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ln_options_t o;
+    char err[512];
+    if (parse(cases[i].text, &o, err, sizeof err) != -1)
+      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
+    ASSERT_CONTAINS(err, cases[i].expect);
+  }
+}
+
+NBF_TEST(options_long_values_are_refused) {
+  char text[700], err[512];
+  ln_options_t o;
+  snprintf(text, sizeof text, "num_processes=1 log_line_prefix_template=%0300d", 0);
+  ASSERT_EQ(parse(text, &o, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "bad value for log_line_prefix_template");
+  snprintf(text, sizeof text, "num_processes=1 rdzv_id=%0200d", 0);
+  ASSERT_EQ(parse(text, &o, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "(at most 127)");
+}
+
+NBF_TEST(prefix_template) {
+  ln_options_t o;
+  char err[512], out[128];
+  ASSERT_EQ(parse("num_processes=2 node_rank=1 num_nodes=2 "
+                  "log_line_prefix_template='[{rank}/{local_rank}@{node_rank}] {x} '",
+                  &o, err, sizeof err),
+            0);
+  ln_options_prefix(&o, 3, 1, out, sizeof out);
+  ASSERT_EQ_STR(out, "[3/1@1] {x} ");
+  char small[6];
+  ln_options_prefix(&o, 12345, 1, small, sizeof small);
+  ASSERT_EQ_STR(small, "[1234"); /* truncated, still terminated */
+  ln_options_init(&o);
+  ln_options_prefix(&o, 0, 0, out, sizeof out);
+  ASSERT_EQ_STR(out, "");
+}
+
+/* ---- per-rank environment --------------------------------------------- */
+
+/* Parse `opts`, export worker `local_rank`'s environment of run
+ * `restart` into this process and return it as "NAME=value ..." (every
+ * variable ln_worker_export_env sets; "-" when unset), static storage. */
+static const char *exported_env(const char *opts, int restart, int local_rank) {
+  static const nbf_param_id_t ids[] = {NBF_P_RANK,
+                                       NBF_P_LOCAL_RANK,
+                                       NBF_P_WORLD_SIZE,
+                                       NBF_P_LOCAL_WORLD_SIZE,
+                                       NBF_P_NODE_RANK,
+                                       NBF_P_GROUP_RANK,
+                                       NBF_P_MASTER_ADDR,
+                                       NBF_P_MASTER_PORT,
+                                       NBF_P_ACCELERATE_MIXED_PRECISION,
+                                       NBF_P_TORCHELASTIC_RESTART_COUNT,
+                                       NBF_P_NBFORK_RESTART_COUNT,
+                                       NBF_P_NBFORK_STORE_HOSTED,
+                                       NBF_P_NBFORK_RDZV_SECRET,
+                                       NBF_P_NBFORK_RUN_ID};
+  static char text[2048];
+  ln_options_t o;
+  char err[512];
+  if (parse(opts, &o, err, sizeof err) != 0)
+    NBF_TEST_FAIL("'%s': %s", opts, err);
+  ln_worker_env_t env = {&o, restart, 0, NULL, 0};
+  ln_worker_export_env(&env, local_rank);
+  size_t off = 0;
+  for (size_t i = 0; i < sizeof ids / sizeof ids[0] && off < sizeof text; i++) {
+    const char *v = nbf_param_raw(ids[i]);
+    off += (size_t)snprintf(text + off, sizeof text - off, "%s%s=%s", i ? " " : "",
+                            nbf_param_name(ids[i]), v ? v : "-");
+  }
+  return text;
+}
+
+NBF_TEST(worker_environment) {
+  ASSERT_EQ_STR(exported_env("num_processes=3 node_rank=1 num_nodes=2 master_addr=10.0.0.1 "
+                             "use_port=2345 mixed_precision=fp16 rdzv_id=job rdzv_conf=secret=k",
+                             2, 1),
+                "RANK=4 LOCAL_RANK=1 WORLD_SIZE=6 LOCAL_WORLD_SIZE=3 NODE_RANK=1 GROUP_RANK=1 "
+                "MASTER_ADDR=10.0.0.1 MASTER_PORT=2345 ACCELERATE_MIXED_PRECISION=fp16 "
+                "TORCHELASTIC_RESTART_COUNT=2 NBFORK_RESTART_COUNT=2 NBFORK_STORE_HOSTED=1 "
+                "NBFORK_RDZV_SECRET=k NBFORK_RUN_ID=job-r2");
+}
+
+NBF_TEST(worker_environment_default_run_id) {
+  ASSERT_EQ_STR(exported_env("num_processes=2", 0, 0),
+                "RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0 GROUP_RANK=0 "
+                "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 ACCELERATE_MIXED_PRECISION=no "
+                "TORCHELASTIC_RESTART_COUNT=0 NBFORK_RESTART_COUNT=0 NBFORK_STORE_HOSTED=1 "
+                "NBFORK_RDZV_SECRET=- NBFORK_RUN_ID=nbfork-r0");
+}
+
+/* ---- line assembly ------------------------------------------------------ */
+
+/* A worker slot whose stream s reads from a pipe the test writes, and
+ * whose stdout/stderr lines land in one temporary file. */
+typedef struct {
+  ln_worker_t w;
+  int in[3]; /* write ends, -1 when closed */
+  FILE *out;
+} fake_worker_t;
+
+static void fake_open(fake_worker_t *f, const char *prefix) {
+  ln_worker_init(&f->w, 0);
+  snprintf(f->w.prefix, sizeof f->w.prefix, "%s", prefix);
+  f->out = tmpfile();
+  ASSERT_NOT_NULL(f->out);
+  for (int s = 0; s < 3; s++) {
+    int p[2];
+    ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+    f->w.fd[s] = p[0];
+    f->in[s] = p[1];
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+  }
+  f->w.out_fd[LN_STDOUT] = f->w.out_fd[LN_STDERR] = fileno(f->out);
+}
+
+static void fake_write(fake_worker_t *f, int s, const char *text) {
+  ASSERT_EQ(nbf_write_all(f->in[s], text, strlen(text)), 0);
+}
+
+/* Everything forwarded so far, as one string (static storage). */
+static const char *fake_output(fake_worker_t *f) {
+  static char text[8192];
+  ssize_t n = pread(fileno(f->out), text, sizeof text - 1, 0);
+  text[n > 0 ? n : 0] = 0;
+  return text;
+}
+
+/* Write `text` on stream s, let the worker read it; the output so far. */
+static const char *feed(fake_worker_t *f, int s, const char *text) {
+  fake_write(f, s, text);
+  ln_worker_read(&f->w, s, NULL);
+  return fake_output(f);
+}
+
+static void fake_close(fake_worker_t *f) {
+  for (int s = 0; s < 3; s++)
+    if (f->in[s] >= 0)
+      close(f->in[s]);
+  ln_worker_close(&f->w);
+  ln_worker_free(&f->w);
+  fclose(f->out);
+}
+
+NBF_TEST(lines_get_the_prefix) {
+  fake_worker_t f;
+  fake_open(&f, "[1] ");
+  ASSERT_EQ_STR(feed(&f, LN_STDOUT, "one\ntwo\nthr"), "[1] one\n[1] two\n");
+  ASSERT_EQ_STR(feed(&f, LN_STDOUT, "ee\n"), "[1] one\n[1] two\n[1] three\n");
+  fake_close(&f);
+}
+
+NBF_TEST(stale_partial_line_is_flushed_once) {
+  fake_worker_t f;
+  fake_open(&f, "[0] ");
+  ASSERT_EQ_STR(feed(&f, LN_STDOUT, "Password: "), "");
+  ln_worker_flush_stale(&f.w); /* first tick: it may still grow */
+  ASSERT_EQ_STR(fake_output(&f), "");
+  ln_worker_flush_stale(&f.w); /* a whole tick later: forward it */
+  ASSERT_EQ_STR(fake_output(&f), "[0] Password: ");
+  /* the rest of the line gets no second prefix; the next line does */
+  ASSERT_EQ_STR(feed(&f, LN_STDOUT, "ok\nnext\n"), "[0] Password: ok\n[0] next\n");
+  fake_close(&f);
+}
+
+/* A worker's last line without '\n' is ended by the launcher when the
+ * stream ends, so the next message starts on its own line. */
+NBF_TEST(partial_line_ends_with_newline_at_eof) {
+  fake_worker_t f;
+  fake_open(&f, "");
+  fake_write(&f, LN_STDOUT, "progress 99%");
+  close(f.in[LN_STDOUT]);
+  f.in[LN_STDOUT] = -1;
+  ln_worker_read(&f.w, LN_STDOUT, NULL);
+  ASSERT_EQ(f.w.fd[LN_STDOUT], -1); /* EOF closed it */
+  ASSERT_EQ_STR(fake_output(&f), "progress 99%\n");
+  fake_close(&f);
+}
+
+NBF_TEST(flushed_partial_line_ends_with_newline_at_close) {
+  fake_worker_t f;
+  fake_open(&f, "");
+  ASSERT_EQ_STR(feed(&f, LN_STDERR, "loss=0.5"), "");
+  ln_worker_flush_stale(&f.w);
+  ln_worker_flush_stale(&f.w);
+  ASSERT_EQ_STR(fake_output(&f), "loss=0.5");
+  ln_worker_close(&f.w); /* the worker was reaped */
+  ASSERT_EQ_STR(fake_output(&f), "loss=0.5\n");
+  fake_close(&f);
+}
+
+static char g_events[1024];
+
+static int record_event(const char *line, size_t len) {
+  size_t n = strlen(g_events);
+  snprintf(g_events + n, sizeof g_events - n, "<%.*s>", (int)len, line);
+  return 0;
+}
+
+NBF_TEST(display_lines_go_to_send_event) {
+  fake_worker_t f;
+  fake_open(&f, "[0] ");
+  fake_write(&f, LN_DISPLAY, "{\"a\":1}\n{\"b\":");
+  ln_worker_read(&f.w, LN_DISPLAY, record_event);
+  ASSERT_EQ_STR(g_events, "<{\"a\":1}>");
+  close(f.in[LN_DISPLAY]);
+  f.in[LN_DISPLAY] = -1;
+  ln_worker_read(&f.w, LN_DISPLAY, record_event); /* an unfinished event is dropped */
+  ASSERT_EQ_STR(g_events, "<{\"a\":1}>");
+  ASSERT_EQ_STR(fake_output(&f), ""); /* never on stdout */
+  fake_close(&f);
+}
+
+/* ---- failure descriptions ------------------------------------------------ */
+
+static const char *describe(const ln_worker_t *w, int rank) {
+  static char text[8192];
+  FILE *f = fmemopen(text, sizeof text, "w");
+  ASSERT_NOT_NULL(f);
+  ln_worker_describe(w, rank, f);
+  fclose(f);
+  return text;
+}
+
+NBF_TEST(describe_exit_code_and_stderr_tail) {
+  fake_worker_t f;
+  fake_open(&f, "[r] ");
+  char line[64];
+  for (int i = 0; i < LN_TAIL_LINES + 3; i++) {
+    snprintf(line, sizeof line, "err line %d\n", i);
+    fake_write(&f, LN_STDERR, line);
+  }
+  ln_worker_read(&f.w, LN_STDERR, NULL);
+  f.w.pid = 4242;
+  f.w.local_rank = 1;
+  f.w.status = W_EXITCODE(3, 0);
+  const char *d = describe(&f.w, 5);
+  ASSERT_CONTAINS(d, "rank 5 (local rank 1, pid 4242) exited with code 3");
+  ASSERT_CONTAINS(d, "last lines of its stderr:\n    err line 3\n");
+  ASSERT_CONTAINS(d, "    err line 14\n");
+  ASSERT_NOT_CONTAINS(d, "err line 2\n");
+  ASSERT_NOT_CONTAINS(d, "[r]"); /* the tail holds the worker's text, not the prefix */
+  fake_close(&f);
+}
+
+NBF_TEST(describe_signal_names_it) {
+  ln_worker_t w;
+  ln_worker_init(&w, 0);
+  w.pid = 7;
+  w.status = W_EXITCODE(0, SIGSEGV);
+  const char *d = describe(&w, 0);
+  ASSERT_CONTAINS(d, "rank 0 (local rank 0, pid 7) was killed by signal 11 (SIGSEGV: "
+                     "Segmentation fault)");
+  ASSERT_CONTAINS(d, "(it wrote nothing on stderr)");
+  w.status = W_EXITCODE(0, SIGKILL);
+  ASSERT_CONTAINS(describe(&w, 0), "killed by signal 9 (SIGKILL: Killed)");
+  ln_worker_free(&w);
+}
+
+/* ---- ln_run_group on trivial functions ------------------------------------ */
+
+static int my_rank(void) {
+  long r = -1;
+  nbf_param_long(NBF_P_RANK, -1, &r);
+  return (int)r;
+}
+
+static int fn_ok(void) {
+  return 0;
+}
+static int fn_exit_1(void) {
+  return 1;
+}
+static int fn_rank1_exits_3(void) {
+  if (my_rank() != 1)
+    for (;;)
+      pause(); /* a blocked peer: the group must stop it */
+  fprintf(stderr, "rank 1 is about to fail\n");
+  exit(3);
+}
+static int fn_killed(void) {
+  raise(SIGKILL);
+  return 0;
+}
+static int fn_forever(void) {
+  while (pause() < 0) /* pause() returns only -1 (EINTR): until killed */
+    ;
+  return 0;
+}
+
+static volatile sig_atomic_t g_interrupted;
+
+/* Port 0: the store binds whatever port is free; no worker connects. */
+static ln_run_result_t run_group(int n, ln_entry_fn fn, char **failures, char **setup_error) {
+  ln_options_t o;
+  ln_options_init(&o);
+  o.num_processes = n;
+  o.use_port = 0;
+  o.monitor_interval_s = 0.02;
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0};
+  *failures = *setup_error = NULL;
+  return ln_run_group(&o, fn, &ctx, 0, 0, failures, setup_error);
+}
+
+NBF_TEST(run_group_every_worker_exits_0) {
+  char *failures, *setup_error;
+  ASSERT_EQ(run_group(3, fn_ok, &failures, &setup_error), LN_RUN_OK);
+  ASSERT_NULL(failures);
+  ASSERT_NULL(setup_error);
+  ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1); /* every worker was reaped */
+  ASSERT_EQ(errno, ECHILD);
+}
+
+NBF_TEST(run_group_exit_1_fails) {
+  char *failures, *setup_error;
+  ASSERT_EQ(run_group(2, fn_exit_1, &failures, &setup_error), LN_RUN_FAILED);
+  ASSERT_NOT_NULL(failures);
+  ASSERT_CONTAINS(failures, "exited with code 1");
+  free(failures);
+  free(setup_error);
+}
+
+NBF_TEST(run_group_failure_stops_blocked_peer) {
+  char *failures, *setup_error;
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(run_group(2, fn_rank1_exits_3, &failures, &setup_error), LN_RUN_FAILED);
+  ASSERT_LT(nbf_now_ms() - t0, 30000); /* it ends: the peer was stopped */
+  ASSERT_CONTAINS(failures, "rank 1 (local rank 1, pid ");
+  ASSERT_CONTAINS(failures, "exited with code 3");
+  ASSERT_CONTAINS(failures, "    rank 1 is about to fail\n");
+  ASSERT_NOT_CONTAINS(failures, "rank 0 ("); /* the stopped peer is no culprit */
+  ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  free(failures);
+}
+
+NBF_TEST(run_group_signal_is_named) {
+  char *failures, *setup_error;
+  ASSERT_EQ(run_group(1, fn_killed, &failures, &setup_error), LN_RUN_FAILED);
+  ASSERT_CONTAINS(failures, "rank 0 (local rank 0, pid ");
+  ASSERT_CONTAINS(failures, "was killed by signal 9 (SIGKILL");
+  free(failures);
+}
+
+static void on_alarm(int sig) {
+  (void)sig;
+  g_interrupted = 1; /* as the executor's SIGINT handler does */
+}
+
+NBF_TEST(run_group_interrupt_stops_everything) {
+  struct sigaction sa = {0};
+  sa.sa_handler = on_alarm;
+  ASSERT_EQ(sigaction(SIGALRM, &sa, NULL), 0);
+  struct itimerval it = {{0, 0}, {0, 200000}};
+  ASSERT_EQ(setitimer(ITIMER_REAL, &it, NULL), 0);
+  char *failures, *setup_error;
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(run_group(2, fn_forever, &failures, &setup_error), LN_RUN_INTERRUPTED);
+  ASSERT_LT(nbf_now_ms() - t0, 30000);
+  ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  ASSERT_EQ(errno, ECHILD);
+  free(failures);
+  free(setup_error);
+}
+
+/* ---- the fork guard --------------------------------------------------------- */
+
+static void *wait_on_pipe(void *arg) {
+  char c;
+  while (read(*(int *)arg, &c, 1) < 0 && errno == EINTR)
+    ;
+  return NULL;
+}
+
+/* ln_thread_count until it says `want` (a joined thread's task entry can
+ * outlive pthread_join by a moment); the last count. */
+static int thread_count_settles(int want) {
+  int n = ln_thread_count();
+  for (int i = 0; i < 500 && n != want; i++) {
+    usleep(10000);
+    n = ln_thread_count();
+  }
+  return n;
+}
+
+NBF_TEST(thread_count_sees_threads) {
+  int n0 = ln_thread_count();
+  ASSERT_GE(n0, 1);
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, wait_on_pipe, &p[0]), 0);
+  ASSERT_EQ(ln_thread_count(), n0 + 1);
+  close(p[1]);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_EQ(thread_count_settles(n0), n0);
+  close(p[0]);
+}
+
+NBF_TEST(launch_refuses_a_multithreaded_process) {
+  ASSERT_EQ(ln_thread_count(), 1);
+  ln_options_t o;
+  ln_options_init(&o);
+  o.num_processes = 1;
+  o.use_port = 0;
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0};
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, wait_on_pipe, &p[0]), 0);
+  ln_error_t err;
+  ASSERT_EQ(ln_launch(&o, fn_ok, &ctx, &err), -1);
+  ASSERT_EQ_STR(err.ename, "LaunchError");
+  ASSERT_CONTAINS(err.evalue, "runs 2 threads");
+  ASSERT_CONTAINS(err.evalue, "deadlock");
+  ASSERT_CONTAINS(err.traceback, "pthread_join");
+  ln_error_free(&err);
+  close(p[1]);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_EQ(thread_count_settles(1), 1);
+  ASSERT_EQ(ln_launch(&o, fn_ok, &ctx, &err), 0); /* single-threaded again: it runs */
+}
+
+NBF_TEST_MAIN()
