@@ -31,6 +31,7 @@
 #ifndef EX_CELL_H
 #define EX_CELL_H
 
+#include "ex_result.h"
 #include "ex_split.h"
 
 typedef struct ex_cell_state ex_cell_state_t;
@@ -66,11 +67,13 @@ typedef struct {
  * expression compiled into a thunk returning int (0 for void calls).
  * `timeit_stmt`, when not NULL, is a statement (or expression) run in a
  * loop by `void TIMEIT(long n)` (ex_timeit.h).
- * `salt` (flags, compiler) enters the hash. Returns 0, or -1 with a
- * message in err (the cell could not be split). Caller frees `out`. */
-int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
-                     const char *launch_call, const char *timeit_stmt, const char *salt,
-                     ex_cell_unit_t *out, char *err, size_t errlen);
+ * `salt` (flags, compiler) enters the hash. Caller frees `out`
+ * (ex_cell_unit_free) after EX_OK. Results: EX_OK; EX_ERR_SPLIT, the cell
+ * could not be split (why, in err); EX_ERR_NOMEM ("out of memory" in
+ * err). `out` holds nothing to free after a failure. */
+ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
+                             const char *launch_call, const char *timeit_stmt, const char *salt,
+                             ex_cell_unit_t *out, char *err, size_t errlen);
 
 /* Record the unit's definitions after it compiled and loaded. */
 int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u);

@@ -16,8 +16,9 @@
 #include <unistd.h>
 #include <wordexp.h>
 
-#include "ex_buf.h"
+#include "nbf_buf.h"
 #include "nbf_param.h"
+#include "nbf_util.h"
 
 static char *dup_printf(const char *fmt, const char *a, const char *b) {
   size_t n = strlen(fmt) + strlen(a) + strlen(b) + 1;
@@ -31,30 +32,62 @@ static int write_file(const char *path, const char *data) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0)
     return -1;
-  size_t len = strlen(data), off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, data + off, len - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      close(fd);
-      return -1;
-    }
-    off += (size_t)w;
+  if (nbf_write_all(fd, data, strlen(data))) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
   }
   return close(fd);
 }
 
+/* The compiler's argument vector. It grows: a %cflags line with hundreds
+ * of -D flags must reach the compiler whole (a fixed array used to drop
+ * the words past its end without a word). */
+typedef struct {
+  char **v; /* NULL-terminated once complete */
+  int n, cap;
+  wordexp_t we[2]; /* the expanded %cflags / %ldflags words v points into */
+  int nwe;
+} ex_argv_t;
+
+static int argv_push(ex_argv_t *a, const char *s) {
+  if (a->n + 2 > a->cap) {
+    int cap = a->cap ? a->cap * 2 : 64;
+    char **v = realloc(a->v, (size_t)cap * sizeof *v);
+    if (!v)
+      return -1;
+    a->v = v;
+    a->cap = cap;
+  }
+  a->v[a->n++] = (char *)s;
+  a->v[a->n] = NULL;
+  return 0;
+}
+
 /* Append the words of `flags` (shell-like quoting, no command
- * substitution) to argv. Returns the new argc or -1. */
-static int add_words(char **argv, int argc, int max, const char *flags, wordexp_t *we) {
+ * substitution). EX_OK, EX_ERR_USAGE (the flags do not parse; a message
+ * naming `what` is in out) or EX_ERR_NOMEM. */
+static ex_result_t argv_words(ex_argv_t *a, const char *flags, const char *what, nbf_buf_t *out) {
   if (!flags || !*flags)
-    return argc;
-  if (wordexp(flags, we, WRDE_NOCMD) != 0)
-    return -1;
-  for (size_t i = 0; i < we->we_wordc && argc < max - 1; i++)
-    argv[argc++] = we->we_wordv[i];
-  return argc;
+    return EX_OK;
+  wordexp_t *we = &a->we[a->nwe];
+  if (wordexp(flags, we, WRDE_NOCMD) != 0) {
+    nbf_buf_printf(out, "cannot parse %s flags: %s\n", what, flags);
+    return EX_ERR_USAGE;
+  }
+  a->nwe++;
+  for (size_t i = 0; i < we->we_wordc; i++)
+    if (argv_push(a, we->we_wordv[i]))
+      return EX_ERR_NOMEM;
+  return EX_OK;
+}
+
+static void argv_free(ex_argv_t *a) {
+  for (int i = 0; i < a->nwe; i++)
+    wordfree(&a->we[i]);
+  free(a->v);
+  memset(a, 0, sizeof *a);
 }
 
 /* Path of glibc's libc_nonshared.a for compiler `cc` (asked once per
@@ -115,137 +148,132 @@ static const char *libc_nonshared(const char *cc) {
   return path;
 }
 
-int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
-               char **so_path, char **diag) {
-  *so_path = NULL;
-  *diag = NULL;
-  char *src = dup_printf(cuda ? "%s/cell_%s.cu" : "%s/cell_%s.c", tc->workdir, tag);
-  char *so = dup_printf("%s/cell_%s.so", tc->workdir, tag);
-  char *tmp = dup_printf("%s/cell_%s.so.tmp", tc->workdir, tag);
-  char *inc = dup_printf("-I%s%s", tc->incdir, "");
-  char *libp = dup_printf("-L%s%s", tc->libdir, "");
-  char *rpath = dup_printf(cuda ? "-rpath=%s%s" : "-Wl,-rpath,%s%s", tc->libdir, "");
-  wordexp_t we_c = {0}, we_l = {0};
-  int have_c = 0, have_l = 0, rc = -1;
-  ex_buf_t out = {0};
-  if (!src || !so || !tmp || !inc || !libp || !rpath)
-    goto done;
-  struct stat stt;
-  if (stat(so, &stt) == 0) { /* compile cache: same unit, same flags */
-    *so_path = so;
-    so = NULL;
-    rc = 0;
-    goto done;
-  }
-  if (cuda && !tc->nvcc) {
-    ex_buf_printf(&out, "no CUDA compiler (nvcc) found: install the CUDA toolkit or set "
-                        "NBFORK_NVCC to nvcc's path\n");
-    goto done;
-  }
-  if (write_file(src, source)) {
-    ex_buf_printf(&out, "cannot write %s: %s\n", src, strerror(errno));
-    goto done;
-  }
-  char *argv[128];
-  int argc = 0;
-  const char *flags = cuda ? tc->nvccflags : tc->cflags;
+/* The paths of one compile: WORKDIR/cell_TAG.{c,cu,so,so.tmp} and the
+ * -I/-L/rpath words that point at nbfork's header and library. */
+typedef struct {
+  char *src, *so, *tmp, *inc, *libp, *rpath;
+} ex_paths_t;
+
+static int paths_init(ex_paths_t *p, const ex_toolchain_t *tc, const char *tag, int cuda) {
+  p->src = dup_printf(cuda ? "%s/cell_%s.cu" : "%s/cell_%s.c", tc->workdir, tag);
+  p->so = dup_printf("%s/cell_%s.so", tc->workdir, tag);
+  p->tmp = dup_printf("%s/cell_%s.so.tmp", tc->workdir, tag);
+  p->inc = dup_printf("-I%s%s", tc->incdir, "");
+  p->libp = dup_printf("-L%s%s", tc->libdir, "");
+  p->rpath = dup_printf(cuda ? "-rpath=%s%s" : "-Wl,-rpath,%s%s", tc->libdir, "");
+  return p->src && p->so && p->tmp && p->inc && p->libp && p->rpath ? 0 : -1;
+}
+
+static void paths_free(ex_paths_t *p) {
+  free(p->src);
+  free(p->so);
+  free(p->tmp);
+  free(p->inc);
+  free(p->libp);
+  free(p->rpath);
+}
+
+/* The driver and the flags every cell gets, before the user's flags. */
+static int argv_head(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, const char *nonshared,
+                     const ex_paths_t *p) {
+  static const char *const c_head[] = {
+      "-std=gnu11", "-fPIC", "-shared", "-pipe", "-fdiagnostics-color=never", NULL};
+  /* nvcc compiles the unit as C++ (extern "C" entry points) */
+  static const char *const cuda_head[] = {"-Xcompiler", "-fPIC", "-shared", NULL};
+  int bad = argv_push(a, cuda ? tc->nvcc : tc->cc);
+  for (const char *const *w = cuda ? cuda_head : c_head; *w; w++)
+    bad |= argv_push(a, *w);
+  if (nonshared)
+    bad |= argv_push(a, "-nodefaultlibs");
+  /* `#include "mylib.h"` finds headers next to the notebook (the
+   * executor's directory), not only next to the generated source */
+  if (cuda)
+    bad |= argv_push(a, "-I.");
+  else
+    bad |= argv_push(a, "-iquote") | argv_push(a, ".");
+  return bad | argv_push(a, p->inc);
+}
+
+/* The whole command line: head, user flags (%cflags or NBFORK_NVCCFLAGS),
+ * output and input, nbfork's library, %ldflags, then the runtime
+ * libraries. EX_OK, EX_ERR_USAGE or EX_ERR_NOMEM (message in out). */
+static ex_result_t build_argv(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, const ex_paths_t *p,
+                              nbf_buf_t *out) {
   /* C cells link only libnbfork, libgcc (static) and glibc's small static
    * part: libc and libm are in the executor already and a cell's
    * references to them bind there when it is loaded (to the same default
    * symbol versions a link would record). Skipping the shared libc/libm
    * at link time saves a quarter of a trivial cell's compile time. */
   const char *nonshared = cuda ? NULL : libc_nonshared(tc->cc);
-  if (cuda) {
-    /* nvcc compiles the unit as C++ (extern "C" entry points) */
-    argv[argc++] = (char *)tc->nvcc;
-    argv[argc++] = "-Xcompiler";
-    argv[argc++] = "-fPIC";
-    argv[argc++] = "-shared";
-  } else {
-    argv[argc++] = (char *)tc->cc;
-    argv[argc++] = "-std=gnu11";
-    argv[argc++] = "-fPIC";
-    argv[argc++] = "-shared";
-    argv[argc++] = "-pipe";
-    argv[argc++] = "-fdiagnostics-color=never";
-    if (nonshared)
-      argv[argc++] = "-nodefaultlibs";
-  }
-  /* `#include "mylib.h"` finds headers next to the notebook (the
-   * executor's directory), not only next to the generated source */
-  if (cuda) {
-    argv[argc++] = "-I.";
-  } else {
-    argv[argc++] = "-iquote";
-    argv[argc++] = ".";
-  }
-  argv[argc++] = inc;
-  argc = add_words(argv, argc, 100, flags, &we_c);
-  if (argc < 0) {
-    ex_buf_printf(&out, "cannot parse compiler flags: %s\n", flags);
-    goto done;
-  }
-  have_c = flags && *flags;
-  argv[argc++] = "-o";
-  argv[argc++] = tmp;
-  argv[argc++] = src;
-  argv[argc++] = libp;
+  ex_result_t r = argv_head(a, tc, cuda, nonshared, p) ? EX_ERR_NOMEM : EX_OK;
+  if (r == EX_OK)
+    r = argv_words(a, cuda ? tc->nvccflags : tc->cflags, "compiler", out);
+  if (r != EX_OK)
+    return r;
+  int bad =
+      argv_push(a, "-o") | argv_push(a, p->tmp) | argv_push(a, p->src) | argv_push(a, p->libp);
   if (cuda)
-    argv[argc++] = "-Xlinker";
-  argv[argc++] = rpath;
-  argv[argc++] = "-lnbfork";
-  int base = argc;
-  argc = add_words(argv, argc, 124, tc->ldflags, &we_l);
-  if (argc < 0) {
-    argc = base;
-    ex_buf_printf(&out, "cannot parse linker flags: %s\n", tc->ldflags);
-    goto done;
-  }
-  have_l = tc->ldflags && *tc->ldflags;
-  if (nonshared) {
-    argv[argc++] = "-lgcc";
-    argv[argc++] = (char *)nonshared;
-  } else {
-    argv[argc++] = "-lm";
-  }
-  argv[argc] = NULL;
+    bad |= argv_push(a, "-Xlinker");
+  bad |= argv_push(a, p->rpath) | argv_push(a, "-lnbfork");
+  if (bad)
+    return EX_ERR_NOMEM;
+  EX_CHECK(argv_words(a, tc->ldflags, "linker", out));
+  if (nonshared)
+    bad = argv_push(a, "-lgcc") | argv_push(a, nonshared);
+  else
+    bad = argv_push(a, "-lm");
+  return bad ? EX_ERR_NOMEM : EX_OK;
+}
 
+/* The child: its own process group (an interrupt kills the driver and
+ * cc1, as, ld, or nvcc's helpers, at once), output into the pipe. */
+static void exec_compiler(char **argv, int out_fd, int cuda) {
+  setpgid(0, 0);
+  dup2(out_fd, 1);
+  dup2(out_fd, 2);
+  setenv("LC_ALL", "C", 1); /* plain ASCII quotes in diagnostics */
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0)
+    dup2(devnull, 0);
+  /* the kernel interrupts the executor, never the compiler */
+  signal(SIGINT, SIG_DFL);
+  execvp(argv[0], argv);
+  dprintf(2, "cannot run the compiler '%s': %s (set %s)\n", argv[0], NBF_STRERROR(errno),
+          cuda ? "NBFORK_NVCC" : "NBFORK_CC");
+  _exit(127);
+}
+
+static int stop_requested(const ex_toolchain_t *tc) {
+  return tc->interrupted && *tc->interrupted;
+}
+
+/* Run argv, its output (stdout and stderr) appended to out, and wait.
+ * EX_OK with *status the wait status, EX_ERR_INTERRUPTED when
+ * *tc->interrupted became set (the process group is killed), or
+ * EX_ERR_SYSTEM when pipe or fork failed (the reason in out). */
+static ex_result_t run_compiler(const ex_toolchain_t *tc, char **argv, int cuda, nbf_buf_t *out,
+                                int *status) {
   int pfd[2];
   if (pipe2(pfd, O_CLOEXEC)) {
-    ex_buf_printf(&out, "pipe: %s\n", strerror(errno));
-    goto done;
+    nbf_buf_printf(out, "pipe: %s\n", NBF_STRERROR(errno));
+    return EX_ERR_SYSTEM;
   }
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0) {
-    ex_buf_printf(&out, "fork: %s\n", strerror(errno));
+    nbf_buf_printf(out, "fork: %s\n", NBF_STRERROR(errno));
     close(pfd[0]);
     close(pfd[1]);
-    goto done;
+    return EX_ERR_SYSTEM;
   }
-  if (pid == 0) {
-    /* its own process group: an interrupt kills the driver and cc1, as,
-     * ld (or nvcc's helpers) at once */
-    setpgid(0, 0);
-    dup2(pfd[1], 1);
-    dup2(pfd[1], 2);
-    setenv("LC_ALL", "C", 1); /* plain ASCII quotes in diagnostics */
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0)
-      dup2(devnull, 0);
-    /* the kernel interrupts the executor, never the compiler */
-    signal(SIGINT, SIG_DFL);
-    execvp(argv[0], argv);
-    dprintf(2, "cannot run the compiler '%s': %s (set %s)\n", argv[0], strerror(errno),
-            cuda ? "NBFORK_NVCC" : "NBFORK_CC");
-    _exit(127);
-  }
+  if (pid == 0)
+    exec_compiler(argv, pfd[1], cuda);
   setpgid(pid, pid); /* also here: no race with the child's own call */
   close(pfd[1]);
   char buf[4096];
   int killed = 0;
   for (;;) {
-    if (tc->interrupted && *tc->interrupted) {
+    if (stop_requested(tc)) {
       kill(-pid, SIGKILL);
       killed = 1;
       break;
@@ -255,41 +283,69 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
       continue;
     if (r <= 0)
       break;
-    ex_buf_append(&out, buf, (size_t)r);
+    nbf_buf_append(out, buf, (size_t)r);
   }
   close(pfd[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-    if (tc->interrupted && *tc->interrupted && !killed) {
+  *status = 0;
+  while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+    if (stop_requested(tc) && !killed) {
       kill(-pid, SIGKILL);
       killed = 1;
     }
-  if (killed || (tc->interrupted && *tc->interrupted)) {
-    unlink(tmp);
-    rc = 2;
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && rename(tmp, so) == 0) {
-    *so_path = so;
-    so = NULL;
-    rc = 0;
-  } else {
-    unlink(tmp);
-    rc = (WIFEXITED(status) && WEXITSTATUS(status) == 127) ? -1 : 1;
+  return killed || stop_requested(tc) ? EX_ERR_INTERRUPTED : EX_OK;
+}
+
+/* Everything after the cache check: write the source, build the command
+ * line, run it, and keep the object under its final name. */
+static ex_result_t compile_unit(const ex_toolchain_t *tc, const char *source, int cuda,
+                                const ex_paths_t *p, nbf_buf_t *out) {
+  if (cuda && !tc->nvcc) {
+    nbf_buf_printf(out, "no CUDA compiler (nvcc) found: install the CUDA toolkit or set "
+                        "NBFORK_NVCC to nvcc's path\n");
+    return EX_ERR_SYSTEM;
   }
-done:
-  if (have_c)
-    wordfree(&we_c);
-  if (have_l)
-    wordfree(&we_l);
+  if (write_file(p->src, source)) {
+    nbf_buf_printf(out, "cannot write %s: %s\n", p->src, NBF_STRERROR(errno));
+    return EX_ERR_SYSTEM;
+  }
+  ex_argv_t a = {0};
+  int status = 0;
+  ex_result_t r = build_argv(&a, tc, cuda, p, out);
+  if (r == EX_ERR_NOMEM)
+    nbf_buf_printf(out, "out of memory building the compiler's command line (%d words)\n", a.n);
+  if (r == EX_OK)
+    r = run_compiler(tc, a.v, cuda, out, &status);
+  argv_free(&a);
+  if (r == EX_OK && WIFEXITED(status) && WEXITSTATUS(status) == 0 && rename(p->tmp, p->so) == 0)
+    return EX_OK;
+  unlink(p->tmp);
+  if (r != EX_OK)
+    return r;
+  /* 127: the compiler could not be run at all (exec_compiler said why) */
+  return WIFEXITED(status) && WEXITSTATUS(status) == 127 ? EX_ERR_SYSTEM : EX_ERR_COMPILE;
+}
+
+ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
+                       char **so_path, char **diag) {
+  *so_path = NULL;
+  *diag = NULL;
+  ex_paths_t p = {0};
+  nbf_buf_t out = {0};
+  ex_result_t r = EX_ERR_NOMEM;
+  struct stat st;
+  if (paths_init(&p, tc, tag, cuda) == 0) {
+    /* compile cache: same unit, same flags */
+    r = stat(p.so, &st) == 0 ? EX_OK : compile_unit(tc, source, cuda, &p, &out);
+    if (r == EX_OK) {
+      *so_path = p.so;
+      p.so = NULL;
+    }
+  }
   if (out.len)
-    *diag = ex_buf_take(&out);
-  ex_buf_free(&out);
-  free(src);
-  free(so);
-  free(tmp);
-  free(inc);
-  free(libp);
-  free(rpath);
-  return rc;
+    *diag = nbf_buf_take(&out);
+  nbf_buf_free(&out);
+  paths_free(&p);
+  return r;
 }
 
 static int is_exec(const char *path) {
@@ -363,7 +419,7 @@ static int hidden_line(const char *l, size_t n, int cell_errors) {
 }
 
 char *ex_compile_clean(const char *diag) {
-  ex_buf_t out = {0};
+  nbf_buf_t out = {0};
   if (!diag)
     return strdup("");
   int cell_errors = 0;
@@ -380,7 +436,7 @@ char *ex_compile_clean(const char *diag) {
     off += n + (p[n] == '\n');
     if (!hidden_line(p, n, cell_errors)) {
       /* sq__c0123456789abcdef -> sq */
-      ex_buf_t line = {0};
+      nbf_buf_t line = {0};
       for (size_t i = 0; i < n; i++) {
         if (i + 19 <= n && p[i] == '_' && p[i + 1] == '_' && p[i + 2] == 'c') {
           size_t h = 0;
@@ -393,7 +449,7 @@ char *ex_compile_clean(const char *diag) {
             continue;
           }
         }
-        ex_buf_append(&line, p + i, 1);
+        nbf_buf_append(&line, p + i, 1);
       }
       /* drop a line already shown (one error, expanded twice, is one) */
       int dup = 0;
@@ -409,13 +465,13 @@ char *ex_compile_clean(const char *diag) {
         }
       }
       if (line.data && !dup) {
-        ex_buf_append(&out, line.data, line.len);
-        ex_buf_append(&out, "\n", 1);
+        nbf_buf_append(&out, line.data, line.len);
+        nbf_buf_append(&out, "\n", 1);
       }
-      ex_buf_free(&line);
+      nbf_buf_free(&line);
     }
   }
-  char *r = ex_buf_take(&out);
+  char *r = nbf_buf_take(&out);
   return r ? r : strdup("");
 }
 

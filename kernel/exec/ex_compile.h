@@ -13,6 +13,8 @@
 
 #include <signal.h>
 
+#include "ex_result.h"
+
 typedef struct {
   const char *cc;                     /* C compiler: NBFORK_CC or "cc"                    */
   const char *nvcc;                   /* CUDA compiler: see ex_compile_find_nvcc; NULL =
@@ -28,15 +30,22 @@ typedef struct {
 
 /* Compile `source` (C, or CUDA when cuda != 0) into WORKDIR/cell_TAG.so.
  * Quoted includes are searched in the current directory (the notebook's)
- * too, then in incdir (nbfork.h).
- * Returns 0 with *so_path set (caller frees), 1 when the compiler rejected
- * the code (*diag = its diagnostics, caller frees), 2 when *interrupted
- * became set while the compiler ran (it is killed; nothing is kept), or
- * -1 on a system failure (*diag says which call failed and why). *diag may
- * also be set on success (warnings). An object that already exists for
- * `tag` is reused without compiling (the compile cache). */
-int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
-               char **so_path, char **diag);
+ * too, then in incdir (nbfork.h). Blocks until the compiler exits.
+ * An object that already exists for `tag` is reused without compiling
+ * (the compile cache). Results:
+ *   EX_OK              *so_path set (caller frees); *diag may hold warnings
+ *   EX_ERR_COMPILE     the compiler rejected the code; *diag = its output
+ *   EX_ERR_INTERRUPTED *tc->interrupted became set while the compiler ran
+ *                      (its process group is killed; nothing is kept)
+ *   EX_ERR_USAGE       %cflags/%ldflags/NBFORK_NVCCFLAGS do not parse
+ *   EX_ERR_SYSTEM      a system failure (write, pipe, fork; the compiler
+ *                      could not be run; no nvcc for a CUDA cell)
+ *   EX_ERR_NOMEM       out of memory
+ * On every failure but EX_ERR_INTERRUPTED *diag (caller frees) says what
+ * failed, unless memory ran out before it could. There is no limit on the
+ * number of flag words. */
+ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
+                       char **so_path, char **diag);
 
 /* The CUDA compiler to use (caller frees), or NULL: NBFORK_NVCC if set,
  * else `nvcc` on PATH, else $CUDA_HOME/bin/nvcc, else

@@ -17,12 +17,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/nbf_test.h"
 #include "ex_cell.h"
 #include "ex_compile.h"
 #include "ex_jit.h"
 #include "ex_split.h"
-#include "../common/nbf_test.h"
 #include "ex_timeit.h"
+#include "nbf_buf.h"
 
 #ifndef EX_TEST_INCDIR
 #error "EX_TEST_INCDIR (directory of nbfork.h) must be defined"
@@ -625,9 +626,9 @@ NBF_TEST(cell_launch_thunk) {
   cells_t c = cells_new();
   ex_cell_unit_t u;
   char err[64];
-  ASSERT_EQ(ex_cell_generate(c.st, "int train(int n) { return n; }", 0, "cell[1]", "train(3)",
-                                 NULL, "", &u, err, sizeof err),
-                0);
+  ASSERT_EQ(ex_cell_generate(c.st, "int train(int n) { return n; }", 0, "cell[1]", "train(3)", NULL,
+                             "", &u, err, sizeof err),
+            0);
   ASSERT_EQ(u.has_launch, 1);
   ASSERT_CONTAINS(u.source, u.launch_symbol);
   ASSERT_CONTAINS(u.source, "extern \"C\" int __nbf_launch_");
@@ -641,12 +642,12 @@ NBF_TEST(cell_cxx_cell_leaves_c_cells_alone) {
   ex_cell_unit_t u;
   char err[64];
   ASSERT_EQ(ex_cell_generate(c.st,
-                                 "#include <cstdio>\n#define K 2\n"
-                                 "template <typename T> T twice(T v) { return v + v; }\n"
-                                 "__global__ void kern(int *p) { *p = 1; }\n"
-                                 "int answer(void) { return twice(21); }",
-                                 1, "cell[1]", NULL, NULL, "", &u, err, sizeof err),
-                0);
+                             "#include <cstdio>\n#define K 2\n"
+                             "template <typename T> T twice(T v) { return v + v; }\n"
+                             "__global__ void kern(int *p) { *p = 1; }\n"
+                             "int answer(void) { return twice(21); }",
+                             1, "cell[1]", NULL, NULL, "", &u, err, sizeof err),
+            0);
   ASSERT_EQ(u.cxx, 1);
   ASSERT_CONTAINS(u.source, "template <typename T> T twice(T v) { return v + v; }");
   ASSERT_CONTAINS(u.source, "__global__ void kern(int *p) { *p = 1; }");
@@ -669,8 +670,8 @@ NBF_TEST(cell_split_error) {
   cells_t c = cells_new();
   ex_cell_unit_t u;
   char err[128] = "";
-  ASSERT_EQ(
-      ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, NULL, "", &u, err, sizeof err), -1);
+  ASSERT_EQ(ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, NULL, "", &u, err, sizeof err),
+            EX_ERR_SPLIT);
   ASSERT_CONTAINS(err, "not closed");
   ex_cell_state_destroy(&c.st);
 }
@@ -778,10 +779,10 @@ static size_t count_objects(const char *dir) {
 static void *run_cell(engine_t *e, const char *code, char tag_out[17]) {
   ex_cell_unit_t u = gen(&e->cells, code, 0);
   char *so = NULL, *diag = NULL;
-  int rc = ex_compile(&e->tc, u.source, u.tag, 0, &so, &diag);
-  if (rc != 0)
-    NBF_TEST_FAIL("cell did not compile (rc %d):\n%s\n--- diagnostics:\n%s\n--- unit:\n%s", rc, code,
-                 diag ? diag : "", u.source);
+  ex_result_t rc = ex_compile(&e->tc, u.source, u.tag, 0, &so, &diag);
+  if (rc != EX_OK)
+    NBF_TEST_FAIL("cell did not compile (%s):\n%s\n--- diagnostics:\n%s\n--- unit:\n%s",
+                  ex_result_name(rc), code, diag ? diag : "", u.source);
   free(diag);
   void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
   if (!h)
@@ -874,12 +875,35 @@ NBF_TEST(compile_local_header_next_to_the_notebook) {
   engine_destroy(&e);
 }
 
+/* Hundreds of flag words all reach the compiler: the argument vector
+ * grows (it once stopped at 128 words and dropped the rest silently). */
+NBF_TEST(compile_many_flags_reach_the_compiler) {
+  engine_t e;
+  engine_init(&e);
+  nbf_buf_t flags = {0};
+  ASSERT_EQ(nbf_buf_puts(&flags, "-O0"), 0);
+  for (int i = 0; i < 300; i++)
+    ASSERT_EQ(nbf_buf_printf(&flags, " -DNBF_FLAG_%d=%d", i, i), 0);
+  e.tc.cflags = flags.data;
+  char tag[17];
+  void *h = run_cell(&e, "int first = NBF_FLAG_0, last = NBF_FLAG_299;", tag);
+  ASSERT_EQ(*(int *)sym(h, "first", tag), 0);
+  ASSERT_EQ(*(int *)sym(h, "last", tag), 299);
+  /* and as many %ldflags words */
+  e.tc.ldflags = "-lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm "
+                 "-lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm";
+  h = run_cell(&e, "int also = NBF_FLAG_150;", tag);
+  ASSERT_EQ(*(int *)sym(h, "also", tag), 150);
+  nbf_buf_free(&flags);
+  engine_destroy(&e);
+}
+
 NBF_TEST(compile_error_has_cell_lines) {
   engine_t e;
   engine_init(&e);
   ex_cell_unit_t u = gen(&e.cells, "int ok = 1;\nint bad = ;\nundefined_thing", 0);
   char *so = NULL, *diag = NULL;
-  ASSERT_EQ(ex_compile(&e.tc, u.source, u.tag, 0, &so, &diag), 1);
+  ASSERT_EQ(ex_compile(&e.tc, u.source, u.tag, 0, &so, &diag), EX_ERR_COMPILE);
   ASSERT_TRUE(so == NULL);
   char *clean = ex_compile_clean(diag);
   ASSERT_CONTAINS(clean, "cell[1]:2:");
@@ -1013,8 +1037,8 @@ NBF_TEST(compile_cxx_unit_with_host_compiler) {
   ex_cell_unit_t l;
   char err[64];
   ASSERT_EQ(ex_cell_generate(e.cells.st, "void go(void) {}", 1, "cell[2]", "go()", NULL, "", &l,
-                                 err, sizeof err),
-                0);
+                             err, sizeof err),
+            0);
   f = fopen(src, "w");
   fputs(l.source, f);
   fclose(f);
@@ -1201,19 +1225,19 @@ static void sleep_loop(long n) {
 NBF_TEST(timeit_autorange_and_runs) {
   ex_timeit_result_t r;
   g_timed = 0;
-  ASSERT_EQ(ex_timeit_run(sleep_loop, 0, 3, NULL, &r), 0);
+  ASSERT_EQ(ex_timeit_run(sleep_loop, 0, 3, NULL, &r), EX_OK);
   ASSERT_EQ(r.runs, 3);
   ASSERT_TRUE(r.loops == 100 || r.loops == 200); /* 1 ms sleeps: ~0.2 s at 200 */
   ASSERT_TRUE(r.mean_s >= 0.001 && r.mean_s < 0.005);
   ASSERT_TRUE(r.stdev_s >= 0 && r.stdev_s < r.mean_s);
   /* -n 4 -r 2: exactly 8 loops, no calibration */
   g_timed = 0;
-  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, NULL, &r), 0);
+  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, NULL, &r), EX_OK);
   ASSERT_EQ(g_timed, 8);
   ASSERT_EQ(r.loops, 4);
   ASSERT_EQ(r.runs, 2);
   /* an interrupt already pending: no run, -1 */
   volatile sig_atomic_t stop = 1;
-  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, &stop, &r), -1);
+  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, &stop, &r), EX_ERR_INTERRUPTED);
   ASSERT_EQ(r.runs, 0);
 }
