@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,14 +20,6 @@
 #include "nbf_buf.h"
 #include "nbf_param.h"
 #include "nbf_util.h"
-
-static char *dup_printf(const char *fmt, const char *a, const char *b) {
-  size_t n = strlen(fmt) + strlen(a) + strlen(b) + 1;
-  char *r = malloc(n);
-  if (r)
-    snprintf(r, n, fmt, a, b);
-  return r;
-}
 
 static int write_file(const char *path, const char *data) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -151,26 +144,22 @@ static const char *libc_nonshared(const char *cc) {
 /* The paths of one compile: WORKDIR/cell_TAG.{c,cu,so,so.tmp} and the
  * -I/-L/rpath words that point at nbfork's header and library. */
 typedef struct {
-  char *src, *so, *tmp, *inc, *libp, *rpath;
+  char src[PATH_MAX], so[PATH_MAX], tmp[PATH_MAX];
+  char inc[PATH_MAX], libp[PATH_MAX], rpath[PATH_MAX];
 } ex_paths_t;
 
+/* 0, or -1 when a directory is too long for a path. */
 static int paths_init(ex_paths_t *p, const ex_toolchain_t *tc, const char *tag, int cuda) {
-  p->src = dup_printf(cuda ? "%s/cell_%s.cu" : "%s/cell_%s.c", tc->workdir, tag);
-  p->so = dup_printf("%s/cell_%s.so", tc->workdir, tag);
-  p->tmp = dup_printf("%s/cell_%s.so.tmp", tc->workdir, tag);
-  p->inc = dup_printf("-I%s%s", tc->incdir, "");
-  p->libp = dup_printf("-L%s%s", tc->libdir, "");
-  p->rpath = dup_printf(cuda ? "-rpath=%s%s" : "-Wl,-rpath,%s%s", tc->libdir, "");
-  return p->src && p->so && p->tmp && p->inc && p->libp && p->rpath ? 0 : -1;
-}
-
-static void paths_free(ex_paths_t *p) {
-  free(p->src);
-  free(p->so);
-  free(p->tmp);
-  free(p->inc);
-  free(p->libp);
-  free(p->rpath);
+  const char *wd = tc->workdir;
+  int fits =
+      snprintf(p->src, sizeof p->src, "%s/cell_%s.%s", wd, tag, cuda ? "cu" : "c") < PATH_MAX;
+  fits &= snprintf(p->so, sizeof p->so, "%s/cell_%s.so", wd, tag) < PATH_MAX;
+  fits &= snprintf(p->tmp, sizeof p->tmp, "%s/cell_%s.so.tmp", wd, tag) < PATH_MAX;
+  fits &= snprintf(p->inc, sizeof p->inc, "-I%s", tc->incdir) < PATH_MAX;
+  fits &= snprintf(p->libp, sizeof p->libp, "-L%s", tc->libdir) < PATH_MAX;
+  fits &= snprintf(p->rpath, sizeof p->rpath, "%s%s", cuda ? "-rpath=" : "-Wl,-rpath,",
+                   tc->libdir) < PATH_MAX;
+  return fits ? 0 : -1;
 }
 
 /* The driver and the flags every cell gets, before the user's flags. */
@@ -329,22 +318,23 @@ ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char 
                        char **so_path, char **diag) {
   *so_path = NULL;
   *diag = NULL;
-  ex_paths_t p = {0};
+  ex_paths_t *p = malloc(sizeof *p); /* 24 KiB: not on the stack */
   nbf_buf_t out = {0};
   ex_result_t r = EX_ERR_NOMEM;
   struct stat st;
-  if (paths_init(&p, tc, tag, cuda) == 0) {
+  if (p && paths_init(p, tc, tag, cuda)) {
+    nbf_buf_printf(&out, "the work directory's path is too long: %s\n", tc->workdir);
+    r = EX_ERR_SYSTEM;
+  } else if (p) {
     /* compile cache: same unit, same flags */
-    r = stat(p.so, &st) == 0 ? EX_OK : compile_unit(tc, source, cuda, &p, &out);
-    if (r == EX_OK) {
-      *so_path = p.so;
-      p.so = NULL;
-    }
+    r = stat(p->so, &st) == 0 ? EX_OK : compile_unit(tc, source, cuda, p, &out);
+    if (r == EX_OK && !(*so_path = strdup(p->so)))
+      r = EX_ERR_NOMEM;
   }
   if (out.len)
     *diag = nbf_buf_take(&out);
   nbf_buf_free(&out);
-  paths_free(&p);
+  free(p);
   return r;
 }
 
