@@ -424,13 +424,21 @@ static cells_t cells_new(void) {
   return c;
 }
 
-/* Generate (and commit) a unit for `code` as the next cell. */
-static ex_cell_unit_t gen(cells_t *c, const char *code, int commit) {
+/* Generate the unit for `code` (and `%launch launch_call` when not
+ * NULL) as the next cell; fails the test when it cannot. */
+static ex_cell_unit_t gen_launch(cells_t *c, const char *code, const char *launch_call) {
   ex_cell_unit_t u;
   char label[32], err[256] = "";
   snprintf(label, sizeof label, "cell[%d]", ++c->count);
-  if (ex_cell_generate(c->st, code, 0, label, NULL, NULL, "salt", &u, err, sizeof err))
-    NBF_TEST_FAIL("ex_cell_generate failed on:\n%s\n--- error: %s", code, err);
+  if (ex_cell_generate(c->st, code, 0, label, launch_call, NULL, "salt", &u, err, sizeof err))
+    NBF_TEST_FAIL("ex_cell_generate failed on:\n%s%s%s\n--- error: %s", code,
+                  launch_call ? "\n%launch " : "", launch_call ? launch_call : "", err);
+  return u;
+}
+
+/* Generate (and commit) a unit for `code` as the next cell. */
+static ex_cell_unit_t gen(cells_t *c, const char *code, int commit) {
+  ex_cell_unit_t u = gen_launch(c, code, NULL);
   if (commit)
     ASSERT_EQ(ex_cell_commit(c->st, &u), 0);
   return u;
@@ -985,18 +993,23 @@ NBF_TEST(compile_show_values) {
   unsetenv("NBFORK_DISPLAY_FD"); /* nbf__execute_result prints to stdout */
   engine_t e;
   engine_init(&e);
-  ASSERT_EQ_STR(shown(&e, "int j = 5;\nj"), "5\n");
-  ASSERT_EQ_STR(shown(&e, "2.5"), "2.5\n");
-  ASSERT_EQ_STR(shown(&e, "1.0 / 3"), "0.3333333333333333\n");
-  ASSERT_EQ_STR(shown(&e, "0.1f"), "0.1\n");
-  ASSERT_EQ_STR(shown(&e, "\"a\\\"b\\n\""), "\"a\\\"b\\n\"\n");
-  ASSERT_EQ_STR(shown(&e, "(char)65"), "'A' (65)\n");
-  ASSERT_EQ_STR(shown(&e, "(_Bool)1"), "true\n");
-  ASSERT_EQ_STR(shown(&e, "-3000000000LL"), "-3000000000\n");
-  ASSERT_EQ_STR(shown(&e, "18446744073709551615ULL"), "18446744073709551615\n");
-  ASSERT_EQ_STR(shown(&e, "(__int128)-5"), "-5\n");
-  ASSERT_EQ_STR(shown(&e, "(void *)0"), "NULL\n");
-  ASSERT_EQ_STR(shown(&e, "(char *)0"), "NULL\n");
+  /* cell -> what it shows */
+  static const char *const cases[][2] = {
+      {"int j = 5;\nj", "5\n"},
+      {"2.5", "2.5\n"},
+      {"1.0 / 3", "0.3333333333333333\n"},
+      {"0.1f", "0.1\n"},
+      {"\"a\\\"b\\n\"", "\"a\\\"b\\n\"\n"},
+      {"(char)65", "'A' (65)\n"},
+      {"(_Bool)1", "true\n"},
+      {"-3000000000LL", "-3000000000\n"},
+      {"18446744073709551615ULL", "18446744073709551615\n"},
+      {"(__int128)-5", "-5\n"},
+      {"(void *)0", "NULL\n"},
+      {"(char *)0", "NULL\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    ASSERT_EQ_STR(shown(&e, cases[i][0]), cases[i][1]);
   const char *p = shown(&e, "&j");
   ASSERT_TRUE(!strncmp(p, "0x", 2));
   ASSERT_EQ_STR(shown(&e, "struct P { int a, b; };\nstruct P pt = {1, 2};\npt"),
@@ -1004,6 +1017,28 @@ NBF_TEST(compile_show_values) {
   /* a void expression shows nothing */
   ASSERT_EQ_STR(shown(&e, "void nothing(void) {}\nnothing()"), "");
   engine_destroy(&e);
+}
+
+/* Compile unit `u` with the host C++ compiler into WORKDIR/so_name
+ * (`link`: extra words for the link) and load it; fails the test when
+ * either fails. */
+static void *cxx_load(const engine_t *e, const ex_cell_unit_t *u, const char *so_name,
+                      const char *link) {
+  char src[128], so[128], cmd[1024];
+  snprintf(src, sizeof src, "%s/unit.cc", e->workdir);
+  snprintf(so, sizeof so, "%s/%s", e->workdir, so_name);
+  FILE *f = fopen(src, "w");
+  ASSERT_TRUE(f != NULL);
+  fputs(u->source, f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s %s 2>&1", EX_TEST_INCDIR, so, src,
+           link);
+  if (system(cmd) != 0)
+    NBF_TEST_FAIL("the C++ unit did not compile:\n%s", u->source);
+  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
+  if (!h)
+    NBF_TEST_FAIL("dlopen: %s", dlerror());
+  return h;
 }
 
 NBF_TEST(compile_cxx_unit_with_host_compiler) {
@@ -1016,20 +1051,8 @@ NBF_TEST(compile_cxx_unit_with_host_compiler) {
   engine_t e;
   engine_init(&e);
   ex_cell_unit_t u = gen(&e.cells, "int h(void) { return 7; }\nvoid v(void) {}\nv();\nh()", 0);
-  char src[128], so[128], cmd[1024];
-  snprintf(src, sizeof src, "%s/unit.cc", e.workdir);
-  snprintf(so, sizeof so, "%s/unit.so", e.workdir);
-  FILE *f = fopen(src, "w");
-  ASSERT_TRUE(f != NULL);
-  fputs(u.source, f);
-  fclose(f);
-  snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s -L%s -Wl,-rpath,%s -lnbfork 2>&1",
-           EX_TEST_INCDIR, so, src, EX_TEST_LIBDIR, EX_TEST_LIBDIR);
-  if (system(cmd) != 0)
-    NBF_TEST_FAIL("the C++ unit did not compile:\n%s", u.source);
-  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
-  if (!h)
-    NBF_TEST_FAIL("dlopen: %s", dlerror());
+  void *h =
+      cxx_load(&e, &u, "unit.so", "-L" EX_TEST_LIBDIR " -Wl,-rpath," EX_TEST_LIBDIR " -lnbfork");
   ASSERT_TRUE(dlsym(h, u.run_symbol) != NULL); /* extern "C": unmangled */
   ASSERT_TRUE(sym(h, "h", u.tag) != NULL);
   ex_cell_unit_free(&u);
@@ -1039,16 +1062,7 @@ NBF_TEST(compile_cxx_unit_with_host_compiler) {
   ASSERT_EQ(ex_cell_generate(e.cells.st, "void go(void) {}", 1, "cell[2]", "go()", NULL, "", &l,
                              err, sizeof err),
             0);
-  f = fopen(src, "w");
-  fputs(l.source, f);
-  fclose(f);
-  snprintf(so, sizeof so, "%s/unit2.so", e.workdir);
-  snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s 2>&1", EX_TEST_INCDIR, so, src);
-  if (system(cmd) != 0)
-    NBF_TEST_FAIL("the C++ launch unit did not compile:\n%s", l.source);
-  void *h2 = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
-  if (!h2)
-    NBF_TEST_FAIL("dlopen: %s", dlerror());
+  void *h2 = cxx_load(&e, &l, "unit2.so", "");
   int (*launch)(void) = (int (*)(void))dlsym(h2, l.launch_symbol);
   ASSERT_TRUE(launch != NULL);
   ASSERT_EQ(launch(), 0);
@@ -1063,11 +1077,7 @@ NBF_TEST_MAIN()
 /* The unit of a cell holding only `%launch CALL` (the executor's case),
  * and its thunk through the fast path (NULL: declined). */
 static ex_jit_launch_fn jit(engine_t *e, const char *call, const char *cflags) {
-  ex_cell_unit_t u;
-  char label[32], err[256] = "";
-  snprintf(label, sizeof label, "cell[%d]", ++e->cells.count);
-  if (ex_cell_generate(e->cells.st, "", 0, label, call, NULL, "salt", &u, err, sizeof err))
-    NBF_TEST_FAIL("ex_cell_generate failed on %%launch %s: %s", call, err);
+  ex_cell_unit_t u = gen_launch(&e->cells, "", call);
   ex_jit_launch_fn fn = ex_jit_launch(e->cells.st, call, u.source, u.tag, u.launch_symbol,
                                       e->tc.incdir, cflags ? cflags : e->tc.cflags);
   ex_cell_unit_free(&u);
