@@ -558,8 +558,7 @@ ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, con
                              const char *launch_call, const char *timeit_stmt, const char *salt,
                              ex_cell_unit_t *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  if (ex_split(code, cxx ? EX_SPLIT_CXX : 0, ex_cell_is_type, st, &out->split, err, errlen))
-    return EX_ERR_SPLIT;
+  EX_CHECK(ex_split(code, cxx ? EX_SPLIT_CXX : 0, ex_cell_is_type, st, &out->split, err, errlen));
   out->cxx = cxx;
   /* a %timeit loop is compiled with the flags of function code */
   out->straight = is_straight(&out->split) && !timeit_stmt;
@@ -645,7 +644,15 @@ static entry_t make_entry(char *key, char *text, const char *kind, char *decl, c
   return e;
 }
 
-int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
+/* A definition of `name` replaces the prototype an earlier cell gave. */
+static void drop_prototype(ex_cell_state_t *st, const char *name) {
+  char *pk = concat("proto:", name);
+  if (pk)
+    drop_entry(st, pk);
+  free(pk);
+}
+
+ex_result_t ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
   int rc = 0;
   for (size_t i = 0; i < u->split.count; i++) {
     const ex_chunk_t *k = &u->split.chunks[i];
@@ -688,10 +695,7 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
       }
       break;
     case EX_CHUNK_FUNCTION: {
-      char *pk = concat("proto:", k->name);
-      if (pk)
-        drop_entry(st, pk);
-      free(pk);
+      drop_prototype(st, k->name);
       rc |=
           put_entry(st, make_entry(chunk_key(k),
                                    fmt("%s __asm__(\"%s__c%s\");\n", k->signature, k->name, u->tag),
@@ -706,10 +710,7 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
       }
       for (size_t d = 0; d < k->ndecls; d++) {
         const ex_declarator_t *dd = &k->decls[d];
-        char *pk = concat("proto:", dd->name);
-        if (pk)
-          drop_entry(st, pk);
-        free(pk);
+        drop_prototype(st, dd->name);
         rc |= put_entry(st, make_entry(concat("sym:", dd->name),
                                        fmt("extern %s %s __asm__(\"%s__c%s\");\n", k->specifiers,
                                            dd->declarator, dd->name, u->tag),
@@ -721,7 +722,7 @@ int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
       break;
     }
   }
-  return rc ? -1 : 0;
+  return rc ? EX_ERR_NOMEM : EX_OK;
 }
 
 void ex_cell_unit_free(ex_cell_unit_t *u) {

@@ -75,8 +75,9 @@ ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, con
                              const char *launch_call, const char *timeit_stmt, const char *salt,
                              ex_cell_unit_t *out, char *err, size_t errlen);
 
-/* Record the unit's definitions after it compiled and loaded. */
-int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u);
+/* Record the unit's definitions after it compiled and loaded. EX_OK, or
+ * EX_ERR_NOMEM (some definitions may then be missing for later cells). */
+ex_result_t ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u);
 
 void ex_cell_unit_free(ex_cell_unit_t *u);
 

@@ -738,13 +738,13 @@ static int semi_ends_chunk(const cx_t *c, size_t a, size_t i) {
   return 1;
 }
 
-int ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
-             char *err, size_t errlen) {
+ex_result_t ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
+                     char *err, size_t errlen) {
   tk_list_t tl = {0};
   memset(out, 0, sizeof *out);
   if (tokenize(src, &tl, err, errlen, NULL)) {
     free(tl.v);
-    return -1;
+    return EX_ERR_SPLIT;
   }
   cx_t c = {src, tl.v, tl.n, is_type, ctx, NULL, 0, (flags & EX_SPLIT_CXX) != 0};
   size_t cap = 0;
@@ -795,14 +795,15 @@ int ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_sp
   }
   free(tl.v);
   free(c.local_types);
-  return 0;
+  return EX_OK;
 fail:
   free(tl.v);
   free(c.local_types);
   ex_split_free(out);
-  if (err && errlen && !err[0])
-    set_err(err, errlen, "out of memory");
-  return -1;
+  if (err && errlen && err[0])
+    return EX_ERR_SPLIT; /* the message says what does not parse */
+  set_err(err, errlen, "out of memory");
+  return EX_ERR_NOMEM;
 }
 
 void ex_split_free(ex_split_t *s) {

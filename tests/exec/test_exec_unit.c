@@ -59,7 +59,7 @@ static const char *kind_name(ex_chunk_kind_t k) {
 static ex_split_t split_ok_with(const char *src, ex_is_type_fn is_type, void *ctx) {
   ex_split_t s;
   char err[256] = "";
-  if (ex_split(src, 0, is_type, ctx, &s, err, sizeof err) != 0)
+  if (ex_split(src, 0, is_type, ctx, &s, err, sizeof err) != EX_OK)
     NBF_TEST_FAIL("ex_split failed on:\n%s\n--- error: %s", src, err);
   return s;
 }
@@ -87,11 +87,12 @@ static char *kinds_of(const char *src) {
 static void expect_split_error(const char *src, const char *msg_part) {
   ex_split_t s;
   char err[256] = "";
-  int rc = ex_split(src, 0, NULL, NULL, &s, err, sizeof err);
-  if (rc == 0) {
+  ex_result_t rc = ex_split(src, 0, NULL, NULL, &s, err, sizeof err);
+  if (rc == EX_OK) {
     ex_split_free(&s);
     NBF_TEST_FAIL("ex_split accepted unbalanced source:\n%s", src);
   }
+  ASSERT_EQ(rc, EX_ERR_SPLIT);
   ASSERT_CONTAINS(err, msg_part);
   ASSERT_EQ(s.count, 0);
 }
@@ -396,7 +397,7 @@ NBF_TEST(split_cxx_cuda_cell) {
                     "host_fn(2)";
   ex_split_t s;
   char err[128] = "";
-  ASSERT_EQ(ex_split(src, EX_SPLIT_CXX, NULL, NULL, &s, err, sizeof err), 0);
+  ASSERT_EQ(ex_split(src, EX_SPLIT_CXX, NULL, NULL, &s, err, sizeof err), EX_OK);
   char kinds[512] = "";
   for (size_t i = 0; i < s.count; i++) {
     if (i)
@@ -440,7 +441,7 @@ static ex_cell_unit_t gen_launch(cells_t *c, const char *code, const char *launc
 static ex_cell_unit_t gen(cells_t *c, const char *code, int commit) {
   ex_cell_unit_t u = gen_launch(c, code, NULL);
   if (commit)
-    ASSERT_EQ(ex_cell_commit(c->st, &u), 0);
+    ASSERT_EQ(ex_cell_commit(c->st, &u), EX_OK);
   return u;
 }
 
@@ -660,7 +661,7 @@ NBF_TEST(cell_cxx_cell_leaves_c_cells_alone) {
   ASSERT_CONTAINS(u.source, "template <typename T> T twice(T v) { return v + v; }");
   ASSERT_CONTAINS(u.source, "__global__ void kern(int *p) { *p = 1; }");
   ASSERT_CONTAINS(u.source, label_of("answer", u.tag));
-  ASSERT_EQ(ex_cell_commit(c.st, &u), 0);
+  ASSERT_EQ(ex_cell_commit(c.st, &u), EX_OK);
   ex_cell_unit_t v = gen(&c, "answer() * K", 0);
   /* the C++ header only under __cplusplus, the macro and host function
    * for everyone, the template and the kernel for nobody */
@@ -796,7 +797,7 @@ static void *run_cell(engine_t *e, const char *code, char tag_out[17]) {
   if (!h)
     NBF_TEST_FAIL("dlopen: %s", dlerror());
   free(so);
-  ASSERT_EQ(ex_cell_commit(e->cells.st, &u), 0);
+  ASSERT_EQ(ex_cell_commit(e->cells.st, &u), EX_OK);
   void (*run)(void) = (void (*)(void))dlsym(h, u.run_symbol);
   ASSERT_TRUE(run != NULL);
   run();
