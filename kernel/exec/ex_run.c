@@ -25,27 +25,31 @@
  *
  * Caveat: siglongjmp out of a signal handler is only safe when the code
  * it leaves holds no lock and is in the middle of no update. The jump is
- * armed only while cell code runs, never while the executor itself
- * compiles, loads, or writes events, so the executor's own malloc and
- * stdio calls are never cut. But a cell that is inside malloc, printf or
- * any other function that is not async-signal-safe when the interrupt
- * arrives is left mid-call: a heap arena lock or a stdio buffer can stay
- * locked or half-updated. What happens then today:
- *  - if the executor blocks on such a lock before it replies (its reply
- *    is built with jansson, which allocates), the kernel kills it when
- *    no reply has come KN_WIRE_INTERRUPT_GRACE_MS (2 s) after the
- *    interrupt, reports "did not stop within ... and was killed" and
- *    starts a fresh executor (kn_kernel.c): the state of earlier cells is
- *    lost, but the kernel lives;
- *  - if it replies first, a lock left taken can hang a LATER cell, which
- *    no deadline covers; the user then restarts the kernel.
- * The executor does not defer the jump while cell code is inside libc.
- * A mitigation (jump only when the interrupted program counter lies in a
- * cell's own object, else set a flag and retry on a short timer, falling
- * back to the jump for cells blocked in a system call) was considered and
- * not done: it needs per-architecture ucontext code and a timer signal,
- * and it would delay the interrupt of a cell sleeping in libc towards
- * the kernel's grace time. */
+ * armed only while cell code runs (g_jmp_armed), never while the
+ * executor itself compiles, loads or writes events, so the executor's
+ * own malloc and stdio calls are never cut short. But cell code that is
+ * inside malloc, printf or any other function that is not
+ * async-signal-safe when the interrupt arrives is left mid-call, and the
+ * executor does NOT defer the jump in that case:
+ *  - stdio: glibc's FILE locks are recursive and this process has one
+ *    thread, so a lock left taken does not block later output; buffered
+ *    output of that call may be lost or repeated;
+ *  - malloc: the arena lock is not recursive. If the jump left it taken,
+ *    the executor blocks in its next allocation. When that is before its
+ *    reply (the reply is built with jansson, which allocates), the kernel
+ *    gets no reply within KN_WIRE_INTERRUPT_GRACE_MS (2 s) of the
+ *    interrupt, kills the executor, reports "did not stop within ... and
+ *    was killed" and starts a fresh one (kn_kernel.c): the state of
+ *    earlier cells is lost, the kernel lives. When the block comes after
+ *    the reply, a later cell hangs until the user interrupts it, and the
+ *    same grace time then ends in the same kill and fresh executor.
+ * Not done: jumping only when the interrupted program counter lies in a
+ * cell's own code, and otherwise retrying from a timer. A loop that is
+ * worth interrupting and is unsafe to cut spends its time inside libc
+ * (printf, malloc), so the retries would seldom land in cell code and
+ * would end in today's jump anyway, after a delay eaten out of the
+ * kernel's grace time; it would also take a timer signal from the cells
+ * and per-architecture ucontext code. */
 static sigjmp_buf g_jmp;
 static volatile sig_atomic_t g_jmp_armed;
 static volatile sig_atomic_t g_interrupted;
