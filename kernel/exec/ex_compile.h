@@ -1,6 +1,7 @@
 /*
- * ex_compile — run the system C compiler (or nvcc) on a generated unit and
- * load the result.
+ * ex_compile — run the system C compiler (or nvcc) on a generated unit
+ * (ex_run.c loads the result; ex_diag.h turns the diagnostics into what
+ * the user sees).
  *
  * The compiler runs as a child process (fork + exec; the executor is
  * single-threaded so this is safe) with its diagnostics captured, never
@@ -52,16 +53,5 @@ ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char 
  * /usr/local/cuda/bin/nvcc (where the toolkit installs it without putting
  * it on PATH). */
 char *ex_compile_find_nvcc(void);
-
-/* Compiler diagnostics as the user should see them (caller frees): lines
- * about the generated wrapper (`In function '__nbf_run_...'`, notes in
- * nbfork's own helper code, `cc1: some warnings being treated as errors`)
- * and repeated lines dropped, versioned symbol names (`sq__c<16 hex>`)
- * shown as the plain name. */
-char *ex_compile_clean(const char *diag);
-
-/* The first "error" line of compiler diagnostics, trimmed, for a one-line
- * summary (caller frees). */
-char *ex_compile_summary(const char *diag);
 
 #endif

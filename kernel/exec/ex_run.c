@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../kn_wire.h"
+#include "ex_diag.h"
 #include "ex_events.h"
 #include "ex_jit.h"
 #include "ex_timeit.h"
@@ -154,7 +155,7 @@ static int reply_compile_failure(ex_result_t r, const char *d) {
                                 "earlier cells is kept",
                                 NULL);
   int rejected = r == EX_ERR_COMPILE;
-  char *summary = rejected ? ex_compile_summary(d) : strndup(d, strcspn(d, "\n"));
+  char *summary = rejected ? ex_diag_summary(d) : strndup(d, strcspn(d, "\n"));
   /* a failure of the link step alone (a missing -lNAME) is a LinkError */
   int link_only = rejected && summary &&
                   (strstr(summary, "cannot find") || strstr(summary, "undefined reference") ||
@@ -172,7 +173,7 @@ static int reply_compile_failure(ex_result_t r, const char *d) {
 static int reply_load_failure(const char *label) {
   const char *de = dlerror();
   const char *tail = de ? strstr(de, ".so: ") : NULL;
-  char *msg = ex_compile_clean(tail ? tail + 5 : de ? de : "cannot load the cell");
+  char *msg = ex_diag_clean(tail ? tail + 5 : de ? de : "cannot load the cell");
   char ev[1024];
   snprintf(ev, sizeof ev, "%s: %.*s", label, msg ? (int)strcspn(msg, "\n") : 0, msg ? msg : "");
   free(msg);
@@ -192,7 +193,7 @@ static void *compile_and_load(ex_t *ex, int cuda, const ex_cell_unit_t *u, const
   char *so = NULL, *diag = NULL;
   ex_result_t r = ex_compile(&ex->tc, u->source, u->tag, cuda, &so, &diag);
   ex->tc.cflags = NULL;
-  char *clean = diag && r != EX_ERR_INTERRUPTED ? ex_compile_clean(diag) : NULL;
+  char *clean = diag && r != EX_ERR_INTERRUPTED ? ex_diag_clean(diag) : NULL;
   free(diag);
   if (r != EX_OK) {
     *replied = reply_compile_failure(r, clean ? clean : "");

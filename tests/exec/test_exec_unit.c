@@ -20,6 +20,7 @@
 #include "../common/nbf_test.h"
 #include "ex_cell.h"
 #include "ex_compile.h"
+#include "ex_diag.h"
 #include "ex_jit.h"
 #include "ex_split.h"
 #include "ex_timeit.h"
@@ -695,25 +696,25 @@ NBF_TEST(compile_clean_diagnostics) {
                     "cell[2]:1:13: error: 'foo' undeclared (first use in this function)\n"
                     "cell[2]:3:1: warning: call to sq__c0123456789abcdef here\n"
                     "cc1: some warnings being treated as errors\n";
-  char *c = ex_compile_clean(raw);
+  char *c = ex_diag_clean(raw);
   ASSERT_EQ_STR(c, "cell[2]:1:9: error: expected expression before ';' token\n"
                    "cell[2]:1:13: error: 'foo' undeclared (first use in this function)\n"
                    "cell[2]:3:1: warning: call to sq here\n");
   free(c);
-  c = ex_compile_clean("");
+  c = ex_diag_clean("");
   ASSERT_EQ_STR(c, "");
   free(c);
 }
 
 NBF_TEST(compile_summary) {
-  char *s = ex_compile_summary("cell[1]: In function 'f':\ncell[1]:2:3: error: boom  \nmore\n");
+  char *s = ex_diag_summary("cell[1]: In function 'f':\ncell[1]:2:3: error: boom  \nmore\n");
   ASSERT_EQ_STR(s, "cell[1]:2:3: error: boom");
   free(s);
-  s = ex_compile_summary("/usr/bin/ld: cannot find -lnope: No such file or directory\n"
-                         "collect2: error: ld returned 1 exit status\n");
+  s = ex_diag_summary("/usr/bin/ld: cannot find -lnope: No such file or directory\n"
+                      "collect2: error: ld returned 1 exit status\n");
   ASSERT_EQ_STR(s, "/usr/bin/ld: cannot find -lnope: No such file or directory");
   free(s);
-  s = ex_compile_summary("");
+  s = ex_diag_summary("");
   ASSERT_EQ_STR(s, "compilation failed");
   free(s);
 }
@@ -914,12 +915,12 @@ NBF_TEST(compile_error_has_cell_lines) {
   char *so = NULL, *diag = NULL;
   ASSERT_EQ(ex_compile(&e.tc, u.source, u.tag, 0, &so, &diag), EX_ERR_COMPILE);
   ASSERT_TRUE(so == NULL);
-  char *clean = ex_compile_clean(diag);
+  char *clean = ex_diag_clean(diag);
   ASSERT_CONTAINS(clean, "cell[1]:2:");
   ASSERT_CONTAINS(clean, "cell[1]:3:");
   ASSERT_NOT_CONTAINS(clean, "__nbf_");
   ASSERT_NOT_CONTAINS(clean, "<nbfork>");
-  char *sum = ex_compile_summary(clean);
+  char *sum = ex_diag_summary(clean);
   ASSERT_CONTAINS(sum, "cell[1]:2:");
   ASSERT_CONTAINS(sum, "error:");
   ASSERT_TRUE(!strchr(sum, '\n'));
