@@ -42,6 +42,12 @@ void ex_cell_state_destroy(ex_cell_state_t **st_p);
 /* ex_is_type_fn over the typedef names earlier cells defined. */
 int ex_cell_is_type(const char *name, void *st);
 
+/* Append to `out` the prelude of a cell split as `sp`: what earlier cells
+ * defined, minus what the cell redefines. 0, or -1 when memory ran out
+ * (ex_cell_generate's part; in ex_cell_state.c with the registry). */
+struct nbf_buf;
+int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struct nbf_buf *out);
+
 typedef struct {
   char *source;           /* generated C translation unit                     */
   char tag[17];           /* hex hash of the unit: file names and versions     */

@@ -814,6 +814,13 @@ void ex_split_free(ex_split_t *s) {
   s->count = 0;
 }
 
+int ex_split_defines_function(const ex_split_t *sp, const char *name) {
+  for (size_t i = 0; i < sp->count; i++)
+    if (sp->chunks[i].kind == EX_CHUNK_FUNCTION && strcmp(sp->chunks[i].name, name) == 0)
+      return 1;
+  return 0;
+}
+
 const char *ex_split_is_complete(const char *src) {
   tk_list_t tl = {0};
   int open_state = 0;

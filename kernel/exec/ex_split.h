@@ -85,6 +85,9 @@ ex_result_t ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ct
                      char *err, size_t errlen);
 void ex_split_free(ex_split_t *s);
 
+/* Is function `name` defined (with a body) in this split? */
+int ex_split_defines_function(const ex_split_t *sp, const char *name);
+
 /* "complete", "incomplete" or "invalid" for Jupyter's is_complete_request:
  * incomplete while a bracket, comment or string is open. */
 const char *ex_split_is_complete(const char *src);
