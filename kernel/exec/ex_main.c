@@ -7,6 +7,9 @@
  * process, and the kernel has ZeroMQ threads; and a crash in cell code
  * kills this process, not the kernel, which reports it and starts a fresh
  * executor.
+ *
+ * This file sets the process up (work directory, compilers, SIGINT) and
+ * runs the request loop; running a cell is ex_run.c's job.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -126,7 +129,7 @@ static int handle_execute(ex_t *ex, json_t *req) {
   ex_magic_result_t m;
   char err[512] = "";
   const char *ename = "UsageError";
-  if (ex_magic_run(code, &ex->flags, ex->cells, &m, &ename, err, sizeof err)) {
+  if (ex_magic_run(code, &ex->flags, ex->cells, &m, &ename, err, sizeof err) != EX_OK) {
     ex_magic_result_free(&m);
     ex_stdin_end();
     return ex_event_reply_error(ename, err, NULL);

@@ -12,9 +12,14 @@
  *    executor can reply with it unchanged.
  *  - Functions that only build something return the object, or NULL when
  *    memory ran out (CZMQ's `x_new`); pure predicates return 0/1.
- *  - The request loop (ex_main.c) turns a failure into exactly one
- *    execute_reply with an ename (CompileError, LinkError, SystemError,
- *    KeyboardInterrupt, ...), so the kernel never sees a bare code.
+ *  - Functions that answer a request by sending events (ex_events.h,
+ *    ex_run_code, ex_query_handle) return what sending returned: 0, or
+ *    -1 when the kernel's pipe is gone. Thin wrappers of a system call
+ *    (ex_stdin_install, ex_run_install_sigint) return 0, or -1 with errno.
+ *  - The cell runner (ex_run.c) and the request loop (ex_main.c) turn a
+ *    failure into exactly one execute_reply with an ename (CompileError,
+ *    LinkError, SystemError, KeyboardInterrupt, ...), so the kernel never
+ *    sees a bare code.
  *  - errno text is formatted with NBF_STRERROR (strerror_r), never strerror.
  */
 #ifndef EX_RESULT_H
