@@ -343,13 +343,10 @@ static void decls_free(ex_chunk_t *k) {
 }
 
 static void chunk_free(ex_chunk_t *k) {
-  free(k->text);
-  free(k->name);
-  free(k->specifiers);
-  free(k->signature);
-  free(k->body);
+  char *owned[] = {k->text, k->name, k->specifiers, k->signature, k->body, k->doc};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+    free(owned[i]);
   decls_free(k);
-  free(k->doc);
 }
 
 /* The comment right above source offset `start` (only whitespace between,
