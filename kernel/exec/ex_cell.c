@@ -1,7 +1,9 @@
 /*
- * ex_cell.c — code generation for cells and the registry of what earlier
- * cells defined. See ex_cell.h for the scheme.
+ * ex_cell.c — code generation: a cell's chunks into a translation unit
+ * with versioned names, its tag and entry points. See ex_cell.h for the
+ * scheme; what earlier cells defined is kept by ex_cell_state.c.
  */
+#define _GNU_SOURCE
 #include "ex_cell.h"
 
 #include <ctype.h>
@@ -12,60 +14,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ex_buf.h"
+#include "nbf_buf.h"
 
 /* Stands for the unit's tag until the unit's hash is known. */
 #define TAG_PLACEHOLDER "@NBFTAG@"
-
-typedef struct {
-  char *key;   /* "sym:NAME", "type:NAME", "macro:NAME", "proto:NAME", "pp:TEXT" */
-  char *text;  /* what the prelude of later cells contains for it */
-  char *decl;  /* as shown by inspect (NULL for "pp:" entries) */
-  char *doc;   /* doc comment or NULL */
-  char *label; /* defining cell */
-  const char *kind;
-} entry_t;
-
-struct ex_cell_state {
-  entry_t *entries; /* prelude, in order of first definition */
-  size_t n, cap;
-  char **typedefs; /* names that are types, for the splitter */
-  size_t ntypedefs;
-};
-
-ex_cell_state_t *ex_cell_state_new(void) {
-  return calloc(1, sizeof(ex_cell_state_t));
-}
-
-static void entry_free(entry_t *e) {
-  free(e->key);
-  free(e->text);
-  free(e->decl);
-  free(e->doc);
-  free(e->label);
-}
-
-void ex_cell_state_destroy(ex_cell_state_t **st_p) {
-  if (!st_p || !*st_p)
-    return;
-  ex_cell_state_t *st = *st_p;
-  for (size_t i = 0; i < st->n; i++)
-    entry_free(&st->entries[i]);
-  free(st->entries);
-  for (size_t i = 0; i < st->ntypedefs; i++)
-    free(st->typedefs[i]);
-  free(st->typedefs);
-  free(st);
-  *st_p = NULL;
-}
-
-int ex_cell_is_type(const char *name, void *ctx) {
-  const ex_cell_state_t *st = ctx;
-  for (size_t i = 0; i < st->ntypedefs; i++)
-    if (strcmp(st->typedefs[i], name) == 0)
-      return 1;
-  return 0;
-}
 
 /* FNV-1a over `s`, leaving out `#line` marker lines: they name the cell
  * by its execution count, which must not defeat the compile cache. */
@@ -132,96 +84,6 @@ static uint64_t hash_local_includes(const char *src, uint64_t h) {
     h = fnv1a(path, fnv1a(info, h));
   }
   return h;
-}
-
-static char *concat(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  char *r = malloc(la + lb + 1);
-  if (r) {
-    memcpy(r, a, la);
-    memcpy(r + la, b, lb + 1);
-  }
-  return r;
-}
-
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...) {
-  va_list ap;
-  va_start(ap, f);
-  int n = vsnprintf(NULL, 0, f, ap);
-  va_end(ap);
-  if (n < 0)
-    return NULL;
-  char *r = malloc((size_t)n + 1);
-  if (!r)
-    return NULL;
-  va_start(ap, f);
-  vsnprintf(r, (size_t)n + 1, f, ap);
-  va_end(ap);
-  return r;
-}
-
-/* Key under which a chunk's definition is registered (caller frees), or
- * NULL when the chunk defines nothing by name. Variables have one key per
- * declarator and are handled by the caller. */
-static char *chunk_key(const ex_chunk_t *k) {
-  switch (k->kind) {
-  case EX_CHUNK_PREPROC:
-    return k->name ? concat("macro:", k->name) : concat("pp:", k->text);
-  case EX_CHUNK_TYPE:
-    return k->name ? concat("type:", k->name) : concat("pp:", k->text);
-  case EX_CHUNK_FUNCTION:
-    return concat("sym:", k->name);
-  case EX_CHUNK_PROTOTYPE:
-    return concat("proto:", k->name);
-  default:
-    return NULL;
-  }
-}
-
-/* Does this cell define `key` (so earlier prelude text for it is left
- * out)? A definition (function or variable) shadows both "sym:X" and
- * "proto:X"; a prototype shadows only an earlier prototype: the earlier
- * definition's declaration (with its versioned label) stays, and the
- * cell's prototype merely repeats it. */
-static int cell_defines(const ex_split_t *sp, const char *key) {
-  int is_sym = strncmp(key, "sym:", 4) == 0, is_proto = strncmp(key, "proto:", 6) == 0;
-  const char *kname = strchr(key, ':') + 1;
-  for (size_t i = 0; i < sp->count; i++) {
-    const ex_chunk_t *k = &sp->chunks[i];
-    if (k->kind == EX_CHUNK_VARIABLE) {
-      if (k->is_extern || !(is_sym || is_proto))
-        continue;
-      for (size_t d = 0; d < k->ndecls; d++)
-        if (strcmp(kname, k->decls[d].name) == 0)
-          return 1;
-      continue;
-    }
-    if (k->kind == EX_CHUNK_FUNCTION && (is_sym || is_proto)) {
-      if (strcmp(kname, k->name) == 0)
-        return 1;
-      continue;
-    }
-    if (k->kind == EX_CHUNK_PROTOTYPE) {
-      if (is_proto && strcmp(kname, k->name) == 0)
-        return 1;
-      continue;
-    }
-    char *ck = chunk_key(k);
-    int same = ck && strcmp(ck, key) == 0;
-    free(ck);
-    if (same)
-      return 1;
-  }
-  return 0;
-}
-
-/* Is function `name` defined (with a body) in this cell? */
-static int cell_defines_function(const ex_split_t *sp, const char *name) {
-  for (size_t i = 0; i < sp->count; i++)
-    if (sp->chunks[i].kind == EX_CHUNK_FUNCTION && strcmp(sp->chunks[i].name, name) == 0)
-      return 1;
-  return 0;
 }
 
 /* Does `text` contain `word` as a whole identifier? */
@@ -381,129 +243,143 @@ static const char cxx_support[] =
 
 /* Replace every TAG_PLACEHOLDER in src with tag (caller frees). */
 static char *fill_tag(const char *src, const char *tag) {
-  ex_buf_t b = {0};
+  nbf_buf_t b = {0};
   const char *p = src, *q;
   size_t pl = strlen(TAG_PLACEHOLDER);
   while ((q = strstr(p, TAG_PLACEHOLDER)) != NULL) {
-    if (ex_buf_append(&b, p, (size_t)(q - p)) || ex_buf_puts(&b, tag))
+    if (nbf_buf_append(&b, p, (size_t)(q - p)) || nbf_buf_puts(&b, tag))
       goto oom;
     p = q + pl;
   }
-  if (ex_buf_puts(&b, p))
+  if (nbf_buf_puts(&b, p))
     goto oom;
-  return ex_buf_take(&b);
+  return nbf_buf_take(&b);
 oom:
-  ex_buf_free(&b);
+  nbf_buf_free(&b);
   return NULL;
 }
 
-int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
-                     const char *launch_call, const char *timeit_stmt, const char *salt,
-                     ex_cell_unit_t *out, char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
-  if (ex_split(code, cxx ? EX_SPLIT_CXX : 0, ex_cell_is_type, st, &out->split, err, errlen))
-    return -1;
-  out->cxx = cxx;
-  out->straight = 1;
-  for (size_t i = 0; i < out->split.count; i++) {
-    const ex_chunk_t *k = &out->split.chunks[i];
-    if (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_VERBATIM || has_word(k->text, "for") ||
-        has_word(k->text, "while") || has_word(k->text, "do") || has_word(k->text, "goto"))
-      out->straight = 0;
+/* The three parts of a unit being generated: the translation unit
+ * (`src`), the body of its run function (`run`: statements and runtime
+ * initializers, in order) and what a re-run resets first (`reset`).
+ * `ok` turns 0 when memory ran out; checked once, at the end. */
+typedef struct {
+  nbf_buf_t src, run, reset;
+  const char *label;
+  int ok, has_expr;
+} gen_t;
+
+/* printf into one part of the unit, after a `#line N "cell[3]"` marker
+ * so diagnostics name the cell and its line. */
+static void __attribute__((format(printf, 4, 5)))
+emit(gen_t *g, nbf_buf_t *b, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *text = NULL;
+  int n = vasprintf(&text, fmt, ap);
+  va_end(ap);
+  g->ok &= n >= 0 && !nbf_buf_printf(b, "#line %d \"%s\"\n%s", line, g->label, text);
+  free(text);
+}
+
+/* A global: the declaration goes to the unit under its versioned name;
+ * an initializer that must run goes to the run function, and what a
+ * re-run from the compile cache must reset goes to `reset`. */
+static void emit_variable(gen_t *g, const ex_chunk_t *k) {
+  for (size_t d = 0; d < k->ndecls; d++) {
+    const ex_declarator_t *dd = &k->decls[d];
+    init_kind_t ik = init_kind(k, dd);
+    int si = dd->init && ik != INIT_RUNTIME;
+    emit(g, &g->src, k->line, "%s %s __asm__(\"%s__c" TAG_PLACEHOLDER "\")%s%s;\n", k->specifiers,
+         dd->declarator, dd->name, si ? " = " : "", si ? dd->init : "");
+    if (ik == INIT_RUNTIME)
+      /* through a local, so braced macros (ACC_CONFIG_INIT) and
+       * struct-valued calls both work as initializers */
+      emit(g, &g->run, k->line, "{ __typeof__(%s) __nbf_init = %s; %s = __nbf_init; }\n", dd->name,
+           dd->init, dd->name);
+    else if (ik == INIT_NONE && !strstr(dd->declarator, "[]"))
+      emit(g, &g->reset, k->line, "__builtin_memset((void *)&%s, 0, sizeof %s);\n", dd->name,
+           dd->name);
+    else if (ik == INIT_STATIC)
+      emit(g, &g->reset, k->line,
+           "{ static const __typeof__(%s) __nbf_i = %s; "
+           "__builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n",
+           dd->name, dd->init, dd->name, dd->name);
   }
-  const ex_split_t *sp = &out->split;
-  ex_buf_t src = {0}, run = {0}, reset = {0};
-  int ok = 1, has_expr = 0;
+}
 
-  ok &= !ex_buf_puts(&src, "/* generated by nbfork from a notebook cell */\n"
-                           "#include <nbfork.h>\n");
-  /* prelude: what earlier cells defined, minus what this cell redefines */
-  for (size_t i = 0; i < st->n; i++)
-    if (!cell_defines(sp, st->entries[i].key))
-      ok &= !ex_buf_puts(&src, st->entries[i].text);
+/* One chunk of the cell into its place in the unit. */
+static void emit_chunk(gen_t *g, const ex_split_t *sp, const ex_chunk_t *k) {
+  switch (k->kind) {
+  case EX_CHUNK_PROTOTYPE:
+    if (ex_split_defines_function(sp, k->name)) {
+      size_t l = strlen(k->text);
+      while (l && (k->text[l - 1] == ';' || k->text[l - 1] == ' '))
+        l--;
+      emit(g, &g->src, k->line, "%.*s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n", (int)l, k->text,
+           k->name);
+    } else { /* a function defined in an earlier cell or a library */
+      emit(g, &g->src, k->line, "%s\n", k->text);
+    }
+    break;
+  case EX_CHUNK_PREPROC:
+  case EX_CHUNK_TYPE:
+  case EX_CHUNK_VERBATIM:
+    emit(g, &g->src, k->line, "%s\n", k->text);
+    break;
+  case EX_CHUNK_FUNCTION:
+    emit(g, &g->src, k->line, "%s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n", k->signature, k->name);
+    emit(g, &g->src, k->line, "%s\n", k->text);
+    break;
+  case EX_CHUNK_VARIABLE:
+    if (k->is_extern)
+      emit(g, &g->src, k->line, "%s\n", k->text);
+    else
+      emit_variable(g, k);
+    break;
+  case EX_CHUNK_STATEMENT:
+    emit(g, &g->run, k->line, "%s\n", k->text);
+    break;
+  case EX_CHUNK_EXPRESSION:
+    g->has_expr = 1;
+    emit(g, &g->run, k->line, "__nbf_show((%s));\n", k->text);
+    break;
+  }
+}
 
+/* No function, no C++ declaration, no loop: see ex_cell_unit_t.straight. */
+static int is_straight(const ex_split_t *sp) {
   for (size_t i = 0; i < sp->count; i++) {
     const ex_chunk_t *k = &sp->chunks[i];
-    switch (k->kind) {
-    case EX_CHUNK_PREPROC:
-    case EX_CHUNK_TYPE:
-    case EX_CHUNK_VERBATIM:
-      ok &= !ex_buf_printf(&src, "#line %d \"%s\"\n%s\n", k->line, label, k->text);
-      break;
-    case EX_CHUNK_PROTOTYPE: {
-      if (cell_defines_function(sp, k->name)) {
-        size_t l = strlen(k->text);
-        while (l && (k->text[l - 1] == ';' || k->text[l - 1] == ' '))
-          l--;
-        ok &= !ex_buf_printf(&src, "#line %d \"%s\"\n%.*s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n",
-                             k->line, label, (int)l, k->text, k->name);
-      } else {
-        ok &= !ex_buf_printf(&src, "#line %d \"%s\"\n%s\n", k->line, label, k->text);
-      }
-      break;
-    }
-    case EX_CHUNK_FUNCTION:
-      ok &= !ex_buf_printf(&src,
-                           "#line %d \"%s\"\n%s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n"
-                           "#line %d \"%s\"\n%s\n",
-                           k->line, label, k->signature, k->name, k->line, label, k->text);
-      break;
-    case EX_CHUNK_VARIABLE:
-      if (k->is_extern) {
-        ok &= !ex_buf_printf(&src, "#line %d \"%s\"\n%s\n", k->line, label, k->text);
-        break;
-      }
-      for (size_t d = 0; d < k->ndecls; d++) {
-        const ex_declarator_t *dd = &k->decls[d];
-        init_kind_t ik = init_kind(k, dd);
-        int si = dd->init && ik != INIT_RUNTIME;
-        ok &= !ex_buf_printf(
-            &src, "#line %d \"%s\"\n%s %s __asm__(\"%s__c" TAG_PLACEHOLDER "\")%s%s;\n", k->line,
-            label, k->specifiers, dd->declarator, dd->name, si ? " = " : "", si ? dd->init : "");
-        if (ik == INIT_RUNTIME)
-          /* through a local, so braced macros (ACC_CONFIG_INIT) and
-           * struct-valued calls both work as initializers */
-          ok &= !ex_buf_printf(
-              &run, "#line %d \"%s\"\n{ __typeof__(%s) __nbf_init = %s; %s = __nbf_init; }\n",
-              k->line, label, dd->name, dd->init, dd->name);
-        else if (ik == INIT_NONE && !strstr(dd->declarator, "[]"))
-          ok &= !ex_buf_printf(&reset,
-                               "#line %d \"%s\"\n__builtin_memset((void *)&%s, 0, sizeof %s);\n",
-                               k->line, label, dd->name, dd->name);
-        else if (ik == INIT_STATIC)
-          ok &= !ex_buf_printf(
-              &reset,
-              "#line %d \"%s\"\n{ static const __typeof__(%s) __nbf_i = %s; "
-              "__builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n",
-              k->line, label, dd->name, dd->init, dd->name, dd->name);
-      }
-      break;
-    case EX_CHUNK_STATEMENT:
-      ok &= !ex_buf_printf(&run, "#line %d \"%s\"\n%s\n", k->line, label, k->text);
-      break;
-    case EX_CHUNK_EXPRESSION:
-      has_expr = 1;
-      ok &= !ex_buf_printf(&run, "#line %d \"%s\"\n__nbf_show((%s));\n", k->line, label, k->text);
-      break;
-    }
+    if (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_VERBATIM || has_word(k->text, "for") ||
+        has_word(k->text, "while") || has_word(k->text, "do") || has_word(k->text, "goto"))
+      return 0;
   }
-  if (has_expr || launch_call)
-    ok &= !ex_buf_printf(&src, "#line 1 \"<nbfork>\"\n%s", cxx_support);
-  if (has_expr)
-    ok &= !ex_buf_puts(&src, show_helpers);
-  /* The run function. A cell that runs again from the compile cache
-   * (same shared object, already loaded) first resets its globals. */
-  ok &= !ex_buf_puts(&src, "#line 1 \"<nbfork>\"\n#ifdef __cplusplus\nextern \"C\"\n#endif\n"
-                           "void __nbf_run_" TAG_PLACEHOLDER "(void) {\n");
-  if (reset.len)
-    ok &= !ex_buf_printf(
-        &src, "static int __nbf_ran;\nif (__nbf_ran++) {\n%s#line 1 \"<nbfork>\"\n}\n", reset.data);
-  ok &= !ex_buf_printf(&src, "%s}\n", run.data ? run.data : "");
-  if (launch_call) {
+  return 1;
+}
+
+/* The entry points after the cell's own code: the run function (a cell
+ * that runs again from the compile cache, same shared object already
+ * loaded, first resets its globals), the %launch thunk and the %timeit
+ * loop. */
+static void emit_entry_points(gen_t *g, const char *launch_call, const char *timeit_stmt) {
+  nbf_buf_t *src = &g->src;
+  if (g->has_expr || launch_call)
+    g->ok &= !nbf_buf_printf(src, "#line 1 \"<nbfork>\"\n%s", cxx_support);
+  if (g->has_expr)
+    g->ok &= !nbf_buf_puts(src, show_helpers);
+  g->ok &= !nbf_buf_puts(src, "#line 1 \"<nbfork>\"\n#ifdef __cplusplus\nextern \"C\"\n#endif\n"
+                              "void __nbf_run_" TAG_PLACEHOLDER "(void) {\n");
+  if (g->reset.len)
+    g->ok &= !nbf_buf_printf(
+        src, "static int __nbf_ran;\nif (__nbf_ran++) {\n%s#line 1 \"<nbfork>\"\n}\n",
+        g->reset.data);
+  g->ok &= !nbf_buf_printf(src, "%s}\n", g->run.data ? g->run.data : "");
+  if (launch_call)
     /* void calls return 0; others are converted to int (a non-zero return
      * is that worker's failure). */
-    ok &= !ex_buf_printf(
-        &src,
+    g->ok &= !nbf_buf_printf(
+        src,
         "#line 1 \"%%launch\"\n"
         "#ifdef __cplusplus\n"
         "extern \"C\" int __nbf_launch_" TAG_PLACEHOLDER "(void) {\n"
@@ -514,219 +390,63 @@ int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char 
         "    ((%s), 0), (%s));\n}\n"
         "#endif\n",
         launch_call, launch_call, launch_call, launch_call);
-  }
-  if (timeit_stmt) {
+  if (timeit_stmt)
     /* the timed statement in a loop the executor calls (ex_timeit.h);
      * the empty asm keeps the optimizer from merging the iterations */
-    out->straight = 0; /* compiled with the flags of function code */
-    ok &= !ex_buf_printf(&src,
-                         "#line 1 \"<nbfork>\"\n#ifdef __cplusplus\nextern \"C\"\n#endif\n"
-                         "void __nbf_timeit_" TAG_PLACEHOLDER "(long __nbf_n) {\n"
-                         "  for (long __nbf_i = 0; __nbf_i < __nbf_n; __nbf_i++) {\n"
-                         "#line 1 \"%%timeit\"\n%s;\n"
-                         "#line 1 \"<nbfork>\"\n"
-                         "    __asm__ __volatile__(\"\" ::: \"memory\");\n  }\n}\n",
-                         timeit_stmt);
-  }
-  ex_buf_free(&run);
-  ex_buf_free(&reset);
-  if (!ok) {
-    ex_buf_free(&src);
-    snprintf(err, errlen, "out of memory");
-    ex_split_free(&out->split);
-    return -1;
-  }
-  uint64_t h = unit_hash(src.data, fnv1a(salt ? salt : "", 14695981039346656037ULL));
-  h = hash_local_includes(src.data, h);
+    g->ok &= !nbf_buf_printf(src,
+                             "#line 1 \"<nbfork>\"\n#ifdef __cplusplus\nextern \"C\"\n#endif\n"
+                             "void __nbf_timeit_" TAG_PLACEHOLDER "(long __nbf_n) {\n"
+                             "  for (long __nbf_i = 0; __nbf_i < __nbf_n; __nbf_i++) {\n"
+                             "#line 1 \"%%timeit\"\n%s;\n"
+                             "#line 1 \"<nbfork>\"\n"
+                             "    __asm__ __volatile__(\"\" ::: \"memory\");\n  }\n}\n",
+                             timeit_stmt);
+}
+
+/* Hash the unit into its tag, put the tag in, name the entry points. */
+static ex_result_t finish_unit(ex_cell_unit_t *out, const char *src, const char *salt) {
+  uint64_t h = unit_hash(src, fnv1a(salt ? salt : "", 14695981039346656037ULL));
+  h = hash_local_includes(src, h);
   snprintf(out->tag, sizeof out->tag, "%016llx", (unsigned long long)h);
-  out->source = fill_tag(src.data, out->tag);
-  ex_buf_free(&src);
+  out->source = fill_tag(src, out->tag);
   snprintf(out->run_symbol, sizeof out->run_symbol, "__nbf_run_%s", out->tag);
   snprintf(out->launch_symbol, sizeof out->launch_symbol, "__nbf_launch_%s", out->tag);
-  out->has_launch = launch_call != NULL;
   snprintf(out->timeit_symbol, sizeof out->timeit_symbol, "__nbf_timeit_%s", out->tag);
+  return out->source ? EX_OK : EX_ERR_NOMEM;
+}
+
+ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
+                             const char *launch_call, const char *timeit_stmt, const char *salt,
+                             ex_cell_unit_t *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  EX_CHECK(ex_split(code, cxx ? EX_SPLIT_CXX : 0, ex_cell_is_type, st, &out->split, err, errlen));
+  out->cxx = cxx;
+  /* a %timeit loop is compiled with the flags of function code */
+  out->straight = is_straight(&out->split) && !timeit_stmt;
+  out->has_launch = launch_call != NULL;
   out->has_timeit = timeit_stmt != NULL;
   snprintf(out->label, sizeof out->label, "%s", label);
-  if (!out->source) {
+  const ex_split_t *sp = &out->split;
+  gen_t g = {.label = label, .ok = 1};
+  g.ok &= !nbf_buf_puts(&g.src, "/* generated by nbfork from a notebook cell */\n"
+                                "#include <nbfork.h>\n");
+  g.ok &= !ex_cell_state_prelude(st, sp, &g.src);
+  for (size_t i = 0; i < sp->count; i++)
+    emit_chunk(&g, sp, &sp->chunks[i]);
+  emit_entry_points(&g, launch_call, timeit_stmt);
+  ex_result_t r = g.ok ? finish_unit(out, g.src.data, salt) : EX_ERR_NOMEM;
+  nbf_buf_free(&g.src);
+  nbf_buf_free(&g.run);
+  nbf_buf_free(&g.reset);
+  if (r != EX_OK) {
     snprintf(err, errlen, "out of memory");
     ex_split_free(&out->split);
-    return -1;
   }
-  return 0;
-}
-
-/* Set `e->key` to the entry `e` (its strings are taken): replace in place
- * (types, macros: later entries may use them), or move to the end ("sym:":
- * its new declaration may use types defined after the old one). */
-static int put_entry(ex_cell_state_t *st, entry_t e) {
-  if (!e.key || !e.text)
-    goto oom;
-  for (size_t i = 0; i < st->n; i++) {
-    if (strcmp(st->entries[i].key, e.key) != 0)
-      continue;
-    if (strncmp(e.key, "sym:", 4) != 0) {
-      entry_free(&st->entries[i]);
-      st->entries[i] = e;
-      return 0;
-    }
-    entry_free(&st->entries[i]);
-    memmove(&st->entries[i], &st->entries[i + 1], (st->n - i - 1) * sizeof(entry_t));
-    st->n--;
-    break;
-  }
-  if (st->n == st->cap) {
-    size_t cap = st->cap ? st->cap * 2 : 32;
-    entry_t *v = realloc(st->entries, cap * sizeof *v);
-    if (!v)
-      goto oom;
-    st->entries = v;
-    st->cap = cap;
-  }
-  st->entries[st->n++] = e;
-  return 0;
-oom:
-  entry_free(&e);
-  return -1;
-}
-
-/* Remove `key` if present (a prototype superseded by a definition). */
-static void drop_entry(ex_cell_state_t *st, const char *key) {
-  for (size_t i = 0; i < st->n; i++) {
-    if (strcmp(st->entries[i].key, key) == 0) {
-      entry_free(&st->entries[i]);
-      memmove(&st->entries[i], &st->entries[i + 1], (st->n - i - 1) * sizeof(entry_t));
-      st->n--;
-      return;
-    }
-  }
-}
-
-static char *dup_or_null(const char *s) {
-  return s ? strdup(s) : NULL;
-}
-
-/* An entry with its display fields filled from chunk k. */
-static entry_t make_entry(char *key, char *text, const char *kind, char *decl, const ex_chunk_t *k,
-                          const char *label) {
-  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind};
-  return e;
-}
-
-int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
-  int rc = 0;
-  for (size_t i = 0; i < u->split.count; i++) {
-    const ex_chunk_t *k = &u->split.chunks[i];
-    switch (k->kind) {
-    case EX_CHUNK_PREPROC:
-    case EX_CHUNK_TYPE: {
-      int named = k->name != NULL;
-      /* a C++ cell's #include (<cstdio>, <cuda_runtime.h>) is for later
-       * C++ cells only */
-      const char *p = k->text + 1;
-      while (*p == ' ' || *p == '\t')
-        p++;
-      int guard = u->cxx && k->kind == EX_CHUNK_PREPROC && !strncmp(p, "include", 7);
-      rc |= put_entry(
-          st, make_entry(chunk_key(k),
-                         fmt("%s#line %d \"%s\"\n%s\n%s", guard ? "#ifdef __cplusplus\n" : "",
-                             k->line, u->label, k->text, guard ? "#endif\n" : ""),
-                         k->kind == EX_CHUNK_TYPE ? "type" : "macro",
-                         named ? strdup(k->text) : NULL, k, u->label));
-      if (k->kind == EX_CHUNK_TYPE && k->name && !strchr(k->name, ' ') &&
-          !ex_cell_is_type(k->name, st)) {
-        char **v = realloc(st->typedefs, (st->ntypedefs + 1) * sizeof *v);
-        if (v) {
-          st->typedefs = v;
-          st->typedefs[st->ntypedefs++] = strdup(k->name);
-        }
-      }
-      break;
-    }
-    case EX_CHUNK_PROTOTYPE:
-      if (!cell_defines_function(&u->split, k->name)) {
-        char *decl = strdup(k->text);
-        if (decl) {
-          size_t l = strlen(decl);
-          while (l && (decl[l - 1] == ';' || decl[l - 1] == ' '))
-            decl[--l] = 0;
-        }
-        rc |= put_entry(
-            st, make_entry(chunk_key(k), fmt("%s\n", k->text), "function", decl, k, u->label));
-      }
-      break;
-    case EX_CHUNK_FUNCTION: {
-      char *pk = concat("proto:", k->name);
-      if (pk)
-        drop_entry(st, pk);
-      free(pk);
-      rc |=
-          put_entry(st, make_entry(chunk_key(k),
-                                   fmt("%s __asm__(\"%s__c%s\");\n", k->signature, k->name, u->tag),
-                                   "function", strdup(k->signature), k, u->label));
-      break;
-    }
-    case EX_CHUNK_VARIABLE:
-      if (k->is_extern) {
-        rc |= put_entry(
-            st, make_entry(concat("pp:", k->text), fmt("%s\n", k->text), NULL, NULL, k, u->label));
-        break;
-      }
-      for (size_t d = 0; d < k->ndecls; d++) {
-        const ex_declarator_t *dd = &k->decls[d];
-        char *pk = concat("proto:", dd->name);
-        if (pk)
-          drop_entry(st, pk);
-        free(pk);
-        rc |= put_entry(st, make_entry(concat("sym:", dd->name),
-                                       fmt("extern %s %s __asm__(\"%s__c%s\");\n", k->specifiers,
-                                           dd->declarator, dd->name, u->tag),
-                                       "variable", fmt("%s %s", k->specifiers, dd->declarator), k,
-                                       u->label));
-      }
-      break;
-    default:
-      break;
-    }
-  }
-  return rc ? -1 : 0;
+  return r;
 }
 
 void ex_cell_unit_free(ex_cell_unit_t *u) {
   free(u->source);
   ex_split_free(&u->split);
   memset(u, 0, sizeof *u);
-}
-
-static int entry_name(const entry_t *e, ex_cell_name_t *out) {
-  if (!e->kind || !e->decl)
-    return 0;
-  out->name = strchr(e->key, ':') + 1;
-  out->kind = e->kind;
-  out->decl = e->decl;
-  out->doc = e->doc;
-  out->label = e->label;
-  return 1;
-}
-
-void ex_cell_each_name(const ex_cell_state_t *st, void (*fn)(const ex_cell_name_t *n, void *ctx),
-                       void *ctx) {
-  for (size_t i = 0; i < st->n; i++) {
-    ex_cell_name_t n;
-    if (entry_name(&st->entries[i], &n))
-      fn(&n, ctx);
-  }
-}
-
-int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *out) {
-  int found = 0;
-  for (size_t i = 0; i < st->n; i++) {
-    ex_cell_name_t n;
-    if (entry_name(&st->entries[i], &n) && strcmp(n.name, name) == 0) {
-      *out = n;
-      found = 1; /* keep looking: a definition comes after its prototype */
-      if (strncmp(st->entries[i].key, "sym:", 4) == 0)
-        return 1;
-    }
-  }
-  return found;
 }

@@ -31,6 +31,7 @@
 #ifndef EX_CELL_H
 #define EX_CELL_H
 
+#include "ex_result.h"
 #include "ex_split.h"
 
 typedef struct ex_cell_state ex_cell_state_t;
@@ -40,6 +41,12 @@ void ex_cell_state_destroy(ex_cell_state_t **st_p);
 
 /* ex_is_type_fn over the typedef names earlier cells defined. */
 int ex_cell_is_type(const char *name, void *st);
+
+/* Append to `out` the prelude of a cell split as `sp`: what earlier cells
+ * defined, minus what the cell redefines. 0, or -1 when memory ran out
+ * (ex_cell_generate's part; in ex_cell_state.c with the registry). */
+struct nbf_buf;
+int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struct nbf_buf *out);
 
 typedef struct {
   char *source;           /* generated C translation unit                     */
@@ -66,14 +73,17 @@ typedef struct {
  * expression compiled into a thunk returning int (0 for void calls).
  * `timeit_stmt`, when not NULL, is a statement (or expression) run in a
  * loop by `void TIMEIT(long n)` (ex_timeit.h).
- * `salt` (flags, compiler) enters the hash. Returns 0, or -1 with a
- * message in err (the cell could not be split). Caller frees `out`. */
-int ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
-                     const char *launch_call, const char *timeit_stmt, const char *salt,
-                     ex_cell_unit_t *out, char *err, size_t errlen);
+ * `salt` (flags, compiler) enters the hash. Caller frees `out`
+ * (ex_cell_unit_free) after EX_OK. Results: EX_OK; EX_ERR_SPLIT, the cell
+ * could not be split (why, in err); EX_ERR_NOMEM ("out of memory" in
+ * err). `out` holds nothing to free after a failure. */
+ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
+                             const char *launch_call, const char *timeit_stmt, const char *salt,
+                             ex_cell_unit_t *out, char *err, size_t errlen);
 
-/* Record the unit's definitions after it compiled and loaded. */
-int ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u);
+/* Record the unit's definitions after it compiled and loaded. EX_OK, or
+ * EX_ERR_NOMEM (some definitions may then be missing for later cells). */
+ex_result_t ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u);
 
 void ex_cell_unit_free(ex_cell_unit_t *u);
 

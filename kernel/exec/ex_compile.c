@@ -1,12 +1,13 @@
 /*
- * ex_compile.c — compiler invocation and diagnostics capture.
+ * ex_compile.c — running the compiler on a cell's unit (the user-facing
+ * text of its diagnostics is ex_diag.c's job).
  */
 #define _GNU_SOURCE
 #include "ex_compile.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,45 +17,70 @@
 #include <unistd.h>
 #include <wordexp.h>
 
-#include "ex_buf.h"
+#include "nbf_buf.h"
 #include "nbf_param.h"
-
-static char *dup_printf(const char *fmt, const char *a, const char *b) {
-  size_t n = strlen(fmt) + strlen(a) + strlen(b) + 1;
-  char *r = malloc(n);
-  if (r)
-    snprintf(r, n, fmt, a, b);
-  return r;
-}
+#include "nbf_util.h"
 
 static int write_file(const char *path, const char *data) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0)
     return -1;
-  size_t len = strlen(data), off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, data + off, len - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      close(fd);
-      return -1;
-    }
-    off += (size_t)w;
+  if (nbf_write_all(fd, data, strlen(data))) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
   }
   return close(fd);
 }
 
+/* The compiler's argument vector. It grows: a %cflags line with hundreds
+ * of -D flags must reach the compiler whole (a fixed array used to drop
+ * the words past its end without a word). */
+typedef struct {
+  char **v; /* NULL-terminated once complete */
+  int n, cap;
+  wordexp_t we[2]; /* the expanded %cflags / %ldflags words v points into */
+  int nwe;
+} ex_argv_t;
+
+static int argv_push(ex_argv_t *a, const char *s) {
+  if (a->n + 2 > a->cap) {
+    int cap = a->cap ? a->cap * 2 : 64;
+    char **v = realloc(a->v, (size_t)cap * sizeof *v);
+    if (!v)
+      return -1;
+    a->v = v;
+    a->cap = cap;
+  }
+  a->v[a->n++] = (char *)s;
+  a->v[a->n] = NULL;
+  return 0;
+}
+
 /* Append the words of `flags` (shell-like quoting, no command
- * substitution) to argv. Returns the new argc or -1. */
-static int add_words(char **argv, int argc, int max, const char *flags, wordexp_t *we) {
+ * substitution). EX_OK, EX_ERR_USAGE (the flags do not parse; a message
+ * naming `what` is in out) or EX_ERR_NOMEM. */
+static ex_result_t argv_words(ex_argv_t *a, const char *flags, const char *what, nbf_buf_t *out) {
   if (!flags || !*flags)
-    return argc;
-  if (wordexp(flags, we, WRDE_NOCMD) != 0)
-    return -1;
-  for (size_t i = 0; i < we->we_wordc && argc < max - 1; i++)
-    argv[argc++] = we->we_wordv[i];
-  return argc;
+    return EX_OK;
+  wordexp_t *we = &a->we[a->nwe];
+  if (wordexp(flags, we, WRDE_NOCMD) != 0) {
+    nbf_buf_printf(out, "cannot parse %s flags: %s\n", what, flags);
+    return EX_ERR_USAGE;
+  }
+  a->nwe++;
+  for (size_t i = 0; i < we->we_wordc; i++)
+    if (argv_push(a, we->we_wordv[i]))
+      return EX_ERR_NOMEM;
+  return EX_OK;
+}
+
+static void argv_free(ex_argv_t *a) {
+  for (int i = 0; i < a->nwe; i++)
+    wordfree(&a->we[i]);
+  free(a->v);
+  memset(a, 0, sizeof *a);
 }
 
 /* Path of glibc's libc_nonshared.a for compiler `cc` (asked once per
@@ -115,137 +141,128 @@ static const char *libc_nonshared(const char *cc) {
   return path;
 }
 
-int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
-               char **so_path, char **diag) {
-  *so_path = NULL;
-  *diag = NULL;
-  char *src = dup_printf(cuda ? "%s/cell_%s.cu" : "%s/cell_%s.c", tc->workdir, tag);
-  char *so = dup_printf("%s/cell_%s.so", tc->workdir, tag);
-  char *tmp = dup_printf("%s/cell_%s.so.tmp", tc->workdir, tag);
-  char *inc = dup_printf("-I%s%s", tc->incdir, "");
-  char *libp = dup_printf("-L%s%s", tc->libdir, "");
-  char *rpath = dup_printf(cuda ? "-rpath=%s%s" : "-Wl,-rpath,%s%s", tc->libdir, "");
-  wordexp_t we_c = {0}, we_l = {0};
-  int have_c = 0, have_l = 0, rc = -1;
-  ex_buf_t out = {0};
-  if (!src || !so || !tmp || !inc || !libp || !rpath)
-    goto done;
-  struct stat stt;
-  if (stat(so, &stt) == 0) { /* compile cache: same unit, same flags */
-    *so_path = so;
-    so = NULL;
-    rc = 0;
-    goto done;
-  }
-  if (cuda && !tc->nvcc) {
-    ex_buf_printf(&out, "no CUDA compiler (nvcc) found: install the CUDA toolkit or set "
-                        "NBFORK_NVCC to nvcc's path\n");
-    goto done;
-  }
-  if (write_file(src, source)) {
-    ex_buf_printf(&out, "cannot write %s: %s\n", src, strerror(errno));
-    goto done;
-  }
-  char *argv[128];
-  int argc = 0;
-  const char *flags = cuda ? tc->nvccflags : tc->cflags;
+/* The paths of one compile: WORKDIR/cell_TAG.{c,cu,so,so.tmp} and the
+ * -I/-L/rpath words that point at nbfork's header and library. */
+typedef struct {
+  char src[PATH_MAX], so[PATH_MAX], tmp[PATH_MAX];
+  char inc[PATH_MAX], libp[PATH_MAX], rpath[PATH_MAX];
+} ex_paths_t;
+
+/* 0, or -1 when a directory is too long for a path. */
+static int paths_init(ex_paths_t *p, const ex_toolchain_t *tc, const char *tag, int cuda) {
+  const char *wd = tc->workdir;
+  int fits =
+      snprintf(p->src, sizeof p->src, "%s/cell_%s.%s", wd, tag, cuda ? "cu" : "c") < PATH_MAX;
+  fits &= snprintf(p->so, sizeof p->so, "%s/cell_%s.so", wd, tag) < PATH_MAX;
+  fits &= snprintf(p->tmp, sizeof p->tmp, "%s/cell_%s.so.tmp", wd, tag) < PATH_MAX;
+  fits &= snprintf(p->inc, sizeof p->inc, "-I%s", tc->incdir) < PATH_MAX;
+  fits &= snprintf(p->libp, sizeof p->libp, "-L%s", tc->libdir) < PATH_MAX;
+  fits &= snprintf(p->rpath, sizeof p->rpath, "%s%s", cuda ? "-rpath=" : "-Wl,-rpath,",
+                   tc->libdir) < PATH_MAX;
+  return fits ? 0 : -1;
+}
+
+/* The driver and the flags every cell gets, before the user's flags. */
+static int argv_head(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, const char *nonshared,
+                     const ex_paths_t *p) {
+  static const char *const c_head[] = {
+      "-std=gnu11", "-fPIC", "-shared", "-pipe", "-fdiagnostics-color=never", NULL};
+  /* nvcc compiles the unit as C++ (extern "C" entry points) */
+  static const char *const cuda_head[] = {"-Xcompiler", "-fPIC", "-shared", NULL};
+  int bad = argv_push(a, cuda ? tc->nvcc : tc->cc);
+  for (const char *const *w = cuda ? cuda_head : c_head; *w; w++)
+    bad |= argv_push(a, *w);
+  if (nonshared)
+    bad |= argv_push(a, "-nodefaultlibs");
+  /* `#include "mylib.h"` finds headers next to the notebook (the
+   * executor's directory), not only next to the generated source */
+  if (cuda)
+    bad |= argv_push(a, "-I.");
+  else
+    bad |= argv_push(a, "-iquote") | argv_push(a, ".");
+  return bad | argv_push(a, p->inc);
+}
+
+/* The whole command line: head, user flags (%cflags or NBFORK_NVCCFLAGS),
+ * output and input, nbfork's library, %ldflags, then the runtime
+ * libraries. EX_OK, EX_ERR_USAGE or EX_ERR_NOMEM (message in out). */
+static ex_result_t build_argv(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, const ex_paths_t *p,
+                              nbf_buf_t *out) {
   /* C cells link only libnbfork, libgcc (static) and glibc's small static
    * part: libc and libm are in the executor already and a cell's
    * references to them bind there when it is loaded (to the same default
    * symbol versions a link would record). Skipping the shared libc/libm
    * at link time saves a quarter of a trivial cell's compile time. */
   const char *nonshared = cuda ? NULL : libc_nonshared(tc->cc);
-  if (cuda) {
-    /* nvcc compiles the unit as C++ (extern "C" entry points) */
-    argv[argc++] = (char *)tc->nvcc;
-    argv[argc++] = "-Xcompiler";
-    argv[argc++] = "-fPIC";
-    argv[argc++] = "-shared";
-  } else {
-    argv[argc++] = (char *)tc->cc;
-    argv[argc++] = "-std=gnu11";
-    argv[argc++] = "-fPIC";
-    argv[argc++] = "-shared";
-    argv[argc++] = "-pipe";
-    argv[argc++] = "-fdiagnostics-color=never";
-    if (nonshared)
-      argv[argc++] = "-nodefaultlibs";
-  }
-  /* `#include "mylib.h"` finds headers next to the notebook (the
-   * executor's directory), not only next to the generated source */
-  if (cuda) {
-    argv[argc++] = "-I.";
-  } else {
-    argv[argc++] = "-iquote";
-    argv[argc++] = ".";
-  }
-  argv[argc++] = inc;
-  argc = add_words(argv, argc, 100, flags, &we_c);
-  if (argc < 0) {
-    ex_buf_printf(&out, "cannot parse compiler flags: %s\n", flags);
-    goto done;
-  }
-  have_c = flags && *flags;
-  argv[argc++] = "-o";
-  argv[argc++] = tmp;
-  argv[argc++] = src;
-  argv[argc++] = libp;
+  ex_result_t r = argv_head(a, tc, cuda, nonshared, p) ? EX_ERR_NOMEM : EX_OK;
+  if (r == EX_OK)
+    r = argv_words(a, cuda ? tc->nvccflags : tc->cflags, "compiler", out);
+  if (r != EX_OK)
+    return r;
+  int bad =
+      argv_push(a, "-o") | argv_push(a, p->tmp) | argv_push(a, p->src) | argv_push(a, p->libp);
   if (cuda)
-    argv[argc++] = "-Xlinker";
-  argv[argc++] = rpath;
-  argv[argc++] = "-lnbfork";
-  int base = argc;
-  argc = add_words(argv, argc, 124, tc->ldflags, &we_l);
-  if (argc < 0) {
-    argc = base;
-    ex_buf_printf(&out, "cannot parse linker flags: %s\n", tc->ldflags);
-    goto done;
-  }
-  have_l = tc->ldflags && *tc->ldflags;
-  if (nonshared) {
-    argv[argc++] = "-lgcc";
-    argv[argc++] = (char *)nonshared;
-  } else {
-    argv[argc++] = "-lm";
-  }
-  argv[argc] = NULL;
+    bad |= argv_push(a, "-Xlinker");
+  bad |= argv_push(a, p->rpath) | argv_push(a, "-lnbfork");
+  if (bad)
+    return EX_ERR_NOMEM;
+  EX_CHECK(argv_words(a, tc->ldflags, "linker", out));
+  if (nonshared)
+    bad = argv_push(a, "-lgcc") | argv_push(a, nonshared);
+  else
+    bad = argv_push(a, "-lm");
+  return bad ? EX_ERR_NOMEM : EX_OK;
+}
 
+/* The child: its own process group (an interrupt kills the driver and
+ * cc1, as, ld, or nvcc's helpers, at once), output into the pipe. */
+static void exec_compiler(char **argv, int out_fd, int cuda) {
+  setpgid(0, 0);
+  dup2(out_fd, 1);
+  dup2(out_fd, 2);
+  setenv("LC_ALL", "C", 1); /* plain ASCII quotes in diagnostics */
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0)
+    dup2(devnull, 0);
+  /* the kernel interrupts the executor, never the compiler */
+  signal(SIGINT, SIG_DFL);
+  execvp(argv[0], argv);
+  dprintf(2, "cannot run the compiler '%s': %s (set %s)\n", argv[0], NBF_STRERROR(errno),
+          cuda ? "NBFORK_NVCC" : "NBFORK_CC");
+  _exit(127);
+}
+
+static int stop_requested(const ex_toolchain_t *tc) {
+  return tc->interrupted && *tc->interrupted;
+}
+
+/* Run argv, its output (stdout and stderr) appended to out, and wait.
+ * EX_OK with *status the wait status, EX_ERR_INTERRUPTED when
+ * *tc->interrupted became set (the process group is killed), or
+ * EX_ERR_SYSTEM when pipe or fork failed (the reason in out). */
+static ex_result_t run_compiler(const ex_toolchain_t *tc, char **argv, int cuda, nbf_buf_t *out,
+                                int *status) {
   int pfd[2];
   if (pipe2(pfd, O_CLOEXEC)) {
-    ex_buf_printf(&out, "pipe: %s\n", strerror(errno));
-    goto done;
+    nbf_buf_printf(out, "pipe: %s\n", NBF_STRERROR(errno));
+    return EX_ERR_SYSTEM;
   }
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0) {
-    ex_buf_printf(&out, "fork: %s\n", strerror(errno));
+    nbf_buf_printf(out, "fork: %s\n", NBF_STRERROR(errno));
     close(pfd[0]);
     close(pfd[1]);
-    goto done;
+    return EX_ERR_SYSTEM;
   }
-  if (pid == 0) {
-    /* its own process group: an interrupt kills the driver and cc1, as,
-     * ld (or nvcc's helpers) at once */
-    setpgid(0, 0);
-    dup2(pfd[1], 1);
-    dup2(pfd[1], 2);
-    setenv("LC_ALL", "C", 1); /* plain ASCII quotes in diagnostics */
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0)
-      dup2(devnull, 0);
-    /* the kernel interrupts the executor, never the compiler */
-    signal(SIGINT, SIG_DFL);
-    execvp(argv[0], argv);
-    dprintf(2, "cannot run the compiler '%s': %s (set %s)\n", argv[0], strerror(errno),
-            cuda ? "NBFORK_NVCC" : "NBFORK_CC");
-    _exit(127);
-  }
+  if (pid == 0)
+    exec_compiler(argv, pfd[1], cuda);
   setpgid(pid, pid); /* also here: no race with the child's own call */
   close(pfd[1]);
   char buf[4096];
   int killed = 0;
   for (;;) {
-    if (tc->interrupted && *tc->interrupted) {
+    if (stop_requested(tc)) {
       kill(-pid, SIGKILL);
       killed = 1;
       break;
@@ -255,41 +272,70 @@ int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, in
       continue;
     if (r <= 0)
       break;
-    ex_buf_append(&out, buf, (size_t)r);
+    nbf_buf_append(out, buf, (size_t)r);
   }
   close(pfd[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-    if (tc->interrupted && *tc->interrupted && !killed) {
+  *status = 0;
+  while (waitpid(pid, status, 0) < 0 && errno == EINTR)
+    if (stop_requested(tc) && !killed) {
       kill(-pid, SIGKILL);
       killed = 1;
     }
-  if (killed || (tc->interrupted && *tc->interrupted)) {
-    unlink(tmp);
-    rc = 2;
-  } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && rename(tmp, so) == 0) {
-    *so_path = so;
-    so = NULL;
-    rc = 0;
-  } else {
-    unlink(tmp);
-    rc = (WIFEXITED(status) && WEXITSTATUS(status) == 127) ? -1 : 1;
+  return killed || stop_requested(tc) ? EX_ERR_INTERRUPTED : EX_OK;
+}
+
+/* Everything after the cache check: write the source, build the command
+ * line, run it, and keep the object under its final name. */
+static ex_result_t compile_unit(const ex_toolchain_t *tc, const char *source, int cuda,
+                                const ex_paths_t *p, nbf_buf_t *out) {
+  if (cuda && !tc->nvcc) {
+    nbf_buf_printf(out, "no CUDA compiler (nvcc) found: install the CUDA toolkit or set "
+                        "NBFORK_NVCC to nvcc's path\n");
+    return EX_ERR_SYSTEM;
   }
-done:
-  if (have_c)
-    wordfree(&we_c);
-  if (have_l)
-    wordfree(&we_l);
+  if (write_file(p->src, source)) {
+    nbf_buf_printf(out, "cannot write %s: %s\n", p->src, NBF_STRERROR(errno));
+    return EX_ERR_SYSTEM;
+  }
+  ex_argv_t a = {0};
+  int status = 0;
+  ex_result_t r = build_argv(&a, tc, cuda, p, out);
+  if (r == EX_ERR_NOMEM)
+    nbf_buf_printf(out, "out of memory building the compiler's command line (%d words)\n", a.n);
+  if (r == EX_OK)
+    r = run_compiler(tc, a.v, cuda, out, &status);
+  argv_free(&a);
+  if (r == EX_OK && WIFEXITED(status) && WEXITSTATUS(status) == 0 && rename(p->tmp, p->so) == 0)
+    return EX_OK;
+  unlink(p->tmp);
+  if (r != EX_OK)
+    return r;
+  /* 127: the compiler could not be run at all (exec_compiler said why) */
+  return WIFEXITED(status) && WEXITSTATUS(status) == 127 ? EX_ERR_SYSTEM : EX_ERR_COMPILE;
+}
+
+ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
+                       char **so_path, char **diag) {
+  *so_path = NULL;
+  *diag = NULL;
+  ex_paths_t *p = malloc(sizeof *p); /* 24 KiB: not on the stack */
+  nbf_buf_t out = {0};
+  ex_result_t r = EX_ERR_NOMEM;
+  struct stat st;
+  if (p && paths_init(p, tc, tag, cuda)) {
+    nbf_buf_printf(&out, "the work directory's path is too long: %s\n", tc->workdir);
+    r = EX_ERR_SYSTEM;
+  } else if (p) {
+    /* compile cache: same unit, same flags */
+    r = stat(p->so, &st) == 0 ? EX_OK : compile_unit(tc, source, cuda, p, &out);
+    if (r == EX_OK && !(*so_path = strdup(p->so)))
+      r = EX_ERR_NOMEM;
+  }
   if (out.len)
-    *diag = ex_buf_take(&out);
-  ex_buf_free(&out);
-  free(src);
-  free(so);
-  free(tmp);
-  free(inc);
-  free(libp);
-  free(rpath);
-  return rc;
+    *diag = nbf_buf_take(&out);
+  nbf_buf_free(&out);
+  free(p);
+  return r;
 }
 
 static int is_exec(const char *path) {
@@ -328,118 +374,4 @@ char *ex_compile_find_nvcc(void) {
   if (is_exec("/usr/local/cuda/bin/nvcc"))
     return strdup("/usr/local/cuda/bin/nvcc");
   return NULL;
-}
-
-/* Does the n-byte line l contain `needle`? (memmem, without GCC 12's
- * -Wnonnull false positive under -fsanitize=undefined) */
-static int line_has(const char *l, size_t n, const char *needle) {
-  size_t k = strlen(needle);
-  for (size_t i = 0; i + k <= n; i++)
-    if (l[i] == needle[0] && !memcmp(l + i, needle, k))
-      return 1;
-  return 0;
-}
-
-/* Should this diagnostics line be hidden from the user? `cell_errors`:
- * the diagnostics report an error in the cell itself, so what follows
- * from it inside nbfork's generated helpers is noise. */
-static int hidden_line(const char *l, size_t n, int cell_errors) {
-  static const char *const hide[] = {"In function '__nbf_",
-                                     "In function \xe2\x80\x98__nbf_", /* our wrappers */
-                                     "some warnings being treated as errors",
-                                     "in definition of macro '__nbf_",
-                                     "in expansion of macro '__nbf_",
-                                     NULL};
-  if (n == 0)
-    return 1;
-  for (int i = 0; hide[i]; i++)
-    if (line_has(l, n, hide[i]))
-      return 1;
-  /* lines pointing into nbfork's generated helpers: notes always, errors
-   * when they only follow from an error in the cell */
-  if (n > 9 && !strncmp(l, "<nbfork>:", 9) && (cell_errors || line_has(l, n, "note:")))
-    return 1;
-  return 0;
-}
-
-char *ex_compile_clean(const char *diag) {
-  ex_buf_t out = {0};
-  if (!diag)
-    return strdup("");
-  int cell_errors = 0;
-  for (size_t off = 0; diag[off];) {
-    const char *p = diag + off;
-    size_t n = strcspn(p, "\n");
-    if (line_has(p, n, "error") && strncmp(p, "<nbfork>:", 9) != 0)
-      cell_errors = 1;
-    off += n + (p[n] == '\n');
-  }
-  for (size_t off = 0; diag[off];) {
-    const char *p = diag + off;
-    size_t n = strcspn(p, "\n");
-    off += n + (p[n] == '\n');
-    if (!hidden_line(p, n, cell_errors)) {
-      /* sq__c0123456789abcdef -> sq */
-      ex_buf_t line = {0};
-      for (size_t i = 0; i < n; i++) {
-        if (i + 19 <= n && p[i] == '_' && p[i + 1] == '_' && p[i + 2] == 'c') {
-          size_t h = 0;
-          while (h < 16 && isxdigit((unsigned char)p[i + 3 + h]) &&
-                 !isupper((unsigned char)p[i + 3 + h]))
-            h++;
-          if (h == 16 &&
-              (i + 19 == n || !(isalnum((unsigned char)p[i + 19]) || p[i + 19] == '_'))) {
-            i += 18;
-            continue;
-          }
-        }
-        ex_buf_append(&line, p + i, 1);
-      }
-      /* drop a line already shown (one error, expanded twice, is one) */
-      int dup = 0;
-      if (line.data && out.data) {
-        for (const char *q = out.data; *q;) {
-          const char *qe = strchr(q, '\n');
-          size_t qn = qe ? (size_t)(qe - q) : strlen(q);
-          if (qn == line.len && !memcmp(q, line.data, qn)) {
-            dup = 1;
-            break;
-          }
-          q = qe ? qe + 1 : q + qn;
-        }
-      }
-      if (line.data && !dup) {
-        ex_buf_append(&out, line.data, line.len);
-        ex_buf_append(&out, "\n", 1);
-      }
-      ex_buf_free(&line);
-    }
-  }
-  char *r = ex_buf_take(&out);
-  return r ? r : strdup("");
-}
-
-char *ex_compile_summary(const char *diag) {
-  /* the first compiler error; a linker's "collect2: error: ld returned"
-   * only when nothing better is there */
-  const char *best = NULL;
-  for (const char *p = diag; p && *p;) {
-    const char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (line_has(p, n, "error") && strncmp(p, "collect2:", 9) != 0) {
-      best = p;
-      break;
-    }
-    if (!best && (line_has(p, n, "cannot find") || line_has(p, n, "undefined reference")))
-      best = p;
-    p = e ? e + 1 : p + n;
-  }
-  if (!best)
-    best = diag && *diag ? diag : NULL;
-  if (!best)
-    return strdup("compilation failed");
-  size_t n = strcspn(best, "\n");
-  while (n && (best[n - 1] == ' ' || best[n - 1] == '\r'))
-    n--;
-  return strndup(best, n);
 }

@@ -1,6 +1,7 @@
 /*
- * ex_compile — run the system C compiler (or nvcc) on a generated unit and
- * load the result.
+ * ex_compile — run the system C compiler (or nvcc) on a generated unit
+ * (ex_run.c loads the result; ex_diag.h turns the diagnostics into what
+ * the user sees).
  *
  * The compiler runs as a child process (fork + exec; the executor is
  * single-threaded so this is safe) with its diagnostics captured, never
@@ -12,6 +13,8 @@
 #define EX_COMPILE_H
 
 #include <signal.h>
+
+#include "ex_result.h"
 
 typedef struct {
   const char *cc;                     /* C compiler: NBFORK_CC or "cc"                    */
@@ -28,31 +31,27 @@ typedef struct {
 
 /* Compile `source` (C, or CUDA when cuda != 0) into WORKDIR/cell_TAG.so.
  * Quoted includes are searched in the current directory (the notebook's)
- * too, then in incdir (nbfork.h).
- * Returns 0 with *so_path set (caller frees), 1 when the compiler rejected
- * the code (*diag = its diagnostics, caller frees), 2 when *interrupted
- * became set while the compiler ran (it is killed; nothing is kept), or
- * -1 on a system failure (*diag says which call failed and why). *diag may
- * also be set on success (warnings). An object that already exists for
- * `tag` is reused without compiling (the compile cache). */
-int ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
-               char **so_path, char **diag);
+ * too, then in incdir (nbfork.h). Blocks until the compiler exits.
+ * An object that already exists for `tag` is reused without compiling
+ * (the compile cache). Results:
+ *   EX_OK              *so_path set (caller frees); *diag may hold warnings
+ *   EX_ERR_COMPILE     the compiler rejected the code; *diag = its output
+ *   EX_ERR_INTERRUPTED *tc->interrupted became set while the compiler ran
+ *                      (its process group is killed; nothing is kept)
+ *   EX_ERR_USAGE       %cflags/%ldflags/NBFORK_NVCCFLAGS do not parse
+ *   EX_ERR_SYSTEM      a system failure (write, pipe, fork; the compiler
+ *                      could not be run; no nvcc for a CUDA cell)
+ *   EX_ERR_NOMEM       out of memory
+ * On every failure but EX_ERR_INTERRUPTED *diag (caller frees) says what
+ * failed, unless memory ran out before it could. There is no limit on the
+ * number of flag words. */
+ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
+                       char **so_path, char **diag);
 
 /* The CUDA compiler to use (caller frees), or NULL: NBFORK_NVCC if set,
  * else `nvcc` on PATH, else $CUDA_HOME/bin/nvcc, else
  * /usr/local/cuda/bin/nvcc (where the toolkit installs it without putting
  * it on PATH). */
 char *ex_compile_find_nvcc(void);
-
-/* Compiler diagnostics as the user should see them (caller frees): lines
- * about the generated wrapper (`In function '__nbf_run_...'`, notes in
- * nbfork's own helper code, `cc1: some warnings being treated as errors`)
- * and repeated lines dropped, versioned symbol names (`sq__c<16 hex>`)
- * shown as the plain name. */
-char *ex_compile_clean(const char *diag);
-
-/* The first "error" line of compiler diagnostics, trimmed, for a one-line
- * summary (caller frees). */
-char *ex_compile_summary(const char *diag);
 
 #endif

@@ -39,15 +39,23 @@ static const char *next_word(const char **p, size_t *n) {
   return w;
 }
 
+/* The n bytes at `text` as a string in dst[size]: 0, or -1 when they do
+ * not fit (the callers then decline the call to the system compiler). */
+static int copy_text(char *dst, size_t size, const char *text, size_t n) {
+  if (n >= size)
+    return -1;
+  memcpy(dst, text, n);
+  dst[n] = 0;
+  return 0;
+}
+
 /* Whether a typedef earlier cells made is a scalar, a pointer or an
  * enum (not a struct or union, which may be passed split across
  * register classes). */
 static int scalar_typedef(const ex_cell_state_t *st, const char *name, size_t n) {
   char buf[128];
-  if (n >= sizeof buf)
+  if (copy_text(buf, sizeof buf, name, n))
     return 0;
-  memcpy(buf, name, n);
-  buf[n] = 0;
   ex_cell_name_t d;
   if (!st || !ex_cell_find(st, buf, &d) || strcmp(d.kind, "type") || !d.decl)
     return 0;
@@ -71,10 +79,8 @@ static int scalar_typedef(const ex_cell_state_t *st, const char *name, size_t n)
 /* One parameter's text (`const char *s`, `pair_t p`, `int`, `...`). */
 static int scalar_param(const ex_cell_state_t *st, const char *text, size_t n) {
   char p[256];
-  if (n >= sizeof p)
+  if (copy_text(p, sizeof p, text, n))
     return 0;
-  memcpy(p, text, n);
-  p[n] = 0;
   if (strchr(p, '*') || strchr(p, '['))
     return 1; /* a pointer (an array parameter is one) */
   if (strstr(p, "...") || strstr(p, "enum"))

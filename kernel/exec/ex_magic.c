@@ -6,6 +6,7 @@
 #include "nbf_param.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,10 +136,124 @@ static void set_flags(char **slot, const char *args, size_t n, const char *what)
   printf("%s for the next cells: %s\n", what, *slot && **slot ? *slot : "(none)");
 }
 
-int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
-                 ex_magic_result_t *out, const char **ename, char *err, size_t errlen) {
+/* What a magic's handler works on. */
+typedef struct {
+  ex_flags_t *flags;
+  const ex_cell_state_t *st;
+  ex_magic_result_t *out;
+  char *err;
+  size_t errlen;
+} magic_ctx_t;
+
+static ex_result_t magic_launch(magic_ctx_t *c, const char *args, size_t an) {
+  return parse_launch(args, an, c->out, c->err, c->errlen) ? EX_ERR_USAGE : EX_OK;
+}
+
+static ex_result_t magic_timeit(magic_ctx_t *c, const char *args, size_t an) {
+  return parse_timeit(args, an, c->out, c->err, c->errlen) ? EX_ERR_USAGE : EX_OK;
+}
+
+static ex_result_t magic_cflags(magic_ctx_t *c, const char *args, size_t an) {
+  set_flags(&c->flags->cflags, args, an, "extra compiler flags");
+  return EX_OK;
+}
+
+static ex_result_t magic_ldflags(magic_ctx_t *c, const char *args, size_t an) {
+  set_flags(&c->flags->ldflags, args, an, "extra linker flags");
+  return EX_OK;
+}
+
+/* %env: all variables; %env NAME: one; %env NAME=VALUE: set it (workers
+ * forked later inherit it). */
+static ex_result_t magic_env(magic_ctx_t *c, const char *args, size_t an) {
+  char *a = strndup(skip_ws(args), an - (size_t)(skip_ws(args) - args));
+  if (!a) {
+    snprintf(c->err, c->errlen, "out of memory");
+    return EX_ERR_NOMEM;
+  }
+  size_t al = strlen(a);
+  while (al && isspace((unsigned char)a[al - 1]))
+    a[--al] = 0;
+  char *eq = strchr(a, '=');
+  if (!*a) {
+    for (char **e = environ; *e; e++)
+      printf("%s\n", *e);
+  } else if (eq) {
+    *eq = 0;
+    setenv(a, eq + 1, 1);
+    printf("env: %s=%s\n", a, eq + 1);
+  } else {
+    const char *v = nbf_env_get(a);
+    printf("%s\n", v ? v : "(not set)");
+  }
+  free(a);
+  return EX_OK;
+}
+
+static ex_result_t magic_who(magic_ctx_t *c, const char *args, size_t an) {
+  (void)args;
+  (void)an;
+  who_ctx_t w = {0};
+  ex_cell_each_name(c->st, who_print, &w);
+  if (!w.any)
+    printf("Nothing defined yet.\n");
+  return EX_OK;
+}
+
+static ex_result_t magic_lsmagic(magic_ctx_t *c, const char *args, size_t an) {
+  (void)c;
+  (void)args;
+  (void)an;
+  printf("Line magics: %%launch %%timeit %%cflags %%ldflags %%env %%who %%lsmagic\n"
+         "Cell magics: %%%%cuda\n");
+  return EX_OK;
+}
+
+/* The line magics. `once`: the offset of the result field the magic
+ * fills when a cell may hold only one of it, else -1. */
+static const struct {
+  const char *name;
+  const char *ename; /* the error name of its failures */
+  ptrdiff_t once;
+  ex_result_t (*run)(magic_ctx_t *c, const char *args, size_t an);
+} magics[] = {
+    {"%launch", "LaunchError", offsetof(ex_magic_result_t, launch_call), magic_launch},
+    {"%timeit", "UsageError", offsetof(ex_magic_result_t, timeit_stmt), magic_timeit},
+    {"%cflags", "UsageError", -1, magic_cflags},
+    {"%ldflags", "UsageError", -1, magic_ldflags},
+    {"%env", "UsageError", -1, magic_env},
+    {"%who", "UsageError", -1, magic_who},
+    {"%lsmagic", "UsageError", -1, magic_lsmagic},
+};
+
+/* Run the magic line `line` whose name is its first `nl` bytes. */
+static ex_result_t run_line_magic(magic_ctx_t *c, const char *line, size_t nl, size_t n,
+                                  const char **ename) {
+  for (size_t i = 0; i < sizeof magics / sizeof magics[0]; i++) {
+    if (strlen(magics[i].name) != nl || strncmp(line, magics[i].name, nl))
+      continue;
+    *ename = magics[i].ename;
+    if (magics[i].once >= 0 && *(char **)((char *)c->out + magics[i].once)) {
+      snprintf(c->err, c->errlen, "only one %s per cell", magics[i].name);
+      return EX_ERR_USAGE;
+    }
+    ex_result_t r = magics[i].run(c, line + nl, n - nl);
+    if (r == EX_OK)
+      *ename = "UsageError";
+    return r;
+  }
+  snprintf(c->err, c->errlen,
+           "unknown magic '%.*s'. Available: %%launch, %%timeit, %%cflags, %%ldflags, %%env, "
+           "%%who, %%lsmagic, %%%%cuda (first line only)",
+           (int)nl, line);
+  return EX_ERR_USAGE;
+}
+
+ex_result_t ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
+                         ex_magic_result_t *out, const char **ename, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   *ename = "UsageError";
+  magic_ctx_t c = {flags, st, out, err, errlen};
   const char *p = src;
   for (;;) {
     const char *line = p;
@@ -146,7 +261,7 @@ int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
       line++;
     if (*line != '%') {
       out->code = p;
-      return 0;
+      return EX_OK;
     }
     const char *eol = strchr(line, '\n');
     size_t n = eol ? (size_t)(eol - line) : strlen(line);
@@ -154,72 +269,16 @@ int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
     size_t nl = 1;
     while (nl < n && (isalnum((unsigned char)line[nl]) || line[nl] == '%' || line[nl] == '_'))
       nl++;
-    const char *args = line + nl;
-    size_t an = n - nl;
     if (!strncmp(line, "%%cuda", 6) && nl == 6) {
       out->cuda = 1;
       out->code = next;
-      return 0;
-    } else if (nl == 7 && !strncmp(line, "%launch", 7)) {
-      *ename = "LaunchError";
-      if (out->launch_call) {
-        snprintf(err, errlen, "only one %%launch per cell");
-        return -1;
-      }
-      if (parse_launch(args, an, out, err, errlen))
-        return -1;
-      *ename = "UsageError";
-    } else if (nl == 7 && !strncmp(line, "%timeit", 7)) {
-      if (out->timeit_stmt) {
-        snprintf(err, errlen, "only one %%timeit per cell");
-        return -1;
-      }
-      if (parse_timeit(args, an, out, err, errlen))
-        return -1;
-    } else if (nl == 7 && !strncmp(line, "%cflags", 7)) {
-      set_flags(&flags->cflags, args, an, "extra compiler flags");
-    } else if (nl == 8 && !strncmp(line, "%ldflags", 8)) {
-      set_flags(&flags->ldflags, args, an, "extra linker flags");
-    } else if (nl == 4 && !strncmp(line, "%env", 4)) {
-      char *a = strndup(skip_ws(args), an - (size_t)(skip_ws(args) - args));
-      if (!a)
-        return -1;
-      size_t al = strlen(a);
-      while (al && isspace((unsigned char)a[al - 1]))
-        a[--al] = 0;
-      char *eq = strchr(a, '=');
-      if (!*a) {
-        for (char **e = environ; *e; e++)
-          printf("%s\n", *e);
-      } else if (eq) {
-        *eq = 0;
-        setenv(a, eq + 1, 1);
-        printf("env: %s=%s\n", a, eq + 1);
-      } else {
-        const char *v = nbf_env_get(a);
-        printf("%s\n", v ? v : "(not set)");
-      }
-      free(a);
-    } else if (nl == 4 && !strncmp(line, "%who", 4)) {
-      who_ctx_t w = {0};
-      ex_cell_each_name(st, who_print, &w);
-      if (!w.any)
-        printf("Nothing defined yet.\n");
-    } else if (nl == 8 && !strncmp(line, "%lsmagic", 8)) {
-      printf("Line magics: %%launch %%timeit %%cflags %%ldflags %%env %%who %%lsmagic\n"
-             "Cell magics: %%%%cuda\n");
-    } else {
-      snprintf(
-          err, errlen,
-          "unknown magic '%.*s'. Available: %%launch, %%timeit, %%cflags, %%ldflags, %%env, %%who, "
-          "%%lsmagic, %%%%cuda (first line only)",
-          (int)nl, line);
-      return -1;
+      return EX_OK;
     }
+    EX_CHECK(run_line_magic(&c, line, nl, n, ename));
     p = next;
     if (!eol) {
       out->code = p;
-      return 0;
+      return EX_OK;
     }
   }
 }

@@ -24,6 +24,7 @@
 #include <stddef.h>
 
 #include "ex_cell.h"
+#include "ex_result.h"
 
 typedef struct {
   char *cflags;  /* owned */
@@ -40,11 +41,13 @@ typedef struct {
   const char *code;  /* C code after the magic lines (points into src) */
 } ex_magic_result_t;
 
-/* Run the magic lines at the top of `src`. Returns 0, or -1 with *ename
- * ("UsageError", or "LaunchError" for a malformed %launch line) and a
- * message in err. Output of %who/%env/%lsmagic goes to stdout. */
-int ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
-                 ex_magic_result_t *out, const char **ename, char *err, size_t errlen);
+/* Run the magic lines at the top of `src`. Output of %who/%env/%lsmagic
+ * goes to stdout. EX_OK; EX_ERR_USAGE, an unknown or malformed magic
+ * (*ename "UsageError", or "LaunchError" for a %launch line; the message
+ * in err); EX_ERR_NOMEM. Caller frees `out` (ex_magic_result_free)
+ * whatever the result. */
+ex_result_t ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
+                         ex_magic_result_t *out, const char **ename, char *err, size_t errlen);
 
 void ex_magic_result_free(ex_magic_result_t *r);
 

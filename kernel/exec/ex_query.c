@@ -75,19 +75,26 @@ static int cmp_json_str(const void *a, const void *b) {
   return strcmp(json_string_value(*(json_t *const *)a), json_string_value(*(json_t *const *)b));
 }
 
-static int handle_complete(json_t *req, const ex_cell_state_t *cells) {
+/* The request's code ("" when absent) and its cursor_pos, clamped to
+ * the code (the end when absent or out of range). */
+static const char *request_code(json_t *req, size_t *len, size_t *pos) {
   const char *code = json_string_value(json_object_get(req, "code"));
-  json_int_t pos = json_integer_value(json_object_get(req, "cursor_pos"));
+  json_int_t p = json_integer_value(json_object_get(req, "cursor_pos"));
   if (!code)
     code = "";
-  size_t len = strlen(code);
-  if (pos < 0 || (size_t)pos > len)
-    pos = (json_int_t)len;
-  size_t start = (size_t)pos;
+  *len = strlen(code);
+  *pos = p < 0 || (size_t)p > *len ? *len : (size_t)p;
+  return code;
+}
+
+static int handle_complete(json_t *req, const ex_cell_state_t *cells) {
+  size_t len, pos;
+  const char *code = request_code(req, &len, &pos);
+  size_t start = pos;
   while (start > 0 && is_ident(code[start - 1]))
     start--;
   char prefix[256];
-  size_t plen = (size_t)pos - start;
+  size_t plen = pos - start;
   if (plen >= sizeof prefix)
     plen = sizeof prefix - 1;
   memcpy(prefix, code + start, plen);
@@ -225,15 +232,9 @@ static int inspect_target(const char *code, size_t len, size_t pos, size_t *s_ou
 }
 
 static int handle_inspect(json_t *req, const ex_cell_state_t *cells) {
-  const char *code = json_string_value(json_object_get(req, "code"));
-  json_int_t pos = json_integer_value(json_object_get(req, "cursor_pos"));
-  if (!code)
-    code = "";
-  size_t len = strlen(code);
-  if (pos < 0 || (size_t)pos > len)
-    pos = (json_int_t)len;
-  size_t s, e;
-  if (!inspect_target(code, len, (size_t)pos, &s, &e))
+  size_t len, pos, s, e;
+  const char *code = request_code(req, &len, &pos);
+  if (!inspect_target(code, len, pos, &s, &e))
     return ex_event_reply_ok(json_pack("{s:b, s:{}, s:{}}", "found", 0, "data", "metadata"));
   char *name = strndup(code + s, e - s);
   if (!name)

@@ -331,19 +331,22 @@ static size_t parse_specifiers(const cx_t *c, size_t a, size_t b, int *is_decl) 
   return i;
 }
 
-static void chunk_free(ex_chunk_t *k) {
-  free(k->text);
-  free(k->name);
-  free(k->specifiers);
-  free(k->signature);
-  free(k->body);
+static void decls_free(ex_chunk_t *k) {
   for (size_t i = 0; i < k->ndecls; i++) {
     free(k->decls[i].name);
     free(k->decls[i].declarator);
     free(k->decls[i].init);
   }
   free(k->decls);
-  free(k->doc);
+  k->decls = NULL;
+  k->ndecls = 0;
+}
+
+static void chunk_free(ex_chunk_t *k) {
+  char *owned[] = {k->text, k->name, k->specifiers, k->signature, k->body, k->doc};
+  for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
+    free(owned[i]);
+  decls_free(k);
 }
 
 /* The comment right above source offset `start` (only whitespace between,
@@ -506,83 +509,121 @@ static int is_cxx_verbatim(const cx_t *c, size_t a, size_t b) {
   return 0;
 }
 
-/* Classify tokens a..b (inclusive) into chunk k. `last` = final chunk of
- * the cell; `has_semi` = ends with `;`. */
-static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) {
-  k->line = c->t[a].line;
-  k->text = tk_span(c, a, b);
-  if (!k->text)
-    return -1;
-  k->doc = doc_comment(c->src, a ? c->t[a - 1].end : 0, c->t[a].start);
-  if (c->t[a].kind == TK_PREPROC) {
-    k->kind = EX_CHUNK_PREPROC;
-    /* #define NAME: keep NAME as the key so a re-definition replaces it */
-    const char *p = k->text + 1;
+/* The index of the `{` that the `}` at index `close` closes, searching
+ * back no further than `lo`; `close` itself when there is none. */
+static size_t matching_open(const cx_t *c, size_t close, size_t lo) {
+  int depth = 0;
+  for (size_t j = close;; j--) {
+    if (tk_is(c, j, "}"))
+      depth++;
+    else if (tk_is(c, j, "{") && --depth == 0)
+      return j;
+    if (j == lo)
+      return close;
+  }
+}
+
+/* `#define NAME ...`: NAME is the key, so a re-definition replaces it. */
+static void classify_preproc(ex_chunk_t *k) {
+  k->kind = EX_CHUNK_PREPROC;
+  const char *p = k->text + 1;
+  while (*p == ' ' || *p == '\t')
+    p++;
+  if (strncmp(p, "define", 6) == 0 && (p[6] == ' ' || p[6] == '\t')) {
+    p += 6;
     while (*p == ' ' || *p == '\t')
       p++;
-    if (strncmp(p, "define", 6) == 0 && (p[6] == ' ' || p[6] == '\t')) {
-      p += 6;
-      while (*p == ' ' || *p == '\t')
-        p++;
-      size_t l = 0;
-      while (isalnum((unsigned char)p[l]) || p[l] == '_')
-        l++;
-      k->name = dup_range(p, 0, l);
+    size_t l = 0;
+    while (isalnum((unsigned char)p[l]) || p[l] == '_')
+      l++;
+    k->name = dup_range(p, 0, l);
+  }
+}
+
+/* typedef: the name is the last identifier at depth 0, or the one inside
+ * `(*name)` of a function-pointer typedef (`typedef int (*fn_t)(int);`). */
+static void classify_typedef(const cx_t *c, size_t a, size_t b, ex_chunk_t *k) {
+  k->kind = EX_CHUNK_TYPE;
+  for (size_t i = b; i > a; i--) {
+    if (c->t[i].kind == TK_IDENT && !in_list(c, i, kw_specifier)) {
+      k->name = tk_text(c, i);
+      return;
     }
-    return 0;
+    if (tk_is(c, i, ")")) {
+      size_t j = a;
+      while (j < b && !(tk_is(c, j, "(") && tk_is(c, j + 1, "*")))
+        j++;
+      if (j < b && c->t[j + 2].kind == TK_IDENT)
+        k->name = tk_text(c, j + 2);
+      return;
+    }
   }
-  int ends_semi = tk_is(c, b, ";");
-  if (c->cxx && is_cxx_verbatim(c, a, b)) {
-    k->kind = EX_CHUNK_VERBATIM;
-    return 0;
+}
+
+/* A struct/union/enum definition alone (`struct S {...};`): named
+ * "struct S" when it has a tag. */
+static void classify_tagged_type(const cx_t *c, size_t a, ex_chunk_t *k) {
+  k->kind = EX_CHUNK_TYPE;
+  if (!(tk_is(c, a, "struct") || tk_is(c, a, "union") || tk_is(c, a, "enum")) ||
+      c->t[a + 1].kind != TK_IDENT)
+    return;
+  char *tag = tk_text(c, a), *nm = tk_text(c, a + 1);
+  if (tag && nm) {
+    size_t l = strlen(tag) + strlen(nm) + 2;
+    k->name = malloc(l);
+    if (k->name)
+      snprintf(k->name, l, "%s %s", tag, nm);
   }
-  if (in_list(c, a, kw_statement) || tk_is(c, a, "{")) {
+  free(tag);
+  free(nm);
+}
+
+/* Tokens d..b end in `}`: a function definition (a declarator with a
+ * parameter list, then a body) or else a statement. */
+static void classify_braced(const cx_t *c, size_t d, size_t b, ex_chunk_t *k) {
+  size_t open = matching_open(c, b, d), name_i;
+  if (!(open > d && declarator_name(c, d, open - 1, &name_i) == 0)) {
     k->kind = EX_CHUNK_STATEMENT;
-    return 0;
+    return;
   }
-  if (tk_is(c, a, "typedef")) {
-    k->kind = EX_CHUNK_TYPE;
-    /* name: last identifier at depth 0, or inside `(*name)` */
-    for (size_t i = b; i > a; i--) {
-      if (c->t[i].kind == TK_IDENT && !in_list(c, i, kw_specifier)) {
-        k->name = tk_text(c, i);
-        break;
-      }
-      if (tk_is(c, i, ")")) {
-        /* function-pointer typedef: typedef int (*fn_t)(int); */
-        size_t j = a;
-        while (j < b && !(tk_is(c, j, "(") && tk_is(c, j + 1, "*")))
-          j++;
-        if (j < b && c->t[j + 2].kind == TK_IDENT)
-          k->name = tk_text(c, j + 2);
-        break;
-      }
+  k->kind = EX_CHUNK_FUNCTION;
+  k->name = tk_text(c, name_i);
+  char *decl = tk_span(c, d, open - 1);
+  size_t l = strlen(k->specifiers) + strlen(decl) + 2;
+  k->signature = malloc(l);
+  if (k->signature)
+    snprintf(k->signature, l, "%s %s", k->specifiers, decl);
+  free(decl);
+  k->body = tk_span(c, open, b);
+}
+
+/* Tokens d..b (b is `;`) after the specifiers: a prototype (the
+ * declarator's name directly followed by `(`, no initializer) or
+ * variables. */
+static void classify_semi_declaration(const cx_t *c, size_t d, size_t b, ex_chunk_t *k) {
+  size_t name_i;
+  if (d < b && declarator_name(c, d, b - 1, &name_i) == 0 && tk_is(c, name_i + 1, "(")) {
+    int has_init = 0;
+    for (size_t i = d; i < b; i++)
+      if (tk_is(c, i, "="))
+        has_init = 1;
+    if (!has_init) {
+      k->kind = EX_CHUNK_PROTOTYPE;
+      k->name = tk_text(c, name_i);
+      return;
     }
-    return 0;
   }
-  int is_decl = 0;
-  size_t d = parse_specifiers(c, a, b, &is_decl);
-  if (!is_decl) {
-    k->kind = (last && !ends_semi) ? EX_CHUNK_EXPRESSION : EX_CHUNK_STATEMENT;
-    return 0;
+  k->kind = EX_CHUNK_VARIABLE;
+  if (parse_declarators(c, k, d, b)) {
+    /* not a well-formed declaration after all: let the compiler judge it
+     * as a statement, where the error message will point at it */
+    decls_free(k);
+    k->kind = EX_CHUNK_STATEMENT;
   }
-  /* struct/union/enum definition alone: `struct S {...};` */
-  if (d > b || (d == b && ends_semi)) {
-    k->kind = EX_CHUNK_TYPE;
-    if ((tk_is(c, a, "struct") || tk_is(c, a, "union") || tk_is(c, a, "enum")) &&
-        c->t[a + 1].kind == TK_IDENT) {
-      char *tag = tk_text(c, a), *nm = tk_text(c, a + 1);
-      if (tag && nm) {
-        size_t l = strlen(tag) + strlen(nm) + 2;
-        k->name = malloc(l);
-        if (k->name)
-          snprintf(k->name, l, "%s %s", tag, nm);
-      }
-      free(tag);
-      free(nm);
-    }
-    return 0;
-  }
+}
+
+/* A declaration whose specifiers end before token d. */
+static void classify_declaration(const cx_t *c, size_t a, size_t d, size_t b, ex_chunk_t *k) {
   k->is_extern = 0;
   for (size_t i = a; i < d; i++)
     if (tk_is(c, i, "extern"))
@@ -593,67 +634,46 @@ static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) 
   for (size_t i = a; i < d; i++)
     if (tk_is(c, i, "static") || tk_is(c, i, "inline") || tk_is(c, i, "__inline__"))
       memset(k->text + (c->t[i].start - c->t[a].start), ' ', c->t[i].end - c->t[i].start);
-  /* function definition: declarator with a parameter list, then a body */
-  if (tk_is(c, b, "}")) {
-    size_t open = b;
-    int depth = 0;
-    for (size_t i = b;; i--) {
-      if (tk_is(c, i, "}"))
-        depth++;
-      else if (tk_is(c, i, "{") && --depth == 0) {
-        open = i;
-        break;
-      }
-      if (i == d)
-        break;
-    }
-    size_t name_i;
-    if (open > d && declarator_name(c, d, open - 1, &name_i) == 0) {
-      k->kind = EX_CHUNK_FUNCTION;
-      k->name = tk_text(c, name_i);
-      char *decl = tk_span(c, d, open - 1);
-      size_t l = strlen(k->specifiers) + strlen(decl) + 2;
-      k->signature = malloc(l);
-      if (k->signature)
-        snprintf(k->signature, l, "%s %s", k->specifiers, decl);
-      free(decl);
-      k->body = tk_span(c, open, b);
-      return 0;
-    }
-    k->kind = EX_CHUNK_STATEMENT;
-    return 0;
-  }
-  if (!ends_semi) {
+  if (tk_is(c, b, "}"))
+    classify_braced(c, d, b, k);
+  else if (!tk_is(c, b, ";"))
     k->kind = EX_CHUNK_STATEMENT; /* compiler will say what is missing */
-    return 0;
-  }
-  /* A prototype: the declarator's name is directly followed by `(`. */
-  size_t name_i;
-  if (d < b && declarator_name(c, d, b - 1, &name_i) == 0 && tk_is(c, name_i + 1, "(")) {
-    int has_init = 0;
-    for (size_t i = d; i < b; i++)
-      if (tk_is(c, i, "="))
-        has_init = 1;
-    if (!has_init) {
-      k->kind = EX_CHUNK_PROTOTYPE;
-      k->name = tk_text(c, name_i);
-      return 0;
-    }
-  }
-  k->kind = EX_CHUNK_VARIABLE;
-  if (parse_declarators(c, k, d, b)) {
-    /* not a well-formed declaration after all: let the compiler judge it
-     * as a statement, where the error message will point at it */
-    for (size_t i = 0; i < k->ndecls; i++) {
-      free(k->decls[i].name);
-      free(k->decls[i].declarator);
-      free(k->decls[i].init);
-    }
-    free(k->decls);
-    k->decls = NULL;
-    k->ndecls = 0;
+  else
+    classify_semi_declaration(c, d, b, k);
+}
+
+/* What is left once the chunk is no directive, statement or typedef:
+ * after its declaration specifiers, an expression or statement (none),
+ * a struct/union/enum definition alone, or a declaration. */
+static void classify_specified(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) {
+  int ends_semi = tk_is(c, b, ";"), is_decl = 0;
+  size_t d = parse_specifiers(c, a, b, &is_decl);
+  if (!is_decl)
+    k->kind = (last && !ends_semi) ? EX_CHUNK_EXPRESSION : EX_CHUNK_STATEMENT;
+  else if (d > b || (d == b && ends_semi))
+    classify_tagged_type(c, a, k);
+  else
+    classify_declaration(c, a, d, b, k);
+}
+
+/* Classify tokens a..b (inclusive) into chunk k. `last` = final chunk of
+ * the cell. 0, or -1 when memory ran out. */
+static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) {
+  k->line = c->t[a].line;
+  k->text = tk_span(c, a, b);
+  if (!k->text)
+    return -1;
+  k->doc = doc_comment(c->src, a ? c->t[a - 1].end : 0, c->t[a].start);
+  if (c->t[a].kind == TK_PREPROC)
+    classify_preproc(k);
+  else if (c->cxx && is_cxx_verbatim(c, a, b))
+    k->kind = EX_CHUNK_VERBATIM;
+  else if (in_list(c, a, kw_statement) || tk_is(c, a, "{"))
     k->kind = EX_CHUNK_STATEMENT;
-  }
+  else if (tk_is(c, a, "typedef"))
+    classify_typedef(c, a, b, k);
+  else
+    classify_specified(c, a, b, last, k);
   return 0;
 }
 
@@ -666,19 +686,7 @@ static int brace_ends_chunk(const cx_t *c, size_t a, size_t i) {
     return 0;
   if (i + 1 < c->n && (tk_is(c, i + 1, ";") || tk_is(c, i + 1, ",")))
     return 0;
-  /* find the `{` that this `}` closes */
-  int depth = 0;
-  size_t open = i;
-  for (size_t j = i;; j--) {
-    if (tk_is(c, j, "}"))
-      depth++;
-    else if (tk_is(c, j, "{") && --depth == 0) {
-      open = j;
-      break;
-    }
-    if (j == a)
-      break;
-  }
+  size_t open = matching_open(c, i, a);
   if (open == a)
     return 1; /* a bare compound statement */
   if (in_list(c, a, kw_statement))
@@ -687,7 +695,7 @@ static int brace_ends_chunk(const cx_t *c, size_t a, size_t i) {
                  (tk_is(c, a, "extern") && a + 1 < c->n && c->t[a + 1].kind == TK_STRING)))
     return 1; /* `template <int N = 3> ... { }`, `namespace ns { }`, `extern "C" { }` */
   /* initializer: `= {` or `= (T){`, with the `=` outside any bracket */
-  depth = 0;
+  int depth = 0;
   for (size_t j = a; j < open; j++) {
     if (tk_is(c, j, "(") || tk_is(c, j, "[") || tk_is(c, j, "{"))
       depth++;
@@ -727,13 +735,13 @@ static int semi_ends_chunk(const cx_t *c, size_t a, size_t i) {
   return 1;
 }
 
-int ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
-             char *err, size_t errlen) {
+ex_result_t ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
+                     char *err, size_t errlen) {
   tk_list_t tl = {0};
   memset(out, 0, sizeof *out);
   if (tokenize(src, &tl, err, errlen, NULL)) {
     free(tl.v);
-    return -1;
+    return EX_ERR_SPLIT;
   }
   cx_t c = {src, tl.v, tl.n, is_type, ctx, NULL, 0, (flags & EX_SPLIT_CXX) != 0};
   size_t cap = 0;
@@ -784,14 +792,15 @@ int ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_sp
   }
   free(tl.v);
   free(c.local_types);
-  return 0;
+  return EX_OK;
 fail:
   free(tl.v);
   free(c.local_types);
   ex_split_free(out);
-  if (err && errlen && !err[0])
-    set_err(err, errlen, "out of memory");
-  return -1;
+  if (err && errlen && err[0])
+    return EX_ERR_SPLIT; /* the message says what does not parse */
+  set_err(err, errlen, "out of memory");
+  return EX_ERR_NOMEM;
 }
 
 void ex_split_free(ex_split_t *s) {
@@ -800,6 +809,13 @@ void ex_split_free(ex_split_t *s) {
   free(s->chunks);
   s->chunks = NULL;
   s->count = 0;
+}
+
+int ex_split_defines_function(const ex_split_t *sp, const char *name) {
+  for (size_t i = 0; i < sp->count; i++)
+    if (sp->chunks[i].kind == EX_CHUNK_FUNCTION && strcmp(sp->chunks[i].name, name) == 0)
+      return 1;
+  return 0;
 }
 
 const char *ex_split_is_complete(const char *src) {

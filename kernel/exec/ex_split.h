@@ -18,6 +18,8 @@
 
 #include <stddef.h>
 
+#include "ex_result.h"
+
 typedef enum {
   EX_CHUNK_PREPROC,    /* #include, #define, ... (one logical line)        */
   EX_CHUNK_TYPE,       /* typedef, struct/union/enum definition            */
@@ -75,12 +77,16 @@ typedef int (*ex_is_type_fn)(const char *name, void *ctx);
 /* Flags of ex_split. */
 #define EX_SPLIT_CXX 1 /* the cell is C++ (a %%cuda cell): see EX_CHUNK_VERBATIM */
 
-/* Split `src`. Returns 0, or -1 with a message in err (unbalanced
- * brackets, unterminated comment/string), line numbers 1-based.
- * Caller frees with ex_split_free. */
-int ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
-             char *err, size_t errlen);
+/* Split `src`. EX_OK (caller frees with ex_split_free); EX_ERR_SPLIT with
+ * a message in err (unbalanced brackets, unterminated comment/string;
+ * line numbers 1-based); EX_ERR_NOMEM ("out of memory" in err). `out`
+ * holds nothing after a failure. */
+ex_result_t ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
+                     char *err, size_t errlen);
 void ex_split_free(ex_split_t *s);
+
+/* Is function `name` defined (with a body) in this split? */
+int ex_split_defines_function(const ex_split_t *sp, const char *name);
 
 /* "complete", "incomplete" or "invalid" for Jupyter's is_complete_request:
  * incomplete while a bracket, comment or string is open. */

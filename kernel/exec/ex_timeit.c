@@ -5,22 +5,17 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <time.h>
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "nbf_util.h"
 
 static double time_loops(void (*loop)(long), long n) {
-  double t0 = now_s();
+  double t0 = nbf_now_s();
   loop(n);
-  return now_s() - t0;
+  return nbf_now_s() - t0;
 }
 
-int ex_timeit_run(void (*loop)(long), long loops, int repeat, volatile sig_atomic_t *interrupted,
-                  ex_timeit_result_t *r) {
+ex_result_t ex_timeit_run(void (*loop)(long), long loops, int repeat,
+                          volatile sig_atomic_t *interrupted, ex_timeit_result_t *r) {
   r->mean_s = r->stdev_s = 0;
   r->runs = 0;
   if (repeat < 1)
@@ -51,7 +46,7 @@ chosen:
     double var = sum2 / r->runs - r->mean_s * r->mean_s;
     r->stdev_s = var > 0 ? sqrt(var) : 0;
   }
-  return interrupted && *interrupted ? -1 : 0;
+  return interrupted && *interrupted ? EX_ERR_INTERRUPTED : EX_OK;
 }
 
 /* IPython's _format_time: 3 significant digits in s, ms, µs or ns. */

@@ -11,6 +11,8 @@
 #include <signal.h>
 #include <stddef.h>
 
+#include "ex_result.h"
+
 typedef struct {
   double mean_s;  /* mean over the runs of (run time / loops), seconds */
   double stdev_s; /* their standard deviation (population, as numpy's std) */
@@ -19,10 +21,11 @@ typedef struct {
 } ex_timeit_result_t;
 
 /* `loop(n)` runs the statement n times. `loops` <= 0: choose as above.
- * Stops early when *interrupted becomes set (returns -1; r holds the
- * runs made so far). Returns 0. */
-int ex_timeit_run(void (*loop)(long), long loops, int repeat, volatile sig_atomic_t *interrupted,
-                  ex_timeit_result_t *r);
+ * Blocks for the whole measurement. EX_OK, or EX_ERR_INTERRUPTED when
+ * *interrupted became set (it stopped early; r holds the runs made so
+ * far). `interrupted` may be NULL. */
+ex_result_t ex_timeit_run(void (*loop)(long), long loops, int repeat,
+                          volatile sig_atomic_t *interrupted, ex_timeit_result_t *r);
 
 /* "1.23 µs ± 45.6 ns per loop (mean ± std. dev. of 7 runs, 100,000 loops
  * each)" into buf (IPython's wording and 3 significant digits). */

@@ -17,12 +17,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/nbf_test.h"
 #include "ex_cell.h"
 #include "ex_compile.h"
+#include "ex_diag.h"
 #include "ex_jit.h"
 #include "ex_split.h"
-#include "../common/nbf_test.h"
 #include "ex_timeit.h"
+#include "nbf_buf.h"
 
 #ifndef EX_TEST_INCDIR
 #error "EX_TEST_INCDIR (directory of nbfork.h) must be defined"
@@ -58,7 +60,7 @@ static const char *kind_name(ex_chunk_kind_t k) {
 static ex_split_t split_ok_with(const char *src, ex_is_type_fn is_type, void *ctx) {
   ex_split_t s;
   char err[256] = "";
-  if (ex_split(src, 0, is_type, ctx, &s, err, sizeof err) != 0)
+  if (ex_split(src, 0, is_type, ctx, &s, err, sizeof err) != EX_OK)
     NBF_TEST_FAIL("ex_split failed on:\n%s\n--- error: %s", src, err);
   return s;
 }
@@ -86,11 +88,12 @@ static char *kinds_of(const char *src) {
 static void expect_split_error(const char *src, const char *msg_part) {
   ex_split_t s;
   char err[256] = "";
-  int rc = ex_split(src, 0, NULL, NULL, &s, err, sizeof err);
-  if (rc == 0) {
+  ex_result_t rc = ex_split(src, 0, NULL, NULL, &s, err, sizeof err);
+  if (rc == EX_OK) {
     ex_split_free(&s);
     NBF_TEST_FAIL("ex_split accepted unbalanced source:\n%s", src);
   }
+  ASSERT_EQ(rc, EX_ERR_SPLIT);
   ASSERT_CONTAINS(err, msg_part);
   ASSERT_EQ(s.count, 0);
 }
@@ -395,7 +398,7 @@ NBF_TEST(split_cxx_cuda_cell) {
                     "host_fn(2)";
   ex_split_t s;
   char err[128] = "";
-  ASSERT_EQ(ex_split(src, EX_SPLIT_CXX, NULL, NULL, &s, err, sizeof err), 0);
+  ASSERT_EQ(ex_split(src, EX_SPLIT_CXX, NULL, NULL, &s, err, sizeof err), EX_OK);
   char kinds[512] = "";
   for (size_t i = 0; i < s.count; i++) {
     if (i)
@@ -423,15 +426,23 @@ static cells_t cells_new(void) {
   return c;
 }
 
-/* Generate (and commit) a unit for `code` as the next cell. */
-static ex_cell_unit_t gen(cells_t *c, const char *code, int commit) {
+/* Generate the unit for `code` (and `%launch launch_call` when not
+ * NULL) as the next cell; fails the test when it cannot. */
+static ex_cell_unit_t gen_launch(cells_t *c, const char *code, const char *launch_call) {
   ex_cell_unit_t u;
   char label[32], err[256] = "";
   snprintf(label, sizeof label, "cell[%d]", ++c->count);
-  if (ex_cell_generate(c->st, code, 0, label, NULL, NULL, "salt", &u, err, sizeof err))
-    NBF_TEST_FAIL("ex_cell_generate failed on:\n%s\n--- error: %s", code, err);
+  if (ex_cell_generate(c->st, code, 0, label, launch_call, NULL, "salt", &u, err, sizeof err))
+    NBF_TEST_FAIL("ex_cell_generate failed on:\n%s%s%s\n--- error: %s", code,
+                  launch_call ? "\n%launch " : "", launch_call ? launch_call : "", err);
+  return u;
+}
+
+/* Generate (and commit) a unit for `code` as the next cell. */
+static ex_cell_unit_t gen(cells_t *c, const char *code, int commit) {
+  ex_cell_unit_t u = gen_launch(c, code, NULL);
   if (commit)
-    ASSERT_EQ(ex_cell_commit(c->st, &u), 0);
+    ASSERT_EQ(ex_cell_commit(c->st, &u), EX_OK);
   return u;
 }
 
@@ -625,9 +636,9 @@ NBF_TEST(cell_launch_thunk) {
   cells_t c = cells_new();
   ex_cell_unit_t u;
   char err[64];
-  ASSERT_EQ(ex_cell_generate(c.st, "int train(int n) { return n; }", 0, "cell[1]", "train(3)",
-                                 NULL, "", &u, err, sizeof err),
-                0);
+  ASSERT_EQ(ex_cell_generate(c.st, "int train(int n) { return n; }", 0, "cell[1]", "train(3)", NULL,
+                             "", &u, err, sizeof err),
+            0);
   ASSERT_EQ(u.has_launch, 1);
   ASSERT_CONTAINS(u.source, u.launch_symbol);
   ASSERT_CONTAINS(u.source, "extern \"C\" int __nbf_launch_");
@@ -641,17 +652,17 @@ NBF_TEST(cell_cxx_cell_leaves_c_cells_alone) {
   ex_cell_unit_t u;
   char err[64];
   ASSERT_EQ(ex_cell_generate(c.st,
-                                 "#include <cstdio>\n#define K 2\n"
-                                 "template <typename T> T twice(T v) { return v + v; }\n"
-                                 "__global__ void kern(int *p) { *p = 1; }\n"
-                                 "int answer(void) { return twice(21); }",
-                                 1, "cell[1]", NULL, NULL, "", &u, err, sizeof err),
-                0);
+                             "#include <cstdio>\n#define K 2\n"
+                             "template <typename T> T twice(T v) { return v + v; }\n"
+                             "__global__ void kern(int *p) { *p = 1; }\n"
+                             "int answer(void) { return twice(21); }",
+                             1, "cell[1]", NULL, NULL, "", &u, err, sizeof err),
+            0);
   ASSERT_EQ(u.cxx, 1);
   ASSERT_CONTAINS(u.source, "template <typename T> T twice(T v) { return v + v; }");
   ASSERT_CONTAINS(u.source, "__global__ void kern(int *p) { *p = 1; }");
   ASSERT_CONTAINS(u.source, label_of("answer", u.tag));
-  ASSERT_EQ(ex_cell_commit(c.st, &u), 0);
+  ASSERT_EQ(ex_cell_commit(c.st, &u), EX_OK);
   ex_cell_unit_t v = gen(&c, "answer() * K", 0);
   /* the C++ header only under __cplusplus, the macro and host function
    * for everyone, the template and the kernel for nobody */
@@ -669,8 +680,8 @@ NBF_TEST(cell_split_error) {
   cells_t c = cells_new();
   ex_cell_unit_t u;
   char err[128] = "";
-  ASSERT_EQ(
-      ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, NULL, "", &u, err, sizeof err), -1);
+  ASSERT_EQ(ex_cell_generate(c.st, "int f() {", 0, "cell[1]", NULL, NULL, "", &u, err, sizeof err),
+            EX_ERR_SPLIT);
   ASSERT_CONTAINS(err, "not closed");
   ex_cell_state_destroy(&c.st);
 }
@@ -685,25 +696,25 @@ NBF_TEST(compile_clean_diagnostics) {
                     "cell[2]:1:13: error: 'foo' undeclared (first use in this function)\n"
                     "cell[2]:3:1: warning: call to sq__c0123456789abcdef here\n"
                     "cc1: some warnings being treated as errors\n";
-  char *c = ex_compile_clean(raw);
+  char *c = ex_diag_clean(raw);
   ASSERT_EQ_STR(c, "cell[2]:1:9: error: expected expression before ';' token\n"
                    "cell[2]:1:13: error: 'foo' undeclared (first use in this function)\n"
                    "cell[2]:3:1: warning: call to sq here\n");
   free(c);
-  c = ex_compile_clean("");
+  c = ex_diag_clean("");
   ASSERT_EQ_STR(c, "");
   free(c);
 }
 
 NBF_TEST(compile_summary) {
-  char *s = ex_compile_summary("cell[1]: In function 'f':\ncell[1]:2:3: error: boom  \nmore\n");
+  char *s = ex_diag_summary("cell[1]: In function 'f':\ncell[1]:2:3: error: boom  \nmore\n");
   ASSERT_EQ_STR(s, "cell[1]:2:3: error: boom");
   free(s);
-  s = ex_compile_summary("/usr/bin/ld: cannot find -lnope: No such file or directory\n"
-                         "collect2: error: ld returned 1 exit status\n");
+  s = ex_diag_summary("/usr/bin/ld: cannot find -lnope: No such file or directory\n"
+                      "collect2: error: ld returned 1 exit status\n");
   ASSERT_EQ_STR(s, "/usr/bin/ld: cannot find -lnope: No such file or directory");
   free(s);
-  s = ex_compile_summary("");
+  s = ex_diag_summary("");
   ASSERT_EQ_STR(s, "compilation failed");
   free(s);
 }
@@ -778,16 +789,16 @@ static size_t count_objects(const char *dir) {
 static void *run_cell(engine_t *e, const char *code, char tag_out[17]) {
   ex_cell_unit_t u = gen(&e->cells, code, 0);
   char *so = NULL, *diag = NULL;
-  int rc = ex_compile(&e->tc, u.source, u.tag, 0, &so, &diag);
-  if (rc != 0)
-    NBF_TEST_FAIL("cell did not compile (rc %d):\n%s\n--- diagnostics:\n%s\n--- unit:\n%s", rc, code,
-                 diag ? diag : "", u.source);
+  ex_result_t rc = ex_compile(&e->tc, u.source, u.tag, 0, &so, &diag);
+  if (rc != EX_OK)
+    NBF_TEST_FAIL("cell did not compile (%s):\n%s\n--- diagnostics:\n%s\n--- unit:\n%s",
+                  ex_result_name(rc), code, diag ? diag : "", u.source);
   free(diag);
   void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
   if (!h)
     NBF_TEST_FAIL("dlopen: %s", dlerror());
   free(so);
-  ASSERT_EQ(ex_cell_commit(e->cells.st, &u), 0);
+  ASSERT_EQ(ex_cell_commit(e->cells.st, &u), EX_OK);
   void (*run)(void) = (void (*)(void))dlsym(h, u.run_symbol);
   ASSERT_TRUE(run != NULL);
   run();
@@ -874,19 +885,42 @@ NBF_TEST(compile_local_header_next_to_the_notebook) {
   engine_destroy(&e);
 }
 
+/* Hundreds of flag words all reach the compiler: the argument vector
+ * grows (it once stopped at 128 words and dropped the rest silently). */
+NBF_TEST(compile_many_flags_reach_the_compiler) {
+  engine_t e;
+  engine_init(&e);
+  nbf_buf_t flags = {0};
+  ASSERT_EQ(nbf_buf_puts(&flags, "-O0"), 0);
+  for (int i = 0; i < 300; i++)
+    ASSERT_EQ(nbf_buf_printf(&flags, " -DNBF_FLAG_%d=%d", i, i), 0);
+  e.tc.cflags = flags.data;
+  char tag[17];
+  void *h = run_cell(&e, "int first = NBF_FLAG_0, last = NBF_FLAG_299;", tag);
+  ASSERT_EQ(*(int *)sym(h, "first", tag), 0);
+  ASSERT_EQ(*(int *)sym(h, "last", tag), 299);
+  /* and as many %ldflags words */
+  e.tc.ldflags = "-lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm "
+                 "-lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm -lm";
+  h = run_cell(&e, "int also = NBF_FLAG_150;", tag);
+  ASSERT_EQ(*(int *)sym(h, "also", tag), 150);
+  nbf_buf_free(&flags);
+  engine_destroy(&e);
+}
+
 NBF_TEST(compile_error_has_cell_lines) {
   engine_t e;
   engine_init(&e);
   ex_cell_unit_t u = gen(&e.cells, "int ok = 1;\nint bad = ;\nundefined_thing", 0);
   char *so = NULL, *diag = NULL;
-  ASSERT_EQ(ex_compile(&e.tc, u.source, u.tag, 0, &so, &diag), 1);
+  ASSERT_EQ(ex_compile(&e.tc, u.source, u.tag, 0, &so, &diag), EX_ERR_COMPILE);
   ASSERT_TRUE(so == NULL);
-  char *clean = ex_compile_clean(diag);
+  char *clean = ex_diag_clean(diag);
   ASSERT_CONTAINS(clean, "cell[1]:2:");
   ASSERT_CONTAINS(clean, "cell[1]:3:");
   ASSERT_NOT_CONTAINS(clean, "__nbf_");
   ASSERT_NOT_CONTAINS(clean, "<nbfork>");
-  char *sum = ex_compile_summary(clean);
+  char *sum = ex_diag_summary(clean);
   ASSERT_CONTAINS(sum, "cell[1]:2:");
   ASSERT_CONTAINS(sum, "error:");
   ASSERT_TRUE(!strchr(sum, '\n'));
@@ -961,18 +995,23 @@ NBF_TEST(compile_show_values) {
   unsetenv("NBFORK_DISPLAY_FD"); /* nbf__execute_result prints to stdout */
   engine_t e;
   engine_init(&e);
-  ASSERT_EQ_STR(shown(&e, "int j = 5;\nj"), "5\n");
-  ASSERT_EQ_STR(shown(&e, "2.5"), "2.5\n");
-  ASSERT_EQ_STR(shown(&e, "1.0 / 3"), "0.3333333333333333\n");
-  ASSERT_EQ_STR(shown(&e, "0.1f"), "0.1\n");
-  ASSERT_EQ_STR(shown(&e, "\"a\\\"b\\n\""), "\"a\\\"b\\n\"\n");
-  ASSERT_EQ_STR(shown(&e, "(char)65"), "'A' (65)\n");
-  ASSERT_EQ_STR(shown(&e, "(_Bool)1"), "true\n");
-  ASSERT_EQ_STR(shown(&e, "-3000000000LL"), "-3000000000\n");
-  ASSERT_EQ_STR(shown(&e, "18446744073709551615ULL"), "18446744073709551615\n");
-  ASSERT_EQ_STR(shown(&e, "(__int128)-5"), "-5\n");
-  ASSERT_EQ_STR(shown(&e, "(void *)0"), "NULL\n");
-  ASSERT_EQ_STR(shown(&e, "(char *)0"), "NULL\n");
+  /* cell -> what it shows */
+  static const char *const cases[][2] = {
+      {"int j = 5;\nj", "5\n"},
+      {"2.5", "2.5\n"},
+      {"1.0 / 3", "0.3333333333333333\n"},
+      {"0.1f", "0.1\n"},
+      {"\"a\\\"b\\n\"", "\"a\\\"b\\n\"\n"},
+      {"(char)65", "'A' (65)\n"},
+      {"(_Bool)1", "true\n"},
+      {"-3000000000LL", "-3000000000\n"},
+      {"18446744073709551615ULL", "18446744073709551615\n"},
+      {"(__int128)-5", "-5\n"},
+      {"(void *)0", "NULL\n"},
+      {"(char *)0", "NULL\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    ASSERT_EQ_STR(shown(&e, cases[i][0]), cases[i][1]);
   const char *p = shown(&e, "&j");
   ASSERT_TRUE(!strncmp(p, "0x", 2));
   ASSERT_EQ_STR(shown(&e, "struct P { int a, b; };\nstruct P pt = {1, 2};\npt"),
@@ -980,6 +1019,28 @@ NBF_TEST(compile_show_values) {
   /* a void expression shows nothing */
   ASSERT_EQ_STR(shown(&e, "void nothing(void) {}\nnothing()"), "");
   engine_destroy(&e);
+}
+
+/* Compile unit `u` with the host C++ compiler into WORKDIR/so_name
+ * (`link`: extra words for the link) and load it; fails the test when
+ * either fails. */
+static void *cxx_load(const engine_t *e, const ex_cell_unit_t *u, const char *so_name,
+                      const char *link) {
+  char src[128], so[128], cmd[1024];
+  snprintf(src, sizeof src, "%s/unit.cc", e->workdir);
+  snprintf(so, sizeof so, "%s/%s", e->workdir, so_name);
+  FILE *f = fopen(src, "w");
+  ASSERT_TRUE(f != NULL);
+  fputs(u->source, f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s %s 2>&1", EX_TEST_INCDIR, so, src,
+           link);
+  if (system(cmd) != 0)
+    NBF_TEST_FAIL("the C++ unit did not compile:\n%s", u->source);
+  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
+  if (!h)
+    NBF_TEST_FAIL("dlopen: %s", dlerror());
+  return h;
 }
 
 NBF_TEST(compile_cxx_unit_with_host_compiler) {
@@ -992,20 +1053,8 @@ NBF_TEST(compile_cxx_unit_with_host_compiler) {
   engine_t e;
   engine_init(&e);
   ex_cell_unit_t u = gen(&e.cells, "int h(void) { return 7; }\nvoid v(void) {}\nv();\nh()", 0);
-  char src[128], so[128], cmd[1024];
-  snprintf(src, sizeof src, "%s/unit.cc", e.workdir);
-  snprintf(so, sizeof so, "%s/unit.so", e.workdir);
-  FILE *f = fopen(src, "w");
-  ASSERT_TRUE(f != NULL);
-  fputs(u.source, f);
-  fclose(f);
-  snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s -L%s -Wl,-rpath,%s -lnbfork 2>&1",
-           EX_TEST_INCDIR, so, src, EX_TEST_LIBDIR, EX_TEST_LIBDIR);
-  if (system(cmd) != 0)
-    NBF_TEST_FAIL("the C++ unit did not compile:\n%s", u.source);
-  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
-  if (!h)
-    NBF_TEST_FAIL("dlopen: %s", dlerror());
+  void *h =
+      cxx_load(&e, &u, "unit.so", "-L" EX_TEST_LIBDIR " -Wl,-rpath," EX_TEST_LIBDIR " -lnbfork");
   ASSERT_TRUE(dlsym(h, u.run_symbol) != NULL); /* extern "C": unmangled */
   ASSERT_TRUE(sym(h, "h", u.tag) != NULL);
   ex_cell_unit_free(&u);
@@ -1013,18 +1062,9 @@ NBF_TEST(compile_cxx_unit_with_host_compiler) {
   ex_cell_unit_t l;
   char err[64];
   ASSERT_EQ(ex_cell_generate(e.cells.st, "void go(void) {}", 1, "cell[2]", "go()", NULL, "", &l,
-                                 err, sizeof err),
-                0);
-  f = fopen(src, "w");
-  fputs(l.source, f);
-  fclose(f);
-  snprintf(so, sizeof so, "%s/unit2.so", e.workdir);
-  snprintf(cmd, sizeof cmd, "c++ -fPIC -shared -I%s -o %s %s 2>&1", EX_TEST_INCDIR, so, src);
-  if (system(cmd) != 0)
-    NBF_TEST_FAIL("the C++ launch unit did not compile:\n%s", l.source);
-  void *h2 = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
-  if (!h2)
-    NBF_TEST_FAIL("dlopen: %s", dlerror());
+                             err, sizeof err),
+            0);
+  void *h2 = cxx_load(&e, &l, "unit2.so", "");
   int (*launch)(void) = (int (*)(void))dlsym(h2, l.launch_symbol);
   ASSERT_TRUE(launch != NULL);
   ASSERT_EQ(launch(), 0);
@@ -1039,11 +1079,7 @@ NBF_TEST_MAIN()
 /* The unit of a cell holding only `%launch CALL` (the executor's case),
  * and its thunk through the fast path (NULL: declined). */
 static ex_jit_launch_fn jit(engine_t *e, const char *call, const char *cflags) {
-  ex_cell_unit_t u;
-  char label[32], err[256] = "";
-  snprintf(label, sizeof label, "cell[%d]", ++e->cells.count);
-  if (ex_cell_generate(e->cells.st, "", 0, label, call, NULL, "salt", &u, err, sizeof err))
-    NBF_TEST_FAIL("ex_cell_generate failed on %%launch %s: %s", call, err);
+  ex_cell_unit_t u = gen_launch(&e->cells, "", call);
   ex_jit_launch_fn fn = ex_jit_launch(e->cells.st, call, u.source, u.tag, u.launch_symbol,
                                       e->tc.incdir, cflags ? cflags : e->tc.cflags);
   ex_cell_unit_free(&u);
@@ -1201,19 +1237,19 @@ static void sleep_loop(long n) {
 NBF_TEST(timeit_autorange_and_runs) {
   ex_timeit_result_t r;
   g_timed = 0;
-  ASSERT_EQ(ex_timeit_run(sleep_loop, 0, 3, NULL, &r), 0);
+  ASSERT_EQ(ex_timeit_run(sleep_loop, 0, 3, NULL, &r), EX_OK);
   ASSERT_EQ(r.runs, 3);
   ASSERT_TRUE(r.loops == 100 || r.loops == 200); /* 1 ms sleeps: ~0.2 s at 200 */
   ASSERT_TRUE(r.mean_s >= 0.001 && r.mean_s < 0.005);
   ASSERT_TRUE(r.stdev_s >= 0 && r.stdev_s < r.mean_s);
   /* -n 4 -r 2: exactly 8 loops, no calibration */
   g_timed = 0;
-  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, NULL, &r), 0);
+  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, NULL, &r), EX_OK);
   ASSERT_EQ(g_timed, 8);
   ASSERT_EQ(r.loops, 4);
   ASSERT_EQ(r.runs, 2);
   /* an interrupt already pending: no run, -1 */
   volatile sig_atomic_t stop = 1;
-  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, &stop, &r), -1);
+  ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, &stop, &r), EX_ERR_INTERRUPTED);
   ASSERT_EQ(r.runs, 0);
 }

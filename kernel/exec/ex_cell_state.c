@@ -1,0 +1,311 @@
+/*
+ * ex_cell_state.c — the registry of what earlier cells defined: the
+ * prelude text later cells start with, the typedef names the splitter
+ * must know, and the names %who, complete and inspect list. See ex_cell.h.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ex_cell.h"
+#include "nbf_buf.h"
+#include "nbf_util.h"
+
+typedef struct {
+  char *key;   /* "sym:NAME", "type:NAME", "macro:NAME", "proto:NAME", "pp:TEXT" */
+  char *text;  /* what the prelude of later cells contains for it */
+  char *decl;  /* as shown by inspect (NULL for "pp:" entries) */
+  char *doc;   /* doc comment or NULL */
+  char *label; /* defining cell */
+  const char *kind;
+} entry_t;
+
+struct ex_cell_state {
+  entry_t *entries; /* prelude, in order of first definition */
+  size_t n, cap;
+  char **typedefs; /* names that are types, for the splitter */
+  size_t ntypedefs;
+};
+
+ex_cell_state_t *ex_cell_state_new(void) {
+  return calloc(1, sizeof(ex_cell_state_t));
+}
+
+static void entry_free(entry_t *e) {
+  free(e->key);
+  free(e->text);
+  free(e->decl);
+  free(e->doc);
+  free(e->label);
+}
+
+void ex_cell_state_destroy(ex_cell_state_t **st_p) {
+  if (!st_p || !*st_p)
+    return;
+  ex_cell_state_t *st = *st_p;
+  for (size_t i = 0; i < st->n; i++)
+    entry_free(&st->entries[i]);
+  free(st->entries);
+  for (size_t i = 0; i < st->ntypedefs; i++)
+    free(st->typedefs[i]);
+  free(st->typedefs);
+  free(st);
+  *st_p = NULL;
+}
+
+int ex_cell_is_type(const char *name, void *ctx) {
+  const ex_cell_state_t *st = ctx;
+  for (size_t i = 0; i < st->ntypedefs; i++)
+    if (strcmp(st->typedefs[i], name) == 0)
+      return 1;
+  return 0;
+}
+
+static char *concat(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  char *r = malloc(la + lb + 1);
+  if (r) {
+    memcpy(r, a, la);
+    memcpy(r + la, b, lb + 1);
+  }
+  return r;
+}
+
+/* Key under which a chunk's definition is registered (caller frees), or
+ * NULL when the chunk defines nothing by name. Variables have one key per
+ * declarator and are handled by the caller. */
+static char *chunk_key(const ex_chunk_t *k) {
+  switch (k->kind) {
+  case EX_CHUNK_PREPROC:
+    return k->name ? concat("macro:", k->name) : concat("pp:", k->text);
+  case EX_CHUNK_TYPE:
+    return k->name ? concat("type:", k->name) : concat("pp:", k->text);
+  case EX_CHUNK_FUNCTION:
+    return concat("sym:", k->name);
+  case EX_CHUNK_PROTOTYPE:
+    return concat("proto:", k->name);
+  default:
+    return NULL;
+  }
+}
+
+/* Does this cell define `key` (so earlier prelude text for it is left
+ * out)? A definition (function or variable) shadows both "sym:X" and
+ * "proto:X"; a prototype shadows only an earlier prototype: the earlier
+ * definition's declaration (with its versioned label) stays, and the
+ * cell's prototype merely repeats it. */
+static int cell_defines(const ex_split_t *sp, const char *key) {
+  int is_sym = strncmp(key, "sym:", 4) == 0, is_proto = strncmp(key, "proto:", 6) == 0;
+  const char *kname = strchr(key, ':') + 1;
+  for (size_t i = 0; i < sp->count; i++) {
+    const ex_chunk_t *k = &sp->chunks[i];
+    if (k->kind == EX_CHUNK_VARIABLE) {
+      if (k->is_extern || !(is_sym || is_proto))
+        continue;
+      for (size_t d = 0; d < k->ndecls; d++)
+        if (strcmp(kname, k->decls[d].name) == 0)
+          return 1;
+      continue;
+    }
+    if (k->kind == EX_CHUNK_FUNCTION && (is_sym || is_proto)) {
+      if (strcmp(kname, k->name) == 0)
+        return 1;
+      continue;
+    }
+    if (k->kind == EX_CHUNK_PROTOTYPE) {
+      if (is_proto && strcmp(kname, k->name) == 0)
+        return 1;
+      continue;
+    }
+    char *ck = chunk_key(k);
+    int same = ck && strcmp(ck, key) == 0;
+    free(ck);
+    if (same)
+      return 1;
+  }
+  return 0;
+}
+
+/* The prelude of the next cell: what earlier cells defined, minus what
+ * the cell (`sp`) redefines. 0, or -1 when memory ran out. */
+int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, nbf_buf_t *out) {
+  int bad = 0;
+  for (size_t i = 0; i < st->n; i++)
+    if (!cell_defines(sp, st->entries[i].key))
+      bad |= nbf_buf_puts(out, st->entries[i].text);
+  return bad ? -1 : 0;
+}
+
+/* Set `e->key` to the entry `e` (its strings are taken): replace in place
+ * (types, macros: later entries may use them), or move to the end ("sym:":
+ * its new declaration may use types defined after the old one). */
+static int put_entry(ex_cell_state_t *st, entry_t e) {
+  if (!e.key || !e.text)
+    goto oom;
+  for (size_t i = 0; i < st->n; i++) {
+    if (strcmp(st->entries[i].key, e.key) != 0)
+      continue;
+    if (strncmp(e.key, "sym:", 4) != 0) {
+      entry_free(&st->entries[i]);
+      st->entries[i] = e;
+      return 0;
+    }
+    entry_free(&st->entries[i]);
+    memmove(&st->entries[i], &st->entries[i + 1], (st->n - i - 1) * sizeof(entry_t));
+    st->n--;
+    break;
+  }
+  if (st->n == st->cap) {
+    size_t cap = st->cap ? st->cap * 2 : 32;
+    entry_t *v = realloc(st->entries, cap * sizeof *v);
+    if (!v)
+      goto oom;
+    st->entries = v;
+    st->cap = cap;
+  }
+  st->entries[st->n++] = e;
+  return 0;
+oom:
+  entry_free(&e);
+  return -1;
+}
+
+/* Remove `key` if present (a prototype superseded by a definition). */
+static void drop_entry(ex_cell_state_t *st, const char *key) {
+  for (size_t i = 0; i < st->n; i++) {
+    if (strcmp(st->entries[i].key, key) == 0) {
+      entry_free(&st->entries[i]);
+      memmove(&st->entries[i], &st->entries[i + 1], (st->n - i - 1) * sizeof(entry_t));
+      st->n--;
+      return;
+    }
+  }
+}
+
+static char *dup_or_null(const char *s) {
+  return s ? strdup(s) : NULL;
+}
+
+/* An entry with its display fields filled from chunk k. */
+static entry_t make_entry(char *key, char *text, const char *kind, char *decl, const ex_chunk_t *k,
+                          const char *label) {
+  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind};
+  return e;
+}
+
+/* A definition of `name` replaces the prototype an earlier cell gave. */
+static void drop_prototype(ex_cell_state_t *st, const char *name) {
+  char *pk = concat("proto:", name);
+  if (pk)
+    drop_entry(st, pk);
+  free(pk);
+}
+
+ex_result_t ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
+  int rc = 0;
+  for (size_t i = 0; i < u->split.count; i++) {
+    const ex_chunk_t *k = &u->split.chunks[i];
+    switch (k->kind) {
+    case EX_CHUNK_PREPROC:
+    case EX_CHUNK_TYPE: {
+      int named = k->name != NULL;
+      /* a C++ cell's #include (<cstdio>, <cuda_runtime.h>) is for later
+       * C++ cells only */
+      const char *p = k->text + 1;
+      while (*p == ' ' || *p == '\t')
+        p++;
+      int guard = u->cxx && k->kind == EX_CHUNK_PREPROC && !strncmp(p, "include", 7);
+      rc |= put_entry(st, make_entry(chunk_key(k),
+                                     nbf_xprintf("%s#line %d \"%s\"\n%s\n%s",
+                                                 guard ? "#ifdef __cplusplus\n" : "", k->line,
+                                                 u->label, k->text, guard ? "#endif\n" : ""),
+                                     k->kind == EX_CHUNK_TYPE ? "type" : "macro",
+                                     named ? strdup(k->text) : NULL, k, u->label));
+      if (k->kind == EX_CHUNK_TYPE && k->name && !strchr(k->name, ' ') &&
+          !ex_cell_is_type(k->name, st)) {
+        char **v = realloc(st->typedefs, (st->ntypedefs + 1) * sizeof *v);
+        if (v) {
+          st->typedefs = v;
+          st->typedefs[st->ntypedefs++] = strdup(k->name);
+        }
+      }
+      break;
+    }
+    case EX_CHUNK_PROTOTYPE:
+      if (!ex_split_defines_function(&u->split, k->name)) {
+        char *decl = strdup(k->text);
+        if (decl) {
+          size_t l = strlen(decl);
+          while (l && (decl[l - 1] == ';' || decl[l - 1] == ' '))
+            decl[--l] = 0;
+        }
+        rc |= put_entry(st, make_entry(chunk_key(k), nbf_xprintf("%s\n", k->text), "function", decl,
+                                       k, u->label));
+      }
+      break;
+    case EX_CHUNK_FUNCTION: {
+      drop_prototype(st, k->name);
+      rc |= put_entry(
+          st, make_entry(chunk_key(k),
+                         nbf_xprintf("%s __asm__(\"%s__c%s\");\n", k->signature, k->name, u->tag),
+                         "function", strdup(k->signature), k, u->label));
+      break;
+    }
+    case EX_CHUNK_VARIABLE:
+      if (k->is_extern) {
+        rc |= put_entry(st, make_entry(concat("pp:", k->text), nbf_xprintf("%s\n", k->text), NULL,
+                                       NULL, k, u->label));
+        break;
+      }
+      for (size_t d = 0; d < k->ndecls; d++) {
+        const ex_declarator_t *dd = &k->decls[d];
+        drop_prototype(st, dd->name);
+        rc |= put_entry(st,
+                        make_entry(concat("sym:", dd->name),
+                                   nbf_xprintf("extern %s %s __asm__(\"%s__c%s\");\n",
+                                               k->specifiers, dd->declarator, dd->name, u->tag),
+                                   "variable", nbf_xprintf("%s %s", k->specifiers, dd->declarator),
+                                   k, u->label));
+      }
+      break;
+    default:
+      break;
+    }
+  }
+  return rc ? EX_ERR_NOMEM : EX_OK;
+}
+
+static int entry_name(const entry_t *e, ex_cell_name_t *out) {
+  if (!e->kind || !e->decl)
+    return 0;
+  out->name = strchr(e->key, ':') + 1;
+  out->kind = e->kind;
+  out->decl = e->decl;
+  out->doc = e->doc;
+  out->label = e->label;
+  return 1;
+}
+
+void ex_cell_each_name(const ex_cell_state_t *st, void (*fn)(const ex_cell_name_t *n, void *ctx),
+                       void *ctx) {
+  for (size_t i = 0; i < st->n; i++) {
+    ex_cell_name_t n;
+    if (entry_name(&st->entries[i], &n))
+      fn(&n, ctx);
+  }
+}
+
+int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *out) {
+  int found = 0;
+  for (size_t i = 0; i < st->n; i++) {
+    ex_cell_name_t n;
+    if (entry_name(&st->entries[i], &n) && strcmp(n.name, name) == 0) {
+      *out = n;
+      found = 1; /* keep looking: a definition comes after its prototype */
+      if (strncmp(st->entries[i].key, "sym:", 4) == 0)
+        return 1;
+    }
+  }
+  return found;
+}

@@ -1,0 +1,343 @@
+/*
+ * ex_run.c — the cell runner (see ex_run.h): compile and load a cell,
+ * run its statements interruptibly, then its %timeit loop or %launch.
+ */
+#define _GNU_SOURCE
+#include "ex_run.h"
+
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kn_wire.h"
+#include "ex_diag.h"
+#include "ex_events.h"
+#include "ex_jit.h"
+#include "ex_timeit.h"
+#include "ln_cuda.h"
+#include "ln_launch.h"
+
+/* Interrupts. SIGINT while a cell's statements (or its %timeit loop) run
+ * jumps back to the cell runner (call_interruptible), so the state of
+ * earlier cells survives; at any other time it only sets g_interrupted,
+ * which the compiler wait (ex_compile), %timeit and the launcher poll.
+ *
+ * Caveat: siglongjmp out of a signal handler is only safe when the code
+ * it leaves holds no lock and is in the middle of no update. The jump is
+ * armed only while cell code runs (g_jmp_armed), never while the
+ * executor itself compiles, loads or writes events, so the executor's
+ * own malloc and stdio calls are never cut short. But cell code that is
+ * inside malloc, printf or any other function that is not
+ * async-signal-safe when the interrupt arrives is left mid-call, and the
+ * executor does NOT defer the jump in that case:
+ *  - stdio: glibc's FILE locks are recursive and this process has one
+ *    thread, so a lock left taken does not block later output; buffered
+ *    output of that call may be lost or repeated;
+ *  - malloc: the arena lock is not recursive. If the jump left it taken,
+ *    the executor blocks in its next allocation. When that is before its
+ *    reply (the reply is built with jansson, which allocates), the kernel
+ *    gets no reply within KN_WIRE_INTERRUPT_GRACE_MS (2 s) of the
+ *    interrupt, kills the executor, reports "did not stop within ... and
+ *    was killed" and starts a fresh one (kn_kernel.c): the state of
+ *    earlier cells is lost, the kernel lives. When the block comes after
+ *    the reply, a later cell hangs until the user interrupts it, and the
+ *    same grace time then ends in the same kill and fresh executor.
+ * Not done: jumping only when the interrupted program counter lies in a
+ * cell's own code, and otherwise retrying from a timer. A loop that is
+ * worth interrupting and is unsafe to cut spends its time inside libc
+ * (printf, malloc), so the retries would seldom land in cell code and
+ * would end in today's jump anyway, after a delay eaten out of the
+ * kernel's grace time; it would also take a timer signal from the cells
+ * and per-architecture ucontext code. */
+static sigjmp_buf g_jmp;
+static volatile sig_atomic_t g_jmp_armed;
+static volatile sig_atomic_t g_interrupted;
+
+static void on_sigint(int sig) {
+  (void)sig;
+  g_interrupted = 1;
+  if (g_jmp_armed) {
+    g_jmp_armed = 0;
+    siglongjmp(g_jmp, 1);
+  }
+}
+
+int ex_run_install_sigint(void) {
+  struct sigaction sa = {0};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0; /* no SA_RESTART: blocking reads see EINTR */
+  return sigaction(SIGINT, &sa, NULL);
+}
+
+volatile sig_atomic_t *ex_run_interrupt_flag(void) {
+  return &g_interrupted;
+}
+
+void ex_run_clear_interrupt(void) {
+  g_interrupted = 0;
+}
+
+/* Report (once) the first cell after which CUDA is initialized here. */
+static void check_cuda(ex_t *ex, int count) {
+  if (ex->cuda_cell || !ln_cuda_initialized())
+    return;
+  ex->cuda_cell = count > 0 ? count : -1;
+  fprintf(stderr,
+          "Warning: this cell (cell [%d]) initialized CUDA in the kernel process. Workers that "
+          "%%launch forks from now on cannot use the GPU (every CUDA call fails with "
+          "'initialization error'). Restart the kernel and move CUDA calls into the launched "
+          "function.\n",
+          count);
+}
+
+static int send_event_line(const char *line, size_t len) {
+  return ex_event_send_raw(line, len);
+}
+
+static int reply_interrupted(void) {
+  return ex_event_reply_error("KeyboardInterrupt",
+                              "the cell was interrupted; the state of earlier cells is kept", NULL);
+}
+
+/* Call fn(arg) with SIGINT armed to jump back here (on_sigint): EX_OK
+ * when it returned, EX_ERR_INTERRUPTED when an interrupt cut it short
+ * (g_interrupted is set). */
+static ex_result_t call_interruptible(void (*fn)(void *), void *arg) {
+  if (sigsetjmp(g_jmp, 1) != 0)
+    return EX_ERR_INTERRUPTED;
+  g_jmp_armed = 1;
+  fn(arg);
+  g_jmp_armed = 0;
+  return EX_OK;
+}
+
+static void run_statements(void *run) {
+  (*(void (**)(void))run)();
+}
+
+typedef struct {
+  void (*loop)(long);
+  const ex_magic_result_t *m;
+  ex_timeit_result_t r;
+} timeit_call_t;
+
+static void timeit_body(void *arg) {
+  timeit_call_t *t = arg;
+  ex_timeit_run(t->loop, t->m->timeit_loops, t->m->timeit_repeat, &g_interrupted, &t->r);
+}
+
+/* %timeit: time the compiled loop in this process (ex_timeit.h) and
+ * print IPython's line; an interrupt stops it like any statement. */
+static int run_timeit(ex_t *ex, const ex_magic_result_t *m, int count, void (*loop)(long)) {
+  timeit_call_t t = {.loop = loop, .m = m};
+  call_interruptible(timeit_body, &t);
+  fflush(stdout);
+  fflush(stderr);
+  check_cuda(ex, count);
+  if (g_interrupted)
+    return reply_interrupted();
+  char line[256];
+  ex_timeit_format(&t.r, line, sizeof line);
+  printf("%s\n", line);
+  fflush(stdout);
+  return ex_event_reply_ok(NULL);
+}
+
+/* The reply to a compile that failed with `r` (not EX_OK), from the
+ * compiler's cleaned diagnostics `d`. */
+static int reply_compile_failure(ex_result_t r, const char *d) {
+  if (r == EX_ERR_INTERRUPTED)
+    return ex_event_reply_error("KeyboardInterrupt",
+                                "the cell was interrupted while it compiled; the state of "
+                                "earlier cells is kept",
+                                NULL);
+  int rejected = r == EX_ERR_COMPILE;
+  char *summary = rejected ? ex_diag_summary(d) : strndup(d, strcspn(d, "\n"));
+  /* a failure of the link step alone (a missing -lNAME) is a LinkError */
+  int link_only = rejected && summary &&
+                  (strstr(summary, "cannot find") || strstr(summary, "undefined reference") ||
+                   !strncmp(summary, "collect2:", 9));
+  int sent = ex_event_reply_error(!rejected   ? "SystemError"
+                                  : link_only ? "LinkError"
+                                              : "CompileError",
+                                  summary ? summary : "compilation failed", d);
+  free(summary);
+  return sent;
+}
+
+/* dlopen failed: "/tmp/.../cell_TAG.so: undefined symbol: f__cTAG" is
+ * shown as "cell[3]: undefined symbol: f". */
+static int reply_load_failure(const char *label) {
+  const char *de = dlerror();
+  const char *tail = de ? strstr(de, ".so: ") : NULL;
+  char *msg = ex_diag_clean(tail ? tail + 5 : de ? de : "cannot load the cell");
+  char ev[1024];
+  snprintf(ev, sizeof ev, "%s: %.*s", label, msg ? (int)strcspn(msg, "\n") : 0, msg ? msg : "");
+  free(msg);
+  return ex_event_reply_error(
+      "LinkError", ev,
+      "The cell compiled but could not be loaded: a function it calls is declared but not "
+      "defined, or a library is missing (add it with %ldflags -lNAME).");
+}
+
+/* Compile `u` with the system compiler and load it (RTLD_GLOBAL: later
+ * cells bind to its symbols). Returns the handle, or NULL after replying
+ * with the error (*replied = what that reply returned). */
+static void *compile_and_load(ex_t *ex, int cuda, const ex_cell_unit_t *u, const char *label,
+                              const char *cflags, int *replied) {
+  ex->tc.cflags = cflags;
+  ex->tc.ldflags = ex->flags.ldflags;
+  char *so = NULL, *diag = NULL;
+  ex_result_t r = ex_compile(&ex->tc, u->source, u->tag, cuda, &so, &diag);
+  ex->tc.cflags = NULL;
+  char *clean = diag && r != EX_ERR_INTERRUPTED ? ex_diag_clean(diag) : NULL;
+  free(diag);
+  if (r != EX_OK) {
+    *replied = reply_compile_failure(r, clean ? clean : "");
+    free(clean);
+    return NULL;
+  }
+  if (clean && *clean) { /* warnings: the cell compiled */
+    fputs(clean, stderr);
+    fflush(stderr);
+  }
+  free(clean);
+  void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
+  free(so);
+  if (!h)
+    *replied = reply_load_failure(label);
+  return h;
+}
+
+/* Generate the cell's unit (ex_cell.h). EX_OK, or a failure after
+ * replying with the error (*replied = what that reply returned). */
+static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *label,
+                            ex_cell_unit_t *u, int *replied) {
+  char err[512] = "";
+  const char *user = ex->flags.cflags ? ex->flags.cflags : "";
+  /* The salt is what, besides the unit's text, decides the object: the
+   * compilers and their flags. The -O0 choice (cell_cflags) follows from
+   * the text and these, so it needs no place in it. */
+  char *salt = NULL;
+  if (asprintf(&salt, "%s|%s %s|%s|%s|%s|%d", ex->tc.cc, ex->base_cflags, user,
+               ex->tc.nvcc ? ex->tc.nvcc : "", ex->tc.nvccflags,
+               ex->flags.ldflags ? ex->flags.ldflags : "", m->cuda) < 0) {
+    *replied = ex_event_reply_error("MemoryError", "out of memory", NULL);
+    return EX_ERR_NOMEM;
+  }
+  ex_result_t r = ex_cell_generate(ex->cells, m->code, m->cuda, label, m->launch_call,
+                                   m->timeit_stmt, salt, u, err, sizeof err);
+  free(salt);
+  if (r != EX_OK) {
+    char ev[600];
+    snprintf(ev, sizeof ev, "%s: %s", label, err);
+    *replied = ex_event_reply_error("CompileError", ev, NULL);
+  }
+  return r;
+}
+
+/* The C flags of this cell (caller frees; NULL when out of memory). A
+ * straight-line cell (no function, no loop) runs once and briefly: -O0
+ * compiles it faster (measured: bench/kernel_latency.py) unless the user
+ * chose flags (NBFORK_CFLAGS, or an -O in %cflags). */
+static char *cell_cflags(const ex_t *ex, const ex_cell_unit_t *u) {
+  const char *user = ex->flags.cflags ? ex->flags.cflags : "";
+  int quick = u->straight && ex->default_cflags && !strstr(user, "-O");
+  char *cflags = NULL;
+  if (asprintf(&cflags, "%s %s", quick ? "-O0 " EX_CFLAGS_ALWAYS : ex->base_cflags, user) < 0)
+    return NULL;
+  return cflags;
+}
+
+/* What a loaded cell offers the runner; NULL where it has none. */
+typedef struct {
+  void (*run)(void);
+  int (*launch)(void);
+  void (*timeit)(long);
+} entry_points_t;
+
+/* Get the cell's entry points. A cell that holds only `%launch f(...)`
+ * (nothing later cells link against): its thunk compiles in memory when
+ * TinyCC accepts it (ex_jit.h), else through the system compiler like
+ * any cell. 0, or -1 after replying with the error (*replied). */
+static int load_entry_points(ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u,
+                             const char *label, const char *cflags, entry_points_t *ep,
+                             int *replied) {
+  memset(ep, 0, sizeof *ep);
+  if (m->launch_call && !m->cuda && u->split.count == 0)
+    ep->launch = ex_jit_launch(ex->cells, m->launch_call, u->source, u->tag, u->launch_symbol,
+                               ex->incdir, cflags);
+  if (ep->launch)
+    return 0;
+  void *h = compile_and_load(ex, m->cuda, u, label, cflags, replied);
+  if (!h)
+    return -1;
+  ep->run = (void (*)(void))dlsym(h, u->run_symbol);
+  ep->launch = u->has_launch ? (int (*)(void))dlsym(h, u->launch_symbol) : NULL;
+  ep->timeit = u->has_timeit ? (void (*)(long))dlsym(h, u->timeit_symbol) : NULL;
+  return 0;
+}
+
+/* %launch: parse the options and fork the workers (ln_launch.h). */
+static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void)) {
+  char err[512] = "";
+  ln_options_t o;
+  ln_options_init(&o);
+  if (ln_options_parse(m->launch_opts, &o, err, sizeof err))
+    return ex_event_reply_error("LaunchError", err,
+                                "Options of %launch (Accelerate's notebook_launcher): "
+                                "num_processes=N [mixed_precision=no|fp16|bf16] [use_port=29500] "
+                                "[master_addr=127.0.0.1] [node_rank=0] [num_nodes=1] "
+                                "[max_restarts=0] [monitor_interval=0.1] "
+                                "[log_line_prefix_template='[rank{rank}]: '] [rdzv_id=ID] "
+                                "[rdzv_endpoint=HOST:PORT] [rdzv_timeout=300]");
+  if (!launch)
+    return ex_event_reply_error("LinkError", "the launch thunk was not found in the cell", NULL);
+  static const int private_fds[] = {KN_WIRE_FD_REQUESTS};
+  ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
+                      private_fds, 1};
+  ln_error_t le;
+  if (ln_launch(&o, launch, &ctx, &le) == 0)
+    return ex_event_reply_ok(NULL);
+  int r = ex_event_reply_error(le.ename, le.evalue, le.traceback);
+  ln_error_free(&le);
+  return r;
+}
+
+int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
+  char label[32];
+  snprintf(label, sizeof label, "cell[%d]", count);
+  ex_cell_unit_t u;
+  int replied = 0;
+  if (generate(ex, m, label, &u, &replied) != EX_OK)
+    return replied;
+  char *cflags = cell_cflags(ex, &u);
+  entry_points_t ep;
+  if (!cflags)
+    replied = ex_event_reply_error("MemoryError", "out of memory", NULL);
+  int loaded = cflags && load_entry_points(ex, m, &u, label, cflags, &ep, &replied) == 0;
+  free(cflags);
+  if (loaded)
+    ex_cell_commit(ex->cells, &u);
+  ex_cell_unit_free(&u);
+  if (!loaded)
+    return replied;
+  if (g_interrupted) {
+    check_cuda(ex, count);
+    return reply_interrupted();
+  }
+  ex_result_t r = ep.run ? call_interruptible(run_statements, &ep.run) : EX_OK;
+  fflush(stdout);
+  fflush(stderr);
+  check_cuda(ex, count);
+  if (r == EX_ERR_INTERRUPTED)
+    return reply_interrupted();
+  if (ep.timeit)
+    return run_timeit(ex, m, count, ep.timeit);
+  if (!m->launch_call)
+    return ex_event_reply_ok(NULL);
+  return run_launch(ex, m, ep.launch);
+}

@@ -1,0 +1,56 @@
+/*
+ * ex_run — the cell runner of nbfork-executor: compile one cell's unit,
+ * load it, run its statements with SIGINT able to cut them short, then
+ * its %timeit loop or its %launch call. Process setup and the request
+ * loop are in ex_main.c.
+ *
+ * Every ex_run_* that answers a request sends exactly one terminating
+ * event (ex_events.h: execute_reply ok or error, with an ename such as
+ * CompileError, LinkError, SystemError, KeyboardInterrupt) and returns
+ * what sending it returned (0, or -1 when the kernel's pipe is gone).
+ */
+#ifndef EX_RUN_H
+#define EX_RUN_H
+
+#include <limits.h>
+#include <signal.h>
+
+#include "ex_cell.h"
+#include "ex_compile.h"
+#include "ex_magic.h"
+
+/* Flags every C cell gets by default: calling an undeclared function is
+ * an error (C99 dropped implicit declarations; the link would otherwise
+ * fail later, or call it with the wrong types). */
+#define EX_CFLAGS_ALWAYS "-Werror=implicit-function-declaration"
+
+/* The executor: everything that lives from one cell to the next. */
+typedef struct {
+  ex_cell_state_t *cells;
+  ex_toolchain_t tc;
+  ex_flags_t flags;
+  char *base_cflags;  /* NBFORK_CFLAGS, or the default (ex_main.c setup) */
+  int default_cflags; /* NBFORK_CFLAGS is not set */
+  char workdir[PATH_MAX];
+  char incdir[PATH_MAX];
+  char libdir[PATH_MAX];
+  int cuda_cell; /* execution count of the cell that initialized CUDA */
+  char *nvcc;    /* CUDA compiler found at start, or NULL */
+} ex_t;
+
+/* Install the SIGINT handler (see ex_run.c for what an interrupt does,
+ * and its caveat). 0, or -1 with errno set. */
+int ex_run_install_sigint(void);
+
+/* The flag SIGINT sets: the compiler wait, %timeit and the launcher poll
+ * it. Cleared at the start of each request (ex_run_clear_interrupt). */
+volatile sig_atomic_t *ex_run_interrupt_flag(void);
+void ex_run_clear_interrupt(void);
+
+/* Compile, load and run one cell whose magic lines ex_magic_run already
+ * handled (`m`); `count` is its execution count. Blocks until the cell's
+ * statements (and %timeit or %launch) are done or interrupted. Sends the
+ * reply; returns what sending it returned. */
+int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count);
+
+#endif
