@@ -90,13 +90,60 @@ static int set_nonblock(int fd) {
   return (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) ? -1 : 0;
 }
 
+/* Make the five pipes of kn_wire.h: kernel_fd[i] is the kernel's end
+ * (non-blocking), child_fd[i] the end that becomes the child's fd i,
+ * moved above 10 so the dup2 actions cannot clobber each other; all
+ * close-on-exec. Both arrays must hold -1. On failure every fd made is
+ * closed (-1 again), err says why, and the result is KN_ERR_SYSTEM. */
+static kn_result_t make_pipes(int kernel_fd[5], int child_fd[5], char *err, size_t err_len) {
+  for (int i = 0; i < 5; i++) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+      snprintf(err, err_len, "pipe: %s", NBF_STRERROR(errno));
+      goto fail;
+    }
+    bool child_reads = (i == 0 || i == KN_WIRE_FD_REQUESTS);
+    kernel_fd[i] = p[child_reads ? 1 : 0];
+    child_fd[i] = fcntl(p[child_reads ? 0 : 1], F_DUPFD_CLOEXEC, 10);
+    int e = errno;
+    close(p[child_reads ? 0 : 1]);
+    if (child_fd[i] < 0 || set_nonblock(kernel_fd[i]) != 0) {
+      snprintf(err, err_len, "fcntl: %s", NBF_STRERROR(child_fd[i] < 0 ? e : errno));
+      goto fail;
+    }
+  }
+  return KN_OK;
+fail:
+  for (int i = 0; i < 5; i++) {
+    close_fd(&kernel_fd[i]);
+    close_fd(&child_fd[i]);
+  }
+  return KN_ERR_SYSTEM;
+}
+
+/* Spawn attributes of the executor: default dispositions for the signals
+ * the kernel handles or ignores, an empty signal mask, and its own process
+ * group (so an interrupt or a kill reaches the workers it forks). 0 or -1. */
+static int init_attr(posix_spawnattr_t *attr) {
+  if (posix_spawnattr_init(attr) != 0)
+    return -1;
+  sigset_t none, dflt;
+  sigemptyset(&none);
+  sigemptyset(&dflt);
+  int sigs[] = {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    sigaddset(&dflt, sigs[i]);
+  posix_spawnattr_setsigmask(attr, &none);
+  posix_spawnattr_setsigdefault(attr, &dflt);
+  posix_spawnattr_setpgroup(attr, 0);
+  posix_spawnattr_setflags(attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  return 0;
+}
+
 kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, size_t err_len) {
-  /* pipes[i][0] read end, [1] write end; child_fd[i] is what the child gets
-   * as fd i, moved above 10 so the dup2 actions cannot clobber each other. */
-  int pipes[5][2];
   int child_fd[5] = {-1, -1, -1, -1, -1};
   int kernel_fd[5] = {-1, -1, -1, -1, -1};
-  int made = 0;
   kn_result_t r = KN_ERR_SYSTEM;
   char **env = NULL;
   posix_spawn_file_actions_t fa;
@@ -104,44 +151,16 @@ kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, si
   bool fa_init = false, attr_init = false;
 
   kn_executor_close(ex);
-  for (made = 0; made < 5; made++) {
-    if (pipe2(pipes[made], O_CLOEXEC) != 0) {
-      snprintf(err, err_len, "pipe: %s", NBF_STRERROR(errno));
-      goto out;
-    }
-  }
-  for (int i = 0; i < 5; i++) {
-    bool child_reads = (i == 0 || i == KN_WIRE_FD_REQUESTS);
-    int c = pipes[i][child_reads ? 0 : 1];
-    kernel_fd[i] = pipes[i][child_reads ? 1 : 0];
-    child_fd[i] = fcntl(c, F_DUPFD_CLOEXEC, 10);
-    close(c);
-    pipes[i][0] = pipes[i][1] = -1; /* both ends moved to child_fd/kernel_fd */
-    if (child_fd[i] < 0 || set_nonblock(kernel_fd[i]) != 0) {
-      snprintf(err, err_len, "fcntl: %s", NBF_STRERROR(errno));
-      goto out;
-    }
-  }
-
+  if (make_pipes(kernel_fd, child_fd, err, err_len) != KN_OK)
+    goto out;
   if (posix_spawn_file_actions_init(&fa) != 0)
     goto out;
   fa_init = true;
   for (int i = 0; i < 5; i++)
     posix_spawn_file_actions_adddup2(&fa, child_fd[i], i);
-  if (posix_spawnattr_init(&attr) != 0)
+  if (init_attr(&attr) != 0)
     goto out;
   attr_init = true;
-  sigset_t none, dflt;
-  sigemptyset(&none);
-  sigemptyset(&dflt);
-  int sigs[] = {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM};
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-    sigaddset(&dflt, sigs[i]);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &dflt);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   if (!(env = child_env())) {
     snprintf(err, err_len, "out of memory");
     goto out;
@@ -165,10 +184,6 @@ kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, si
   kn_log(KN_LOG_DEBUG, "executor %s started, pid %d", path, (int)pid);
   r = KN_OK;
 out:
-  for (int i = 0; i < made; i++) {
-    close_fd(&pipes[i][0]);
-    close_fd(&pipes[i][1]);
-  }
   for (int i = 0; i < 5; i++) {
     close_fd(&child_fd[i]);
     close_fd(&kernel_fd[i]);
