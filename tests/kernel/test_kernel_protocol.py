@@ -355,18 +355,29 @@ class KernelProtocolTest(unittest.TestCase):
         self.assertIn("exited with status 3", reply["content"]["evalue"])
         self.assertEqual(self.cell_output("print alive"), "alive\n")
 
+    def sent_then_fail(self, name):
+        """A cell that raises only after the test released it (a file,
+        release(name)) and 0.3 s more: requests sent before the release
+        are queued in the kernel by then, however slow the client is."""
+        return "waitfile %s\nsleep 0.3\nraise RuntimeError boom" % os.path.join(self.tmp, name)
+
+    def release(self, name):
+        open(os.path.join(self.tmp, name), "w").close()
+
     def test_stop_on_error(self):
-        ids = [self.kc.execute("sleep 0.3\nraise RuntimeError boom"),
+        ids = [self.kc.execute(self.sent_then_fail("first")),
                self.kc.execute("print a"),
                self.kc.execute("print b", stop_on_error=False)]
+        self.release("first")
         statuses = [self.shell_reply(i)["content"]["status"] for i in ids]
         self.assertEqual(statuses, ["error", "aborted", "aborted"])
         for i in ids:
             self.collect(i)
         self.assertEqual(self.cell_output("print c"), "c\n")
         # stop_on_error=False: the next request still runs
-        ids = [self.kc.execute("sleep 0.3\nraise RuntimeError boom", stop_on_error=False),
+        ids = [self.kc.execute(self.sent_then_fail("second"), stop_on_error=False),
                self.kc.execute("print d")]
+        self.release("second")
         self.assertEqual([self.shell_reply(i)["content"]["status"] for i in ids], ["error", "ok"])
 
     def test_executor_environment(self):
