@@ -158,7 +158,12 @@ class Kernel:
         if kernel_name is None:
             self.ks_dir = make_kernelspec_dir()
             os.environ["JUPYTER_PATH"] = self.ks_dir
-        self.km, self.kc = start_kernel(kernel_name or "nbfork", env=env, stderr=stderr)
+        try:
+            self.km, self.kc = start_kernel(kernel_name or "nbfork", env=env, stderr=stderr)
+        except BaseException:
+            if self.ks_dir:
+                shutil.rmtree(self.ks_dir, ignore_errors=True)
+            raise
 
     def run(self, code, timeout=120, allow_stdin=False, answers=None, interrupt_after=None,
             interrupt_when=None, **kw):
