@@ -67,6 +67,31 @@ void kn_kernel_tick(kn_kernel_t *k) {
   }
 }
 
+/* Word the error the pending request gets for the executor's death:
+ * ename (the signal, from describe_exit, or KeyboardInterrupt when an
+ * interrupt caused it) and an evalue saying what happened, that state was
+ * lost, what to do, and whether a fresh executor runs (`restarted`). */
+static void death_error(const kn_kernel_t *k, int wstatus, bool interrupt_timeout, const char *how,
+                        const char *restarted, char *ename, size_t ename_len, char *evalue,
+                        size_t evalue_len) {
+  static const char lost[] = "Its state (variables, functions, types and includes defined by "
+                             "earlier cells) was lost: re-run the cells that define what you need.";
+  bool interrupted = interrupt_timeout || (k->pending.interrupt_deadline_ms &&
+                                           WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGINT);
+  if (interrupt_timeout) {
+    snprintf(ename, ename_len, "KeyboardInterrupt");
+    snprintf(evalue, evalue_len,
+             "The executor did not stop within %lld ms of the interrupt and was killed. %s %s",
+             (long long)k->interrupt_grace_ms, lost, restarted);
+  } else if (interrupted) {
+    snprintf(ename, ename_len, "KeyboardInterrupt");
+    snprintf(evalue, evalue_len, "The executor %s on the interrupt. %s %s", how, lost, restarted);
+  } else {
+    snprintf(evalue, evalue_len, "The executor crashed: it %s while running this request. %s %s",
+             how, lost, restarted);
+  }
+}
+
 void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout) {
   int64_t lived_ms = nbf_now_ms() - k->ex.started_ms;
   char ename[96], how[160], evalue[1024];
@@ -85,30 +110,14 @@ void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout
     return;
   }
 
-  bool fresh = kn_kernel_ensure_executor(k);
   char restarted[600];
-  if (fresh)
+  if (kn_kernel_ensure_executor(k))
     snprintf(restarted, sizeof restarted, "A fresh executor has been started.");
   else
     snprintf(restarted, sizeof restarted, "No fresh executor could be started: %s.",
              k->executor_error);
-  static const char lost[] = "Its state (variables, functions, types and includes defined by "
-                             "earlier cells) was lost: re-run the cells that define what you need.";
-  bool interrupted = interrupt_timeout || (k->pending.interrupt_deadline_ms &&
-                                           WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGINT);
-  if (interrupt_timeout) {
-    snprintf(ename, sizeof ename, "KeyboardInterrupt");
-    snprintf(evalue, sizeof evalue,
-             "The executor did not stop within %lld ms of the interrupt and was killed. %s %s",
-             (long long)k->interrupt_grace_ms, lost, restarted);
-  } else if (interrupted) {
-    snprintf(ename, sizeof ename, "KeyboardInterrupt");
-    snprintf(evalue, sizeof evalue, "The executor %s on the interrupt. %s %s", how, lost,
-             restarted);
-  } else {
-    snprintf(evalue, sizeof evalue, "The executor crashed: it %s while running this request. %s %s",
-             how, lost, restarted);
-  }
+  death_error(k, wstatus, interrupt_timeout, how, restarted, ename, sizeof ename, evalue,
+              sizeof evalue);
   kn_log(KN_LOG_WARN, "%s: %s", ename, evalue);
   char line[1200];
   snprintf(line, sizeof line, "%s: %s", ename, evalue);
