@@ -25,7 +25,6 @@ Usage: bench/allreduce.py [--build DIR] [--rounds R] [--algos auto|all]
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+from nbf_harness import free_port  # noqa: E402  (the one test harness)
 
 
 def parse_size(s):
@@ -82,14 +83,6 @@ def run_nbfork(exe, sizes, nproc, algos):
 
 
 # ---------------------------------------------------------------- PyTorch
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 def torch_worker(rank, world, port, sizes, q):
     import torch

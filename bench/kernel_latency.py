@@ -22,17 +22,17 @@ Usage: bench/kernel_latency.py [-n N] [--build-dir DIR]
        (build first: scripts/build.sh)
 """
 import argparse
-import json
 import os
-import queue
 import shutil
 import statistics
+import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
+import nbf_harness as h  # noqa: E402  (the one test harness: kernels, replies, ports)
 
 
 def percentile(values, p):
@@ -44,56 +44,28 @@ def percentile(values, p):
 
 class Client:
     """One started kernel and a blocking client; every measurement is a
-    request sent and its answers awaited with the same code for both
-    kernels."""
+    request sent and its answers awaited with the same code (the test
+    harness, tests/e2e/nbf_harness.py) for both kernels."""
 
     def __init__(self, kernel_name, env=None):
-        from jupyter_client import KernelManager
-
-        self.km = KernelManager(kernel_name=kernel_name)
-        kenv = dict(os.environ)
-        kenv.update(env or {})
-        self.km.start_kernel(env=kenv, stderr=open(os.devnull, "w"))
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-        self.drain()
-
-    def drain(self):
-        while True:
-            try:
-                self.kc.get_iopub_msg(timeout=0.2)
-            except queue.Empty:
-                return
-
-    def _shell_reply(self, msg_id, timeout=60):
-        while True:
-            m = self.kc.get_shell_msg(timeout=timeout)
-            if m["parent_header"].get("msg_id") == msg_id:
-                return m
-
-    def _idle(self, msg_id, timeout=60):
-        while True:
-            m = self.kc.get_iopub_msg(timeout=timeout)
-            if (m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status"
-                    and m["content"]["execution_state"] == "idle"):
-                return m
+        self.km, self.kc = h.start_kernel(kernel_name, env=env, stderr=subprocess.DEVNULL)
+        h.drain_iopub(self.kc)
 
     def kernel_info(self):
         """Seconds from kernel_info_request to its reply."""
         t0 = time.perf_counter()
         msg_id = self.kc.kernel_info()
-        self._shell_reply(msg_id)
+        h.shell_reply(self.kc, msg_id)
         dt = time.perf_counter() - t0
-        self._idle(msg_id)  # keep iopub drained
+        h.collect(self.kc, msg_id)  # keep iopub drained
         return dt
 
     def execute(self, code):
         """Seconds from execute_request to (reply and idle) received."""
         t0 = time.perf_counter()
         msg_id = self.kc.execute(code, store_history=True)
-        reply = self._shell_reply(msg_id)
-        self._idle(msg_id)
+        reply = h.shell_reply(self.kc, msg_id)
+        h.collect(self.kc, msg_id)
         dt = time.perf_counter() - t0
         if reply["content"]["status"] != "ok":
             raise RuntimeError("cell %r failed: %s" % (code, reply["content"]))
@@ -108,13 +80,7 @@ def nbfork_kernelspec(build_dir):
     kernel = os.path.join(build_dir, "bin", "nbfork-kernel")
     if not os.access(kernel, os.X_OK):
         sys.exit("bench/kernel_latency: %s not found; build first (scripts/build.sh)" % kernel)
-    d = tempfile.mkdtemp(prefix="nbfork-bench-ks-")
-    ks = os.path.join(d, "kernels", "nbfork-bench")
-    os.makedirs(ks)
-    with open(os.path.join(ks, "kernel.json"), "w") as f:
-        json.dump({"argv": [kernel, "-f", "{connection_file}"], "display_name": "C (nbfork)",
-                   "language": "c", "interrupt_mode": "signal"}, f)
-    return d
+    return h.make_kernelspec_dir(kernel, name="nbfork-bench", prefix="nbfork-bench-ks-")
 
 
 def measure(client, new_cell, rerun_cell, n, warmup):

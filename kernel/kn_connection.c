@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "kn_log.h"
+#include "nbf_buf.h"
+#include "nbf_util.h"
 
 static const char *const PORT_NAMES[KN_PORT_COUNT] = {"shell_port", "control_port", "stdin_port",
                                                       "iopub_port", "hb_port"};
@@ -120,42 +122,33 @@ kn_result_t kn_connection_load(const char *path, kn_connection_t *out, kn_connec
   memset(out, 0, sizeof *out);
   FILE *f = fopen(path, "rb");
   if (!f) {
-    char eb[128];
-    fail(err, "(file)", "cannot open: %s", kn_strerror(errno, eb, sizeof eb));
+    fail(err, "(file)", "cannot open: %s", NBF_STRERROR(errno));
     return KN_ERR_SYSTEM;
   }
-  char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len + 4096 + 1 > cap) {
-      cap = cap ? cap * 2 : 8192;
-      char *t = realloc(text, cap);
-      if (!t) {
-        free(text);
-        fclose(f);
-        return KN_ERR_NOMEM;
-      }
-      text = t;
+  nbf_buf_t text = {0};
+  char chunk[4096];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+    if (nbf_buf_append(&text, chunk, n) != 0) {
+      nbf_buf_free(&text);
+      fclose(f);
+      return KN_ERR_NOMEM;
     }
-    size_t n = fread(text + len, 1, 4096, f);
-    len += n;
-    if (n == 0)
-      break;
-  }
   int rerr = ferror(f);
   fclose(f);
-  if (rerr) {
-    free(text);
-    fail(err, "(file)", "read error");
-    return KN_ERR_SYSTEM;
+  size_t len = text.len;
+  char *s = nbf_buf_take(&text); /* "" for an empty file */
+  if (rerr || !s) {
+    free(s);
+    fail(err, "(file)", rerr ? "read error" : "out of memory");
+    return rerr ? KN_ERR_SYSTEM : KN_ERR_NOMEM;
   }
-  text[len] = '\0';
-  if (strlen(text) != len) {
-    free(text);
+  if (strlen(s) != len) {
+    free(s);
     return fail(err, "(json)", "the file contains a NUL byte");
   }
-  kn_result_t r = kn_connection_parse(text, out, err);
-  free(text);
+  kn_result_t r = kn_connection_parse(s, out, err);
+  free(s);
   return r;
 }
 

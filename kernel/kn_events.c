@@ -1,13 +1,12 @@
-/* kn_events.c — executor output, events and death (see kn_kernel.h).
+/* kn_events.c — executor output and events, published on iopub (see
+ * kn_kernel.h). Its death and restarts are kn_supervise.c's.
  *
  * Ordering (kn_wire.h): the stdout/stderr pipes are drained before each
  * event is published, so text printed before a display or the reply is
  * shown before it. */
 #define _GNU_SOURCE
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "kn_handlers.h"
 #include "kn_kernel.h"
@@ -16,14 +15,13 @@
 
 #define KN_STREAM_CHUNK (1u << 20) /* bytes per published stream message, at most */
 #define KN_DRAIN_LIMIT (8u << 20)  /* bytes read per drain call, so control stays responsive */
-#define KN_EAGER_RESPAWN_MS 5000   /* an executor that lived this long is restarted at once */
 
 void kn_kernel_drain_output(kn_kernel_t *k) {
   static const char *const names[2] = {"stdout", "stderr"};
   for (int w = 0; w < 2; w++) {
     size_t total = 0;
     while (k->ex.fd_out[w] >= 0 && total < KN_DRAIN_LIMIT) {
-      kn_buf_t text = {0};
+      nbf_buf_t text = {0};
       int fd_before = k->ex.fd_out[w];
       kn_result_t r = kn_executor_read_stream(&k->ex, (kn_exec_stream_t)w, &text, KN_STREAM_CHUNK);
       if (text.len && !kn_kernel_output_muted(k))
@@ -32,7 +30,7 @@ void kn_kernel_drain_output(kn_kernel_t *k) {
             json_pack("{s:s, s:s%}", "name", names[w], "text", (const char *)text.data, text.len));
       total += text.len;
       size_t got = text.len;
-      kn_buf_free(&text);
+      nbf_buf_free(&text);
       if (r != KN_OK || got == 0 || k->ex.fd_out[w] != fd_before)
         break;
     }
@@ -73,7 +71,7 @@ static void on_event(void *arg, json_t *ev) {
         json_string_value(json_object_get(json_object_get(content, "data"), "text/plain"));
     if (in_exec && plain) {
       free(k->pending.result_text);
-      k->pending.result_text = kn_strdup(plain);
+      k->pending.result_text = strdup(plain);
     }
   }
   kn_kernel_publish(k, kn_kernel_output_parent(k), type, content);
@@ -88,58 +86,4 @@ void kn_kernel_read_events(kn_kernel_t *k) {
     int st = kn_executor_kill(&k->ex);
     kn_kernel_executor_died(k, st, false);
   }
-}
-
-void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout) {
-  int64_t lived_ms = kn_now_ms() - k->ex.started_ms;
-  char ename[96], how[160], evalue[1024];
-  if (k->ex.fd_ev >= 0 || k->ex.fd_out[0] >= 0 || k->ex.fd_out[1] >= 0)
-    kn_kernel_drain_output(k);
-  kn_executor_kill(&k->ex); /* reaps if needed, closes every fd */
-  k->generation++;
-  kn_executor_describe_exit(wstatus, ename, sizeof ename, how, sizeof how);
-
-  if (!k->pending.msg) {
-    kn_log(KN_LOG_WARN, "the executor %s while idle; %s", how,
-           lived_ms >= KN_EAGER_RESPAWN_MS ? "starting a fresh one"
-                                           : "a fresh one starts with the next request");
-    if (lived_ms >= KN_EAGER_RESPAWN_MS)
-      kn_kernel_ensure_executor(k);
-    return;
-  }
-
-  bool fresh = kn_kernel_ensure_executor(k);
-  char restarted[600];
-  if (fresh)
-    snprintf(restarted, sizeof restarted, "A fresh executor has been started.");
-  else
-    snprintf(restarted, sizeof restarted, "No fresh executor could be started: %s.",
-             k->executor_error);
-  static const char lost[] = "Its state (variables, functions, types and includes defined by "
-                             "earlier cells) was lost: re-run the cells that define what you need.";
-  bool interrupted = interrupt_timeout || (k->pending.interrupt_deadline_ms &&
-                                           WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGINT);
-  if (interrupt_timeout) {
-    snprintf(ename, sizeof ename, "KeyboardInterrupt");
-    snprintf(evalue, sizeof evalue,
-             "The executor did not stop within %lld ms of the interrupt and was killed. %s %s",
-             (long long)k->interrupt_grace_ms, lost, restarted);
-  } else if (interrupted) {
-    snprintf(ename, sizeof ename, "KeyboardInterrupt");
-    snprintf(evalue, sizeof evalue, "The executor %s on the interrupt. %s %s", how, lost,
-             restarted);
-  } else {
-    snprintf(evalue, sizeof evalue, "The executor crashed: it %s while running this request. %s %s",
-             how, lost, restarted);
-  }
-  kn_log(KN_LOG_WARN, "%s: %s", ename, evalue);
-  char line[1200];
-  snprintf(line, sizeof line, "%s: %s", ename, evalue);
-  json_t *reply = json_pack("{s:s, s:s, s:s, s:s, s:[s]}", "msg", "reply", "status", "error",
-                            "ename", ename, "evalue", evalue, "traceback", line);
-  if (reply) {
-    k->pending.finish(k, reply);
-    json_decref(reply);
-  } else
-    kn_kernel_finish_pending(k);
 }

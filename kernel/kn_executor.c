@@ -90,14 +90,60 @@ static int set_nonblock(int fd) {
   return (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) ? -1 : 0;
 }
 
+/* Make the five pipes of kn_wire.h: kernel_fd[i] is the kernel's end
+ * (non-blocking), child_fd[i] the end that becomes the child's fd i,
+ * moved above 10 so the dup2 actions cannot clobber each other; all
+ * close-on-exec. Both arrays must hold -1. On failure every fd made is
+ * closed (-1 again), err says why, and the result is KN_ERR_SYSTEM. */
+static kn_result_t make_pipes(int kernel_fd[5], int child_fd[5], char *err, size_t err_len) {
+  for (int i = 0; i < 5; i++) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+      snprintf(err, err_len, "pipe: %s", NBF_STRERROR(errno));
+      goto fail;
+    }
+    bool child_reads = (i == 0 || i == KN_WIRE_FD_REQUESTS);
+    kernel_fd[i] = p[child_reads ? 1 : 0];
+    child_fd[i] = fcntl(p[child_reads ? 0 : 1], F_DUPFD_CLOEXEC, 10);
+    int e = errno;
+    close(p[child_reads ? 0 : 1]);
+    if (child_fd[i] < 0 || set_nonblock(kernel_fd[i]) != 0) {
+      snprintf(err, err_len, "fcntl: %s", NBF_STRERROR(child_fd[i] < 0 ? e : errno));
+      goto fail;
+    }
+  }
+  return KN_OK;
+fail:
+  for (int i = 0; i < 5; i++) {
+    close_fd(&kernel_fd[i]);
+    close_fd(&child_fd[i]);
+  }
+  return KN_ERR_SYSTEM;
+}
+
+/* Spawn attributes of the executor: default dispositions for the signals
+ * the kernel handles or ignores, an empty signal mask, and its own process
+ * group (so an interrupt or a kill reaches the workers it forks). 0 or -1. */
+static int init_attr(posix_spawnattr_t *attr) {
+  if (posix_spawnattr_init(attr) != 0)
+    return -1;
+  sigset_t none, dflt;
+  sigemptyset(&none);
+  sigemptyset(&dflt);
+  int sigs[] = {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    sigaddset(&dflt, sigs[i]);
+  posix_spawnattr_setsigmask(attr, &none);
+  posix_spawnattr_setsigdefault(attr, &dflt);
+  posix_spawnattr_setpgroup(attr, 0);
+  posix_spawnattr_setflags(attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  return 0;
+}
+
 kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, size_t err_len) {
-  /* pipes[i][0] read end, [1] write end; child_fd[i] is what the child gets
-   * as fd i, moved above 10 so the dup2 actions cannot clobber each other. */
-  int pipes[5][2];
   int child_fd[5] = {-1, -1, -1, -1, -1};
   int kernel_fd[5] = {-1, -1, -1, -1, -1};
-  char eb[128];
-  int made = 0;
   kn_result_t r = KN_ERR_SYSTEM;
   char **env = NULL;
   posix_spawn_file_actions_t fa;
@@ -105,44 +151,16 @@ kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, si
   bool fa_init = false, attr_init = false;
 
   kn_executor_close(ex);
-  for (made = 0; made < 5; made++) {
-    if (pipe2(pipes[made], O_CLOEXEC) != 0) {
-      snprintf(err, err_len, "pipe: %s", kn_strerror(errno, eb, sizeof eb));
-      goto out;
-    }
-  }
-  for (int i = 0; i < 5; i++) {
-    bool child_reads = (i == 0 || i == KN_WIRE_FD_REQUESTS);
-    int c = pipes[i][child_reads ? 0 : 1];
-    kernel_fd[i] = pipes[i][child_reads ? 1 : 0];
-    child_fd[i] = fcntl(c, F_DUPFD_CLOEXEC, 10);
-    close(c);
-    pipes[i][0] = pipes[i][1] = -1; /* both ends moved to child_fd/kernel_fd */
-    if (child_fd[i] < 0 || set_nonblock(kernel_fd[i]) != 0) {
-      snprintf(err, err_len, "fcntl: %s", kn_strerror(errno, eb, sizeof eb));
-      goto out;
-    }
-  }
-
+  if (make_pipes(kernel_fd, child_fd, err, err_len) != KN_OK)
+    goto out;
   if (posix_spawn_file_actions_init(&fa) != 0)
     goto out;
   fa_init = true;
   for (int i = 0; i < 5; i++)
     posix_spawn_file_actions_adddup2(&fa, child_fd[i], i);
-  if (posix_spawnattr_init(&attr) != 0)
+  if (init_attr(&attr) != 0)
     goto out;
   attr_init = true;
-  sigset_t none, dflt;
-  sigemptyset(&none);
-  sigemptyset(&dflt);
-  int sigs[] = {SIGINT, SIGTERM, SIGPIPE, SIGQUIT, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM};
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-    sigaddset(&dflt, sigs[i]);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &dflt);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   if (!(env = child_env())) {
     snprintf(err, err_len, "out of memory");
     goto out;
@@ -151,7 +169,7 @@ kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, si
   pid_t pid;
   int e = posix_spawn(&pid, path, &fa, &attr, argv, env);
   if (e != 0) {
-    snprintf(err, err_len, "cannot start the executor %s: %s", path, kn_strerror(e, eb, sizeof eb));
+    snprintf(err, err_len, "cannot start the executor %s: %s", path, NBF_STRERROR(e));
     goto out;
   }
   ex->pid = pid;
@@ -162,14 +180,10 @@ kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, si
   ex->fd_ev = kernel_fd[4];
   for (int i = 0; i < 5; i++)
     kernel_fd[i] = -1;
-  ex->started_ms = kn_now_ms();
+  ex->started_ms = nbf_now_ms();
   kn_log(KN_LOG_DEBUG, "executor %s started, pid %d", path, (int)pid);
   r = KN_OK;
 out:
-  for (int i = 0; i < made; i++) {
-    close_fd(&pipes[i][0]);
-    close_fd(&pipes[i][1]);
-  }
   for (int i = 0; i < 5; i++) {
     close_fd(&child_fd[i]);
     close_fd(&kernel_fd[i]);
@@ -182,18 +196,18 @@ out:
   return r;
 }
 
-static kn_result_t flush_one(int *fd, kn_buf_t *b) {
+static kn_result_t flush_one(int *fd, nbf_buf_t *b) {
   while (*fd >= 0 && b->len > 0) {
     ssize_t n = write(*fd, b->data, b->len);
     if (n > 0) {
-      kn_buf_consume(b, (size_t)n);
+      nbf_buf_consume(b, (size_t)n);
       continue;
     }
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return KN_OK;
-    b->len = 0; /* EPIPE: the executor is gone */
+    nbf_buf_consume(b, b->len); /* EPIPE: the executor is gone */
     close_fd(fd);
     return KN_ERR_EOF;
   }
@@ -213,9 +227,9 @@ kn_result_t kn_executor_send(kn_executor_t *ex, json_t *req) {
   char *line = json_dumps(req, JSON_COMPACT);
   if (!line)
     return KN_ERR_NOMEM;
-  kn_result_t r = kn_buf_append(&ex->req_pending, line, strlen(line));
+  kn_result_t r = kn_buf_add(&ex->req_pending, line, strlen(line));
   if (r == KN_OK)
-    r = kn_buf_append(&ex->req_pending, "\n", 1);
+    r = kn_buf_add(&ex->req_pending, "\n", 1);
   free(line);
   if (r != KN_OK)
     return r;
@@ -225,7 +239,7 @@ kn_result_t kn_executor_send(kn_executor_t *ex, json_t *req) {
 kn_result_t kn_executor_write_stdin(kn_executor_t *ex, const char *s, size_t len) {
   if (ex->fd_in < 0)
     return KN_ERR_EOF;
-  KN_CHECK(kn_buf_append(&ex->in_pending, s, len));
+  KN_CHECK(kn_buf_add(&ex->in_pending, s, len));
   return flush_one(&ex->fd_in, &ex->in_pending);
 }
 
@@ -237,7 +251,7 @@ bool kn_executor_wants_in_write(const kn_executor_t *ex) {
   return ex->fd_in >= 0 && ex->in_pending.len > 0;
 }
 
-kn_result_t kn_executor_read_stream(kn_executor_t *ex, kn_exec_stream_t which, kn_buf_t *out,
+kn_result_t kn_executor_read_stream(kn_executor_t *ex, kn_exec_stream_t which, nbf_buf_t *out,
                                     size_t max_bytes) {
   int *fd = &ex->fd_out[which];
   unsigned char chunk[KN_READ_CHUNK];
@@ -272,11 +286,11 @@ kn_result_t kn_executor_read_events(kn_executor_t *ex, kn_executor_event_fn fn, 
     if (n <= 0) {
       if (ex->ev_line.len)
         kn_log(KN_LOG_WARN, "executor: event line without newline at EOF dropped");
-      ex->ev_line.len = 0;
+      nbf_buf_consume(&ex->ev_line, ex->ev_line.len);
       close_fd(&ex->fd_ev);
       return KN_ERR_EOF;
     }
-    KN_CHECK(kn_buf_append(&ex->ev_line, chunk, (size_t)n));
+    KN_CHECK(kn_buf_add(&ex->ev_line, chunk, (size_t)n));
     size_t start = 0;
     for (size_t i = 0; i < ex->ev_line.len; i++) {
       if (ex->ev_line.data[i] != '\n')
@@ -299,7 +313,7 @@ kn_result_t kn_executor_read_events(kn_executor_t *ex, kn_executor_event_fn fn, 
       if (ex->fd_ev < 0) /* fn killed the executor */
         return KN_ERR_EOF;
     }
-    kn_buf_consume(&ex->ev_line, start);
+    nbf_buf_consume(&ex->ev_line, start);
   }
   return KN_ERR_EOF;
 }
@@ -340,10 +354,10 @@ int kn_executor_kill(kn_executor_t *ex) {
 
 /* Wait up to ms for the process to exit, discarding its output. */
 static bool wait_exit(kn_executor_t *ex, int ms) {
-  int64_t deadline = kn_now_ms() + ms;
+  int64_t deadline = nbf_now_ms() + ms;
   int st;
   unsigned char junk[4096];
-  while (kn_now_ms() < deadline) {
+  while (nbf_now_ms() < deadline) {
     if (kn_executor_reap(ex, &st))
       return true;
     struct pollfd p[3];
@@ -380,9 +394,9 @@ void kn_executor_close(kn_executor_t *ex) {
   close_fd(&ex->fd_out[0]);
   close_fd(&ex->fd_out[1]);
   close_fd(&ex->fd_ev);
-  kn_buf_free(&ex->req_pending);
-  kn_buf_free(&ex->in_pending);
-  kn_buf_free(&ex->ev_line);
+  nbf_buf_free(&ex->req_pending);
+  nbf_buf_free(&ex->in_pending);
+  nbf_buf_free(&ex->ev_line);
   memset(ex->dec, 0, sizeof ex->dec);
 }
 

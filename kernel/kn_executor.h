@@ -24,16 +24,16 @@
 typedef enum kn_exec_stream { KN_EXEC_STDOUT = 0, KN_EXEC_STDERR = 1 } kn_exec_stream_t;
 
 typedef struct kn_executor {
-  pid_t pid;            /* > 0 while running (also its process group id) */
-  int fd_in;            /* kernel's write end of the executor's fd 0, or -1 */
-  int fd_req;           /* write end of fd 3 (requests), or -1 */
-  int fd_out[2];        /* read ends of fd 1 and fd 2, or -1 after EOF */
-  int fd_ev;            /* read end of fd 4 (events), or -1 after EOF */
-  kn_buf_t req_pending; /* request bytes not yet written */
-  kn_buf_t in_pending;  /* stdin bytes not yet written */
-  kn_buf_t ev_line;     /* an event line not yet complete */
+  pid_t pid;             /* > 0 while running (also its process group id) */
+  int fd_in;             /* kernel's write end of the executor's fd 0, or -1 */
+  int fd_req;            /* write end of fd 3 (requests), or -1 */
+  int fd_out[2];         /* read ends of fd 1 and fd 2, or -1 after EOF */
+  int fd_ev;             /* read end of fd 4 (events), or -1 after EOF */
+  nbf_buf_t req_pending; /* request bytes not yet written */
+  nbf_buf_t in_pending;  /* stdin bytes not yet written */
+  nbf_buf_t ev_line;     /* an event line not yet complete */
   kn_utf8_decoder_t dec[2];
-  int64_t started_ms; /* kn_now_ms() at spawn */
+  int64_t started_ms; /* nbf_now_ms() at spawn */
   int wstatus;        /* wait status once reaped */
 } kn_executor_t;
 
@@ -78,7 +78,7 @@ bool kn_executor_wants_in_write(const kn_executor_t *ex);
  * next call). Returns KN_OK, or KN_ERR_EOF once the pipe closed (the fd
  * is then closed and set to -1; remaining partial bytes are flushed as
  * U+FFFD). */
-kn_result_t kn_executor_read_stream(kn_executor_t *ex, kn_exec_stream_t which, kn_buf_t *out,
+kn_result_t kn_executor_read_stream(kn_executor_t *ex, kn_exec_stream_t which, nbf_buf_t *out,
                                     size_t max_bytes);
 
 /* Read the events fd and call fn for every complete JSON line (a line

@@ -1,4 +1,5 @@
 /* kn_history.c — in-memory cell history (see kn_history.h). */
+#define _GNU_SOURCE
 #include "kn_history.h"
 
 #include <fnmatch.h>
@@ -44,7 +45,7 @@ kn_result_t kn_history_add(kn_history_t *h, int line, const char *input) {
     h->v = v;
     h->cap = cap;
   }
-  char *dup = kn_strdup(input ? input : "");
+  char *dup = strdup(input ? input : "");
   if (!dup)
     return KN_ERR_NOMEM;
   h->v[h->n++] = (entry_t){line, dup, NULL};
@@ -54,7 +55,7 @@ kn_result_t kn_history_add(kn_history_t *h, int line, const char *input) {
 kn_result_t kn_history_set_output(kn_history_t *h, int line, const char *output) {
   for (int i = h->n - 1; i >= 0; i--)
     if (h->v[i].line == line) {
-      char *dup = kn_strdup(output);
+      char *dup = output ? strdup(output) : NULL;
       if (!dup && output)
         return KN_ERR_NOMEM;
       free(h->v[i].output);
@@ -62,10 +63,6 @@ kn_result_t kn_history_set_output(kn_history_t *h, int line, const char *output)
       return KN_OK;
     }
   return KN_OK;
-}
-
-int kn_history_count(const kn_history_t *h) {
-  return h->n;
 }
 
 static int append_entry(json_t *arr, const entry_t *e, bool output) {

@@ -29,7 +29,6 @@ kn_result_t kn_history_add(kn_history_t *h, int line, const char *input);
 kn_result_t kn_history_set_output(kn_history_t *h, int line, const char *output);
 
 /* Number of entries. */
-int kn_history_count(const kn_history_t *h);
 
 /* New JSON arrays of entries (caller owns; NULL on allocation failure):
  * tail: the last n entries (n <= 0: none), oldest first.

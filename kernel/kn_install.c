@@ -13,6 +13,7 @@
 
 #include "kn_log.h"
 #include "nbf_param.h"
+#include "nbf_util.h"
 
 #ifndef NBFORK_KERNELSPEC_SOURCE_DIR
 #define NBFORK_KERNELSPEC_SOURCE_DIR ""
@@ -163,10 +164,8 @@ int kn_install_main(int argc, char **argv) {
   else
     snprintf(data, sizeof data, "/usr/local/share/jupyter");
   snprintf(dest, sizeof dest, "%s/kernels/%s", data, name);
-  char eb[128];
   if (mkdir_p(dest) != 0) {
-    fprintf(stderr, "nbfork-kernel install: cannot create %s: %s%s\n", dest,
-            kn_strerror(errno, eb, sizeof eb),
+    fprintf(stderr, "nbfork-kernel install: cannot create %s: %s%s\n", dest, NBF_STRERROR(errno),
             (!user && !prefix) ? " (try --user, or run as root)" : "");
     return 1;
   }

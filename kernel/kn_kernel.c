@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #include "kn_kernel.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,25 +219,7 @@ void kn_kernel_abort_queued(kn_kernel_t *k) {
       q->aborted = true;
 }
 
-/* -------------------------------------------------------------- executor */
-
-bool kn_kernel_ensure_executor(kn_kernel_t *k) {
-  if (kn_executor_running(&k->ex))
-    return true;
-  if (!k->executor_path[0]) {
-    snprintf(k->executor_error, sizeof k->executor_error,
-             "no executor binary is configured (set NBFORK_EXECUTOR or install %s next to "
-             "nbfork-kernel)",
-             KN_WIRE_EXECUTOR_NAME);
-    return false;
-  }
-  if (kn_executor_spawn(&k->ex, k->executor_path, k->executor_error, sizeof k->executor_error) !=
-      KN_OK) {
-    kn_log(KN_LOG_ERROR, "%s", k->executor_error);
-    return false;
-  }
-  return true;
-}
+/* --------------------------------------------------- pending request */
 
 void kn_kernel_set_pending(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, kn_finish_fn finish,
                            json_t *wire_request) {
@@ -257,38 +238,4 @@ void kn_kernel_finish_pending(kn_kernel_t *k) {
     return;
   kn_kernel_status(k, k->pending.msg, "idle");
   free_pending(&k->pending);
-}
-
-void kn_kernel_interrupt(kn_kernel_t *k) {
-  if (!k->pending.msg || !kn_executor_running(&k->ex)) {
-    kn_log(KN_LOG_DEBUG, "interrupt: nothing is running");
-    return;
-  }
-  kill(k->ex.pid, SIGINT);
-  if (!k->pending.interrupt_deadline_ms)
-    k->pending.interrupt_deadline_ms = kn_now_ms() + k->interrupt_grace_ms;
-}
-
-void kn_kernel_tick(kn_kernel_t *k) {
-  int st;
-  if (k->pending.interrupt_deadline_ms && kn_now_ms() >= k->pending.interrupt_deadline_ms &&
-      kn_executor_running(&k->ex)) {
-    kn_log(KN_LOG_WARN, "the executor did not answer the interrupt within %lld ms: killing it",
-           (long long)k->interrupt_grace_ms);
-    kn_kernel_drain_output(k);
-    st = kn_executor_kill(&k->ex);
-    kn_kernel_executor_died(k, st, true);
-    return;
-  }
-  if (kn_executor_running(&k->ex) && kn_executor_reap(&k->ex, &st)) {
-    /* Exited, but its pipes may still be open (a forked worker holds
-     * them): take what it wrote, then give it up. */
-    unsigned gen = k->generation;
-    kn_kernel_drain_output(k);
-    kn_kernel_read_events(k); /* may see EOF and handle the death itself */
-    if (gen == k->generation) {
-      kn_executor_kill(&k->ex);
-      kn_kernel_executor_died(k, st, false);
-    }
-  }
 }

@@ -51,7 +51,7 @@ typedef struct kn_pending {
   bool silent, store_history, allow_stdin, stop_on_error;
   int execution_count;           /* the count this execute runs with */
   bool waiting_input;            /* an input_request went to the front end */
-  int64_t interrupt_deadline_ms; /* kn_now_ms() limit after an interrupt, 0 = none */
+  int64_t interrupt_deadline_ms; /* nbf_now_ms() limit after an interrupt, 0 = none */
   char *result_text;             /* execute_result text/plain, for history output */
 } kn_pending_t;
 
@@ -103,9 +103,7 @@ void kn_kernel_drain_shell(kn_kernel_t *k);
 /* Mark every queued execute_request aborted (stop_on_error). */
 void kn_kernel_abort_queued(kn_kernel_t *k);
 
-/* Start the executor if it is not running. false (reason in
- * k->executor_error) if it cannot be started. */
-bool kn_kernel_ensure_executor(kn_kernel_t *k);
+/* --- the pending request (kn_kernel.c) --- */
 
 /* Make req the pending executor request and send it the wire request. */
 void kn_kernel_set_pending(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, kn_finish_fn finish,
@@ -113,6 +111,12 @@ void kn_kernel_set_pending(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, kn_fi
 
 /* Publish status idle for the pending request, free it, clear pending. */
 void kn_kernel_finish_pending(kn_kernel_t *k);
+
+/* --- executor supervision (kn_supervise.c) --- */
+
+/* Start the executor if it is not running. false (reason in
+ * k->executor_error) if it cannot be started. */
+bool kn_kernel_ensure_executor(kn_kernel_t *k);
 
 /* Forward an interrupt (interrupt_request or the kernel's SIGINT) to the
  * executor while a request is pending: one SIGINT to its pid, and a
@@ -122,15 +126,19 @@ void kn_kernel_interrupt(kn_kernel_t *k);
 /* Periodic work: interrupt deadline, executor exit without EOF. */
 void kn_kernel_tick(kn_kernel_t *k);
 
+/* The executor ended with wait status wstatus (already reaped or about
+ * to be killed): publish leftovers, answer the pending request with an
+ * error that says what happened and that state was lost, and start a
+ * fresh executor. */
+void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout);
+
+/* --- executor output (kn_events.c) --- */
+
 /* Read the executor's stdout/stderr and publish `stream` messages. */
 void kn_kernel_drain_output(kn_kernel_t *k);
 
 /* Read executor events; handles EOF (executor death). */
 void kn_kernel_read_events(kn_kernel_t *k);
-
-/* The executor ended with wait status wstatus (already reaped or about
- * to be killed): publish leftovers, answer the pending request, restart. */
-void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout);
 
 /* --- sending (kn_kernel.c) --- */
 

@@ -27,36 +27,20 @@ void kn_log(kn_log_level_t level, const char *fmt, ...) {
   fprintf(stderr, "nbfork-kernel: %s%s\n", names[level], line);
 }
 
-const char *kn_strerror(int errnum, char *buf, unsigned long len) {
-  /* GNU strerror_r may return a static string instead of filling buf. */
-  const char *s = strerror_r(errnum, buf, len);
-  if (s != buf)
-    snprintf(buf, len, "%s", s);
-  return buf;
-}
-
 const char *kn_result_str(kn_result_t r) {
-  switch (r) {
-  case KN_OK:
-    return "KN_OK";
-  case KN_ERR_AGAIN:
-    return "KN_ERR_AGAIN";
-  case KN_ERR_NOMEM:
-    return "KN_ERR_NOMEM";
-  case KN_ERR_SYSTEM:
-    return "KN_ERR_SYSTEM";
-  case KN_ERR_INVALID:
-    return "KN_ERR_INVALID";
-  case KN_ERR_AUTH:
-    return "KN_ERR_AUTH";
-  case KN_ERR_PROTOCOL:
-    return "KN_ERR_PROTOCOL";
-  case KN_ERR_ZMQ:
-    return "KN_ERR_ZMQ";
-  case KN_ERR_EOF:
-    return "KN_ERR_EOF";
-  }
-  return "KN_ERR_UNKNOWN";
+  static const char *const names[] = {
+      [KN_OK] = "KN_OK",
+      [KN_ERR_AGAIN] = "KN_ERR_AGAIN",
+      [KN_ERR_NOMEM] = "KN_ERR_NOMEM",
+      [KN_ERR_SYSTEM] = "KN_ERR_SYSTEM",
+      [KN_ERR_INVALID] = "KN_ERR_INVALID",
+      [KN_ERR_AUTH] = "KN_ERR_AUTH",
+      [KN_ERR_PROTOCOL] = "KN_ERR_PROTOCOL",
+      [KN_ERR_ZMQ] = "KN_ERR_ZMQ",
+      [KN_ERR_EOF] = "KN_ERR_EOF",
+  };
+  unsigned i = (unsigned)r;
+  return i < sizeof names / sizeof names[0] && names[i] ? names[i] : "KN_ERR_UNKNOWN";
 }
 
 void kn_log_trace(const char *file, int line, const char *expr, kn_result_t r) {

@@ -16,7 +16,4 @@ typedef enum kn_log_level { KN_LOG_DEBUG, KN_LOG_INFO, KN_LOG_WARN, KN_LOG_ERROR
  * (one fprintf per line). */
 void kn_log(kn_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Thread-safe strerror replacement: writes the text for errnum into buf. */
-const char *kn_strerror(int errnum, char *buf, unsigned long len);
-
 #endif

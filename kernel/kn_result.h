@@ -1,9 +1,24 @@
 /*
- * kn_result.h — result codes of the kernel module and the check macros.
+ * kn_result.h — result codes of the kernel module and the check macro.
  *
- * Every kn_* call that can fail returns a kn_result_t (modelled on NCCL's
- * ncclResult_t). KN_CHECK returns early and leaves a file:line breadcrumb
- * on stderr; KN_CHECK_GOTO jumps to a cleanup label instead.
+ * The kernel's error discipline (one rule per kind of call):
+ *
+ *  - Every kn_* call that can fail returns a kn_result_t (modelled on
+ *    NCCL's ncclResult_t); never a bare -1 or errno. System failures are
+ *    KN_ERR_SYSTEM (the caller reads errno at once, or the call fills an
+ *    err[len] text with NBF_STRERROR); ZeroMQ failures are KN_ERR_ZMQ.
+ *  - Callers propagate with KN_CHECK, which returns early and leaves a
+ *    file:line breadcrumb (a debug line, NBFORK_KERNEL_DEBUG=1). A
+ *    function that must undo work on failure jumps to one cleanup label.
+ *    KN_ERR_AGAIN is not an error: KN_CHECK lets it through.
+ *  - Constructors follow CZMQ: x_new() returns NULL on failure,
+ *    x_destroy(&p) is NULL-safe and clears the pointer.
+ *  - Errors stop at the request handler: a handler never fails the
+ *    kernel. What the user caused (bad cell, dead executor, bad request)
+ *    becomes an error reply or an iopub `error` message saying what
+ *    happened and what to do; what only the operator can act on (bad
+ *    connection file, a socket that fails) goes to stderr via kn_log.
+ *    Only main (kn_main.c) and the install subcommand exit with a status.
  */
 #ifndef KN_RESULT_H
 #define KN_RESULT_H
@@ -29,15 +44,6 @@ const char *kn_result_str(kn_result_t r);
     if (kn_res_ != KN_OK && kn_res_ != KN_ERR_AGAIN) {                                             \
       kn_log_trace(__FILE__, __LINE__, #call, kn_res_);                                            \
       return kn_res_;                                                                              \
-    }                                                                                              \
-  } while (0)
-
-#define KN_CHECK_GOTO(call, res, label)                                                            \
-  do {                                                                                             \
-    (res) = (call);                                                                                \
-    if ((res) != KN_OK) {                                                                          \
-      kn_log_trace(__FILE__, __LINE__, #call, (res));                                              \
-      goto label;                                                                                  \
     }                                                                                              \
   } while (0)
 

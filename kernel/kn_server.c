@@ -74,7 +74,7 @@ kn_result_t kn_server_run(kn_kernel_t *k, kn_transport_t *t, int sig_fd) {
 
     long timeout = KN_TICK_MS;
     if (k->pending.interrupt_deadline_ms) {
-      int64_t left = k->pending.interrupt_deadline_ms - kn_now_ms();
+      int64_t left = k->pending.interrupt_deadline_ms - nbf_now_ms();
       timeout = left < 0 ? 0 : (left < timeout ? (long)left : timeout);
     }
     if (zmq_poll(items, n, timeout) < 0) {
@@ -98,9 +98,9 @@ kn_result_t kn_server_run(kn_kernel_t *k, kn_transport_t *t, int sig_fd) {
     read_channel(k, KN_CH_SHELL);
     kn_kernel_tick(k);
     kn_kernel_process_queue(k);
-    if (parent && kn_now_ms() >= next_parent_check) {
+    if (parent && nbf_now_ms() >= next_parent_check) {
       check_parent(k, parent);
-      next_parent_check = kn_now_ms() + 1000;
+      next_parent_check = nbf_now_ms() + 1000;
     }
   }
   return KN_OK;

@@ -40,7 +40,7 @@ static int seq_len(const unsigned char *p, size_t avail) {
   return n;
 }
 
-static kn_result_t decode_span(const unsigned char *p, size_t len, bool final, kn_buf_t *out,
+static kn_result_t decode_span(const unsigned char *p, size_t len, bool final, nbf_buf_t *out,
                                size_t *consumed) {
   size_t i = 0, run = 0; /* run: start of the current valid run */
   while (i < len) {
@@ -49,24 +49,24 @@ static kn_result_t decode_span(const unsigned char *p, size_t len, bool final, k
       i += (size_t)n;
       continue;
     }
-    kn_result_t r = kn_buf_append(out, p + run, i - run);
+    kn_result_t r = kn_buf_add(out, p + run, i - run);
     if (r != KN_OK)
       return r;
     if (n < 0 && !final) { /* incomplete tail: keep it */
       *consumed = i;
       return KN_OK;
     }
-    if ((r = kn_buf_append(out, REPLACEMENT, sizeof REPLACEMENT)) != KN_OK)
+    if ((r = kn_buf_add(out, REPLACEMENT, sizeof REPLACEMENT)) != KN_OK)
       return r;
     i += 1;
     run = i;
   }
   *consumed = len;
-  return kn_buf_append(out, p + run, i - run);
+  return kn_buf_add(out, p + run, i - run);
 }
 
 kn_result_t kn_utf8_decode(kn_utf8_decoder_t *d, const unsigned char *in, size_t len, bool final,
-                           kn_buf_t *out) {
+                           nbf_buf_t *out) {
   size_t consumed = 0;
   kn_result_t r;
   if (d->npending) {
@@ -85,11 +85,11 @@ kn_result_t kn_utf8_decode(kn_utf8_decoder_t *d, const unsigned char *in, size_t
     }
     size_t used; /* bytes of tmp this step decodes */
     if (n > 0) {
-      if ((r = kn_buf_append(out, tmp, (size_t)n)) != KN_OK)
+      if ((r = kn_buf_add(out, tmp, (size_t)n)) != KN_OK)
         return r;
       used = (size_t)n;
     } else {
-      if ((r = kn_buf_append(out, REPLACEMENT, sizeof REPLACEMENT)) != KN_OK)
+      if ((r = kn_buf_add(out, REPLACEMENT, sizeof REPLACEMENT)) != KN_OK)
         return r;
       used = 1;
     }

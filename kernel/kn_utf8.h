@@ -29,7 +29,7 @@ typedef struct kn_utf8_decoder {
  * replaced by U+FFFD. Invalid sequences become U+FFFD (one per bad byte).
  * Returns KN_ERR_NOMEM if out cannot grow. */
 kn_result_t kn_utf8_decode(kn_utf8_decoder_t *d, const unsigned char *in, size_t len, bool final,
-                           kn_buf_t *out);
+                           nbf_buf_t *out);
 
 /* Byte offset of code point index cp in the NUL-free UTF-8 string s of
  * byte length len; clamped to len. */

@@ -1,4 +1,4 @@
-/* kn_util.c — ids, clocks, buffers (see kn_util.h). */
+/* kn_util.c — message ids and dates (see kn_util.h). */
 #define _GNU_SOURCE
 #include "kn_util.h"
 
@@ -28,54 +28,4 @@ void kn_iso8601_now(char out[KN_DATE_LEN]) {
   char base[24];
   strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
   snprintf(out, KN_DATE_LEN, "%.19s.%06dZ", base, (int)(ts.tv_nsec / 1000) % 1000000);
-}
-
-int64_t kn_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-kn_result_t kn_buf_append(kn_buf_t *b, const void *p, size_t n) {
-  if (n == 0)
-    return KN_OK;
-  if (b->len + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n)
-      cap *= 2;
-    unsigned char *d = realloc(b->data, cap);
-    if (!d)
-      return KN_ERR_NOMEM;
-    b->data = d;
-    b->cap = cap;
-  }
-  memcpy(b->data + b->len, p, n);
-  b->len += n;
-  return KN_OK;
-}
-
-void kn_buf_consume(kn_buf_t *b, size_t n) {
-  if (n >= b->len) {
-    b->len = 0;
-    return;
-  }
-  memmove(b->data, b->data + n, b->len - n);
-  b->len -= n;
-}
-
-void kn_buf_free(kn_buf_t *b) {
-  if (!b)
-    return;
-  free(b->data);
-  memset(b, 0, sizeof *b);
-}
-
-char *kn_strdup(const char *s) {
-  if (!s)
-    return NULL;
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d)
-    memcpy(d, s, n);
-  return d;
 }

@@ -1,6 +1,7 @@
 /*
- * kn_util.h — small helpers shared by the kernel files: ids, clocks, and
- * byte buffers.
+ * kn_util.h — small helpers shared by the kernel files: message ids and
+ * dates. The clock (nbf_now_ms), the byte buffer (nbf_buf_t) and error
+ * text (NBF_STRERROR) are the shared ones of nbfork_common.
  */
 #ifndef KN_UTIL_H
 #define KN_UTIL_H
@@ -9,6 +10,8 @@
 #include <stdint.h>
 
 #include "kn_result.h"
+#include "nbf_buf.h"
+#include "nbf_util.h"
 
 #define KN_UUID_LEN 36 /* "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx", no NUL */
 #define KN_DATE_LEN 32 /* "2024-05-01T12:34:56.123456Z" + NUL fits */
@@ -21,24 +24,10 @@ kn_result_t kn_uuid4(char out[KN_UUID_LEN + 1]);
  * Jupyter messaging spec's header.date), into out[KN_DATE_LEN]. */
 void kn_iso8601_now(char out[KN_DATE_LEN]);
 
-/* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
-int64_t kn_now_ms(void);
-
-/* A growable byte buffer. Zero-initialise ({0}) before use. */
-typedef struct kn_buf {
-  unsigned char *data;
-  size_t len;
-  size_t cap;
-} kn_buf_t;
-
-/* Append n bytes. KN_ERR_NOMEM on allocation failure (buffer unchanged). */
-kn_result_t kn_buf_append(kn_buf_t *b, const void *p, size_t n);
-/* Drop the first n bytes (n <= len). */
-void kn_buf_consume(kn_buf_t *b, size_t n);
-/* Free the storage and zero the struct. NULL-safe. */
-void kn_buf_free(kn_buf_t *b);
-
-/* Duplicate a string; NULL on allocation failure or NULL input. */
-char *kn_strdup(const char *s);
+/* nbf_buf_append in the kernel's result terms: KN_OK, or KN_ERR_NOMEM
+ * (the buffer then keeps what it had). */
+static inline kn_result_t kn_buf_add(nbf_buf_t *b, const void *p, size_t n) {
+  return nbf_buf_append(b, p, n) == 0 ? KN_OK : KN_ERR_NOMEM;
+}
 
 #endif

@@ -58,13 +58,17 @@ class BrowserTest(unittest.TestCase):
             ["jupyter-notebook", "--no-browser", "--ip=127.0.0.1", "--port=%d" % self.port,
              "--NotebookApp.token=" + self.token, "--allow-root",
              "--notebook-dir=" + self.tmp], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        # The port was free a moment ago; if another process took it, the
+        # server moves on to the next one (port_retries): take the port it
+        # says it listens on, then wait until it answers.
+        listening = re.compile(r"http://127\.0\.0\.1:(\d+)/")
+        h.wait_until(lambda: self.server.poll() is not None or
+                     listening.search(self.server_log()), timeout=120)
+        m = listening.search(self.server_log())
+        self.assertTrue(m, "jupyter-notebook did not start:\n" + self.server_log())
+        self.port = int(m.group(1))
         self.base = "http://127.0.0.1:%d" % self.port
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(self.base + "/api?token=" + self.token, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
+        h.wait_until(self.server_answers, timeout=60)
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
         for a in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -75,6 +79,18 @@ class BrowserTest(unittest.TestCase):
         from selenium.webdriver.chrome.service import Service
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER),
                                        options=opts)
+
+    def server_log(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def server_answers(self):
+        try:
+            urllib.request.urlopen(self.base + "/api?token=" + self.token, timeout=1)
+            return True
+        except OSError:
+            return False
 
     def cleanup(self):
         try:

@@ -31,7 +31,7 @@ class CudaInitTests(unittest.TestCase):
             reply, out = k.execute(INIT_CUDA)          # cell [3]
             self.assertEqual(reply["status"], "ok", h.errors(out))
             self.assertIn("cell [3]) initialized CUDA", h.stream_text(out, "stderr"))
-            reply, out = k.execute("%%launch work() num_processes=2 use_port=%d" % h.free_port())
+            reply, out = k.execute_with_port("%%launch work() num_processes=2 use_port=%d")
             errs = h.errors(out)
             self.assertEqual(errs[0]["ename"], "LaunchError")
             self.assertIn("initialized in the kernel process by cell [3]", errs[0]["evalue"])
@@ -52,7 +52,7 @@ class CudaInitTests(unittest.TestCase):
         k = h.Kernel(env=fake_env(ACCELERATE_DEBUG_MODE="Yes", FAKE_CUDA_FAIL_RANK="1"))
         try:
             k.execute(WORK)
-            reply, out = k.execute("%%launch work() num_processes=2 use_port=%d" % h.free_port())
+            reply, out = k.execute_with_port("%%launch work() num_processes=2 use_port=%d")
             errs = h.errors(out)
             self.assertEqual(errs[0]["ename"], "LaunchError")
             self.assertIn("ACCELERATE_DEBUG_MODE", errs[0]["evalue"])

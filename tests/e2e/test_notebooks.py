@@ -4,7 +4,6 @@ without accumulation, and a 1-epoch, reduced-size Fashion-MNIST run must
 train on 2 processes past an accuracy an untrained model cannot reach."""
 import os
 import re
-import shutil
 import unittest
 
 import nbformat
@@ -18,24 +17,13 @@ ACCURACY_FLOOR = 65.0
 
 
 def run_notebook(name, env=None, patch=None):
-    ks = h.make_kernelspec_dir()
-    old = {k: os.environ.get(k) for k in ["JUPYTER_PATH"] + list((env or {}).keys())}
-    os.environ["JUPYTER_PATH"] = ks
-    os.environ.update(env or {})
-    try:
+    with h.kernelspec_env(env):
         nb = nbformat.read(os.path.join(h.REPO, "notebooks", name), as_version=4)
         if patch:
             patch(nb)
         NotebookClient(nb, kernel_name="nbfork", timeout=600,
                        resources={"metadata": {"path": h.REPO}}).execute()
         return nb
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        shutil.rmtree(ks, ignore_errors=True)
 
 
 def cell_text(cell):

@@ -20,6 +20,7 @@ fd 4 events (JSON lines). A cell is a list of commands, one per line:
   segv              die of SIGSEGV
   exit N            _exit(N)
   sleep S           sleep S seconds
+  waitfile PATH     wait until PATH exists (60 s at most): an event the test sends
   state             print how many execute requests this process saw
   pid               print this process's pid
   env               print NBFORK_DISPLAY_FD, OPENBLAS_NUM_THREADS, own-pgrp
@@ -105,6 +106,11 @@ def run_cell(req):
             os._exit(int(arg))
         elif cmd == "sleep":
             time.sleep(float(arg))
+        elif cmd == "waitfile":
+            for _ in range(6000):
+                if os.path.exists(arg):
+                    break
+                time.sleep(0.01)
         elif cmd == "state":
             out(1, f"executes={executes}\n")
         elif cmd == "pid":

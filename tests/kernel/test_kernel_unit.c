@@ -12,13 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/nbf_test.h"
 #include "kn_auth.h"
 #include "kn_connection.h"
 #include "kn_handlers.h"
 #include "kn_history.h"
 #include "kn_kernel.h"
 #include "kn_message.h"
-#include "../common/nbf_test.h"
 #include "kn_utf8.h"
 
 /* ------------------------------------------------------------------ auth */
@@ -280,7 +280,7 @@ NBF_TEST(connection_errors) {
 
 NBF_TEST(utf8_split) {
   kn_utf8_decoder_t d = {0};
-  kn_buf_t out = {0};
+  nbf_buf_t out = {0};
   /* "é" = C3 A9 split across reads; "€" = E2 82 AC split into 3 reads */
   ASSERT_EQ(kn_utf8_decode(&d, (const unsigned char *)"h\xc3", 2, false, &out), KN_OK);
   ASSERT_EQ_MEM(out.data, out.len, "h", 1);
@@ -291,16 +291,16 @@ NBF_TEST(utf8_split) {
   ASSERT_EQ_MEM(out.data, out.len, "h\xc3\xa9llo \xe2\x82\xac!", 11);
   /* 4-byte emoji one byte at a time */
   const char *emoji = "\xf0\x9f\x98\x80";
-  out.len = 0;
+  nbf_buf_consume(&out, out.len);
   for (int i = 0; i < 4; i++)
     kn_utf8_decode(&d, (const unsigned char *)emoji + i, 1, false, &out);
   ASSERT_EQ_MEM(out.data, out.len, emoji, 4);
-  kn_buf_free(&out);
+  nbf_buf_free(&out);
 }
 
 NBF_TEST(utf8_invalid) {
   kn_utf8_decoder_t d = {0};
-  kn_buf_t out = {0};
+  nbf_buf_t out = {0};
   /* stray continuation, overlong C0 80, surrogate ED A0 80, 0xFF */
   const char in[] = "a\x80"
                     "b\xc0\x80"
@@ -314,17 +314,17 @@ NBF_TEST(utf8_invalid) {
                       "d\xef\xbf\xbd";
   ASSERT_EQ_MEM(out.data, out.len, want, sizeof want - 1);
   /* an incomplete sequence followed by ASCII, and one left at end of stream */
-  out.len = 0;
+  nbf_buf_consume(&out, out.len);
   kn_utf8_decode(&d, (const unsigned char *)"\xe2\x82", 2, false, &out);
   kn_utf8_decode(&d, (const unsigned char *)"x", 1, false, &out);
   ASSERT_EQ_MEM(out.data, out.len, "\xef\xbf\xbd\xef\xbf\xbdx", 7);
-  out.len = 0;
+  nbf_buf_consume(&out, out.len);
   kn_utf8_decode(&d, (const unsigned char *)"y\xf0\x9f", 3, false, &out);
   ASSERT_EQ_MEM(out.data, out.len, "y", 1);
   kn_utf8_decode(&d, NULL, 0, true, &out);
   ASSERT_EQ_MEM(out.data, out.len, "y\xef\xbf\xbd\xef\xbf\xbd", 7);
   ASSERT_EQ(d.npending, 0);
-  kn_buf_free(&out);
+  nbf_buf_free(&out);
 }
 
 NBF_TEST(utf8_offsets) {
