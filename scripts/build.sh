@@ -24,7 +24,11 @@ if [ -n "$DEPS" ]; then
   # cblas.h, libtcc, zlib), which add lib/<multiarch> and include/<multiarch>.
   export PKG_CONFIG_PATH="$DEPS/usr/lib/$ma/pkgconfig:$DEPS/usr/lib/pkgconfig:$DEPS/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   deps_args+=(-DCMAKE_PREFIX_PATH="$DEPS/usr")
-  command -v pkg-config >/dev/null || deps_args+=(-DPKG_CONFIG_EXECUTABLE="$DEPS/bin/pkg-config")
+  # The system's pkg-config, else the bundle's through its wrapper (CMake
+  # would otherwise pick $DEPS/usr/bin/pkg-config, which cannot find its own
+  # library there).
+  pc=$(command -v pkg-config || echo "$DEPS/bin/pkg-config")
+  deps_args+=(-DPKG_CONFIG_EXECUTABLE="$pc")
   # Binaries find the prefix's libraries through an rpath. DT_RPATH, not
   # DT_RUNPATH (--disable-new-dtags): only DT_RPATH also serves the libraries'
   # own dependencies (libzmq -> libsodium), which carry no rpath themselves.

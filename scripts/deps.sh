@@ -151,7 +151,8 @@ fix_pkgconfig() {
 }
 
 install_prefix() {
-  local dir=$1 prefix=$2 ma f
+  local dir=$1 prefix=$2 ma f d
+  local -a libdirs
   ma=$(multiarch)
   mkdir -p "$prefix"
   prefix=$(cd "$prefix" && pwd)
@@ -164,6 +165,15 @@ install_prefix() {
   : >"$prefix/.nbfork-deps"   # ours from now on; the MANIFEST goes in when complete
   echo "deps.sh: unpacking ${#BUNDLE_FILES[@]} packages into $prefix"
   for f in "${BUNDLE_FILES[@]}"; do unpack_deb "$f" "$prefix"; done
+  # Some packages still put libraries in /lib (libnl-3-200, libcom-err2):
+  # merge it into usr/ as merged-/usr systems (Debian 12, Ubuntu) do.
+  for d in bin sbin lib lib64; do
+    [ -d "$prefix/$d" ] && [ ! -L "$prefix/$d" ] || continue
+    mkdir -p "$prefix/usr/$d"
+    cp -a "$prefix/$d/." "$prefix/usr/$d/"
+    rm -rf "${prefix:?}/$d"
+    ln -s "usr/$d" "$prefix/$d"
+  done
   for f in "${BUNDLE_FILES[@]}"; do alternatives_links "$f" "$prefix"; done
   fix_links "$prefix" "$ma"
   fix_pkgconfig "$prefix"
@@ -179,8 +189,13 @@ exec "$prefix/usr/bin/pkgconf" "\$@"
 WRAP
   chmod +x "$prefix/bin/pkg-config"
 
-  # The folders with shared libraries, for build.sh's rpath.
+  # The folders with shared libraries, for build.sh's rpath. Some packages
+  # leave the soname link (libnl-3.so.200 -> libnl-3.so.200.26.0) to
+  # ldconfig's run at install: make those links here (-n: no cache).
   find "$prefix/usr" -name 'lib*.so*' -printf '%h\n' | sort -u >"$prefix/libdirs"
+  mapfile -t libdirs <"$prefix/libdirs"
+  PATH=$PATH:/sbin:/usr/sbin ldconfig -n "${libdirs[@]}" ||
+    die "ldconfig -n failed: the soname links in $prefix are incomplete"
   cp "$dir/MANIFEST" "$prefix/.nbfork-deps"
 
   # Two paths are compiled in, not searched: the tests and notebooks read
