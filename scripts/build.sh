@@ -24,6 +24,11 @@ if [ -n "$DEPS" ]; then
   # cblas.h, libtcc, zlib), which add lib/<multiarch> and include/<multiarch>.
   export PKG_CONFIG_PATH="$DEPS/usr/lib/$ma/pkgconfig:$DEPS/usr/lib/pkgconfig:$DEPS/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   deps_args+=(-DCMAKE_PREFIX_PATH="$DEPS/usr")
+  # Arch-specific headers (openssl/configuration.h) live in include/<multiarch>,
+  # which the compiler searches by itself only under /usr: add the prefix's,
+  # ahead of any other copy there.
+  deps_args+=(-DCMAKE_C_STANDARD_INCLUDE_DIRECTORIES="$DEPS/usr/include/$ma"
+    -DCMAKE_CXX_STANDARD_INCLUDE_DIRECTORIES="$DEPS/usr/include/$ma")
   # The system's pkg-config, else the bundle's through its wrapper (CMake
   # would otherwise pick $DEPS/usr/bin/pkg-config, which cannot find its own
   # library there).

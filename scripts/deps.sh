@@ -51,18 +51,24 @@ check_bundle() {
 }
 
 # Root, same Debian release: apt installs the bundle's packages that are not
-# installed yet, from the local files only (no sources, no download).
+# installed yet, from the local files only (no sources, no download). Returns
+# 1 when apt cannot (the bundle leaves out packages a fresh system lacks, such
+# as libzmq3-dev's static-only dependencies): the caller uses a prefix then.
 install_system() {
-  local dir=$1 f p todo=()
+  local dir=$1 f p
+  local -a todo=() apt_offline=(--no-install-recommends --no-download
+    -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/dev/null)
   for f in "${BUNDLE_FILES[@]}"; do
     p=$(dpkg-deb -f "$f" Package)
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || todo+=("$f")
   done
-  if [ ${#todo[@]} -eq 0 ]; then echo "deps.sh: every package of the bundle is installed"; return; fi
+  if [ ${#todo[@]} -eq 0 ]; then echo "deps.sh: every package of the bundle is installed"; return 0; fi
+  if ! apt-get install -s -q "${apt_offline[@]}" "${todo[@]}" >/dev/null 2>&1; then
+    echo "deps.sh: apt cannot install the bundle into this system offline (missing dependencies: see apt-get install -s)"
+    return 1
+  fi
   echo "deps.sh: installing ${#todo[@]} packages from $dir"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --no-download \
-      -o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts=/dev/null "${todo[@]}" ||
-    die "apt could not install the bundle offline (see above); unpack it into a prefix instead: scripts/deps.sh --offline $dir --prefix /opt/nbfork-deps"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_offline[@]}" "${todo[@]}"
 }
 
 # Unpack one .deb into $2: dpkg-deb where there is one, else ar + tar.
@@ -231,11 +237,12 @@ offline() {
     origin=$(sed -n 's/^# origin: \([^ ]* [^ ]*\).*/\1/p' "$dir/MANIFEST")
     here=$(. /etc/os-release; echo "${ID:-?} ${VERSION_ID:-?}")
     if [ "$origin" = "$here" ] && command -v apt-get >/dev/null; then
-      install_system "$dir"; return
+      install_system "$dir" && return
+    else
+      # Debian 12's packages into another distribution's /usr would clash
+      # with its own (Ubuntu 24.04's libssl3t64 ...): a prefix instead.
+      echo "deps.sh: bundle from $origin, this is $here: unpacking into a prefix, not the system"
     fi
-    # Debian 12's packages into another distribution's /usr would clash with
-    # its own (Ubuntu 24.04's libssl3t64 ...): a prefix instead.
-    echo "deps.sh: bundle from $origin, this is $here: unpacking into a prefix, not the system"
   fi
   install_prefix "$dir" "${prefix:-$(cd "$(dirname "$0")/.." && pwd)/.deps}"
 }
