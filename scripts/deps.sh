@@ -34,6 +34,7 @@ multiarch() {
 check_bundle() {
   local dir=$1 arch want sum file
   [ -d "$dir" ] || die "no bundle folder '$dir' (make one with scripts/bundle.sh DIR on a machine with network)"
+  dir=$(cd "$dir" && pwd)
   [ -f "$dir/MANIFEST" ] || die "'$dir' has no MANIFEST: not a bundle of scripts/bundle.sh"
   arch=$(sed -n 's/^# architecture: //p' "$dir/MANIFEST")
   want=$(host_arch)
@@ -113,7 +114,7 @@ alternatives_links() {
 # libz.so -> /lib/.../libz.so.1.2.13) goes to this system's library of the
 # same soname (libz.so.1), whatever its exact version.
 fix_links() {
-  local prefix=$1 ma=$2 l t base soname d found
+  local prefix=$1 ma=$2 l t base soname d n found
   while IFS= read -r l; do
     t=$(readlink "$l")
     if [ "${t#/}" != "$t" ] && [ -e "$prefix$t" ]; then ln -sfn "$prefix$t" "$l"; continue; fi
