@@ -212,7 +212,7 @@ WRAP
   for sys in /usr/share/datasets/fashion-mnist "/usr/lib/$ma/tcc"; do
     [ -e "$prefix$sys" ] && [ ! -e "$sys" ] || continue
     if [ "$(id -u)" -eq 0 ]; then
-      mkdir -p "$(dirname "$sys")"; ln -s "$prefix$sys" "$sys"; echo "deps.sh: linked $sys -> $prefix$sys"
+      mkdir -p "$(dirname "$sys")"; ln -sfn "$prefix$sys" "$sys"; echo "deps.sh: linked $sys -> $prefix$sys"
     else
       case $sys in
         */tcc) # libtcc without its runtime compiles nothing: leave libtcc out,
