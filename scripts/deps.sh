@@ -205,26 +205,18 @@ WRAP
     die "ldconfig -n failed: the soname links in $prefix are incomplete"
   cp "$dir/MANIFEST" "$prefix/.nbfork-deps"
 
-  # Two paths are compiled in, not searched: the tests and notebooks read
-  # /usr/share/datasets/fashion-mnist, and libtcc its runtime from
-  # /usr/lib/$ma/tcc. As root, link them to the prefix where they are absent.
-  local sys why
-  for sys in /usr/share/datasets/fashion-mnist "/usr/lib/$ma/tcc"; do
-    [ -e "$prefix$sys" ] && [ ! -e "$sys" ] || continue
+  # The tests and notebooks read /usr/share/datasets/fashion-mnist, a
+  # compiled-in path. As root, link it to the prefix where it is absent.
+  # (TinyCC's runtime needs nothing: the build points libtcc at the
+  # prefix's /usr/lib/$ma/tcc, see kernel/exec/CMakeLists.txt.)
+  local sys=/usr/share/datasets/fashion-mnist
+  if [ -e "$prefix$sys" ] && [ ! -e "$sys" ]; then
     if [ "$(id -u)" -eq 0 ]; then
       mkdir -p "$(dirname "$sys")"; ln -sfn "$prefix$sys" "$sys"; echo "deps.sh: linked $sys -> $prefix$sys"
     else
-      case $sys in
-        */tcc) # libtcc without its runtime compiles nothing: leave libtcc out,
-          # so that the build does without it (%launch thunks then go through
-          # the system compiler) instead of failing at run time.
-          rm -f "$prefix/usr/include/libtcc.h" "$prefix/usr/lib/$ma/libtcc.a"
-          why="libtcc is left out of the prefix: %launch thunks use the system compiler" ;;
-        *) why="the tests that read Fashion-MNIST skip, the notebook stops" ;;
-      esac
-      echo "deps.sh: note: $sys is absent and only root can link it to $prefix$sys; until then $why"
+      echo "deps.sh: note: $sys is absent and only root can link it to $prefix$sys; until then the tests that read Fashion-MNIST skip, the notebook stops"
     fi
-  done
+  fi
   echo "deps.sh: done. Build with: NBFORK_DEPS_PREFIX=$prefix scripts/build.sh"
   echo "deps.sh: (binaries built so carry an rpath into $prefix; other programs need LD_LIBRARY_PATH=\$(paste -sd: $prefix/libdirs))"
 }

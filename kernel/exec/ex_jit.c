@@ -252,6 +252,9 @@ ex_jit_launch_fn ex_jit_launch(const ex_cell_state_t *st, const char *call, cons
   TCCState *s = tcc_new();
   if (!s)
     return NULL;
+#ifdef NBFORK_TCC_LIB_DIR
+  tcc_set_lib_path(s, NBFORK_TCC_LIB_DIR); /* before output type: it reads libtcc1.a */
+#endif
   tcc_set_error_func(s, NULL, quiet);
   tcc_set_output_type(s, TCC_OUTPUT_MEMORY);
   ex_jit_launch_fn fn = NULL;
