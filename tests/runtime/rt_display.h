@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "rt_assert.h"
+#include "rt_test.h"
 
 static inline int rt_display_attach(void) {
   int p[2];

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
+#include "rt_test.h"
 
 /* Accuracy (0..1) of `m` on `n` images XT (n × 784 floats) labelled
  * y[0..n-1], in batches of `batch` (<= 64) through `xb` (batch × 784

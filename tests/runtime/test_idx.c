@@ -12,17 +12,23 @@
 #include <zlib.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
+#include "rt_test.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
 static char g_dir[256];
+
+/* The files are removed by each case; the directory goes at exit. */
+static void remove_dir(void) {
+  rmdir(g_dir);
+}
 
 static const char *tmp_path(const char *name) {
   static char p[512];
   if (!g_dir[0]) {
     snprintf(g_dir, sizeof g_dir, "/tmp/nbfork-idx-XXXXXX");
     ASSERT_NOT_NULL(mkdtemp(g_dir));
+    atexit(remove_dir);
   }
   snprintf(p, sizeof p, "%s/%s", g_dir, name);
   return p;
@@ -55,10 +61,10 @@ static acc_idx_t *read_capturing(const char *path, char *msg, size_t msglen) {
 
 static void need(const char *path) {
   if (access(path, R_OK) != 0)
-    RT_SKIP("%s not installed (Debian package dataset-fashion-mnist)", path);
+    NBF_TEST_SKIP("%s not installed (Debian package dataset-fashion-mnist)", path);
 }
 
-static void labels(void) {
+NBF_TEST(fashion_mnist_labels) {
   const char *p = FMNIST "t10k-labels-idx1-ubyte.gz";
   need(p);
   acc_idx_t *idx = acc_idx_read(p);
@@ -82,7 +88,7 @@ static void labels(void) {
   acc_idx_destroy(&idx); /* NULL-safe */
 }
 
-static void images(void) {
+NBF_TEST(fashion_mnist_images) {
   const char *p = FMNIST "t10k-images-idx3-ubyte.gz";
   need(p);
   acc_idx_t *idx = acc_idx_read(p);
@@ -104,7 +110,7 @@ static void images(void) {
   acc_idx_destroy(&idx);
 }
 
-static void plain_file(void) {
+NBF_TEST(plain_file) {
   unsigned char f[4 + 8 + 6] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6};
   const char *p = tmp_path("plain.idx");
   write_file(p, f, sizeof f);
@@ -129,7 +135,7 @@ static void plain_file(void) {
   unlink(p);
 }
 
-static void bad_magic(void) {
+NBF_TEST(bad_magic) {
   char msg[2048];
   const char *p = tmp_path("bad.idx");
   write_file(p, "GIF89a..........", 16);
@@ -148,7 +154,7 @@ static void bad_magic(void) {
   unlink(p);
 }
 
-static void truncated(void) {
+NBF_TEST(truncated) {
   char msg[2048];
   const char *src = FMNIST "t10k-labels-idx1-ubyte.gz";
   need(src);
@@ -170,7 +176,7 @@ static void truncated(void) {
   unlink(p);
 }
 
-static void trailing(void) {
+NBF_TEST(trailing) {
   char msg[2048];
   unsigned char h[] = {0, 0, 8, 1, 0, 0, 0, 2, 1, 2, 3};
   const char *p = tmp_path("trailing.idx");
@@ -180,7 +186,7 @@ static void trailing(void) {
   unlink(p);
 }
 
-static void missing(void) {
+NBF_TEST(missing) {
   char msg[2048];
   ASSERT_NULL(read_capturing("/nonexistent/nothing.gz", msg, sizeof msg));
   ASSERT_CONTAINS(msg, "/nonexistent/nothing.gz");
@@ -188,28 +194,4 @@ static void missing(void) {
   ASSERT_NULL(read_capturing(NULL, msg, sizeof msg));
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  const char *c = argv[1];
-  if (!strcmp(c, "fashion_mnist_labels"))
-    labels();
-  else if (!strcmp(c, "fashion_mnist_images"))
-    images();
-  else if (!strcmp(c, "plain_file"))
-    plain_file();
-  else if (!strcmp(c, "bad_magic"))
-    bad_magic();
-  else if (!strcmp(c, "truncated"))
-    truncated();
-  else if (!strcmp(c, "trailing"))
-    trailing();
-  else if (!strcmp(c, "missing"))
-    missing();
-  else
-    RT_FAIL("unknown case %s", c);
-  if (g_dir[0])
-    rmdir(g_dir);
-  printf("idx %s: OK\n", c);
-  return 0;
-}
+NBF_TEST_MAIN()

@@ -14,8 +14,8 @@
 
 #include "acc_nccl.h"
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 /* cudaMalloc/cudaMemcpy through dlopen, so the test builds without CUDA. */
 typedef int (*malloc_fn)(void **, size_t);
@@ -47,22 +47,19 @@ static int rank_fn(int rank, int world, void *arg) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2 || strcmp(argv[1], "all_reduce"))
-    return 2;
+NBF_TEST(all_reduce) {
   void *rt = dlopen("libcudart.so", RTLD_NOW | RTLD_GLOBAL);
   if (!rt)
     rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
   if (!rt)
-    RT_SKIP("no CUDA runtime library");
+    NBF_TEST_SKIP("no CUDA runtime library");
   p_malloc = (malloc_fn)dlsym(rt, "cudaMalloc");
   p_memcpy = (memcpy_fn)dlsym(rt, "cudaMemcpy");
   p_free = (free_fn)dlsym(rt, "cudaFree");
   /* count GPUs in a child: the parent must not initialize CUDA before fork */
   int ngpu = 0;
   int pfd[2];
-  if (pipe(pfd) != 0)
-    return 1;
+  ASSERT_EQ(pipe(pfd), 0);
   fflush(stdout);
   if (fork() == 0) {
     int n = acc_nccl_device_count();
@@ -72,13 +69,13 @@ int main(int argc, char **argv) {
   if (read(pfd[0], &ngpu, sizeof ngpu) != sizeof ngpu)
     ngpu = 0;
   if (ngpu <= 0)
-    RT_SKIP("no GPU visible (or nbfork built without CUDA/NCCL)");
+    NBF_TEST_SKIP("no GPU visible (or nbfork built without CUDA/NCCL)");
   unsetenv("ACCELERATE_USE_CPU");
   rt_spawn_opts_t o = {.world = ngpu > 8 ? 8 : ngpu, .deadline_s = 120, .timeout_s = "60"};
   /* rt_spawn sets ACCELERATE_USE_CPU=1 for CPU tests; GPU ranks need it off */
   setenv("NBFORK_TEST_GPU", "1", 1);
-  int rc = rt_spawn(&o, rank_fn, NULL, NULL);
-  if (rc == 0)
-    printf("nccl all_reduce on %d GPU(s): OK\n", o.world);
-  return rc;
+  ASSERT_EQ(rt_spawn(&o, rank_fn, NULL, NULL), 0);
+  printf("nccl all_reduce on %d GPU(s)\n", o.world);
 }
+
+NBF_TEST_MAIN()

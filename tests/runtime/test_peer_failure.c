@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 #define TIMEOUT_S 5
 #define MARGIN_S 3.0
@@ -46,29 +46,21 @@ static int survivor(acc_t *acc, int rank) {
   return 0;
 }
 
-static int killed_rank(int rank, int world, void *arg) {
+/* Every rank does one all-reduce; then rank 2 fails the way `arg` names
+ * ("killed": SIGKILL; "hung": holds its sockets open, sends nothing) and
+ * the others must notice. */
+static int failing_rank(int rank, int world, void *arg) {
   (void)world;
-  (void)arg;
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
   float x = 1.0f;
   ASSERT_OK(acc, acc_all_reduce(acc, &x, 1, ACC_F32, ACC_SUM));
-  if (rank == 2) {
+  if (rank == 2 && strcmp((const char *)arg, "killed") == 0) {
     usleep(200000);
     raise(SIGKILL);
   }
-  return survivor(acc, rank);
-}
-
-static int hung_rank(int rank, int world, void *arg) {
-  (void)world;
-  (void)arg;
-  acc_t *acc = acc_new(NULL);
-  ASSERT_NOT_NULL(acc);
-  float x = 1.0f;
-  ASSERT_OK(acc, acc_all_reduce(acc, &x, 1, ACC_F32, ACC_SUM));
   if (rank == 2) {
-    sleep((unsigned)(TIMEOUT_S + MARGIN_S + 1)); /* hung: holds its sockets open, sends nothing */
+    sleep((unsigned)(TIMEOUT_S + MARGIN_S + 1));
     _exit(0);
   }
   return survivor(acc, rank);
@@ -87,31 +79,29 @@ static int lonely_rank(int rank, int world, void *arg) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  rt_spawn_opts_t o = {.world = 3, .deadline_s = 40, .timeout_s = "5"};
+static const rt_spawn_opts_t OPTS = {.world = 3, .deadline_s = 40, .timeout_s = "5"};
+
+NBF_TEST(killed) {
   int st[3] = {0};
-  int rc;
-  if (!strcmp(argv[1], "killed")) {
-    rt_spawn(&o, killed_rank, NULL, st);
-    ASSERT_EQ(st[0], 0);
-    ASSERT_EQ(st[1], 0);
-    ASSERT_EQ(st[2], -SIGKILL);
-    rc = 0;
-  } else if (!strcmp(argv[1], "hung")) {
-    rt_spawn(&o, hung_rank, NULL, st);
-    ASSERT_EQ(st[0], 0);
-    ASSERT_EQ(st[1], 0);
-    rc = 0;
-  } else if (!strcmp(argv[1], "missing_at_rendezvous")) {
-    o.world = 2;
-    o.started = 1;
-    rc = rt_spawn(&o, lonely_rank, NULL, st);
-  } else {
-    RT_FAIL("unknown case %s", argv[1]);
-  }
-  if (rc == 0)
-    printf("peer failure %s: OK\n", argv[1]);
-  return rc;
+  rt_spawn(&OPTS, failing_rank, "killed", st);
+  ASSERT_EQ(st[0], 0);
+  ASSERT_EQ(st[1], 0);
+  ASSERT_EQ(st[2], -SIGKILL);
 }
+
+NBF_TEST(hung) {
+  int st[3] = {0};
+  rt_spawn(&OPTS, failing_rank, "hung", st);
+  ASSERT_EQ(st[0], 0);
+  ASSERT_EQ(st[1], 0);
+}
+
+NBF_TEST(missing_at_rendezvous) {
+  rt_spawn_opts_t o = OPTS;
+  int st[3] = {0};
+  o.world = 2;
+  o.started = 1;
+  ASSERT_EQ(rt_spawn(&o, lonely_rank, NULL, st), 0);
+}
+
+NBF_TEST_MAIN()
