@@ -636,9 +636,7 @@ acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
     r = read_file(acc, spath, &sf.buf, &sf.len);
   if (acc->world > 1 && !acc->broken) {
     int64_t len = r == ACC_OK ? (int64_t)sf.len : -1;
-    acc_result_t c = acc_broadcast(acc, &len, 1, ACC_I64, 0);
-    if (c != ACC_OK)
-      return c;
+    ACC_CHECK(acc_broadcast(acc, &len, 1, ACC_I64, 0));
     if (len < 0) {
       if (acc->rank != 0)
         r = acc__set_error(acc, ACC_ERR_IO,
@@ -652,7 +650,7 @@ acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
         sf.buf = malloc((sf.len + 7) / 8 * 8 + 8);
       }
       int32_t ok = sf.buf != NULL, all_ok = ok;
-      c = acc_all_reduce(acc, &all_ok, 1, ACC_I32, ACC_MIN);
+      acc_result_t c = acc_all_reduce(acc, &all_ok, 1, ACC_I32, ACC_MIN);
       if (c == ACC_OK && !all_ok) {
         free(sf.buf);
         return acc__set_error(acc, ACC_ERR_NO_MEMORY,

@@ -181,12 +181,13 @@ static int join_group(acc_t *acc) {
       return -1;
     }
   }
-  acc->store =
-      acc_store_client_new_secure(acc->master_addr, acc->master_port, acc->timeout_ms, secret);
+  char err[1024];
+  acc->store = acc_store_client_open(acc->master_addr, acc->master_port, acc->timeout_ms, secret,
+                                     err, sizeof err);
   if (!acc->store) {
-    acc__set_error(acc, ACC_ERR_STORE, "cannot create a%s client of the store at %s:%d",
-                   secret ? " secure (NBFORK_RDZV_SECRET)" : "", acc->master_addr,
-                   acc->master_port);
+    acc__set_error(acc, ACC_ERR_STORE, "cannot create a%s client of the store at %s:%d: %s",
+                   secret ? " secure (NBFORK_RDZV_SECRET)" : "", acc->master_addr, acc->master_port,
+                   err);
     return -1;
   }
   char host[256];
@@ -200,7 +201,7 @@ static int join_group(acc_t *acc) {
                    acc->master_addr);
     return -1;
   }
-  char gloo_prefix[256], err[1024];
+  char gloo_prefix[256];
   snprintf(gloo_prefix, sizeof gloo_prefix, "%sgloo/", acc->key_prefix);
   acc_result_t r = acc_gloo_connect(&acc->gloo, acc->rank, acc->world, host, acc->store,
                                     gloo_prefix, acc->timeout_ms, busy_poll(acc), err, sizeof err);

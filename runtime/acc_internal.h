@@ -73,6 +73,49 @@ struct acc {
   char err[1024];
 };
 
+/*
+ * Error discipline of libnbfork.
+ *
+ * - Every call that can fail returns an acc_result_t (NCCL's
+ *   ncclResult_t); the place that detects the failure stores one message
+ *   saying what failed, where and why with acc__set_error ("rank R:
+ *   ..."), and every caller above it passes the code up unchanged. That
+ *   message is the breadcrumb: the user reads it with acc_last_error.
+ * - Helpers without an acc_t (the store client, the Gloo shim, NCCL)
+ *   keep their text in their own object or in an `err` buffer the caller
+ *   gives them; the acc_* function that called them copies it in.
+ * - Constructors (acc_new, acc_mlp_new, ...) return NULL on failure; the
+ *   one that has an acc stores the reason there, acc_new (which has none
+ *   to return) writes it as one line on stderr.
+ * - The library does not print otherwise, except where printing is the
+ *   function's documented job (acc_print, progress bars, nbf_display's
+ *   fallback to stdout) and the documented one-line reasons of the
+ *   NULL-returning helpers (acc_idx_read, acc_mlp_*) which have nowhere
+ *   else to put them.
+ *
+ * ACC_CHECK(expr): evaluate `expr` (an acc_result_t) once; if it is not
+ * ACC_OK, return it from the enclosing function unchanged. It adds no
+ * text and prints nothing: the failing call already stored why, and a
+ * second message would replace the more precise first one.
+ *
+ * ACC_CHECK_GOTO(expr, label): evaluate `expr` into the enclosing
+ * function's local `acc_result_t r`; if it is not ACC_OK, jump to
+ * `label` (the function's one cleanup label, which frees and returns r).
+ */
+#define ACC_CHECK(expr)                                                                            \
+  do {                                                                                             \
+    acc_result_t acc_check_r_ = (expr);                                                            \
+    if (acc_check_r_ != ACC_OK)                                                                    \
+      return acc_check_r_;                                                                         \
+  } while (0)
+
+#define ACC_CHECK_GOTO(expr, label)                                                                \
+  do {                                                                                             \
+    r = (expr);                                                                                    \
+    if (r != ACC_OK)                                                                               \
+      goto label;                                                                                  \
+  } while (0)
+
 /* Store `code` and a printf-formatted message ("rank R: ...") as the
  * last error of `acc`; returns `code`. */
 acc_result_t acc__set_error(acc_t *acc, acc_result_t code, const char *fmt, ...)
@@ -104,7 +147,6 @@ void acc__set_allreduce_algo(acc_t *acc, int algo);
  * queued buckets. Errors as acc_all_reduce. */
 acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n);
 acc_result_t acc__wait_buckets(acc_t *acc);
-void acc__set_grad_buckets(acc_t *acc, int mode);
 
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);

@@ -199,9 +199,7 @@ static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
 
 acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
                                  acc_op_t op) {
-  acc_result_t r = ensure_comm(acc);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(ensure_comm(acc));
   return finish(acc,
                 ncclAllReduce(buf, buf, count, nccl_type(dtype), nccl_op(op), acc->nccl->comm,
                               acc->nccl->stream),
@@ -209,9 +207,7 @@ acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_
 }
 
 acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root) {
-  acc_result_t r = ensure_comm(acc);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(ensure_comm(acc));
   return finish(
       acc,
       ncclBroadcast(buf, buf, count, nccl_type(dtype), root, acc->nccl->comm, acc->nccl->stream),
@@ -220,9 +216,7 @@ acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t
 
 acc_result_t acc_nccl_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
                                  acc_dtype_t dtype) {
-  acc_result_t r = ensure_comm(acc);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(ensure_comm(acc));
   return finish(
       acc, ncclAllGather(send, recv, count, nccl_type(dtype), acc->nccl->comm, acc->nccl->stream),
       "all-gather");
@@ -230,9 +224,7 @@ acc_result_t acc_nccl_all_gather(acc_t *acc, const void *send, void *recv, size_
 
 acc_result_t acc_nccl_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
                                      acc_dtype_t dtype, acc_op_t op) {
-  acc_result_t r = ensure_comm(acc);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(ensure_comm(acc));
   return finish(acc,
                 ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), acc->nccl->comm,
                                   acc->nccl->stream),
