@@ -1,7 +1,8 @@
 /*
  * nbfork.h — the runtime a launched training function calls: the C
- * counterpart of Hugging Face Accelerate's `Accelerator`, plus the display
- * API that lets cells and workers show rich output in the notebook.
+ * counterpart of Hugging Face Accelerate's `Accelerator`. It includes
+ * nbf_display.h, the display API that lets cells and workers show rich
+ * output in the notebook.
  *
  * Cells and launched workers see this header without any flag; plain C
  * programs use `pkg-config --cflags --libs nbfork`.
@@ -21,6 +22,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "nbf_display.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -461,48 +464,6 @@ void acc_log_scalar(acc_t *acc, const char *name, long step, double value);
 /* Redraw the charts now if points were logged since the last redraw
  * (redraws are rate-limited to a few per second; acc_destroy flushes). */
 void acc_log_flush(acc_t *acc);
-
-/* ------------------------------------------------------------------ */
-/* Display API (cells and workers)                                      */
-/* ------------------------------------------------------------------ */
-
-/* Show `len` bytes of `data` as MIME type `mime` in the cell's output
- * (Jupyter `display_data`, messaging spec §"Display Data"). Text types
- * (text/..., image/svg+xml, application/javascript) are sent as text;
- * binary types (image/png, ...) are base64-encoded; application/json (and
- * any "+json" type) must hold one JSON document. Returns a display id
- * (> 0) for nbf_update_display, or -1 on error (bad argument, invalid
- * JSON, write failure). Without a kernel attached (NBFORK_DISPLAY_FD
- * unset) text data is printed to stdout and an id is returned; binary
- * data cannot be shown and -1 is returned. */
-long nbf_display(const char *mime, const void *data, size_t len);
-
-/* Replace what display `id` shows (Jupyter `update_display_data`).
- * Returns 0, or -1 on error. */
-int nbf_update_display(long id, const char *mime, const void *data, size_t len);
-
-/* One representation of a MIME bundle (Jupyter `data` dict entry). */
-typedef struct {
-  const char *mime;
-  const void *data;
-  size_t len;
-} nbf_mime_t;
-
-/* Show `n` representations of the same object at once (e.g. text/plain
- * and text/html); the front end picks the richest it can render. Same
- * rules and returns as nbf_display (without a kernel the text/plain item
- * is printed). */
-long nbf_display_bundle(const nbf_mime_t *items, int n);
-int nbf_update_display_bundle(long id, const nbf_mime_t *items, int n);
-
-/* Clear the cell's output (Jupyter `clear_output`); with wait != 0 the
- * front end clears only when new output arrives. Returns 0, or -1 on a
- * write error or without a kernel attached. */
-int nbf_clear_output(int wait);
-
-/* Internal: used by code the cell engine generates to show the value of a
- * cell's last expression (Jupyter `execute_result`, text/plain). */
-int nbf__execute_result(const char *text_plain);
 
 #ifdef __cplusplus
 }

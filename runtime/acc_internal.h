@@ -180,7 +180,4 @@ const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
 /* The RNG of `acc`, or the process-wide one when acc is NULL. */
 acc_rng_t *acc__rng(acc_t *acc);
 
-/* Monotonic clock in seconds. */
-double acc__now_s(void);
-
 #endif /* ACC_INTERNAL_H */
