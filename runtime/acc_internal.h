@@ -36,7 +36,7 @@ struct acc {
   size_t accum_prev_n;
   int accum_prev_zero; /* accum_prev is all zeros (start of a window) */
 
-  /* fp16 dynamic loss scaler (GradScaler; acc_mixed.c) */
+  /* fp16 dynamic loss scaler (GradScaler; acc_scaler.c) */
   float scale;                 /* current loss scale, 2^16 at start      */
   float growth_factor;         /* 2                                      */
   float backoff_factor;        /* 0.5                                    */
@@ -151,11 +151,15 @@ acc_result_t acc__wait_buckets(acc_t *acc);
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
 
-/* Mixed precision (acc_mixed.c): default GradScaler settings; round `n`
- * f32 values in place to the nearest fp16/bf16 value (no-op for
- * ACC_PRECISION_NO). */
+/* Mixed precision: default GradScaler settings (acc_scaler.c); round `n`
+ * f32 values in place to the nearest fp16/bf16 value (acc_half.c; no-op
+ * for ACC_PRECISION_NO). */
 void acc__scaler_init(acc_t *acc);
 void acc__round_half(acc_precision_t p, float *x, size_t n);
+/* g *= inv for `n` host floats in one pass; 1 when any element of the
+ * SCALED gradients was inf/NaN (exponent bits all ones), else 0
+ * (acc_scaler.c; also the host-staging fallback of device gradients). */
+int acc__unscale_host(float *restrict g, size_t n, float inv);
 
 /* Checkpoints (acc_checkpoint.c) reach into the model, the optimizer
  * and the RNGs through these. */

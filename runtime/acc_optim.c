@@ -14,7 +14,7 @@
  *
  * acc_optim_step is Accelerate's AcceleratedOptimizer.step: it does
  * nothing on micro-steps that do not sync gradients, and with fp16 mixed
- * precision runs GradScaler's unscale_ / step / update (acc_mixed.c):
+ * precision runs GradScaler's unscale_ / step / update (acc_scaler.c):
  * gradients divided by the loss scale, the step skipped when they hold
  * inf/NaN, the scale updated.
  */
