@@ -470,8 +470,8 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
     if (opt) {
       acc__optim_view_t v;
       acc__optim_view(opt, &v);
-      optim_rec_t o = {v.kind,     v.m != NULL,    v.v != NULL, 0,       v.n,   v.lr,
-                       v.momentum, v.weight_decay, v.beta1,     v.beta2, v.eps, v.t};
+      optim_rec_t o = {v.kind,        v.m != NULL,       v.v != NULL, 0,          v.n,      v.hp.lr,
+                       v.hp.momentum, v.hp.weight_decay, v.hp.beta1,  v.hp.beta2, v.hp.eps, v.hp.t};
       section(&w, "optim", &o, sizeof o);
       if (v.m)
         section(&w, "optim.m", v.m, v.n * sizeof(float));
@@ -540,10 +540,9 @@ static acc_result_t use_shared(acc_t *acc, const rfile_t *f, acc_mlp_t *model, a
         (o->has_v && (!vv || bv != v.n * sizeof(float))))
       return acc__set_error(acc, ACC_ERR_IO, "%s: optimizer buffers are missing or short", path);
     if (apply) {
-      acc__optim_view_t nv = {o->kind,  o->n,     o->lr,  o->momentum, o->weight_decay,
-                              o->beta1, o->beta2, o->eps, o->t,        NULL,
-                              NULL};
-      acc__optim_restore(opt, &nv);
+      acc__optim_hparams_t hp = {o->lr,  o->momentum, o->weight_decay, o->beta1, o->beta2,
+                                 o->eps, o->t};
+      acc__optim_restore(opt, &hp);
       if (m)
         memcpy(v.m, m, bm);
       if (vv)

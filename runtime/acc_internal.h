@@ -169,16 +169,19 @@ struct acc_ckpt_item {
   size_t bytes;
 };
 typedef struct {
+  float lr, momentum, weight_decay, beta1, beta2, eps;
+  long long t; /* steps taken */
+} acc__optim_hparams_t;
+typedef struct {
   int kind; /* 0 SGD, 1 AdamW */
   size_t n;
-  float lr, momentum, weight_decay, beta1, beta2, eps;
-  long long t;
+  acc__optim_hparams_t hp;
   float *m, *v; /* the optimizer's own buffers (n floats each, or NULL) */
 } acc__optim_view_t;
 /* Pointers into `o` and a copy of its scalars. */
 void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v);
-/* Set the scalars of `o` (lr, ..., t) from `v`. */
-void acc__optim_restore(acc_optim_t *o, const acc__optim_view_t *v);
+/* Set the scalars of `o` (lr, ..., t). */
+void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
 /* Layer sizes of `m`: *nlayers layers, sizes[0..nlayers]. */
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
 /* The RNG of `acc`, or the process-wide one when acc is NULL. */
