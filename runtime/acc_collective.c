@@ -64,7 +64,7 @@ acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dty
   if (count == 0 || acc->world == 1)
     return ACC_OK;
   if (!acc->broken && on_device(acc, buf))
-    return acc_nccl_all_reduce(acc, buf, count, dtype, op);
+    return acc_nccl_collective(acc, ACC_NCCL_ALL_REDUCE, buf, buf, count, dtype, op, 0);
   GLOO_CHECK(acc, acc_gloo_all_reduce_algo(acc->gloo, buf, count, dtype, op,
                                            (acc_gloo_algo_t)acc->allreduce_algo, err, sizeof err));
   if (op == ACC_AVG)
@@ -80,7 +80,7 @@ acc_result_t acc_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtyp
   if (count == 0 || acc->world == 1)
     return ACC_OK;
   if (!acc->broken && on_device(acc, buf))
-    return acc_nccl_broadcast(acc, buf, count, dtype, root);
+    return acc_nccl_collective(acc, ACC_NCCL_BROADCAST, buf, buf, count, dtype, ACC_SUM, root);
   GLOO_CHECK(acc, acc_gloo_broadcast(acc->gloo, buf, count * acc_dtype_size(dtype), root, err,
                                      sizeof err));
   return ACC_OK;
@@ -95,7 +95,7 @@ acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t cou
   if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
     if (acc->broken)
       return broken(acc);
-    return acc_nccl_all_gather(acc, send, recv, count, dtype);
+    return acc_nccl_collective(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM, 0);
   }
   if (acc->world == 1) {
     memmove(recv, send, bytes);
@@ -118,7 +118,7 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
   if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
     if (acc->broken)
       return broken(acc);
-    return acc_nccl_reduce_scatter(acc, send, recv, count, dtype, op);
+    return acc_nccl_collective(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, 0);
   }
   if (acc->world == 1) {
     memmove(recv, send, bytes);

@@ -16,33 +16,38 @@
 
 namespace {
 
-__global__ void k_to_f16(uint16_t *dst, const float *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+/* Grid-stride loop: thread t handles elements t, t + T, t + 2T, ...
+ * (T = threads in the grid), so any grid size covers any n. */
+#define FOR_EACH_ELEMENT(i, n)                                                                     \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                          \
        i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void k_to_f16(uint16_t *dst, const float *src, size_t n) {
+  FOR_EACH_ELEMENT(i, n) {
     dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+  }
 }
 
 __global__ void k_from_f16(float *dst, const uint16_t *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
+  FOR_EACH_ELEMENT(i, n) {
     dst[i] = __half2float(__ushort_as_half(src[i]));
+  }
 }
 
 __global__ void k_to_bf16(uint16_t *dst, const float *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
+  FOR_EACH_ELEMENT(i, n) {
     dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+  }
 }
 
 __global__ void k_from_bf16(float *dst, const uint16_t *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
+  FOR_EACH_ELEMENT(i, n) {
     dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
+  }
 }
 
 __global__ void k_unscale(float *g, size_t n, float inv, int *found) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
+  FOR_EACH_ELEMENT(i, n) {
     float v = g[i];
     if (!isfinite(v))
       *found = 1;
