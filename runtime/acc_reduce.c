@@ -99,7 +99,8 @@ size_t acc_dtype_size(acc_dtype_t dtype) {
  * all-reduce). Half types divide in float and round back; integers
  * truncate. */
 #define DIVIDE_FLOAT(name, T)                                                                      \
-  static void name(T *p, size_t count, int world) {                                                \
+  static void name(void *buf, size_t count, int world) {                                           \
+    T *p = buf;                                                                                    \
     const T w = (T)world;                                                                          \
     if ((world & (world - 1)) == 0) {                                                              \
       const T r = (T)1 / w;                                                                        \
@@ -111,12 +112,14 @@ size_t acc_dtype_size(acc_dtype_t dtype) {
     }                                                                                              \
   }
 #define DIVIDE_HALF(name, TOF, FROMF)                                                              \
-  static void name(uint16_t *p, size_t count, int world) {                                         \
+  static void name(void *buf, size_t count, int world) {                                           \
+    uint16_t *p = buf;                                                                             \
     for (size_t i = 0; i < count; i++)                                                             \
       p[i] = FROMF(TOF(p[i]) / (float)world);                                                      \
   }
 #define DIVIDE_INT(name, T)                                                                        \
-  static void name(T *p, size_t count, int world) {                                                \
+  static void name(void *buf, size_t count, int world) {                                           \
+    T *p = buf;                                                                                    \
     for (size_t i = 0; i < count; i++)                                                             \
       p[i] /= world;                                                                               \
   }
@@ -129,26 +132,9 @@ DIVIDE_INT(divide_i32, int32_t)
 DIVIDE_INT(divide_i64, int64_t)
 
 void acc_reduce_divide(void *buf, size_t count, acc_dtype_t dtype, int world) {
-  if (world <= 1)
-    return;
-  switch (dtype) {
-  case ACC_F32:
-    divide_f32(buf, count, world);
-    break;
-  case ACC_F64:
-    divide_f64(buf, count, world);
-    break;
-  case ACC_F16:
-    divide_f16(buf, count, world);
-    break;
-  case ACC_BF16:
-    divide_bf16(buf, count, world);
-    break;
-  case ACC_I32:
-    divide_i32(buf, count, world);
-    break;
-  case ACC_I64:
-    divide_i64(buf, count, world);
-    break;
-  }
+  /* in dtype enum order */
+  static void (*const divide[])(void *, size_t, int) = {divide_f32,  divide_f64, divide_f16,
+                                                        divide_bf16, divide_i32, divide_i64};
+  if (world > 1 && acc_dtype_valid(dtype))
+    divide[dtype](buf, count, world);
 }
