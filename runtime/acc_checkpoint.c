@@ -44,6 +44,7 @@
 #include <zlib.h>
 
 #include "acc_internal.h"
+#include "nbf_util.h"
 
 #define CKPT_MAGIC "NBFSTATE"
 #define CKPT_VERSION 1u
@@ -160,26 +161,14 @@ static acc_result_t write_atomic(acc_t *acc, const char *dir, const char *name, 
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return io_error(acc, "cannot create checkpoint file", tmp, errno);
-  const unsigned char *p = data;
-  size_t left = len;
-  while (left) {
-    ssize_t n = write(fd, p, left);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      int e = n < 0 ? errno : EIO;
-      close(fd);
-      unlink(tmp);
-      return io_error(acc, "cannot write checkpoint file", tmp, e);
-    }
-    p += n;
-    left -= (size_t)n;
-  }
-  if (fsync(fd) != 0) {
+  const char *failed = nbf_write_all(fd, data, len) != 0 ? "cannot write checkpoint file"
+                       : fsync(fd) != 0                  ? "cannot flush checkpoint file"
+                                                         : NULL;
+  if (failed) {
     int e = errno;
     close(fd);
     unlink(tmp);
-    return io_error(acc, "cannot flush checkpoint file", tmp, e);
+    return io_error(acc, failed, tmp, e);
   }
   if (close(fd) != 0) {
     int e = errno;

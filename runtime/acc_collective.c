@@ -86,21 +86,33 @@ acc_result_t acc_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtyp
   return ACC_OK;
 }
 
+/* What all-gather and reduce-scatter share before Gloo: device buffers
+ * go to NCCL, and with one process the result is the input. Returns 1
+ * with the result in *r when it handled the call, else 0. */
+static int local_or_device(acc_t *acc, acc_nccl_coll_t coll, const void *send, void *recv,
+                           size_t count, acc_dtype_t dtype, acc_op_t op, acc_result_t *r) {
+  if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
+    *r =
+        acc->broken ? broken(acc) : acc_nccl_collective(acc, coll, send, recv, count, dtype, op, 0);
+    return 1;
+  }
+  if (acc->world == 1) {
+    memmove(recv, send, count * acc_dtype_size(dtype));
+    *r = ACC_OK;
+    return 1;
+  }
+  return 0;
+}
+
 acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
                             acc_dtype_t dtype) {
   ACC_CHECK(check(acc, "all-gather", send, recv, count, dtype));
   if (count == 0)
     return ACC_OK;
+  acc_result_t r;
+  if (local_or_device(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM, &r))
+    return r;
   size_t bytes = count * acc_dtype_size(dtype);
-  if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
-    if (acc->broken)
-      return broken(acc);
-    return acc_nccl_collective(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM, 0);
-  }
-  if (acc->world == 1) {
-    memmove(recv, send, bytes);
-    return ACC_OK;
-  }
   GLOO_CHECK(acc, acc_gloo_all_gather(acc->gloo, send, recv, bytes, err, sizeof err));
   return ACC_OK;
 }
@@ -114,16 +126,10 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "reduce-scatter: unknown op %d", (int)op);
   if (count == 0)
     return ACC_OK;
+  acc_result_t r;
+  if (local_or_device(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, &r))
+    return r;
   size_t esz = acc_dtype_size(dtype), bytes = count * esz;
-  if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
-    if (acc->broken)
-      return broken(acc);
-    return acc_nccl_collective(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, 0);
-  }
-  if (acc->world == 1) {
-    memmove(recv, send, bytes);
-    return ACC_OK;
-  }
   if (acc->broken)
     return broken(acc);
   size_t total = bytes * (size_t)acc->world;
@@ -132,8 +138,8 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
     return acc__set_error(acc, ACC_ERR_NO_MEMORY, "reduce-scatter: no memory for %zu bytes", total);
   memcpy(tmp, send, total);
   char err[1024];
-  acc_result_t r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,
-                                       acc_reduce_get(dtype, op), err, sizeof err);
+  r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,
+                          acc_reduce_get(dtype, op), err, sizeof err);
   if (r == ACC_OK) {
     unsigned char *mine = tmp + (size_t)acc->rank * bytes;
     if (op == ACC_AVG)
