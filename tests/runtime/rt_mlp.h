@@ -12,6 +12,21 @@
 #include "nbfork.h"
 #include "rt_test.h"
 
+/* Copy batch `b` of sampler `s` out of the images X (× 784 floats each)
+ * into xb and, when `labels` is not NULL, their labels into yb. Returns
+ * the batch's length. */
+static inline size_t rt_mlp_batch(const acc_sampler_t *s, size_t b, const float *X,
+                                  const uint8_t *labels, float *xb, int64_t *yb) {
+  size_t len;
+  const size_t *idx = acc_sampler_batch(s, b, &len);
+  for (size_t i = 0; i < len; i++) {
+    memcpy(xb + i * 784, X + idx[i] * 784, 784 * sizeof(float));
+    if (labels)
+      yb[i] = labels[idx[i]];
+  }
+  return len;
+}
+
 /* Accuracy (0..1) of `m` on `n` images XT (n × 784 floats) labelled
  * y[0..n-1], in batches of `batch` (<= 64) through `xb` (batch × 784
  * floats); asserts that exactly `n` predictions were gathered. */
@@ -19,16 +34,13 @@ static inline double rt_mlp_accuracy(acc_t *acc, acc_mlp_t *m, const float *XT, 
                                      size_t n, size_t batch, float *xb) {
   acc_sampler_t *ts = acc_sampler_new(acc, n, batch, 0, 0);
   size_t correct = 0, seen = 0;
-  int64_t pred[64], hit[64], all[64 * 8];
+  int64_t pred[64], label[64], hit[64], all[64 * 8];
   for (size_t b = 0; b < acc_sampler_num_batches(ts); b++) {
-    size_t len;
-    const size_t *idx = acc_sampler_batch(ts, b, &len);
-    for (size_t i = 0; i < len; i++)
-      memcpy(xb + i * 784, XT + idx[i] * 784, 784 * sizeof(float));
+    size_t len = rt_mlp_batch(ts, b, XT, y, xb, label);
     acc_mlp_forward(m, xb, (int)len);
     acc_mlp_predict(m, pred);
     for (size_t i = 0; i < len; i++)
-      hit[i] = pred[i] == y[idx[i]];
+      hit[i] = pred[i] == label[i];
     size_t k = acc_gather_for_metrics(acc, hit, len, all, b + 1 == acc_sampler_num_batches(ts), n);
     for (size_t i = 0; i < k; i++)
       correct += (size_t)all[i];

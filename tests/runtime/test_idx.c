@@ -59,6 +59,15 @@ static acc_idx_t *read_capturing(const char *path, char *msg, size_t msglen) {
   return idx;
 }
 
+/* Write `len` bytes to `path`, check that acc_idx_read refuses the file
+ * and return what it printed (valid until the next call). */
+static const char *refused(const char *path, const void *data, size_t len) {
+  static char msg[2048];
+  write_file(path, data, len);
+  ASSERT_NULL(read_capturing(path, msg, sizeof msg));
+  return msg;
+}
+
 static void need(const char *path) {
   if (access(path, R_OK) != 0)
     NBF_TEST_SKIP("%s not installed (Debian package dataset-fashion-mnist)", path);
@@ -136,26 +145,23 @@ NBF_TEST(plain_file) {
 }
 
 NBF_TEST(bad_magic) {
-  char msg[2048];
+  const char *msg;
   const char *p = tmp_path("bad.idx");
-  write_file(p, "GIF89a..........", 16);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, "GIF89a..........", 16);
   ASSERT_CONTAINS(msg, p);
   ASSERT_CONTAINS(msg, "not an IDX file");
   ASSERT_CONTAINS(msg, "magic 0x47494638");
   unsigned char f[] = {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0}; /* float data */
-  write_file(p, f, sizeof f);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, f, sizeof f);
   ASSERT_CONTAINS(msg, "unsupported IDX data type");
   unsigned char z[] = {0, 0, 8, 1, 0, 0, 0, 0}; /* zero-length dimension */
-  write_file(p, z, sizeof z);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, z, sizeof z);
   ASSERT_CONTAINS(msg, "dimension 0");
   unlink(p);
 }
 
 NBF_TEST(truncated) {
-  char msg[2048];
+  const char *msg;
   const char *src = FMNIST "t10k-labels-idx1-ubyte.gz";
   need(src);
   FILE *f = fopen(src, "rb");
@@ -164,24 +170,21 @@ NBF_TEST(truncated) {
   fclose(f);
   ASSERT_EQ(n, sizeof buf);
   const char *p = tmp_path("trunc.gz");
-  write_file(p, buf, sizeof buf); /* a gzip stream cut short */
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, buf, sizeof buf); /* a gzip stream cut short */
   ASSERT_CONTAINS(msg, "truncated or corrupt");
   ASSERT_CONTAINS(msg, "magic 0x00000801");
   /* header announcing more data than there is (plain file) */
   unsigned char h[] = {0, 0, 8, 1, 0, 0, 0, 100, 1, 2, 3};
-  write_file(p, h, sizeof h);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, h, sizeof h);
   ASSERT_CONTAINS(msg, "3 of 100 bytes");
   unlink(p);
 }
 
 NBF_TEST(trailing) {
-  char msg[2048];
+  const char *msg;
   unsigned char h[] = {0, 0, 8, 1, 0, 0, 0, 2, 1, 2, 3};
   const char *p = tmp_path("trailing.idx");
-  write_file(p, h, sizeof h);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, h, sizeof h);
   ASSERT_CONTAINS(msg, "more bytes than the header");
   unlink(p);
 }

@@ -6,7 +6,6 @@
  *              scaler_off|scaler_ranks|train_fp16|train_bf16|gpu_convert
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +16,7 @@
 #include "acc_half.h"
 #include "acc_nccl.h"
 #include "nbfork.h"
+#include "rt_cudart.h"
 #include "rt_mlp.h"
 #include "rt_spawn.h"
 #include "rt_test.h"
@@ -29,6 +29,25 @@ static acc_t *new_acc(const char *precision) {
   return acc;
 }
 
+/* Every 16-bit pattern into h[n], converted to f32 (f) and back (back). */
+static void round_trip_all(int bf16, uint16_t *h, float *f, uint16_t *back, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    h[i] = (uint16_t)i;
+  ASSERT_OK(NULL, bf16 ? acc_from_bf16(NULL, f, h, n) : acc_from_f16(NULL, f, h, n));
+  ASSERT_OK(NULL, bf16 ? acc_to_bf16(NULL, back, f, n) : acc_to_f16(NULL, back, f, n));
+}
+
+/* n pseudo-random f32 bit patterns (every exponent: overflow,
+ * subnormals, NaN) into f, converted to the half type in back. */
+static void random_to_half(int bf16, uint32_t seed, float *f, uint16_t *back, size_t n) {
+  uint32_t x = seed;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 1664525u + 1013904223u;
+    memcpy(&f[i], &x, 4);
+  }
+  ASSERT_OK(NULL, bf16 ? acc_to_bf16(NULL, back, f, n) : acc_to_f16(NULL, back, f, n));
+}
+
 /* Every fp16 value converts to f32 and back unchanged (NaN stays NaN);
  * f32 values round exactly as the scalar reference of acc_half.h (which
  * test_half checks against brute force). */
@@ -36,10 +55,7 @@ NBF_TEST(convert_f16) {
   const size_t n = 65536;
   uint16_t *h = malloc(n * 2), *back = malloc(n * 2);
   float *f = malloc(n * 4);
-  for (size_t i = 0; i < n; i++)
-    h[i] = (uint16_t)i;
-  ASSERT_OK(NULL, acc_from_f16(NULL, f, h, n));
-  ASSERT_OK(NULL, acc_to_f16(NULL, back, f, n));
+  round_trip_all(0, h, f, back, n);
   for (size_t i = 0; i < n; i++) {
     int is_nan = (i & 0x7c00) == 0x7c00 && (i & 0x3ff);
     ASSERT_TRUE(is_nan ? isnan(f[i]) : f[i] == acc_f16_to_f32(h[i]));
@@ -48,14 +64,7 @@ NBF_TEST(convert_f16) {
     else if (back[i] != h[i])
       NBF_TEST_FAIL("half 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
   }
-  /* random f32 (all exponents, including overflow and subnormals) */
-  uint32_t x = 7;
-  for (size_t i = 0; i < n; i++) {
-    x = x * 1664525u + 1013904223u;
-    uint32_t bits = x;
-    memcpy(&f[i], &bits, 4);
-  }
-  ASSERT_OK(NULL, acc_to_f16(NULL, back, f, n));
+  random_to_half(0, 7, f, back, n);
   for (size_t i = 0; i < n; i++)
     if (!isnan(f[i]) && back[i] != acc_f32_to_f16(f[i]))
       NBF_TEST_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", f[i], back[i], acc_f32_to_f16(f[i]));
@@ -68,22 +77,14 @@ NBF_TEST(convert_bf16) {
   const size_t n = 65536;
   uint16_t *h = malloc(n * 2), *back = malloc(n * 2);
   float *f = malloc(n * 4);
-  for (size_t i = 0; i < n; i++)
-    h[i] = (uint16_t)i;
-  ASSERT_OK(NULL, acc_from_bf16(NULL, f, h, n));
-  ASSERT_OK(NULL, acc_to_bf16(NULL, back, f, n));
+  round_trip_all(1, h, f, back, n);
   for (size_t i = 0; i < n; i++) {
     if (isnan(f[i]))
       ASSERT_TRUE(isnan(acc_bf16_to_f32(back[i])));
     else if (back[i] != h[i])
       NBF_TEST_FAIL("bf16 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
   }
-  uint32_t x = 11;
-  for (size_t i = 0; i < n; i++) {
-    x = x * 1664525u + 1013904223u;
-    memcpy(&f[i], &x, 4);
-  }
-  ASSERT_OK(NULL, acc_to_bf16(NULL, back, f, n));
+  random_to_half(1, 11, f, back, n);
   for (size_t i = 0; i < n; i++)
     if (isnan(f[i]))
       ASSERT_TRUE(isnan(acc_bf16_to_f32(back[i])));
@@ -296,12 +297,7 @@ static double train_once(const char *precision, int *skipped) {
   size_t nb = acc_sampler_num_batches(s);
   *skipped = 0;
   for (size_t b = 0; b < nb; b++) {
-    size_t len;
-    const size_t *idx = acc_sampler_batch(s, b, &len);
-    for (size_t i = 0; i < len; i++) {
-      memcpy(xb + i * 784, X + idx[i] * 784, 784 * sizeof(float));
-      yb[i] = yi->u8[idx[i]];
-    }
+    size_t len = rt_mlp_batch(s, b, X, yi->u8, xb, yb);
     acc_mlp_zero_grad(m);
     acc_mlp_forward(m, xb, (int)len);
     float loss = acc_mlp_backward_xent(m, yb);
@@ -357,19 +353,8 @@ static void train(const char *precision, int skipped_max) {
 
 /* ---- device conversions (SKIP without a GPU) ---- */
 
-typedef int (*malloc_fn)(void **, size_t);
-typedef int (*memcpy_fn)(void *, const void *, size_t, int);
-typedef int (*free_fn)(void *);
-
 NBF_TEST(gpu_convert) {
-  void *rt = dlopen("libcudart.so", RTLD_NOW | RTLD_GLOBAL);
-  if (!rt)
-    rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
-  if (!rt)
-    NBF_TEST_SKIP("no CUDA runtime library");
-  malloc_fn p_malloc = (malloc_fn)dlsym(rt, "cudaMalloc");
-  memcpy_fn p_memcpy = (memcpy_fn)dlsym(rt, "cudaMemcpy");
-  free_fn p_free = (free_fn)dlsym(rt, "cudaFree");
+  rt_cudart_load();
   if (acc_nccl_device_count() <= 0)
     NBF_TEST_SKIP("no GPU visible (or nbfork built without CUDA)");
   unsetenv("ACCELERATE_USE_CPU");

@@ -189,12 +189,7 @@ static int train_rank(int rank, int world, void *arg) {
   size_t nb = acc_sampler_num_batches(s);
   float loss = 0;
   for (size_t b = 0; b < nb; b++) {
-    size_t len;
-    const size_t *idx = acc_sampler_batch(s, b, &len);
-    for (size_t i = 0; i < len; i++) {
-      memcpy(xb + i * 784, X + idx[i] * 784, 784 * sizeof(float));
-      yb[i] = yi->u8[idx[i]];
-    }
+    size_t len = rt_mlp_batch(s, b, X, yi->u8, xb, yb);
     acc_accumulate_begin(acc, b + 1 == nb);
     acc_mlp_forward(m, xb, (int)len);
     loss = acc_mlp_backward_xent(m, yb);

@@ -6,7 +6,6 @@
  *   test_nccl all_reduce
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,16 +13,11 @@
 
 #include "acc_nccl.h"
 #include "nbfork.h"
+#include "rt_cudart.h"
 #include "rt_spawn.h"
 #include "rt_test.h"
 
 /* cudaMalloc/cudaMemcpy through dlopen, so the test builds without CUDA. */
-typedef int (*malloc_fn)(void **, size_t);
-typedef int (*memcpy_fn)(void *, const void *, size_t, int);
-typedef int (*free_fn)(void *);
-static malloc_fn p_malloc;
-static memcpy_fn p_memcpy;
-static free_fn p_free;
 
 static int rank_fn(int rank, int world, void *arg) {
   (void)arg;
@@ -48,14 +42,7 @@ static int rank_fn(int rank, int world, void *arg) {
 }
 
 NBF_TEST(all_reduce) {
-  void *rt = dlopen("libcudart.so", RTLD_NOW | RTLD_GLOBAL);
-  if (!rt)
-    rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
-  if (!rt)
-    NBF_TEST_SKIP("no CUDA runtime library");
-  p_malloc = (malloc_fn)dlsym(rt, "cudaMalloc");
-  p_memcpy = (memcpy_fn)dlsym(rt, "cudaMemcpy");
-  p_free = (free_fn)dlsym(rt, "cudaFree");
+  rt_cudart_load();
   /* count GPUs in a child: the parent must not initialize CUDA before fork */
   int ngpu = 0;
   int pfd[2];
