@@ -139,18 +139,13 @@ static int not_main_rank(int rank, int world, void *arg) {
 
 NBF_TEST(not_main) {
   attach();
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  fcntl(out[0], F_SETFL, O_NONBLOCK);
-  int saved = dup(1);
-  fflush(stdout);
-  dup2(out[1], 1);
+  int saved, out = rt_capture_stdout(&saved);
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 30};
   int rc = rt_spawn(&o, not_main_rank, NULL, NULL);
-  dup2(saved, 1);
+  rt_restore_stdout(saved);
   ASSERT_EQ(rc, 0);
   char buf[256];
-  ssize_t n = read(out[0], buf, sizeof buf - 1);
+  ssize_t n = read(out, buf, sizeof buf - 1);
   buf[n > 0 ? n : 0] = 0;
   ASSERT_EQ_STR(buf, "printed by rank 0\n"); /* acc_print: main process only */
   json_t *ev = events();
