@@ -62,6 +62,9 @@ typedef struct acc_store_server acc_store_server_t;
  * `port` 0 = an ephemeral port (read it with acc_store_server_port).
  * Returns NULL on failure with an English message in `err` (`errlen`
  * bytes, may be NULL), e.g. "port 29500 is already in use ...".
+ * Should the serving thread's zmq_poll fail later (not expected), it
+ * stops serving and writes one line on stderr: it has no caller to
+ * return the error to, and clients then time out naming the store.
  * Caller owns the result: acc_store_server_stop. */
 acc_store_server_t *acc_store_server_start(const char *bind_addr, int port, char *err,
                                            size_t errlen);
