@@ -125,7 +125,8 @@ typedef struct acc acc_t;
  *                         uses device LOCAL_RANK (this initializes CUDA in
  *                         the calling process).
  * `cfg` may be NULL (= ACC_CONFIG_INIT). Returns NULL on failure after
- * printing the reason to stderr (rank, step, cause). */
+ * printing the reason to stderr as one line (rank, step, cause); the
+ * same text is acc_last_error(NULL) in the calling thread. */
 acc_t *acc_new(const acc_config_t *cfg);
 
 /* Leave the process group and free everything: draws pending charts,
@@ -144,7 +145,10 @@ int acc_is_local_main_process(const acc_t *acc);
 /* -1 = CPU; otherwise the CUDA device index this rank uses. */
 int acc_device(const acc_t *acc);
 acc_precision_t acc_mixed_precision(const acc_t *acc);
-/* Text of the last error stored in `acc` ("" when none). */
+/* Text of the last error stored in `acc` ("" when none). With acc NULL:
+ * the last error of this thread's calls made without an accelerator (a
+ * failed acc_new, acc_to_f16(NULL, ...), ...), "" when none. Valid until
+ * the next failing call on the same acc (or thread). */
 const char *acc_last_error(const acc_t *acc);
 
 /* ------------------------------------------------------------------ */

@@ -59,10 +59,12 @@ static int parse_precision(const char *s, acc_precision_t *out) {
   return 0;
 }
 
-/* Print why acc_new failed and free the partial accelerator. */
+/* Say why acc_new failed (acc_last_error(NULL) and one line on stderr:
+ * the caller gets no acc_t to ask) and free the partial accelerator. */
 static acc_t *fail(acc_t *acc, const char *step) {
-  fprintf(stderr, "nbfork: acc_new failed (rank %d of %d, %s): %s\n", acc->rank, acc->world, step,
-          acc->err[0] ? acc->err : "unknown error");
+  acc__set_error(NULL, ACC_ERR_SYSTEM, "acc_new failed (rank %d of %d, %s): %s", acc->rank,
+                 acc->world, step, acc->err[0] ? acc->err : "unknown error");
+  fprintf(stderr, "nbfork: %s\n", acc_last_error(NULL));
   fflush(stderr);
   acc->broken = 1; /* no barrier on the way out */
   acc_destroy(&acc);
@@ -226,7 +228,8 @@ acc_t *acc_new(const acc_config_t *cfg) {
     c = *cfg;
   acc_t *acc = calloc(1, sizeof *acc);
   if (!acc) {
-    fprintf(stderr, "nbfork: acc_new: out of memory\n");
+    acc__set_error(NULL, ACC_ERR_NO_MEMORY, "acc_new: out of memory");
+    fprintf(stderr, "nbfork: %s\n", acc_last_error(NULL));
     return NULL;
   }
   acc->device = -1;
