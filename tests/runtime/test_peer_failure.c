@@ -20,6 +20,9 @@
 
 #define TIMEOUT_S 5
 #define MARGIN_S 3.0
+/* "At once": far below TIMEOUT_S (so no timeout was waited for), with
+ * room for a loaded 2-core machine. */
+#define AT_ONCE_S 2.5
 
 static int survivor(acc_t *acc, int rank) {
   float buf[4096];
@@ -39,10 +42,10 @@ static int survivor(acc_t *acc, int rank) {
   t0 = rt_now();
   ASSERT_NE(acc_all_reduce(acc, buf, 4, ACC_F32, ACC_SUM), ACC_OK);
   ASSERT_NE(acc_wait_for_everyone(acc), ACC_OK);
-  ASSERT_DBL_LT(rt_now() - t0, 0.5);
+  ASSERT_DBL_LT(rt_now() - t0, AT_ONCE_S);
   t0 = rt_now();
   acc_destroy(&acc);
-  ASSERT_DBL_LT(rt_now() - t0, 2.0);
+  ASSERT_DBL_LT(rt_now() - t0, AT_ONCE_S);
   return 0;
 }
 

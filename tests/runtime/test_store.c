@@ -144,7 +144,7 @@ NBF_TEST(timeout) {
   double dt = rt_now() - t0;
   ASSERT_NULL(v);
   ASSERT_DBL_LT(0.25, dt);
-  ASSERT_DBL_LT(dt, 2.0);
+  ASSERT_DBL_LT(dt, 5.0); /* generous: the bound only rules out a hang */
   ASSERT_CONTAINS(acc_store_client_error(c), "never/set");
   ASSERT_CONTAINS(acc_store_client_error(c), "300 ms");
   const char *keys[] = {"never/a"};
@@ -166,7 +166,7 @@ NBF_TEST(no_server) {
   ASSERT_NOT_NULL(c);
   double t0 = rt_now();
   ASSERT_EQ(acc_store_set(c, "a", "b", 1), ACC_ERR_TIMEOUT);
-  ASSERT_DBL_LT(rt_now() - t0, 2.0);
+  ASSERT_DBL_LT(rt_now() - t0, 5.0); /* generous: the bound only rules out a hang */
   ASSERT_CONTAINS(acc_store_client_error(c), "is the store running");
   acc_store_client_destroy(&c);
   ASSERT_NULL(acc_store_client_new("127.0.0.1", 0, 100));
@@ -210,7 +210,7 @@ NBF_TEST(stop_with_waiter) {
   usleep(100000);
   double t0 = rt_now();
   acc_store_server_stop(&s); /* must not block on the held request */
-  ASSERT_DBL_LT(rt_now() - t0, 1.0);
+  ASSERT_DBL_LT(rt_now() - t0, 3.0);
   void *r;
   pthread_join(th, &r);
   ASSERT_EQ((long)r, ACC_ERR_TIMEOUT);
