@@ -7,10 +7,44 @@
 #define RT_MLP_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nbfork.h"
 #include "rt_test.h"
+
+#define RT_FMNIST "/usr/share/datasets/fashion-mnist/"
+
+/* Fashion-MNIST for a training test: the first n_train training images
+ * scaled to [0, 1] (X, n_train × 784) and their labels (y), the first
+ * n_test test images (XT) and labels (yt). */
+typedef struct {
+  acc_idx_t *xi, *yi, *xt, *yt;
+  float *X, *XT;
+  const uint8_t *y, *ty;
+} rt_fmnist_t;
+
+static inline void rt_fmnist_load(rt_fmnist_t *d, size_t n_train, size_t n_test) {
+  d->xi = acc_idx_read(RT_FMNIST "train-images-idx3-ubyte.gz");
+  d->yi = acc_idx_read(RT_FMNIST "train-labels-idx1-ubyte.gz");
+  d->xt = acc_idx_read(RT_FMNIST "t10k-images-idx3-ubyte.gz");
+  d->yt = acc_idx_read(RT_FMNIST "t10k-labels-idx1-ubyte.gz");
+  ASSERT_TRUE(d->xi && d->yi && d->xt && d->yt);
+  d->X = malloc(n_train * 784 * sizeof(float));
+  d->XT = malloc(n_test * 784 * sizeof(float));
+  for (size_t i = 0; i < n_train * 784; i++)
+    d->X[i] = d->xi->u8[i] / 255.0f;
+  for (size_t i = 0; i < n_test * 784; i++)
+    d->XT[i] = d->xt->u8[i] / 255.0f;
+  d->y = d->yi->u8;
+  d->ty = d->yt->u8;
+}
+
+static inline void rt_fmnist_free(rt_fmnist_t *d) {
+  acc_idx_destroy(&d->xi), acc_idx_destroy(&d->yi);
+  acc_idx_destroy(&d->xt), acc_idx_destroy(&d->yt);
+  free(d->X), free(d->XT);
+}
 
 /* Copy batch `b` of sampler `s` out of the images X (× 784 floats each)
  * into xb and, when `labels` is not NULL, their labels into yb. Returns

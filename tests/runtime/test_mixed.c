@@ -263,8 +263,6 @@ NBF_TEST(scaler_ranks) {
 
 /* ---- training ---- */
 
-#define FM "/usr/share/datasets/fashion-mnist/"
-
 typedef struct {
   const char *precision;
   int skipped_max; /* at most this many skipped steps */
@@ -276,17 +274,9 @@ typedef struct {
 static double train_once(const char *precision, int *skipped) {
   acc_t *acc = new_acc(precision);
   acc_set_seed(acc, 0, 0);
-  acc_idx_t *xi = acc_idx_read(FM "train-images-idx3-ubyte.gz");
-  acc_idx_t *yi = acc_idx_read(FM "train-labels-idx1-ubyte.gz");
-  acc_idx_t *xt = acc_idx_read(FM "t10k-images-idx3-ubyte.gz");
-  acc_idx_t *yt = acc_idx_read(FM "t10k-labels-idx1-ubyte.gz");
-  ASSERT_TRUE(xi && yi && xt && yt);
   const size_t N = 12000, NT = 2000, B = 64;
-  float *X = malloc(N * 784 * sizeof(float)), *XT = malloc(NT * 784 * sizeof(float));
-  for (size_t i = 0; i < N * 784; i++)
-    X[i] = xi->u8[i] / 255.0f;
-  for (size_t i = 0; i < NT * 784; i++)
-    XT[i] = xt->u8[i] / 255.0f;
+  rt_fmnist_t d;
+  rt_fmnist_load(&d, N, NT);
   const int sizes[] = {784, 256, 10};
   acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, (int)B);
   acc_optim_t *o =
@@ -297,7 +287,7 @@ static double train_once(const char *precision, int *skipped) {
   size_t nb = acc_sampler_num_batches(s);
   *skipped = 0;
   for (size_t b = 0; b < nb; b++) {
-    size_t len = rt_mlp_batch(s, b, X, yi->u8, xb, yb);
+    size_t len = rt_mlp_batch(s, b, d.X, d.y, xb, yb);
     acc_mlp_zero_grad(m);
     acc_mlp_forward(m, xb, (int)len);
     float loss = acc_mlp_backward_xent(m, yb);
@@ -308,14 +298,14 @@ static double train_once(const char *precision, int *skipped) {
       (*skipped)++;
     acc_accumulate_end(acc);
   }
-  double accuracy = rt_mlp_accuracy(acc, m, XT, yt->u8, NT, B, xb);
+  double accuracy = rt_mlp_accuracy(acc, m, d.XT, d.ty, NT, B, xb);
   acc_print(acc, "%-4s: %zu steps, %d skipped, final scale %g, accuracy %.4f\n", precision, nb,
             *skipped, (double)acc_loss_scale(acc), accuracy);
   acc_sampler_destroy(&s);
   acc_optim_destroy(&o);
   acc_mlp_destroy(&m);
-  acc_idx_destroy(&xi), acc_idx_destroy(&yi), acc_idx_destroy(&xt), acc_idx_destroy(&yt);
-  free(X), free(XT), free(xb);
+  rt_fmnist_free(&d);
+  free(xb);
   acc_destroy(&acc);
   return accuracy;
 }
@@ -338,7 +328,7 @@ static int train_body(int rank, int world, void *arg) {
 }
 
 static void train(const char *precision, int skipped_max) {
-  if (access(FM "train-images-idx3-ubyte.gz", R_OK) != 0)
+  if (access(RT_FMNIST "train-images-idx3-ubyte.gz", R_OK) != 0)
     NBF_TEST_SKIP("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
   ASSERT_EQ(pipe(pipe_fd), 0);
   train_arg_t a = {precision, skipped_max};

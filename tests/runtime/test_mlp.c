@@ -167,17 +167,9 @@ static int train_rank(int rank, int world, void *arg) {
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
   acc_set_seed(acc, 0, 0);
-  acc_idx_t *xi = acc_idx_read("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-  acc_idx_t *yi = acc_idx_read("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
-  acc_idx_t *xt = acc_idx_read("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
-  acc_idx_t *yt = acc_idx_read("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
-  ASSERT_TRUE(xi && yi && xt && yt);
   const size_t N = 10000, B = 64;
-  float *X = malloc(N * 784 * sizeof(float)), *XT = malloc(10000 * 784 * sizeof(float));
-  for (size_t i = 0; i < N * 784; i++)
-    X[i] = xi->u8[i] / 255.0f;
-  for (size_t i = 0; i < 10000 * 784; i++)
-    XT[i] = xt->u8[i] / 255.0f;
+  rt_fmnist_t d;
+  rt_fmnist_load(&d, N, 10000);
   const int sizes[] = {784, 256, 10};
   acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, (int)B);
   acc_optim_t *o =
@@ -189,7 +181,7 @@ static int train_rank(int rank, int world, void *arg) {
   size_t nb = acc_sampler_num_batches(s);
   float loss = 0;
   for (size_t b = 0; b < nb; b++) {
-    size_t len = rt_mlp_batch(s, b, X, yi->u8, xb, yb);
+    size_t len = rt_mlp_batch(s, b, d.X, d.y, xb, yb);
     acc_accumulate_begin(acc, b + 1 == nb);
     acc_mlp_forward(m, xb, (int)len);
     loss = acc_mlp_backward_xent(m, yb);
@@ -200,7 +192,7 @@ static int train_rank(int rank, int world, void *arg) {
   }
   double dt = rt_now() - t0;
   /* evaluate on this rank's shard of the test set, gather for metrics */
-  double accuracy = rt_mlp_accuracy(acc, m, XT, yt->u8, 10000, B, xb);
+  double accuracy = rt_mlp_accuracy(acc, m, d.XT, d.ty, 10000, B, xb);
   acc_print(acc, "world %d: %zu steps in %.3f s (%.3f ms/step), last loss %.3f, accuracy %.4f\n",
             world, nb, dt, 1e3 * dt / (double)nb, loss, accuracy);
   ASSERT_DBL_LT(0.70, accuracy);
@@ -208,19 +200,14 @@ static int train_rank(int rank, int world, void *arg) {
   acc_sampler_destroy(&s);
   acc_optim_destroy(&o);
   acc_mlp_destroy(&m);
-  acc_idx_destroy(&xi);
-  acc_idx_destroy(&yi);
-  acc_idx_destroy(&xt);
-  acc_idx_destroy(&yt);
-  free(X);
-  free(XT);
+  rt_fmnist_free(&d);
   free(xb);
   acc_destroy(&acc);
   return 0;
 }
 
 NBF_TEST(train_fashion_mnist) {
-  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
+  if (access(RT_FMNIST "train-images-idx3-ubyte.gz", R_OK) != 0)
     NBF_TEST_SKIP("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 100};
