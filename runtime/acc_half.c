@@ -65,26 +65,26 @@ __attribute__((target("avx,f16c"))) static void round_f16_f16c(float *x, size_t 
 }
 #endif
 
-static void to_f16_host(uint16_t *dst, const float *src, size_t n) {
+/* Run the statement `f16c` when the CPU has F16C, else `portable`. */
 #ifdef ACC_HAVE_X86
-  if (has_f16c()) {
-    to_f16_f16c(dst, src, n);
-    return;
-  }
+#define F16C_OR(f16c, portable)                                                                    \
+  do {                                                                                             \
+    if (has_f16c())                                                                                \
+      f16c;                                                                                        \
+    else                                                                                           \
+      portable;                                                                                    \
+  } while (0)
+#else
+#define F16C_OR(f16c, portable) portable
 #endif
-  for (size_t i = 0; i < n; i++)
-    dst[i] = acc_f32_to_f16(src[i]);
+
+static void to_f16_host(uint16_t *dst, const float *src, size_t n) {
+  F16C_OR(to_f16_f16c(dst, src, n), for (size_t i = 0; i < n; i++) dst[i] = acc_f32_to_f16(src[i]));
 }
 
 static void from_f16_host(float *dst, const uint16_t *src, size_t n) {
-#ifdef ACC_HAVE_X86
-  if (has_f16c()) {
-    from_f16_f16c(dst, src, n);
-    return;
-  }
-#endif
-  for (size_t i = 0; i < n; i++)
-    dst[i] = acc_f16_to_f32(src[i]);
+  F16C_OR(from_f16_f16c(dst, src, n),
+          for (size_t i = 0; i < n; i++) dst[i] = acc_f16_to_f32(src[i]));
 }
 
 /* bf16: round to nearest even on the bit pattern (NaN kept quiet). The
@@ -114,14 +114,8 @@ void acc__round_half(acc_precision_t p, float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
       u[i] = bf16_round_bits(u[i]);
   } else if (p == ACC_PRECISION_FP16) {
-#ifdef ACC_HAVE_X86
-    if (has_f16c()) {
-      round_f16_f16c(x, n);
-      return;
-    }
-#endif
-    for (size_t i = 0; i < n; i++)
-      x[i] = acc_f16_to_f32(acc_f32_to_f16(x[i]));
+    F16C_OR(round_f16_f16c(x, n),
+            for (size_t i = 0; i < n; i++) x[i] = acc_f16_to_f32(acc_f32_to_f16(x[i])));
   }
 }
 
