@@ -394,12 +394,9 @@ static acc_result_t agree(acc_t *acc, acc_result_t r, const char *what) {
   int32_t bad[2] = {r != ACC_OK ? (int32_t)r : 0, r != ACC_OK ? acc->rank : -1};
   char keep[sizeof acc->err];
   memcpy(keep, acc->err, sizeof keep);
-  acc_result_t c = acc_all_reduce(acc, bad, 2, ACC_I32, ACC_MAX);
-  if (c != ACC_OK)
-    return c;
+  ACC_CHECK(acc_all_reduce(acc, bad, 2, ACC_I32, ACC_MAX));
   memcpy(acc->err, keep, sizeof keep);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(r);
   if (bad[0] != 0)
     return acc__set_error(acc, (acc_result_t)bad[0],
                           "%s failed on rank %d (see that rank's error); nothing was changed here",

@@ -159,9 +159,7 @@ static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
   double deadline = nbf_now_s() + acc->timeout_ms / 1000.0;
   if (r != ncclSuccess && r != ncclInProgress)
     return fail(acc, ACC_ERR_BACKEND, what, ncclGetErrorString(r));
-  acc_result_t a = wait_comm(acc, acc->nccl->comm, what, deadline);
-  if (a != ACC_OK)
-    return a;
+  ACC_CHECK(wait_comm(acc, acc->nccl->comm, what, deadline));
   unsigned spins = 0;
   for (;;) {
     cudaError_t e = cudaStreamQuery(acc->nccl->stream);
