@@ -185,11 +185,16 @@ int rt_spawn(const rt_spawn_opts_t *opts, rt_rank_fn fn, void *arg, int *status)
     int port = rt_free_port();
     if (port <= 0) {
       fprintf(stderr, "rt_spawn: no free port\n");
-      return 1;
+      break;
     }
     taken = spawn_once(opts, port, fn, arg, st);
     if (taken)
       fprintf(stderr, "rt_spawn: port %d was taken before rank 0 bound it: again\n", port);
+  }
+  if (taken) { /* no port, or every one tried was taken */
+    if (!status)
+      free(st);
+    return 1;
   }
   int rc = 0;
   for (int r = 0; r < started; r++)
