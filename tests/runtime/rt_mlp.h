@@ -46,6 +46,38 @@ static inline void rt_fmnist_free(rt_fmnist_t *d) {
   free(d->X), free(d->XT);
 }
 
+/* What a Fashion-MNIST training test sets up on `acc`: the data
+ * (rt_fmnist_load), a 784-256-10 MLP for batches of 64, SGD (lr 0.1,
+ * momentum 0.9), a shuffled sampler over the training images and the
+ * batch buffers. */
+typedef struct {
+  rt_fmnist_t d;
+  acc_mlp_t *m;
+  acc_optim_t *o;
+  acc_sampler_t *s;
+  float *xb; /* 64 × 784 */
+  int64_t yb[64];
+} rt_fmnist_run_t;
+
+static inline void rt_fmnist_run_new(rt_fmnist_run_t *r, acc_t *acc, size_t n_train,
+                                     size_t n_test) {
+  static const int sizes[] = {784, 256, 10};
+  rt_fmnist_load(&r->d, n_train, n_test);
+  r->m = acc_mlp_new(acc, sizes, 2, 64);
+  r->o = acc_sgd_new(acc_mlp_params(r->m), acc_mlp_grads(r->m), acc_mlp_num_params(r->m), 0.1f,
+                     0.9f, 0.0f);
+  r->s = acc_sampler_new(acc, n_train, 64, 1, 0);
+  r->xb = malloc(64 * 784 * sizeof(float));
+}
+
+static inline void rt_fmnist_run_free(rt_fmnist_run_t *r) {
+  acc_sampler_destroy(&r->s);
+  acc_optim_destroy(&r->o);
+  acc_mlp_destroy(&r->m);
+  rt_fmnist_free(&r->d);
+  free(r->xb);
+}
+
 /* Copy batch `b` of sampler `s` out of the images X (× 784 floats each)
  * into xb and, when `labels` is not NULL, their labels into yb. Returns
  * the batch's length. */

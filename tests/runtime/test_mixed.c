@@ -274,38 +274,27 @@ typedef struct {
 static double train_once(const char *precision, int *skipped) {
   acc_t *acc = new_acc(precision);
   acc_set_seed(acc, 0, 0);
-  const size_t N = 12000, NT = 2000, B = 64;
-  rt_fmnist_t d;
-  rt_fmnist_load(&d, N, NT);
-  const int sizes[] = {784, 256, 10};
-  acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, (int)B);
-  acc_optim_t *o =
-      acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), acc_mlp_num_params(m), 0.1f, 0.9f, 0.0f);
-  acc_sampler_t *s = acc_sampler_new(acc, N, B, 1, 0);
-  float *xb = malloc(B * 784 * sizeof(float));
-  int64_t yb[64];
-  size_t nb = acc_sampler_num_batches(s);
+  const size_t N = 12000, NT = 2000;
+  rt_fmnist_run_t r;
+  rt_fmnist_run_new(&r, acc, N, NT);
+  size_t nb = acc_sampler_num_batches(r.s);
   *skipped = 0;
   for (size_t b = 0; b < nb; b++) {
-    size_t len = rt_mlp_batch(s, b, d.X, d.y, xb, yb);
-    acc_mlp_zero_grad(m);
-    acc_mlp_forward(m, xb, (int)len);
-    float loss = acc_mlp_backward_xent(m, yb);
+    size_t len = rt_mlp_batch(r.s, b, r.d.X, r.d.y, r.xb, r.yb);
+    acc_mlp_zero_grad(r.m);
+    acc_mlp_forward(r.m, r.xb, (int)len);
+    float loss = acc_mlp_backward_xent(r.m, r.yb);
     ASSERT_TRUE(isfinite(loss));
     acc_accumulate_begin(acc, b + 1 == nb);
-    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(m), acc_mlp_num_params(m)));
-    if (!acc_optim_step(acc, o))
+    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(r.m), acc_mlp_num_params(r.m)));
+    if (!acc_optim_step(acc, r.o))
       (*skipped)++;
     acc_accumulate_end(acc);
   }
-  double accuracy = rt_mlp_accuracy(acc, m, d.XT, d.ty, NT, B, xb);
+  double accuracy = rt_mlp_accuracy(acc, r.m, r.d.XT, r.d.ty, NT, 64, r.xb);
   acc_print(acc, "%-4s: %zu steps, %d skipped, final scale %g, accuracy %.4f\n", precision, nb,
             *skipped, (double)acc_loss_scale(acc), accuracy);
-  acc_sampler_destroy(&s);
-  acc_optim_destroy(&o);
-  acc_mlp_destroy(&m);
-  rt_fmnist_free(&d);
-  free(xb);
+  rt_fmnist_run_free(&r);
   acc_destroy(&acc);
   return accuracy;
 }

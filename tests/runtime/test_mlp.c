@@ -167,41 +167,29 @@ static int train_rank(int rank, int world, void *arg) {
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
   acc_set_seed(acc, 0, 0);
-  const size_t N = 10000, B = 64;
-  rt_fmnist_t d;
-  rt_fmnist_load(&d, N, 10000);
-  const int sizes[] = {784, 256, 10};
-  acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, (int)B);
-  acc_optim_t *o =
-      acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), acc_mlp_num_params(m), 0.1f, 0.9f, 0.0f);
-  acc_sampler_t *s = acc_sampler_new(acc, N, B, 1, 0);
-  float *xb = malloc(B * 784 * sizeof(float));
-  int64_t yb[64];
+  rt_fmnist_run_t r;
+  rt_fmnist_run_new(&r, acc, 10000, 10000);
   double t0 = rt_now();
-  size_t nb = acc_sampler_num_batches(s);
+  size_t nb = acc_sampler_num_batches(r.s);
   float loss = 0;
   for (size_t b = 0; b < nb; b++) {
-    size_t len = rt_mlp_batch(s, b, d.X, d.y, xb, yb);
+    size_t len = rt_mlp_batch(r.s, b, r.d.X, r.d.y, r.xb, r.yb);
     acc_accumulate_begin(acc, b + 1 == nb);
-    acc_mlp_forward(m, xb, (int)len);
-    loss = acc_mlp_backward_xent(m, yb);
-    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(m), acc_mlp_num_params(m)));
-    acc_optim_step(acc, o);
-    acc_optim_zero_grad(acc, o);
+    acc_mlp_forward(r.m, r.xb, (int)len);
+    loss = acc_mlp_backward_xent(r.m, r.yb);
+    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(r.m), acc_mlp_num_params(r.m)));
+    acc_optim_step(acc, r.o);
+    acc_optim_zero_grad(acc, r.o);
     acc_accumulate_end(acc);
   }
   double dt = rt_now() - t0;
   /* evaluate on this rank's shard of the test set, gather for metrics */
-  double accuracy = rt_mlp_accuracy(acc, m, d.XT, d.ty, 10000, B, xb);
+  double accuracy = rt_mlp_accuracy(acc, r.m, r.d.XT, r.d.ty, 10000, 64, r.xb);
   acc_print(acc, "world %d: %zu steps in %.3f s (%.3f ms/step), last loss %.3f, accuracy %.4f\n",
             world, nb, dt, 1e3 * dt / (double)nb, loss, accuracy);
   ASSERT_DBL_LT(0.70, accuracy);
   (void)rank;
-  acc_sampler_destroy(&s);
-  acc_optim_destroy(&o);
-  acc_mlp_destroy(&m);
-  rt_fmnist_free(&d);
-  free(xb);
+  rt_fmnist_run_free(&r);
   acc_destroy(&acc);
   return 0;
 }
