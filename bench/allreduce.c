@@ -16,30 +16,24 @@
  * Built by bench/allreduce.py against the build tree's libnbfork.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "acc_gloo.h"
 #include "nbfork.h"
+
+/* The tests' fork-N-ranks helper (a free MASTER_PORT, tried again when
+ * rank 0 finds it taken) and the one monotonic clock, compiled in here
+ * because bench/allreduce.py builds this file alone against libnbfork,
+ * which does not export them. */
+#include "../runtime/nbf_util.c"
+#include "../tests/runtime/rt_spawn.c"
 
 /* Internal runtime calls (exported by libnbfork, declared in
  * runtime/acc_internal.h). */
 void acc__set_allreduce_algo(acc_t *acc, int algo);
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_dbl(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -56,20 +50,6 @@ static int iters_for(size_t bytes) {
   return 10;
 }
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {0};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 typedef struct {
   int nalgos;
   int algos[8];
@@ -77,7 +57,10 @@ typedef struct {
   size_t sizes[16];
 } plan_t;
 
-static int rank_main(const plan_t *p) {
+static int rank_main(int rank_unused, int world_unused, void *arg) {
+  (void)rank_unused;
+  (void)world_unused;
+  const plan_t *p = arg;
   acc_t *acc = acc_new(NULL);
   if (!acc)
     return 1;
@@ -106,9 +89,9 @@ static int rank_main(const plan_t *p) {
         acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM);
       acc_wait_for_everyone(acc);
       for (int i = 0; i < iters; i++) {
-        double t0 = now_s();
+        double t0 = rt_now();
         acc_result_t r = acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM);
-        t[i] = now_s() - t0;
+        t[i] = rt_now() - t0;
         if (r != ACC_OK) {
           fprintf(stderr, "all-reduce failed: %s\n", acc_last_error(acc));
           return 1;
@@ -125,10 +108,10 @@ static int rank_main(const plan_t *p) {
       float *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
       memset(dst, 0, bytes);
       for (int i = 0; i < iters; i++) {
-        double t0 = now_s();
+        double t0 = rt_now();
         memcpy(dst, buf, bytes);
         __asm__ volatile("" ::"r"(dst) : "memory");
-        t[i] = now_s() - t0;
+        t[i] = rt_now() - t0;
       }
       qsort(t, (size_t)iters, sizeof *t, cmp_dbl);
       printf("{\"side\":\"memcpy\",\"bytes\":%zu,\"iters\":%d,\"median_s\":%.9g,\"min_s\":%.9g}\n",
@@ -183,36 +166,8 @@ int main(int argc, char **argv) {
     }
     free(copy);
   }
-  char port[16], run_id[64];
-  snprintf(port, sizeof port, "%d", free_port());
-  snprintf(run_id, sizeof run_id, "bench-allreduce-%d", (int)getpid());
-  fflush(stdout);
-  pid_t *pids = calloc((size_t)nproc, sizeof *pids);
-  for (int r = 0; r < nproc; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      char b[16];
-      snprintf(b, sizeof b, "%d", r);
-      setenv("RANK", b, 1);
-      setenv("LOCAL_RANK", b, 1);
-      snprintf(b, sizeof b, "%d", nproc);
-      setenv("WORLD_SIZE", b, 1);
-      setenv("LOCAL_WORLD_SIZE", b, 1);
-      setenv("MASTER_ADDR", "127.0.0.1", 1);
-      setenv("MASTER_PORT", port, 1);
-      setenv("NBFORK_RUN_ID", run_id, 1);
-      setenv("ACCELERATE_USE_CPU", "1", 1);
-      unsetenv("NBFORK_STORE_HOSTED");
-      _exit(rank_main(&p));
-    }
-  }
-  int rc = 0;
-  for (int r = 0; r < nproc; r++) {
-    int st;
-    waitpid(pids[r], &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-      rc = 1;
-  }
-  free(pids);
-  return rc;
+  /* deadline and NBFORK_TIMEOUT_S: the benchmark's own (300 s is the
+   * runtime's default); rt_spawn's are for tests. */
+  rt_spawn_opts_t o = {.world = nproc, .deadline_s = 3600, .timeout_s = "300"};
+  return rt_spawn(&o, rank_main, &p, NULL);
 }

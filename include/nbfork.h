@@ -1,7 +1,8 @@
 /*
  * nbfork.h — the runtime a launched training function calls: the C
- * counterpart of Hugging Face Accelerate's `Accelerator`, plus the display
- * API that lets cells and workers show rich output in the notebook.
+ * counterpart of Hugging Face Accelerate's `Accelerator`. It includes
+ * nbf_display.h, the display API that lets cells and workers show rich
+ * output in the notebook.
  *
  * Cells and launched workers see this header without any flag; plain C
  * programs use `pkg-config --cflags --libs nbfork`.
@@ -14,13 +15,22 @@
  *    (NBFORK_TIMEOUT_S, default 300 s) expires; they are in place;
  *  - functions returning pointers return NULL on failure; the caller owns
  *    what a `_new` returns and frees it with the matching `_destroy`,
- *    which is NULL-safe and clears the caller's pointer.
+ *    which is NULL-safe and clears the caller's pointer;
+ *  - calls that return something else (an int, a size_t, a float, void)
+ *    say below exactly what failure looks like; where an acc_t is at hand
+ *    the reason is in acc_last_error. The library prints only where that
+ *    is the call's job (acc_print, progress bars, the display API's
+ *    text fallback) and, as one line on stderr, the reason of a failure
+ *    that has no acc_t to keep it (acc_new, acc_idx_read, acc_mlp_* with
+ *    a NULL accelerator, nbf_display's invalid JSON or failed write).
  */
 #ifndef NBFORK_H
 #define NBFORK_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "nbf_display.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -115,7 +125,8 @@ typedef struct acc acc_t;
  *                         uses device LOCAL_RANK (this initializes CUDA in
  *                         the calling process).
  * `cfg` may be NULL (= ACC_CONFIG_INIT). Returns NULL on failure after
- * printing the reason to stderr (rank, step, cause). */
+ * printing the reason to stderr as one line (rank, step, cause); the
+ * same text is acc_last_error(NULL) in the calling thread. */
 acc_t *acc_new(const acc_config_t *cfg);
 
 /* Leave the process group and free everything: draws pending charts,
@@ -134,7 +145,10 @@ int acc_is_local_main_process(const acc_t *acc);
 /* -1 = CPU; otherwise the CUDA device index this rank uses. */
 int acc_device(const acc_t *acc);
 acc_precision_t acc_mixed_precision(const acc_t *acc);
-/* Text of the last error stored in `acc` ("" when none). */
+/* Text of the last error stored in `acc` ("" when none). With acc NULL:
+ * the last error of this thread's calls made without an accelerator (a
+ * failed acc_new, acc_to_f16(NULL, ...), ...), "" when none. Valid until
+ * the next failing call on the same acc (or thread). */
 const char *acc_last_error(const acc_t *acc);
 
 /* ------------------------------------------------------------------ */
@@ -175,7 +189,8 @@ acc_result_t acc_wait_for_everyone(acc_t *acc);
 
 /* Seed the runtime's RNG (used by the sampler, initializers, dropout)
  * and libc's rand(); the same seed gives the same sequence on every run.
- * With per_rank != 0 each rank gets seed + rank. */
+ * With per_rank != 0 each rank gets seed + rank. `acc` may be NULL (the
+ * process-wide RNG). Cannot fail. */
 void acc_set_seed(acc_t *acc, unsigned long long seed, int per_rank);
 /* Next value of the runtime RNG: uniform in [0, 1). */
 double acc_rand_uniform(acc_t *acc);
@@ -183,7 +198,9 @@ double acc_rand_uniform(acc_t *acc);
 double acc_rand_normal(acc_t *acc);
 
 /* printf on the main process only (Accelerate's accelerator.print);
- * flushes so the line reaches the notebook at once. */
+ * flushes so the line reaches the notebook at once. Returns printf's
+ * result (characters written, negative on an output error); 0 on other
+ * ranks and when fmt is NULL. `acc` may be NULL (prints). */
 int acc_print(const acc_t *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------ */
@@ -237,7 +254,9 @@ size_t acc_sampler_dataset_size(const acc_sampler_t *s);
  * order) and drop the padding duplicates the sampler added on the LAST
  * batch. `is_last_batch` says whether this is the final batch of the
  * epoch; `dataset_size` the true number of samples. Returns the number of
- * valid elements written to `out` (≤ world*count), or (size_t)-1 on error. */
+ * valid elements written to `out` (≤ world*count), or (size_t)-1 on error:
+ * acc NULL, a NULL buffer, or the all-gather failed (then its reason is
+ * in acc_last_error). */
 size_t acc_gather_for_metrics(acc_t *acc, const int64_t *values, size_t count, int64_t *out,
                               int is_last_batch, size_t dataset_size);
 
@@ -246,7 +265,8 @@ size_t acc_gather_for_metrics(acc_t *acc, const int64_t *values, size_t count, i
 /* ------------------------------------------------------------------ */
 
 /* Start a micro-step. `is_last_batch` forces a sync when the config's
- * sync_with_dataloader is on. Sets acc_sync_gradients. */
+ * sync_with_dataloader is on. Sets acc_sync_gradients. Both calls cannot
+ * fail; with acc NULL they do nothing. */
 void acc_accumulate_begin(acc_t *acc, int is_last_batch);
 void acc_accumulate_end(acc_t *acc);
 /* 1 when this micro-step ends an accumulation window (the optimizer
@@ -345,18 +365,30 @@ int acc_optimizer_step_was_skipped(const acc_t *acc);
 typedef struct acc_mlp acc_mlp_t;
 
 /* sizes[0] = inputs, sizes[nlayers] = outputs; weights Kaiming-uniform
- * (PyTorch nn.Linear default) from the accelerator's RNG. */
+ * (PyTorch nn.Linear default) from the accelerator's RNG. `acc` may be
+ * NULL (one process, f32). With world size > 1 the initial parameters
+ * are broadcast from rank 0 (collective). Returns NULL on bad sizes, out
+ * of memory or a failed broadcast; the reason is in acc_last_error(acc),
+ * or on stderr when acc is NULL.
+ *
+ * The other acc_mlp_* calls report errors the same way (acc_last_error
+ * of the model's accelerator, else stderr). */
 acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch);
 void acc_mlp_destroy(acc_mlp_t **m_p);
 size_t acc_mlp_num_params(const acc_mlp_t *m);
 float *acc_mlp_params(acc_mlp_t *m);
 float *acc_mlp_grads(acc_mlp_t *m);
 /* Forward `batch` rows of x (batch × sizes[0]); returns logits
- * (batch × sizes[nlayers]), owned by the model, valid until next call. */
+ * (batch × sizes[nlayers]), owned by the model, valid until next call.
+ * NULL when m or x is NULL, batch is not in 1..max_batch, or no memory
+ * for the half-precision buffers. */
 const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch);
 /* Softmax cross-entropy of the last forward against `labels` (batch
  * int64 class indices); mean over the batch. ADDS d(loss)/d(params) into
- * the gradient buffer. Returns the loss.
+ * the gradient buffer. Returns the loss; NaN (gradients untouched) when
+ * there was no forward or a label is not in 0..sizes[nlayers]-1. A
+ * failed bucket all-reduce (below) leaves its error in acc_last_error and
+ * the next acc_backward returns it.
  *
  * Gradient buckets (NBFORK_GRAD_BUCKETS, with world size > 1 and no
  * gradient accumulation): 1 = each layer's gradient is all-reduced
@@ -372,12 +404,16 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch);
  * time from the backward pass instead of hiding behind it, and more,
  * smaller all-reduces cost more round trips. */
 float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels);
-/* argmax of each row of the last forward's logits into `pred` (batch). */
+/* argmax of each row of the last forward's logits into `pred` (batch).
+ * Does nothing before the first forward. */
 void acc_mlp_predict(const acc_mlp_t *m, int64_t *pred);
 void acc_mlp_zero_grad(acc_mlp_t *m);
 
 /* SGD with momentum (PyTorch torch.optim.SGD semantics) or AdamW
- * (Loshchilov & Hutter 2019; torch.optim.AdamW semantics). */
+ * (Loshchilov & Hutter 2019; torch.optim.AdamW semantics) over `n`
+ * parameters and their gradients (borrowed, not copied). NULL on a NULL
+ * buffer, n == 0, a negative lr/momentum/weight_decay/eps, a beta outside
+ * [0, 1), or out of memory. */
 typedef struct acc_optim acc_optim_t;
 acc_optim_t *acc_sgd_new(float *params, float *grads, size_t n, float lr, float momentum,
                          float weight_decay);
@@ -389,11 +425,13 @@ acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, floa
  * with fp16 mixed precision when the gradients hold inf/NaN. With fp16 it
  * runs GradScaler's unscale_ (the gradient buffer is divided by the loss
  * scale in place), step (skipped on inf/NaN) and update (see "Mixed
- * precision" above). `acc` may be NULL (always steps). */
+ * precision" above). `acc` may be NULL (always steps). Cannot fail
+ * otherwise (opt NULL: 0). */
 int acc_optim_step(acc_t *acc, acc_optim_t *opt);
 /* Zero the optimizer's gradient buffer, but only on sync micro-steps
  * (Accelerate's AcceleratedOptimizer.zero_grad); `acc` may be NULL. */
 void acc_optim_zero_grad(acc_t *acc, acc_optim_t *opt);
+/* A negative lr is ignored. */
 void acc_optim_set_lr(acc_optim_t *opt, float lr);
 void acc_optim_destroy(acc_optim_t **opt_p);
 
@@ -447,7 +485,9 @@ acc_result_t acc_register_for_checkpointing(acc_t *acc, const char *name, void *
 /* ------------------------------------------------------------------ */
 
 /* A progress bar drawn on the main process only, updated in place in the
- * notebook (update_display_data), with rate and ETA, like tqdm. */
+ * notebook (update_display_data), with rate and ETA, like tqdm; on a
+ * terminal it is drawn on stderr. NULL only when out of memory; drawing
+ * errors are ignored (a progress bar must not stop training). */
 typedef struct acc_progress acc_progress_t;
 acc_progress_t *acc_progress_new(const acc_t *acc, const char *desc, size_t total);
 /* Advance by `n` and optionally set a postfix text (e.g. "loss=0.31"). */
@@ -456,53 +496,12 @@ void acc_progress_destroy(acc_progress_t **p_p); /* draws the final state */
 
 /* Append (step, value) to the series `name` and redraw a live line chart
  * (SVG) in place on the main process. Values from other ranks are ignored
- * (log what you all-reduced). */
+ * (log what you all-reduced). Out of memory drops the point; drawing
+ * errors are ignored, as for progress bars. */
 void acc_log_scalar(acc_t *acc, const char *name, long step, double value);
 /* Redraw the charts now if points were logged since the last redraw
  * (redraws are rate-limited to a few per second; acc_destroy flushes). */
 void acc_log_flush(acc_t *acc);
-
-/* ------------------------------------------------------------------ */
-/* Display API (cells and workers)                                      */
-/* ------------------------------------------------------------------ */
-
-/* Show `len` bytes of `data` as MIME type `mime` in the cell's output
- * (Jupyter `display_data`, messaging spec §"Display Data"). Text types
- * (text/..., image/svg+xml, application/javascript) are sent as text;
- * binary types (image/png, ...) are base64-encoded; application/json (and
- * any "+json" type) must hold one JSON document. Returns a display id
- * (> 0) for nbf_update_display, or -1 on error (bad argument, invalid
- * JSON, write failure). Without a kernel attached (NBFORK_DISPLAY_FD
- * unset) text data is printed to stdout and an id is returned; binary
- * data cannot be shown and -1 is returned. */
-long nbf_display(const char *mime, const void *data, size_t len);
-
-/* Replace what display `id` shows (Jupyter `update_display_data`).
- * Returns 0, or -1 on error. */
-int nbf_update_display(long id, const char *mime, const void *data, size_t len);
-
-/* One representation of a MIME bundle (Jupyter `data` dict entry). */
-typedef struct {
-  const char *mime;
-  const void *data;
-  size_t len;
-} nbf_mime_t;
-
-/* Show `n` representations of the same object at once (e.g. text/plain
- * and text/html); the front end picks the richest it can render. Same
- * rules and returns as nbf_display (without a kernel the text/plain item
- * is printed). */
-long nbf_display_bundle(const nbf_mime_t *items, int n);
-int nbf_update_display_bundle(long id, const nbf_mime_t *items, int n);
-
-/* Clear the cell's output (Jupyter `clear_output`); with wait != 0 the
- * front end clears only when new output arrives. Returns 0, or -1 on a
- * write error or without a kernel attached. */
-int nbf_clear_output(int wait);
-
-/* Internal: used by code the cell engine generates to show the value of a
- * cell's last expression (Jupyter `execute_result`, text/plain). */
-int nbf__execute_result(const char *text_plain);
 
 #ifdef __cplusplus
 }

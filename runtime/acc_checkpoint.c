@@ -44,6 +44,7 @@
 #include <zlib.h>
 
 #include "acc_internal.h"
+#include "nbf_util.h"
 
 #define CKPT_MAGIC "NBFSTATE"
 #define CKPT_VERSION 1u
@@ -160,26 +161,14 @@ static acc_result_t write_atomic(acc_t *acc, const char *dir, const char *name, 
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return io_error(acc, "cannot create checkpoint file", tmp, errno);
-  const unsigned char *p = data;
-  size_t left = len;
-  while (left) {
-    ssize_t n = write(fd, p, left);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      int e = n < 0 ? errno : EIO;
-      close(fd);
-      unlink(tmp);
-      return io_error(acc, "cannot write checkpoint file", tmp, e);
-    }
-    p += n;
-    left -= (size_t)n;
-  }
-  if (fsync(fd) != 0) {
+  const char *failed = nbf_write_all(fd, data, len) != 0 ? "cannot write checkpoint file"
+                       : fsync(fd) != 0                  ? "cannot flush checkpoint file"
+                                                         : NULL;
+  if (failed) {
     int e = errno;
     close(fd);
     unlink(tmp);
-    return io_error(acc, "cannot flush checkpoint file", tmp, e);
+    return io_error(acc, failed, tmp, e);
   }
   if (close(fd) != 0) {
     int e = errno;
@@ -405,12 +394,9 @@ static acc_result_t agree(acc_t *acc, acc_result_t r, const char *what) {
   int32_t bad[2] = {r != ACC_OK ? (int32_t)r : 0, r != ACC_OK ? acc->rank : -1};
   char keep[sizeof acc->err];
   memcpy(keep, acc->err, sizeof keep);
-  acc_result_t c = acc_all_reduce(acc, bad, 2, ACC_I32, ACC_MAX);
-  if (c != ACC_OK)
-    return c;
+  ACC_CHECK(acc_all_reduce(acc, bad, 2, ACC_I32, ACC_MAX));
   memcpy(acc->err, keep, sizeof keep);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(r);
   if (bad[0] != 0)
     return acc__set_error(acc, (acc_result_t)bad[0],
                           "%s failed on rank %d (see that rank's error); nothing was changed here",
@@ -470,8 +456,8 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
     if (opt) {
       acc__optim_view_t v;
       acc__optim_view(opt, &v);
-      optim_rec_t o = {v.kind,     v.m != NULL,    v.v != NULL, 0,       v.n,   v.lr,
-                       v.momentum, v.weight_decay, v.beta1,     v.beta2, v.eps, v.t};
+      optim_rec_t o = {v.kind,        v.m != NULL,       v.v != NULL, 0,          v.n,      v.hp.lr,
+                       v.hp.momentum, v.hp.weight_decay, v.hp.beta1,  v.hp.beta2, v.hp.eps, v.hp.t};
       section(&w, "optim", &o, sizeof o);
       if (v.m)
         section(&w, "optim.m", v.m, v.n * sizeof(float));
@@ -540,10 +526,9 @@ static acc_result_t use_shared(acc_t *acc, const rfile_t *f, acc_mlp_t *model, a
         (o->has_v && (!vv || bv != v.n * sizeof(float))))
       return acc__set_error(acc, ACC_ERR_IO, "%s: optimizer buffers are missing or short", path);
     if (apply) {
-      acc__optim_view_t nv = {o->kind,  o->n,     o->lr,  o->momentum, o->weight_decay,
-                              o->beta1, o->beta2, o->eps, o->t,        NULL,
-                              NULL};
-      acc__optim_restore(opt, &nv);
+      acc__optim_hparams_t hp = {o->lr,  o->momentum, o->weight_decay, o->beta1, o->beta2,
+                                 o->eps, o->t};
+      acc__optim_restore(opt, &hp);
       if (m)
         memcpy(v.m, m, bm);
       if (vv)
@@ -636,9 +621,7 @@ acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
     r = read_file(acc, spath, &sf.buf, &sf.len);
   if (acc->world > 1 && !acc->broken) {
     int64_t len = r == ACC_OK ? (int64_t)sf.len : -1;
-    acc_result_t c = acc_broadcast(acc, &len, 1, ACC_I64, 0);
-    if (c != ACC_OK)
-      return c;
+    ACC_CHECK(acc_broadcast(acc, &len, 1, ACC_I64, 0));
     if (len < 0) {
       if (acc->rank != 0)
         r = acc__set_error(acc, ACC_ERR_IO,
@@ -652,7 +635,7 @@ acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
         sf.buf = malloc((sf.len + 7) / 8 * 8 + 8);
       }
       int32_t ok = sf.buf != NULL, all_ok = ok;
-      c = acc_all_reduce(acc, &all_ok, 1, ACC_I32, ACC_MIN);
+      acc_result_t c = acc_all_reduce(acc, &all_ok, 1, ACC_I32, ACC_MIN);
       if (c == ACC_OK && !all_ok) {
         free(sf.buf);
         return acc__set_error(acc, ACC_ERR_NO_MEMORY,

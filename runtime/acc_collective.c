@@ -43,91 +43,93 @@ static acc_result_t broken(acc_t *acc) {
   return ACC_ERR_PEER;
 }
 
+/* Run the Gloo shim call `call` on a group that is not broken; `call`
+ * writes its text into the `err` this macro declares. A failure breaks
+ * the group and returns from the enclosing function with the shim's
+ * text as the error. */
+#define GLOO_CHECK(acc, call)                                                                      \
+  do {                                                                                             \
+    if ((acc)->broken)                                                                             \
+      return broken(acc);                                                                          \
+    char err[1024];                                                                                \
+    acc_result_t gloo_r_ = (call);                                                                 \
+    if (gloo_r_ != ACC_OK)                                                                         \
+      return gloo_failed((acc), gloo_r_, err);                                                     \
+  } while (0)
+
 acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, acc_op_t op) {
-  acc_result_t r = check(acc, "all-reduce", buf, buf, count, dtype);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(check(acc, "all-reduce", buf, buf, count, dtype));
   if (!acc_op_valid(op))
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "all-reduce: unknown op %d", (int)op);
   if (count == 0 || acc->world == 1)
     return ACC_OK;
-  if (acc->broken)
-    return broken(acc);
-  if (on_device(acc, buf))
-    return acc_nccl_all_reduce(acc, buf, count, dtype, op);
-  char err[1024];
-  r = acc_gloo_all_reduce_algo(acc->gloo, buf, count, dtype, op,
-                               (acc_gloo_algo_t)acc->allreduce_algo, err, sizeof err);
-  if (r != ACC_OK)
-    return gloo_failed(acc, r, err);
+  if (!acc->broken && on_device(acc, buf))
+    return acc_nccl_collective(acc, ACC_NCCL_ALL_REDUCE, buf, buf, count, dtype, op, 0);
+  GLOO_CHECK(acc, acc_gloo_all_reduce_algo(acc->gloo, buf, count, dtype, op,
+                                           (acc_gloo_algo_t)acc->allreduce_algo, err, sizeof err));
   if (op == ACC_AVG)
     acc_reduce_divide(buf, count, dtype, acc->world);
   return ACC_OK;
 }
 
 acc_result_t acc_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root) {
-  acc_result_t r = check(acc, "broadcast", buf, buf, count, dtype);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(check(acc, "broadcast", buf, buf, count, dtype));
   if (root < 0 || root >= acc->world)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                           "broadcast: root %d is not a rank (world size %d)", root, acc->world);
   if (count == 0 || acc->world == 1)
     return ACC_OK;
-  if (acc->broken)
-    return broken(acc);
-  if (on_device(acc, buf))
-    return acc_nccl_broadcast(acc, buf, count, dtype, root);
-  char err[1024];
-  r = acc_gloo_broadcast(acc->gloo, buf, count * acc_dtype_size(dtype), root, err, sizeof err);
-  return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+  if (!acc->broken && on_device(acc, buf))
+    return acc_nccl_collective(acc, ACC_NCCL_BROADCAST, buf, buf, count, dtype, ACC_SUM, root);
+  GLOO_CHECK(acc, acc_gloo_broadcast(acc->gloo, buf, count * acc_dtype_size(dtype), root, err,
+                                     sizeof err));
+  return ACC_OK;
+}
+
+/* What all-gather and reduce-scatter share before Gloo: device buffers
+ * go to NCCL, and with one process the result is the input. Returns 1
+ * with the result in *r when it handled the call, else 0. */
+static int local_or_device(acc_t *acc, acc_nccl_coll_t coll, const void *send, void *recv,
+                           size_t count, acc_dtype_t dtype, acc_op_t op, acc_result_t *r) {
+  if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
+    *r =
+        acc->broken ? broken(acc) : acc_nccl_collective(acc, coll, send, recv, count, dtype, op, 0);
+    return 1;
+  }
+  if (acc->world == 1) {
+    memmove(recv, send, count * acc_dtype_size(dtype));
+    *r = ACC_OK;
+    return 1;
+  }
+  return 0;
 }
 
 acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
                             acc_dtype_t dtype) {
-  acc_result_t r = check(acc, "all-gather", send, recv, count, dtype);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(check(acc, "all-gather", send, recv, count, dtype));
   if (count == 0)
     return ACC_OK;
+  acc_result_t r;
+  if (local_or_device(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM, &r))
+    return r;
   size_t bytes = count * acc_dtype_size(dtype);
-  if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
-    if (acc->broken)
-      return broken(acc);
-    return acc_nccl_all_gather(acc, send, recv, count, dtype);
-  }
-  if (acc->world == 1) {
-    memmove(recv, send, bytes);
-    return ACC_OK;
-  }
-  if (acc->broken)
-    return broken(acc);
-  char err[1024];
-  r = acc_gloo_all_gather(acc->gloo, send, recv, bytes, err, sizeof err);
-  return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+  GLOO_CHECK(acc, acc_gloo_all_gather(acc->gloo, send, recv, bytes, err, sizeof err));
+  return ACC_OK;
 }
 
 /* Host reduce-scatter as PyTorch's Gloo backend does it: all-reduce a
  * copy of the whole input with Gloo, keep this rank's block. */
 acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
                                 acc_dtype_t dtype, acc_op_t op) {
-  acc_result_t r = check(acc, "reduce-scatter", send, recv, count, dtype);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(check(acc, "reduce-scatter", send, recv, count, dtype));
   if (!acc_op_valid(op))
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "reduce-scatter: unknown op %d", (int)op);
   if (count == 0)
     return ACC_OK;
+  acc_result_t r;
+  if (local_or_device(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, &r))
+    return r;
   size_t esz = acc_dtype_size(dtype), bytes = count * esz;
-  if (acc->device >= 0 && (on_device(acc, send) || on_device(acc, recv))) {
-    if (acc->broken)
-      return broken(acc);
-    return acc_nccl_reduce_scatter(acc, send, recv, count, dtype, op);
-  }
-  if (acc->world == 1) {
-    memmove(recv, send, bytes);
-    return ACC_OK;
-  }
   if (acc->broken)
     return broken(acc);
   size_t total = bytes * (size_t)acc->world;
@@ -153,11 +155,8 @@ acc_result_t acc_wait_for_everyone(acc_t *acc) {
     return ACC_ERR_INVALID_ARGUMENT;
   if (acc->world == 1)
     return ACC_OK;
-  if (acc->broken)
-    return broken(acc);
-  char err[1024];
-  acc_result_t r = acc_gloo_barrier(acc->gloo, err, sizeof err);
-  return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+  GLOO_CHECK(acc, acc_gloo_barrier(acc->gloo, err, sizeof err));
+  return ACC_OK;
 }
 
 void acc__set_allreduce_algo(acc_t *acc, int algo) {
@@ -174,19 +173,11 @@ const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
   return acc_gloo_algo_name(a);
 }
 
-void acc__set_grad_buckets(acc_t *acc, int mode) {
-  if (acc && mode >= 0 && mode <= 2)
-    acc->grad_buckets = mode;
-}
-
 acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n) {
   if (acc->grad_buckets != 2)
     return acc_all_reduce(acc, buf, n, ACC_F32, ACC_AVG);
-  if (acc->broken)
-    return broken(acc);
-  char err[1024];
-  acc_result_t r = acc_gloo_all_reduce_async(acc->gloo, buf, n, ACC_F32, ACC_AVG, err, sizeof err);
-  return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
+  GLOO_CHECK(acc, acc_gloo_all_reduce_async(acc->gloo, buf, n, ACC_F32, ACC_AVG, err, sizeof err));
+  return ACC_OK;
 }
 
 acc_result_t acc__wait_buckets(acc_t *acc) {

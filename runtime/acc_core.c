@@ -59,10 +59,12 @@ static int parse_precision(const char *s, acc_precision_t *out) {
   return 0;
 }
 
-/* Print why acc_new failed and free the partial accelerator. */
+/* Say why acc_new failed (acc_last_error(NULL) and one line on stderr:
+ * the caller gets no acc_t to ask) and free the partial accelerator. */
 static acc_t *fail(acc_t *acc, const char *step) {
-  fprintf(stderr, "nbfork: acc_new failed (rank %d of %d, %s): %s\n", acc->rank, acc->world, step,
-          acc->err[0] ? acc->err : "unknown error");
+  acc__set_error(NULL, ACC_ERR_SYSTEM, "acc_new failed (rank %d of %d, %s): %s", acc->rank,
+                 acc->world, step, acc->err[0] ? acc->err : "unknown error");
+  fprintf(stderr, "nbfork: %s\n", acc_last_error(NULL));
   fflush(stderr);
   acc->broken = 1; /* no barrier on the way out */
   acc_destroy(&acc);
@@ -181,12 +183,13 @@ static int join_group(acc_t *acc) {
       return -1;
     }
   }
-  acc->store =
-      acc_store_client_new_secure(acc->master_addr, acc->master_port, acc->timeout_ms, secret);
+  char err[1024];
+  acc->store = acc_store_client_open(acc->master_addr, acc->master_port, acc->timeout_ms, secret,
+                                     err, sizeof err);
   if (!acc->store) {
-    acc__set_error(acc, ACC_ERR_STORE, "cannot create a%s client of the store at %s:%d",
-                   secret ? " secure (NBFORK_RDZV_SECRET)" : "", acc->master_addr,
-                   acc->master_port);
+    acc__set_error(acc, ACC_ERR_STORE, "cannot create a%s client of the store at %s:%d: %s",
+                   secret ? " secure (NBFORK_RDZV_SECRET)" : "", acc->master_addr, acc->master_port,
+                   err);
     return -1;
   }
   char host[256];
@@ -200,7 +203,7 @@ static int join_group(acc_t *acc) {
                    acc->master_addr);
     return -1;
   }
-  char gloo_prefix[256], err[1024];
+  char gloo_prefix[256];
   snprintf(gloo_prefix, sizeof gloo_prefix, "%sgloo/", acc->key_prefix);
   acc_result_t r = acc_gloo_connect(&acc->gloo, acc->rank, acc->world, host, acc->store,
                                     gloo_prefix, acc->timeout_ms, busy_poll(acc), err, sizeof err);
@@ -225,7 +228,8 @@ acc_t *acc_new(const acc_config_t *cfg) {
     c = *cfg;
   acc_t *acc = calloc(1, sizeof *acc);
   if (!acc) {
-    fprintf(stderr, "nbfork: acc_new: out of memory\n");
+    acc__set_error(NULL, ACC_ERR_NO_MEMORY, "acc_new: out of memory");
+    fprintf(stderr, "nbfork: %s\n", acc_last_error(NULL));
     return NULL;
   }
   acc->device = -1;

@@ -34,13 +34,22 @@ const char *acc_strerror(acc_result_t r) {
   return "unknown nbfork result code";
 }
 
+/* The last error of a call made without an accelerator (acc NULL, or an
+ * acc_new that failed), per thread so that threads do not read each
+ * other's: acc_last_error(NULL). */
+static __thread char g_err_no_acc[1024];
+
 acc_result_t acc__set_error(acc_t *acc, acc_result_t code, const char *fmt, ...) {
-  if (!acc)
+  va_list ap;
+  if (!acc) {
+    va_start(ap, fmt);
+    vsnprintf(g_err_no_acc, sizeof g_err_no_acc, fmt, ap);
+    va_end(ap);
     return code;
+  }
   int n = snprintf(acc->err, sizeof acc->err, "rank %d: ", acc->rank);
   if (n < 0 || (size_t)n >= sizeof acc->err)
     n = 0;
-  va_list ap;
   va_start(ap, fmt);
   vsnprintf(acc->err + n, sizeof acc->err - (size_t)n, fmt, ap);
   va_end(ap);
@@ -48,5 +57,5 @@ acc_result_t acc__set_error(acc_t *acc, acc_result_t code, const char *fmt, ...)
 }
 
 const char *acc_last_error(const acc_t *acc) {
-  return acc ? acc->err : "";
+  return acc ? acc->err : g_err_no_acc;
 }

@@ -330,27 +330,6 @@ void acc_gloo_release_store(acc_gloo_t *g) {
   g->sync_tried = true;
 }
 
-void acc_gloo_abort(acc_gloo_t *g) {
-  if (!g || !g->ctx)
-    return;
-  try {
-    if (g->sctx)
-      g->sctx->closeConnections();
-    g->ctx->closeConnections();
-  } catch (...) {
-  }
-}
-
-void acc_gloo_set_timeout(acc_gloo_t *g, int timeout_ms) {
-  if (g && timeout_ms > 0) {
-    g->timeout = std::chrono::milliseconds(timeout_ms);
-    if (g->ctx)
-      g->ctx->setTimeout(g->timeout);
-    if (g->sctx)
-      g->sctx->setTimeout(g->timeout);
-  }
-}
-
 acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t esz,
                                  acc_reduce_fn fn, char *err, size_t errlen) {
   drain(g);

@@ -46,9 +46,6 @@ void acc_gloo_release_store(acc_gloo_t *g);
 /* Close connections and free. NULL-safe; clears *g_p. */
 void acc_gloo_destroy(acc_gloo_t **g_p);
 
-/* Close every connection at once (peers see "connection reset"). */
-void acc_gloo_abort(acc_gloo_t *g);
-
 /* In-place all-reduce of `count` elements of `esz` bytes with `fn`. */
 acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t esz,
                                  acc_reduce_fn fn, char *err, size_t errlen);
@@ -115,9 +112,6 @@ acc_result_t acc_gloo_all_gather(acc_gloo_t *g, const void *send, void *recv, si
 
 /* Barrier across all ranks. */
 acc_result_t acc_gloo_barrier(acc_gloo_t *g, char *err, size_t errlen);
-
-/* Change the timeout of later collectives (ms > 0). */
-void acc_gloo_set_timeout(acc_gloo_t *g, int timeout_ms);
 
 #ifdef __cplusplus
 }

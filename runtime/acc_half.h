@@ -9,16 +9,26 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float acc_bf16_to_f32(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
+/* The bits of a float and back (memcpy: no aliasing rules broken; the
+ * compiler turns it into a register move). */
+static inline uint32_t acc_f32_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static inline float acc_bits_f32(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
 
+static inline float acc_bf16_to_f32(uint16_t h) {
+  return acc_bits_f32((uint32_t)h << 16);
+}
+
 static inline uint16_t acc_f32_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  uint32_t u = acc_f32_bits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet, keep sign */
     return (uint16_t)((u >> 16) | 0x0040u);
   u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
@@ -46,14 +56,11 @@ static inline float acc_f16_to_f32(uint16_t h) {
   } else {
     u = sign | ((exp + 127 - 15) << 23) | (man << 13);
   }
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
+  return acc_bits_f32(u);
 }
 
 static inline uint16_t acc_f32_to_f16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
+  uint32_t u = acc_f32_bits(f);
   uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
   uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) /* NaN */

@@ -16,33 +16,38 @@
 
 namespace {
 
-__global__ void k_to_f16(uint16_t *dst, const float *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+/* Grid-stride loop: thread t handles elements t, t + T, t + 2T, ...
+ * (T = threads in the grid), so any grid size covers any n. */
+#define FOR_EACH_ELEMENT(i, n)                                                                     \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                          \
        i += (size_t)gridDim.x * blockDim.x)
-    dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+
+/* The element conversions (round to nearest even) and one kernel that
+ * maps any of them over a buffer. */
+__device__ uint16_t to_f16(float x) {
+  return __half_as_ushort(__float2half_rn(x));
+}
+__device__ float from_f16(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+__device__ uint16_t to_bf16(float x) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+__device__ float from_bf16(uint16_t h) {
+  return __bfloat162float(__ushort_as_bfloat16(h));
 }
 
-__global__ void k_from_f16(float *dst, const uint16_t *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    dst[i] = __half2float(__ushort_as_half(src[i]));
-}
-
-__global__ void k_to_bf16(uint16_t *dst, const float *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
-}
-
-__global__ void k_from_bf16(float *dst, const uint16_t *src, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    dst[i] = __bfloat162float(__ushort_as_bfloat16(src[i]));
+template <typename Out, typename In, Out (*F)(In)>
+__global__ void k_map(void *dst, const void *src, size_t n) {
+  Out *o = static_cast<Out *>(dst);
+  const In *in = static_cast<const In *>(src);
+  FOR_EACH_ELEMENT(i, n) {
+    o[i] = F(in[i]);
+  }
 }
 
 __global__ void k_unscale(float *g, size_t n, float inv, int *found) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
+  FOR_EACH_ELEMENT(i, n) {
     float v = g[i];
     if (!isfinite(v))
       *found = 1;
@@ -72,16 +77,16 @@ extern "C" acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, s
   const unsigned b = blocks_for(n);
   switch (kind) {
   case 0:
-    k_to_f16<<<b, 256>>>(static_cast<uint16_t *>(dst), static_cast<const float *>(src), n);
+    k_map<uint16_t, float, to_f16><<<b, 256>>>(dst, src, n);
     break;
   case 1:
-    k_from_f16<<<b, 256>>>(static_cast<float *>(dst), static_cast<const uint16_t *>(src), n);
+    k_map<float, uint16_t, from_f16><<<b, 256>>>(dst, src, n);
     break;
   case 2:
-    k_to_bf16<<<b, 256>>>(static_cast<uint16_t *>(dst), static_cast<const float *>(src), n);
+    k_map<uint16_t, float, to_bf16><<<b, 256>>>(dst, src, n);
     break;
   case 3:
-    k_from_bf16<<<b, 256>>>(static_cast<float *>(dst), static_cast<const uint16_t *>(src), n);
+    k_map<float, uint16_t, from_bf16><<<b, 256>>>(dst, src, n);
     break;
   default:
     if (err && errlen)

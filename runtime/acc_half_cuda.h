@@ -2,7 +2,7 @@
  * acc_half_cuda.h — the device side of mixed precision: f32 <-> fp16/bf16
  * conversion kernels and the loss scaler's unscale + inf/NaN check on
  * device buffers. Built from acc_half_cuda.cu when CMake finds a CUDA
- * compiler (NBFORK_CUDA_KERNELS); with CUDA but no compiler, acc_mixed.c
+ * compiler (NBFORK_CUDA_KERNELS); with CUDA but no compiler, acc_half.c
  * stages through host memory; without CUDA both return
  * ACC_ERR_UNSUPPORTED. Every call is synchronous (it returns when the
  * result is in memory). Internal.

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "nbf_util.h"
 #include "nbfork.h"
 
 #define IDX_MAX_BYTES ((size_t)1 << 34) /* 16 GiB: anything larger is corrupt */
@@ -27,7 +28,7 @@ static int read_exact(gzFile f, void *buf, size_t n, char *why, size_t whylen) {
     if (r < 0) {
       int zerr;
       const char *m = gzerror(f, &zerr);
-      snprintf(why, whylen, "%s", zerr == Z_ERRNO ? strerror(errno) : m);
+      snprintf(why, whylen, "%s", zerr == Z_ERRNO ? NBF_STRERROR(errno) : m);
       return -1;
     }
     if (r == 0) {
@@ -62,7 +63,7 @@ acc_idx_t *acc_idx_read(const char *path) {
   gzFile f = gzopen(path, "rb");
   if (!f) {
     fprintf(stderr, "acc_idx_read: cannot open %s: %s\n", path,
-            errno ? strerror(errno) : "out of memory");
+            errno ? NBF_STRERROR(errno) : "out of memory");
     return NULL;
   }
   gzbuffer(f, 1 << 17);

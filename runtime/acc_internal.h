@@ -36,7 +36,7 @@ struct acc {
   size_t accum_prev_n;
   int accum_prev_zero; /* accum_prev is all zeros (start of a window) */
 
-  /* fp16 dynamic loss scaler (GradScaler; acc_mixed.c) */
+  /* fp16 dynamic loss scaler (GradScaler; acc_scaler.c) */
   float scale;                 /* current loss scale, 2^16 at start      */
   float growth_factor;         /* 2                                      */
   float backoff_factor;        /* 0.5                                    */
@@ -73,6 +73,49 @@ struct acc {
   char err[1024];
 };
 
+/*
+ * Error discipline of libnbfork.
+ *
+ * - Every call that can fail returns an acc_result_t (NCCL's
+ *   ncclResult_t); the place that detects the failure stores one message
+ *   saying what failed, where and why with acc__set_error ("rank R:
+ *   ..."), and every caller above it passes the code up unchanged. That
+ *   message is the breadcrumb: the user reads it with acc_last_error.
+ * - Helpers without an acc_t (the store client, the Gloo shim, NCCL)
+ *   keep their text in their own object or in an `err` buffer the caller
+ *   gives them; the acc_* function that called them copies it in.
+ * - Constructors (acc_new, acc_mlp_new, ...) return NULL on failure; the
+ *   one that has an acc stores the reason there, acc_new (which has none
+ *   to return) writes it as one line on stderr.
+ * - The library does not print otherwise, except where printing is the
+ *   function's documented job (acc_print, progress bars, nbf_display's
+ *   fallback to stdout) and the documented one-line reasons of the
+ *   NULL-returning helpers (acc_idx_read, acc_mlp_*) which have nowhere
+ *   else to put them.
+ *
+ * ACC_CHECK(expr): evaluate `expr` (an acc_result_t) once; if it is not
+ * ACC_OK, return it from the enclosing function unchanged. It adds no
+ * text and prints nothing: the failing call already stored why, and a
+ * second message would replace the more precise first one.
+ *
+ * ACC_CHECK_GOTO(expr, label): evaluate `expr` into the enclosing
+ * function's local `acc_result_t r`; if it is not ACC_OK, jump to
+ * `label` (the function's one cleanup label, which frees and returns r).
+ */
+#define ACC_CHECK(expr)                                                                            \
+  do {                                                                                             \
+    acc_result_t acc_check_r_ = (expr);                                                            \
+    if (acc_check_r_ != ACC_OK)                                                                    \
+      return acc_check_r_;                                                                         \
+  } while (0)
+
+#define ACC_CHECK_GOTO(expr, label)                                                                \
+  do {                                                                                             \
+    r = (expr);                                                                                    \
+    if (r != ACC_OK)                                                                               \
+      goto label;                                                                                  \
+  } while (0)
+
 /* Store `code` and a printf-formatted message ("rank R: ...") as the
  * last error of `acc`; returns `code`. */
 acc_result_t acc__set_error(acc_t *acc, acc_result_t code, const char *fmt, ...)
@@ -104,16 +147,19 @@ void acc__set_allreduce_algo(acc_t *acc, int algo);
  * queued buckets. Errors as acc_all_reduce. */
 acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n);
 acc_result_t acc__wait_buckets(acc_t *acc);
-void acc__set_grad_buckets(acc_t *acc, int mode);
 
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
 
-/* Mixed precision (acc_mixed.c): default GradScaler settings; round `n`
- * f32 values in place to the nearest fp16/bf16 value (no-op for
- * ACC_PRECISION_NO). */
+/* Mixed precision: default GradScaler settings (acc_scaler.c); round `n`
+ * f32 values in place to the nearest fp16/bf16 value (acc_half.c; no-op
+ * for ACC_PRECISION_NO). */
 void acc__scaler_init(acc_t *acc);
 void acc__round_half(acc_precision_t p, float *x, size_t n);
+/* g *= inv for `n` host floats in one pass; 1 when any element of the
+ * SCALED gradients was inf/NaN (exponent bits all ones), else 0
+ * (acc_scaler.c; also the host-staging fallback of device gradients). */
+int acc__unscale_host(float *restrict g, size_t n, float inv);
 
 /* Checkpoints (acc_checkpoint.c) reach into the model, the optimizer
  * and the RNGs through these. */
@@ -123,22 +169,22 @@ struct acc_ckpt_item {
   size_t bytes;
 };
 typedef struct {
+  float lr, momentum, weight_decay, beta1, beta2, eps;
+  long long t; /* steps taken */
+} acc__optim_hparams_t;
+typedef struct {
   int kind; /* 0 SGD, 1 AdamW */
   size_t n;
-  float lr, momentum, weight_decay, beta1, beta2, eps;
-  long long t;
+  acc__optim_hparams_t hp;
   float *m, *v; /* the optimizer's own buffers (n floats each, or NULL) */
 } acc__optim_view_t;
 /* Pointers into `o` and a copy of its scalars. */
 void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v);
-/* Set the scalars of `o` (lr, ..., t) from `v`. */
-void acc__optim_restore(acc_optim_t *o, const acc__optim_view_t *v);
+/* Set the scalars of `o` (lr, ..., t). */
+void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
 /* Layer sizes of `m`: *nlayers layers, sizes[0..nlayers]. */
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
 /* The RNG of `acc`, or the process-wide one when acc is NULL. */
 acc_rng_t *acc__rng(acc_t *acc);
-
-/* Monotonic clock in seconds. */
-double acc__now_s(void);
 
 #endif /* ACC_INTERNAL_H */

@@ -27,6 +27,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,19 +82,38 @@ void acc_mlp_destroy(acc_mlp_t **m_p) {
   free(m);
 }
 
+/* A model-toolkit error: the model's accelerator keeps it
+ * (acc_last_error) when there is one; without, one line on stderr says
+ * it, since the NULL/NaN the call returns cannot (nbfork.h). */
+static void mlp_error(acc_t *acc, acc_result_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void mlp_error(acc_t *acc, acc_result_t code, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (acc)
+    acc__set_error(acc, code, "%s", msg);
+  else
+    fprintf(stderr, "%s\n", msg);
+}
+
 acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch) {
   if (!sizes || nlayers < 1 || max_batch < 1) {
-    fprintf(stderr, "acc_mlp_new: need sizes[0..nlayers], nlayers >= 1, max_batch >= 1\n");
+    mlp_error(acc, ACC_ERR_INVALID_ARGUMENT,
+              "acc_mlp_new: need sizes[0..nlayers], nlayers >= 1, max_batch >= 1");
     return NULL;
   }
   for (int l = 0; l <= nlayers; l++)
     if (sizes[l] < 1) {
-      fprintf(stderr, "acc_mlp_new: sizes[%d] = %d must be >= 1\n", l, sizes[l]);
+      mlp_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_mlp_new: sizes[%d] = %d must be >= 1", l,
+                sizes[l]);
       return NULL;
     }
   acc_mlp_t *m = calloc(1, sizeof *m);
   if (!m)
-    return NULL;
+    goto oom;
   m->acc = acc;
   m->nlayers = nlayers;
   m->max_batch = max_batch;
@@ -134,15 +154,14 @@ acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch)
     for (int i = 0; i < sizes[l + 1]; i++)
       b[i] = (float)((2.0 * acc_rand_uniform(acc) - 1.0) * bound);
   }
+  /* a failed broadcast keeps its own error in acc_last_error */
   if (acc && acc->world > 1 && acc_broadcast(acc, m->params, m->nparams, ACC_F32, 0) != ACC_OK) {
-    fprintf(stderr, "acc_mlp_new: broadcasting the initial parameters failed: %s\n",
-            acc_last_error(acc));
     acc_mlp_destroy(&m);
     return NULL;
   }
   return m;
 oom:
-  fprintf(stderr, "acc_mlp_new: out of memory\n");
+  mlp_error(acc, ACC_ERR_NO_MEMORY, "acc_mlp_new: out of memory");
   acc_mlp_destroy(&m);
   return NULL;
 }
@@ -185,7 +204,8 @@ static int half_buffers(acc_mlp_t *m) {
 const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
   if (!m || !x || batch < 1 || batch > m->max_batch) {
     if (m)
-      fprintf(stderr, "acc_mlp_forward: batch %d not in 1..%d (max_batch)\n", batch, m->max_batch);
+      mlp_error(m->acc, ACC_ERR_INVALID_ARGUMENT,
+                "acc_mlp_forward: batch %d not in 1..%d (max_batch)", batch, m->max_batch);
     return NULL;
   }
   m->x = x;
@@ -194,7 +214,8 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
   const float *in = x, *params = m->params;
   if (m->prec != ACC_PRECISION_NO) {
     if (half_buffers(m) != 0) {
-      fprintf(stderr, "acc_mlp_forward: out of memory for the half-precision buffers\n");
+      mlp_error(m->acc, ACC_ERR_NO_MEMORY,
+                "acc_mlp_forward: out of memory for the half-precision buffers");
       return NULL;
     }
     memcpy(m->wh, m->params, m->nparams * sizeof(float));
@@ -288,7 +309,8 @@ static void bias_grad(acc_mlp_t *m, acc_precision_t prec, const float *dz, int B
 
 float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
   if (!m || !labels || !m->x) {
-    fprintf(stderr, "acc_mlp_backward_xent: call acc_mlp_forward first\n");
+    mlp_error(m ? m->acc : NULL, ACC_ERR_INVALID_ARGUMENT,
+              "acc_mlp_backward_xent: call acc_mlp_forward first");
     return NAN;
   }
   const int B = m->batch, L = m->nlayers, C = m->sizes[L];
@@ -306,8 +328,9 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
     float *d = dz + (size_t)r * C;
     int64_t y = labels[r];
     if (y < 0 || y >= C) {
-      fprintf(stderr, "acc_mlp_backward_xent: label %lld of row %d is not in 0..%d\n", (long long)y,
-              r, C - 1);
+      mlp_error(m->acc, ACC_ERR_INVALID_ARGUMENT,
+                "acc_mlp_backward_xent: label %lld of row %d is not in 0..%d", (long long)y, r,
+                C - 1);
       return NAN;
     }
     float mx = z[0];
@@ -374,12 +397,11 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
     acc_result_t w = acc__wait_buckets(acc);
     if (bucket_err == ACC_OK)
       bucket_err = w;
-    if (bucket_err == ACC_OK) { /* acc_backward need not all-reduce it again */
+    /* acc_backward need not all-reduce it again; a failed all-reduce
+     * keeps its error in acc_last_error and acc_backward reports it */
+    if (bucket_err == ACC_OK) {
       acc->grads_synced = m->grads;
       acc->grads_synced_n = m->nparams;
-    } else {
-      fprintf(stderr, "acc_mlp_backward_xent: gradient all-reduce failed: %s\n",
-              acc_last_error(acc));
     }
   }
   return (float)(loss / B);

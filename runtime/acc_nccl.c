@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "acc_internal.h"
+#include "acc_reduce.h"
 #include "nbf_util.h"
 
 #ifdef NBFORK_WITH_CUDA
@@ -141,35 +142,16 @@ static acc_result_t ensure_comm(acc_t *acc) {
 }
 
 static ncclDataType_t nccl_type(acc_dtype_t d) {
-  switch (d) {
-  case ACC_F32:
-    return ncclFloat32;
-  case ACC_F64:
-    return ncclFloat64;
-  case ACC_F16:
-    return ncclFloat16;
-  case ACC_BF16:
-    return ncclBfloat16;
-  case ACC_I32:
-    return ncclInt32;
-  case ACC_I64:
-    return ncclInt64;
-  }
-  return ncclFloat32;
+  static const ncclDataType_t types[] = {
+      [ACC_F32] = ncclFloat32,   [ACC_F64] = ncclFloat64, [ACC_F16] = ncclFloat16,
+      [ACC_BF16] = ncclBfloat16, [ACC_I32] = ncclInt32,   [ACC_I64] = ncclInt64};
+  return acc_dtype_valid(d) ? types[d] : ncclFloat32;
 }
 
 static ncclRedOp_t nccl_op(acc_op_t op) {
-  switch (op) {
-  case ACC_SUM:
-    return ncclSum;
-  case ACC_AVG:
-    return ncclAvg;
-  case ACC_MAX:
-    return ncclMax;
-  case ACC_MIN:
-    return ncclMin;
-  }
-  return ncclSum;
+  static const ncclRedOp_t ops[] = {
+      [ACC_SUM] = ncclSum, [ACC_AVG] = ncclAvg, [ACC_MAX] = ncclMax, [ACC_MIN] = ncclMin};
+  return acc_op_valid(op) ? ops[op] : ncclSum;
 }
 
 /* After enqueueing: wait for the enqueue itself, then for the stream. */
@@ -177,9 +159,7 @@ static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
   double deadline = nbf_now_s() + acc->timeout_ms / 1000.0;
   if (r != ncclSuccess && r != ncclInProgress)
     return fail(acc, ACC_ERR_BACKEND, what, ncclGetErrorString(r));
-  acc_result_t a = wait_comm(acc, acc->nccl->comm, what, deadline);
-  if (a != ACC_OK)
-    return a;
+  ACC_CHECK(wait_comm(acc, acc->nccl->comm, what, deadline));
   unsigned spins = 0;
   for (;;) {
     cudaError_t e = cudaStreamQuery(acc->nccl->stream);
@@ -197,46 +177,24 @@ static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
   }
 }
 
-acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
-                                 acc_op_t op) {
-  acc_result_t r = ensure_comm(acc);
-  if (r != ACC_OK)
-    return r;
-  return finish(acc,
-                ncclAllReduce(buf, buf, count, nccl_type(dtype), nccl_op(op), acc->nccl->comm,
-                              acc->nccl->stream),
-                "all-reduce");
-}
-
-acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root) {
-  acc_result_t r = ensure_comm(acc);
-  if (r != ACC_OK)
-    return r;
-  return finish(
-      acc,
-      ncclBroadcast(buf, buf, count, nccl_type(dtype), root, acc->nccl->comm, acc->nccl->stream),
-      "broadcast");
-}
-
-acc_result_t acc_nccl_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
-                                 acc_dtype_t dtype) {
-  acc_result_t r = ensure_comm(acc);
-  if (r != ACC_OK)
-    return r;
-  return finish(
-      acc, ncclAllGather(send, recv, count, nccl_type(dtype), acc->nccl->comm, acc->nccl->stream),
-      "all-gather");
-}
-
-acc_result_t acc_nccl_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
-                                     acc_dtype_t dtype, acc_op_t op) {
-  acc_result_t r = ensure_comm(acc);
-  if (r != ACC_OK)
-    return r;
-  return finish(acc,
-                ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), acc->nccl->comm,
-                                  acc->nccl->stream),
-                "reduce-scatter");
+acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *send, void *recv,
+                                 size_t count, acc_dtype_t dtype, acc_op_t op, int root) {
+  ACC_CHECK(ensure_comm(acc));
+  ncclComm_t comm = acc->nccl->comm;
+  cudaStream_t st = acc->nccl->stream;
+  ncclDataType_t t = nccl_type(dtype);
+  switch (coll) {
+  case ACC_NCCL_ALL_REDUCE:
+    return finish(acc, ncclAllReduce(send, recv, count, t, nccl_op(op), comm, st), "all-reduce");
+  case ACC_NCCL_BROADCAST:
+    return finish(acc, ncclBroadcast(send, recv, count, t, root, comm, st), "broadcast");
+  case ACC_NCCL_ALL_GATHER:
+    return finish(acc, ncclAllGather(send, recv, count, t, comm, st), "all-gather");
+  case ACC_NCCL_REDUCE_SCATTER:
+    return finish(acc, ncclReduceScatter(send, recv, count, t, nccl_op(op), comm, st),
+                  "reduce-scatter");
+  }
+  return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "unknown device collective %d", (int)coll);
 }
 
 void acc_nccl_destroy(acc_t *acc) {
@@ -287,28 +245,11 @@ int acc_nccl_is_device_ptr(const void *ptr) {
   return 0;
 }
 
-#define NO_CUDA(acc)                                                                               \
-  acc__set_error(acc, ACC_ERR_UNSUPPORTED,                                                         \
-                 "collectives on device buffers need NCCL; nbfork was built without CUDA")
-
-acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
-                                 acc_op_t op) {
-  (void)buf, (void)count, (void)dtype, (void)op;
-  return NO_CUDA(acc);
-}
-acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root) {
-  (void)buf, (void)count, (void)dtype, (void)root;
-  return NO_CUDA(acc);
-}
-acc_result_t acc_nccl_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
-                                 acc_dtype_t dtype) {
-  (void)send, (void)recv, (void)count, (void)dtype;
-  return NO_CUDA(acc);
-}
-acc_result_t acc_nccl_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
-                                     acc_dtype_t dtype, acc_op_t op) {
-  (void)send, (void)recv, (void)count, (void)dtype, (void)op;
-  return NO_CUDA(acc);
+acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *send, void *recv,
+                                 size_t count, acc_dtype_t dtype, acc_op_t op, int root) {
+  (void)coll, (void)send, (void)recv, (void)count, (void)dtype, (void)op, (void)root;
+  return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                        "collectives on device buffers need NCCL; nbfork was built without CUDA");
 }
 void acc_nccl_destroy(acc_t *acc) {
   (void)acc;

@@ -30,14 +30,20 @@ acc_result_t acc_nccl_set_device(acc_t *acc, int device);
  * else 0. Only meaningful when acc_device(acc) >= 0. */
 int acc_nccl_is_device_ptr(const void *ptr);
 
-/* Collectives on device buffers (semantics as the public acc_* ones). */
-acc_result_t acc_nccl_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
-                                 acc_op_t op);
-acc_result_t acc_nccl_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root);
-acc_result_t acc_nccl_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
-                                 acc_dtype_t dtype);
-acc_result_t acc_nccl_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
-                                     acc_dtype_t dtype, acc_op_t op);
+typedef enum {
+  ACC_NCCL_ALL_REDUCE,
+  ACC_NCCL_BROADCAST,
+  ACC_NCCL_ALL_GATHER,
+  ACC_NCCL_REDUCE_SCATTER,
+} acc_nccl_coll_t;
+
+/* One collective on device buffers, with the semantics, counts and
+ * errors of the public acc_* call of the same name: `send`/`recv` are the
+ * same pointer for the in-place all-reduce and broadcast; `op` is used by
+ * the reducing ones, `root` by broadcast. Blocks until the result is in
+ * `recv` or the timeout. Without CUDA: ACC_ERR_UNSUPPORTED. */
+acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *send, void *recv,
+                                 size_t count, acc_dtype_t dtype, acc_op_t op, int root);
 
 /* Abort (on error) or destroy (clean exit) the communicator. */
 void acc_nccl_destroy(acc_t *acc);

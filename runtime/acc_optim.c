@@ -14,7 +14,7 @@
  *
  * acc_optim_step is Accelerate's AcceleratedOptimizer.step: it does
  * nothing on micro-steps that do not sync gradients, and with fp16 mixed
- * precision runs GradScaler's unscale_ / step / update (acc_mixed.c):
+ * precision runs GradScaler's unscale_ / step / update (acc_scaler.c):
  * gradients divided by the loss scale, the step skipped when they hold
  * inf/NaN, the scale updated.
  */
@@ -34,13 +34,15 @@ struct acc_optim {
   float *params;
   float *grads;
   size_t n;
-  float lr, momentum, weight_decay;
-  float beta1, beta2, eps;
-  long long t;
+  acc__optim_hparams_t hp;
   float *m, *v; /* SGD: m = momentum buffer; AdamW: moments */
 };
 
-static acc_optim_t *opt_new(opt_kind_t kind, float *params, float *grads, size_t n) {
+/* An optimizer of `kind` over n parameters with hyperparameters `hp`,
+ * with zeroed buffers m (need_m) and v (need_v); NULL on bad arguments
+ * or no memory. */
+static acc_optim_t *opt_new(opt_kind_t kind, float *params, float *grads, size_t n,
+                            acc__optim_hparams_t hp, int need_m, int need_v) {
   if (!params || !grads || n == 0)
     return NULL;
   acc_optim_t *o = calloc(1, sizeof *o);
@@ -50,6 +52,10 @@ static acc_optim_t *opt_new(opt_kind_t kind, float *params, float *grads, size_t
   o->params = params;
   o->grads = grads;
   o->n = n;
+  o->hp = hp;
+  if ((need_m && !(o->m = calloc(n, sizeof(float)))) ||
+      (need_v && !(o->v = calloc(n, sizeof(float)))))
+    acc_optim_destroy(&o);
   return o;
 }
 
@@ -57,38 +63,17 @@ acc_optim_t *acc_sgd_new(float *params, float *grads, size_t n, float lr, float 
                          float weight_decay) {
   if (lr < 0 || momentum < 0 || weight_decay < 0)
     return NULL;
-  acc_optim_t *o = opt_new(OPT_SGD, params, grads, n);
-  if (!o)
-    return NULL;
-  o->lr = lr;
-  o->momentum = momentum;
-  o->weight_decay = weight_decay;
-  if (momentum != 0.0f && !(o->m = calloc(n, sizeof(float)))) {
-    free(o);
-    return NULL;
-  }
-  return o;
+  acc__optim_hparams_t hp = {.lr = lr, .momentum = momentum, .weight_decay = weight_decay};
+  return opt_new(OPT_SGD, params, grads, n, hp, momentum != 0.0f, 0);
 }
 
 acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, float beta1,
                            float beta2, float eps, float weight_decay) {
   if (lr < 0 || beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1 || eps < 0 || weight_decay < 0)
     return NULL;
-  acc_optim_t *o = opt_new(OPT_ADAMW, params, grads, n);
-  if (!o)
-    return NULL;
-  o->lr = lr;
-  o->beta1 = beta1;
-  o->beta2 = beta2;
-  o->eps = eps;
-  o->weight_decay = weight_decay;
-  o->m = calloc(n, sizeof(float));
-  o->v = calloc(n, sizeof(float));
-  if (!o->m || !o->v) {
-    acc_optim_destroy(&o);
-    return NULL;
-  }
-  return o;
+  acc__optim_hparams_t hp = {
+      .lr = lr, .weight_decay = weight_decay, .beta1 = beta1, .beta2 = beta2, .eps = eps};
+  return opt_new(OPT_ADAMW, params, grads, n, hp, 1, 1);
 }
 
 static void sgd_step(acc_optim_t *o) {
@@ -96,12 +81,12 @@ static void sgd_step(acc_optim_t *o) {
    * the compiler vectorize these loops (one pass over n floats each). */
   float *restrict p = o->params, *restrict buf = o->m;
   const float *restrict g = o->grads;
-  const float lr = o->lr, mom = o->momentum, wd = o->weight_decay;
+  const float lr = o->hp.lr, mom = o->hp.momentum, wd = o->hp.weight_decay;
   const size_t n = o->n;
   if (!buf) {
     for (size_t i = 0; i < n; i++)
       p[i] -= lr * (g[i] + wd * p[i]);
-  } else if (o->t == 0) {
+  } else if (o->hp.t == 0) {
     for (size_t i = 0; i < n; i++) {
       buf[i] = g[i] + wd * p[i];
       p[i] -= lr * buf[i];
@@ -112,17 +97,17 @@ static void sgd_step(acc_optim_t *o) {
       p[i] -= lr * buf[i];
     }
   }
-  o->t++;
+  o->hp.t++;
 }
 
 static void adamw_step(acc_optim_t *o) {
-  o->t++;
+  o->hp.t++;
   float *restrict p = o->params, *restrict m = o->m, *restrict v = o->v;
   const float *restrict g = o->grads;
-  const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-  const float decay = 1.0f - o->lr * o->weight_decay;
-  const double bc1 = 1.0 - pow(b1, (double)o->t), bc2 = 1.0 - pow(b2, (double)o->t);
-  const float step = (float)(o->lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+  const float b1 = o->hp.beta1, b2 = o->hp.beta2, eps = o->hp.eps;
+  const float decay = 1.0f - o->hp.lr * o->hp.weight_decay;
+  const double bc1 = 1.0 - pow(b1, (double)o->hp.t), bc2 = 1.0 - pow(b2, (double)o->hp.t);
+  const float step = (float)(o->hp.lr / bc1), inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
   for (size_t i = 0; i < o->n; i++) {
     p[i] *= decay;
     m[i] = b1 * m[i] + (1.0f - b1) * g[i];
@@ -178,7 +163,7 @@ void acc_optim_zero_grad(acc_t *acc, acc_optim_t *opt) {
 
 void acc_optim_set_lr(acc_optim_t *opt, float lr) {
   if (opt && lr >= 0)
-    opt->lr = lr;
+    opt->hp.lr = lr;
 }
 
 void acc_optim_destroy(acc_optim_t **opt_p) {
@@ -193,23 +178,11 @@ void acc_optim_destroy(acc_optim_t **opt_p) {
 void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v) {
   v->kind = o->kind == OPT_SGD ? 0 : 1;
   v->n = o->n;
-  v->lr = o->lr;
-  v->momentum = o->momentum;
-  v->weight_decay = o->weight_decay;
-  v->beta1 = o->beta1;
-  v->beta2 = o->beta2;
-  v->eps = o->eps;
-  v->t = o->t;
+  v->hp = o->hp;
   v->m = o->m;
   v->v = o->v;
 }
 
-void acc__optim_restore(acc_optim_t *o, const acc__optim_view_t *v) {
-  o->lr = v->lr;
-  o->momentum = v->momentum;
-  o->weight_decay = v->weight_decay;
-  o->beta1 = v->beta1;
-  o->beta2 = v->beta2;
-  o->eps = v->eps;
-  o->t = v->t;
+void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp) {
+  o->hp = *hp;
 }

@@ -24,18 +24,10 @@
   }
 
 /* Integer sums wrap (two's complement) instead of being undefined. */
-static void sum_i32(void *out, const void *in1, const void *in2, size_t n) {
-  int32_t *o = out;
-  const int32_t *a = in1, *b = in2;
-  for (size_t i = 0; i < n; i++)
-    o[i] = (int32_t)((uint32_t)a[i] + (uint32_t)b[i]);
-}
-static void sum_i64(void *out, const void *in1, const void *in2, size_t n) {
-  int64_t *o = out;
-  const int64_t *a = in1, *b = in2;
-  for (size_t i = 0; i < n; i++)
-    o[i] = (int64_t)((uint64_t)a[i] + (uint64_t)b[i]);
-}
+#define SUM_WRAP32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
+#define SUM_WRAP64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
+KERNEL(sum_i32, int32_t, SUM_WRAP32)
+KERNEL(sum_i64, int64_t, SUM_WRAP64)
 
 KERNEL(sum_f32, float, SUM)
 KERNEL(max_f32, float, MAXNAN)
@@ -100,61 +92,49 @@ size_t acc_dtype_size(acc_dtype_t dtype) {
   return 0;
 }
 
+/* Division by the world size, one function per dtype. For a
+ * power-of-two world the reciprocal is exact, and x * (1/w) is then the
+ * same correctly rounded value as x / w: a multiply is several times
+ * cheaper than a divide (this runs over every gradient after every
+ * all-reduce). Half types divide in float and round back; integers
+ * truncate. */
+#define DIVIDE_FLOAT(name, T)                                                                      \
+  static void name(void *buf, size_t count, int world) {                                           \
+    T *p = buf;                                                                                    \
+    const T w = (T)world;                                                                          \
+    if ((world & (world - 1)) == 0) {                                                              \
+      const T r = (T)1 / w;                                                                        \
+      for (size_t i = 0; i < count; i++)                                                           \
+        p[i] *= r;                                                                                 \
+    } else {                                                                                       \
+      for (size_t i = 0; i < count; i++)                                                           \
+        p[i] /= w;                                                                                 \
+    }                                                                                              \
+  }
+#define DIVIDE_HALF(name, TOF, FROMF)                                                              \
+  static void name(void *buf, size_t count, int world) {                                           \
+    uint16_t *p = buf;                                                                             \
+    for (size_t i = 0; i < count; i++)                                                             \
+      p[i] = FROMF(TOF(p[i]) / (float)world);                                                      \
+  }
+#define DIVIDE_INT(name, T)                                                                        \
+  static void name(void *buf, size_t count, int world) {                                           \
+    T *p = buf;                                                                                    \
+    for (size_t i = 0; i < count; i++)                                                             \
+      p[i] /= world;                                                                               \
+  }
+
+DIVIDE_FLOAT(divide_f32, float)
+DIVIDE_FLOAT(divide_f64, double)
+DIVIDE_HALF(divide_f16, acc_f16_to_f32, acc_f32_to_f16)
+DIVIDE_HALF(divide_bf16, acc_bf16_to_f32, acc_f32_to_bf16)
+DIVIDE_INT(divide_i32, int32_t)
+DIVIDE_INT(divide_i64, int64_t)
+
 void acc_reduce_divide(void *buf, size_t count, acc_dtype_t dtype, int world) {
-  if (world <= 1)
-    return;
-  switch (dtype) {
-  /* For a power-of-two world the reciprocal is exact, and x * (1/w) is
-   * then the same correctly rounded value as x / w: a multiply is
-   * several times cheaper than a divide (this runs over every gradient
-   * after every all-reduce). */
-  case ACC_F32: {
-    float *p = buf, w = (float)world;
-    if ((world & (world - 1)) == 0) {
-      const float r = 1.0f / w;
-      for (size_t i = 0; i < count; i++)
-        p[i] *= r;
-    } else {
-      for (size_t i = 0; i < count; i++)
-        p[i] /= w;
-    }
-    break;
-  }
-  case ACC_F64: {
-    double *p = buf, w = (double)world;
-    if ((world & (world - 1)) == 0) {
-      const double r = 1.0 / w;
-      for (size_t i = 0; i < count; i++)
-        p[i] *= r;
-    } else {
-      for (size_t i = 0; i < count; i++)
-        p[i] /= w;
-    }
-    break;
-  }
-  case ACC_F16: {
-    uint16_t *p = buf;
-    for (size_t i = 0; i < count; i++)
-      p[i] = acc_f32_to_f16(acc_f16_to_f32(p[i]) / (float)world);
-    break;
-  }
-  case ACC_BF16: {
-    uint16_t *p = buf;
-    for (size_t i = 0; i < count; i++)
-      p[i] = acc_f32_to_bf16(acc_bf16_to_f32(p[i]) / (float)world);
-    break;
-  }
-  case ACC_I32: {
-    int32_t *p = buf;
-    for (size_t i = 0; i < count; i++)
-      p[i] /= world;
-    break;
-  }
-  case ACC_I64: {
-    int64_t *p = buf;
-    for (size_t i = 0; i < count; i++)
-      p[i] /= world;
-    break;
-  }
-  }
+  /* in dtype enum order */
+  static void (*const divide[])(void *, size_t, int) = {divide_f32,  divide_f64, divide_f16,
+                                                        divide_bf16, divide_i32, divide_i64};
+  if (world > 1 && acc_dtype_valid(dtype))
+    divide[dtype](buf, count, world);
 }

@@ -62,6 +62,9 @@ typedef struct acc_store_server acc_store_server_t;
  * `port` 0 = an ephemeral port (read it with acc_store_server_port).
  * Returns NULL on failure with an English message in `err` (`errlen`
  * bytes, may be NULL), e.g. "port 29500 is already in use ...".
+ * Should the serving thread's zmq_poll fail later (not expected), it
+ * stops serving and writes one line on stderr: it has no caller to
+ * return the error to, and clients then time out naming the store.
  * Caller owns the result: acc_store_server_stop. */
 acc_store_server_t *acc_store_server_start(const char *bind_addr, int port, char *err,
                                            size_t errlen);
@@ -87,17 +90,22 @@ void acc_store_server_stop(acc_store_server_t **srv_p);
 
 typedef struct acc_store_client acc_store_client_t;
 
-/* A client of the store at tcp://ADDR:PORT (ADDR a host name or IP).
- * Connecting is lazy (ZeroMQ retries in the background), so the server
- * may start later; every request waits at most `timeout_ms` (> 0; <= 0
- * means 300000) for its answer. Returns NULL only when ZeroMQ cannot
- * create the socket or the address is malformed (reason on stderr).
- * Caller owns the result: acc_store_client_destroy. */
-acc_store_client_t *acc_store_client_new(const char *addr, int port, int timeout_ms);
+/* A client of the store at tcp://ADDR:PORT (ADDR a host name or IP),
+ * presenting `secret` to a secure store (CURVE, see the top of this
+ * file; NULL or "" = plain client). Connecting is lazy (ZeroMQ retries in
+ * the background), so the server may start later; every request waits at
+ * most `timeout_ms` (> 0; <= 0 means 300000) for its answer. Returns NULL
+ * only when ZeroMQ cannot create the socket, the address is malformed or
+ * a secret is given to a libzmq without CURVE: then err[errlen] says why
+ * (one line, no newline). Caller owns the result:
+ * acc_store_client_destroy. */
+acc_store_client_t *acc_store_client_open(const char *addr, int port, int timeout_ms,
+                                          const char *secret, char *err, size_t errlen);
 
-/* As acc_store_client_new, presenting `secret` to a secure store (CURVE,
- * see the top of this file); `secret` NULL or "" = plain client. Returns
- * NULL (reason on stderr) when libzmq has no CURVE support. */
+/* acc_store_client_open without a secret / with one, for callers that
+ * have nowhere to keep the reason: on failure they print it as one line
+ * on stderr ("nbfork store client: ...") and return NULL. */
+acc_store_client_t *acc_store_client_new(const char *addr, int port, int timeout_ms);
 acc_store_client_t *acc_store_client_new_secure(const char *addr, int port, int timeout_ms,
                                                 const char *secret);
 

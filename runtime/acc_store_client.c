@@ -18,8 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zmq.h>
+
+#include "acc_internal.h"
+#include "nbf_util.h"
 
 struct acc_store_client {
   void *ctx;
@@ -102,12 +104,6 @@ static void close_socket(acc_store_client_t *c) {
   }
 }
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void set_err(acc_store_client_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void set_err(acc_store_client_t *c, const char *fmt, ...) {
@@ -168,14 +164,24 @@ acc_store_client_t *acc_store_client_new(const char *addr, int port, int timeout
 
 acc_store_client_t *acc_store_client_new_secure(const char *addr, int port, int timeout_ms,
                                                 const char *secret) {
+  char err[512];
+  acc_store_client_t *c = acc_store_client_open(addr, port, timeout_ms, secret, err, sizeof err);
+  if (!c)
+    fprintf(stderr, "nbfork store client: %s\n", err); /* documented in acc_store.h */
+  return c;
+}
+
+acc_store_client_t *acc_store_client_open(const char *addr, int port, int timeout_ms,
+                                          const char *secret, char *err, size_t errlen) {
   if (!addr || !*addr || port <= 0 || port > 65535) {
-    fprintf(stderr, "nbfork store client: bad address '%s' port %d\n", addr ? addr : "(null)",
-            port);
+    snprintf(err, errlen, "bad address '%s' port %d", addr ? addr : "(null)", port);
     return NULL;
   }
   acc_store_client_t *c = calloc(1, sizeof *c);
-  if (!c)
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
     return NULL;
+  }
   if (strchr(addr, ':'))
     snprintf(c->endpoint, sizeof c->endpoint, "tcp://[%s]:%d", addr, port);
   else
@@ -184,10 +190,10 @@ acc_store_client_t *acc_store_client_new_secure(const char *addr, int port, int 
   if (secret && *secret) {
     if (acc_store_curve_keys(secret, c->server_pub, NULL) != 0 ||
         zmq_curve_keypair(c->pub, c->sec) != 0) {
-      fprintf(stderr,
-              "nbfork store client: a rendezvous secret is set but this libzmq has no CURVE "
-              "support (zmq_has(\"curve\") = 0): unset NBFORK_RDZV_SECRET or use a libzmq "
-              "built with libsodium\n");
+      snprintf(err, errlen,
+               "a rendezvous secret is set but this libzmq has no CURVE support "
+               "(zmq_has(\"curve\") = 0): unset NBFORK_RDZV_SECRET or use a libzmq built with "
+               "libsodium");
       free(c);
       return NULL;
     }
@@ -195,14 +201,13 @@ acc_store_client_t *acc_store_client_new_secure(const char *addr, int port, int 
   }
   c->ctx = zmq_ctx_new();
   if (!c->ctx) {
-    fprintf(stderr, "nbfork store client: zmq_ctx_new: %s\n", zmq_strerror(errno));
+    snprintf(err, errlen, "zmq_ctx_new: %s", zmq_strerror(errno));
     free(c);
     return NULL;
   }
   zmq_ctx_set(c->ctx, ZMQ_BLOCKY, 0);
   if (open_socket(c) != 0) {
-    fprintf(stderr, "nbfork store client: cannot connect to %s: %s\n", c->endpoint,
-            zmq_strerror(errno));
+    snprintf(err, errlen, "cannot connect to %s: %s", c->endpoint, zmq_strerror(errno));
     zmq_ctx_term(c->ctx);
     free(c);
     return NULL;
@@ -230,11 +235,40 @@ const char *acc_store_client_error(const acc_store_client_t *c) {
   return c ? c->err : "";
 }
 
-/* Send [op, key, value] and wait until `deadline` (ms, monotonic) for
- * [status, value]. On ACC_OK, *rval (if rval) is a malloc'd NUL-terminated
- * copy of the reply value. */
-static acc_result_t request(acc_store_client_t *c, const char *op, const char *key, const void *val,
-                            size_t vlen, int64_t deadline, void **rval, size_t *rlen) {
+/* The deadline of a request passed: say why in the words that help
+ * (a refused handshake, a key never set, no store), and replace the
+ * socket so that the late answer is never taken for the next one's. */
+static acc_result_t timed_out(acc_store_client_t *c, const char *op, const char *key) {
+  int seen = drain_monitor(c);
+  if ((seen & MON_HANDSHAKE_FAILED) ||
+      ((seen & MON_CONNECTED) && (seen & MON_DISCONNECTED) && !(seen & MON_HANDSHAKE_OK)))
+    set_err(c,
+            "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): the "
+            "store refused this %s client's connection handshake: wrong or missing "
+            "rendezvous secret? (every process of the job needs the same "
+            "NBFORK_RDZV_SECRET)",
+            c->endpoint, op, key, c->timeout_ms, c->secure ? "secret-holding" : "open");
+  else if (strcmp(op, "GET") == 0 || strcmp(op, "WAIT") == 0)
+    set_err(c,
+            "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): "
+            "the key was never set, or the store is not reachable (is the store running "
+            "on rank 0 or in the launcher, are MASTER_ADDR/MASTER_PORT right, wrong or "
+            "missing rendezvous secret?)",
+            c->endpoint, op, key, c->timeout_ms);
+  else
+    set_err(c,
+            "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): "
+            "is the store running (rank 0 or the launcher), are MASTER_ADDR/MASTER_PORT "
+            "right, wrong or missing rendezvous secret?",
+            c->endpoint, op, key, c->timeout_ms);
+  close_socket(c); /* drop the pending request (see top of file) */
+  open_socket(c);
+  return ACC_ERR_TIMEOUT;
+}
+
+/* Check the arguments and send [op, key, value]. */
+static acc_result_t send_request(acc_store_client_t *c, const char *op, const char *key,
+                                 const void *val, size_t vlen) {
   if (!c || !key || !*key || (vlen && !val)) {
     if (c)
       set_err(c, "store %s: invalid argument (empty key or NULL value)", op);
@@ -246,19 +280,22 @@ static acc_result_t request(acc_store_client_t *c, const char *op, const char *k
             zmq_strerror(errno));
     return ACC_ERR_STORE;
   }
-  size_t klen = strlen(key);
   if (zmq_send(c->sock, op, strlen(op), ZMQ_SNDMORE) < 0 ||
-      zmq_send(c->sock, key, klen, ZMQ_SNDMORE) < 0 ||
+      zmq_send(c->sock, key, strlen(key), ZMQ_SNDMORE) < 0 ||
       zmq_send(c->sock, vlen ? val : "", vlen, 0) < 0) {
     set_err(c, "store %s '%s': send to %s failed: %s", op, key, c->endpoint, zmq_strerror(errno));
     return ACC_ERR_STORE;
   }
+  return ACC_OK;
+}
+
+/* Wait until `deadline` (ms, monotonic) for the answer to be readable. */
+static acc_result_t wait_reply(acc_store_client_t *c, const char *op, const char *key,
+                               int64_t deadline) {
   for (;;) {
-    int64_t left = deadline - now_ms();
-    if (left < 0)
-      left = 0;
+    int64_t left = deadline - nbf_now_ms();
     zmq_pollitem_t it = {c->sock, 0, ZMQ_POLLIN, 0};
-    int rc = zmq_poll(&it, 1, (long)left);
+    int rc = zmq_poll(&it, 1, (long)(left < 0 ? 0 : left));
     if (rc < 0 && errno == EINTR)
       continue;
     if (rc < 0) {
@@ -266,35 +303,16 @@ static acc_result_t request(acc_store_client_t *c, const char *op, const char *k
       return ACC_ERR_STORE;
     }
     if (rc > 0)
-      break;
-    if (now_ms() >= deadline) {
-      int seen = drain_monitor(c);
-      if ((seen & MON_HANDSHAKE_FAILED) ||
-          ((seen & MON_CONNECTED) && (seen & MON_DISCONNECTED) && !(seen & MON_HANDSHAKE_OK)))
-        set_err(c,
-                "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): the "
-                "store refused this %s client's connection handshake: wrong or missing "
-                "rendezvous secret? (every process of the job needs the same "
-                "NBFORK_RDZV_SECRET)",
-                c->endpoint, op, key, c->timeout_ms, c->secure ? "secret-holding" : "open");
-      else if (strcmp(op, "GET") == 0 || strcmp(op, "WAIT") == 0)
-        set_err(c,
-                "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): "
-                "the key was never set, or the store is not reachable (is the store running "
-                "on rank 0 or in the launcher, are MASTER_ADDR/MASTER_PORT right, wrong or "
-                "missing rendezvous secret?)",
-                c->endpoint, op, key, c->timeout_ms);
-      else
-        set_err(c,
-                "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): "
-                "is the store running (rank 0 or the launcher), are MASTER_ADDR/MASTER_PORT "
-                "right, wrong or missing rendezvous secret?",
-                c->endpoint, op, key, c->timeout_ms);
-      close_socket(c); /* drop the pending request (see top of file) */
-      open_socket(c);
-      return ACC_ERR_TIMEOUT;
-    }
+      return ACC_OK;
+    if (nbf_now_ms() >= deadline)
+      return timed_out(c, op, key);
   }
+}
+
+/* Receive [status, value]; on ACC_OK, *rval (if rval) is a malloc'd
+ * NUL-terminated copy of the value and *rlen (if rlen) its length. */
+static acc_result_t read_reply(acc_store_client_t *c, const char *op, const char *key, void **rval,
+                               size_t *rlen) {
   zmq_msg_t st, v;
   zmq_msg_init(&st);
   zmq_msg_init(&v);
@@ -337,10 +355,20 @@ out:
   return res;
 }
 
+/* Send [op, key, value] and wait until `deadline` (ms, monotonic) for
+ * [status, value]. On ACC_OK, *rval (if rval) is a malloc'd NUL-terminated
+ * copy of the reply value. */
+static acc_result_t request(acc_store_client_t *c, const char *op, const char *key, const void *val,
+                            size_t vlen, int64_t deadline, void **rval, size_t *rlen) {
+  ACC_CHECK(send_request(c, op, key, val, vlen));
+  ACC_CHECK(wait_reply(c, op, key, deadline));
+  return read_reply(c, op, key, rval, rlen);
+}
+
 acc_result_t acc_store_set(acc_store_client_t *c, const char *key, const void *value, size_t len) {
   if (!c)
     return ACC_ERR_INVALID_ARGUMENT;
-  return request(c, "SET", key, value, len, now_ms() + c->timeout_ms, NULL, NULL);
+  return request(c, "SET", key, value, len, nbf_now_ms() + c->timeout_ms, NULL, NULL);
 }
 
 acc_result_t acc_store_get(acc_store_client_t *c, const char *key, void **value, size_t *len) {
@@ -349,18 +377,16 @@ acc_result_t acc_store_get(acc_store_client_t *c, const char *key, void **value,
   *value = NULL;
   if (len)
     *len = 0;
-  return request(c, "GET", key, NULL, 0, now_ms() + c->timeout_ms, value, len);
+  return request(c, "GET", key, NULL, 0, nbf_now_ms() + c->timeout_ms, value, len);
 }
 
 acc_result_t acc_store_wait(acc_store_client_t *c, const char *const *keys, size_t nkeys,
                             int timeout_ms) {
   if (!c || (nkeys && !keys))
     return ACC_ERR_INVALID_ARGUMENT;
-  int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : c->timeout_ms);
+  int64_t deadline = nbf_now_ms() + (timeout_ms > 0 ? timeout_ms : c->timeout_ms);
   for (size_t i = 0; i < nkeys; i++) {
-    acc_result_t r = request(c, "WAIT", keys[i], NULL, 0, deadline, NULL, NULL);
-    if (r != ACC_OK)
-      return r;
+    ACC_CHECK(request(c, "WAIT", keys[i], NULL, 0, deadline, NULL, NULL));
   }
   return ACC_OK;
 }
@@ -371,7 +397,7 @@ acc_result_t acc_store_add(acc_store_client_t *c, const char *key, int64_t delta
   char buf[32];
   int n = snprintf(buf, sizeof buf, "%" PRId64, delta);
   void *rv = NULL;
-  acc_result_t r = request(c, "ADD", key, buf, (size_t)n, now_ms() + c->timeout_ms, &rv, NULL);
+  acc_result_t r = request(c, "ADD", key, buf, (size_t)n, nbf_now_ms() + c->timeout_ms, &rv, NULL);
   if (r == ACC_OK && result)
     *result = strtoll(rv, NULL, 10);
   free(rv);
@@ -382,7 +408,7 @@ acc_result_t acc_store_check(acc_store_client_t *c, const char *key, int *exists
   if (!c || !exists)
     return ACC_ERR_INVALID_ARGUMENT;
   void *rv = NULL;
-  acc_result_t r = request(c, "CHECK", key, NULL, 0, now_ms() + c->timeout_ms, &rv, NULL);
+  acc_result_t r = request(c, "CHECK", key, NULL, 0, nbf_now_ms() + c->timeout_ms, &rv, NULL);
   *exists = r == ACC_OK && ((char *)rv)[0] == '1';
   free(rv);
   return r;
@@ -391,5 +417,5 @@ acc_result_t acc_store_check(acc_store_client_t *c, const char *key, int *exists
 acc_result_t acc_store_delete(acc_store_client_t *c, const char *key) {
   if (!c)
     return ACC_ERR_INVALID_ARGUMENT;
-  return request(c, "DEL", key, NULL, 0, now_ms() + c->timeout_ms, NULL, NULL);
+  return request(c, "DEL", key, NULL, 0, nbf_now_ms() + c->timeout_ms, NULL, NULL);
 }

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "acc_store.h"
+#include "nbf_util.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -399,7 +400,7 @@ acc_store_server_t *acc_store_server_start_secure(const char *bind_addr, int por
   }
   int rc = pthread_create(&s->thread, NULL, serve, s);
   if (rc != 0) {
-    snprintf(err, errlen, "store: pthread_create: %s", strerror(rc));
+    snprintf(err, errlen, "store: pthread_create: %s", NBF_STRERROR(rc));
     goto fail;
   }
   return s;

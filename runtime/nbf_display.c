@@ -182,7 +182,7 @@ static int write_event(int fd, json_t *ev) {
   free(line);
   if (rc != 0)
     fprintf(stderr, "nbf_display: writing to NBFORK_DISPLAY_FD=%d failed: %s\n", fd,
-            strerror(errno));
+            NBF_STRERROR(errno));
   return rc;
 }
 

@@ -5,15 +5,15 @@
  * With gradient_accumulation_steps = 4 on one process, or 2 on each of 2
  * processes (disjoint shards, no shuffle), the final weight is 2.04000 —
  * the same as one full-batch step (grad = mean(-4 x^2) = -102).
- *   test_accumulate example NPROC | sync_pattern 1
+ *   test_accumulate example NPROC | sync_pattern
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 static const float X[8] = {1, 2, 3, 4, 5, 6, 7, 8};
 
@@ -53,7 +53,7 @@ static int example_rank(int rank, int world, void *arg) {
   char got[32];
   snprintf(got, sizeof got, "%.5f", w);
   acc_print(acc, "w/ accumulation, the final model weight is %s\n", got);
-  ASSERT_STREQ(got, "2.04000");
+  ASSERT_EQ_STR(got, "2.04000");
   /* every rank holds the same weight */
   float all[8];
   ASSERT_OK(acc, acc_all_gather(acc, &w, all, 1, ACC_F32));
@@ -67,7 +67,7 @@ static int example_rank(int rank, int world, void *arg) {
   ASSERT_EQ(acc_optim_step(NULL, ref), 1);
   snprintf(got, sizeof got, "%.5f", wc);
   acc_print(acc, "w/o accumulation, the final model weight is %s\n", got);
-  ASSERT_STREQ(got, "2.04000");
+  ASSERT_EQ_STR(got, "2.04000");
   acc_optim_destroy(&ref);
   acc_optim_destroy(&opt);
   acc_sampler_destroy(&s);
@@ -76,7 +76,7 @@ static int example_rank(int rank, int world, void *arg) {
 }
 
 /* Which micro-steps sync: Accelerate's _do_sync. */
-static void sync_pattern(void) {
+NBF_TEST(sync_pattern) {
   struct {
     int k, sync_dl, nbatches;
     const char *want;
@@ -98,9 +98,9 @@ static void sync_pattern(void) {
         acc_accumulate_end(acc);
       }
       if (cases[c].sync_dl != 0)
-        ASSERT_STREQ(got, cases[c].want);
+        ASSERT_EQ_STR(got, cases[c].want);
       else if (e == 0)
-        ASSERT_STREQ(got, cases[c].want);
+        ASSERT_EQ_STR(got, cases[c].want);
     }
     acc_destroy(&acc);
   }
@@ -122,20 +122,17 @@ static void sync_pattern(void) {
   acc_destroy(&acc);
 }
 
-int main(int argc, char **argv) {
-  if (argc != 3)
-    return 2;
-  if (!strcmp(argv[1], "sync_pattern")) {
-    sync_pattern();
-    printf("sync pattern: OK\n");
-    return 0;
-  }
-  int np = atoi(argv[2]);
+/* example NPROC: one process runs the example in place, more fork. */
+NBF_TEST_P(example) {
+  int np = atoi(rt_arg(0));
   if (np == 1) {
     unsetenv("WORLD_SIZE");
     unsetenv("RANK");
-    return example_rank(0, 1, NULL);
+    ASSERT_EQ(example_rank(0, 1, NULL), 0);
+    return;
   }
   rt_spawn_opts_t o = {.world = np, .deadline_s = 60};
-  return rt_spawn(&o, example_rank, NULL, NULL);
+  ASSERT_EQ(rt_spawn(&o, example_rank, NULL, NULL), 0);
 }
+
+NBF_TEST_MAIN()

@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 #define N 96
 #define NIN 20
@@ -175,7 +175,7 @@ static void resume(int world, const char *precision, int accum, int adamw, int p
     if (e->d_name[0] != '.')
       files++;
     else if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-      RT_FAIL("temporary file left: %s", e->d_name);
+      NBF_TEST_FAIL("temporary file left: %s", e->d_name);
   closedir(d);
   ASSERT_EQ(files, world + 1);
   /* resumed by new processes */
@@ -194,7 +194,7 @@ static void resume(int world, const char *precision, int accum, int adamw, int p
   for (size_t i = 0; i < na; i++)
     diff += a[i] != b[i];
   if (diff)
-    RT_FAIL("resumed run differs from the uninterrupted one in %zu of %zu bytes", diff, na);
+    NBF_TEST_FAIL("resumed run differs from the uninterrupted one in %zu of %zu bytes", diff, na);
   float scale;
   memcpy(&scale, a + na - 4, 4);
   printf("np%d %s accum %d %s: %zu parameter bytes identical after resume (final loss scale %g)\n",
@@ -208,7 +208,7 @@ static void resume(int world, const char *precision, int accum, int adamw, int p
   rmdir(tmp);
 }
 
-static void errors(void) {
+NBF_TEST(errors) {
   char tmp[] = "/tmp/nbfork-ckpt-XXXXXX";
   ASSERT_NOT_NULL(mkdtemp(tmp));
   acc_t *acc = acc_new(NULL);
@@ -287,21 +287,22 @@ static void errors(void) {
   rm_rf(tmp);
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  const char *c = argv[1];
-  if (!strcmp(c, "resume_np1"))
-    resume(1, "no", 1, 0, 0);
-  else if (!strcmp(c, "resume_np2"))
-    resume(2, "fp16", 2, 1, 1);
-  else if (!strcmp(c, "resume_np2_sgd"))
-    resume(2, "bf16", 1, 0, 0);
-  else if (!strcmp(c, "errors"))
-    errors();
-  else
-    RT_FAIL("unknown case %s", c);
-  printf("checkpoint %s: OK\n", c);
-  return 0;
+NBF_TEST(resume_np1) {
+  resume(1, "no", 1, 0, 0);
 }
+
+NBF_TEST(resume_np2) {
+  resume(2, "fp16", 2, 1, 1);
+}
+
+NBF_TEST(resume_np2_sgd) {
+  resume(2, "bf16", 1, 0, 0);
+}
+
+/* Ranks print progress from forked children: keep stdout line-buffered
+ * so that their lines do not interleave mid-line. */
+__attribute__((constructor)) static void line_buffered_stdout(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+NBF_TEST_MAIN()

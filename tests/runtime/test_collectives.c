@@ -22,8 +22,8 @@
 #include "acc_half.h"
 #include "acc_internal.h"
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 typedef struct {
   const char *coll;
@@ -181,7 +181,7 @@ static int run_rank(int rank, int world, void *arg) {
       for (size_t i = 0; i < n; i++) {
         double want = reference(d, job->op, world, i), got = get(buf, d, i);
         if (want != got)
-          RT_FAIL("rank %d count %zu element %zu: got %.9g want %.9g", rank, n, i, got, want);
+          NBF_TEST_FAIL("rank %d count %zu element %zu: got %.9g want %.9g", rank, n, i, got, want);
       }
       free(buf);
     } else if (strcmp(job->coll, "reduce_scatter") == 0) {
@@ -194,7 +194,7 @@ static int run_rank(int rank, int world, void *arg) {
         size_t j = (size_t)rank * n + i;
         double want = reference(d, job->op, world, j), got = get(recv, d, i);
         if (want != got)
-          RT_FAIL("rank %d count %zu element %zu: got %.9g want %.9g", rank, n, i, got, want);
+          NBF_TEST_FAIL("rank %d count %zu element %zu: got %.9g want %.9g", rank, n, i, got, want);
       }
       free(send);
       free(recv);
@@ -206,8 +206,8 @@ static int run_rank(int rank, int world, void *arg) {
         ASSERT_OK(acc, acc_broadcast(acc, buf, n, d, root));
         for (size_t i = 0; i < n; i++)
           if (get(buf, d, i) != value(root, i))
-            RT_FAIL("rank %d root %d element %zu: got %.9g want %d", rank, root, i, get(buf, d, i),
-                    value(root, i));
+            NBF_TEST_FAIL("rank %d root %d element %zu: got %.9g want %d", rank, root, i,
+                          get(buf, d, i), value(root, i));
         free(buf);
       }
     } else if (strcmp(job->coll, "all_gather") == 0) {
@@ -218,8 +218,8 @@ static int run_rank(int rank, int world, void *arg) {
       for (int r = 0; r < world; r++)
         for (size_t i = 0; i < n; i++)
           if (get(recv, d, (size_t)r * n + i) != value(r, i))
-            RT_FAIL("rank %d block %d element %zu: got %.9g want %d", rank, r, i,
-                    get(recv, d, (size_t)r * n + i), value(r, i));
+            NBF_TEST_FAIL("rank %d block %d element %zu: got %.9g want %d", rank, r, i,
+                          get(recv, d, (size_t)r * n + i), value(r, i));
       /* in place: the own block already sits in recv */
       memset(recv, 0, n * esz * (size_t)world);
       memcpy((char *)recv + (size_t)rank * n * esz, send, n * esz);
@@ -227,8 +227,8 @@ static int run_rank(int rank, int world, void *arg) {
       for (int r = 0; r < world; r++)
         for (size_t i = 0; i < n; i++)
           if (get(recv, d, (size_t)r * n + i) != value(r, i))
-            RT_FAIL("in place: rank %d block %d element %zu: got %.9g want %d", rank, r, i,
-                    get(recv, d, (size_t)r * n + i), value(r, i));
+            NBF_TEST_FAIL("in place: rank %d block %d element %zu: got %.9g want %d", rank, r, i,
+                          get(recv, d, (size_t)r * n + i), value(r, i));
       free(send);
       free(recv);
     } else if (strcmp(job->coll, "algorithms") == 0) {
@@ -243,9 +243,9 @@ static int run_rank(int rank, int world, void *arg) {
           ASSERT_OK(acc, acc_all_reduce(acc, buf, n, d, job->op));
           for (size_t i = 0; i < n; i++)
             if (get(buf, d, i) != reference(d, job->op, world, i))
-              RT_FAIL("%s, %zu elements, call %d: element %zu: got %.9g want %.9g",
-                      acc__allreduce_algo_name(acc, n * esz), n, rep, i, get(buf, d, i),
-                      reference(d, job->op, world, i));
+              NBF_TEST_FAIL("%s, %zu elements, call %d: element %zu: got %.9g want %.9g",
+                            acc__allreduce_algo_name(acc, n * esz), n, rep, i, get(buf, d, i),
+                            reference(d, job->op, world, i));
         }
         free(buf);
       }
@@ -254,7 +254,7 @@ static int run_rank(int rank, int world, void *arg) {
       for (int k = 0; k < 20; k++)
         ASSERT_OK(acc, acc_wait_for_everyone(acc));
     } else {
-      RT_FAIL("unknown collective %s", job->coll);
+      NBF_TEST_FAIL("unknown collective %s", job->coll);
     }
   }
   if (strcmp(job->coll, "algorithms") == 0) { /* the runtime's choice for a large buffer */
@@ -295,19 +295,28 @@ static int parse_op(const char *s) {
   return -1;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s COLLECTIVE DTYPE OP NPROC\n", argv[0]);
-    return 2;
-  }
-  job_t job = {argv[1], (acc_dtype_t)parse_dtype(argv[2]), (acc_op_t)parse_op(argv[3])};
-  if ((int)job.dtype < 0 || (int)job.op < 0) {
-    fprintf(stderr, "bad dtype or op\n");
-    return 2;
-  }
-  rt_spawn_opts_t o = {.world = atoi(argv[4]), .deadline_s = 90};
-  int rc = rt_spawn(&o, run_rank, &job, NULL);
-  if (rc == 0)
-    printf("%s %s %s np=%d: OK\n", argv[1], argv[2], argv[3], o.world);
-  return rc;
+/* COLLECTIVE DTYPE OP NPROC (one ctest per combination, added by
+ * CMakeLists.txt). */
+static void run_job(const char *coll) {
+  const char *dt = rt_arg(0), *op = rt_arg(1);
+  job_t job = {coll, (acc_dtype_t)parse_dtype(dt), (acc_op_t)parse_op(op)};
+  if ((int)job.dtype < 0 || (int)job.op < 0)
+    NBF_TEST_FAIL("bad dtype %s or op %s", dt, op);
+  rt_spawn_opts_t o = {.world = atoi(rt_arg(2)), .deadline_s = 90};
+  ASSERT_EQ(rt_spawn(&o, run_rank, &job, NULL), 0);
 }
+
+#define COLLECTIVE_CASE(name)                                                                      \
+  NBF_TEST_P(name) {                                                                               \
+    run_job(#name);                                                                                \
+  }
+COLLECTIVE_CASE(all_reduce)
+COLLECTIVE_CASE(reduce_scatter)
+COLLECTIVE_CASE(broadcast)
+COLLECTIVE_CASE(all_gather)
+COLLECTIVE_CASE(barrier)
+COLLECTIVE_CASE(algorithms)
+COLLECTIVE_CASE(regroup)
+COLLECTIVE_CASE(addresses)
+
+NBF_TEST_MAIN()

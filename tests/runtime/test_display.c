@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_display.h"
+#include "rt_test.h"
 
 static int g_rd = -1;
 
@@ -40,7 +40,7 @@ static int read_events(json_t **ev, int max) {
     json_error_t e;
     ev[k] = json_loads(line, 0, &e);
     if (!ev[k])
-      RT_FAIL("event is not JSON (%s): %s", e.text, line);
+      NBF_TEST_FAIL("event is not JSON (%s): %s", e.text, line);
     ASSERT_TRUE(json_is_object(ev[k]));
     /* compact: no spaces after separators outside strings */
     ASSERT_TRUE(strstr(line, "\": ") == NULL && strstr(line, ", \"") == NULL);
@@ -65,34 +65,34 @@ static const char *sget(json_t *o, const char *path1, const char *path2) {
 
 /* Checks a display_data/update_display_data event; returns its data. */
 static json_t *check_display(json_t *ev, const char *msg, long id) {
-  ASSERT_STREQ(sget(ev, "msg", NULL), msg);
+  ASSERT_EQ_STR(sget(ev, "msg", NULL), msg);
   ASSERT_TRUE(json_is_object(json_object_get(ev, "data")));
   json_t *md = json_object_get(ev, "metadata");
   ASSERT_TRUE(json_is_object(md) && json_object_size(md) == 0);
   char want[64];
   snprintf(want, sizeof want, "nbf-%ld-%ld", (long)getpid(), id);
-  ASSERT_STREQ(sget(ev, "transient", "display_id"), want);
+  ASSERT_EQ_STR(sget(ev, "transient", "display_id"), want);
   ASSERT_EQ(json_object_size(ev), 4);
   return json_object_get(ev, "data");
 }
 
-static void display_text(void) {
+NBF_TEST(display_text) {
   attach();
   long id = nbf_display("text/plain", "hello\nworld", 11);
   ASSERT_GT(id, 0);
   json_t *ev = one_event();
   json_t *data = check_display(ev, "display_data", id);
-  ASSERT_STREQ(sget(data, "text/plain", NULL), "hello\nworld");
+  ASSERT_EQ_STR(sget(data, "text/plain", NULL), "hello\nworld");
   json_decref(ev);
   long id2 = nbf_display("text/html", "<b>x</b>", 8);
   ASSERT_GT(id2, id); /* ids are distinct */
   ev = one_event();
-  ASSERT_STREQ(sget(check_display(ev, "display_data", id2), "text/html", NULL), "<b>x</b>");
+  ASSERT_EQ_STR(sget(check_display(ev, "display_data", id2), "text/html", NULL), "<b>x</b>");
   json_decref(ev);
   const char *svg = "<svg xmlns=\"http://www.w3.org/2000/svg\"/>";
   ASSERT_GT(nbf_display("image/svg+xml", svg, strlen(svg)), 0);
   ev = one_event();
-  ASSERT_STREQ(sget(json_object_get(ev, "data"), "image/svg+xml", NULL), svg);
+  ASSERT_EQ_STR(sget(json_object_get(ev, "data"), "image/svg+xml", NULL), svg);
   json_decref(ev);
   /* bad arguments */
   ASSERT_EQ(nbf_display(NULL, "x", 1), -1);
@@ -102,18 +102,18 @@ static void display_text(void) {
   ASSERT_EQ(read_events(none, 1), 0);
 }
 
-static void display_png(void) {
+NBF_TEST(display_png) {
   attach();
   unsigned char png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0xff};
   long id = nbf_display("image/png", png, sizeof png);
   ASSERT_GT(id, 0);
   json_t *ev = one_event();
   json_t *data = check_display(ev, "display_data", id);
-  ASSERT_STREQ(sget(data, "image/png", NULL), "iVBORw0KGgoAAP8="); /* base64 of png[] */
+  ASSERT_EQ_STR(sget(data, "image/png", NULL), "iVBORw0KGgoAAP8="); /* base64 of png[] */
   json_decref(ev);
 }
 
-static void display_json(void) {
+NBF_TEST(display_json) {
   attach();
   const char *doc = "{\"a\": [1, 2, {\"b\": null}], \"c\": \"d\"}";
   long id = nbf_display("application/json", doc, strlen(doc));
@@ -122,7 +122,7 @@ static void display_json(void) {
   json_t *v = json_object_get(check_display(ev, "display_data", id), "application/json");
   ASSERT_TRUE(json_is_object(v)); /* embedded as JSON, not as a string */
   ASSERT_EQ(json_array_size(json_object_get(v, "a")), 3);
-  ASSERT_STREQ(sget(v, "c", NULL), "d");
+  ASSERT_EQ_STR(sget(v, "c", NULL), "d");
   json_decref(ev);
   const char *vega = "[1,2]";
   ASSERT_GT(nbf_display("application/vnd.vegalite.v5+json", vega, 5), 0);
@@ -132,7 +132,7 @@ static void display_json(void) {
   json_decref(ev);
 }
 
-static void bad_json(void) {
+NBF_TEST(bad_json) {
   attach();
   ASSERT_EQ(nbf_display("application/json", "{\"a\":", 5), -1);
   ASSERT_EQ(nbf_display("application/json", "{} {}", 5), -1);
@@ -140,7 +140,7 @@ static void bad_json(void) {
   ASSERT_EQ(read_events(none, 1), 0); /* nothing half-written */
 }
 
-static void update(void) {
+NBF_TEST(update) {
   attach();
   long id = nbf_display("text/plain", "0%", 2);
   json_t *ev = one_event();
@@ -148,17 +148,17 @@ static void update(void) {
   ASSERT_EQ(nbf_update_display(id, "text/plain", "50%", 3), 0);
   ev = one_event();
   json_t *data = check_display(ev, "update_display_data", id);
-  ASSERT_STREQ(sget(data, "text/plain", NULL), "50%");
+  ASSERT_EQ_STR(sget(data, "text/plain", NULL), "50%");
   json_decref(ev);
   ASSERT_EQ(nbf_update_display(0, "text/plain", "x", 1), -1);
   ASSERT_EQ(nbf_update_display(-5, "text/plain", "x", 1), -1);
 }
 
-static void clear_output(void) {
+NBF_TEST(clear_output) {
   attach();
   ASSERT_EQ(nbf_clear_output(1), 0);
   json_t *ev = one_event();
-  ASSERT_STREQ(sget(ev, "msg", NULL), "clear_output");
+  ASSERT_EQ_STR(sget(ev, "msg", NULL), "clear_output");
   ASSERT_TRUE(json_is_true(json_object_get(ev, "wait")));
   ASSERT_EQ(json_object_size(ev), 2);
   json_decref(ev);
@@ -168,18 +168,18 @@ static void clear_output(void) {
   json_decref(ev);
 }
 
-static void execute_result(void) {
+NBF_TEST(execute_result) {
   attach();
   ASSERT_EQ(nbf__execute_result("(int) 42"), 0);
   json_t *ev = one_event();
-  ASSERT_STREQ(sget(ev, "msg", NULL), "execute_result");
-  ASSERT_STREQ(sget(json_object_get(ev, "data"), "text/plain", NULL), "(int) 42");
+  ASSERT_EQ_STR(sget(ev, "msg", NULL), "execute_result");
+  ASSERT_EQ_STR(sget(json_object_get(ev, "data"), "text/plain", NULL), "(int) 42");
   ASSERT_TRUE(json_is_object(json_object_get(ev, "metadata")));
   ASSERT_EQ(json_object_size(ev), 3); /* the kernel adds execution_count */
   json_decref(ev);
 }
 
-static void bundle(void) {
+NBF_TEST(bundle) {
   attach();
   nbf_mime_t b[2] = {{"text/plain", "plain", 5}, {"text/html", "<i>html</i>", 11}};
   long id = nbf_display_bundle(b, 2);
@@ -187,8 +187,8 @@ static void bundle(void) {
   json_t *ev = one_event();
   json_t *data = check_display(ev, "display_data", id);
   ASSERT_EQ(json_object_size(data), 2);
-  ASSERT_STREQ(sget(data, "text/plain", NULL), "plain");
-  ASSERT_STREQ(sget(data, "text/html", NULL), "<i>html</i>");
+  ASSERT_EQ_STR(sget(data, "text/plain", NULL), "plain");
+  ASSERT_EQ_STR(sget(data, "text/html", NULL), "<i>html</i>");
   json_decref(ev);
   ASSERT_EQ(nbf_update_display_bundle(id, b, 2), 0);
   ev = one_event();
@@ -198,90 +198,55 @@ static void bundle(void) {
   ASSERT_EQ(nbf_display_bundle(NULL, 1), -1);
 }
 
-static void invalid_utf8(void) {
+NBF_TEST(invalid_utf8) {
   attach();
   const char bad[] = {'a', (char)0xff, 'b', (char)0xc3, 0, 'c'};
   long id = nbf_display("text/plain", bad, sizeof bad);
   ASSERT_GT(id, 0);
   json_t *ev = one_event();
-  ASSERT_STREQ(sget(json_object_get(ev, "data"), "text/plain", NULL), "a\xef\xbf\xbd"
-                                                                      "b\xef\xbf\xbd\xef\xbf\xbd"
-                                                                      "c");
+  ASSERT_EQ_STR(sget(json_object_get(ev, "data"), "text/plain", NULL), "a\xef\xbf\xbd"
+                                                                       "b\xef\xbf\xbd\xef\xbf\xbd"
+                                                                       "c");
   json_decref(ev);
 }
 
-static void no_kernel(void) {
+NBF_TEST(no_kernel) {
   unsetenv("NBFORK_DISPLAY_FD");
-  int p[2];
-  ASSERT_EQ(pipe(p), 0);
-  fflush(stdout);
-  int saved = dup(1);
-  dup2(p[1], 1);
+  int saved, out = rt_capture_stdout(&saved);
   long id = nbf_display("text/plain", "shown as text", 13);
   int up = nbf_update_display(id, "text/html", "<p>again</p>", 12);
   long png = nbf_display("image/png", "\x89PNG", 4);
   int clr = nbf_clear_output(0);
   int er = nbf__execute_result("3");
-  fflush(stdout);
-  dup2(saved, 1);
-  close(p[1]);
+  rt_restore_stdout(saved);
   char buf[256];
-  ssize_t n = read(p[0], buf, sizeof buf - 1);
+  ssize_t n = read(out, buf, sizeof buf - 1);
   buf[n > 0 ? n : 0] = 0;
   ASSERT_GT(id, 0);
   ASSERT_EQ(up, 0);
   ASSERT_EQ(png, -1);
   ASSERT_EQ(clr, -1);
   ASSERT_EQ(er, 0);
-  ASSERT_STREQ(buf, "shown as text\n<p>again</p>\n3\n");
+  ASSERT_EQ_STR(buf, "shown as text\n<p>again</p>\n3\n");
   /* a descriptor that is not open counts as no kernel */
   setenv("NBFORK_DISPLAY_FD", "987", 1);
   ASSERT_EQ(nbf_display("image/png", "\x89PNG", 4), -1);
 }
 
-static void flush_order(void) {
+NBF_TEST(flush_order) {
   attach();
-  int p[2];
-  ASSERT_EQ(pipe(p), 0);
-  fcntl(p[0], F_SETFL, O_NONBLOCK);
-  int saved = dup(1);
-  dup2(p[1], 1);
+  int saved, out = rt_capture_stdout(&saved);
   printf("printed before"); /* no newline: still in stdio's buffer */
   ASSERT_GT(nbf_display("text/plain", "x", 1), 0);
   /* the event is written only after stdout was flushed */
   char buf[64];
-  ssize_t n = read(p[0], buf, sizeof buf - 1);
-  dup2(saved, 1);
+  ssize_t n = read(out, buf, sizeof buf - 1);
+  rt_restore_stdout(saved);
   ASSERT_EQ(n, 14);
   buf[n] = 0;
-  ASSERT_STREQ(buf, "printed before");
+  ASSERT_EQ_STR(buf, "printed before");
   json_t *ev = one_event();
   json_decref(ev);
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  const char *c = argv[1];
-  struct {
-    const char *name;
-    void (*fn)(void);
-  } cases[] = {{"display_text", display_text},
-               {"display_png", display_png},
-               {"display_json", display_json},
-               {"bad_json", bad_json},
-               {"update", update},
-               {"clear_output", clear_output},
-               {"execute_result", execute_result},
-               {"bundle", bundle},
-               {"invalid_utf8", invalid_utf8},
-               {"no_kernel", no_kernel},
-               {"flush_order", flush_order}};
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-    if (!strcmp(c, cases[i].name)) {
-      cases[i].fn();
-      printf("display %s: OK\n", c);
-      return 0;
-    }
-  RT_FAIL("unknown case %s", c);
-}
+NBF_TEST_MAIN()

@@ -8,11 +8,11 @@
 #include <string.h>
 
 #include "acc_half.h"
-#include "rt_assert.h"
+#include "rt_test.h"
 
 /* Every half that is not NaN converts to float and back unchanged; NaNs
  * stay NaN. */
-static void f16_roundtrip(void) {
+NBF_TEST(f16_roundtrip) {
   for (uint32_t h = 0; h < 65536; h++) {
     float f = acc_f16_to_f32((uint16_t)h);
     uint16_t back = acc_f32_to_f16(f);
@@ -21,7 +21,7 @@ static void f16_roundtrip(void) {
       ASSERT_TRUE(isnan(f));
       ASSERT_TRUE((back & 0x7c00) == 0x7c00 && (back & 0x3ff));
     } else if (back != h) {
-      RT_FAIL("half 0x%04x -> %.9g -> 0x%04x", (unsigned)h, f, (unsigned)back);
+      NBF_TEST_FAIL("half 0x%04x -> %.9g -> 0x%04x", (unsigned)h, f, (unsigned)back);
     }
   }
 }
@@ -48,7 +48,7 @@ static uint16_t ref_f16(float f) {
   return sign | best;
 }
 
-static void f16_rounding(void) {
+NBF_TEST(f16_rounding) {
   ASSERT_EQ(acc_f32_to_f16(1.0f), 0x3c00);
   ASSERT_EQ(acc_f32_to_f16(-2.0f), 0xc000);
   ASSERT_EQ(acc_f32_to_f16(65504.0f), 0x7bff);
@@ -69,11 +69,11 @@ static void f16_rounding(void) {
     memcpy(&f, &bits, 4);
     uint16_t got = acc_f32_to_f16(f), want = ref_f16(f);
     if (got != want)
-      RT_FAIL("f32 %.9g (0x%08x): got 0x%04x want 0x%04x", f, (unsigned)bits, got, want);
+      NBF_TEST_FAIL("f32 %.9g (0x%08x): got 0x%04x want 0x%04x", f, (unsigned)bits, got, want);
   }
 }
 
-static void bf16_rounding(void) {
+NBF_TEST(bf16_rounding) {
   ASSERT_EQ(acc_f32_to_bf16(1.0f), 0x3f80);
   ASSERT_EQ(acc_f32_to_bf16(-3.0f), 0xc040);
   float f;
@@ -95,17 +95,4 @@ static void bf16_rounding(void) {
   }
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  if (!strcmp(argv[1], "f16_roundtrip"))
-    f16_roundtrip();
-  else if (!strcmp(argv[1], "f16_rounding"))
-    f16_rounding();
-  else if (!strcmp(argv[1], "bf16_rounding"))
-    bf16_rounding();
-  else
-    RT_FAIL("unknown case %s", argv[1]);
-  printf("half %s: OK\n", argv[1]);
-  return 0;
-}
+NBF_TEST_MAIN()

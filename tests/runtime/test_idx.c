@@ -12,17 +12,23 @@
 #include <zlib.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
+#include "rt_test.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
 static char g_dir[256];
+
+/* The files are removed by each case; the directory goes at exit. */
+static void remove_dir(void) {
+  rmdir(g_dir);
+}
 
 static const char *tmp_path(const char *name) {
   static char p[512];
   if (!g_dir[0]) {
     snprintf(g_dir, sizeof g_dir, "/tmp/nbfork-idx-XXXXXX");
     ASSERT_NOT_NULL(mkdtemp(g_dir));
+    atexit(remove_dir);
   }
   snprintf(p, sizeof p, "%s/%s", g_dir, name);
   return p;
@@ -53,12 +59,21 @@ static acc_idx_t *read_capturing(const char *path, char *msg, size_t msglen) {
   return idx;
 }
 
-static void need(const char *path) {
-  if (access(path, R_OK) != 0)
-    RT_SKIP("%s not installed (Debian package dataset-fashion-mnist)", path);
+/* Write `len` bytes to `path`, check that acc_idx_read refuses the file
+ * and return what it printed (valid until the next call). */
+static const char *refused(const char *path, const void *data, size_t len) {
+  static char msg[2048];
+  write_file(path, data, len);
+  ASSERT_NULL(read_capturing(path, msg, sizeof msg));
+  return msg;
 }
 
-static void labels(void) {
+static void need(const char *path) {
+  if (access(path, R_OK) != 0)
+    NBF_TEST_SKIP("%s not installed (Debian package dataset-fashion-mnist)", path);
+}
+
+NBF_TEST(fashion_mnist_labels) {
   const char *p = FMNIST "t10k-labels-idx1-ubyte.gz";
   need(p);
   acc_idx_t *idx = acc_idx_read(p);
@@ -82,7 +97,7 @@ static void labels(void) {
   acc_idx_destroy(&idx); /* NULL-safe */
 }
 
-static void images(void) {
+NBF_TEST(fashion_mnist_images) {
   const char *p = FMNIST "t10k-images-idx3-ubyte.gz";
   need(p);
   acc_idx_t *idx = acc_idx_read(p);
@@ -104,7 +119,7 @@ static void images(void) {
   acc_idx_destroy(&idx);
 }
 
-static void plain_file(void) {
+NBF_TEST(plain_file) {
   unsigned char f[4 + 8 + 6] = {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6};
   const char *p = tmp_path("plain.idx");
   write_file(p, f, sizeof f);
@@ -129,27 +144,24 @@ static void plain_file(void) {
   unlink(p);
 }
 
-static void bad_magic(void) {
-  char msg[2048];
+NBF_TEST(bad_magic) {
+  const char *msg;
   const char *p = tmp_path("bad.idx");
-  write_file(p, "GIF89a..........", 16);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, "GIF89a..........", 16);
   ASSERT_CONTAINS(msg, p);
   ASSERT_CONTAINS(msg, "not an IDX file");
   ASSERT_CONTAINS(msg, "magic 0x47494638");
   unsigned char f[] = {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0}; /* float data */
-  write_file(p, f, sizeof f);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, f, sizeof f);
   ASSERT_CONTAINS(msg, "unsupported IDX data type");
   unsigned char z[] = {0, 0, 8, 1, 0, 0, 0, 0}; /* zero-length dimension */
-  write_file(p, z, sizeof z);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, z, sizeof z);
   ASSERT_CONTAINS(msg, "dimension 0");
   unlink(p);
 }
 
-static void truncated(void) {
-  char msg[2048];
+NBF_TEST(truncated) {
+  const char *msg;
   const char *src = FMNIST "t10k-labels-idx1-ubyte.gz";
   need(src);
   FILE *f = fopen(src, "rb");
@@ -158,29 +170,26 @@ static void truncated(void) {
   fclose(f);
   ASSERT_EQ(n, sizeof buf);
   const char *p = tmp_path("trunc.gz");
-  write_file(p, buf, sizeof buf); /* a gzip stream cut short */
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, buf, sizeof buf); /* a gzip stream cut short */
   ASSERT_CONTAINS(msg, "truncated or corrupt");
   ASSERT_CONTAINS(msg, "magic 0x00000801");
   /* header announcing more data than there is (plain file) */
   unsigned char h[] = {0, 0, 8, 1, 0, 0, 0, 100, 1, 2, 3};
-  write_file(p, h, sizeof h);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, h, sizeof h);
   ASSERT_CONTAINS(msg, "3 of 100 bytes");
   unlink(p);
 }
 
-static void trailing(void) {
-  char msg[2048];
+NBF_TEST(trailing) {
+  const char *msg;
   unsigned char h[] = {0, 0, 8, 1, 0, 0, 0, 2, 1, 2, 3};
   const char *p = tmp_path("trailing.idx");
-  write_file(p, h, sizeof h);
-  ASSERT_NULL(read_capturing(p, msg, sizeof msg));
+  msg = refused(p, h, sizeof h);
   ASSERT_CONTAINS(msg, "more bytes than the header");
   unlink(p);
 }
 
-static void missing(void) {
+NBF_TEST(missing) {
   char msg[2048];
   ASSERT_NULL(read_capturing("/nonexistent/nothing.gz", msg, sizeof msg));
   ASSERT_CONTAINS(msg, "/nonexistent/nothing.gz");
@@ -188,28 +197,4 @@ static void missing(void) {
   ASSERT_NULL(read_capturing(NULL, msg, sizeof msg));
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  const char *c = argv[1];
-  if (!strcmp(c, "fashion_mnist_labels"))
-    labels();
-  else if (!strcmp(c, "fashion_mnist_images"))
-    images();
-  else if (!strcmp(c, "plain_file"))
-    plain_file();
-  else if (!strcmp(c, "bad_magic"))
-    bad_magic();
-  else if (!strcmp(c, "truncated"))
-    truncated();
-  else if (!strcmp(c, "trailing"))
-    trailing();
-  else if (!strcmp(c, "missing"))
-    missing();
-  else
-    RT_FAIL("unknown case %s", c);
-  if (g_dir[0])
-    rmdir(g_dir);
-  printf("idx %s: OK\n", c);
-  return 0;
-}
+NBF_TEST_MAIN()

@@ -2,15 +2,15 @@
  * test_metrics.c — acc_gather_for_metrics over whole epochs with N
  * processes: the number of gathered samples equals the dataset size
  * exactly and every sample is seen exactly once (padding dropped).
- *   test_metrics NPROC
+ *   test_metrics gather_for_metrics NPROC
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 static int run_rank(int rank, int world, void *arg) {
   (void)arg;
@@ -44,11 +44,12 @@ static int run_rank(int rank, int world, void *arg) {
           got += m;
         }
         if (got != n)
-          RT_FAIL("rank %d n=%zu batch=%zu shuffle=%d: gathered %zu samples, want %zu", rank, n, B,
-                  shuffle, got, n);
+          NBF_TEST_FAIL("rank %d n=%zu batch=%zu shuffle=%d: gathered %zu samples, want %zu", rank,
+                        n, B, shuffle, got, n);
         for (size_t i = 0; i < n; i++)
           if (seen[i] != 1)
-            RT_FAIL("rank %d n=%zu batch=%zu: sample %zu seen %u times", rank, n, B, i, seen[i]);
+            NBF_TEST_FAIL("rank %d n=%zu batch=%zu: sample %zu seen %u times", rank, n, B, i,
+                          seen[i]);
         free(vals);
         free(out);
         free(seen);
@@ -58,12 +59,10 @@ static int run_rank(int rank, int world, void *arg) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  rt_spawn_opts_t o = {.world = atoi(argv[1]), .deadline_s = 90};
-  int rc = rt_spawn(&o, run_rank, NULL, NULL);
-  if (rc == 0)
-    printf("gather_for_metrics np=%d: OK\n", o.world);
-  return rc;
+/* gather_for_metrics NPROC */
+NBF_TEST_P(gather_for_metrics) {
+  rt_spawn_opts_t o = {.world = atoi(rt_arg(0)), .deadline_s = 90};
+  ASSERT_EQ(rt_spawn(&o, run_rank, NULL, NULL), 0);
 }
+
+NBF_TEST_MAIN()

@@ -6,7 +6,6 @@
  *              scaler_off|scaler_ranks|train_fp16|train_bf16|gpu_convert
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,9 +16,10 @@
 #include "acc_half.h"
 #include "acc_nccl.h"
 #include "nbfork.h"
-#include "rt_assert.h"
+#include "rt_cudart.h"
 #include "rt_mlp.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 static acc_t *new_acc(const char *precision) {
   acc_config_t cfg = ACC_CONFIG_INIT;
@@ -29,66 +29,67 @@ static acc_t *new_acc(const char *precision) {
   return acc;
 }
 
+/* Every 16-bit pattern into h[n], converted to f32 (f) and back (back). */
+static void round_trip_all(int bf16, uint16_t *h, float *f, uint16_t *back, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    h[i] = (uint16_t)i;
+  ASSERT_OK(NULL, bf16 ? acc_from_bf16(NULL, f, h, n) : acc_from_f16(NULL, f, h, n));
+  ASSERT_OK(NULL, bf16 ? acc_to_bf16(NULL, back, f, n) : acc_to_f16(NULL, back, f, n));
+}
+
+/* n pseudo-random f32 bit patterns (every exponent: overflow,
+ * subnormals, NaN) into f, converted to the half type in back. */
+static void random_to_half(int bf16, uint32_t seed, float *f, uint16_t *back, size_t n) {
+  uint32_t x = seed;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 1664525u + 1013904223u;
+    memcpy(&f[i], &x, 4);
+  }
+  ASSERT_OK(NULL, bf16 ? acc_to_bf16(NULL, back, f, n) : acc_to_f16(NULL, back, f, n));
+}
+
 /* Every fp16 value converts to f32 and back unchanged (NaN stays NaN);
  * f32 values round exactly as the scalar reference of acc_half.h (which
  * test_half checks against brute force). */
-static void convert_f16(void) {
+NBF_TEST(convert_f16) {
   const size_t n = 65536;
   uint16_t *h = malloc(n * 2), *back = malloc(n * 2);
   float *f = malloc(n * 4);
-  for (size_t i = 0; i < n; i++)
-    h[i] = (uint16_t)i;
-  ASSERT_OK(NULL, acc_from_f16(NULL, f, h, n));
-  ASSERT_OK(NULL, acc_to_f16(NULL, back, f, n));
+  round_trip_all(0, h, f, back, n);
   for (size_t i = 0; i < n; i++) {
     int is_nan = (i & 0x7c00) == 0x7c00 && (i & 0x3ff);
     ASSERT_TRUE(is_nan ? isnan(f[i]) : f[i] == acc_f16_to_f32(h[i]));
     if (is_nan)
       ASSERT_TRUE((back[i] & 0x7c00) == 0x7c00 && (back[i] & 0x3ff));
     else if (back[i] != h[i])
-      RT_FAIL("half 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
+      NBF_TEST_FAIL("half 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
   }
-  /* random f32 (all exponents, including overflow and subnormals) */
-  uint32_t x = 7;
-  for (size_t i = 0; i < n; i++) {
-    x = x * 1664525u + 1013904223u;
-    uint32_t bits = x;
-    memcpy(&f[i], &bits, 4);
-  }
-  ASSERT_OK(NULL, acc_to_f16(NULL, back, f, n));
+  random_to_half(0, 7, f, back, n);
   for (size_t i = 0; i < n; i++)
     if (!isnan(f[i]) && back[i] != acc_f32_to_f16(f[i]))
-      RT_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", f[i], back[i], acc_f32_to_f16(f[i]));
+      NBF_TEST_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", f[i], back[i], acc_f32_to_f16(f[i]));
   ASSERT_EQ(acc_to_f16(NULL, NULL, f, 4), ACC_ERR_INVALID_ARGUMENT);
   ASSERT_OK(NULL, acc_to_f16(NULL, NULL, NULL, 0));
   free(h), free(back), free(f);
 }
 
-static void convert_bf16(void) {
+NBF_TEST(convert_bf16) {
   const size_t n = 65536;
   uint16_t *h = malloc(n * 2), *back = malloc(n * 2);
   float *f = malloc(n * 4);
-  for (size_t i = 0; i < n; i++)
-    h[i] = (uint16_t)i;
-  ASSERT_OK(NULL, acc_from_bf16(NULL, f, h, n));
-  ASSERT_OK(NULL, acc_to_bf16(NULL, back, f, n));
+  round_trip_all(1, h, f, back, n);
   for (size_t i = 0; i < n; i++) {
     if (isnan(f[i]))
       ASSERT_TRUE(isnan(acc_bf16_to_f32(back[i])));
     else if (back[i] != h[i])
-      RT_FAIL("bf16 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
+      NBF_TEST_FAIL("bf16 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
   }
-  uint32_t x = 11;
-  for (size_t i = 0; i < n; i++) {
-    x = x * 1664525u + 1013904223u;
-    memcpy(&f[i], &x, 4);
-  }
-  ASSERT_OK(NULL, acc_to_bf16(NULL, back, f, n));
+  random_to_half(1, 11, f, back, n);
   for (size_t i = 0; i < n; i++)
     if (isnan(f[i]))
       ASSERT_TRUE(isnan(acc_bf16_to_f32(back[i])));
     else if (back[i] != acc_f32_to_bf16(f[i]))
-      RT_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", f[i], back[i], acc_f32_to_bf16(f[i]));
+      NBF_TEST_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", f[i], back[i], acc_f32_to_bf16(f[i]));
   /* ties to even: 1 + 2^-8 rounds to 1, 1 + 3*2^-8 rounds up */
   float t[2] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256};
   ASSERT_OK(NULL, acc_to_bf16(NULL, back, t, 2));
@@ -110,7 +111,7 @@ static int step_with(acc_t *acc, acc_optim_t *o, float *g, float value) {
 
 /* An injected overflow: the step is skipped (parameters unchanged), the
  * scale halves, the clean-step count restarts; NaN behaves the same. */
-static void scaler_overflow(void) {
+NBF_TEST(scaler_overflow) {
   acc_t *acc = new_acc("fp16");
   ASSERT_EQ(acc_mixed_precision(acc), ACC_PRECISION_FP16);
   ASSERT_TRUE(acc_loss_scale(acc) == 65536.0f); /* 2^16 */
@@ -157,7 +158,7 @@ static void scaler_overflow(void) {
 
 /* Growth after `growth_interval` consecutive clean steps (3 here, 2000
  * by default), restarted by an overflow; custom factors. */
-static void scaler_growth(void) {
+NBF_TEST(scaler_growth) {
   acc_t *acc = new_acc("fp16");
   float p[2] = {0, 0}, g[2];
   acc_optim_t *o = acc_sgd_new(p, g, 2, 0.0f, 0.0f, 0.0f);
@@ -209,7 +210,7 @@ static void scaler_growth(void) {
 
 /* no / bf16: the scale is 1 and gradients are used as they are; an inf
  * gradient is not skipped (there is no scaler, as in Accelerate). */
-static void scaler_off(void) {
+NBF_TEST(scaler_off) {
   const char *modes[] = {"no", "bf16"};
   for (int k = 0; k < 2; k++) {
     acc_t *acc = new_acc(modes[k]);
@@ -255,14 +256,12 @@ static int ranks_body(int rank, int world, void *arg) {
   return 0;
 }
 
-static void scaler_ranks(void) {
+NBF_TEST(scaler_ranks) {
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 60};
   ASSERT_EQ(rt_spawn(&o, ranks_body, NULL, NULL), 0);
 }
 
 /* ---- training ---- */
-
-#define FM "/usr/share/datasets/fashion-mnist/"
 
 typedef struct {
   const char *precision;
@@ -275,51 +274,27 @@ typedef struct {
 static double train_once(const char *precision, int *skipped) {
   acc_t *acc = new_acc(precision);
   acc_set_seed(acc, 0, 0);
-  acc_idx_t *xi = acc_idx_read(FM "train-images-idx3-ubyte.gz");
-  acc_idx_t *yi = acc_idx_read(FM "train-labels-idx1-ubyte.gz");
-  acc_idx_t *xt = acc_idx_read(FM "t10k-images-idx3-ubyte.gz");
-  acc_idx_t *yt = acc_idx_read(FM "t10k-labels-idx1-ubyte.gz");
-  ASSERT_TRUE(xi && yi && xt && yt);
-  const size_t N = 12000, NT = 2000, B = 64;
-  float *X = malloc(N * 784 * sizeof(float)), *XT = malloc(NT * 784 * sizeof(float));
-  for (size_t i = 0; i < N * 784; i++)
-    X[i] = xi->u8[i] / 255.0f;
-  for (size_t i = 0; i < NT * 784; i++)
-    XT[i] = xt->u8[i] / 255.0f;
-  const int sizes[] = {784, 256, 10};
-  acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, (int)B);
-  acc_optim_t *o =
-      acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), acc_mlp_num_params(m), 0.1f, 0.9f, 0.0f);
-  acc_sampler_t *s = acc_sampler_new(acc, N, B, 1, 0);
-  float *xb = malloc(B * 784 * sizeof(float));
-  int64_t yb[64];
-  size_t nb = acc_sampler_num_batches(s);
+  const size_t N = 12000, NT = 2000;
+  rt_fmnist_run_t r;
+  rt_fmnist_run_new(&r, acc, N, NT);
+  size_t nb = acc_sampler_num_batches(r.s);
   *skipped = 0;
   for (size_t b = 0; b < nb; b++) {
-    size_t len;
-    const size_t *idx = acc_sampler_batch(s, b, &len);
-    for (size_t i = 0; i < len; i++) {
-      memcpy(xb + i * 784, X + idx[i] * 784, 784 * sizeof(float));
-      yb[i] = yi->u8[idx[i]];
-    }
-    acc_mlp_zero_grad(m);
-    acc_mlp_forward(m, xb, (int)len);
-    float loss = acc_mlp_backward_xent(m, yb);
+    size_t len = rt_mlp_batch(r.s, b, r.d.X, r.d.y, r.xb, r.yb);
+    acc_mlp_zero_grad(r.m);
+    acc_mlp_forward(r.m, r.xb, (int)len);
+    float loss = acc_mlp_backward_xent(r.m, r.yb);
     ASSERT_TRUE(isfinite(loss));
     acc_accumulate_begin(acc, b + 1 == nb);
-    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(m), acc_mlp_num_params(m)));
-    if (!acc_optim_step(acc, o))
+    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(r.m), acc_mlp_num_params(r.m)));
+    if (!acc_optim_step(acc, r.o))
       (*skipped)++;
     acc_accumulate_end(acc);
   }
-  double accuracy = rt_mlp_accuracy(acc, m, XT, yt->u8, NT, B, xb);
+  double accuracy = rt_mlp_accuracy(acc, r.m, r.d.XT, r.d.ty, NT, 64, r.xb);
   acc_print(acc, "%-4s: %zu steps, %d skipped, final scale %g, accuracy %.4f\n", precision, nb,
             *skipped, (double)acc_loss_scale(acc), accuracy);
-  acc_sampler_destroy(&s);
-  acc_optim_destroy(&o);
-  acc_mlp_destroy(&m);
-  acc_idx_destroy(&xi), acc_idx_destroy(&yi), acc_idx_destroy(&xt), acc_idx_destroy(&yt);
-  free(X), free(XT), free(xb);
+  rt_fmnist_run_free(&r);
   acc_destroy(&acc);
   return accuracy;
 }
@@ -342,8 +317,8 @@ static int train_body(int rank, int world, void *arg) {
 }
 
 static void train(const char *precision, int skipped_max) {
-  if (access(FM "train-images-idx3-ubyte.gz", R_OK) != 0)
-    RT_SKIP("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
+  if (access(RT_FMNIST "train-images-idx3-ubyte.gz", R_OK) != 0)
+    NBF_TEST_SKIP("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
   ASSERT_EQ(pipe(pipe_fd), 0);
   train_arg_t a = {precision, skipped_max};
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 100};
@@ -357,21 +332,10 @@ static void train(const char *precision, int skipped_max) {
 
 /* ---- device conversions (SKIP without a GPU) ---- */
 
-typedef int (*malloc_fn)(void **, size_t);
-typedef int (*memcpy_fn)(void *, const void *, size_t, int);
-typedef int (*free_fn)(void *);
-
-static void gpu_convert(void) {
-  void *rt = dlopen("libcudart.so", RTLD_NOW | RTLD_GLOBAL);
-  if (!rt)
-    rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
-  if (!rt)
-    RT_SKIP("no CUDA runtime library");
-  malloc_fn p_malloc = (malloc_fn)dlsym(rt, "cudaMalloc");
-  memcpy_fn p_memcpy = (memcpy_fn)dlsym(rt, "cudaMemcpy");
-  free_fn p_free = (free_fn)dlsym(rt, "cudaFree");
+NBF_TEST(gpu_convert) {
+  rt_cudart_load();
   if (acc_nccl_device_count() <= 0)
-    RT_SKIP("no GPU visible (or nbfork built without CUDA)");
+    NBF_TEST_SKIP("no GPU visible (or nbfork built without CUDA)");
   unsetenv("ACCELERATE_USE_CPU");
   acc_t *acc = new_acc("fp16");
   ASSERT_TRUE(acc_device(acc) >= 0);
@@ -396,7 +360,7 @@ static void gpu_convert(void) {
     for (size_t i = 0; i < n; i++) {
       uint16_t want = k ? acc_f32_to_bf16(h[i]) : acc_f32_to_f16(h[i]);
       if (hh[i] != want)
-        RT_FAIL("%s: %.9g -> 0x%04x, want 0x%04x", names[k], h[i], hh[i], want);
+        NBF_TEST_FAIL("%s: %.9g -> 0x%04x, want 0x%04x", names[k], h[i], hh[i], want);
       float back = k ? acc_bf16_to_f32(want) : acc_f16_to_f32(want);
       ASSERT_TRUE(hb[i] == back || (isnan(hb[i]) && isnan(back)));
     }
@@ -414,31 +378,18 @@ static void gpu_convert(void) {
   acc_destroy(&acc);
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  setvbuf(stdout, NULL, _IOLBF, 0);
-  const char *c = argv[1];
-  if (!strcmp(c, "convert_f16"))
-    convert_f16();
-  else if (!strcmp(c, "convert_bf16"))
-    convert_bf16();
-  else if (!strcmp(c, "scaler_overflow"))
-    scaler_overflow();
-  else if (!strcmp(c, "scaler_growth"))
-    scaler_growth();
-  else if (!strcmp(c, "scaler_off"))
-    scaler_off();
-  else if (!strcmp(c, "scaler_ranks"))
-    scaler_ranks();
-  else if (!strcmp(c, "train_fp16"))
-    train("fp16", 30);
-  else if (!strcmp(c, "train_bf16"))
-    train("bf16", 0);
-  else if (!strcmp(c, "gpu_convert"))
-    gpu_convert();
-  else
-    RT_FAIL("unknown case %s", c);
-  printf("mixed %s: OK\n", c);
-  return 0;
+NBF_TEST(train_fp16) {
+  train("fp16", 30);
 }
+
+NBF_TEST(train_bf16) {
+  train("bf16", 0);
+}
+
+/* Ranks print progress from forked children: keep stdout line-buffered
+ * so that their lines do not interleave mid-line. */
+__attribute__((constructor)) static void line_buffered_stdout(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+NBF_TEST_MAIN()

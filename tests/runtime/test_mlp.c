@@ -18,11 +18,11 @@
 #include <unistd.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_mlp.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
-static void gradcheck(void) {
+NBF_TEST(gradcheck) {
   const int sizes[] = {5, 7, 6, 4};
   acc_set_seed(NULL, 3, 0);
   acc_mlp_t *m = acc_mlp_new(NULL, sizes, 3, 8);
@@ -59,7 +59,7 @@ static void gradcheck(void) {
     if (err > max_rel)
       max_rel = err;
     if (err > 2e-2)
-      RT_FAIL("param %zu: analytic %.6g numeric %.6g", i, g[i], num);
+      NBF_TEST_FAIL("param %zu: analytic %.6g numeric %.6g", i, g[i], num);
   }
   /* backward ADDS into the gradient buffer */
   float g0 = g[0];
@@ -82,7 +82,7 @@ static void gradcheck(void) {
   ASSERT_NULL(m);
 }
 
-static void init(void) {
+NBF_TEST(init) {
   const int sizes[] = {784, 256, 10};
   acc_set_seed(NULL, 42, 0);
   acc_mlp_t *m = acc_mlp_new(NULL, sizes, 2, 64);
@@ -109,7 +109,7 @@ static void init(void) {
   acc_mlp_destroy(&m);
 }
 
-static void sgd(void) {
+NBF_TEST(sgd) {
   /* torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), 3 steps */
   float p[2] = {1.0f, -2.0f}, g[2];
   acc_optim_t *o = acc_sgd_new(p, g, 2, 0.1f, 0.9f, 0.01f);
@@ -135,7 +135,7 @@ static void sgd(void) {
   ASSERT_NULL(acc_sgd_new(NULL, g, 2, 0.1f, 0, 0));
 }
 
-static void adamw(void) {
+NBF_TEST(adamw) {
   /* torch.optim.AdamW(lr=0.01, betas=(0.9, 0.999), eps=1e-8, wd=0.1) */
   float p[2] = {0.5f, -1.5f}, g[2];
   acc_optim_t *o = acc_adamw_new(p, g, 2, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f);
@@ -167,66 +167,36 @@ static int train_rank(int rank, int world, void *arg) {
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
   acc_set_seed(acc, 0, 0);
-  acc_idx_t *xi = acc_idx_read("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
-  acc_idx_t *yi = acc_idx_read("/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
-  acc_idx_t *xt = acc_idx_read("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
-  acc_idx_t *yt = acc_idx_read("/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
-  ASSERT_TRUE(xi && yi && xt && yt);
-  const size_t N = 10000, B = 64;
-  float *X = malloc(N * 784 * sizeof(float)), *XT = malloc(10000 * 784 * sizeof(float));
-  for (size_t i = 0; i < N * 784; i++)
-    X[i] = xi->u8[i] / 255.0f;
-  for (size_t i = 0; i < 10000 * 784; i++)
-    XT[i] = xt->u8[i] / 255.0f;
-  const int sizes[] = {784, 256, 10};
-  acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, (int)B);
-  acc_optim_t *o =
-      acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), acc_mlp_num_params(m), 0.1f, 0.9f, 0.0f);
-  acc_sampler_t *s = acc_sampler_new(acc, N, B, 1, 0);
-  float *xb = malloc(B * 784 * sizeof(float));
-  int64_t yb[64];
+  rt_fmnist_run_t r;
+  rt_fmnist_run_new(&r, acc, 10000, 10000);
   double t0 = rt_now();
-  size_t nb = acc_sampler_num_batches(s);
+  size_t nb = acc_sampler_num_batches(r.s);
   float loss = 0;
   for (size_t b = 0; b < nb; b++) {
-    size_t len;
-    const size_t *idx = acc_sampler_batch(s, b, &len);
-    for (size_t i = 0; i < len; i++) {
-      memcpy(xb + i * 784, X + idx[i] * 784, 784 * sizeof(float));
-      yb[i] = yi->u8[idx[i]];
-    }
+    size_t len = rt_mlp_batch(r.s, b, r.d.X, r.d.y, r.xb, r.yb);
     acc_accumulate_begin(acc, b + 1 == nb);
-    acc_mlp_forward(m, xb, (int)len);
-    loss = acc_mlp_backward_xent(m, yb);
-    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(m), acc_mlp_num_params(m)));
-    acc_optim_step(acc, o);
-    acc_optim_zero_grad(acc, o);
+    acc_mlp_forward(r.m, r.xb, (int)len);
+    loss = acc_mlp_backward_xent(r.m, r.yb);
+    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(r.m), acc_mlp_num_params(r.m)));
+    acc_optim_step(acc, r.o);
+    acc_optim_zero_grad(acc, r.o);
     acc_accumulate_end(acc);
   }
   double dt = rt_now() - t0;
   /* evaluate on this rank's shard of the test set, gather for metrics */
-  double accuracy = rt_mlp_accuracy(acc, m, XT, yt->u8, 10000, B, xb);
+  double accuracy = rt_mlp_accuracy(acc, r.m, r.d.XT, r.d.ty, 10000, 64, r.xb);
   acc_print(acc, "world %d: %zu steps in %.3f s (%.3f ms/step), last loss %.3f, accuracy %.4f\n",
             world, nb, dt, 1e3 * dt / (double)nb, loss, accuracy);
   ASSERT_DBL_LT(0.70, accuracy);
   (void)rank;
-  acc_sampler_destroy(&s);
-  acc_optim_destroy(&o);
-  acc_mlp_destroy(&m);
-  acc_idx_destroy(&xi);
-  acc_idx_destroy(&yi);
-  acc_idx_destroy(&xt);
-  acc_idx_destroy(&yt);
-  free(X);
-  free(XT);
-  free(xb);
+  rt_fmnist_run_free(&r);
   acc_destroy(&acc);
   return 0;
 }
 
-static void train_fashion_mnist(void) {
-  if (access("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz", R_OK) != 0)
-    RT_SKIP("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
+NBF_TEST(train_fashion_mnist) {
+  if (access(RT_FMNIST "train-images-idx3-ubyte.gz", R_OK) != 0)
+    NBF_TEST_SKIP("Fashion-MNIST not installed (Debian package dataset-fashion-mnist)");
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 100};
   ASSERT_EQ(rt_spawn(&o, train_rank, NULL, NULL), 0);
@@ -280,7 +250,7 @@ static int bucket_rank(int rank, int world, void *arg) {
     acc_accumulate_end(acc);
   }
   if (a->exit_at)
-    RT_FAIL("rank %d never noticed that rank 1 left", rank);
+    NBF_TEST_FAIL("rank %d never noticed that rank 1 left", rank);
   if (rank == 0) {
     FILE *f = fopen(a->out, "wb");
     ASSERT_EQ(fwrite(acc_mlp_params(m), sizeof(float), np, f), np);
@@ -323,7 +293,7 @@ static void buckets(const char *precision) {
   ASSERT_DBL_LT(maxdiff, strcmp(precision, "no") ? 2e-3 : 1e-5); /* fp16: an ulp is 1e-3 */
 }
 
-static void buckets_peer_exit(void) {
+NBF_TEST(buckets_peer_exit) {
   setenv("NBFORK_GRAD_BUCKETS", "2", 1);
   bucket_run_t a = {"no", NULL, 7};
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 40, .timeout_s = "10"};
@@ -333,27 +303,12 @@ static void buckets_peer_exit(void) {
   unsetenv("NBFORK_GRAD_BUCKETS");
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  if (!strcmp(argv[1], "gradcheck"))
-    gradcheck();
-  else if (!strcmp(argv[1], "init"))
-    init();
-  else if (!strcmp(argv[1], "sgd"))
-    sgd();
-  else if (!strcmp(argv[1], "adamw"))
-    adamw();
-  else if (!strcmp(argv[1], "train_fashion_mnist"))
-    train_fashion_mnist();
-  else if (!strcmp(argv[1], "buckets"))
-    buckets("no");
-  else if (!strcmp(argv[1], "buckets_fp16"))
-    buckets("fp16");
-  else if (!strcmp(argv[1], "buckets_peer_exit"))
-    buckets_peer_exit();
-  else
-    RT_FAIL("unknown case %s", argv[1]);
-  printf("mlp %s: OK\n", argv[1]);
-  return 0;
+NBF_TEST(buckets) {
+  buckets("no");
 }
+
+NBF_TEST(buckets_fp16) {
+  buckets("fp16");
+}
+
+NBF_TEST_MAIN()

@@ -6,7 +6,6 @@
  *   test_nccl all_reduce
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,16 +13,11 @@
 
 #include "acc_nccl.h"
 #include "nbfork.h"
-#include "rt_assert.h"
+#include "rt_cudart.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 /* cudaMalloc/cudaMemcpy through dlopen, so the test builds without CUDA. */
-typedef int (*malloc_fn)(void **, size_t);
-typedef int (*memcpy_fn)(void *, const void *, size_t, int);
-typedef int (*free_fn)(void *);
-static malloc_fn p_malloc;
-static memcpy_fn p_memcpy;
-static free_fn p_free;
 
 static int rank_fn(int rank, int world, void *arg) {
   (void)arg;
@@ -47,22 +41,12 @@ static int rank_fn(int rank, int world, void *arg) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2 || strcmp(argv[1], "all_reduce"))
-    return 2;
-  void *rt = dlopen("libcudart.so", RTLD_NOW | RTLD_GLOBAL);
-  if (!rt)
-    rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_GLOBAL);
-  if (!rt)
-    RT_SKIP("no CUDA runtime library");
-  p_malloc = (malloc_fn)dlsym(rt, "cudaMalloc");
-  p_memcpy = (memcpy_fn)dlsym(rt, "cudaMemcpy");
-  p_free = (free_fn)dlsym(rt, "cudaFree");
+NBF_TEST(all_reduce) {
+  rt_cudart_load();
   /* count GPUs in a child: the parent must not initialize CUDA before fork */
   int ngpu = 0;
   int pfd[2];
-  if (pipe(pfd) != 0)
-    return 1;
+  ASSERT_EQ(pipe(pfd), 0);
   fflush(stdout);
   if (fork() == 0) {
     int n = acc_nccl_device_count();
@@ -72,13 +56,13 @@ int main(int argc, char **argv) {
   if (read(pfd[0], &ngpu, sizeof ngpu) != sizeof ngpu)
     ngpu = 0;
   if (ngpu <= 0)
-    RT_SKIP("no GPU visible (or nbfork built without CUDA/NCCL)");
+    NBF_TEST_SKIP("no GPU visible (or nbfork built without CUDA/NCCL)");
   unsetenv("ACCELERATE_USE_CPU");
   rt_spawn_opts_t o = {.world = ngpu > 8 ? 8 : ngpu, .deadline_s = 120, .timeout_s = "60"};
   /* rt_spawn sets ACCELERATE_USE_CPU=1 for CPU tests; GPU ranks need it off */
   setenv("NBFORK_TEST_GPU", "1", 1);
-  int rc = rt_spawn(&o, rank_fn, NULL, NULL);
-  if (rc == 0)
-    printf("nccl all_reduce on %d GPU(s): OK\n", o.world);
-  return rc;
+  ASSERT_EQ(rt_spawn(&o, rank_fn, NULL, NULL), 0);
+  printf("nccl all_reduce on %d GPU(s)\n", o.world);
 }
+
+NBF_TEST_MAIN()

@@ -11,9 +11,9 @@
 #include <unistd.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_display.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 static int g_rd = -1;
 
@@ -43,7 +43,7 @@ static const char *data_of(json_t *ev, const char *mime) {
   return json_string_value(json_object_get(json_object_get(ev, "data"), mime));
 }
 
-static void rate_limit(void) {
+NBF_TEST(rate_limit) {
   attach();
   acc_progress_t *p = acc_progress_new(NULL, "epoch 1", 100000);
   double t0 = rt_now();
@@ -55,16 +55,16 @@ static void rate_limit(void) {
   /* first draw + at most 10 per second + the draw at n == total */
   ASSERT_LE((long long)n, (long long)(2 + 10 * dt + 2));
   ASSERT_GE((long long)n, 2);
-  ASSERT_STREQ(json_string_value(json_object_get(json_array_get(ev, 0), "msg")), "display_data");
-  ASSERT_STREQ(json_string_value(json_object_get(json_array_get(ev, n - 1), "msg")),
-               "update_display_data");
+  ASSERT_EQ_STR(json_string_value(json_object_get(json_array_get(ev, 0), "msg")), "display_data");
+  ASSERT_EQ_STR(json_string_value(json_object_get(json_array_get(ev, n - 1), "msg")),
+                "update_display_data");
   ASSERT_CONTAINS(data_of(json_array_get(ev, n - 1), "text/plain"), "100000/100000");
   json_decref(ev);
   acc_progress_destroy(&p);
   ASSERT_NULL(p);
 }
 
-static void final_state(void) {
+NBF_TEST(final_state) {
   attach();
   acc_progress_t *p = acc_progress_new(NULL, "epoch 1", 750);
   acc_progress_update(p, 400, "loss=0.31");
@@ -90,7 +90,7 @@ static void final_state(void) {
   json_decref(ev);
 }
 
-static void chart(void) {
+NBF_TEST(chart) {
   attach();
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
@@ -137,22 +137,17 @@ static int not_main_rank(int rank, int world, void *arg) {
   return 0;
 }
 
-static void not_main(void) {
+NBF_TEST(not_main) {
   attach();
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  fcntl(out[0], F_SETFL, O_NONBLOCK);
-  int saved = dup(1);
-  fflush(stdout);
-  dup2(out[1], 1);
+  int saved, out = rt_capture_stdout(&saved);
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 30};
   int rc = rt_spawn(&o, not_main_rank, NULL, NULL);
-  dup2(saved, 1);
+  rt_restore_stdout(saved);
   ASSERT_EQ(rc, 0);
   char buf[256];
-  ssize_t n = read(out[0], buf, sizeof buf - 1);
+  ssize_t n = read(out, buf, sizeof buf - 1);
   buf[n > 0 ? n : 0] = 0;
-  ASSERT_STREQ(buf, "printed by rank 0\n"); /* acc_print: main process only */
+  ASSERT_EQ_STR(buf, "printed by rank 0\n"); /* acc_print: main process only */
   json_t *ev = events();
   /* rank 0: progress display + final update + chart; rank 1: nothing */
   char want[32];
@@ -168,19 +163,4 @@ static void not_main(void) {
   json_decref(ev);
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  if (!strcmp(argv[1], "rate_limit"))
-    rate_limit();
-  else if (!strcmp(argv[1], "final_state"))
-    final_state();
-  else if (!strcmp(argv[1], "chart"))
-    chart();
-  else if (!strcmp(argv[1], "not_main"))
-    not_main();
-  else
-    RT_FAIL("unknown case %s", argv[1]);
-  printf("progress %s: OK\n", argv[1]);
-  return 0;
-}
+NBF_TEST_MAIN()

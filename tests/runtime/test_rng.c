@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
-static void determinism(void) {
+NBF_TEST(determinism) {
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
   double a[100], b[100];
@@ -35,7 +35,7 @@ static void determinism(void) {
   acc_destroy(&acc);
 }
 
-static void distribution(void) {
+NBF_TEST(distribution) {
   acc_set_seed(NULL, 7, 0);
   const int N = 200000;
   double s = 0, s2 = 0, n1 = 0, n2 = 0;
@@ -75,18 +75,9 @@ static int per_rank_fn(int rank, int world, void *arg) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  if (!strcmp(argv[1], "determinism"))
-    determinism();
-  else if (!strcmp(argv[1], "distribution"))
-    distribution();
-  else if (!strcmp(argv[1], "per_rank")) {
-    rt_spawn_opts_t o = {.world = 2, .deadline_s = 30};
-    ASSERT_EQ(rt_spawn(&o, per_rank_fn, NULL, NULL), 0);
-  } else
-    RT_FAIL("unknown case %s", argv[1]);
-  printf("rng %s: OK\n", argv[1]);
-  return 0;
+NBF_TEST(per_rank) {
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 30};
+  ASSERT_EQ(rt_spawn(&o, per_rank_fn, NULL, NULL), 0);
 }
+
+NBF_TEST_MAIN()

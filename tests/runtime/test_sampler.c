@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "acc_internal.h"
-#include "rt_assert.h"
+#include "rt_test.h"
 
 /* Every index 0..n-1 appears, padding is cycled from the start of the
  * global order, ranks hold the same number of full batches, and the
@@ -43,8 +43,8 @@ static void check(size_t n, size_t b, int world, int shuffle, int epoch) {
   for (size_t i = 0; i < n; i++) {
     ASSERT_LT(global[i], n);
     if (seen[global[i]])
-      RT_FAIL("n=%zu b=%zu world=%d: index %zu appears twice among the first n", n, b, world,
-              global[i]);
+      NBF_TEST_FAIL("n=%zu b=%zu world=%d: index %zu appears twice among the first n", n, b, world,
+                    global[i]);
     seen[global[i]] = 1;
   }
   if (!shuffle)
@@ -62,7 +62,7 @@ static void check(size_t n, size_t b, int world, int shuffle, int epoch) {
   free(s);
 }
 
-static void coverage(void) {
+NBF_TEST(coverage) {
   const size_t ns[] = {1, 2, 5, 7, 8, 64, 100, 1000, 10000};
   const size_t bs[] = {1, 2, 3, 16, 64};
   for (size_t i = 0; i < sizeof ns / sizeof *ns; i++)
@@ -71,7 +71,7 @@ static void coverage(void) {
         check(ns[i], bs[j], w, 0, 0);
 }
 
-static void padding(void) {
+NBF_TEST(padding) {
   /* n=10, b=4, world=2: padded global order 0..9,0..5 (16 = 2 rounds);
    * rank 0 gets global batches 0 and 2, rank 1 batches 1 and 3 */
   acc_sampler_t *s0 = acc__sampler_new_for(0, 2, 10, 4, 0, 0);
@@ -95,7 +95,7 @@ static void padding(void) {
   ASSERT_NULL(acc__sampler_new_for(0, 1, 4, 0, 0, 0));
 }
 
-static void shuffle(void) {
+NBF_TEST(shuffle) {
   for (int e = 0; e < 3; e++)
     for (int w = 1; w <= 3; w++)
       check(1000, 32, w, 1, e);
@@ -120,7 +120,7 @@ static void shuffle(void) {
   acc_sampler_destroy(&b);
 }
 
-static void single(void) {
+NBF_TEST(single) {
   /* the public constructor with acc == NULL is one process */
   acc_sampler_t *s = acc_sampler_new(NULL, 10, 3, 0, 0);
   ASSERT_NOT_NULL(s);
@@ -135,19 +135,4 @@ static void single(void) {
   acc_sampler_destroy(&s); /* NULL-safe */
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  if (!strcmp(argv[1], "coverage"))
-    coverage();
-  else if (!strcmp(argv[1], "padding"))
-    padding();
-  else if (!strcmp(argv[1], "shuffle"))
-    shuffle();
-  else if (!strcmp(argv[1], "single"))
-    single();
-  else
-    RT_FAIL("unknown case %s", argv[1]);
-  printf("sampler %s: OK\n", argv[1]);
-  return 0;
-}
+NBF_TEST_MAIN()

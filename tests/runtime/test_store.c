@@ -14,20 +14,20 @@
 
 #include "acc_store.h"
 #include "nbfork.h"
-#include "rt_assert.h"
 #include "rt_spawn.h"
+#include "rt_test.h"
 
 static acc_store_server_t *start(int *port) {
   char err[512];
   acc_store_server_t *s = acc_store_server_start("127.0.0.1", 0, err, sizeof err);
   if (!s)
-    RT_FAIL("server start: %s", err);
+    NBF_TEST_FAIL("server start: %s", err);
   *port = acc_store_server_port(s);
   ASSERT_GT(*port, 0);
   return s;
 }
 
-static void set_get(void) {
+NBF_TEST(set_get) {
   int port;
   acc_store_server_t *s = start(&port);
   acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 5000);
@@ -42,7 +42,7 @@ static void set_get(void) {
   size_t len;
   ASSERT_EQ(acc_store_get(c, "run/a", &v, &len), ACC_OK);
   ASSERT_EQ(len, 5);
-  ASSERT_STREQ((char *)v, "hello");
+  ASSERT_EQ_STR((char *)v, "hello");
   free(v);
   ASSERT_EQ(acc_store_get(c, "run/bin", &v, &len), ACC_OK);
   ASSERT_EQ(len, 300);
@@ -53,7 +53,7 @@ static void set_get(void) {
   free(v);
   ASSERT_EQ(acc_store_set(c, "run/a", "bye", 3), ACC_OK); /* overwrite */
   ASSERT_EQ(acc_store_get(c, "run/a", &v, &len), ACC_OK);
-  ASSERT_STREQ((char *)v, "bye");
+  ASSERT_EQ_STR((char *)v, "bye");
   free(v);
   ASSERT_EQ(acc_store_set(c, "", "x", 1), ACC_ERR_INVALID_ARGUMENT);
   acc_store_client_destroy(&c);
@@ -78,7 +78,7 @@ static void *setter(void *p) {
   return NULL;
 }
 
-static void blocking_get(void) {
+NBF_TEST(blocking_get) {
   int port;
   acc_store_server_t *s = start(&port);
   acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 5000);
@@ -90,7 +90,7 @@ static void blocking_get(void) {
   size_t len;
   ASSERT_EQ(acc_store_get(c, "k/late", &v, &len), ACC_OK);
   double dt = rt_now() - t0;
-  ASSERT_STREQ((char *)v, "value!");
+  ASSERT_EQ_STR((char *)v, "value!");
   free(v);
   ASSERT_DBL_LT(0.2, dt); /* it did wait for the setter */
   ASSERT_DBL_LT(dt, 3.0);
@@ -105,7 +105,7 @@ static void blocking_get(void) {
   acc_store_server_stop(&s);
 }
 
-static void add_check_delete(void) {
+NBF_TEST(add_check_delete) {
   int port;
   acc_store_server_t *s = start(&port);
   acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 5000);
@@ -118,7 +118,7 @@ static void add_check_delete(void) {
   ASSERT_EQ(r, -8);
   void *v;
   ASSERT_EQ(acc_store_get(c, "ctr", &v, NULL), ACC_OK);
-  ASSERT_STREQ((char *)v, "-8");
+  ASSERT_EQ_STR((char *)v, "-8");
   free(v);
   ASSERT_EQ(acc_store_set(c, "text", "abc", 3), ACC_OK);
   ASSERT_EQ(acc_store_add(c, "text", 1, &r), ACC_ERR_STORE);
@@ -134,7 +134,7 @@ static void add_check_delete(void) {
   acc_store_server_stop(&s);
 }
 
-static void timeout(void) {
+NBF_TEST(timeout) {
   int port;
   acc_store_server_t *s = start(&port);
   acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 300);
@@ -144,7 +144,7 @@ static void timeout(void) {
   double dt = rt_now() - t0;
   ASSERT_NULL(v);
   ASSERT_DBL_LT(0.25, dt);
-  ASSERT_DBL_LT(dt, 2.0);
+  ASSERT_DBL_LT(dt, 5.0); /* generous: the bound only rules out a hang */
   ASSERT_CONTAINS(acc_store_client_error(c), "never/set");
   ASSERT_CONTAINS(acc_store_client_error(c), "300 ms");
   const char *keys[] = {"never/a"};
@@ -154,26 +154,26 @@ static void timeout(void) {
   ASSERT_EQ(acc_store_set(c, "never/set", "now", 3), ACC_OK);
   ASSERT_EQ(acc_store_set(c, "other", "x", 1), ACC_OK);
   ASSERT_EQ(acc_store_get(c, "other", &v, NULL), ACC_OK);
-  ASSERT_STREQ((char *)v, "x");
+  ASSERT_EQ_STR((char *)v, "x");
   free(v);
   acc_store_client_destroy(&c);
   acc_store_server_stop(&s);
 }
 
-static void no_server(void) {
+NBF_TEST(no_server) {
   int port = rt_free_port();
   acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 300);
   ASSERT_NOT_NULL(c);
   double t0 = rt_now();
   ASSERT_EQ(acc_store_set(c, "a", "b", 1), ACC_ERR_TIMEOUT);
-  ASSERT_DBL_LT(rt_now() - t0, 2.0);
+  ASSERT_DBL_LT(rt_now() - t0, 5.0); /* generous: the bound only rules out a hang */
   ASSERT_CONTAINS(acc_store_client_error(c), "is the store running");
   acc_store_client_destroy(&c);
   ASSERT_NULL(acc_store_client_new("127.0.0.1", 0, 100));
   ASSERT_NULL(acc_store_client_new(NULL, 29500, 100));
 }
 
-static void port_in_use(void) {
+NBF_TEST(port_in_use) {
   int port;
   acc_store_server_t *s = start(&port);
   char err[512];
@@ -189,7 +189,7 @@ static void port_in_use(void) {
   /* the port is free again after stop */
   s2 = acc_store_server_start("127.0.0.1", port, err, sizeof err);
   if (!s2)
-    RT_FAIL("restart on port %d: %s", port, err);
+    NBF_TEST_FAIL("restart on port %d: %s", port, err);
   acc_store_server_stop(&s2);
 }
 
@@ -201,7 +201,7 @@ static void *waiter(void *p) {
   return (void *)(long)r;
 }
 
-static void stop_with_waiter(void) {
+NBF_TEST(stop_with_waiter) {
   int port;
   acc_store_server_t *s = start(&port);
   acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 500);
@@ -210,14 +210,14 @@ static void stop_with_waiter(void) {
   usleep(100000);
   double t0 = rt_now();
   acc_store_server_stop(&s); /* must not block on the held request */
-  ASSERT_DBL_LT(rt_now() - t0, 1.0);
+  ASSERT_DBL_LT(rt_now() - t0, 3.0);
   void *r;
   pthread_join(th, &r);
   ASSERT_EQ((long)r, ACC_ERR_TIMEOUT);
   acc_store_client_destroy(&c);
 }
 
-static void ephemeral_port(void) {
+NBF_TEST(ephemeral_port) {
   /* start/stop many times: no thread or socket leaks that break reuse */
   for (int i = 0; i < 20; i++) {
     int port;
@@ -235,12 +235,12 @@ static acc_store_server_t *start_secure(const char *secret, int *port) {
   char err[512];
   acc_store_server_t *s = acc_store_server_start_secure("127.0.0.1", 0, secret, err, sizeof err);
   if (!s)
-    RT_FAIL("secure server start: %s", err);
+    NBF_TEST_FAIL("secure server start: %s", err);
   *port = acc_store_server_port(s);
   return s;
 }
 
-static void secret_ok(void) {
+NBF_TEST(secret_ok) {
   int port;
   acc_store_server_t *s = start_secure("correct horse battery staple", &port);
   acc_store_client_t *c =
@@ -249,7 +249,7 @@ static void secret_ok(void) {
   ASSERT_EQ(acc_store_set(c, "k", "v", 1), ACC_OK);
   void *v;
   ASSERT_EQ(acc_store_get(c, "k", &v, NULL), ACC_OK);
-  ASSERT_STREQ((char *)v, "v");
+  ASSERT_EQ_STR((char *)v, "v");
   free(v);
   int64_t r;
   ASSERT_EQ(acc_store_add(c, "n", 2, &r), ACC_OK);
@@ -266,7 +266,7 @@ static void secret_ok(void) {
   char p1[41], p2[41], s1[41];
   ASSERT_EQ(acc_store_curve_keys("a", p1, s1), 0);
   ASSERT_EQ(acc_store_curve_keys("a", p2, NULL), 0);
-  ASSERT_STREQ(p1, p2);
+  ASSERT_EQ_STR(p1, p2);
   ASSERT_EQ(strlen(p1), 40);
   ASSERT_EQ(acc_store_curve_keys("b", p2, NULL), 0);
   ASSERT_TRUE(strcmp(p1, p2) != 0);
@@ -307,7 +307,7 @@ static void refused(const char *client_secret) {
 }
 
 /* A secret-holding client of an open store: the handshake fails too. */
-static void secret_open_server(void) {
+NBF_TEST(secret_open_server) {
   int port;
   acc_store_server_t *s = start(&port);
   acc_store_client_t *c = acc_store_client_new_secure("127.0.0.1", port, 600, "s3cret");
@@ -347,40 +347,20 @@ static void secret_ranks(const char *mode) {
   unsetenv("NBFORK_RDZV_SECRET");
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2)
-    return 2;
-  const char *c = argv[1];
-  if (!strcmp(c, "set_get"))
-    set_get();
-  else if (!strcmp(c, "blocking_get"))
-    blocking_get();
-  else if (!strcmp(c, "add_check_delete"))
-    add_check_delete();
-  else if (!strcmp(c, "timeout"))
-    timeout();
-  else if (!strcmp(c, "no_server"))
-    no_server();
-  else if (!strcmp(c, "port_in_use"))
-    port_in_use();
-  else if (!strcmp(c, "stop_with_waiter"))
-    stop_with_waiter();
-  else if (!strcmp(c, "ephemeral_port"))
-    ephemeral_port();
-  else if (!strcmp(c, "secret_ok"))
-    secret_ok();
-  else if (!strcmp(c, "secret_missing"))
-    refused(NULL);
-  else if (!strcmp(c, "secret_wrong"))
-    refused("wrong");
-  else if (!strcmp(c, "secret_open_server"))
-    secret_open_server();
-  else if (!strcmp(c, "secret_ranks"))
-    secret_ranks("right");
-  else if (!strcmp(c, "secret_ranks_wrong"))
-    secret_ranks("wrong");
-  else
-    RT_FAIL("unknown case %s", c);
-  printf("store %s: OK\n", c);
-  return 0;
+NBF_TEST(secret_missing) {
+  refused(NULL);
 }
+
+NBF_TEST(secret_wrong) {
+  refused("wrong");
+}
+
+NBF_TEST(secret_ranks) {
+  secret_ranks("right");
+}
+
+NBF_TEST(secret_ranks_wrong) {
+  secret_ranks("wrong");
+}
+
+NBF_TEST_MAIN()

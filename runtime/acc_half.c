@@ -1,24 +1,15 @@
 /*
- * acc_mixed.c — mixed precision: f32 <-> fp16/bf16 conversions of arrays
- * (host, or device through acc_half_cuda.cu), rounding of f32 values to
- * the half types (what the model toolkit's "autocast" uses), and the fp16
- * dynamic loss scaler with the semantics of PyTorch's
- * torch.cuda.amp.GradScaler (torch/cuda/amp/grad_scaler.py and the
- * _amp_update_scale_ kernel):
- *
- *   scale(loss)  = loss * S                       (S = 2^16 at start)
- *   unscale_     : g *= float(1 / double(S)); found_inf = any(!isfinite(g))
- *   step         : skipped when found_inf
- *   update       : found_inf  -> S *= backoff_factor (0.5), tracker = 0
- *                  otherwise  -> tracker += 1; when tracker == growth_interval
- *                                (2000): S *= growth_factor (2) if that is
- *                                finite, tracker = 0
+ * acc_half.c — f32 <-> fp16/bf16 conversions of arrays (host, or device
+ * through acc_half_cuda.cu) and rounding of f32 values to the half types
+ * (what the model toolkit's "autocast" uses). The fp16 loss scaler is in
+ * acc_scaler.c.
  *
  * Host conversions use the F16C instructions (vcvtps2ph/vcvtph2ps, round
  * to nearest even) when the CPU has them, else the portable code of
  * acc_half.h; bf16 rounding is integer arithmetic the compiler vectorizes.
+ * With CUDA but no CUDA compiler, device buffers are staged through host
+ * memory (the fallbacks at the end of this file).
  */
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,26 +65,26 @@ __attribute__((target("avx,f16c"))) static void round_f16_f16c(float *x, size_t 
 }
 #endif
 
-static void to_f16_host(uint16_t *dst, const float *src, size_t n) {
+/* Run the statement `f16c` when the CPU has F16C, else `portable`. */
 #ifdef ACC_HAVE_X86
-  if (has_f16c()) {
-    to_f16_f16c(dst, src, n);
-    return;
-  }
+#define F16C_OR(f16c, portable)                                                                    \
+  do {                                                                                             \
+    if (has_f16c())                                                                                \
+      f16c;                                                                                        \
+    else                                                                                           \
+      portable;                                                                                    \
+  } while (0)
+#else
+#define F16C_OR(f16c, portable) portable
 #endif
-  for (size_t i = 0; i < n; i++)
-    dst[i] = acc_f32_to_f16(src[i]);
+
+static void to_f16_host(uint16_t *dst, const float *src, size_t n) {
+  F16C_OR(to_f16_f16c(dst, src, n), for (size_t i = 0; i < n; i++) dst[i] = acc_f32_to_f16(src[i]));
 }
 
 static void from_f16_host(float *dst, const uint16_t *src, size_t n) {
-#ifdef ACC_HAVE_X86
-  if (has_f16c()) {
-    from_f16_f16c(dst, src, n);
-    return;
-  }
-#endif
-  for (size_t i = 0; i < n; i++)
-    dst[i] = acc_f16_to_f32(src[i]);
+  F16C_OR(from_f16_f16c(dst, src, n),
+          for (size_t i = 0; i < n; i++) dst[i] = acc_f16_to_f32(src[i]));
 }
 
 /* bf16: round to nearest even on the bit pattern (NaN kept quiet). The
@@ -123,20 +114,32 @@ void acc__round_half(acc_precision_t p, float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
       u[i] = bf16_round_bits(u[i]);
   } else if (p == ACC_PRECISION_FP16) {
-#ifdef ACC_HAVE_X86
-    if (has_f16c()) {
-      round_f16_f16c(x, n);
-      return;
-    }
-#endif
-    for (size_t i = 0; i < n; i++)
-      x[i] = acc_f16_to_f32(acc_f32_to_f16(x[i]));
+    F16C_OR(round_f16_f16c(x, n),
+            for (size_t i = 0; i < n; i++) x[i] = acc_f16_to_f32(acc_f32_to_f16(x[i])));
+  }
+}
+
+/* The conversion `kind` of `n` host elements (kinds as acc_cuda_convert). */
+typedef enum { CONV_TO_F16, CONV_FROM_F16, CONV_TO_BF16, CONV_FROM_BF16 } conv_t;
+
+static void convert_host(conv_t kind, void *dst, const void *src, size_t n) {
+  switch (kind) {
+  case CONV_TO_F16:
+    to_f16_host(dst, src, n);
+    break;
+  case CONV_FROM_F16:
+    from_f16_host(dst, src, n);
+    break;
+  case CONV_TO_BF16:
+    to_bf16_host(dst, src, n);
+    break;
+  case CONV_FROM_BF16:
+    from_bf16_host(dst, src, n);
+    break;
   }
 }
 
 /* ------------------------------------------------------- public conversions */
-
-typedef enum { CONV_TO_F16, CONV_FROM_F16, CONV_TO_BF16, CONV_FROM_BF16 } conv_t;
 
 static int on_device(const acc_t *acc, const void *a, const void *b) {
   return acc && acc->device >= 0 && (acc_nccl_is_device_ptr(a) || acc_nccl_is_device_ptr(b));
@@ -156,20 +159,7 @@ static acc_result_t convert(const acc_t *acc, conv_t kind, void *dst, const void
       return acc__set_error((acc_t *)acc, r, "%s on device memory: %s", names[kind], err);
     return ACC_OK;
   }
-  switch (kind) {
-  case CONV_TO_F16:
-    to_f16_host(dst, src, n);
-    break;
-  case CONV_FROM_F16:
-    from_f16_host(dst, src, n);
-    break;
-  case CONV_TO_BF16:
-    to_bf16_host(dst, src, n);
-    break;
-  case CONV_FROM_BF16:
-    from_bf16_host(dst, src, n);
-    break;
-  }
+  convert_host(kind, dst, src, n);
   return ACC_OK;
 }
 
@@ -184,106 +174,6 @@ acc_result_t acc_to_bf16(const acc_t *acc, uint16_t *dst, const float *src, size
 }
 acc_result_t acc_from_bf16(const acc_t *acc, float *dst, const uint16_t *src, size_t n) {
   return convert(acc, CONV_FROM_BF16, dst, src, n);
-}
-
-/* ------------------------------------------------------------ loss scaler */
-
-void acc__scaler_init(acc_t *acc) {
-  acc->scale = 65536.0f; /* GradScaler(init_scale=2.**16) */
-  acc->growth_factor = 2.0f;
-  acc->backoff_factor = 0.5f;
-  acc->growth_interval = 2000;
-  acc->growth_tracker = 0;
-  acc->found_inf = 0;
-  acc->unscaled_grads = NULL;
-}
-
-float acc_loss_scale(const acc_t *acc) {
-  return acc && acc->precision == ACC_PRECISION_FP16 ? acc->scale : 1.0f;
-}
-
-int acc_loss_scale_growth_tracker(const acc_t *acc) {
-  return acc ? acc->growth_tracker : 0;
-}
-
-acc_result_t acc_set_grad_scaler(acc_t *acc, float init_scale, float growth_factor,
-                                 float backoff_factor, int growth_interval) {
-  if (!acc)
-    return ACC_ERR_INVALID_ARGUMENT;
-  if (!(init_scale > 0.0f) || !isfinite(init_scale) || !(growth_factor > 1.0f) ||
-      !isfinite(growth_factor) || !(backoff_factor > 0.0f && backoff_factor < 1.0f) ||
-      growth_interval < 1)
-    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
-                          "acc_set_grad_scaler: need init_scale > 0, growth_factor > 1, "
-                          "0 < backoff_factor < 1, growth_interval >= 1 (got %g, %g, %g, %d)",
-                          (double)init_scale, (double)growth_factor, (double)backoff_factor,
-                          growth_interval);
-  acc->scale = init_scale;
-  acc->growth_factor = growth_factor;
-  acc->backoff_factor = backoff_factor;
-  acc->growth_interval = growth_interval;
-  acc->growth_tracker = 0;
-  return ACC_OK;
-}
-
-/* g *= inv in one pass, and report whether any element of the SCALED
- * gradients was inf/NaN (exponent bits all ones). */
-static int unscale_host(float *restrict g, size_t n, float inv) {
-  const uint32_t *u = (const uint32_t *)(const void *)g;
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; i++)
-    bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
-  for (size_t i = 0; i < n; i++)
-    g[i] *= inv;
-  return bad != 0;
-}
-
-int acc_unscale_gradients(acc_t *acc, float *grads, size_t n) {
-  if (!acc || acc->precision != ACC_PRECISION_FP16)
-    return 1;
-  if (n && !grads) {
-    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_unscale_gradients: NULL gradients");
-    return -1;
-  }
-  if (acc->unscaled_grads == grads && grads)
-    return !acc->found_inf; /* already unscaled since the last update */
-  const float inv = (float)(1.0 / (double)acc->scale);
-  int found = 0;
-  if (n && on_device(acc, grads, grads)) {
-    char err[256];
-    acc_result_t r = acc_cuda_unscale(grads, n, inv, &found, err, sizeof err);
-    if (r != ACC_OK) {
-      acc__set_error(acc, r, "acc_unscale_gradients on device memory: %s", err);
-      return -1;
-    }
-  } else if (n) {
-    found = unscale_host(grads, n, inv);
-  }
-  acc->found_inf = found;
-  acc->unscaled_grads = grads;
-  return !found;
-}
-
-void acc_update_loss_scale(acc_t *acc, int found_inf) {
-  if (!acc)
-    return;
-  acc->unscaled_grads = NULL;
-  acc->found_inf = found_inf != 0;
-  if (acc->precision != ACC_PRECISION_FP16)
-    return;
-  if (found_inf) {
-    acc->scale *= acc->backoff_factor;
-    acc->growth_tracker = 0;
-  } else if (++acc->growth_tracker == acc->growth_interval) {
-    float grown = acc->scale * acc->growth_factor;
-    if (isfinite(grown))
-      acc->scale = grown;
-    acc->growth_tracker = 0;
-  }
-}
-
-int acc_optimizer_step_was_skipped(const acc_t *acc) {
-  return acc ? acc->found_inf : 0;
 }
 
 /* ------------------------------------------- device fallbacks (no nvcc) */
@@ -312,20 +202,7 @@ acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, ch
   } else if ((e = cudaMemcpy(hin, src, n * in_sz, cudaMemcpyDeviceToHost)) != cudaSuccess) {
     r = cuda_fail(e, "cudaMemcpy to host", err, errlen);
   } else {
-    switch (kind) {
-    case CONV_TO_F16:
-      to_f16_host(hout, hin, n);
-      break;
-    case CONV_FROM_F16:
-      from_f16_host(hout, hin, n);
-      break;
-    case CONV_TO_BF16:
-      to_bf16_host(hout, hin, n);
-      break;
-    default:
-      from_bf16_host(hout, hin, n);
-      break;
-    }
+    convert_host((conv_t)kind, hout, hin, n);
     if ((e = cudaMemcpy(dst, hout, n * out_sz, cudaMemcpyHostToDevice)) != cudaSuccess)
       r = cuda_fail(e, "cudaMemcpy to device", err, errlen);
   }
@@ -346,7 +223,7 @@ acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *found_inf, cha
     free(h);
     return cuda_fail(e, "cudaMemcpy to host", err, errlen);
   }
-  *found_inf = unscale_host(h, n, inv);
+  *found_inf = acc__unscale_host(h, n, inv);
   e = cudaMemcpy(g, h, n * sizeof(float), cudaMemcpyHostToDevice);
   free(h);
   return e == cudaSuccess ? ACC_OK : cuda_fail(e, "cudaMemcpy to device", err, errlen);
