@@ -11,8 +11,9 @@
 
 #include "ex_events.h"
 #include "ex_split.h"
+#include "nbf_buf.h"
 
-static char *g_header; /* text of nbfork.h */
+static char *g_header; /* text of the runtime's public headers (ex_query_init) */
 
 static const char *const c_words[] = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
@@ -27,19 +28,27 @@ static const char *const c_words[] = {
     "expf", "log", "logf", "fabs", "fabsf", "pow", "powf", "tanh", "tanhf", "size_t", "int64_t",
     "int32_t", "uint8_t", "uint32_t", "uint64_t", "NULL", NULL};
 
+/* The runtime's public headers: nbfork.h and the display API it includes. */
+static const char *const g_header_names[] = {"nbfork.h", "nbf_display.h"};
+
 void ex_query_init(const char *incdir) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/nbfork.h", incdir);
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return;
-  size_t cap = 0;
-  ssize_t n = getdelim(&g_header, &cap, 0, f);
-  if (n < 0) {
-    free(g_header);
-    g_header = NULL;
+  nbf_buf_t text = {0};
+  for (size_t i = 0; i < sizeof g_header_names / sizeof *g_header_names; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", incdir, g_header_names[i]);
+    FILE *f = fopen(path, "r");
+    if (!f)
+      continue;
+    char chunk[8192];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+      nbf_buf_append(&text, chunk, n);
+    fclose(f);
+    nbf_buf_puts(&text, "\n");
   }
-  fclose(f);
+  free(g_header);
+  g_header = text.len ? nbf_buf_take(&text) : NULL;
+  nbf_buf_free(&text);
 }
 
 static int is_ident(char c) {
@@ -247,7 +256,9 @@ static int handle_inspect(json_t *req, const ex_cell_state_t *cells) {
       text = NULL;
   } else {
     char *doc = header_doc(name);
-    if (doc && asprintf(&text, "%s (nbfork.h):\n%s", name, doc) < 0)
+    /* the display API's names (nbf_*) are the ones nbf_display.h declares */
+    const char *header = strncmp(name, "nbf_", 4) == 0 ? "nbf_display.h" : "nbfork.h";
+    if (doc && asprintf(&text, "%s (%s):\n%s", name, header, doc) < 0)
       text = NULL;
     free(doc);
   }

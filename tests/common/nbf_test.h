@@ -7,8 +7,8 @@
  *
  * `NBF_TEST_P(name)` defines a case that takes arguments (a dtype, a
  * world size...): the scan skips it and the module's CMake file adds one
- * ctest test per argument set. Inside a case, nbf_test_argc/nbf_test_argv
- * hold the arguments after the case name.
+ * ctest test per argument set. Inside a case, nbf_test_arg(i) (or
+ * nbf_test_argc/nbf_test_argv) gives the arguments after the case name.
  *
  * main() (NBF_TEST_MAIN): `PROG NAME [ARGS...]` runs one case, `PROG`
  * runs every case without arguments, `PROG --list` prints the names.
@@ -50,8 +50,11 @@ extern char **nbf_test_argv;
 #define NBF_TEST_P(name) NBF_TEST_DEFINE_(name, 1)
 
 /* The i-th argument of a parameterized case, or fail naming it. */
-#define NBF_TEST_ARG(i)                                                                            \
-  ((i) < nbf_test_argc ? nbf_test_argv[i] : (NBF_TEST_FAIL("missing argument %d", (i)), ""))
+static inline const char *nbf_test_arg(int i) {
+  if (i >= nbf_test_argc)
+    NBF_TEST_FAIL("missing argument %d", i);
+  return nbf_test_argv[i];
+}
 
 #define NBF_TEST_MAIN()                                                                            \
   nbf_test_case_t *nbf_test_list;                                                                  \

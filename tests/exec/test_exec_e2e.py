@@ -340,6 +340,9 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (0, 3))
         reply = self.shell(self.kc.complete("acc_all_r", 9))
         self.assertIn("acc_all_reduce", reply["matches"])
+        # the display API lives in its own header, nbf_display.h
+        reply = self.shell(self.kc.complete("nbf_upd", 7))
+        self.assertIn("nbf_update_display", reply["matches"])
         reply = self.shell(self.kc.complete("x = prin", 8))
         self.assertIn("printf", reply["matches"])
         self.assertEqual(reply["cursor_start"], 4)
@@ -374,6 +377,9 @@ class ExecutorE2ETest(unittest.TestCase):
         text = reply["data"]["text/plain"]
         self.assertIn("acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count", text)
         self.assertIn("In-place all-reduce", text)
+        reply = self.shell(self.kc.inspect("nbf_clear_output", 3))
+        self.assertTrue(reply["found"])
+        self.assertIn("int nbf_clear_output(int wait)", reply["data"]["text/plain"])
         reply = self.shell(self.kc.inspect("no_such_name", 4))
         self.assertFalse(reply["found"])
 

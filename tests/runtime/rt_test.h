@@ -21,13 +21,4 @@
                     acc_last_error(acc));                                                          \
   } while (0)
 
-/* The i-th argument of a parameterized case (NBF_TEST_P), or fail naming
- * it. (nbf_test.h's NBF_TEST_ARG puts a do-while statement inside an
- * expression and does not compile.) */
-static inline const char *rt_arg(int i) {
-  if (i >= nbf_test_argc)
-    NBF_TEST_FAIL("missing argument %d", i);
-  return nbf_test_argv[i];
-}
-
 #endif /* RT_TEST_H */

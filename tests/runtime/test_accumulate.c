@@ -124,7 +124,7 @@ NBF_TEST(sync_pattern) {
 
 /* example NPROC: one process runs the example in place, more fork. */
 NBF_TEST_P(example) {
-  int np = atoi(rt_arg(0));
+  int np = atoi(nbf_test_arg(0));
   if (np == 1) {
     unsetenv("WORLD_SIZE");
     unsetenv("RANK");

@@ -298,11 +298,11 @@ static int parse_op(const char *s) {
 /* COLLECTIVE DTYPE OP NPROC (one ctest per combination, added by
  * CMakeLists.txt). */
 static void run_job(const char *coll) {
-  const char *dt = rt_arg(0), *op = rt_arg(1);
+  const char *dt = nbf_test_arg(0), *op = nbf_test_arg(1);
   job_t job = {coll, (acc_dtype_t)parse_dtype(dt), (acc_op_t)parse_op(op)};
   if ((int)job.dtype < 0 || (int)job.op < 0)
     NBF_TEST_FAIL("bad dtype %s or op %s", dt, op);
-  rt_spawn_opts_t o = {.world = atoi(rt_arg(2)), .deadline_s = 90};
+  rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(2)), .deadline_s = 90};
   ASSERT_EQ(rt_spawn(&o, run_rank, &job, NULL), 0);
 }
 

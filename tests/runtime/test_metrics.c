@@ -61,7 +61,7 @@ static int run_rank(int rank, int world, void *arg) {
 
 /* gather_for_metrics NPROC */
 NBF_TEST_P(gather_for_metrics) {
-  rt_spawn_opts_t o = {.world = atoi(rt_arg(0)), .deadline_s = 90};
+  rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(0)), .deadline_s = 90};
   ASSERT_EQ(rt_spawn(&o, run_rank, NULL, NULL), 0);
 }
 
