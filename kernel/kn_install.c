@@ -152,7 +152,7 @@ int kn_install_main(int argc, char **argv) {
   }
 
   char self[PATH_MAX];
-  if (!realpath("/proc/self/exe", self)) {
+  if (nbf_self_exe(self, sizeof self) != 0) {
     fprintf(stderr, "nbfork-kernel install: cannot resolve /proc/self/exe\n");
     return 1;
   }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "acc_internal.h"
+#include "nbf_buf.h"
 #include "nbf_util.h"
 
 #define MIN_INTERVAL_S 0.3
@@ -40,41 +41,20 @@ struct acc_charts {
   int dirty;
 };
 
-/* A growable string for the SVG text. */
+/* The SVG text. Its first failed growth sticks (oom) and is checked once,
+ * when the chart is drawn, so the drawing code needs no error paths. */
 typedef struct {
-  char *p;
-  size_t len, cap;
+  nbf_buf_t b;
   int oom;
 } sbuf_t;
 
 static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_printf(sbuf_t *b, const char *fmt, ...) {
-  if (b->oom)
-    return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->p && b->len + (size_t)n < b->cap) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap <= b->len + (size_t)n)
-      cap *= 2;
-    char *q = realloc(b->p, cap);
-    if (!q) {
-      b->oom = 1;
-      return;
-    }
-    b->p = q;
-    b->cap = cap;
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  if (!b->oom && nbf_buf_vprintf(&b->b, fmt, ap) != 0)
+    b->oom = 1;
+  va_end(ap);
 }
 
 static void xml_text(sbuf_t *b, const char *s) {
@@ -171,11 +151,11 @@ static void redraw(acc_t *acc) {
   sb_printf(&b, "</svg>");
   if (!b.oom) {
     if (c->display_id <= 0)
-      c->display_id = nbf_display("image/svg+xml", b.p, b.len);
+      c->display_id = nbf_display("image/svg+xml", b.b.data, b.b.len);
     else
-      nbf_update_display(c->display_id, "image/svg+xml", b.p, b.len);
+      nbf_update_display(c->display_id, "image/svg+xml", b.b.data, b.b.len);
   }
-  free(b.p);
+  nbf_buf_free(&b.b);
   c->dirty = 0;
   c->last_draw = nbf_now_s();
 }

@@ -44,6 +44,7 @@
 #include <zlib.h>
 
 #include "acc_internal.h"
+#include "nbf_buf.h"
 #include "nbf_util.h"
 
 #define CKPT_MAGIC "NBFSTATE"
@@ -56,40 +57,22 @@
 
 /* ---------------------------------------------------------------- errors */
 
-static const char *errstr(int e, char *buf, size_t len) {
-  return strerror_r(e, buf, len); /* GNU: returns the text */
-}
-
 static acc_result_t io_error(acc_t *acc, const char *what, const char *path, int e) {
-  char eb[128];
-  return acc__set_error(acc, ACC_ERR_IO, "%s %s: %s", what, path, errstr(e, eb, sizeof eb));
+  return acc__set_error(acc, ACC_ERR_IO, "%s %s: %s", what, path, NBF_STRERROR(e));
 }
 
 /* ---------------------------------------------------------------- writer */
 
+/* The payload being written. Its first failed growth sticks (oom) and is
+ * checked once before the file is written. */
 typedef struct {
-  unsigned char *p;
-  size_t len, cap;
+  nbf_buf_t b;
   int oom;
 } wbuf_t;
 
 static void put(wbuf_t *w, const void *data, size_t n) {
-  if (w->oom || n == 0)
-    return;
-  if (w->len + n > w->cap) {
-    size_t cap = w->cap ? w->cap : 4096;
-    while (cap < w->len + n)
-      cap *= 2;
-    unsigned char *q = realloc(w->p, cap);
-    if (!q) {
-      w->oom = 1;
-      return;
-    }
-    w->p = q;
-    w->cap = cap;
-  }
-  memcpy(w->p + w->len, data, n);
-  w->len += n;
+  if (!w->oom && n && nbf_buf_append(&w->b, data, n) != 0)
+    w->oom = 1;
 }
 
 static void section(wbuf_t *w, const char *name, const void *data, size_t bytes) {
@@ -103,16 +86,16 @@ static void section(wbuf_t *w, const char *name, const void *data, size_t bytes)
 
 /* Header + payload of kind 0 (shared) or 1 (rank) into one buffer. */
 static unsigned char *finish(const wbuf_t *payload, uint32_t kind, uint32_t rank, size_t *len) {
-  unsigned char *out = malloc(CKPT_HEADER + payload->len);
+  unsigned char *out = malloc(CKPT_HEADER + payload->b.len);
   if (!out)
     return NULL;
   uint32_t ver = CKPT_VERSION, bom = CKPT_BOM, zero = 0;
-  uint64_t plen = payload->len;
-  uint32_t crc = (uint32_t)crc32(0L, payload->p, (uInt)0);
+  uint64_t plen = payload->b.len;
+  uint32_t crc = (uint32_t)crc32(0L, (const unsigned char *)payload->b.data, (uInt)0);
   /* crc32 takes uInt lengths: feed large payloads in pieces */
-  for (size_t off = 0; off < payload->len;) {
-    size_t n = payload->len - off > (1u << 30) ? (1u << 30) : payload->len - off;
-    crc = (uint32_t)crc32(crc, payload->p + off, (uInt)n);
+  for (size_t off = 0; off < payload->b.len;) {
+    size_t n = payload->b.len - off > (1u << 30) ? (1u << 30) : payload->b.len - off;
+    crc = (uint32_t)crc32(crc, (const unsigned char *)payload->b.data + off, (uInt)n);
     off += n;
   }
   memcpy(out, CKPT_MAGIC, 8);
@@ -123,9 +106,9 @@ static unsigned char *finish(const wbuf_t *payload, uint32_t kind, uint32_t rank
   memcpy(out + 24, &plen, 8);
   memcpy(out + 32, &crc, 4);
   memcpy(out + 36, &zero, 4);
-  if (payload->len)
-    memcpy(out + CKPT_HEADER, payload->p, payload->len);
-  *len = CKPT_HEADER + payload->len;
+  if (payload->b.len)
+    memcpy(out + CKPT_HEADER, (const unsigned char *)payload->b.data, payload->b.len);
+  *len = CKPT_HEADER + payload->b.len;
   return out;
 }
 
@@ -440,7 +423,7 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
   }
   free(file);
   file = NULL;
-  free(w.p);
+  nbf_buf_free(&w.b);
   memset(&w, 0, sizeof w);
   /* the shared file, main process only */
   if (r == ACC_OK && acc->rank == 0) {
@@ -475,7 +458,7 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
     else
       r = write_atomic(acc, dir, SHARED_FILE, file, flen);
     free(file);
-    free(w.p);
+    nbf_buf_free(&w.b);
   }
   return agree(acc, r, "acc_save_state");
 }

@@ -38,18 +38,26 @@ int nbf_buf_puts(nbf_buf_t *b, const char *s) {
   return nbf_buf_append(b, s, strlen(s));
 }
 
+int nbf_buf_vprintf(nbf_buf_t *b, const char *fmt, va_list ap) {
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  if (n < 0 || nbf_buf_reserve(b, (size_t)n)) {
+    va_end(again);
+    return -1;
+  }
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, again);
+  va_end(again);
+  b->len += (size_t)n;
+  return 0;
+}
+
 int nbf_buf_printf(nbf_buf_t *b, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int n = vsnprintf(NULL, 0, fmt, ap);
+  int r = nbf_buf_vprintf(b, fmt, ap);
   va_end(ap);
-  if (n < 0 || nbf_buf_reserve(b, (size_t)n))
-    return -1;
-  va_start(ap, fmt);
-  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
-  va_end(ap);
-  b->len += (size_t)n;
-  return 0;
+  return r;
 }
 
 void nbf_buf_consume(nbf_buf_t *b, size_t n) {

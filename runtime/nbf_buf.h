@@ -10,6 +10,7 @@
 #ifndef NBF_BUF_H
 #define NBF_BUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 typedef struct nbf_buf {
@@ -23,6 +24,7 @@ int nbf_buf_reserve(nbf_buf_t *b, size_t extra);
 int nbf_buf_append(nbf_buf_t *b, const void *p, size_t n);
 int nbf_buf_puts(nbf_buf_t *b, const char *s);
 int nbf_buf_printf(nbf_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int nbf_buf_vprintf(nbf_buf_t *b, const char *fmt, va_list ap);
 /* Drop the first n bytes (n > len drops all). */
 void nbf_buf_consume(nbf_buf_t *b, size_t n);
 /* Hand the string to the caller (caller frees; "" for an empty buffer,

@@ -5,10 +5,10 @@
 #
 # NBFORK_SANITIZE_TESTS=1 adds a second pass: a tree built with
 # AddressSanitizer and UBSan (-DNBFORK_SANITIZE=ON, in build-asan/ or
-# $SANITIZE_BUILD_DIR) runs the C unit tests (kernel, executor, runtime) and
-# the kernel's protocol tests (the real nbfork-kernel fed bad input, with a
-# fake executor). Any sanitizer report, from a test or from a process it
-# started, fails the run.
+# $SANITIZE_BUILD_DIR) runs the C unit tests (common, kernel, executor,
+# launcher, runtime) and the kernel's protocol tests (the real
+# nbfork-kernel fed bad input, with a fake executor). Any sanitizer
+# report, from a test or from a process it started, fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -27,7 +27,7 @@ if [ "${NBFORK_SANITIZE_TESTS:-0}" = 1 ]; then
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
   status=0
   (cd "$san_dir" && ctest --output-on-failure --timeout 900 -j"$(nproc)" \
-    -R '^(kernel\.unit|kernel\.e2e|exec\.unit|runtime)\.') || status=$?
+    -R '^(common\.unit|kernel\.unit|kernel\.e2e|exec\.unit|launcher\.unit|runtime)\.') || status=$?
   if compgen -G "$reports/*" >/dev/null; then
     for f in "$reports"/*; do
       echo "=== sanitizer report $f"

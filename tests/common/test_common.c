@@ -1,17 +1,22 @@
 /*
- * test_params.c — the parameter table (runtime/nbf_params.def) and its
- * reader (runtime/nbf_param.c): parsing rules, the README's environment
- * table naming exactly the table's variables, and `getenv` nowhere but
- * in the reader.
+ * test_common.c — nbfork_common: the parameter table
+ * (runtime/nbf_params.def) and its reader (parsing rules, the README's
+ * environment table naming exactly the table's variables, `getenv`
+ * nowhere but in the reader), the growable buffer and the system helpers.
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nbf_buf.h"
 #include "nbf_param.h"
+#include "nbf_util.h"
 #include "nbf_test.h"
 
 static char *read_file(const char *path) {
@@ -158,6 +163,84 @@ NBF_TEST(getenv_only_in_the_reader) {
   }
   if (offenders.len)
     NBF_TEST_FAIL("getenv outside runtime/nbf_param.c (use nbf_param.h):\n%s", offenders.data);
+}
+
+NBF_TEST(buffer_grows_keeps_a_nul_and_hands_over) {
+  nbf_buf_t b = {0};
+  ASSERT_EQ(nbf_buf_puts(&b, "abc"), 0);
+  ASSERT_EQ(nbf_buf_append(&b, "\0xyz", 4), 0); /* binary data may hold NULs */
+  ASSERT_EQ(b.len, 7);
+  ASSERT_EQ(b.data[7], 0);
+  for (int i = 0; i < 1000; i++) /* past the first allocation, several times */
+    ASSERT_EQ(nbf_buf_printf(&b, "%04d", i), 0);
+  ASSERT_EQ(b.len, 7 + 4000);
+  ASSERT_EQ_MEM(b.data + 7 + 4 * 999, 4, "0999", 4);
+  nbf_buf_consume(&b, 7);
+  ASSERT_EQ(b.len, 4000);
+  ASSERT_EQ_MEM(b.data, 8, "00000001", 8);
+  ASSERT_EQ(b.data[b.len], 0);
+  nbf_buf_consume(&b, 99999); /* more than held: empties it */
+  ASSERT_EQ(b.len, 0);
+  ASSERT_EQ_STR(b.data, "");
+  char *s = nbf_buf_take(&b);
+  ASSERT_EQ_STR(s, "");
+  ASSERT_NULL(b.data);
+  free(s);
+  s = nbf_buf_take(&b); /* an empty, never-grown buffer gives "" too */
+  ASSERT_EQ_STR(s, "");
+  free(s);
+  nbf_buf_free(&b);
+  nbf_buf_free(NULL);
+}
+
+static void *drain_slowly(void *arg) {
+  int fd = *(int *)arg;
+  char chunk[4096];
+  size_t total = 0;
+  ssize_t n;
+  usleep(50000); /* let the writer fill the pipe and wait */
+  while ((n = read(fd, chunk, sizeof chunk)) > 0)
+    total += (size_t)n;
+  return (void *)total;
+}
+
+NBF_TEST(write_all_waits_on_a_full_non_blocking_pipe) {
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  ASSERT_EQ(fcntl(p[1], F_SETFL, O_NONBLOCK), 0);
+  pthread_t reader;
+  ASSERT_EQ(pthread_create(&reader, NULL, drain_slowly, &p[0]), 0);
+  size_t n = 1 << 20; /* 16 times a default pipe's 64 KiB */
+  char *data = malloc(n);
+  ASSERT_NOT_NULL(data);
+  memset(data, 'x', n);
+  ASSERT_EQ(nbf_write_all(p[1], data, n), 0);
+  close(p[1]);
+  void *got;
+  ASSERT_EQ(pthread_join(reader, &got), 0);
+  ASSERT_EQ((size_t)got, n);
+  close(p[0]);
+  free(data);
+  ASSERT_EQ(nbf_write_all(-1, "x", 1), -1);
+  ASSERT_EQ(errno, EBADF);
+}
+
+NBF_TEST(self_exe_clock_and_error_text) {
+  char exe[4096];
+  ASSERT_EQ(nbf_self_exe(exe, sizeof exe), 0);
+  ASSERT_EQ(exe[0], '/');
+  ASSERT_CONTAINS(exe, "test_common");
+  char tiny[4];
+  ASSERT_EQ(nbf_self_exe(tiny, sizeof tiny), -1);
+  ASSERT_EQ(errno, ENAMETOOLONG);
+  int64_t t0 = nbf_now_ns();
+  usleep(2000);
+  ASSERT_GE(nbf_now_ns() - t0, 2000000);
+  ASSERT_GE(nbf_now_ms(), nbf_now_ns() / 1000000 - 1);
+  ASSERT_CONTAINS(NBF_STRERROR(ENOENT), "No such file");
+  char *s = nbf_xprintf("%s-%d", "rank", 3);
+  ASSERT_EQ_STR(s, "rank-3");
+  free(s);
 }
 
 NBF_TEST_MAIN()
