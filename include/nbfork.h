@@ -142,8 +142,34 @@ int acc_world_size(const acc_t *acc); /* number of processes      */
 int acc_local_world_size(const acc_t *acc);
 int acc_is_main_process(const acc_t *acc); /* rank == 0                */
 int acc_is_local_main_process(const acc_t *acc);
-/* -1 = CPU; otherwise the CUDA device index this rank uses. */
+/* -1 = CPU; otherwise the CUDA device index this rank uses
+ * (LOCAL_RANK; LOCAL_RANK mod the GPU count with NBFORK_SHARE_GPU). */
 int acc_device(const acc_t *acc);
+
+/* The stream contract of device collectives. `stream` is a cudaStream_t
+ * of this rank's device (passed as void *, so this header needs no CUDA
+ * header); NULL (the default) = the legacy default stream, where
+ * kernels launched without a stream argument run.
+ *
+ * Every collective on device buffers (acc_all_reduce, acc_broadcast,
+ * acc_all_gather, acc_reduce_scatter; acc_backward on a device gradient)
+ * is ORDERED AFTER all work enqueued on that stream before the call: the
+ * runtime records a CUDA event on it and makes NCCL's own stream wait
+ * for the event (cudaEventRecord + cudaStreamWaitEvent, as llm.c orders
+ * its NCCL stream after its compute stream), so a buffer written by a
+ * kernel or cudaMemsetAsync on the stream is reduced after it is written,
+ * without a device synchronization. The collectives are BLOCKING: they
+ * return when the result is in device memory (or at the timeout,
+ * NBFORK_TIMEOUT_S), so work enqueued afterwards on any stream sees it.
+ * Work on OTHER streams is not ordered: synchronize it first or pass its
+ * stream here. Errors: INVALID_ARGUMENT (acc NULL), UNSUPPORTED (a
+ * non-NULL stream in a build without CUDA); a stream of another device
+ * or a destroyed one makes the next device collective fail with BACKEND.
+ * The accelerator does not own the stream: destroy it after the last
+ * collective (or acc_set_stream(acc, NULL) first). */
+acc_result_t acc_set_stream(acc_t *acc, void *stream);
+/* The stream set by acc_set_stream (NULL: the default stream). */
+void *acc_get_stream(const acc_t *acc);
 acc_precision_t acc_mixed_precision(const acc_t *acc);
 /* Text of the last error stored in `acc` ("" when none). With acc NULL:
  * the last error of this thread's calls made without an accelerator (a

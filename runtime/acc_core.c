@@ -126,27 +126,6 @@ static int read_env(acc_t *acc, const acc_config_t *c) {
   return 0;
 }
 
-/* Pick the CUDA device of this rank (Accelerate: cuda:LOCAL_RANK). */
-static int select_device(acc_t *acc) {
-  acc->device = -1;
-  if (nbf_param_bool(NBF_P_ACCELERATE_USE_CPU, 0))
-    return 0;
-  int n = acc_nccl_device_count();
-  if (n <= 0)
-    return 0;
-  if (acc->local_rank >= n) {
-    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
-                   "LOCAL_RANK=%d but only %d GPU(s) are visible: start at most %d processes "
-                   "per node, or set ACCELERATE_USE_CPU=1 to train on CPU",
-                   acc->local_rank, n, n);
-    return -1;
-  }
-  if (acc_nccl_set_device(acc, acc->local_rank) != ACC_OK)
-    return -1;
-  acc->device = acc->local_rank;
-  return 0;
-}
-
 /* NBFORK_GLOO_BUSY_POLL: 1 = the all-reduces and gathers of the
  * synchronous mesh (up to 4 MiB: every training step's gradients)
  * busy-poll their sockets, as MPI and NCCL do by default (Gloo's
@@ -254,7 +233,7 @@ acc_t *acc_new(const acc_config_t *cfg) {
   acc->accum_prev_zero = 1;
   if (c.seed >= 0)
     acc_set_seed(acc, (unsigned long long)c.seed, 0);
-  if (select_device(acc) != 0)
+  if (acc__select_device(acc) != 0)
     return fail(acc, "selecting the device");
   if (acc->world > 1 && join_group(acc) != 0)
     return fail(acc, "rendezvous");

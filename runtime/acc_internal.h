@@ -19,7 +19,8 @@ typedef struct acc_charts acc_charts_t;
 struct acc {
   /* place in the world (environment, read once in acc_new) */
   int rank, local_rank, world, local_world;
-  int device; /* -1 = CPU */
+  int device;   /* -1 = CPU */
+  void *stream; /* cudaStream_t device collectives follow (acc_set_stream); NULL = default */
   acc_precision_t precision;
   int timeout_ms;
   char master_addr[256];
@@ -130,6 +131,12 @@ int acc__local_addr_for(const char *host, char *out, size_t outlen);
 int nbf__display_attached(void);
 
 /* Charts (acc_chart.c): draw pending points and free the series. */
+/* Pick this rank's CUDA device (acc_device.c): -1 (CPU) with
+ * ACCELERATE_USE_CPU or no GPU, else LOCAL_RANK (Accelerate's
+ * cuda:LOCAL_RANK), or LOCAL_RANK mod count with NBFORK_SHARE_GPU.
+ * 0, or -1 with the error in acc. Initializes CUDA when built with it. */
+int acc__select_device(acc_t *acc);
+
 void acc__charts_flush(acc_t *acc);
 void acc__charts_free(acc_t *acc);
 

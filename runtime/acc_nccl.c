@@ -20,8 +20,20 @@
 
 struct acc_nccl {
   ncclComm_t comm;
-  cudaStream_t stream;
+  cudaStream_t stream; /* NCCL's own, non-blocking: never the caller's */
+  cudaEvent_t ready;   /* recorded on the caller's stream before each collective */
 };
+
+acc_result_t acc_set_stream(acc_t *acc, void *stream) {
+  if (!acc)
+    return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT, "acc_set_stream: acc is NULL");
+  acc->stream = stream;
+  return ACC_OK;
+}
+
+void *acc_get_stream(const acc_t *acc) {
+  return acc ? acc->stream : NULL;
+}
 
 int acc_nccl_device_count(void) {
   int n = 0;
@@ -56,11 +68,17 @@ static void pause_briefly(unsigned *spins) {
   nanosleep(&ts, NULL);
 }
 
+static void free_nccl(struct acc_nccl *n) {
+  if (n->ready)
+    cudaEventDestroy(n->ready);
+  cudaStreamDestroy(n->stream);
+  free(n);
+}
+
 static acc_result_t fail(acc_t *acc, acc_result_t code, const char *what, const char *detail) {
   if (acc->nccl) {
     ncclCommAbort(acc->nccl->comm);
-    cudaStreamDestroy(acc->nccl->stream);
-    free(acc->nccl);
+    free_nccl(acc->nccl);
     acc->nccl = NULL;
   }
   acc->broken = 1;
@@ -132,6 +150,14 @@ static acc_result_t ensure_comm(acc_t *acc) {
     return acc__set_error(acc, ACC_ERR_BACKEND, "cudaStreamCreate failed: %s",
                           cudaGetErrorString(ce));
   }
+  /* timing off: the cheapest event, used only for ordering */
+  ce = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming);
+  if (ce != cudaSuccess) {
+    n->ready = NULL;
+    free_nccl(n);
+    return acc__set_error(acc, ACC_ERR_BACKEND, "cudaEventCreate failed: %s",
+                          cudaGetErrorString(ce));
+  }
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
   ncclResult_t r = ncclCommInitRankConfig(&n->comm, acc->world, id, acc->rank, &cfg);
@@ -177,9 +203,29 @@ static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
   }
 }
 
+/* The stream contract (nbfork.h, acc_set_stream): NCCL's stream is
+ * non-blocking, so nothing orders it after work on the caller's stream
+ * (not even the legacy default stream). Record an event there and make
+ * NCCL's stream wait for it, as llm.c orders its NCCL stream after its
+ * compute stream: the collective then reads what the caller's kernels and
+ * copies wrote, without blocking the host. */
+static acc_result_t order_after_caller(acc_t *acc) {
+  cudaStream_t caller = (cudaStream_t)acc->stream;
+  cudaError_t e = cudaEventRecord(acc->nccl->ready, caller);
+  if (e == cudaSuccess)
+    e = cudaStreamWaitEvent(acc->nccl->stream, acc->nccl->ready, 0);
+  if (e != cudaSuccess)
+    return acc__set_error(acc, ACC_ERR_BACKEND,
+                          "ordering the collective after the caller's stream %p failed: %s "
+                          "(a stream of another device, or destroyed?)",
+                          acc->stream, cudaGetErrorString(e));
+  return ACC_OK;
+}
+
 acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *send, void *recv,
                                  size_t count, acc_dtype_t dtype, acc_op_t op, int root) {
   ACC_CHECK(ensure_comm(acc));
+  ACC_CHECK(order_after_caller(acc));
   ncclComm_t comm = acc->nccl->comm;
   cudaStream_t st = acc->nccl->stream;
   ncclDataType_t t = nccl_type(dtype);
@@ -225,11 +271,24 @@ void acc_nccl_destroy(acc_t *acc) {
     else
       ncclCommAbort(n->comm);
   }
-  cudaStreamDestroy(n->stream);
-  free(n);
+  free_nccl(n);
 }
 
 #else /* !NBFORK_WITH_CUDA */
+
+acc_result_t acc_set_stream(acc_t *acc, void *stream) {
+  if (!acc)
+    return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT, "acc_set_stream: acc is NULL");
+  if (stream)
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "acc_set_stream: nbfork was built without CUDA");
+  acc->stream = NULL;
+  return ACC_OK;
+}
+
+void *acc_get_stream(const acc_t *acc) {
+  return acc ? acc->stream : NULL;
+}
 
 int acc_nccl_device_count(void) {
   return 0;

@@ -1,0 +1,60 @@
+/*
+ * acc_device.c — which CUDA device a rank uses (acc__select_device).
+ *
+ * Accelerate gives rank LOCAL_RANK the device cuda:LOCAL_RANK and refuses
+ * more processes per node than GPUs. NBFORK_SHARE_GPU lifts that for
+ * tests on a one-GPU machine: ranks share the GPUs round-robin, and since
+ * NCCL refuses two ranks of one communicator on one device within a host
+ * ("Duplicate GPU detected"), each rank gets its own NCCL_HOSTID: NCCL
+ * then takes the ranks for separate hosts and connects them over its
+ * socket transport (slow; correct).
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <unistd.h>
+
+#include "acc_internal.h"
+#include "acc_nccl.h"
+#include "nbf_param.h"
+
+/* NCCL_HOSTID = "<hostname>-rank<RANK>" unless the user set one. Must
+ * happen before the communicator exists (NCCL reads it at init). */
+static int set_host_id(acc_t *acc) {
+  if (nbf_param_raw(NBF_P_NCCL_HOSTID))
+    return 0;
+  char host[128] = "host", id[192];
+  if (gethostname(host, sizeof host) != 0)
+    snprintf(host, sizeof host, "host");
+  host[sizeof host - 1] = '\0';
+  snprintf(id, sizeof id, "%s-rank%d", host, acc->rank);
+  if (nbf_param_set(NBF_P_NCCL_HOSTID, id) != 0) {
+    acc__set_error(acc, ACC_ERR_BACKEND, "setting NCCL_HOSTID for NBFORK_SHARE_GPU failed");
+    return -1;
+  }
+  return 0;
+}
+
+int acc__select_device(acc_t *acc) {
+  acc->device = -1;
+  if (nbf_param_bool(NBF_P_ACCELERATE_USE_CPU, 0))
+    return 0;
+  int n = acc_nccl_device_count();
+  if (n <= 0)
+    return 0;
+  const int share = nbf_param_bool(NBF_P_NBFORK_SHARE_GPU, 0);
+  if (acc->local_rank >= n && !share) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                   "LOCAL_RANK=%d but only %d GPU(s) are visible: start at most %d processes "
+                   "per node, set ACCELERATE_USE_CPU=1 to train on CPU, or (tests) "
+                   "NBFORK_SHARE_GPU=1 to share GPUs",
+                   acc->local_rank, n, n);
+    return -1;
+  }
+  if (share && set_host_id(acc) != 0)
+    return -1;
+  const int device = acc->local_rank % n;
+  if (acc_nccl_set_device(acc, device) != ACC_OK)
+    return -1;
+  acc->device = device;
+  return 0;
+}
