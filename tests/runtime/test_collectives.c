@@ -22,6 +22,7 @@
 #include "acc_half.h"
 #include "acc_internal.h"
 #include "nbfork.h"
+#include "rt_collref.h"
 #include "rt_spawn.h"
 #include "rt_test.h"
 
@@ -32,87 +33,6 @@ typedef struct {
 } job_t;
 
 static const size_t COUNTS[] = {1, 7, 1031, 300001};
-
-/* The value rank r holds at element i (small signed integers). */
-static int value(int r, size_t i) {
-  return (int)((i * 7 + (size_t)r * 13) % 37) - 18 + r;
-}
-
-static void put(void *buf, acc_dtype_t d, size_t i, double v) {
-  switch (d) {
-  case ACC_F32:
-    ((float *)buf)[i] = (float)v;
-    break;
-  case ACC_F64:
-    ((double *)buf)[i] = v;
-    break;
-  case ACC_F16:
-    ((uint16_t *)buf)[i] = acc_f32_to_f16((float)v);
-    break;
-  case ACC_BF16:
-    ((uint16_t *)buf)[i] = acc_f32_to_bf16((float)v);
-    break;
-  case ACC_I32:
-    ((int32_t *)buf)[i] = (int32_t)v;
-    break;
-  case ACC_I64:
-    ((int64_t *)buf)[i] = (int64_t)v;
-    break;
-  }
-}
-
-static double get(const void *buf, acc_dtype_t d, size_t i) {
-  switch (d) {
-  case ACC_F32:
-    return ((const float *)buf)[i];
-  case ACC_F64:
-    return ((const double *)buf)[i];
-  case ACC_F16:
-    return acc_f16_to_f32(((const uint16_t *)buf)[i]);
-  case ACC_BF16:
-    return acc_bf16_to_f32(((const uint16_t *)buf)[i]);
-  case ACC_I32:
-    return ((const int32_t *)buf)[i];
-  case ACC_I64:
-    return (double)((const int64_t *)buf)[i];
-  }
-  return 0;
-}
-
-/* Serial reference of op over ranks 0..world-1 of element `i`, as the
- * dtype stores it. */
-static double reference(acc_dtype_t d, acc_op_t op, int world, size_t i) {
-  long long sum = 0, mx = value(0, i), mn = value(0, i);
-  for (int r = 0; r < world; r++) {
-    long long v = value(r, i);
-    sum += v;
-    mx = v > mx ? v : mx;
-    mn = v < mn ? v : mn;
-  }
-  unsigned char tmp[8];
-  switch (op) {
-  case ACC_SUM:
-    return (double)sum;
-  case ACC_MAX:
-    return (double)mx;
-  case ACC_MIN:
-    return (double)mn;
-  case ACC_AVG:
-    switch (d) {
-    case ACC_F32:
-      return (double)((float)sum / (float)world);
-    case ACC_F64:
-      return (double)sum / (double)world;
-    case ACC_I32:
-    case ACC_I64:
-      return (double)(sum / world);
-    default:
-      put(tmp, d, 0, (double)((float)sum / (float)world));
-      return get(tmp, d, 0);
-    }
-  }
-  return 0;
-}
 
 /* Several process groups one after the other in the same processes (fresh
  * store keys each time; the store moves with rank 0's accelerator). */
@@ -277,22 +197,6 @@ static int run_rank(int rank, int world, void *arg) {
   acc_destroy(&acc);
   ASSERT_NULL(acc);
   return 0;
-}
-
-static int parse_dtype(const char *s) {
-  static const char *n[] = {"f32", "f64", "f16", "bf16", "i32", "i64"};
-  for (int i = 0; i < 6; i++)
-    if (strcmp(s, n[i]) == 0)
-      return i;
-  return -1;
-}
-
-static int parse_op(const char *s) {
-  static const char *n[] = {"sum", "avg", "max", "min"};
-  for (int i = 0; i < 4; i++)
-    if (strcmp(s, n[i]) == 0)
-      return i;
-  return -1;
 }
 
 /* COLLECTIVE DTYPE OP NPROC (one ctest per combination, added by
