@@ -411,7 +411,8 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
     if (acc->accum_prev && acc->accum_prev_n)
       section(&w, "accum.prev", acc->accum_prev, acc->accum_prev_n * sizeof(float));
     if (model)
-      section(&w, "model.grads", acc_mlp_grads(model), acc_mlp_num_params(model) * sizeof(float));
+      section(&w, "model.grads", acc__mlp_host(model, 1),
+              acc_mlp_num_params(model) * sizeof(float));
     file = w.oom ? NULL : finish(&w, 1, (uint32_t)acc->rank, &flen);
     if (!file)
       r = acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_save_state: no memory for the rank file");
@@ -434,7 +435,8 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
       int nl;
       const int *sizes = acc__mlp_sizes(model, &nl);
       section(&w, "model.sizes", sizes, (size_t)(nl + 1) * sizeof(int));
-      section(&w, "model.params", acc_mlp_params(model), acc_mlp_num_params(model) * sizeof(float));
+      section(&w, "model.params", acc__mlp_host(model, 0),
+              acc_mlp_num_params(model) * sizeof(float));
     }
     if (opt) {
       acc__optim_view_t v;
@@ -485,8 +487,10 @@ static acc_result_t use_shared(acc_t *acc, const rfile_t *f, acc_mlp_t *model, a
                             "%s holds a model of other layer sizes (%zu parameters) than the one "
                             "given (%zu parameters)",
                             path, bp / sizeof(float), acc_mlp_num_params(model));
-    if (apply)
-      memcpy(acc_mlp_params(model), fp, bp);
+    if (apply && acc__mlp_host(model, 0)) {
+      memcpy(acc__mlp_host(model, 0), fp, bp);
+      ACC_CHECK(acc__mlp_upload(model, 0));
+    }
   }
   if (opt) {
     acc__optim_view_t v;
@@ -583,8 +587,10 @@ static acc_result_t use_rank(acc_t *acc, const rfile_t *f, acc_mlp_t *model, int
   acc->accum_prev_n = np ? (size_t)ar->accum_prev_n : 0;
   if (!np)
     acc->accum_prev_zero = 1;
-  if (model)
-    memcpy(acc_mlp_grads(model), grads, bg);
+  if (model && acc__mlp_host(model, 1)) {
+    memcpy(acc__mlp_host(model, 1), grads, bg);
+    ACC_CHECK(acc__mlp_upload(model, 1));
+  }
   return ACC_OK;
 }
 

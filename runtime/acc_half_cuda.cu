@@ -104,8 +104,13 @@ extern "C" acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *fou
   *found_inf = 0;
   if (n == 0)
     return ACC_OK;
+  /* the gradients may come from kernels on any stream (the
+   * accelerator's may be non-blocking): finish them first */
+  acc_result_t r = check(cudaDeviceSynchronize(), "synchronizing", err, errlen);
+  if (r != ACC_OK)
+    return r;
   int *d_found = nullptr;
-  acc_result_t r = check(cudaMalloc(&d_found, sizeof(int)), "cudaMalloc", err, errlen);
+  r = check(cudaMalloc(&d_found, sizeof(int)), "cudaMalloc", err, errlen);
   if (r != ACC_OK)
     return r;
   r = check(cudaMemset(d_found, 0, sizeof(int)), "cudaMemset", err, errlen);

@@ -191,6 +191,13 @@ void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v);
 void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
 /* Layer sizes of `m`: *nlayers layers, sizes[0..nlayers]. */
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
+/* The model's host buffer of parameters (what 0) or gradients (1),
+ * refreshed from the device model when it has one (synchronous); NULL on
+ * a device error (in acc_last_error). For checkpoints. */
+float *acc__mlp_host(acc_mlp_t *m, int what);
+/* After writing acc__mlp_host's buffer: copy it to the device model
+ * (ACC_OK and nothing to do on the host). */
+acc_result_t acc__mlp_upload(acc_mlp_t *m, int what);
 /* The RNG of `acc`, or the process-wide one when acc is NULL. */
 acc_rng_t *acc__rng(acc_t *acc);
 

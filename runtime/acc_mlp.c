@@ -24,6 +24,11 @@
  *
  * All buffers are allocated once for max_batch rows: a training step
  * allocates nothing.
+ *
+ * On a device (acc_device(acc) >= 0, built with a CUDA compiler) the
+ * model is the device model of acc_mlp_cuda.h once initialized: params
+ * and grads are device buffers, forward/backward run there, and the host
+ * buffers here keep only the logits (copied back for acc_mlp_predict).
  */
 #include <cblas.h>
 #include <math.h>
@@ -33,6 +38,7 @@
 #include <string.h>
 
 #include "acc_internal.h"
+#include "acc_mlp_cuda.h"
 
 struct acc_mlp {
   acc_t *acc; /* borrowed: precision, loss scale, process group */
@@ -51,6 +57,7 @@ struct acc_mlp {
   float *wh;            /* parameters rounded to the half type */
   float *xh;            /* input rounded: max_batch × sizes[0] */
   float *gtmp;          /* one layer's weight gradient: max(nout × nin) */
+  acc_mlp_dev_t *dev;   /* the device model, or NULL (on the host) */
 };
 
 static void *alloc64(size_t bytes) {
@@ -65,6 +72,7 @@ void acc_mlp_destroy(acc_mlp_t **m_p) {
     return;
   acc_mlp_t *m = *m_p;
   *m_p = NULL;
+  acc_mlp_dev_destroy(&m->dev);
   if (m->act)
     for (int l = 1; l <= m->nlayers; l++)
       free(m->act[l]);
@@ -159,6 +167,15 @@ acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch)
     acc_mlp_destroy(&m);
     return NULL;
   }
+  if (acc && acc->device >= 0 && acc_mlp_dev_available()) {
+    char err[512];
+    m->dev = acc_mlp_dev_new(sizes, nlayers, max_batch, m->params, m->nparams, err, sizeof err);
+    if (!m->dev) {
+      mlp_error(acc, ACC_ERR_BACKEND, "acc_mlp_new: the model on device %d: %s", acc->device, err);
+      acc_mlp_destroy(&m);
+      return NULL;
+    }
+  }
   return m;
 oom:
   mlp_error(acc, ACC_ERR_NO_MEMORY, "acc_mlp_new: out of memory");
@@ -170,15 +187,20 @@ size_t acc_mlp_num_params(const acc_mlp_t *m) {
   return m ? m->nparams : 0;
 }
 float *acc_mlp_params(acc_mlp_t *m) {
-  return m ? m->params : NULL;
+  return m ? (m->dev ? acc_mlp_dev_params(m->dev) : m->params) : NULL;
 }
 float *acc_mlp_grads(acc_mlp_t *m) {
-  return m ? m->grads : NULL;
+  return m ? (m->dev ? acc_mlp_dev_grads(m->dev) : m->grads) : NULL;
 }
 
 void acc_mlp_zero_grad(acc_mlp_t *m) {
-  if (m)
+  if (!m)
+    return;
+  char err[512];
+  if (!m->dev)
     memset(m->grads, 0, m->nparams * sizeof(float));
+  else if (acc_mlp_dev_zero_grad(m->dev, m->acc->stream, err, sizeof err) != ACC_OK)
+    mlp_error(m->acc, ACC_ERR_BACKEND, "acc_mlp_zero_grad: %s", err);
 }
 
 /* Allocate the half-precision buffers once. */
@@ -211,6 +233,17 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
   m->x = x;
   m->batch = batch;
   m->prec = acc_mixed_precision(m->acc);
+  if (m->dev) {
+    char err[512];
+    float *logits = m->act[m->nlayers];
+    acc_result_t r =
+        acc_mlp_dev_forward(m->dev, x, batch, m->prec, logits, m->acc->stream, err, sizeof err);
+    if (r != ACC_OK) {
+      mlp_error(m->acc, r, "acc_mlp_forward on device %d: %s", m->acc->device, err);
+      return NULL;
+    }
+    return logits;
+  }
   const float *in = x, *params = m->params;
   if (m->prec != ACC_PRECISION_NO) {
     if (half_buffers(m) != 0) {
@@ -307,6 +340,26 @@ static void bias_grad(acc_mlp_t *m, acc_precision_t prec, const float *dz, int B
     gb[c] += t[c];
 }
 
+/* acc_mlp_backward_xent of a device model (no gradient buckets there:
+ * acc_backward all-reduces the device buffer through NCCL). */
+static float backward_on_device(acc_mlp_t *m, const int64_t *labels, float scale) {
+  char err[512];
+  float loss = NAN;
+  int bad = -1;
+  acc_result_t r = acc_mlp_dev_backward_xent(m->dev, labels, scale, &loss, &bad, m->acc->stream,
+                                             err, sizeof err);
+  if (r == ACC_ERR_INVALID_ARGUMENT && bad >= 0) {
+    mlp_error(m->acc, r, "acc_mlp_backward_xent: label %lld of row %d is not in 0..%d",
+              (long long)labels[bad], bad, m->sizes[m->nlayers] - 1);
+    return NAN;
+  }
+  if (r != ACC_OK) {
+    mlp_error(m->acc, r, "acc_mlp_backward_xent on device %d: %s", m->acc->device, err);
+    return NAN;
+  }
+  return loss;
+}
+
 float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
   if (!m || !labels || !m->x) {
     mlp_error(m ? m->acc : NULL, ACC_ERR_INVALID_ARGUMENT,
@@ -321,6 +374,8 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
   /* GradScaler.scale(loss): with fp16 the loss gradient is multiplied by
    * the loss scale (the returned loss is not). */
   const float scale = prec == ACC_PRECISION_FP16 ? acc_loss_scale(m->acc) : 1.0f;
+  if (m->dev)
+    return backward_on_device(m, labels, scale);
   double loss = 0.0;
   /* dz = (softmax(logits) - onehot(label)) / B */
   for (int r = 0; r < B; r++) {
@@ -419,6 +474,26 @@ void acc_mlp_predict(const acc_mlp_t *m, int64_t *pred) {
         best = c;
     pred[r] = best;
   }
+}
+
+float *acc__mlp_host(acc_mlp_t *m, int what) {
+  float *host = what ? m->grads : m->params;
+  char err[512];
+  if (m->dev && acc_mlp_dev_copy(m->dev, what, host, 0, err, sizeof err) != ACC_OK) {
+    mlp_error(m->acc, ACC_ERR_BACKEND, "copying the model from device %d: %s", m->acc->device, err);
+    return NULL;
+  }
+  return host;
+}
+
+acc_result_t acc__mlp_upload(acc_mlp_t *m, int what) {
+  char err[512];
+  if (m->dev &&
+      acc_mlp_dev_copy(m->dev, what, what ? m->grads : m->params, 1, err, sizeof err) != ACC_OK) {
+    mlp_error(m->acc, ACC_ERR_BACKEND, "copying the model to device %d: %s", m->acc->device, err);
+    return ACC_ERR_BACKEND;
+  }
+  return ACC_OK;
 }
 
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers) {

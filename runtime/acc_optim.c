@@ -17,6 +17,11 @@
  * precision runs GradScaler's unscale_ / step / update (acc_scaler.c):
  * gradients divided by the loss scale, the step skipped when they hold
  * inf/NaN, the scale updated.
+ *
+ * Parameters in device memory (a device model's acc_mlp_params) are
+ * updated on the device by acc_optim_cuda.cu's kernels, on the
+ * accelerator's stream, with the state (momentum, moments) in device
+ * buffers allocated at the first step.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -26,6 +31,8 @@
 #endif
 
 #include "acc_internal.h"
+#include "acc_nccl.h"
+#include "acc_optim_cuda.h"
 
 typedef enum { OPT_SGD, OPT_ADAMW } opt_kind_t;
 
@@ -35,7 +42,10 @@ struct acc_optim {
   float *grads;
   size_t n;
   acc__optim_hparams_t hp;
-  float *m, *v; /* SGD: m = momentum buffer; AdamW: moments */
+  float *m, *v;   /* SGD: m = momentum buffer; AdamW: moments */
+  int on_device;  /* -1 = not known yet; 1 = params are device memory */
+  float *dm, *dv; /* the device copies of m and v (on_device) */
+  int upload;     /* m, v were restored from a checkpoint: copy them to dm, dv */
 };
 
 /* An optimizer of `kind` over n parameters with hyperparameters `hp`,
@@ -53,6 +63,7 @@ static acc_optim_t *opt_new(opt_kind_t kind, float *params, float *grads, size_t
   o->grads = grads;
   o->n = n;
   o->hp = hp;
+  o->on_device = -1;
   if ((need_m && !(o->m = calloc(n, sizeof(float)))) ||
       (need_v && !(o->v = calloc(n, sizeof(float)))))
     acc_optim_destroy(&o);
@@ -137,6 +148,62 @@ static void step_ftz(acc_optim_t *opt) {
 #endif
 }
 
+/* 1 when the optimizer's parameters are device memory (decided once). */
+static int on_device(acc_t *acc, acc_optim_t *o) {
+  if (o->on_device < 0)
+    o->on_device = acc && acc->device >= 0 && acc_nccl_is_device_ptr(o->params);
+  return o->on_device;
+}
+
+/* One step on the device; the same hyper-parameters and step count as
+ * the host step. 1, or 0 with the error in acc. */
+static int device_step(acc_t *acc, acc_optim_t *o) {
+  char err[512] = "";
+  acc_result_t r = ACC_OK;
+  const acc__optim_hparams_t *hp = &o->hp;
+  if (o->upload) {
+    float *host[2] = {o->m, o->v}, **dev[2] = {&o->dm, &o->dv};
+    for (int k = 0; k < 2 && r == ACC_OK; k++)
+      if (host[k]) {
+        r = acc_optim_cuda_state(dev[k], o->n, err, sizeof err);
+        if (r == ACC_OK)
+          r = acc_optim_cuda_copy(host[k], *dev[k], o->n, 1, err, sizeof err);
+      }
+    if (r != ACC_OK) {
+      acc__set_error(acc, r, "acc_optim_step: restoring the state on device %d: %s", acc->device,
+                     err);
+      return 0;
+    }
+    o->upload = 0;
+  }
+  if (o->kind == OPT_SGD) {
+    r = hp->momentum != 0.0f ? acc_optim_cuda_state(&o->dm, o->n, err, sizeof err) : ACC_OK;
+    if (r == ACC_OK)
+      r = acc_optim_cuda_sgd(o->params, o->grads, o->dm, o->n, hp->lr, hp->momentum,
+                             hp->weight_decay, hp->t == 0, acc->stream, err, sizeof err);
+    if (r == ACC_OK)
+      o->hp.t++;
+  } else {
+    r = acc_optim_cuda_state(&o->dm, o->n, err, sizeof err);
+    if (r == ACC_OK)
+      r = acc_optim_cuda_state(&o->dv, o->n, err, sizeof err);
+    if (r == ACC_OK) {
+      const double t = (double)hp->t + 1.0;
+      const double bc1 = 1.0 - pow(hp->beta1, t), bc2 = 1.0 - pow(hp->beta2, t);
+      r = acc_optim_cuda_adamw(o->params, o->grads, o->dm, o->dv, o->n, hp->lr, hp->beta1,
+                               hp->beta2, hp->eps, hp->weight_decay, (float)(hp->lr / bc1),
+                               (float)(1.0 / sqrt(bc2)), acc->stream, err, sizeof err);
+    }
+    if (r == ACC_OK)
+      o->hp.t++;
+  }
+  if (r != ACC_OK) {
+    acc__set_error(acc, r, "acc_optim_step on device %d: %s", acc->device, err);
+    return 0;
+  }
+  return 1;
+}
+
 int acc_optim_step(acc_t *acc, acc_optim_t *opt) {
   if (!opt)
     return 0;
@@ -151,6 +218,8 @@ int acc_optim_step(acc_t *acc, acc_optim_t *opt) {
   } else if (acc) {
     acc->found_inf = 0;
   }
+  if (on_device(acc, opt))
+    return device_step(acc, opt);
   step_ftz(opt);
   return 1;
 }
@@ -158,7 +227,11 @@ int acc_optim_step(acc_t *acc, acc_optim_t *opt) {
 void acc_optim_zero_grad(acc_t *acc, acc_optim_t *opt) {
   if (!opt || (acc && !acc->sync_gradients))
     return;
-  memset(opt->grads, 0, opt->n * sizeof(float));
+  char err[512];
+  if (!on_device(acc, opt))
+    memset(opt->grads, 0, opt->n * sizeof(float));
+  else if (acc_optim_cuda_zero(opt->grads, opt->n, acc->stream, err, sizeof err) != ACC_OK)
+    acc__set_error(acc, ACC_ERR_BACKEND, "acc_optim_zero_grad on device %d: %s", acc->device, err);
 }
 
 void acc_optim_set_lr(acc_optim_t *opt, float lr) {
@@ -171,11 +244,20 @@ void acc_optim_destroy(acc_optim_t **opt_p) {
     return;
   free((*opt_p)->m);
   free((*opt_p)->v);
+  acc_optim_cuda_free(&(*opt_p)->dm);
+  acc_optim_cuda_free(&(*opt_p)->dv);
   free(*opt_p);
   *opt_p = NULL;
 }
 
 void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v) {
+  /* a device optimizer's state, brought to the host buffers the
+   * checkpoint reads (a failed copy leaves them as they were) */
+  char err[512];
+  if (o->dm && o->m)
+    acc_optim_cuda_copy(o->m, o->dm, o->n, 0, err, sizeof err);
+  if (o->dv && o->v)
+    acc_optim_cuda_copy(o->v, o->dv, o->n, 0, err, sizeof err);
   v->kind = o->kind == OPT_SGD ? 0 : 1;
   v->n = o->n;
   v->hp = o->hp;
@@ -185,4 +267,5 @@ void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v) {
 
 void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp) {
   o->hp = *hp;
+  o->upload = o->on_device != 0; /* the caller then fills m, v: the next device step uploads */
 }

@@ -1,0 +1,436 @@
+/*
+ * acc_mlp_cuda.cu — the MLP toolkit on a CUDA device (see
+ * acc_mlp_cuda.h): cuBLAS products, small kernels for the rest, the same
+ * arithmetic as acc_mlp.c (nn.Linear + ReLU, softmax cross-entropy,
+ * torch.autocast-style rounding under mixed precision).
+ *
+ * Row-major products through column-major cuBLAS: a row-major R × C
+ * matrix is a column-major C × R one, so row-major Y = A · B is
+ * column-major Y^T = B^T · A^T — every call below names its row-major
+ * product in a comment and passes the operands in swapped order.
+ */
+#include "acc_mlp_cuda.h"
+
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+struct acc_mlp_dev {
+  int nlayers, max_batch, batch, widest;
+  int *sizes;
+  size_t nparams, *w_off, *b_off;
+  acc_precision_t prec; /* of the last forward */
+  cublasHandle_t blas;
+  float *params, *grads; /* the flat buffers */
+  float *x;              /* input, max_batch × sizes[0] */
+  float **act;           /* act[l], l = 1..nlayers (post-ReLU; logits last) */
+  float *dz_a, *dz_b;    /* backward, max_batch × widest */
+  /* the half copies (2 bytes per element) under mixed precision */
+  void *wh, *xh, **acth, *dzh_a, *dzh_b;
+  int64_t *labels;
+  float *row_loss; /* max_batch + 1: per-row loss, then the bad-row flag */
+  /* pinned host staging */
+  float *h_x, *h_logits, *h_loss;
+  int64_t *h_labels;
+};
+
+namespace {
+
+#define FOR_EACH_ELEMENT(i, n)                                                                     \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                          \
+       i += (size_t)gridDim.x * blockDim.x)
+
+unsigned blocks_for(size_t n) {
+  size_t b = (n + 255) / 256;
+  return (unsigned)(b > 4096 ? 4096 : (b ? b : 1));
+}
+
+/* x rounded to the half type of prec (identity with "no"), and stored. */
+__device__ float round_half(float x, int prec) {
+  if (prec == ACC_PRECISION_FP16)
+    return __half2float(__float2half_rn(x));
+  if (prec == ACC_PRECISION_BF16)
+    return __bfloat162float(__float2bfloat16_rn(x));
+  return x;
+}
+__device__ void store_half(void *h, size_t i, float x, int prec) {
+  if (prec == ACC_PRECISION_FP16)
+    static_cast<__half *>(h)[i] = __float2half_rn(x);
+  else if (prec == ACC_PRECISION_BF16)
+    static_cast<__nv_bfloat16 *>(h)[i] = __float2bfloat16_rn(x);
+}
+
+__global__ void k_to_half(void *dst, const float *src, size_t n, int prec) {
+  FOR_EACH_ELEMENT(i, n) {
+    store_half(dst, i, src[i], prec);
+  }
+}
+
+/* out (B × nout) += bias (rounded like the half parameters), then the
+ * output rounded to the half type, ReLU except on the last layer, and its
+ * half copy for the next product. */
+__global__ void k_bias_act(float *out, const float *b, size_t rows, int nout, int relu, int prec,
+                           void *outh) {
+  FOR_EACH_ELEMENT(i, rows * (size_t)nout) {
+    float v = round_half(out[i] + round_half(b[i % nout], prec), prec);
+    if (relu)
+      v = v > 0.0f ? v : 0.0f;
+    out[i] = v;
+    store_half(outh, i, v, prec);
+  }
+}
+
+/* One thread per row: dz = scale (softmax(z) - onehot(y)) / B, rounded
+ * to the half type, and the row's loss (f32, autocast's fp32 list). A bad
+ * label writes its row + 1 into *bad and leaves the row's dz zero. */
+__global__ void k_xent(const float *z, const int64_t *y, int B, int C, float scale, int prec,
+                       float *dz, void *dzh, float *row_loss, float *bad) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= B)
+    return;
+  const float *zr = z + (size_t)r * C;
+  float *d = dz + (size_t)r * C;
+  const int64_t label = y[r];
+  if (label < 0 || label >= C) {
+    *bad = (float)(r + 1);
+    for (int c = 0; c < C; c++)
+      d[c] = 0.0f;
+    row_loss[r] = 0.0f;
+    return;
+  }
+  float mx = zr[0];
+  for (int c = 1; c < C; c++)
+    mx = zr[c] > mx ? zr[c] : mx;
+  float s = 0.0f;
+  for (int c = 0; c < C; c++)
+    s += expf(zr[c] - mx);
+  row_loss[r] = logf(s) + mx - zr[label];
+  const float invB = 1.0f / (float)B, inv = invB / s;
+  for (int c = 0; c < C; c++) {
+    float v = expf(zr[c] - mx) * inv - (c == label ? invB : 0.0f);
+    v = round_half(v * scale, prec);
+    d[c] = v;
+    store_half(dzh, (size_t)r * C + c, v, prec);
+  }
+}
+
+/* gb[c] += column sums of dz (B × nout), rounded to the half type. */
+__global__ void k_bias_grad(const float *dz, int B, int nout, int prec, float *gb) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= nout)
+    return;
+  float s = 0.0f;
+  for (int r = 0; r < B; r++)
+    s += dz[(size_t)r * nout + c];
+  gb[c] += round_half(s, prec);
+}
+
+/* dprev rounded to the half type and masked by ReLU' of the layer's
+ * output (act > 0), and its half copy. */
+__global__ void k_relu_back(float *dprev, const float *act, size_t n, int prec, void *dh) {
+  FOR_EACH_ELEMENT(i, n) {
+    float v = act[i] > 0.0f ? round_half(dprev[i], prec) : 0.0f;
+    dprev[i] = v;
+    store_half(dh, i, v, prec);
+  }
+}
+
+void set_err(char *err, size_t errlen, const char *what, const char *detail) {
+  if (err && errlen)
+    std::snprintf(err, errlen, "%s: %s", what, detail);
+}
+
+acc_result_t cuda_check(cudaError_t e, const char *what, char *err, size_t errlen) {
+  if (e == cudaSuccess)
+    return ACC_OK;
+  set_err(err, errlen, what, cudaGetErrorString(e));
+  return e == cudaErrorMemoryAllocation ? ACC_ERR_NO_MEMORY : ACC_ERR_BACKEND;
+}
+
+acc_result_t blas_check(cublasStatus_t s, const char *what, char *err, size_t errlen) {
+  if (s == CUBLAS_STATUS_SUCCESS)
+    return ACC_OK;
+  set_err(err, errlen, what, cublasGetStatusString(s));
+  return s == CUBLAS_STATUS_ALLOC_FAILED ? ACC_ERR_NO_MEMORY : ACC_ERR_BACKEND;
+}
+
+#define DEV_CHECK(expr)                                                                            \
+  do {                                                                                             \
+    acc_result_t r_ = (expr);                                                                      \
+    if (r_ != ACC_OK)                                                                              \
+      return r_;                                                                                   \
+  } while (0)
+
+cudaDataType_t gemm_type(acc_precision_t prec) {
+  return prec == ACC_PRECISION_FP16   ? CUDA_R_16F
+         : prec == ACC_PRECISION_BF16 ? CUDA_R_16BF
+                                      : CUDA_R_32F;
+}
+
+/* Column-major C (m × n, f32) = alpha op(A) op(B) + beta C, A and B of
+ * the model's product type, f32 accumulation. */
+acc_result_t gemm(acc_mlp_dev_t *d, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                  const void *A, int lda, const void *B, int ldb, float beta, float *C, int ldc,
+                  char *err, size_t errlen) {
+  const float alpha = 1.0f;
+  const cudaDataType_t t = gemm_type(d->prec);
+  return blas_check(cublasGemmEx(d->blas, ta, tb, m, n, k, &alpha, A, t, lda, B, t, ldb, &beta, C,
+                                 CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    "cublasGemmEx", err, errlen);
+}
+
+size_t half_bytes(size_t n) {
+  return n * 2;
+}
+
+/* Everything allocated once for max_batch rows: a step allocates
+ * nothing. */
+acc_result_t alloc_all(acc_mlp_dev_t *d, char *err, size_t errlen) {
+  const size_t B = (size_t)d->max_batch, wide = B * (size_t)d->widest;
+  const size_t nx = B * (size_t)d->sizes[0], C = (size_t)d->sizes[d->nlayers];
+  DEV_CHECK(
+      cuda_check(cudaMalloc(&d->params, d->nparams * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(
+      cuda_check(cudaMalloc(&d->grads, d->nparams * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(cuda_check(cudaMalloc(&d->x, nx * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(cuda_check(cudaMalloc(&d->dz_a, wide * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(cuda_check(cudaMalloc(&d->dz_b, wide * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(cuda_check(cudaMalloc(&d->wh, half_bytes(d->nparams)), "cudaMalloc", err, errlen));
+  DEV_CHECK(cuda_check(cudaMalloc(&d->xh, half_bytes(nx)), "cudaMalloc", err, errlen));
+  DEV_CHECK(cuda_check(cudaMalloc(&d->dzh_a, half_bytes(wide)), "cudaMalloc", err, errlen));
+  DEV_CHECK(cuda_check(cudaMalloc(&d->dzh_b, half_bytes(wide)), "cudaMalloc", err, errlen));
+  DEV_CHECK(cuda_check(cudaMalloc(&d->labels, B * sizeof(int64_t)), "cudaMalloc", err, errlen));
+  DEV_CHECK(
+      cuda_check(cudaMalloc(&d->row_loss, (B + 1) * sizeof(float)), "cudaMalloc", err, errlen));
+  for (int l = 1; l <= d->nlayers; l++) {
+    DEV_CHECK(cuda_check(cudaMalloc(&d->act[l], B * (size_t)d->sizes[l] * sizeof(float)),
+                         "cudaMalloc", err, errlen));
+    DEV_CHECK(cuda_check(cudaMalloc(&d->acth[l], half_bytes(B * (size_t)d->sizes[l])), "cudaMalloc",
+                         err, errlen));
+  }
+  DEV_CHECK(cuda_check(cudaMallocHost(&d->h_x, nx * sizeof(float)), "cudaMallocHost", err, errlen));
+  DEV_CHECK(cuda_check(cudaMallocHost(&d->h_logits, B * C * sizeof(float)), "cudaMallocHost", err,
+                       errlen));
+  DEV_CHECK(cuda_check(cudaMallocHost(&d->h_loss, (B + 1) * sizeof(float)), "cudaMallocHost", err,
+                       errlen));
+  DEV_CHECK(
+      cuda_check(cudaMallocHost(&d->h_labels, B * sizeof(int64_t)), "cudaMallocHost", err, errlen));
+  DEV_CHECK(
+      cuda_check(cudaMemset(d->grads, 0, d->nparams * sizeof(float)), "cudaMemset", err, errlen));
+  return blas_check(cublasCreate(&d->blas), "cublasCreate", err, errlen);
+}
+
+} // namespace
+
+extern "C" int acc_mlp_dev_available(void) {
+  return 1;
+}
+
+extern "C" void acc_mlp_dev_destroy(acc_mlp_dev_t **d_p) {
+  if (!d_p || !*d_p)
+    return;
+  acc_mlp_dev_t *d = *d_p;
+  *d_p = nullptr;
+  cudaDeviceSynchronize(); /* no kernel may still use what is freed */
+  if (d->blas)
+    cublasDestroy(d->blas);
+  void *dev[] = {d->params, d->grads, d->x,     d->dz_a,   d->dz_b,    d->wh,
+                 d->xh,     d->dzh_a, d->dzh_b, d->labels, d->row_loss};
+  for (void *p : dev)
+    cudaFree(p);
+  if (d->act)
+    for (int l = 1; l <= d->nlayers; l++)
+      cudaFree(d->act[l]), cudaFree(d->acth[l]);
+  void *pinned[] = {d->h_x, d->h_logits, d->h_loss, d->h_labels};
+  for (void *p : pinned)
+    cudaFreeHost(p);
+  delete[] d->act;
+  delete[] d->acth;
+  delete[] d->sizes;
+  delete[] d->w_off;
+  delete[] d->b_off;
+  delete d;
+}
+
+extern "C" acc_mlp_dev_t *acc_mlp_dev_new(const int *sizes, int nlayers, int max_batch,
+                                          const float *params, size_t nparams, char *err,
+                                          size_t errlen) {
+  acc_mlp_dev_t *d = new (std::nothrow) acc_mlp_dev_t();
+  if (!d) {
+    set_err(err, errlen, "acc_mlp_new", "out of memory");
+    return nullptr;
+  }
+  d->nlayers = nlayers;
+  d->max_batch = max_batch;
+  d->nparams = nparams;
+  d->sizes = new (std::nothrow) int[nlayers + 1];
+  d->w_off = new (std::nothrow) size_t[nlayers];
+  d->b_off = new (std::nothrow) size_t[nlayers];
+  d->act = new (std::nothrow) float *[nlayers + 1]();
+  d->acth = new (std::nothrow) void *[nlayers + 1]();
+  if (!d->sizes || !d->w_off || !d->b_off || !d->act || !d->acth) {
+    set_err(err, errlen, "acc_mlp_new", "out of memory");
+    acc_mlp_dev_destroy(&d);
+    return nullptr;
+  }
+  std::memcpy(d->sizes, sizes, (size_t)(nlayers + 1) * sizeof(int));
+  size_t off = 0;
+  d->widest = 1;
+  for (int l = 0; l < nlayers; l++) {
+    d->w_off[l] = off;
+    off += (size_t)sizes[l + 1] * (size_t)sizes[l];
+    d->b_off[l] = off;
+    off += (size_t)sizes[l + 1];
+    d->widest = sizes[l + 1] > d->widest ? sizes[l + 1] : d->widest;
+  }
+  if (off != nparams) {
+    set_err(err, errlen, "acc_mlp_new", "parameter count does not match the sizes");
+    acc_mlp_dev_destroy(&d);
+    return nullptr;
+  }
+  if (alloc_all(d, err, errlen) != ACC_OK ||
+      cuda_check(cudaMemcpy(d->params, params, nparams * sizeof(float), cudaMemcpyHostToDevice),
+                 "cudaMemcpy", err, errlen) != ACC_OK) {
+    acc_mlp_dev_destroy(&d);
+    return nullptr;
+  }
+  return d;
+}
+
+extern "C" float *acc_mlp_dev_params(acc_mlp_dev_t *d) {
+  return d ? d->params : nullptr;
+}
+
+extern "C" float *acc_mlp_dev_grads(acc_mlp_dev_t *d) {
+  return d ? d->grads : nullptr;
+}
+
+extern "C" acc_result_t acc_mlp_dev_zero_grad(acc_mlp_dev_t *d, void *stream, char *err,
+                                              size_t errlen) {
+  return cuda_check(
+      cudaMemsetAsync(d->grads, 0, d->nparams * sizeof(float), static_cast<cudaStream_t>(stream)),
+      "cudaMemsetAsync", err, errlen);
+}
+
+extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, int batch,
+                                            acc_precision_t prec, float *logits, void *stream,
+                                            char *err, size_t errlen) {
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const int B = batch, L = d->nlayers, p = (int)prec;
+  const size_t nx = (size_t)B * (size_t)d->sizes[0];
+  d->batch = B;
+  d->prec = prec;
+  DEV_CHECK(blas_check(cublasSetStream(d->blas, st), "cublasSetStream", err, errlen));
+  /* pinned staging: the copy is a DMA, not a pageable bounce */
+  std::memcpy(d->h_x, x, nx * sizeof(float));
+  DEV_CHECK(
+      cuda_check(cudaMemcpyAsync(d->x, d->h_x, nx * sizeof(float), cudaMemcpyHostToDevice, st),
+                 "staging the batch", err, errlen));
+  const bool half = prec != ACC_PRECISION_NO;
+  if (half) {
+    k_to_half<<<blocks_for(d->nparams), 256, 0, st>>>(d->wh, d->params, d->nparams, p);
+    k_to_half<<<blocks_for(nx), 256, 0, st>>>(d->xh, d->x, nx, p);
+  }
+  const size_t esz = half ? 2 : 4;
+  const void *in = half ? d->xh : static_cast<const void *>(d->x);
+  const char *w_base = static_cast<const char *>(half ? d->wh : static_cast<void *>(d->params));
+  for (int l = 0; l < L; l++) {
+    const int nin = d->sizes[l], nout = d->sizes[l + 1];
+    /* out (B × nout) = in (B × nin) · W^T (W: nout × nin) */
+    DEV_CHECK(gemm(d, CUBLAS_OP_T, CUBLAS_OP_N, nout, B, nin, w_base + d->w_off[l] * esz, nin, in,
+                   nin, 0.0f, d->act[l + 1], nout, err, errlen));
+    const size_t n = (size_t)B * (size_t)nout;
+    k_bias_act<<<blocks_for(n), 256, 0, st>>>(d->act[l + 1], d->params + d->b_off[l], (size_t)B,
+                                              nout, l < L - 1, p, d->acth[l + 1]);
+    in = half ? d->acth[l + 1] : static_cast<const void *>(d->act[l + 1]);
+  }
+  DEV_CHECK(cuda_check(cudaGetLastError(), "forward kernels", err, errlen));
+  const size_t nl = (size_t)B * (size_t)d->sizes[L];
+  DEV_CHECK(cuda_check(
+      cudaMemcpyAsync(d->h_logits, d->act[L], nl * sizeof(float), cudaMemcpyDeviceToHost, st),
+      "copying the logits", err, errlen));
+  DEV_CHECK(cuda_check(cudaStreamSynchronize(st), "forward", err, errlen));
+  std::memcpy(logits, d->h_logits, nl * sizeof(float));
+  return ACC_OK;
+}
+
+/* The loss gradient: labels staged, k_xent, the per-row losses and the
+ * bad-label flag back (synchronous: the loss is the call's result). */
+static acc_result_t loss_grad(acc_mlp_dev_t *d, const int64_t *labels, float scale, float *loss,
+                              int *bad_row, cudaStream_t st, char *err, size_t errlen) {
+  const int B = d->batch, C = d->sizes[d->nlayers];
+  std::memcpy(d->h_labels, labels, (size_t)B * sizeof(int64_t));
+  DEV_CHECK(cuda_check(cudaMemcpyAsync(d->labels, d->h_labels, (size_t)B * sizeof(int64_t),
+                                       cudaMemcpyHostToDevice, st),
+                       "staging the labels", err, errlen));
+  DEV_CHECK(cuda_check(cudaMemsetAsync(d->row_loss + B, 0, sizeof(float), st), "cudaMemsetAsync",
+                       err, errlen));
+  k_xent<<<(B + 127) / 128, 128, 0, st>>>(d->act[d->nlayers], d->labels, B, C, scale, (int)d->prec,
+                                          d->dz_a, d->dzh_a, d->row_loss, d->row_loss + B);
+  DEV_CHECK(cuda_check(cudaGetLastError(), "cross-entropy kernel", err, errlen));
+  DEV_CHECK(cuda_check(cudaMemcpyAsync(d->h_loss, d->row_loss, ((size_t)B + 1) * sizeof(float),
+                                       cudaMemcpyDeviceToHost, st),
+                       "copying the loss", err, errlen));
+  DEV_CHECK(cuda_check(cudaStreamSynchronize(st), "cross-entropy", err, errlen));
+  if (d->h_loss[B] != 0.0f) {
+    *bad_row = (int)d->h_loss[B] - 1;
+    set_err(err, errlen, "acc_mlp_backward_xent", "a label is not a class index");
+    return ACC_ERR_INVALID_ARGUMENT;
+  }
+  double s = 0.0;
+  for (int r = 0; r < B; r++)
+    s += d->h_loss[r];
+  *loss = (float)(s / B);
+  return ACC_OK;
+}
+
+extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_t *labels,
+                                                  float scale, float *loss, int *bad_row,
+                                                  void *stream, char *err, size_t errlen) {
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  DEV_CHECK(blas_check(cublasSetStream(d->blas, st), "cublasSetStream", err, errlen));
+  DEV_CHECK(loss_grad(d, labels, scale, loss, bad_row, st, err, errlen));
+  const int B = d->batch, p = (int)d->prec;
+  const bool half = d->prec != ACC_PRECISION_NO;
+  const size_t esz = half ? 2 : 4;
+  float *dz = d->dz_a, *dprev = d->dz_b;
+  void *dzh = d->dzh_a, *dprevh = d->dzh_b;
+  for (int l = d->nlayers - 1; l >= 0; l--) {
+    const int nin = d->sizes[l], nout = d->sizes[l + 1];
+    const void *in = l == 0 ? (half ? d->xh : static_cast<const void *>(d->x))
+                            : (half ? d->acth[l] : static_cast<const void *>(d->act[l]));
+    const void *dzo = half ? dzh : static_cast<const void *>(dz);
+    /* dW (nout × nin) += dz^T (nout × B) · in (B × nin) */
+    DEV_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, B, in, nin, dzo, nout, 1.0f,
+                   d->grads + d->w_off[l], nin, err, errlen));
+    k_bias_grad<<<(nout + 127) / 128, 128, 0, st>>>(dz, B, nout, p, d->grads + d->b_off[l]);
+    if (l == 0)
+      break;
+    /* dprev (B × nin) = dz (B × nout) · W (nout × nin) */
+    const char *w = static_cast<const char *>(half ? d->wh : static_cast<void *>(d->params));
+    DEV_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_N, nin, B, nout, w + d->w_off[l] * esz, nin, dzo, nout,
+                   0.0f, dprev, nin, err, errlen));
+    const size_t n = (size_t)B * (size_t)nin;
+    k_relu_back<<<blocks_for(n), 256, 0, st>>>(dprev, d->act[l], n, p, dprevh);
+    float *t = dz;
+    dz = dprev, dprev = t;
+    void *th = dzh;
+    dzh = dprevh, dprevh = th;
+  }
+  return cuda_check(cudaGetLastError(), "backward kernels", err, errlen);
+}
+
+extern "C" acc_result_t acc_mlp_dev_copy(acc_mlp_dev_t *d, int what, float *host, int to_device,
+                                         char *err, size_t errlen) {
+  float *dev = what ? d->grads : d->params;
+  const size_t bytes = d->nparams * sizeof(float);
+  DEV_CHECK(cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen));
+  return cuda_check(to_device ? cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)
+                              : cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost),
+                    "cudaMemcpy", err, errlen);
+}

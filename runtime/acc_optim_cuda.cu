@@ -1,0 +1,108 @@
+/*
+ * acc_optim_cuda.cu — SGD and AdamW updates on device buffers (see
+ * acc_optim_cuda.h): one grid-stride kernel per step, reading each of
+ * p, g, and the state once (the update is memory-bound).
+ */
+#include "acc_optim_cuda.h"
+
+#include <cstdio>
+
+#include <cuda_runtime.h>
+
+namespace {
+
+#define FOR_EACH_ELEMENT(i, n)                                                                     \
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                          \
+       i += (size_t)gridDim.x * blockDim.x)
+
+unsigned blocks_for(size_t n) {
+  size_t b = (n + 255) / 256;
+  return (unsigned)(b > 4096 ? 4096 : (b ? b : 1));
+}
+
+__global__ void k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mom, float wd,
+                      int first) {
+  FOR_EACH_ELEMENT(i, n) {
+    float gi = g[i] + wd * p[i];
+    if (buf) {
+      gi = first ? gi : mom * buf[i] + gi;
+      buf[i] = gi;
+    }
+    p[i] -= lr * gi;
+  }
+}
+
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float b1, float b2,
+                        float eps, float decay, float step, float inv_sqrt_bc2) {
+  FOR_EACH_ELEMENT(i, n) {
+    const float gi = g[i];
+    float pi = p[i] * decay;
+    const float mi = b1 * m[i] + (1.0f - b1) * gi;
+    const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
+acc_result_t check(cudaError_t e, const char *what, char *err, size_t errlen) {
+  if (e == cudaSuccess)
+    return ACC_OK;
+  if (err && errlen)
+    std::snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
+  return e == cudaErrorMemoryAllocation ? ACC_ERR_NO_MEMORY : ACC_ERR_BACKEND;
+}
+
+} // namespace
+
+extern "C" acc_result_t acc_optim_cuda_state(float **buf, size_t n, char *err, size_t errlen) {
+  if (*buf)
+    return ACC_OK;
+  acc_result_t r = check(cudaMalloc(buf, n * sizeof(float)), "optimizer state", err, errlen);
+  if (r == ACC_OK)
+    r = check(cudaMemset(*buf, 0, n * sizeof(float)), "optimizer state", err, errlen);
+  if (r != ACC_OK)
+    acc_optim_cuda_free(buf);
+  return r;
+}
+
+extern "C" void acc_optim_cuda_free(float **buf) {
+  if (buf && *buf) {
+    cudaFree(*buf);
+    *buf = nullptr;
+  }
+}
+
+extern "C" acc_result_t acc_optim_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr,
+                                           float momentum, float weight_decay, int first,
+                                           void *stream, char *err, size_t errlen) {
+  k_sgd<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      p, g, momentum != 0.0f ? buf : nullptr, n, lr, momentum, weight_decay, first);
+  return check(cudaGetLastError(), "SGD kernel", err, errlen);
+}
+
+extern "C" acc_result_t acc_optim_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n,
+                                             float lr, float beta1, float beta2, float eps,
+                                             float weight_decay, float step_size,
+                                             float inv_sqrt_bc2, void *stream, char *err,
+                                             size_t errlen) {
+  k_adamw<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      p, g, m, v, n, beta1, beta2, eps, 1.0f - lr * weight_decay, step_size, inv_sqrt_bc2);
+  return check(cudaGetLastError(), "AdamW kernel", err, errlen);
+}
+
+extern "C" acc_result_t acc_optim_cuda_copy(float *host, float *dev, size_t n, int to_device,
+                                            char *err, size_t errlen) {
+  acc_result_t r = check(cudaDeviceSynchronize(), "synchronizing", err, errlen);
+  if (r != ACC_OK)
+    return r;
+  return check(to_device ? cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice)
+                         : cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost),
+               "cudaMemcpy", err, errlen);
+}
+
+extern "C" acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err,
+                                            size_t errlen) {
+  return check(cudaMemsetAsync(buf, 0, n * sizeof(float), static_cast<cudaStream_t>(stream)),
+               "cudaMemsetAsync", err, errlen);
+}

@@ -1,0 +1,53 @@
+/*
+ * acc_optim_cuda.h — the optimizers' update on device buffers
+ * (acc_optim_cuda.cu): the same formulas as acc_optim.c (torch.optim.SGD
+ * with momentum, torch.optim.AdamW), one fused kernel per step over the
+ * flat f32 buffers. Used by acc_optim_step when the parameters are device
+ * memory and the build has a CUDA compiler (NBFORK_CUDA_KERNELS).
+ * Asynchronous on `stream` (a cudaStream_t; NULL = default stream).
+ * Internal.
+ */
+#ifndef ACC_OPTIM_CUDA_H
+#define ACC_OPTIM_CUDA_H
+
+#include <stddef.h>
+
+#include "nbfork.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Zeroed device state of n floats in *buf when *buf is NULL (the
+ * momentum buffer, AdamW's moments). */
+acc_result_t acc_optim_cuda_state(float **buf, size_t n, char *err, size_t errlen);
+void acc_optim_cuda_free(float **buf);
+
+/* SGD: momentum == 0 -> p -= lr (g + wd p) (buf unused); else buf = g +
+ * wd p on the first step, momentum buf + g + wd p after, p -= lr buf. */
+acc_result_t acc_optim_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr,
+                                float momentum, float weight_decay, int first, void *stream,
+                                char *err, size_t errlen);
+
+/* AdamW, step t >= 1 already counted: p *= 1 - lr wd; m, v updated;
+ * p -= step_size m / (sqrt(v) inv_sqrt_bc2 + eps), step_size =
+ * lr / (1 - b1^t), inv_sqrt_bc2 = 1 / sqrt(1 - b2^t). */
+acc_result_t acc_optim_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                                  float beta1, float beta2, float eps, float weight_decay,
+                                  float step_size, float inv_sqrt_bc2, void *stream, char *err,
+                                  size_t errlen);
+
+/* Copy n floats between a host buffer and a device buffer (to_device 1:
+ * host -> device). Synchronous (after the device's pending work). For
+ * checkpoints of the optimizer state. */
+acc_result_t acc_optim_cuda_copy(float *host, float *dev, size_t n, int to_device, char *err,
+                                 size_t errlen);
+
+/* *buf = 0 for n floats, asynchronous on stream (zero_grad). */
+acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACC_OPTIM_CUDA_H */
