@@ -399,9 +399,27 @@ typedef struct acc_mlp acc_mlp_t;
  *
  * The other acc_mlp_* calls report errors the same way (acc_last_error
  * of the model's accelerator, else stderr). */
+/* On a device (acc_device(acc) >= 0, nbfork built with a CUDA compiler)
+ * the model lives there: parameters, gradients and the optimizers' state
+ * in flat device buffers; products through cublasGemmEx with f32
+ * accumulation (f32 inputs with precision "no"; fp16/bf16 inputs on
+ * tensor cores from the f32 master weights under mixed precision, with
+ * the roundings above); bias, ReLU, softmax cross-entropy and the updates
+ * in CUDA kernels; inputs and labels staged through pinned host memory;
+ * all of it on the accelerator's stream (acc_set_stream), so
+ * acc_backward's NCCL all-reduce is ordered after it. Gradients match the
+ * CPU model's within 1e-4 (f32), 5e-3 (fp16), 2e-2 (bf16) of the largest
+ * one (tests/runtime/test_mlp_gpu.c). acc_mlp_params/acc_mlp_grads then
+ * return DEVICE pointers (for acc_backward, acc_sgd_new, cudaMemcpy;
+ * never dereference them on the host); acc_mlp_forward still returns
+ * host logits (copied back; synchronous). Checkpoints copy the device
+ * state to and from the host. */
 acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch);
 void acc_mlp_destroy(acc_mlp_t **m_p);
 size_t acc_mlp_num_params(const acc_mlp_t *m);
+/* The flat parameter / gradient buffers (num_params floats each), owned
+ * by the model: host memory, or device memory for a model on a device
+ * (above). */
 float *acc_mlp_params(acc_mlp_t *m);
 float *acc_mlp_grads(acc_mlp_t *m);
 /* Forward `batch` rows of x (batch × sizes[0]); returns logits
