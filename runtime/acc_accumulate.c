@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "acc_internal.h"
+#include "acc_nccl.h"
 
 void acc_accumulate_begin(acc_t *acc, int is_last_batch) {
   if (!acc)
@@ -46,7 +47,9 @@ acc_result_t acc_backward(acc_t *acc, float *grads, size_t n) {
       return ACC_OK;
   }
   int k = acc->accum_steps;
-  if (k > 1 && n) {
+  if (k > 1 && n && acc->device >= 0 && acc_nccl_is_device_ptr(grads)) {
+    ACC_CHECK(acc__accumulate_device(acc, grads, n));
+  } else if (k > 1 && n) {
     if (acc->accum_prev_n != n) {
       float *p = realloc(acc->accum_prev, n * sizeof(float));
       if (!p)

@@ -261,6 +261,7 @@ void acc_destroy(acc_t **acc_p) {
   acc_nccl_destroy(acc);
   acc_gloo_destroy(&acc->gloo);
   free(acc->accum_prev);
+  acc__device_free(acc);
   free(acc->ckpt_items);
   free(acc);
 }

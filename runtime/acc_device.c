@@ -15,6 +15,7 @@
 
 #include "acc_internal.h"
 #include "acc_nccl.h"
+#include "acc_optim_cuda.h"
 #include "nbf_param.h"
 
 /* NCCL_HOSTID = "<hostname>-rank<RANK>" unless the user set one. Must
@@ -32,6 +33,33 @@ static int set_host_id(acc_t *acc) {
     return -1;
   }
   return 0;
+}
+
+acc_result_t acc__accumulate_device(acc_t *acc, float *grads, size_t n) {
+  char err[512];
+  if (acc->accum_prev_dev_n != n) {
+    acc_optim_cuda_free(&acc->accum_prev_dev);
+    acc->accum_prev_dev_n = 0;
+    acc_result_t r = acc_optim_cuda_state(&acc->accum_prev_dev, n, err, sizeof err);
+    if (r != ACC_OK)
+      return acc__set_error(acc, r, "acc_backward: accumulation buffer on device %d: %s",
+                            acc->device, err);
+    acc->accum_prev_dev_n = n;
+    acc->accum_prev_zero = 1;
+  }
+  const int save = !acc->sync_gradients;
+  acc_result_t r =
+      acc_optim_cuda_accumulate(grads, acc->accum_prev_dev, n, 1.0f / (float)acc->accum_steps,
+                                acc->accum_prev_zero, save, acc->stream, err, sizeof err);
+  if (r != ACC_OK)
+    return acc__set_error(acc, r, "acc_backward on device %d: %s", acc->device, err);
+  acc->accum_prev_zero = !save; /* after a sync the caller zeroes the gradients */
+  return ACC_OK;
+}
+
+void acc__device_free(acc_t *acc) {
+  acc_optim_cuda_free(&acc->accum_prev_dev);
+  acc->accum_prev_dev_n = 0;
 }
 
 int acc__select_device(acc_t *acc) {

@@ -97,6 +97,12 @@ acc_result_t acc_optim_cuda_copy(float *host, float *dev, size_t n, int to_devic
   return unsupported(err, errlen);
 }
 
+acc_result_t acc_optim_cuda_accumulate(float *g, float *prev, size_t n, float inv, int prev_zero,
+                                       int save, void *stream, char *err, size_t errlen) {
+  (void)g, (void)prev, (void)n, (void)inv, (void)prev_zero, (void)save, (void)stream;
+  return unsupported(err, errlen);
+}
+
 acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err, size_t errlen) {
   (void)buf, (void)n, (void)stream;
   return unsupported(err, errlen);

@@ -35,7 +35,9 @@ struct acc {
   int sync_gradients;
   float *accum_prev; /* buffer after the previous micro-step (k > 1) */
   size_t accum_prev_n;
-  int accum_prev_zero; /* accum_prev is all zeros (start of a window) */
+  int accum_prev_zero;   /* accum_prev is all zeros (start of a window) */
+  float *accum_prev_dev; /* accum_prev of device gradients (acc_device.c) */
+  size_t accum_prev_dev_n;
 
   /* fp16 dynamic loss scaler (GradScaler; acc_scaler.c) */
   float scale;                 /* current loss scale, 2^16 at start      */
@@ -136,6 +138,11 @@ int nbf__display_attached(void);
  * cuda:LOCAL_RANK), or LOCAL_RANK mod count with NBFORK_SHARE_GPU.
  * 0, or -1 with the error in acc. Initializes CUDA when built with it. */
 int acc__select_device(acc_t *acc);
+/* acc_backward's accumulation step on device gradients (k = accum_steps
+ * > 1), with the previous micro-step's buffer in device memory. */
+acc_result_t acc__accumulate_device(acc_t *acc, float *grads, size_t n);
+/* Frees the accelerator's device buffers (acc_destroy). */
+void acc__device_free(acc_t *acc);
 
 void acc__charts_flush(acc_t *acc);
 void acc__charts_free(acc_t *acc);

@@ -45,6 +45,15 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, 
   }
 }
 
+__global__ void k_accumulate(float *g, float *prev, size_t n, float inv, int prev_zero, int save) {
+  FOR_EACH_ELEMENT(i, n) {
+    const float v = prev_zero ? g[i] * inv : prev[i] + (g[i] - prev[i]) * inv;
+    g[i] = v;
+    if (save)
+      prev[i] = v;
+  }
+}
+
 acc_result_t check(cudaError_t e, const char *what, char *err, size_t errlen) {
   if (e == cudaSuccess)
     return ACC_OK;
@@ -99,6 +108,14 @@ extern "C" acc_result_t acc_optim_cuda_copy(float *host, float *dev, size_t n, i
   return check(to_device ? cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice)
                          : cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost),
                "cudaMemcpy", err, errlen);
+}
+
+extern "C" acc_result_t acc_optim_cuda_accumulate(float *g, float *prev, size_t n, float inv,
+                                                  int prev_zero, int save, void *stream, char *err,
+                                                  size_t errlen) {
+  k_accumulate<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(g, prev, n, inv,
+                                                                             prev_zero, save);
+  return check(cudaGetLastError(), "accumulation kernel", err, errlen);
 }
 
 extern "C" acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err,

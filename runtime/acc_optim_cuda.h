@@ -43,6 +43,12 @@ acc_result_t acc_optim_cuda_adamw(float *p, const float *g, float *m, float *v, 
 acc_result_t acc_optim_cuda_copy(float *host, float *dev, size_t n, int to_device, char *err,
                                  size_t errlen);
 
+/* Gradient accumulation of device gradients (acc_backward's formula):
+ * prev_zero ? g *= inv : g = prev + (g - prev) inv; then prev = g when
+ * save. Asynchronous on stream. */
+acc_result_t acc_optim_cuda_accumulate(float *g, float *prev, size_t n, float inv, int prev_zero,
+                                       int save, void *stream, char *err, size_t errlen);
+
 /* *buf = 0 for n floats, asynchronous on stream (zero_grad). */
 acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err, size_t errlen);
 

@@ -175,4 +175,43 @@ NBF_TEST(adamw_steps) {
   compare_steps(1);
 }
 
+/* acc_backward's gradient accumulation (4 micro-steps, k = 2) on a
+ * device buffer against the same on a host buffer: equal to f32
+ * rounding. */
+NBF_TEST(accumulate) {
+  need_gpu();
+  const size_t n = 5000;
+  float *host[2], *dev = NULL, *got = malloc(n * sizeof(float));
+  acc_t *acc[2];
+  for (int k = 0; k < 2; k++) {
+    if (k == 0)
+      setenv("ACCELERATE_USE_CPU", "1", 1);
+    else
+      unsetenv("ACCELERATE_USE_CPU");
+    acc_config_t cfg = ACC_CONFIG_INIT;
+    cfg.gradient_accumulation_steps = 2;
+    acc[k] = acc_new(&cfg);
+    ASSERT_NOT_NULL(acc[k]);
+    host[k] = malloc(n * sizeof(float));
+  }
+  ASSERT_EQ(p_malloc((void **)&dev, n * sizeof(float)), 0);
+  for (int step = 0; step < 4; step++) {
+    for (size_t i = 0; i < n; i++)
+      host[0][i] = host[1][i] = (float)((i * 31 + (size_t)step * 7) % 97) / 13.0f - 3.0f;
+    ASSERT_EQ(p_memcpy(dev, host[1], n * sizeof(float), 1), 0);
+    for (int k = 0; k < 2; k++) {
+      acc_accumulate_begin(acc[k], 0);
+      ASSERT_OK(acc[k], acc_backward(acc[k], k ? dev : host[0], n));
+      acc_accumulate_end(acc[k]);
+    }
+    ASSERT_EQ(p_memcpy(got, dev, n * sizeof(float), 2), 0);
+    char what[64];
+    snprintf(what, sizeof what, "micro-step %d", step);
+    expect_close(what, got, host[0], n, 1e-6);
+  }
+  p_free(dev);
+  free(got), free(host[0]), free(host[1]);
+  acc_destroy(&acc[0]), acc_destroy(&acc[1]);
+}
+
 NBF_TEST_MAIN()
