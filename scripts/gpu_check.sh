@@ -141,7 +141,7 @@ if [ "$dry" = 0 ] && ! grep -q "NBFORK_CUDA_KERNELS" "$BUILD_DIR/runtime/CMakeFi
 fi
 
 # --- GPU tests: a SKIP here means the test did not run, so it fails ----------
-gpu_tests='runtime\.nccl\.|runtime\.mlp_gpu\.|runtime\.mixed\.gpu_|launcher\..*cuda'
+gpu_tests='runtime\.nccl\.|runtime\.mlp_gpu\.|runtime\.mixed\.gpu_'
 export gpu_tests
 # shellcheck disable=SC2016 # expanded by the inner bash
 run "GPU tests (NCCL, streams, MLP)" gpu_tests.log bash -c '
