@@ -14,13 +14,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-namespace {
+#include "acc_cuda_kernels.cuh"
 
-/* Grid-stride loop: thread t handles elements t, t + T, t + 2T, ...
- * (T = threads in the grid), so any grid size covers any n. */
-#define FOR_EACH_ELEMENT(i, n)                                                                     \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                          \
-       i += (size_t)gridDim.x * blockDim.x)
+namespace {
 
 /* The element conversions (round to nearest even) and one kernel that
  * maps any of them over a buffer. */
@@ -55,26 +51,13 @@ __global__ void k_unscale(float *g, size_t n, float inv, int *found) {
   }
 }
 
-unsigned blocks_for(size_t n) {
-  size_t b = (n + 255) / 256;
-  return (unsigned)(b > 4096 ? 4096 : (b ? b : 1));
-}
-
-acc_result_t check(cudaError_t e, const char *what, char *err, size_t errlen) {
-  if (e == cudaSuccess)
-    return ACC_OK;
-  if (err && errlen)
-    std::snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
-  return ACC_ERR_BACKEND;
-}
-
 } // namespace
 
 extern "C" acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, char *err,
                                          size_t errlen) {
   if (n == 0)
     return ACC_OK;
-  const unsigned b = blocks_for(n);
+  const unsigned b = acc_blocks_for(n);
   switch (kind) {
   case 0:
     k_map<uint16_t, float, to_f16><<<b, 256>>>(dst, src, n);
@@ -93,10 +76,10 @@ extern "C" acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, s
       std::snprintf(err, errlen, "unknown conversion %d", kind);
     return ACC_ERR_INVALID_ARGUMENT;
   }
-  acc_result_t r = check(cudaGetLastError(), "conversion kernel launch", err, errlen);
+  acc_result_t r = acc_cuda_check(cudaGetLastError(), "conversion kernel launch", err, errlen);
   if (r != ACC_OK)
     return r;
-  return check(cudaDeviceSynchronize(), "conversion kernel", err, errlen);
+  return acc_cuda_check(cudaDeviceSynchronize(), "conversion kernel", err, errlen);
 }
 
 extern "C" acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *found_inf, char *err,
@@ -106,21 +89,21 @@ extern "C" acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *fou
     return ACC_OK;
   /* the gradients may come from kernels on any stream (the
    * accelerator's may be non-blocking): finish them first */
-  acc_result_t r = check(cudaDeviceSynchronize(), "synchronizing", err, errlen);
+  acc_result_t r = acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen);
   if (r != ACC_OK)
     return r;
   int *d_found = nullptr;
-  r = check(cudaMalloc(&d_found, sizeof(int)), "cudaMalloc", err, errlen);
+  r = acc_cuda_check(cudaMalloc(&d_found, sizeof(int)), "cudaMalloc", err, errlen);
   if (r != ACC_OK)
     return r;
-  r = check(cudaMemset(d_found, 0, sizeof(int)), "cudaMemset", err, errlen);
+  r = acc_cuda_check(cudaMemset(d_found, 0, sizeof(int)), "cudaMemset", err, errlen);
   if (r == ACC_OK) {
-    k_unscale<<<blocks_for(n), 256>>>(g, n, inv, d_found);
-    r = check(cudaGetLastError(), "unscale kernel launch", err, errlen);
+    k_unscale<<<acc_blocks_for(n), 256>>>(g, n, inv, d_found);
+    r = acc_cuda_check(cudaGetLastError(), "unscale kernel launch", err, errlen);
   }
   if (r == ACC_OK)
-    r = check(cudaMemcpy(found_inf, d_found, sizeof(int), cudaMemcpyDeviceToHost), "unscale kernel",
-              err, errlen);
+    r = acc_cuda_check(cudaMemcpy(found_inf, d_found, sizeof(int), cudaMemcpyDeviceToHost),
+                       "unscale kernel", err, errlen);
   cudaFree(d_found);
   return r;
 }

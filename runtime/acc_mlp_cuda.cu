@@ -20,6 +20,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "acc_cuda_kernels.cuh"
+
 struct acc_mlp_dev {
   int nlayers, max_batch, batch, widest;
   int *sizes;
@@ -40,15 +42,6 @@ struct acc_mlp_dev {
 };
 
 namespace {
-
-#define FOR_EACH_ELEMENT(i, n)                                                                     \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                          \
-       i += (size_t)gridDim.x * blockDim.x)
-
-unsigned blocks_for(size_t n) {
-  size_t b = (n + 255) / 256;
-  return (unsigned)(b > 4096 ? 4096 : (b ? b : 1));
-}
 
 /* x rounded to the half type of prec (identity with "no"), and stored. */
 __device__ float round_half(float x, int prec) {
@@ -145,13 +138,6 @@ void set_err(char *err, size_t errlen, const char *what, const char *detail) {
     std::snprintf(err, errlen, "%s: %s", what, detail);
 }
 
-acc_result_t cuda_check(cudaError_t e, const char *what, char *err, size_t errlen) {
-  if (e == cudaSuccess)
-    return ACC_OK;
-  set_err(err, errlen, what, cudaGetErrorString(e));
-  return e == cudaErrorMemoryAllocation ? ACC_ERR_NO_MEMORY : ACC_ERR_BACKEND;
-}
-
 acc_result_t blas_check(cublasStatus_t s, const char *what, char *err, size_t errlen) {
   if (s == CUBLAS_STATUS_SUCCESS)
     return ACC_OK;
@@ -193,35 +179,36 @@ size_t half_bytes(size_t n) {
 acc_result_t alloc_all(acc_mlp_dev_t *d, char *err, size_t errlen) {
   const size_t B = (size_t)d->max_batch, wide = B * (size_t)d->widest;
   const size_t nx = B * (size_t)d->sizes[0], C = (size_t)d->sizes[d->nlayers];
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->params, d->nparams * sizeof(float)), "cudaMalloc", err,
+                           errlen));
   DEV_CHECK(
-      cuda_check(cudaMalloc(&d->params, d->nparams * sizeof(float)), "cudaMalloc", err, errlen));
+      acc_cuda_check(cudaMalloc(&d->grads, d->nparams * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->x, nx * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dz_a, wide * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dz_b, wide * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->wh, half_bytes(d->nparams)), "cudaMalloc", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->xh, half_bytes(nx)), "cudaMalloc", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_a, half_bytes(wide)), "cudaMalloc", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_b, half_bytes(wide)), "cudaMalloc", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->labels, B * sizeof(int64_t)), "cudaMalloc", err, errlen));
   DEV_CHECK(
-      cuda_check(cudaMalloc(&d->grads, d->nparams * sizeof(float)), "cudaMalloc", err, errlen));
-  DEV_CHECK(cuda_check(cudaMalloc(&d->x, nx * sizeof(float)), "cudaMalloc", err, errlen));
-  DEV_CHECK(cuda_check(cudaMalloc(&d->dz_a, wide * sizeof(float)), "cudaMalloc", err, errlen));
-  DEV_CHECK(cuda_check(cudaMalloc(&d->dz_b, wide * sizeof(float)), "cudaMalloc", err, errlen));
-  DEV_CHECK(cuda_check(cudaMalloc(&d->wh, half_bytes(d->nparams)), "cudaMalloc", err, errlen));
-  DEV_CHECK(cuda_check(cudaMalloc(&d->xh, half_bytes(nx)), "cudaMalloc", err, errlen));
-  DEV_CHECK(cuda_check(cudaMalloc(&d->dzh_a, half_bytes(wide)), "cudaMalloc", err, errlen));
-  DEV_CHECK(cuda_check(cudaMalloc(&d->dzh_b, half_bytes(wide)), "cudaMalloc", err, errlen));
-  DEV_CHECK(cuda_check(cudaMalloc(&d->labels, B * sizeof(int64_t)), "cudaMalloc", err, errlen));
-  DEV_CHECK(
-      cuda_check(cudaMalloc(&d->row_loss, (B + 1) * sizeof(float)), "cudaMalloc", err, errlen));
+      acc_cuda_check(cudaMalloc(&d->row_loss, (B + 1) * sizeof(float)), "cudaMalloc", err, errlen));
   for (int l = 1; l <= d->nlayers; l++) {
-    DEV_CHECK(cuda_check(cudaMalloc(&d->act[l], B * (size_t)d->sizes[l] * sizeof(float)),
-                         "cudaMalloc", err, errlen));
-    DEV_CHECK(cuda_check(cudaMalloc(&d->acth[l], half_bytes(B * (size_t)d->sizes[l])), "cudaMalloc",
-                         err, errlen));
+    DEV_CHECK(acc_cuda_check(cudaMalloc(&d->act[l], B * (size_t)d->sizes[l] * sizeof(float)),
+                             "cudaMalloc", err, errlen));
+    DEV_CHECK(acc_cuda_check(cudaMalloc(&d->acth[l], half_bytes(B * (size_t)d->sizes[l])),
+                             "cudaMalloc", err, errlen));
   }
-  DEV_CHECK(cuda_check(cudaMallocHost(&d->h_x, nx * sizeof(float)), "cudaMallocHost", err, errlen));
-  DEV_CHECK(cuda_check(cudaMallocHost(&d->h_logits, B * C * sizeof(float)), "cudaMallocHost", err,
-                       errlen));
-  DEV_CHECK(cuda_check(cudaMallocHost(&d->h_loss, (B + 1) * sizeof(float)), "cudaMallocHost", err,
-                       errlen));
   DEV_CHECK(
-      cuda_check(cudaMallocHost(&d->h_labels, B * sizeof(int64_t)), "cudaMallocHost", err, errlen));
-  DEV_CHECK(
-      cuda_check(cudaMemset(d->grads, 0, d->nparams * sizeof(float)), "cudaMemset", err, errlen));
+      acc_cuda_check(cudaMallocHost(&d->h_x, nx * sizeof(float)), "cudaMallocHost", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_logits, B * C * sizeof(float)), "cudaMallocHost",
+                           err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_loss, (B + 1) * sizeof(float)), "cudaMallocHost",
+                           err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_labels, B * sizeof(int64_t)), "cudaMallocHost", err,
+                           errlen));
+  DEV_CHECK(acc_cuda_check(cudaMemset(d->grads, 0, d->nparams * sizeof(float)), "cudaMemset", err,
+                           errlen));
   return blas_check(cublasCreate(&d->blas), "cublasCreate", err, errlen);
 }
 
@@ -294,8 +281,8 @@ extern "C" acc_mlp_dev_t *acc_mlp_dev_new(const int *sizes, int nlayers, int max
     return nullptr;
   }
   if (alloc_all(d, err, errlen) != ACC_OK ||
-      cuda_check(cudaMemcpy(d->params, params, nparams * sizeof(float), cudaMemcpyHostToDevice),
-                 "cudaMemcpy", err, errlen) != ACC_OK) {
+      acc_cuda_check(cudaMemcpy(d->params, params, nparams * sizeof(float), cudaMemcpyHostToDevice),
+                     "cudaMemcpy", err, errlen) != ACC_OK) {
     acc_mlp_dev_destroy(&d);
     return nullptr;
   }
@@ -312,7 +299,7 @@ extern "C" float *acc_mlp_dev_grads(acc_mlp_dev_t *d) {
 
 extern "C" acc_result_t acc_mlp_dev_zero_grad(acc_mlp_dev_t *d, void *stream, char *err,
                                               size_t errlen) {
-  return cuda_check(
+  return acc_cuda_check(
       cudaMemsetAsync(d->grads, 0, d->nparams * sizeof(float), static_cast<cudaStream_t>(stream)),
       "cudaMemsetAsync", err, errlen);
 }
@@ -329,12 +316,12 @@ extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, in
   /* pinned staging: the copy is a DMA, not a pageable bounce */
   std::memcpy(d->h_x, x, nx * sizeof(float));
   DEV_CHECK(
-      cuda_check(cudaMemcpyAsync(d->x, d->h_x, nx * sizeof(float), cudaMemcpyHostToDevice, st),
-                 "staging the batch", err, errlen));
+      acc_cuda_check(cudaMemcpyAsync(d->x, d->h_x, nx * sizeof(float), cudaMemcpyHostToDevice, st),
+                     "staging the batch", err, errlen));
   const bool half = prec != ACC_PRECISION_NO;
   if (half) {
-    k_to_half<<<blocks_for(d->nparams), 256, 0, st>>>(d->wh, d->params, d->nparams, p);
-    k_to_half<<<blocks_for(nx), 256, 0, st>>>(d->xh, d->x, nx, p);
+    k_to_half<<<acc_blocks_for(d->nparams), 256, 0, st>>>(d->wh, d->params, d->nparams, p);
+    k_to_half<<<acc_blocks_for(nx), 256, 0, st>>>(d->xh, d->x, nx, p);
   }
   const size_t esz = half ? 2 : 4;
   const void *in = half ? d->xh : static_cast<const void *>(d->x);
@@ -345,16 +332,16 @@ extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, in
     DEV_CHECK(gemm(d, CUBLAS_OP_T, CUBLAS_OP_N, nout, B, nin, w_base + d->w_off[l] * esz, nin, in,
                    nin, 0.0f, d->act[l + 1], nout, err, errlen));
     const size_t n = (size_t)B * (size_t)nout;
-    k_bias_act<<<blocks_for(n), 256, 0, st>>>(d->act[l + 1], d->params + d->b_off[l], (size_t)B,
-                                              nout, l < L - 1, p, d->acth[l + 1]);
+    k_bias_act<<<acc_blocks_for(n), 256, 0, st>>>(d->act[l + 1], d->params + d->b_off[l], (size_t)B,
+                                                  nout, l < L - 1, p, d->acth[l + 1]);
     in = half ? d->acth[l + 1] : static_cast<const void *>(d->act[l + 1]);
   }
-  DEV_CHECK(cuda_check(cudaGetLastError(), "forward kernels", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaGetLastError(), "forward kernels", err, errlen));
   const size_t nl = (size_t)B * (size_t)d->sizes[L];
-  DEV_CHECK(cuda_check(
+  DEV_CHECK(acc_cuda_check(
       cudaMemcpyAsync(d->h_logits, d->act[L], nl * sizeof(float), cudaMemcpyDeviceToHost, st),
       "copying the logits", err, errlen));
-  DEV_CHECK(cuda_check(cudaStreamSynchronize(st), "forward", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaStreamSynchronize(st), "forward", err, errlen));
   std::memcpy(logits, d->h_logits, nl * sizeof(float));
   return ACC_OK;
 }
@@ -365,18 +352,18 @@ static acc_result_t loss_grad(acc_mlp_dev_t *d, const int64_t *labels, float sca
                               int *bad_row, cudaStream_t st, char *err, size_t errlen) {
   const int B = d->batch, C = d->sizes[d->nlayers];
   std::memcpy(d->h_labels, labels, (size_t)B * sizeof(int64_t));
-  DEV_CHECK(cuda_check(cudaMemcpyAsync(d->labels, d->h_labels, (size_t)B * sizeof(int64_t),
-                                       cudaMemcpyHostToDevice, st),
-                       "staging the labels", err, errlen));
-  DEV_CHECK(cuda_check(cudaMemsetAsync(d->row_loss + B, 0, sizeof(float), st), "cudaMemsetAsync",
-                       err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(d->labels, d->h_labels, (size_t)B * sizeof(int64_t),
+                                           cudaMemcpyHostToDevice, st),
+                           "staging the labels", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMemsetAsync(d->row_loss + B, 0, sizeof(float), st),
+                           "cudaMemsetAsync", err, errlen));
   k_xent<<<(B + 127) / 128, 128, 0, st>>>(d->act[d->nlayers], d->labels, B, C, scale, (int)d->prec,
                                           d->dz_a, d->dzh_a, d->row_loss, d->row_loss + B);
-  DEV_CHECK(cuda_check(cudaGetLastError(), "cross-entropy kernel", err, errlen));
-  DEV_CHECK(cuda_check(cudaMemcpyAsync(d->h_loss, d->row_loss, ((size_t)B + 1) * sizeof(float),
-                                       cudaMemcpyDeviceToHost, st),
-                       "copying the loss", err, errlen));
-  DEV_CHECK(cuda_check(cudaStreamSynchronize(st), "cross-entropy", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaGetLastError(), "cross-entropy kernel", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(d->h_loss, d->row_loss, ((size_t)B + 1) * sizeof(float),
+                                           cudaMemcpyDeviceToHost, st),
+                           "copying the loss", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaStreamSynchronize(st), "cross-entropy", err, errlen));
   if (d->h_loss[B] != 0.0f) {
     *bad_row = (int)d->h_loss[B] - 1;
     set_err(err, errlen, "acc_mlp_backward_xent", "a label is not a class index");
@@ -416,21 +403,21 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
     DEV_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_N, nin, B, nout, w + d->w_off[l] * esz, nin, dzo, nout,
                    0.0f, dprev, nin, err, errlen));
     const size_t n = (size_t)B * (size_t)nin;
-    k_relu_back<<<blocks_for(n), 256, 0, st>>>(dprev, d->act[l], n, p, dprevh);
+    k_relu_back<<<acc_blocks_for(n), 256, 0, st>>>(dprev, d->act[l], n, p, dprevh);
     float *t = dz;
     dz = dprev, dprev = t;
     void *th = dzh;
     dzh = dprevh, dprevh = th;
   }
-  return cuda_check(cudaGetLastError(), "backward kernels", err, errlen);
+  return acc_cuda_check(cudaGetLastError(), "backward kernels", err, errlen);
 }
 
 extern "C" acc_result_t acc_mlp_dev_copy(acc_mlp_dev_t *d, int what, float *host, int to_device,
                                          char *err, size_t errlen) {
   float *dev = what ? d->grads : d->params;
   const size_t bytes = d->nparams * sizeof(float);
-  DEV_CHECK(cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen));
-  return cuda_check(to_device ? cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)
-                              : cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost),
-                    "cudaMemcpy", err, errlen);
+  DEV_CHECK(acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen));
+  return acc_cuda_check(to_device ? cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)
+                                  : cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost),
+                        "cudaMemcpy", err, errlen);
 }

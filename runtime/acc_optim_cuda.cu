@@ -9,16 +9,9 @@
 
 #include <cuda_runtime.h>
 
+#include "acc_cuda_kernels.cuh"
+
 namespace {
-
-#define FOR_EACH_ELEMENT(i, n)                                                                     \
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                          \
-       i += (size_t)gridDim.x * blockDim.x)
-
-unsigned blocks_for(size_t n) {
-  size_t b = (n + 255) / 256;
-  return (unsigned)(b > 4096 ? 4096 : (b ? b : 1));
-}
 
 __global__ void k_sgd(float *p, const float *g, float *buf, size_t n, float lr, float mom, float wd,
                       int first) {
@@ -54,22 +47,15 @@ __global__ void k_accumulate(float *g, float *prev, size_t n, float inv, int pre
   }
 }
 
-acc_result_t check(cudaError_t e, const char *what, char *err, size_t errlen) {
-  if (e == cudaSuccess)
-    return ACC_OK;
-  if (err && errlen)
-    std::snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
-  return e == cudaErrorMemoryAllocation ? ACC_ERR_NO_MEMORY : ACC_ERR_BACKEND;
-}
-
 } // namespace
 
 extern "C" acc_result_t acc_optim_cuda_state(float **buf, size_t n, char *err, size_t errlen) {
   if (*buf)
     return ACC_OK;
-  acc_result_t r = check(cudaMalloc(buf, n * sizeof(float)), "optimizer state", err, errlen);
+  acc_result_t r =
+      acc_cuda_check(cudaMalloc(buf, n * sizeof(float)), "optimizer state", err, errlen);
   if (r == ACC_OK)
-    r = check(cudaMemset(*buf, 0, n * sizeof(float)), "optimizer state", err, errlen);
+    r = acc_cuda_check(cudaMemset(*buf, 0, n * sizeof(float)), "optimizer state", err, errlen);
   if (r != ACC_OK)
     acc_optim_cuda_free(buf);
   return r;
@@ -85,9 +71,9 @@ extern "C" void acc_optim_cuda_free(float **buf) {
 extern "C" acc_result_t acc_optim_cuda_sgd(float *p, const float *g, float *buf, size_t n, float lr,
                                            float momentum, float weight_decay, int first,
                                            void *stream, char *err, size_t errlen) {
-  k_sgd<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+  k_sgd<<<acc_blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       p, g, momentum != 0.0f ? buf : nullptr, n, lr, momentum, weight_decay, first);
-  return check(cudaGetLastError(), "SGD kernel", err, errlen);
+  return acc_cuda_check(cudaGetLastError(), "SGD kernel", err, errlen);
 }
 
 extern "C" acc_result_t acc_optim_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n,
@@ -95,31 +81,33 @@ extern "C" acc_result_t acc_optim_cuda_adamw(float *p, const float *g, float *m,
                                              float weight_decay, float step_size,
                                              float inv_sqrt_bc2, void *stream, char *err,
                                              size_t errlen) {
-  k_adamw<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+  k_adamw<<<acc_blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       p, g, m, v, n, beta1, beta2, eps, 1.0f - lr * weight_decay, step_size, inv_sqrt_bc2);
-  return check(cudaGetLastError(), "AdamW kernel", err, errlen);
+  return acc_cuda_check(cudaGetLastError(), "AdamW kernel", err, errlen);
 }
 
 extern "C" acc_result_t acc_optim_cuda_copy(float *host, float *dev, size_t n, int to_device,
                                             char *err, size_t errlen) {
-  acc_result_t r = check(cudaDeviceSynchronize(), "synchronizing", err, errlen);
+  acc_result_t r = acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen);
   if (r != ACC_OK)
     return r;
-  return check(to_device ? cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice)
-                         : cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost),
-               "cudaMemcpy", err, errlen);
+  return acc_cuda_check(to_device
+                            ? cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice)
+                            : cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost),
+                        "cudaMemcpy", err, errlen);
 }
 
 extern "C" acc_result_t acc_optim_cuda_accumulate(float *g, float *prev, size_t n, float inv,
                                                   int prev_zero, int save, void *stream, char *err,
                                                   size_t errlen) {
-  k_accumulate<<<blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(g, prev, n, inv,
-                                                                             prev_zero, save);
-  return check(cudaGetLastError(), "accumulation kernel", err, errlen);
+  k_accumulate<<<acc_blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(g, prev, n, inv,
+                                                                                 prev_zero, save);
+  return acc_cuda_check(cudaGetLastError(), "accumulation kernel", err, errlen);
 }
 
 extern "C" acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err,
                                             size_t errlen) {
-  return check(cudaMemsetAsync(buf, 0, n * sizeof(float), static_cast<cudaStream_t>(stream)),
-               "cudaMemsetAsync", err, errlen);
+  return acc_cuda_check(
+      cudaMemsetAsync(buf, 0, n * sizeof(float), static_cast<cudaStream_t>(stream)),
+      "cudaMemsetAsync", err, errlen);
 }
