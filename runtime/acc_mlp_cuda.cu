@@ -145,6 +145,7 @@ acc_result_t blas_check(cublasStatus_t s, const char *what, char *err, size_t er
   return s == CUBLAS_STATUS_ALLOC_FAILED ? ACC_ERR_NO_MEMORY : ACC_ERR_BACKEND;
 }
 
+/* acc_internal.h's ACC_CHECK, which C++ cannot include (C99 restrict). */
 #define DEV_CHECK(expr)                                                                            \
   do {                                                                                             \
     acc_result_t r_ = (expr);                                                                      \
