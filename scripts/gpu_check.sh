@@ -158,6 +158,10 @@ for mp in no fp16 bf16; do
     --replace "(\"no\", 42, 64) num_processes=2=>(\"$mp\", 42, 64) num_processes=$np"
   [ "$dry" = 1 ] || grep -Eq "Launching training on $np GPU" "$out/fmnist_$mp.log" ||
     row "  ... trained on the GPU ($mp)" FAIL 0 "no 'Launching training on $np GPU' line"
+  # one epoch of the notebook's MLP reaches ~83-86% (README); below 80 is wrong
+  acc=$(grep -Eo 'epoch 0: [0-9.]+' "$out/fmnist_$mp.log" 2>/dev/null | tail -n1 | cut -d' ' -f3)
+  [ "$dry" = 1 ] || awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 80) }' ||
+    row "  ... accuracy ($mp)" FAIL 0 "epoch 0 accuracy '${acc:-none}' < 80%"
 done
 # the debug-mode notebook with the real driver: the cuInit cell makes the
 # launch refuse, naming that cell; without it the debug test launch passes
