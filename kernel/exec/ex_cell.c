@@ -270,17 +270,21 @@ typedef struct {
 } gen_t;
 
 /* printf into one part of the unit, after a `#line N "cell[3]"` marker
- * so diagnostics name the cell and its line. */
-static void __attribute__((format(printf, 4, 5)))
-emit(gen_t *g, nbf_buf_t *b, int line, const char *fmt, ...) {
+ * and col - 1 spaces, so diagnostics name the cell, its line and its
+ * (byte) column: the text starts where it stood in the cell. */
+static void __attribute__((format(printf, 5, 6)))
+emit_at(gen_t *g, nbf_buf_t *b, int line, int col, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   char *text = NULL;
   int n = vasprintf(&text, fmt, ap);
   va_end(ap);
-  g->ok &= n >= 0 && !nbf_buf_printf(b, "#line %d \"%s\"\n%s", line, g->label, text);
+  g->ok &= n >= 0 && !nbf_buf_printf(b, "#line %d \"%s\"\n%*s%s", line, g->label,
+                                     col > 1 ? col - 1 : 0, "", text);
   free(text);
 }
+
+#define emit(g, b, line, ...) emit_at(g, b, line, 1, __VA_ARGS__)
 
 /* A global: the declaration goes to the unit under its versioned name;
  * an initializer that must run goes to the run function, and what a
@@ -290,21 +294,26 @@ static void emit_variable(gen_t *g, const ex_chunk_t *k) {
     const ex_declarator_t *dd = &k->decls[d];
     init_kind_t ik = init_kind(k, dd);
     int si = dd->init && ik != INIT_RUNTIME;
-    emit(g, &g->src, k->line, "%s %s __asm__(\"%s__c" TAG_PLACEHOLDER "\")%s%s;\n", k->specifiers,
-         dd->declarator, dd->name, si ? " = " : "", si ? dd->init : "");
-    if (ik == INIT_RUNTIME)
+    /* the initializer on a line of its own, at its cell line and column */
+    emit_at(g, &g->src, k->line, k->col, "%s %s __asm__(\"%s__c" TAG_PLACEHOLDER "\")%s\n",
+            k->specifiers, dd->declarator, dd->name, si ? " =" : ";");
+    if (si)
+      emit_at(g, &g->src, dd->init_line, dd->init_col, "%s;\n", dd->init);
+    if (ik == INIT_RUNTIME) {
       /* through a local, so braced macros (ACC_CONFIG_INIT) and
        * struct-valued calls both work as initializers */
-      emit(g, &g->run, k->line, "{ __typeof__(%s) __nbf_init = %s; %s = __nbf_init; }\n", dd->name,
-           dd->init, dd->name);
-    else if (ik == INIT_NONE && !strstr(dd->declarator, "[]"))
+      emit(g, &g->run, k->line, "{ __typeof__(%s) __nbf_init =\n", dd->name);
+      emit_at(g, &g->run, dd->init_line, dd->init_col, "%s; %s = __nbf_init; }\n", dd->init,
+              dd->name);
+    } else if (ik == INIT_NONE && !strstr(dd->declarator, "[]"))
       emit(g, &g->reset, k->line, "__builtin_memset((void *)&%s, 0, sizeof %s);\n", dd->name,
            dd->name);
-    else if (ik == INIT_STATIC)
-      emit(g, &g->reset, k->line,
-           "{ static const __typeof__(%s) __nbf_i = %s; "
-           "__builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n",
-           dd->name, dd->init, dd->name, dd->name);
+    else if (ik == INIT_STATIC) {
+      emit(g, &g->reset, k->line, "{ static const __typeof__(%s) __nbf_i =\n", dd->name);
+      emit_at(g, &g->reset, dd->init_line, dd->init_col,
+              "%s; __builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n", dd->init,
+              dd->name, dd->name);
+    }
   }
 }
 
@@ -316,33 +325,36 @@ static void emit_chunk(gen_t *g, const ex_split_t *sp, const ex_chunk_t *k) {
       size_t l = strlen(k->text);
       while (l && (k->text[l - 1] == ';' || k->text[l - 1] == ' '))
         l--;
-      emit(g, &g->src, k->line, "%.*s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n", (int)l, k->text,
-           k->name);
+      emit_at(g, &g->src, k->line, k->col, "%.*s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n", (int)l,
+              k->text, k->name);
     } else { /* a function defined in an earlier cell or a library */
-      emit(g, &g->src, k->line, "%s\n", k->text);
+      emit_at(g, &g->src, k->line, k->col, "%s\n", k->text);
     }
     break;
   case EX_CHUNK_PREPROC:
   case EX_CHUNK_TYPE:
   case EX_CHUNK_VERBATIM:
-    emit(g, &g->src, k->line, "%s\n", k->text);
+    emit_at(g, &g->src, k->line, k->col, "%s\n", k->text);
     break;
   case EX_CHUNK_FUNCTION:
     emit(g, &g->src, k->line, "%s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n", k->signature, k->name);
-    emit(g, &g->src, k->line, "%s\n", k->text);
+    emit_at(g, &g->src, k->line, k->col, "%s\n", k->text);
     break;
   case EX_CHUNK_VARIABLE:
     if (k->is_extern)
-      emit(g, &g->src, k->line, "%s\n", k->text);
+      emit_at(g, &g->src, k->line, k->col, "%s\n", k->text);
     else
       emit_variable(g, k);
     break;
   case EX_CHUNK_STATEMENT:
-    emit(g, &g->run, k->line, "%s\n", k->text);
+    emit_at(g, &g->run, k->line, k->col, "%s\n", k->text);
     break;
   case EX_CHUNK_EXPRESSION:
+    /* the expression on lines of its own, at its cell column: a
+     * directive inside the macro's arguments is GNU cpp's to process */
     g->has_expr = 1;
-    emit(g, &g->run, k->line, "__nbf_show((%s));\n", k->text);
+    emit(g, &g->run, k->line, "__nbf_show((\n");
+    emit_at(g, &g->run, k->line, k->col, "%s));\n", k->text);
     break;
   }
 }

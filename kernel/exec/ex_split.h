@@ -42,12 +42,16 @@ typedef struct {
   char *declarator; /* declarator text without initializer (`*p`)          */
   char *init;       /* initializer text without `=` (NULL when none)        */
   int init_braced;  /* initializer starts with `{` (kept as a static init)  */
+  int init_line;    /* cell line (1-based) where the initializer starts     */
+  int init_col;     /* its byte column (1-based) on that line               */
 } ex_declarator_t;
 
 typedef struct {
   ex_chunk_kind_t kind;
   char *text;             /* exact source text of the chunk                      */
   int line;               /* 1-based cell line where it starts                   */
+  int col;                /* 1-based byte column of its first token on that line
+                             (diagnostics keep the cell's columns: ex_cell.c)    */
   char *name;             /* FUNCTION/PROTOTYPE: function name; TYPE: key (the
                              typedef name or "struct tag"); PREPROC #define: the
                              macro name; else NULL                               */

@@ -227,7 +227,7 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual(reply["status"], "error")
         self.assertEqual(reply["ename"], "LinkError")
         self.assertEqual(len(errors(outputs)), 1)
-        self.assertRegex(reply["evalue"], r"^cell\[\d+\]: undefined symbol: nowhere$")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]: undefined function: nowhere$")
         self.assertEqual(self.value("1 + 1"), "2")
 
     def test_crash_survival(self):

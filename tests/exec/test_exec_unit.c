@@ -461,7 +461,8 @@ NBF_TEST(cell_versioned_symbols) {
   ASSERT_CONTAINS(u.source, label_of("g", u.tag));
   ASSERT_CONTAINS(u.source, "#line 1 \"cell[1]\"");
   ASSERT_CONTAINS(u.source, u.run_symbol);
-  ASSERT_CONTAINS(u.source, "__nbf_show((sq(g)));");
+  /* the expression on a line of its own, at its cell line and column */
+  ASSERT_CONTAINS(u.source, "__nbf_show((\n#line 3 \"cell[1]\"\nsq(g)));");
   ASSERT_NOT_CONTAINS(u.source, "@NBFTAG@");
   /* the run function is extern "C" for %%cuda (C++) units */
   ASSERT_CONTAINS(u.source, "#ifdef __cplusplus\nextern \"C\"\n#endif\nvoid __nbf_run_");
@@ -612,19 +613,30 @@ NBF_TEST(cell_initializers) {
   /* non-constant initializer: assigned when the cell runs */
   snprintf(want, sizeof want, "float *w __asm__(\"w__c%s\");", u.tag);
   ASSERT_CONTAINS(u.source, want);
-  ASSERT_CONTAINS(u.source,
-                  "{ __typeof__(w) __nbf_init = malloc(4 * sizeof(float)); w = __nbf_init; }");
+  /* initializers stand at their cell line and column (diagnostics) */
+  ASSERT_CONTAINS(u.source, "{ __typeof__(w) __nbf_init =\n#line 1 \"cell[1]\"\n"
+                            "           malloc(4 * sizeof(float)); w = __nbf_init; }");
   /* braced list: static, and reset when the cached object runs again */
-  snprintf(want, sizeof want, "int a[2] __asm__(\"a__c%s\") = {1, 2};", u.tag);
+  snprintf(want, sizeof want,
+           "int a[2] __asm__(\"a__c%s\") =\n#line 2 \"cell[1]\"\n"
+           "           {1, 2};",
+           u.tag);
   ASSERT_CONTAINS(u.source, want);
-  ASSERT_CONTAINS(u.source, "static const __typeof__(a) __nbf_i = {1, 2};");
+  ASSERT_CONTAINS(u.source, "static const __typeof__(a) __nbf_i =\n#line 2 \"cell[1]\"\n"
+                            "           {1, 2}; __builtin_memcpy");
   ASSERT_CONTAINS(u.source, "__builtin_memset((void *)&n, 0, sizeof n);");
   ASSERT_CONTAINS(u.source, "if (__nbf_ran++) {");
   /* const objects: static initializers, never reset */
-  snprintf(want, sizeof want, "const int k __asm__(\"k__c%s\") = 3;", u.tag);
+  snprintf(want, sizeof want,
+           "const int k __asm__(\"k__c%s\") =\n#line 4 \"cell[1]\"\n"
+           "             3;",
+           u.tag);
   ASSERT_CONTAINS(u.source, want);
   ASSERT_NOT_CONTAINS(u.source, "&k");
-  snprintf(want, sizeof want, "char *const fixed __asm__(\"fixed__c%s\") = \"x\";", u.tag);
+  snprintf(want, sizeof want,
+           "char *const fixed __asm__(\"fixed__c%s\") =\n#line 6 \"cell[1]\"\n"
+           "                    \"x\";",
+           u.tag);
   ASSERT_CONTAINS(u.source, want);
   /* a pointer to const is assignable: assigned at run time */
   ASSERT_CONTAINS(u.source, "msg = __nbf_init;");
