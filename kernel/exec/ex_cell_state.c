@@ -4,6 +4,7 @@
  * must know, and the names %who, complete and inspect list. See ex_cell.h.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,9 @@ typedef struct {
   char *doc;   /* doc comment or NULL */
   char *label; /* defining cell */
   const char *kind;
+  char *uses; /* the text whose type names it depends on: a function's whole
+                 definition, a variable's type and declarator, a type's
+                 definition (NULL for the rest) */
 } entry_t;
 
 struct ex_cell_state {
@@ -38,6 +42,7 @@ static void entry_free(entry_t *e) {
   free(e->decl);
   free(e->doc);
   free(e->label);
+  free(e->uses);
 }
 
 void ex_cell_state_destroy(ex_cell_state_t **st_p) {
@@ -190,7 +195,11 @@ static char *dup_or_null(const char *s) {
 /* An entry with its display fields filled from chunk k. */
 static entry_t make_entry(char *key, char *text, const char *kind, char *decl, const ex_chunk_t *k,
                           const char *label) {
-  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind};
+  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind, NULL};
+  if (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_TYPE)
+    e.uses = strdup(k->text);
+  else if (k->kind == EX_CHUNK_VARIABLE && decl)
+    e.uses = strdup(decl);
   return e;
 }
 
@@ -209,6 +218,8 @@ ex_result_t ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
     switch (k->kind) {
     case EX_CHUNK_PREPROC:
     case EX_CHUNK_TYPE: {
+      if (ex_split_is_pragma(k->text))
+        break; /* a pragma acts on its own cell: replayed, one could break every later cell */
       int named = k->name != NULL;
       /* a C++ cell's #include (<cstdio>, <cuda_runtime.h>) is for later
        * C++ cells only */
@@ -308,4 +319,126 @@ int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *ou
     }
   }
   return found;
+}
+
+const char *ex_cell_find_word(const char *text, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = text; n && (p = strstr(p, word)) != NULL; p += n) {
+    int start = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+    int end = !(isalnum((unsigned char)p[n]) || p[n] == '_');
+    if (start && end)
+      return p;
+  }
+  return NULL;
+}
+
+/* Does `text` name the type `name`: `point_t` as a word, `struct S` as
+ * the tag keyword then the tag? */
+static int mentions_type(const char *text, const char *name) {
+  const char *sp = strchr(name, ' ');
+  if (!sp)
+    return ex_cell_find_word(text, name) != NULL;
+  size_t kl = (size_t)(sp - name);
+  for (const char *p = text; (p = ex_cell_find_word(p, sp + 1)) != NULL; p++) {
+    const char *q = p;
+    while (q > text && isspace((unsigned char)q[-1]))
+      q--;
+    if ((size_t)(q - text) >= kl && !strncmp(q - kl, name, kl) &&
+        (q - kl == text || !(isalnum((unsigned char)q[-kl - 1]) || q[-kl - 1] == '_')))
+      return 1;
+  }
+  return 0;
+}
+
+/* Equal but for the amount of white space. */
+static int same_text(const char *a, const char *b) {
+  for (;;) {
+    int wa = 0, wb = 0;
+    while (isspace((unsigned char)*a))
+      a++, wa = 1;
+    while (isspace((unsigned char)*b))
+      b++, wb = 1;
+    if (!*a || !*b)
+      return !*a && !*b;
+    if (wa != wb || *a != *b)
+      return 0;
+    a++;
+    b++;
+  }
+}
+
+/* Names of the types the cell redefines with another text, then of the
+ * earlier types that use them (closure), so `S_t x` counts for a changed
+ * `struct S` behind `typedef struct S S_t`. `changed` holds st->n slots. */
+static size_t changed_types(const ex_cell_state_t *st, const ex_split_t *sp, const char **changed) {
+  size_t nc = 0;
+  for (size_t i = 0; i < sp->count; i++) {
+    const ex_chunk_t *k = &sp->chunks[i];
+    if (k->kind != EX_CHUNK_TYPE || !k->name)
+      continue;
+    for (size_t j = 0; j < st->n; j++) {
+      const entry_t *e = &st->entries[j];
+      if (!strncmp(e->key, "type:", 5) && !strcmp(e->key + 5, k->name) && e->uses &&
+          !same_text(e->uses, k->text))
+        changed[nc++] = e->key + 5;
+    }
+  }
+  for (size_t grown = 1; grown && nc;) {
+    grown = 0;
+    for (size_t j = 0; j < st->n; j++) {
+      const entry_t *e = &st->entries[j];
+      if (strncmp(e->key, "type:", 5) || !e->uses || cell_defines(sp, e->key))
+        continue;
+      size_t c = 0;
+      while (c < nc && strcmp(changed[c], e->key + 5))
+        c++;
+      for (size_t u = 0; c == nc && u < nc; u++)
+        if (mentions_type(e->uses, changed[u])) {
+          changed[nc++] = e->key + 5;
+          grown = 1;
+          break;
+        }
+    }
+  }
+  return nc;
+}
+
+ex_result_t ex_cell_state_check_types(const ex_cell_state_t *st, const ex_split_t *sp, char *err,
+                                      size_t errlen) {
+  const char **changed = st->n ? malloc(st->n * sizeof *changed) : NULL;
+  if (st->n && !changed) {
+    snprintf(err, errlen, "out of memory");
+    return EX_ERR_NOMEM;
+  }
+  size_t nc = changed_types(st, sp, changed);
+  nbf_buf_t users = {0};
+  size_t nusers = 0;
+  for (size_t j = 0; nc && j < st->n; j++) {
+    const entry_t *e = &st->entries[j];
+    if (strncmp(e->key, "sym:", 4) || !e->uses || cell_defines(sp, e->key))
+      continue;
+    for (size_t c = 0; c < nc; c++)
+      if (mentions_type(e->uses, changed[c])) {
+        nbf_buf_printf(&users, "%s%s (%s, %s)", nusers++ ? ", " : "", e->key + 4, e->kind,
+                       e->label);
+        break;
+      }
+  }
+  ex_result_t r = EX_OK;
+  if (nusers) {
+    const char *def = "an earlier cell";
+    for (size_t j = 0; j < st->n; j++)
+      if (!strncmp(st->entries[j].key, "type:", 5) && !strcmp(st->entries[j].key + 5, changed[0]))
+        def = st->entries[j].label;
+    snprintf(err, errlen,
+             "'%s' (defined by %s) is redefined differently while code compiled earlier still "
+             "uses the old definition: %s. That code was compiled for the old layout and would "
+             "read memory wrongly: redefine it in this cell together with the new type, or "
+             "restart the kernel",
+             changed[0], def, users.data ? users.data : "");
+    r = EX_ERR_REDEFINED;
+  }
+  nbf_buf_free(&users);
+  free(changed);
+  return r;
 }

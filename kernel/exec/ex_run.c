@@ -299,7 +299,7 @@ static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, const ex_cel
  * replying with the error (*replied = what that reply returned). */
 static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *label,
                             ex_cell_unit_t *u, int *replied) {
-  char err[512] = "";
+  char err[2048] = "";
   const char *user = ex->flags.cflags ? ex->flags.cflags : "";
   /* The salt is what, besides the unit's text, decides the object: the
    * compilers and their flags. The -O0 choice (cell_cflags) follows from
@@ -315,7 +315,7 @@ static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *la
                                    m->timeit_stmt, salt, u, err, sizeof err);
   free(salt);
   if (r != EX_OK) {
-    char ev[600];
+    char ev[2100];
     snprintf(ev, sizeof ev, "%s: %s", label, err);
     *replied = ex_event_reply_error("CompileError", ev, NULL);
   }

@@ -680,7 +680,9 @@ static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) 
   if (!k->text)
     return -1;
   k->doc = doc_comment(c->src, a ? c->t[a - 1].end : 0, c->t[a].start);
-  if (c->t[a].kind == TK_PREPROC)
+  if (c->t[a].kind == TK_PREPROC && a < b)
+    k->kind = EX_CHUNK_STATEMENT; /* pragmas, then their statement */
+  else if (c->t[a].kind == TK_PREPROC)
     classify_preproc(k);
   else if (c->cxx && is_cxx_verbatim(c, a, b))
     k->kind = EX_CHUNK_VERBATIM;
@@ -693,9 +695,30 @@ static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) 
   return 0;
 }
 
+/* A `#pragma` at token i directly followed by a statement (OpenMP's
+ * `#pragma omp parallel for`, `#pragma GCC unroll 4`): it belongs to
+ * that statement, as C says, so it runs with it in the run function. */
+static int pragma_heads_statement(const cx_t *c, size_t i) {
+  if (i + 1 >= c->n || c->t[i + 1].kind == TK_PREPROC)
+    return 0;
+  char *text = tk_text(c, i);
+  int pragma = text && ex_split_is_pragma(text);
+  free(text);
+  return pragma && (in_list(c, i + 1, kw_statement) || tk_is(c, i + 1, "{"));
+}
+
+/* The first token of the chunk that began at a, past the pragmas that
+ * head it. */
+static size_t chunk_head(const cx_t *c, size_t a, size_t i) {
+  while (a < i && c->t[a].kind == TK_PREPROC)
+    a++;
+  return a;
+}
+
 /* Does the `}` at index i (back to depth 0) end the chunk that began at
  * token a? See the rules at the top of the file. */
 static int brace_ends_chunk(const cx_t *c, size_t a, size_t i) {
+  a = chunk_head(c, a, i);
   if (tk_is(c, a, "typedef") || tk_is(c, a, "do"))
     return 0;
   if (i + 1 < c->n && tk_is(c, i + 1, "else"))
@@ -733,6 +756,7 @@ static int brace_ends_chunk(const cx_t *c, size_t a, size_t i) {
  * Not before an `else` (`if (x) a(); else b();`), and not inside a `do`
  * statement before its `while (...)`. */
 static int semi_ends_chunk(const cx_t *c, size_t a, size_t i) {
+  a = chunk_head(c, a, i);
   if (i + 1 < c->n && tk_is(c, i + 1, "else"))
     return 0;
   if (tk_is(c, a, "do")) {
@@ -767,7 +791,7 @@ ex_result_t ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ct
     int end = 0;
     if (c.t[i].kind == TK_PREPROC) {
       /* a directive inside a construct stays inside it */
-      end = i == a;
+      end = i == a && !pragma_heads_statement(&c, i);
     } else if (tk_is(&c, i, "(") || tk_is(&c, i, "[") || tk_is(&c, i, "{")) {
       depth++;
     } else if (tk_is(&c, i, ")") || tk_is(&c, i, "]") || tk_is(&c, i, "}")) {
@@ -825,6 +849,16 @@ void ex_split_free(ex_split_t *s) {
   free(s->chunks);
   s->chunks = NULL;
   s->count = 0;
+}
+
+int ex_split_is_pragma(const char *text) {
+  while (*text == ' ' || *text == '\t')
+    text++;
+  if (*text++ != '#')
+    return 0;
+  while (*text == ' ' || *text == '\t')
+    text++;
+  return !strncmp(text, "pragma", 6) && (text[6] == ' ' || text[6] == '\t' || !text[6]);
 }
 
 int ex_split_defines_function(const ex_split_t *sp, const char *name) {

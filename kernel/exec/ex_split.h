@@ -89,6 +89,12 @@ ex_result_t ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ct
                      char *err, size_t errlen);
 void ex_split_free(ex_split_t *s);
 
+/* Is `text` a `#pragma` line (or starts with one)? A pragma right before
+ * a statement (`#pragma omp parallel for` before a `for`) is part of that
+ * statement's chunk; any other top-level pragma is a PREPROC chunk that
+ * acts on its own cell only (ex_cell_commit does not keep it). */
+int ex_split_is_pragma(const char *text);
+
 /* Is function `name` defined (with a body) in this split? */
 int ex_split_defines_function(const ex_split_t *sp, const char *name);
 
