@@ -322,15 +322,63 @@ static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *la
   return r;
 }
 
+/* Statements (counted by `;`) in text. */
+static size_t count_statements(const char *text) {
+  size_t n = 0;
+  for (const char *p = text; p && (p = strchr(p, ';')) != NULL; p++)
+    n++;
+  return n;
+}
+
+/* The largest function of the cell, in statements: its functions' bodies
+ * and its run function (the top-level statements); *name gets the
+ * function's name (NULL for the run function). */
+static size_t largest_function(const ex_cell_unit_t *u, const char **name) {
+  size_t top = 0, most = 0;
+  *name = NULL;
+  for (size_t i = 0; i < u->split.count; i++) {
+    const ex_chunk_t *k = &u->split.chunks[i];
+    if (k->kind == EX_CHUNK_STATEMENT || k->kind == EX_CHUNK_EXPRESSION)
+      top += count_statements(k->text) + 1;
+    size_t n = k->kind == EX_CHUNK_FUNCTION ? count_statements(k->body) : 0;
+    if (n > most) {
+      most = n;
+      *name = k->name;
+    }
+  }
+  if (top > most) {
+    most = top;
+    *name = NULL;
+  }
+  return most;
+}
+
 /* The C flags of this cell (caller frees; NULL when out of memory). A
  * straight-line cell (no function, no loop) runs once and briefly: -O0
- * compiles it faster (measured: bench/kernel_latency.py) unless the user
- * chose flags (NBFORK_CFLAGS, or an -O in %cflags). */
+ * compiles it faster (measured: bench/kernel_latency.py); a function
+ * larger than EX_LARGE_FUNCTION_STATEMENTS gets -O1, said on stderr;
+ * neither when the user chose flags (NBFORK_CFLAGS, or an -O in %cflags). */
 static char *cell_cflags(const ex_t *ex, const ex_cell_unit_t *u) {
   const char *user = ex->flags.cflags ? ex->flags.cflags : "";
-  int quick = u->straight && ex->default_cflags && !strstr(user, "-O");
+  int chosen = !ex->default_cflags || strstr(user, "-O");
+  int quick = u->straight && !chosen;
+  const char *big = NULL;
+  size_t size = chosen || u->cxx ? 0 : largest_function(u, &big);
+  int large = !quick && size > EX_LARGE_FUNCTION_STATEMENTS;
+  if (large) {
+    fprintf(stderr,
+            "%s: %s%s%s has %zu statements (more than %d): compiled at -O1 instead of -O2, "
+            "whose compile time grows much faster with a function's size; %%cflags -O2 "
+            "overrides\n",
+            u->label, big ? "function '" : "the cell's top-level code", big ? big : "",
+            big ? "'" : "", size, EX_LARGE_FUNCTION_STATEMENTS);
+    fflush(stderr);
+  }
   char *cflags = NULL;
-  if (asprintf(&cflags, "%s %s", quick ? "-O0 " EX_CFLAGS_ALWAYS : ex->base_cflags, user) < 0)
+  const char *base = quick   ? "-O0 " EX_CFLAGS_ALWAYS
+                     : large ? "-O1 " EX_CFLAGS_ALWAYS
+                             : ex->base_cflags;
+  if (asprintf(&cflags, "%s %s", base, user) < 0)
     return NULL;
   return cflags;
 }
