@@ -58,6 +58,12 @@ int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struc
 ex_result_t ex_cell_state_check_types(const ex_cell_state_t *st, const ex_split_t *sp, char *err,
                                       size_t errlen);
 
+/* Call fn(tag, ctx) for the tag of each object a definition of the
+ * registry names (its versioned symbol `sq__c<tag>`; a tag may come more
+ * than once). For ex_objects.h. */
+void ex_cell_state_each_tag(const ex_cell_state_t *st, void (*fn)(const char *tag, void *ctx),
+                            void *ctx);
+
 /* The first place where `word` stands as a whole identifier in `text`
  * (not inside a longer name), or NULL. */
 const char *ex_cell_find_word(const char *text, const char *word);

@@ -442,3 +442,20 @@ ex_result_t ex_cell_state_check_types(const ex_cell_state_t *st, const ex_split_
   free(changed);
   return r;
 }
+
+void ex_cell_state_each_tag(const ex_cell_state_t *st, void (*fn)(const char *tag, void *ctx),
+                            void *ctx) {
+  for (size_t i = 0; i < st->n; i++) {
+    for (const char *p = st->entries[i].text; p && (p = strstr(p, "__c")) != NULL; p += 3) {
+      size_t h = 0;
+      while (h < 16 && isxdigit((unsigned char)p[3 + h]) && !isupper((unsigned char)p[3 + h]))
+        h++;
+      if (h == 16 && p[19] == '"') {
+        char tag[17];
+        memcpy(tag, p + 3, 16);
+        tag[16] = 0;
+        fn(tag, ctx);
+      }
+    }
+  }
+}

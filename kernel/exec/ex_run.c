@@ -406,6 +406,9 @@ static int load_entry_points(ex_t *ex, const ex_magic_result_t *m, const ex_cell
   void *h = compile_and_load(ex, m, u, label, cflags, replied);
   if (!h)
     return -1;
+  ex_objects_add(
+      ex->objects, h, u->tag,
+      ex_objects_may_unload(ex->cells, u, m->code, m->launch_call != NULL, m->timeit_stmt != NULL));
   ep->run = (void (*)(void))dlsym(h, u->run_symbol);
   ep->launch = u->has_launch ? (int (*)(void))dlsym(h, u->launch_symbol) : NULL;
   ep->timeit = u->has_timeit ? (void (*)(long))dlsym(h, u->timeit_symbol) : NULL;
@@ -438,6 +441,26 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
   return r;
 }
 
+/* Run the loaded cell: its statements, then its %timeit loop or its
+ * %launch. Returns what sending the reply returned. */
+static int run_loaded(ex_t *ex, const ex_magic_result_t *m, int count, const entry_points_t *ep) {
+  if (g_interrupted) {
+    check_cuda(ex, count);
+    return reply_interrupted();
+  }
+  ex_result_t r = ep->run ? call_interruptible(run_statements, (void *)&ep->run) : EX_OK;
+  fflush(stdout);
+  fflush(stderr);
+  check_cuda(ex, count);
+  if (r == EX_ERR_INTERRUPTED)
+    return g_exit_called ? reply_exit() : reply_interrupted();
+  if (ep->timeit)
+    return run_timeit(ex, m, count, ep->timeit);
+  if (!m->launch_call)
+    return ex_event_reply_ok(NULL);
+  return run_launch(ex, m, ep->launch);
+}
+
 int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   char label[32];
   snprintf(label, sizeof label, "cell[%d]", count);
@@ -456,19 +479,8 @@ int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   ex_cell_unit_free(&u);
   if (!loaded)
     return replied;
-  if (g_interrupted) {
-    check_cuda(ex, count);
-    return reply_interrupted();
-  }
-  ex_result_t r = ep.run ? call_interruptible(run_statements, &ep.run) : EX_OK;
-  fflush(stdout);
-  fflush(stderr);
-  check_cuda(ex, count);
-  if (r == EX_ERR_INTERRUPTED)
-    return g_exit_called ? reply_exit() : reply_interrupted();
-  if (ep.timeit)
-    return run_timeit(ex, m, count, ep.timeit);
-  if (!m->launch_call)
-    return ex_event_reply_ok(NULL);
-  return run_launch(ex, m, ep.launch);
+  int sent = run_loaded(ex, m, count, &ep);
+  /* no cell code runs now: objects nothing names can go */
+  ex_objects_sweep(ex->objects, ex->cells);
+  return sent;
 }

@@ -18,6 +18,7 @@
 #include "ex_cell.h"
 #include "ex_compile.h"
 #include "ex_magic.h"
+#include "ex_objects.h"
 
 /* Flags every C cell gets by default: calling an undeclared function is
  * an error (C99 dropped implicit declarations; the link would otherwise
@@ -36,6 +37,7 @@
 /* The executor: everything that lives from one cell to the next. */
 typedef struct {
   ex_cell_state_t *cells;
+  ex_objects_t *objects; /* the cells' loaded shared objects (ex_objects.h) */
   ex_toolchain_t tc;
   ex_flags_t flags;
   char *base_cflags;  /* NBFORK_CFLAGS, or the default (ex_main.c setup) */

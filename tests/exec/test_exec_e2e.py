@@ -741,6 +741,34 @@ class ExecutorE2ETest(unittest.TestCase):
         outputs = self.ok(code.replace("big(", "big2("), timeout=240)
         self.assertEqual(stream_text(outputs, "stderr"), "")
 
+    def maps(self):
+        """Memory maps of the executor now (a cell reads /proc/self/maps)."""
+        return int(self.value(
+            '#include <stdio.h>\nint __maps = 0;\n'
+            '{ FILE *f = fopen("/proc/self/maps", "r"); int ch;\n'
+            '  while ((ch = fgetc(f)) != EOF) __maps += ch == \'\\n\'; fclose(f); }\n'
+            '__maps'))
+
+    def test_long_notebook_unloads_superseded_objects(self):
+        self.ok("int x = -1;")
+        self.ok("int *px = &x;")  # binds x's first object: it must stay mapped
+        self.ok("int sq(int v) { return v * v; }\nint call_sq(void) { return sq(3); }")
+        before = self.maps()
+        cells = 150
+        for i in range(cells):
+            self.ok("int x = %d;" % i)  # each supersedes the one before
+            self.ok("x + %d;" % i)      # defines nothing: unloaded once run
+        after = self.maps()
+        # every object kept would cost about 5 maps: 2 * 150 cells kept
+        # would add over 1,000
+        self.assertLess(after - before, 60, (before, after))
+        self.assertEqual(self.value("x"), str(cells - 1))
+        # references through symbols keep what they refer to
+        self.assertEqual(self.value("*px"), "-1")
+        self.ok("int sq(int v) { return v + 1; }")
+        self.assertEqual(self.value("call_sq()"), "9")
+        self.assertEqual(self.value("sq(3)"), "4")
+
 
 if __name__ == "__main__":
     unittest.main()
