@@ -22,6 +22,7 @@
 #include "ex_compile.h"
 #include "ex_diag.h"
 #include "ex_jit.h"
+#include "ex_objects.h"
 #include "ex_split.h"
 #include "ex_timeit.h"
 #include "nbf_buf.h"
@@ -1264,4 +1265,124 @@ NBF_TEST(timeit_autorange_and_runs) {
   volatile sig_atomic_t stop = 1;
   ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, &stop, &r), EX_ERR_INTERRUPTED);
   ASSERT_EQ(r.runs, 0);
+}
+
+/* ------------------------------------------------------ issue 13 cases */
+
+NBF_TEST(split_is_complete_after_control_heads) {
+  ASSERT_EQ_STR(ex_split_is_complete("if (1)"), "incomplete");
+  ASSERT_EQ_STR(ex_split_is_complete("for (int i = 0; i < n; i++)\n"), "incomplete");
+  ASSERT_EQ_STR(ex_split_is_complete("switch (k)"), "incomplete");
+  ASSERT_EQ_STR(ex_split_is_complete("if (a) b(); else"), "incomplete");
+  ASSERT_EQ_STR(ex_split_is_complete("if (1) x = 2;"), "complete");
+  ASSERT_EQ_STR(ex_split_is_complete("g(f(1))"), "complete");
+  ASSERT_EQ_STR(ex_split_is_complete("x = (y)"), "complete");
+}
+
+NBF_TEST(split_sizeof_without_parentheses_is_an_expression) {
+  ex_split_t sp;
+  char err[128];
+  ASSERT_EQ(ex_split("sizeof x", 0, NULL, NULL, &sp, err, sizeof err), EX_OK);
+  ASSERT_EQ(sp.count, 1);
+  ASSERT_EQ(sp.chunks[0].kind, EX_CHUNK_EXPRESSION);
+  ex_split_free(&sp);
+}
+
+NBF_TEST(split_columns_of_chunks_and_initializers) {
+  ex_split_t sp;
+  char err[128];
+  ASSERT_EQ(ex_split("int a = 1; int b =\n  a + 2;", 0, NULL, NULL, &sp, err, sizeof err), EX_OK);
+  ASSERT_EQ(sp.count, 2);
+  ASSERT_EQ(sp.chunks[1].col, 12);
+  ASSERT_EQ(sp.chunks[1].decls[0].init_line, 2);
+  ASSERT_EQ(sp.chunks[1].decls[0].init_col, 3);
+  ex_split_free(&sp);
+}
+
+NBF_TEST(split_pragma_heads_its_statement) {
+  ex_split_t sp;
+  char err[128];
+  ASSERT_EQ(ex_split("int v[4];\n#pragma omp parallel for\nfor (int i = 0; i < 4; i++) v[i] = i;\n"
+                     "#pragma GCC optimize(\"O3\")\nint w;",
+                     0, NULL, NULL, &sp, err, sizeof err),
+            EX_OK);
+  ASSERT_EQ(sp.count, 4);
+  ASSERT_EQ(sp.chunks[1].kind, EX_CHUNK_STATEMENT);
+  ASSERT_CONTAINS(sp.chunks[1].text, "#pragma omp parallel for\nfor");
+  ASSERT_EQ(sp.chunks[2].kind, EX_CHUNK_PREPROC);
+  ASSERT_EQ(ex_split_is_pragma(sp.chunks[2].text), 1);
+  ASSERT_EQ(ex_split_is_pragma("#include <omp.h>"), 0);
+  ex_split_free(&sp);
+}
+
+NBF_TEST(cell_pragma_stays_in_its_cell) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u = gen(&c, "#pragma GCC diagnostic error \"-Wconversion\"\nint z;", 1);
+  ex_cell_unit_t v = gen(&c, "z", 0);
+  ASSERT_NOT_CONTAINS(v.source, "#pragma");
+  ex_cell_unit_free(&u);
+  ex_cell_unit_free(&v);
+  ex_cell_state_destroy(&c.st);
+}
+
+NBF_TEST(cell_type_redefinition_refused_naming_users) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u = gen(&c, "struct S { int a; }; struct S gs = {42}; int neighbor = 7;", 1);
+  ex_cell_unit_t f = gen(&c, "int get_a(struct S *p) { return p->a; }", 1);
+  ex_cell_unit_t v;
+  char err[1024] = "";
+  ASSERT_EQ(ex_cell_generate(c.st, "struct S { char name[64]; int a; };", 0, "cell[3]", NULL, NULL,
+                             "", &v, err, sizeof err),
+            EX_ERR_REDEFINED);
+  ASSERT_CONTAINS(err, "'struct S' (defined by cell[1])");
+  ASSERT_CONTAINS(err, "gs (variable, cell[1])");
+  ASSERT_CONTAINS(err, "get_a (function, cell[2])");
+  ASSERT_NOT_CONTAINS(err, "neighbor");
+  /* the same text, or the users redefined with it, is fine */
+  ex_cell_unit_t w = gen(&c, "struct S {  int a;  };", 0);
+  ex_cell_unit_t x =
+      gen(&c, "struct S { long a; };\nstruct S gs;\nlong get_a(struct S *p) { return p->a; }", 0);
+  ex_cell_unit_free(&u);
+  ex_cell_unit_free(&f);
+  ex_cell_unit_free(&w);
+  ex_cell_unit_free(&x);
+  ex_cell_state_destroy(&c.st);
+}
+
+NBF_TEST(diag_columns_count_characters) {
+  /* "é" is 2 bytes: byte column 9 on line 2 is character column 8 */
+  char *d = ex_diag_columns("cell[4]:2:9: error: x\nother:2:9: note\n", "cell[4]",
+                            "int a;\nx = \"\xc3\xa9\" +;");
+  ASSERT_NOT_NULL(d);
+  ASSERT_EQ_STR(d, "cell[4]:2:8: error: x\nother:2:9: note\n");
+  free(d);
+}
+
+NBF_TEST(objects_may_unload_rules) {
+  cells_t c = cells_new();
+  ex_cell_unit_t m = gen(&c, "#define GREETING 1", 1);
+  static const struct {
+    const char *code;
+    int may;
+  } cases[] = {{"int x = 5;", 1},
+               {"x + 1;", 1},
+               {"const char *s = \"lit\";", 0},
+               {"int *p = &x;", 0},
+               {"int arr[3];", 0},
+               {"{ static int n; n++; }", 0},
+               {"int f(void) { return 1; }", 0},
+               {"int g = GREETING;", 0},
+               {"int h = MY_MACRO;", 0},
+               {"void *q = NULL;", 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ex_cell_unit_t u = gen(&c, cases[i].code, 0);
+    if (ex_objects_may_unload(c.st, &u, cases[i].code, 0, 0) != cases[i].may)
+      NBF_TEST_FAIL("may_unload(%s) != %d", cases[i].code, cases[i].may);
+    /* %launch and %timeit cells stay */
+    ASSERT_EQ(ex_objects_may_unload(c.st, &u, cases[i].code, 1, 0), 0);
+    ASSERT_EQ(ex_objects_may_unload(c.st, &u, cases[i].code, 0, 1), 0);
+    ex_cell_unit_free(&u);
+  }
+  ex_cell_unit_free(&m);
+  ex_cell_state_destroy(&c.st);
 }
