@@ -769,6 +769,57 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual(self.value("call_sq()"), "9")
         self.assertEqual(self.value("sq(3)"), "4")
 
+    def test_inspect_table_symbol_under_cursor(self):
+        self.ok("/* A 2-D point. */\ntypedef struct { int x, y; } point_t;\n"
+                "/* Squares v. */\nint sq(int v) { return v * v; }\nint count = 3;")
+        # (code, cursor, substring the answer must hold, substring it must not)
+        table = [
+            ("sq", 2, "int sq(int v)", None),
+            ("sq(count", 8, "int count", "int sq"),        # the argument, not the callee
+            ("sq(3", 4, "int sq(int v)", None),            # inside the call: the callee
+            ("point_t p;", 3, "A 2-D point.", None),
+            ("printf", 3, "printf (stdio.h)", "acc_print"),  # libc's, not the runtime's
+            ("printf", 3, "int printf (const char", None),
+            ("memcpy", 2, "memcpy (string.h)", None),
+            ("acc_print", 5, "acc_print (nbfork.h)", None),  # the runtime's own
+            ("f(n", 3, None, None),                        # a parameter name in a header is no declaration
+        ]
+        for code, cursor, want, unwanted in table:
+            reply = self.shell(self.kc.inspect(code, cursor))
+            self.assertEqual(reply["status"], "ok", code)
+            if want is None:
+                self.assertFalse(reply["found"], (code, reply.get("data")))
+                continue
+            self.assertTrue(reply["found"], code)
+            text = reply["data"]["text/plain"]
+            self.assertIn(want, text, code)
+            if unwanted:
+                self.assertNotIn(unwanted, text, code)
+        # the user's own definition wins over libc's
+        self.ok("/* Mine. */\nint abs(int v) { return v < 0 ? -v : v; }")
+        text = self.shell(self.kc.inspect("abs", 2))["data"]["text/plain"]
+        self.assertIn("Mine.", text)
+
+    def test_complete_magics_and_headers(self):
+        reply = self.shell(self.kc.complete("%cf", 3))
+        self.assertEqual(reply["matches"], ["%cflags"])
+        self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (0, 3))
+        reply = self.shell(self.kc.complete("int a;\n%", 8))
+        for m in ["%launch", "%timeit", "%who", "%%cuda"]:
+            self.assertIn(m, reply["matches"])
+        self.assertEqual(reply["cursor_start"], 7)
+        reply = self.shell(self.kc.complete("#include <stdi", 14))
+        self.assertIn("stdio.h", reply["matches"])
+        self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (10, 14))
+        reply = self.shell(self.kc.complete("#include <sys/wa", 16))
+        self.assertIn("sys/wait.h", reply["matches"])
+        reply = self.shell(self.kc.complete("#include <nbf", 13))
+        self.assertIn("nbfork.h", reply["matches"])
+        # a `%` inside C is the modulo operator: C names complete
+        self.ok("int my_mod = 7;")
+        reply = self.shell(self.kc.complete("10 % my_m", 9))
+        self.assertEqual(reply["matches"], ["my_mod"])
+
 
 if __name__ == "__main__":
     unittest.main()
