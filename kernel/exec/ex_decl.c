@@ -35,14 +35,19 @@ static int cxx_guard(const char *p) {
   return !strncmp(p, "ifdef", 5) && c && (!nl || c < nl);
 }
 
-/* The place of `name`'s top-level declaration in `text`, or NULL. */
-static const char *find_top_level(const char *text, const char *name) {
+/* The place of `name`'s top-level declaration in `text`, or NULL;
+ * *stmt: where that declaration starts (`typedef struct {` for `box_t`
+ * in `typedef struct { ... } box_t;`). */
+static const char *find_top_level(const char *text, const char *name, const char **stmt) {
   size_t n = strlen(name);
   int depth = 0, bol = 1;
+  *stmt = NULL;
   for (const char *p = text; *p;) {
     if (p[0] == '/' && p[1] == '*') {
       const char *e = strstr(p + 2, "*/");
       p = e ? e + 2 : p + strlen(p);
+      if (!depth)
+        *stmt = NULL; /* a comment between declarations */
       continue;
     }
     if ((p[0] == '/' && p[1] == '/') || (bol && *p == '#')) {
@@ -54,6 +59,8 @@ static const char *find_top_level(const char *text, const char *name) {
       }
       while (*p && !(*p == '\n' && p[-1] != '\\'))
         p++;
+      if (!depth)
+        *stmt = NULL;
       continue;
     }
     if (*p == '"' || *p == '\'') {
@@ -69,10 +76,17 @@ static const char *find_top_level(const char *text, const char *name) {
       continue;
     }
     bol = 0;
+    if (!depth && !*stmt)
+      *stmt = p; /* the first token of a top-level declaration */
     if (*p == '(' || *p == '{' || *p == '[')
       depth++;
     else if ((*p == ')' || *p == '}' || *p == ']') && depth > 0)
       depth--;
+    else if (*p == ';' && !depth) {
+      *stmt = NULL;
+      p++;
+      continue;
+    }
     if (!is_ident(*p)) {
       p++;
       continue;
@@ -130,10 +144,11 @@ static const char *comment_above(const char *text, const char *ls) {
 char *ex_decl_find(const char *text, const char *name) {
   if (!text || !name || !*name)
     return NULL;
-  const char *p = find_top_level(text, name);
+  const char *stmt;
+  const char *p = find_top_level(text, name, &stmt);
   if (!p)
     return NULL;
-  const char *ls = line_start(text, p);
+  const char *ls = line_start(text, *p == '#' || !stmt ? p : stmt);
   const char *end;
   if (*p == '#') {
     end = p;

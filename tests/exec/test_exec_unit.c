@@ -20,6 +20,7 @@
 #include "../common/nbf_test.h"
 #include "ex_cell.h"
 #include "ex_compile.h"
+#include "ex_decl.h"
 #include "ex_diag.h"
 #include "ex_jit.h"
 #include "ex_objects.h"
@@ -1385,4 +1386,34 @@ NBF_TEST(objects_may_unload_rules) {
   }
   ex_cell_unit_free(&m);
   ex_cell_state_destroy(&c.st);
+}
+
+NBF_TEST(decl_find_top_level_only) {
+  const char *h = "#ifdef __cplusplus\nextern \"C\" {\n#endif\n"
+                  "/* Like printf(3), on rank 0. */\nint acc_print(const char *fmt, ...);\n"
+                  "/* Copies n bytes. */\nvoid copy(void *dst, size_t n);\n"
+                  "typedef struct {\n  int size;\n} box_t;\n"
+                  "// Two lines\n// of doc.\n#define LIMIT 10\n"
+                  "extern int printf (const char *__restrict __format, ...);\n";
+  char *d = ex_decl_find(h, "acc_print");
+  ASSERT_NOT_NULL(d);
+  ASSERT_EQ_STR(d, "/* Like printf(3), on rank 0. */\nint acc_print(const char *fmt, ...);");
+  free(d);
+  /* the word in a comment is not printf's declaration; the real one is */
+  d = ex_decl_find(h, "printf");
+  ASSERT_NOT_NULL(d);
+  ASSERT_CONTAINS(d, "extern int printf (const char");
+  ASSERT_NOT_CONTAINS(d, "acc_print");
+  free(d);
+  /* a parameter and a member are no declarations */
+  ASSERT_NULL(ex_decl_find(h, "n"));
+  ASSERT_NULL(ex_decl_find(h, "size"));
+  d = ex_decl_find(h, "box_t");
+  ASSERT_NOT_NULL(d);
+  ASSERT_EQ_STR(d, "typedef struct {\n  int size;\n} box_t;");
+  free(d);
+  d = ex_decl_find(h, "LIMIT");
+  ASSERT_NOT_NULL(d);
+  ASSERT_EQ_STR(d, "// Two lines\n// of doc.\n#define LIMIT 10");
+  free(d);
 }
