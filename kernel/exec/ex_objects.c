@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nbf_buf.h"
+
 typedef struct {
   void *handle;
   char tag[17];
@@ -16,9 +18,11 @@ typedef struct {
 } ex_object_t;
 
 struct ex_objects {
-  ex_object_t *v;
-  size_t n, cap;
+  nbf_buf_t objs; /* ex_object_t records, in order of loading */
 };
+
+#define OBJ(o, i) (((ex_object_t *)(o)->objs.data)[i])
+#define NOBJ(o) ((o)->objs.len / sizeof(ex_object_t))
 
 ex_objects_t *ex_objects_new(void) {
   return calloc(1, sizeof(ex_objects_t));
@@ -27,7 +31,7 @@ ex_objects_t *ex_objects_new(void) {
 void ex_objects_destroy(ex_objects_t **o_p) {
   if (!o_p || !*o_p)
     return;
-  free((*o_p)->v);
+  nbf_buf_free(&(*o_p)->objs);
   free(*o_p);
   *o_p = NULL;
 }
@@ -81,41 +85,20 @@ int ex_objects_may_unload(const ex_cell_state_t *st, const ex_cell_unit_t *u, co
 }
 
 int ex_objects_add(ex_objects_t *o, void *handle, const char *tag, int may_unload) {
-  if (o->n == o->cap) {
-    size_t cap = o->cap ? o->cap * 2 : 64;
-    ex_object_t *v = realloc(o->v, cap * sizeof *v);
-    if (!v)
-      return -1;
-    o->v = v;
-    o->cap = cap;
-  }
-  ex_object_t *e = &o->v[o->n++];
-  e->handle = handle;
-  strncpy(e->tag, tag, sizeof e->tag - 1);
-  e->tag[sizeof e->tag - 1] = 0;
-  e->may_unload = may_unload;
-  return 0;
+  ex_object_t e = {handle, "", may_unload};
+  strncpy(e.tag, tag, sizeof e.tag - 1);
+  return nbf_buf_append(&o->objs, &e, sizeof e);
 }
 
-typedef struct {
-  char (*v)[17];
-  size_t n, cap;
-  int oom;
-} tag_set_t;
+static void count_tag(const char *tag, void *ctx) {
+  (void)tag;
+  ++*(size_t *)ctx;
+}
 
+/* The registry's tags, 17-byte records in a buffer. */
 static void add_tag(const char *tag, void *ctx) {
-  tag_set_t *t = ctx;
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 64;
-    char(*v)[17] = realloc(t->v, cap * sizeof *v);
-    if (!v) {
-      t->oom = 1;
-      return;
-    }
-    t->v = v;
-    t->cap = cap;
-  }
-  memcpy(t->v[t->n++], tag, 17);
+  nbf_buf_t *t = ctx;
+  nbf_buf_append(t, tag, 17); /* a failed append leaves len short: checked by the caller */
 }
 
 static int cmp_tag(const void *a, const void *b) {
@@ -125,29 +108,32 @@ static int cmp_tag(const void *a, const void *b) {
 /* The tags the registry names, sorted once per sweep: a sweep costs
  * O((objects + definitions) log definitions), not their product. */
 size_t ex_objects_sweep(ex_objects_t *o, const ex_cell_state_t *st) {
-  tag_set_t named = {0};
+  nbf_buf_t named = {0};
+  size_t expected = 0;
+  ex_cell_state_each_tag(st, count_tag, &expected);
   ex_cell_state_each_tag(st, add_tag, &named);
-  if (named.oom) { /* unsure what is named: close nothing */
-    free(named.v);
+  size_t nn = named.len / 17;
+  if (nn != expected) { /* out of memory: unsure what is named, close nothing */
+    nbf_buf_free(&named);
     return 0;
   }
-  if (named.n)
-    qsort(named.v, named.n, sizeof *named.v, cmp_tag);
-  size_t kept = 0, closed = 0;
-  for (size_t i = 0; i < o->n; i++) {
-    ex_object_t *e = &o->v[i];
-    int is_named = named.n && bsearch(e->tag, named.v, named.n, sizeof *named.v, cmp_tag);
-    if (e->may_unload && !is_named && dlclose(e->handle) == 0) {
+  if (nn)
+    qsort(named.data, nn, 17, cmp_tag);
+  size_t kept = 0, closed = 0, n = NOBJ(o);
+  for (size_t i = 0; i < n; i++) {
+    ex_object_t e = OBJ(o, i);
+    int is_named = nn && bsearch(e.tag, named.data, nn, 17, cmp_tag);
+    if (e.may_unload && !is_named && dlclose(e.handle) == 0) {
       closed++;
       continue;
     }
-    o->v[kept++] = *e;
+    OBJ(o, kept++) = e;
   }
-  o->n = kept;
-  free(named.v);
+  o->objs.len = kept * sizeof(ex_object_t);
+  nbf_buf_free(&named);
   return closed;
 }
 
 size_t ex_objects_count(const ex_objects_t *o) {
-  return o->n;
+  return NOBJ(o);
 }

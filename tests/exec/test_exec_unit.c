@@ -381,6 +381,14 @@ NBF_TEST(split_is_complete) {
   ASSERT_EQ_STR(ex_split_is_complete("#define M(a) \\"), "incomplete");
   ASSERT_EQ_STR(ex_split_is_complete("}"), "invalid");
   ASSERT_EQ_STR(ex_split_is_complete("int x = 1;)"), "invalid");
+  /* a control statement's head waits for its body */
+  static const char *const wait[] = {"if (1)", "for (int i = 0; i < n; i++)\n", "switch (k)",
+                                     "if (a) b(); else"};
+  for (size_t i = 0; i < sizeof wait / sizeof *wait; i++)
+    ASSERT_EQ_STR(ex_split_is_complete(wait[i]), "incomplete");
+  static const char *const done[] = {"if (1) x = 2;", "g(f(1))", "x = (y)"};
+  for (size_t i = 0; i < sizeof done / sizeof *done; i++)
+    ASSERT_EQ_STR(ex_split_is_complete(done[i]), "complete");
 }
 
 NBF_TEST(split_cxx_cuda_cell) {
@@ -1270,16 +1278,6 @@ NBF_TEST(timeit_autorange_and_runs) {
 
 /* ------------------------------------------------------ issue 13 cases */
 
-NBF_TEST(split_is_complete_after_control_heads) {
-  ASSERT_EQ_STR(ex_split_is_complete("if (1)"), "incomplete");
-  ASSERT_EQ_STR(ex_split_is_complete("for (int i = 0; i < n; i++)\n"), "incomplete");
-  ASSERT_EQ_STR(ex_split_is_complete("switch (k)"), "incomplete");
-  ASSERT_EQ_STR(ex_split_is_complete("if (a) b(); else"), "incomplete");
-  ASSERT_EQ_STR(ex_split_is_complete("if (1) x = 2;"), "complete");
-  ASSERT_EQ_STR(ex_split_is_complete("g(f(1))"), "complete");
-  ASSERT_EQ_STR(ex_split_is_complete("x = (y)"), "complete");
-}
-
 NBF_TEST(split_sizeof_without_parentheses_is_an_expression) {
   ex_split_t sp;
   char err[128];
@@ -1416,4 +1414,26 @@ NBF_TEST(decl_find_top_level_only) {
   ASSERT_NOT_NULL(d);
   ASSERT_EQ_STR(d, "// Two lines\n// of doc.\n#define LIMIT 10");
   free(d);
+}
+
+NBF_TEST(objects_sweep_closes_what_nothing_names) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u = gen(&c, "int x = 1;", 1);
+  ex_objects_t *o = ex_objects_new();
+  ASSERT_NOT_NULL(o);
+  /* the main program's handle: dlclose on it unmaps nothing */
+  ASSERT_EQ(ex_objects_add(o, dlopen(NULL, RTLD_NOW), u.tag, 1), 0); /* named by x */
+  ASSERT_EQ(ex_objects_add(o, dlopen(NULL, RTLD_NOW), "0123456789abcdef", 1), 0);
+  ASSERT_EQ(ex_objects_add(o, dlopen(NULL, RTLD_NOW), "fedcba9876543210", 0), 0);
+  ASSERT_EQ(ex_objects_sweep(o, c.st), 1);
+  ASSERT_EQ(ex_objects_count(o), 2);
+  /* x redefined by another cell: its first object goes too */
+  ex_cell_unit_t v = gen(&c, "int x = 2;", 1);
+  ASSERT_EQ(ex_objects_sweep(o, c.st), 1);
+  ASSERT_EQ(ex_objects_count(o), 1);
+  ex_objects_destroy(&o);
+  ASSERT_NULL(o);
+  ex_cell_unit_free(&u);
+  ex_cell_unit_free(&v);
+  ex_cell_state_destroy(&c.st);
 }
