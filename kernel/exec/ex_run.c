@@ -112,13 +112,15 @@ static int reply_interrupted(void) {
  * the cell runner like an interrupt, and the cell answers SystemExit.
  * atexit handlers do not run then: the process goes on. Anywhere else
  * (the executor itself, a %launch worker, a cell's own forked child)
- * it is libc's exit. */
+ * it is libc's exit; a thread the cell started ends the process. */
 static volatile sig_atomic_t g_exit_called;
 static int g_exit_status;
 static pid_t g_runner_pid;
 
 void exit(int status) {
-  if (g_jmp_armed && getpid() == g_runner_pid) {
+  /* the jump is for the executor's one thread only: a thread a cell
+   * started (OpenMP, its own) ends the process as exit always does */
+  if (g_jmp_armed && getpid() == g_runner_pid && gettid() == g_runner_pid) {
     g_jmp_armed = 0;
     g_exit_called = 1;
     g_exit_status = status;
