@@ -86,16 +86,8 @@ static uint64_t hash_local_includes(const char *src, uint64_t h) {
   return h;
 }
 
-/* Does `text` contain `word` as a whole identifier? */
 static int has_word(const char *text, const char *word) {
-  size_t n = strlen(word);
-  for (const char *p = text; (p = strstr(p, word)) != NULL; p += n) {
-    int start = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
-    int end = !(isalnum((unsigned char)p[n]) || p[n] == '_');
-    if (start && end)
-      return 1;
-  }
-  return 0;
+  return ex_cell_find_word(text, word) != NULL;
 }
 
 /* Is the declared object itself const (`const int k`, `int *const p`),
@@ -192,7 +184,7 @@ static const char show_helpers[] =
     "#define __nbf_isvoid(x) __builtin_types_compatible_p(__typeof__(x), void)\n"
     "#define __nbf_show(x) __builtin_choose_expr(__nbf_isvoid(x), (void)(x), "
     "__nbf_show1(__builtin_choose_expr(__nbf_isvoid(x), 0, (x))))\n"
-    "#define __nbf_show1(y) ({ __auto_type __nbf_v = (y); _Generic(__nbf_v, "
+    "#define __nbf_show1(y) __extension__ ({ __auto_type __nbf_v = (y); _Generic(__nbf_v, "
     "_Bool: __nbf_c_bool, char: __nbf_c_char, signed char: __nbf_c_ll, "
     "unsigned char: __nbf_c_ull, short: __nbf_c_ll, unsigned short: __nbf_c_ull, "
     "int: __nbf_c_ll, unsigned: __nbf_c_ull, long: __nbf_c_ll, unsigned long: __nbf_c_ull, "
@@ -270,17 +262,21 @@ typedef struct {
 } gen_t;
 
 /* printf into one part of the unit, after a `#line N "cell[3]"` marker
- * so diagnostics name the cell and its line. */
-static void __attribute__((format(printf, 4, 5)))
-emit(gen_t *g, nbf_buf_t *b, int line, const char *fmt, ...) {
+ * and col - 1 spaces, so diagnostics name the cell, its line and its
+ * (byte) column: the text starts where it stood in the cell. */
+static void __attribute__((format(printf, 5, 6)))
+emit_at(gen_t *g, nbf_buf_t *b, int line, int col, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   char *text = NULL;
   int n = vasprintf(&text, fmt, ap);
   va_end(ap);
-  g->ok &= n >= 0 && !nbf_buf_printf(b, "#line %d \"%s\"\n%s", line, g->label, text);
+  g->ok &= n >= 0 && !nbf_buf_printf(b, "#line %d \"%s\"\n%*s%s", line, g->label,
+                                     col > 1 ? col - 1 : 0, "", text);
   free(text);
 }
+
+#define emit(g, b, line, ...) emit_at(g, b, line, 1, __VA_ARGS__)
 
 /* A global: the declaration goes to the unit under its versioned name;
  * an initializer that must run goes to the run function, and what a
@@ -290,21 +286,26 @@ static void emit_variable(gen_t *g, const ex_chunk_t *k) {
     const ex_declarator_t *dd = &k->decls[d];
     init_kind_t ik = init_kind(k, dd);
     int si = dd->init && ik != INIT_RUNTIME;
-    emit(g, &g->src, k->line, "%s %s __asm__(\"%s__c" TAG_PLACEHOLDER "\")%s%s;\n", k->specifiers,
-         dd->declarator, dd->name, si ? " = " : "", si ? dd->init : "");
-    if (ik == INIT_RUNTIME)
+    /* the initializer on a line of its own, at its cell line and column */
+    emit_at(g, &g->src, k->line, k->col, "%s %s __asm__(\"%s__c" TAG_PLACEHOLDER "\")%s\n",
+            k->specifiers, dd->declarator, dd->name, si ? " =" : ";");
+    if (si)
+      emit_at(g, &g->src, dd->init_line, dd->init_col, "%s;\n", dd->init);
+    if (ik == INIT_RUNTIME) {
       /* through a local, so braced macros (ACC_CONFIG_INIT) and
        * struct-valued calls both work as initializers */
-      emit(g, &g->run, k->line, "{ __typeof__(%s) __nbf_init = %s; %s = __nbf_init; }\n", dd->name,
-           dd->init, dd->name);
-    else if (ik == INIT_NONE && !strstr(dd->declarator, "[]"))
+      emit(g, &g->run, k->line, "{ __typeof__(%s) __nbf_init =\n", dd->name);
+      emit_at(g, &g->run, dd->init_line, dd->init_col, "%s; %s = __nbf_init; }\n", dd->init,
+              dd->name);
+    } else if (ik == INIT_NONE && !strstr(dd->declarator, "[]"))
       emit(g, &g->reset, k->line, "__builtin_memset((void *)&%s, 0, sizeof %s);\n", dd->name,
            dd->name);
-    else if (ik == INIT_STATIC)
-      emit(g, &g->reset, k->line,
-           "{ static const __typeof__(%s) __nbf_i = %s; "
-           "__builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n",
-           dd->name, dd->init, dd->name, dd->name);
+    else if (ik == INIT_STATIC) {
+      emit(g, &g->reset, k->line, "{ static const __typeof__(%s) __nbf_i =\n", dd->name);
+      emit_at(g, &g->reset, dd->init_line, dd->init_col,
+              "%s; __builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n", dd->init,
+              dd->name, dd->name);
+    }
   }
 }
 
@@ -316,33 +317,37 @@ static void emit_chunk(gen_t *g, const ex_split_t *sp, const ex_chunk_t *k) {
       size_t l = strlen(k->text);
       while (l && (k->text[l - 1] == ';' || k->text[l - 1] == ' '))
         l--;
-      emit(g, &g->src, k->line, "%.*s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n", (int)l, k->text,
-           k->name);
+      emit_at(g, &g->src, k->line, k->col, "%.*s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n", (int)l,
+              k->text, k->name);
     } else { /* a function defined in an earlier cell or a library */
-      emit(g, &g->src, k->line, "%s\n", k->text);
+      emit_at(g, &g->src, k->line, k->col, "%s\n", k->text);
     }
     break;
   case EX_CHUNK_PREPROC:
   case EX_CHUNK_TYPE:
   case EX_CHUNK_VERBATIM:
-    emit(g, &g->src, k->line, "%s\n", k->text);
+    emit_at(g, &g->src, k->line, k->col, "%s\n", k->text);
     break;
   case EX_CHUNK_FUNCTION:
     emit(g, &g->src, k->line, "%s __asm__(\"%s__c" TAG_PLACEHOLDER "\");\n", k->signature, k->name);
-    emit(g, &g->src, k->line, "%s\n", k->text);
+    emit_at(g, &g->src, k->line, k->col, "%s\n", k->text);
     break;
   case EX_CHUNK_VARIABLE:
     if (k->is_extern)
-      emit(g, &g->src, k->line, "%s\n", k->text);
+      emit_at(g, &g->src, k->line, k->col, "%s\n", k->text);
     else
       emit_variable(g, k);
     break;
   case EX_CHUNK_STATEMENT:
-    emit(g, &g->run, k->line, "%s\n", k->text);
+    emit_at(g, &g->run, k->line, k->col, "%s\n", k->text);
     break;
   case EX_CHUNK_EXPRESSION:
+    /* the expression on a line of its own, at its cell line and column,
+     * the macro's name on the line before it (`#line 0` for the first:
+     * accepted; a #line inside the macro's arguments would not be) */
     g->has_expr = 1;
-    emit(g, &g->run, k->line, "__nbf_show((%s));\n", k->text);
+    g->ok &= !nbf_buf_printf(&g->run, "#line %d \"%s\"\n__nbf_show((\n%*s%s));\n", k->line - 1,
+                             g->label, k->col > 1 ? k->col - 1 : 0, "", k->text);
     break;
   }
 }
@@ -358,16 +363,26 @@ static int is_straight(const ex_split_t *sp) {
   return 1;
 }
 
+/* The helpers that show a value and call a launch thunk, before any
+ * code of the user's: pragmas and macros of the cells (`#pragma GCC
+ * diagnostic error "-Wconversion"`, `#define int long`) never reach
+ * them, so no error points into nbfork's own code. */
+static void emit_helpers(gen_t *g, const ex_split_t *sp, const char *launch_call) {
+  for (size_t i = 0; i < sp->count; i++)
+    if (sp->chunks[i].kind == EX_CHUNK_EXPRESSION)
+      g->has_expr = 1;
+  if (g->has_expr || launch_call)
+    g->ok &= !nbf_buf_printf(&g->src, "#line 1 \"<nbfork>\"\n%s", cxx_support);
+  if (g->has_expr)
+    g->ok &= !nbf_buf_puts(&g->src, show_helpers);
+}
+
 /* The entry points after the cell's own code: the run function (a cell
  * that runs again from the compile cache, same shared object already
  * loaded, first resets its globals), the %launch thunk and the %timeit
  * loop. */
 static void emit_entry_points(gen_t *g, const char *launch_call, const char *timeit_stmt) {
   nbf_buf_t *src = &g->src;
-  if (g->has_expr || launch_call)
-    g->ok &= !nbf_buf_printf(src, "#line 1 \"<nbfork>\"\n%s", cxx_support);
-  if (g->has_expr)
-    g->ok &= !nbf_buf_puts(src, show_helpers);
   g->ok &= !nbf_buf_puts(src, "#line 1 \"<nbfork>\"\n#ifdef __cplusplus\nextern \"C\"\n#endif\n"
                               "void __nbf_run_" TAG_PLACEHOLDER "(void) {\n");
   if (g->reset.len)
@@ -420,6 +435,11 @@ ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, con
                              ex_cell_unit_t *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   EX_CHECK(ex_split(code, cxx ? EX_SPLIT_CXX : 0, ex_cell_is_type, st, &out->split, err, errlen));
+  ex_result_t tr = ex_cell_state_check_types(st, &out->split, err, errlen);
+  if (tr != EX_OK) {
+    ex_split_free(&out->split);
+    return tr;
+  }
   out->cxx = cxx;
   /* a %timeit loop is compiled with the flags of function code */
   out->straight = is_straight(&out->split) && !timeit_stmt;
@@ -430,6 +450,7 @@ ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, con
   gen_t g = {.label = label, .ok = 1};
   g.ok &= !nbf_buf_puts(&g.src, "/* generated by nbfork from a notebook cell */\n"
                                 "#include <nbfork.h>\n");
+  emit_helpers(&g, sp, launch_call);
   g.ok &= !ex_cell_state_prelude(st, sp, &g.src);
   for (size_t i = 0; i < sp->count; i++)
     emit_chunk(&g, sp, &sp->chunks[i]);

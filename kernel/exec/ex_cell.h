@@ -48,6 +48,26 @@ int ex_cell_is_type(const char *name, void *st);
 struct nbf_buf;
 int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struct nbf_buf *out);
 
+/* Refuse a cell that redefines a struct, union, enum or typedef with
+ * another text while a global or function of an earlier cell (not
+ * redefined by this cell too) uses it, directly or through another type:
+ * their compiled code would read memory with the old layout (DESIGN.md
+ * "Cells"). EX_OK; EX_ERR_REDEFINED with err naming the type, the cell
+ * that defined it and each user with its kind and cell; EX_ERR_NOMEM.
+ * The check is lexical: a user is code whose text names the type. */
+ex_result_t ex_cell_state_check_types(const ex_cell_state_t *st, const ex_split_t *sp, char *err,
+                                      size_t errlen);
+
+/* Call fn(tag, ctx) for the tag of each object a definition of the
+ * registry names (its versioned symbol `sq__c<tag>`; a tag may come more
+ * than once). For ex_objects.h. */
+void ex_cell_state_each_tag(const ex_cell_state_t *st, void (*fn)(const char *tag, void *ctx),
+                            void *ctx);
+
+/* The first place where `word` stands as a whole identifier in `text`
+ * (not inside a longer name), or NULL. */
+const char *ex_cell_find_word(const char *text, const char *word);
+
 typedef struct {
   char *source;           /* generated C translation unit                     */
   char tag[17];           /* hex hash of the unit: file names and versions     */
@@ -76,7 +96,8 @@ typedef struct {
  * `salt` (flags, compiler) enters the hash. Caller frees `out`
  * (ex_cell_unit_free) after EX_OK. Results: EX_OK; EX_ERR_SPLIT, the cell
  * could not be split (why, in err); EX_ERR_NOMEM ("out of memory" in
- * err). `out` holds nothing to free after a failure. */
+ * err); EX_ERR_REDEFINED, see ex_cell_state_check_types. `out` holds
+ * nothing to free after a failure. */
 ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
                              const char *launch_call, const char *timeit_stmt, const char *salt,
                              ex_cell_unit_t *out, char *err, size_t errlen);

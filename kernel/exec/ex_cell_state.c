@@ -4,29 +4,15 @@
  * must know, and the names %who, complete and inspect list. See ex_cell.h.
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ex_cell.h"
+#include "ex_cell_state_impl.h"
 #include "nbf_buf.h"
 #include "nbf_util.h"
-
-typedef struct {
-  char *key;   /* "sym:NAME", "type:NAME", "macro:NAME", "proto:NAME", "pp:TEXT" */
-  char *text;  /* what the prelude of later cells contains for it */
-  char *decl;  /* as shown by inspect (NULL for "pp:" entries) */
-  char *doc;   /* doc comment or NULL */
-  char *label; /* defining cell */
-  const char *kind;
-} entry_t;
-
-struct ex_cell_state {
-  entry_t *entries; /* prelude, in order of first definition */
-  size_t n, cap;
-  char **typedefs; /* names that are types, for the splitter */
-  size_t ntypedefs;
-};
 
 ex_cell_state_t *ex_cell_state_new(void) {
   return calloc(1, sizeof(ex_cell_state_t));
@@ -38,6 +24,7 @@ static void entry_free(entry_t *e) {
   free(e->decl);
   free(e->doc);
   free(e->label);
+  free(e->uses);
 }
 
 void ex_cell_state_destroy(ex_cell_state_t **st_p) {
@@ -95,7 +82,7 @@ static char *chunk_key(const ex_chunk_t *k) {
  * "proto:X"; a prototype shadows only an earlier prototype: the earlier
  * definition's declaration (with its versioned label) stays, and the
  * cell's prototype merely repeats it. */
-static int cell_defines(const ex_split_t *sp, const char *key) {
+int ex_cell_state_defines(const ex_split_t *sp, const char *key) {
   int is_sym = strncmp(key, "sym:", 4) == 0, is_proto = strncmp(key, "proto:", 6) == 0;
   const char *kname = strchr(key, ':') + 1;
   for (size_t i = 0; i < sp->count; i++) {
@@ -132,7 +119,7 @@ static int cell_defines(const ex_split_t *sp, const char *key) {
 int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, nbf_buf_t *out) {
   int bad = 0;
   for (size_t i = 0; i < st->n; i++)
-    if (!cell_defines(sp, st->entries[i].key))
+    if (!ex_cell_state_defines(sp, st->entries[i].key))
       bad |= nbf_buf_puts(out, st->entries[i].text);
   return bad ? -1 : 0;
 }
@@ -190,7 +177,11 @@ static char *dup_or_null(const char *s) {
 /* An entry with its display fields filled from chunk k. */
 static entry_t make_entry(char *key, char *text, const char *kind, char *decl, const ex_chunk_t *k,
                           const char *label) {
-  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind};
+  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind, NULL};
+  if (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_TYPE)
+    e.uses = strdup(k->text);
+  else if (k->kind == EX_CHUNK_VARIABLE && decl)
+    e.uses = strdup(decl);
   return e;
 }
 
@@ -209,6 +200,8 @@ ex_result_t ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
     switch (k->kind) {
     case EX_CHUNK_PREPROC:
     case EX_CHUNK_TYPE: {
+      if (ex_split_is_pragma(k->text))
+        break; /* a pragma acts on its own cell: replayed, one could break every later cell */
       int named = k->name != NULL;
       /* a C++ cell's #include (<cstdio>, <cuda_runtime.h>) is for later
        * C++ cells only */
@@ -308,4 +301,32 @@ int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *ou
     }
   }
   return found;
+}
+
+const char *ex_cell_find_word(const char *text, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = text; n && (p = strstr(p, word)) != NULL; p += n) {
+    int start = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+    int end = !(isalnum((unsigned char)p[n]) || p[n] == '_');
+    if (start && end)
+      return p;
+  }
+  return NULL;
+}
+
+void ex_cell_state_each_tag(const ex_cell_state_t *st, void (*fn)(const char *tag, void *ctx),
+                            void *ctx) {
+  for (size_t i = 0; i < st->n; i++) {
+    for (const char *p = st->entries[i].text; p && (p = strstr(p, "__c")) != NULL; p += 3) {
+      size_t h = 0;
+      while (h < 16 && isxdigit((unsigned char)p[3 + h]) && !isupper((unsigned char)p[3 + h]))
+        h++;
+      if (h == 16 && p[19] == '"') {
+        char tag[17];
+        memcpy(tag, p + 3, 16);
+        tag[16] = 0;
+        fn(tag, ctx);
+      }
+    }
+  }
 }

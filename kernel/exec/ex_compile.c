@@ -174,6 +174,11 @@ static int argv_head(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, const cha
     bad |= argv_push(a, *w);
   if (nonshared)
     bad |= argv_push(a, "-nodefaultlibs");
+  /* GCC counts columns in display cells only where it can read the file
+   * (a `#line "cell[3]"` unit it cannot): bytes, always, which ex_diag
+   * turns into the cell's characters. Clang counts bytes already. */
+  if (!cuda && !strstr(tc->cc, "clang"))
+    bad |= argv_push(a, "-fdiagnostics-column-unit=byte");
   /* `#include "mylib.h"` finds headers next to the notebook (the
    * executor's directory), not only next to the generated source */
   if (cuda)

@@ -5,6 +5,7 @@
 #include "ex_diag.h"
 
 #include <ctype.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,4 +123,47 @@ char *ex_diag_summary(const char *diag) {
   while (n && (best[n - 1] == ' ' || best[n - 1] == '\r'))
     n--;
   return strndup(best, n);
+}
+
+/* Code points in the first `bytes` bytes of line `line` (1-based) of
+ * `code`; `bytes` itself when the line is not there. */
+static long chars_before(const char *code, long line, long bytes) {
+  const char *p = code;
+  for (long l = 1; l < line && p; l++) {
+    p = strchr(p, '\n');
+    p = p ? p + 1 : NULL;
+  }
+  if (!p)
+    return bytes;
+  long chars = 0;
+  for (long i = 0; i < bytes && p[i] && p[i] != '\n'; i++)
+    chars += ((unsigned char)p[i] & 0xC0) != 0x80; /* not a UTF-8 continuation byte */
+  return chars;
+}
+
+char *ex_diag_columns(const char *diag, const char *label, const char *code) {
+  nbf_buf_t out = {0};
+  size_t ll = strlen(label);
+  int bad = 0;
+  for (const char *p = diag ? diag : ""; *p;) {
+    size_t n = strcspn(p, "\n");
+    long line, col;
+    int used = 0;
+    if (!strncmp(p, label, ll) && sscanf(p + ll, ":%ld:%ld:%n", &line, &col, &used) == 2 &&
+        used > 0 && col > 0 && (size_t)used + ll <= n) {
+      bad |=
+          nbf_buf_printf(&out, "%s:%ld:%ld:", label, line, chars_before(code, line, col - 1) + 1);
+      bad |= nbf_buf_append(&out, p + ll + used, n - ll - (size_t)used);
+    } else {
+      bad |= nbf_buf_append(&out, p, n);
+    }
+    bad |= nbf_buf_append(&out, "\n", p[n] == '\n');
+    p += n + (p[n] == '\n');
+  }
+  if (bad) {
+    nbf_buf_free(&out);
+    return NULL;
+  }
+  char *r = nbf_buf_take(&out);
+  return r ? r : strdup("");
 }

@@ -13,6 +13,13 @@
  * shown as the plain name. */
 char *ex_diag_clean(const char *diag);
 
+/* `diag` with the column of each `LABEL:LINE:COL:` location rewritten
+ * from bytes (the compiler's unit, -fdiagnostics-column-unit=byte) to
+ * characters (Unicode code points) of that line of `code`, the cell's
+ * text, as Jupyter front ends count them. Caller frees; NULL when memory
+ * ran out. */
+char *ex_diag_columns(const char *diag, const char *label, const char *code);
+
 /* The first "error" line of compiler diagnostics, trimmed, for a one-line
  * summary (caller frees). */
 char *ex_diag_summary(const char *diag);

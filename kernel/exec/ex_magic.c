@@ -226,6 +226,10 @@ static const struct {
     {"%lsmagic", "UsageError", -1, magic_lsmagic},
 };
 
+const char *ex_magic_name(size_t i) {
+  return i < sizeof magics / sizeof magics[0] ? magics[i].name : NULL;
+}
+
 /* Run the magic line `line` whose name is its first `nl` bytes. */
 static ex_result_t run_line_magic(magic_ctx_t *c, const char *line, size_t nl, size_t n,
                                   const char **ename) {

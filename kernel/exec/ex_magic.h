@@ -41,6 +41,10 @@ typedef struct {
   const char *code;  /* C code after the magic lines (points into src) */
 } ex_magic_result_t;
 
+/* The name of line magic i (`%launch`), or NULL past the last one: for
+ * completion (ex_query.c). */
+const char *ex_magic_name(size_t i);
+
 /* Run the magic lines at the top of `src`. Output of %who/%env/%lsmagic
  * goes to stdout. EX_OK; EX_ERR_USAGE, an unknown or malformed magic
  * (*ename "UsageError", or "LaunchError" for a %launch line; the message

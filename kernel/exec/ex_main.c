@@ -103,6 +103,7 @@ static int setup(ex_t *ex) {
     atexit(cleanup_workdir);
   }
   ex->cells = ex_cell_state_new();
+  ex->objects = ex_objects_new();
   ex->tc.cc = nbf_param_str(NBF_P_NBFORK_CC);
   ex->nvcc = ex_compile_find_nvcc();
   ex->tc.nvcc = ex->nvcc;
@@ -116,7 +117,7 @@ static int setup(ex_t *ex) {
   const char *cflags = nbf_param_raw(NBF_P_NBFORK_CFLAGS);
   ex->default_cflags = cflags == NULL;
   ex->base_cflags = strdup(cflags ? cflags : "-O2 " EX_CFLAGS_ALWAYS);
-  return ex->cells && ex->base_cflags ? 0 : -1;
+  return ex->cells && ex->objects && ex->base_cflags ? 0 : -1;
 }
 
 static int handle_execute(ex_t *ex, json_t *req) {

@@ -5,15 +5,33 @@
 #include "ex_query.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ex_decl.h"
 #include "ex_events.h"
+#include "ex_magic.h"
 #include "ex_split.h"
 #include "nbf_buf.h"
 
-static char *g_header; /* text of the runtime's public headers (ex_query_init) */
+static char *g_header;      /* text of the runtime's public headers (ex_query_init) */
+static char g_incdir[4096]; /* the runtime's include directory */
+
+/* Headers inspect reads, in its order after the user's own definitions:
+ * the runtime's, then libc's (the ones cells include most). */
+typedef struct {
+  const char *name; /* as shown: `nbfork.h`, `stdio.h` */
+  int runtime;      /* in the runtime's include directory, else /usr/include */
+  char *text;       /* loaded by ex_query_init; NULL when absent */
+} ex_header_t;
+
+static ex_header_t g_headers[] = {
+    {"nbfork.h", 1, NULL}, {"nbf_display.h", 1, NULL}, {"stdio.h", 0, NULL}, {"stdlib.h", 0, NULL},
+    {"string.h", 0, NULL}, {"unistd.h", 0, NULL},      {"time.h", 0, NULL},  {"ctype.h", 0, NULL},
+    {"stdint.h", 0, NULL}, {"pthread.h", 0, NULL},
+};
 
 static const char *const c_words[] = {
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
@@ -28,27 +46,37 @@ static const char *const c_words[] = {
     "expf", "log", "logf", "fabs", "fabsf", "pow", "powf", "tanh", "tanhf", "size_t", "int64_t",
     "int32_t", "uint8_t", "uint32_t", "uint64_t", "NULL", NULL};
 
-/* The runtime's public headers: nbfork.h and the display API it includes. */
-static const char *const g_header_names[] = {"nbfork.h", "nbf_display.h"};
+/* The whole file at `path` (caller frees), or NULL. */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return NULL;
+  nbf_buf_t text = {0};
+  char chunk[8192];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+    nbf_buf_append(&text, chunk, n);
+  fclose(f);
+  char *r = text.len ? nbf_buf_take(&text) : NULL;
+  nbf_buf_free(&text);
+  return r;
+}
 
 void ex_query_init(const char *incdir) {
-  nbf_buf_t text = {0};
-  for (size_t i = 0; i < sizeof g_header_names / sizeof *g_header_names; i++) {
+  nbf_buf_t all = {0};
+  snprintf(g_incdir, sizeof g_incdir, "%s", incdir);
+  for (size_t i = 0; i < sizeof g_headers / sizeof *g_headers; i++) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", incdir, g_header_names[i]);
-    FILE *f = fopen(path, "r");
-    if (!f)
-      continue;
-    char chunk[8192];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-      nbf_buf_append(&text, chunk, n);
-    fclose(f);
-    nbf_buf_puts(&text, "\n");
+    snprintf(path, sizeof path, "%s/%s", g_headers[i].runtime ? incdir : "/usr/include",
+             g_headers[i].name);
+    free(g_headers[i].text);
+    g_headers[i].text = read_text(path);
+    if (g_headers[i].runtime && g_headers[i].text) /* completion lists the runtime's names */
+      nbf_buf_printf(&all, "%s\n", g_headers[i].text);
   }
   free(g_header);
-  g_header = text.len ? nbf_buf_take(&text) : NULL;
-  nbf_buf_free(&text);
+  g_header = all.len ? nbf_buf_take(&all) : NULL;
+  nbf_buf_free(&all);
 }
 
 static int is_ident(char c) {
@@ -96,9 +124,117 @@ static const char *request_code(json_t *req, size_t *len, size_t *pos) {
   return code;
 }
 
+/* The complete_reply for c's matches (sorted, for a stable menu),
+ * replacing code[start, pos). */
+static int reply_matches(cand_t *c, size_t start, size_t pos) {
+  size_t n = json_array_size(c->matches);
+  json_t **v = malloc(n * sizeof *v + 1);
+  for (size_t i = 0; v && i < n; i++)
+    v[i] = json_incref(json_array_get(c->matches, i));
+  if (v)
+    qsort(v, n, sizeof *v, cmp_json_str);
+  json_array_clear(c->matches);
+  for (size_t i = 0; v && i < n; i++)
+    json_array_append_new(c->matches, v[i]);
+  free(v);
+  return ex_event_reply_ok(json_pack("{s:o, s:I, s:I, s:{}}", "matches", c->matches, "cursor_start",
+                                     (json_int_t)start, "cursor_end", (json_int_t)pos, "metadata"));
+}
+
+/* Header names under `base`/`dir` (`dir` is "" or ends in '/') that start
+ * with `file`, as `dir` + name (+ '/' for a directory) into c. */
+static void add_headers(cand_t *c, const char *base, const char *dir, const char *file) {
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s/%s", base, dir) >= (int)sizeof path)
+    return;
+  DIR *d = opendir(path);
+  if (!d)
+    return;
+  size_t fl = strlen(file);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    size_t n = strlen(e->d_name);
+    if (e->d_name[0] == '.' || strncmp(e->d_name, file, fl))
+      continue;
+    int is_dir = e->d_type == DT_DIR;
+    if (!is_dir && !(n > 2 && !strcmp(e->d_name + n - 2, ".h")))
+      continue;
+    char m[4096];
+    int ml = snprintf(m, sizeof m, "%s%s%s", dir, e->d_name, is_dir ? "/" : "");
+    if (ml > 0 && ml < (int)sizeof m)
+      add_match(c, m, (size_t)ml);
+  }
+  closedir(d);
+}
+
+/* Completion that is not of C names: a `%` magic at the start of a line,
+ * or the header of an `#include <...>` / `#include "..."` line. 1 with
+ * *start set and c's matches filled, or 0 when the cursor is elsewhere. */
+static int complete_line_context(const char *code, size_t pos, cand_t *c, size_t *start) {
+  size_t ls = pos;
+  while (ls > 0 && code[ls - 1] != '\n')
+    ls--;
+  size_t t = ls;
+  while (t < pos && (code[t] == ' ' || code[t] == '\t'))
+    t++;
+  if (t < pos && code[t] == '%') {
+    for (size_t i = t; i < pos; i++)
+      if (!is_ident(code[i]) && code[i] != '%')
+        return 0;
+    *start = t;
+    c->prefix = code + t;
+    c->plen = pos - t;
+    for (size_t i = 0; ex_magic_name(i); i++)
+      add_match(c, ex_magic_name(i), strlen(ex_magic_name(i)));
+    add_match(c, "%%cuda", 6);
+    return 1;
+  }
+  if (t >= pos || code[t] != '#')
+    return 0;
+  const char *q = code + t + 1;
+  while (*q == ' ' || *q == '\t')
+    q++;
+  if (strncmp(q, "include", 7))
+    return 0;
+  q += 7;
+  while (*q == ' ' || *q == '\t')
+    q++;
+  if ((*q != '<' && *q != '"') || (size_t)(q - code) >= pos)
+    return 0;
+  char path[1024];
+  size_t pl = pos - (size_t)(q + 1 - code);
+  if (pl >= sizeof path || memchr(q + 1, '>', pl) || memchr(q + 1, '"', pl))
+    return 0;
+  memcpy(path, q + 1, pl);
+  path[pl] = 0;
+  char *slash = strrchr(path, '/');
+  char dir[1024] = "";
+  const char *file = path;
+  if (slash) {
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path + 1), path);
+    file = slash + 1;
+  }
+  *start = (size_t)(q + 1 - code);
+  c->prefix = path;
+  c->plen = pl;
+  if (*q == '"')
+    add_headers(c, ".", dir, file); /* next to the notebook */
+  add_headers(c, g_incdir, dir, file);
+  add_headers(c, "/usr/local/include", dir, file);
+#ifdef NBFORK_MULTIARCH /* Debian: sys/, bits/ and asm/ live here */
+  add_headers(c, "/usr/include/" NBFORK_MULTIARCH, dir, file);
+#endif
+  add_headers(c, "/usr/include", dir, file);
+  return 1;
+}
+
 static int handle_complete(json_t *req, const ex_cell_state_t *cells) {
   size_t len, pos;
   const char *code = request_code(req, &len, &pos);
+  size_t lstart;
+  cand_t lc = {"", 0, json_array()};
+  if (complete_line_context(code, pos, &lc, &lstart))
+    return reply_matches(&lc, lstart, pos);
+  json_decref(lc.matches);
   size_t start = pos;
   while (start > 0 && is_ident(code[start - 1]))
     start--;
@@ -140,66 +276,7 @@ static int handle_complete(json_t *req, const ex_cell_state_t *cells) {
   }
   for (int i = 0; c_words[i]; i++)
     add_match(&c, c_words[i], strlen(c_words[i]));
-  /* sort for a stable menu */
-  size_t n = json_array_size(c.matches);
-  json_t **v = malloc(n * sizeof *v + 1);
-  for (size_t i = 0; v && i < n; i++)
-    v[i] = json_incref(json_array_get(c.matches, i));
-  if (v)
-    qsort(v, n, sizeof *v, cmp_json_str);
-  json_array_clear(c.matches);
-  for (size_t i = 0; v && i < n; i++)
-    json_array_append_new(c.matches, v[i]);
-  free(v);
-  return ex_event_reply_ok(json_pack("{s:o, s:I, s:I, s:{}}", "matches", c.matches, "cursor_start",
-                                     (json_int_t)start, "cursor_end", (json_int_t)pos, "metadata"));
-}
-
-/* The declaration of `name` in nbfork.h with the comment block above it
- * (caller frees), or NULL. */
-static char *header_doc(const char *name) {
-  if (!g_header)
-    return NULL;
-  size_t n = strlen(name);
-  for (const char *p = g_header; (p = strstr(p, name)) != NULL; p += n) {
-    if ((p > g_header && is_ident(p[-1])) || is_ident(p[n]))
-      continue;
-    const char *after = p + n;
-    while (*after == ' ')
-      after++;
-    /* a declaration: `name(` for functions, `} name;` / `name;` for types */
-    if (*after != '(' && *after != ';' && *after != ',' && *after != ' ' && *after != '=')
-      continue;
-    const char *ls = p;
-    while (ls > g_header && ls[-1] != '\n')
-      ls--;
-    if (ls[0] == ' ' && ls[1] == '*')
-      continue; /* inside a comment */
-    /* extend up over the comment block right above */
-    const char *cs = ls;
-    while (cs > g_header) {
-      const char *prev = cs - 1;
-      while (prev > g_header && prev[-1] != '\n')
-        prev--;
-      const char *t = prev;
-      while (*t == ' ')
-        t++;
-      if (t[0] == '/' && t[1] == '*') {
-        cs = prev;
-        break;
-      }
-      if (t[0] == '*' || (t[0] == ' ' && t[1] == '*')) {
-        cs = prev;
-        continue;
-      }
-      break;
-    }
-    const char *end = strchr(p, ';');
-    if (!end)
-      end = p + n;
-    return strndup(cs, (size_t)(end - cs + 1));
-  }
-  return NULL;
+  return reply_matches(&c, start, pos);
 }
 
 /* The identifier to inspect at byte offset pos: the one under (or just
@@ -255,12 +332,13 @@ static int handle_inspect(json_t *req, const ex_cell_state_t *cells) {
                  n.doc ? n.doc : "", n.doc ? "\n" : "", n.decl) < 0)
       text = NULL;
   } else {
-    char *doc = header_doc(name);
-    /* the display API's names (nbf_*) are the ones nbf_display.h declares */
-    const char *header = strncmp(name, "nbf_", 4) == 0 ? "nbf_display.h" : "nbfork.h";
-    if (doc && asprintf(&text, "%s (%s):\n%s", name, header, doc) < 0)
-      text = NULL;
-    free(doc);
+    /* the runtime's headers, then libc's: the first top-level declaration */
+    for (size_t i = 0; !text && i < sizeof g_headers / sizeof *g_headers; i++) {
+      char *doc = ex_decl_find(g_headers[i].text, name);
+      if (doc && asprintf(&text, "%s (%s):\n%s", name, g_headers[i].name, doc) < 0)
+        text = NULL;
+      free(doc);
+    }
   }
   free(name);
   if (!text)

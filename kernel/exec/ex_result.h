@@ -35,6 +35,8 @@ typedef enum {
                          statements (unbalanced brackets, ...)             */
   EX_ERR_USAGE,       /* bad arguments: flags that do not parse, too many   */
   EX_ERR_INTERRUPTED, /* SIGINT arrived; the operation stopped, state kept */
+  EX_ERR_REDEFINED,   /* a type is redefined differently while globals or
+                         functions compiled earlier still use it            */
   EX_RESULT_COUNT
 } ex_result_t;
 
@@ -42,7 +44,7 @@ typedef enum {
 static inline const char *ex_result_name(ex_result_t r) {
   static const char *const names[EX_RESULT_COUNT] = {
       "EX_OK",        "EX_ERR_SYSTEM", "EX_ERR_NOMEM",       "EX_ERR_COMPILE",
-      "EX_ERR_SPLIT", "EX_ERR_USAGE",  "EX_ERR_INTERRUPTED",
+      "EX_ERR_SPLIT", "EX_ERR_USAGE",  "EX_ERR_INTERRUPTED", "EX_ERR_REDEFINED",
   };
   return (unsigned)r < EX_RESULT_COUNT ? names[r] : "EX_ERR_UNKNOWN";
 }

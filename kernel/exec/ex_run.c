@@ -5,11 +5,13 @@
 #define _GNU_SOURCE
 #include "ex_run.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../kn_wire.h"
 #include "ex_diag.h"
@@ -102,16 +104,59 @@ static int reply_interrupted(void) {
                               "the cell was interrupted; the state of earlier cells is kept", NULL);
 }
 
+/* exit() called by cell code. A notebook kernel does not end because a
+ * cell called exit (IPython turns sys.exit into SystemExit and keeps
+ * running): while cell code runs in the executor, the executor's own
+ * `exit` (exported to the cells' objects, which bind libc's functions
+ * at load: CMakeLists.txt, --export-dynamic-symbol=exit) jumps back to
+ * the cell runner like an interrupt, and the cell answers SystemExit.
+ * atexit handlers do not run then: the process goes on. Anywhere else
+ * (the executor itself, a %launch worker, a cell's own forked child)
+ * it is libc's exit; a thread the cell started ends the process. */
+static volatile sig_atomic_t g_exit_called;
+static int g_exit_status;
+static pid_t g_runner_pid;
+
+void exit(int status) {
+  /* the jump is for the executor's one thread only: a thread a cell
+   * started (OpenMP, its own) ends the process as exit always does */
+  if (g_jmp_armed && getpid() == g_runner_pid && gettid() == g_runner_pid) {
+    g_jmp_armed = 0;
+    g_exit_called = 1;
+    g_exit_status = status;
+    siglongjmp(g_jmp, 2);
+  }
+  void (*libc_exit)(int) = (void (*)(int))dlsym(RTLD_NEXT, "exit");
+  if (libc_exit)
+    libc_exit(status);
+  _exit(status);
+}
+
 /* Call fn(arg) with SIGINT armed to jump back here (on_sigint): EX_OK
- * when it returned, EX_ERR_INTERRUPTED when an interrupt cut it short
- * (g_interrupted is set). */
+ * when it returned, EX_ERR_INTERRUPTED when an interrupt (g_interrupted
+ * set) or the cell's call of exit (g_exit_called set) cut it short. */
 static ex_result_t call_interruptible(void (*fn)(void *), void *arg) {
+  g_exit_called = 0;
+  g_runner_pid = getpid();
   if (sigsetjmp(g_jmp, 1) != 0)
     return EX_ERR_INTERRUPTED;
   g_jmp_armed = 1;
   fn(arg);
   g_jmp_armed = 0;
   return EX_OK;
+}
+
+/* The reply to a cell cut short by its own exit(status). */
+static int reply_exit(void) {
+  char ev[160];
+  snprintf(ev, sizeof ev,
+           "exit(%d) was called: the cell stopped there; the kernel and the state of earlier "
+           "cells are kept",
+           g_exit_status);
+  return ex_event_reply_error(
+      "SystemExit", ev,
+      "exit() ends a program, not a notebook kernel: return from the cell instead, or restart "
+      "the kernel to start afresh. Handlers registered with atexit() did not run.");
 }
 
 static void run_statements(void *run) {
@@ -137,8 +182,8 @@ static int run_timeit(ex_t *ex, const ex_magic_result_t *m, int count, void (*lo
   fflush(stdout);
   fflush(stderr);
   check_cuda(ex, count);
-  if (g_interrupted)
-    return reply_interrupted();
+  if (g_interrupted || g_exit_called)
+    return g_exit_called ? reply_exit() : reply_interrupted();
   char line[256];
   ex_timeit_format(&t.r, line, sizeof line);
   printf("%s\n", line);
@@ -168,33 +213,73 @@ static int reply_compile_failure(ex_result_t r, const char *d) {
   return sent;
 }
 
+/* Is `name` a function in the unit `src`: written anywhere as a word
+ * followed by `(` (a declaration or a call)? Else it is taken for a
+ * variable (`extern int n;` and its uses). */
+static int used_as_function(const char *src, const char *name) {
+  size_t n = strlen(name);
+  for (const char *p = src; n && (p = strstr(p, name)) != NULL; p += n) {
+    int starts = p == src || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+    const char *q = p + n;
+    while (*q == ' ' || *q == '\t' || *q == '\n')
+      q++;
+    if (starts && *q == '(')
+      return 1;
+  }
+  return 0;
+}
+
 /* dlopen failed: "/tmp/.../cell_TAG.so: undefined symbol: f__cTAG" is
- * shown as "cell[3]: undefined symbol: f". */
-static int reply_load_failure(const char *label) {
+ * shown as "cell[3]: undefined function: f" (or "undefined variable: n"
+ * when the unit uses the name as an object). */
+static int reply_load_failure(const char *label, const ex_cell_unit_t *u) {
   const char *de = dlerror();
   const char *tail = de ? strstr(de, ".so: ") : NULL;
   char *msg = ex_diag_clean(tail ? tail + 5 : de ? de : "cannot load the cell");
-  char ev[1024];
-  snprintf(ev, sizeof ev, "%s: %.*s", label, msg ? (int)strcspn(msg, "\n") : 0, msg ? msg : "");
+  static const char undef[] = "undefined symbol: ";
+  const char *sym = msg && !strncmp(msg, undef, sizeof undef - 1) ? msg + sizeof undef - 1 : NULL;
+  char ev[1024], tb[1024];
+  if (sym) {
+    int n = (int)strcspn(sym, "\n");
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", n, sym);
+    int fn = used_as_function(u->source, name);
+    snprintf(ev, sizeof ev, "%s: undefined %s: %s", label, fn ? "function" : "variable", name);
+    snprintf(tb, sizeof tb,
+             "The cell compiled but could not be loaded: the %s '%s' is declared but no cell "
+             "and no library defines it. Define it in a cell (%s), or add the library that "
+             "does with %%ldflags -lNAME.",
+             fn ? "function" : "variable", name,
+             fn ? "a function with a body" : "a declaration without 'extern'");
+  } else {
+    snprintf(ev, sizeof ev, "%s: %.*s", label, msg ? (int)strcspn(msg, "\n") : 0, msg ? msg : "");
+    snprintf(tb, sizeof tb,
+             "The cell compiled but could not be loaded: a library is missing "
+             "(add it with %%ldflags -lNAME).");
+  }
   free(msg);
-  return ex_event_reply_error(
-      "LinkError", ev,
-      "The cell compiled but could not be loaded: a function it calls is declared but not "
-      "defined, or a library is missing (add it with %ldflags -lNAME).");
+  return ex_event_reply_error("LinkError", ev, tb);
 }
 
 /* Compile `u` with the system compiler and load it (RTLD_GLOBAL: later
  * cells bind to its symbols). Returns the handle, or NULL after replying
  * with the error (*replied = what that reply returned). */
-static void *compile_and_load(ex_t *ex, int cuda, const ex_cell_unit_t *u, const char *label,
-                              const char *cflags, int *replied) {
+static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u,
+                              const char *label, const char *cflags, int *replied) {
   ex->tc.cflags = cflags;
   ex->tc.ldflags = ex->flags.ldflags;
   char *so = NULL, *diag = NULL;
-  ex_result_t r = ex_compile(&ex->tc, u->source, u->tag, cuda, &so, &diag);
+  ex_result_t r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
   ex->tc.cflags = NULL;
   char *clean = diag && r != EX_ERR_INTERRUPTED ? ex_diag_clean(diag) : NULL;
   free(diag);
+  if (clean && !m->cuda) { /* columns in the cell's characters */
+    char *cols = ex_diag_columns(clean, label, m->code);
+    if (cols) {
+      free(clean);
+      clean = cols;
+    }
+  }
   if (r != EX_OK) {
     *replied = reply_compile_failure(r, clean ? clean : "");
     free(clean);
@@ -208,7 +293,7 @@ static void *compile_and_load(ex_t *ex, int cuda, const ex_cell_unit_t *u, const
   void *h = dlopen(so, RTLD_NOW | RTLD_GLOBAL);
   free(so);
   if (!h)
-    *replied = reply_load_failure(label);
+    *replied = reply_load_failure(label, u);
   return h;
 }
 
@@ -216,7 +301,7 @@ static void *compile_and_load(ex_t *ex, int cuda, const ex_cell_unit_t *u, const
  * replying with the error (*replied = what that reply returned). */
 static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *label,
                             ex_cell_unit_t *u, int *replied) {
-  char err[512] = "";
+  char err[2048] = "";
   const char *user = ex->flags.cflags ? ex->flags.cflags : "";
   /* The salt is what, besides the unit's text, decides the object: the
    * compilers and their flags. The -O0 choice (cell_cflags) follows from
@@ -232,22 +317,70 @@ static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *la
                                    m->timeit_stmt, salt, u, err, sizeof err);
   free(salt);
   if (r != EX_OK) {
-    char ev[600];
+    char ev[2100];
     snprintf(ev, sizeof ev, "%s: %s", label, err);
     *replied = ex_event_reply_error("CompileError", ev, NULL);
   }
   return r;
 }
 
+/* Statements (counted by `;`) in text. */
+static size_t count_statements(const char *text) {
+  size_t n = 0;
+  for (const char *p = text; p && (p = strchr(p, ';')) != NULL; p++)
+    n++;
+  return n;
+}
+
+/* The largest function of the cell, in statements: its functions' bodies
+ * and its run function (the top-level statements); *name gets the
+ * function's name (NULL for the run function). */
+static size_t largest_function(const ex_cell_unit_t *u, const char **name) {
+  size_t top = 0, most = 0;
+  *name = NULL;
+  for (size_t i = 0; i < u->split.count; i++) {
+    const ex_chunk_t *k = &u->split.chunks[i];
+    if (k->kind == EX_CHUNK_STATEMENT || k->kind == EX_CHUNK_EXPRESSION)
+      top += count_statements(k->text) + 1;
+    size_t n = k->kind == EX_CHUNK_FUNCTION ? count_statements(k->body) : 0;
+    if (n > most) {
+      most = n;
+      *name = k->name;
+    }
+  }
+  if (top > most) {
+    most = top;
+    *name = NULL;
+  }
+  return most;
+}
+
 /* The C flags of this cell (caller frees; NULL when out of memory). A
  * straight-line cell (no function, no loop) runs once and briefly: -O0
- * compiles it faster (measured: bench/kernel_latency.py) unless the user
- * chose flags (NBFORK_CFLAGS, or an -O in %cflags). */
+ * compiles it faster (measured: bench/kernel_latency.py); a function
+ * larger than EX_LARGE_FUNCTION_STATEMENTS gets -O1, said on stderr;
+ * neither when the user chose flags (NBFORK_CFLAGS, or an -O in %cflags). */
 static char *cell_cflags(const ex_t *ex, const ex_cell_unit_t *u) {
   const char *user = ex->flags.cflags ? ex->flags.cflags : "";
-  int quick = u->straight && ex->default_cflags && !strstr(user, "-O");
+  int chosen = !ex->default_cflags || strstr(user, "-O");
+  int quick = u->straight && !chosen;
+  const char *big = NULL;
+  size_t size = chosen || u->cxx ? 0 : largest_function(u, &big);
+  int large = !quick && size > EX_LARGE_FUNCTION_STATEMENTS;
+  if (large) {
+    fprintf(stderr,
+            "%s: %s%s%s has %zu statements (more than %d): compiled at -O1 instead of -O2, "
+            "whose compile time grows much faster with a function's size; %%cflags -O2 "
+            "overrides\n",
+            u->label, big ? "function '" : "the cell's top-level code", big ? big : "",
+            big ? "'" : "", size, EX_LARGE_FUNCTION_STATEMENTS);
+    fflush(stderr);
+  }
   char *cflags = NULL;
-  if (asprintf(&cflags, "%s %s", quick ? "-O0 " EX_CFLAGS_ALWAYS : ex->base_cflags, user) < 0)
+  const char *base = quick   ? "-O0 " EX_CFLAGS_ALWAYS
+                     : large ? "-O1 " EX_CFLAGS_ALWAYS
+                             : ex->base_cflags;
+  if (asprintf(&cflags, "%s %s", base, user) < 0)
     return NULL;
   return cflags;
 }
@@ -272,9 +405,12 @@ static int load_entry_points(ex_t *ex, const ex_magic_result_t *m, const ex_cell
                                ex->incdir, cflags);
   if (ep->launch)
     return 0;
-  void *h = compile_and_load(ex, m->cuda, u, label, cflags, replied);
+  void *h = compile_and_load(ex, m, u, label, cflags, replied);
   if (!h)
     return -1;
+  ex_objects_add(
+      ex->objects, h, u->tag,
+      ex_objects_may_unload(ex->cells, u, m->code, m->launch_call != NULL, m->timeit_stmt != NULL));
   ep->run = (void (*)(void))dlsym(h, u->run_symbol);
   ep->launch = u->has_launch ? (int (*)(void))dlsym(h, u->launch_symbol) : NULL;
   ep->timeit = u->has_timeit ? (void (*)(long))dlsym(h, u->timeit_symbol) : NULL;
@@ -307,6 +443,26 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
   return r;
 }
 
+/* Run the loaded cell: its statements, then its %timeit loop or its
+ * %launch. Returns what sending the reply returned. */
+static int run_loaded(ex_t *ex, const ex_magic_result_t *m, int count, const entry_points_t *ep) {
+  if (g_interrupted) {
+    check_cuda(ex, count);
+    return reply_interrupted();
+  }
+  ex_result_t r = ep->run ? call_interruptible(run_statements, (void *)&ep->run) : EX_OK;
+  fflush(stdout);
+  fflush(stderr);
+  check_cuda(ex, count);
+  if (r == EX_ERR_INTERRUPTED)
+    return g_exit_called ? reply_exit() : reply_interrupted();
+  if (ep->timeit)
+    return run_timeit(ex, m, count, ep->timeit);
+  if (!m->launch_call)
+    return ex_event_reply_ok(NULL);
+  return run_launch(ex, m, ep->launch);
+}
+
 int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   char label[32];
   snprintf(label, sizeof label, "cell[%d]", count);
@@ -325,19 +481,8 @@ int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   ex_cell_unit_free(&u);
   if (!loaded)
     return replied;
-  if (g_interrupted) {
-    check_cuda(ex, count);
-    return reply_interrupted();
-  }
-  ex_result_t r = ep.run ? call_interruptible(run_statements, &ep.run) : EX_OK;
-  fflush(stdout);
-  fflush(stderr);
-  check_cuda(ex, count);
-  if (r == EX_ERR_INTERRUPTED)
-    return reply_interrupted();
-  if (ep.timeit)
-    return run_timeit(ex, m, count, ep.timeit);
-  if (!m->launch_call)
-    return ex_event_reply_ok(NULL);
-  return run_launch(ex, m, ep.launch);
+  int sent = run_loaded(ex, m, count, &ep);
+  /* no cell code runs now: objects nothing names can go */
+  ex_objects_sweep(ex->objects, ex->cells);
+  return sent;
 }

@@ -18,15 +18,26 @@
 #include "ex_cell.h"
 #include "ex_compile.h"
 #include "ex_magic.h"
+#include "ex_objects.h"
 
 /* Flags every C cell gets by default: calling an undeclared function is
  * an error (C99 dropped implicit declarations; the link would otherwise
  * fail later, or call it with the wrong types). */
 #define EX_CFLAGS_ALWAYS "-Werror=implicit-function-declaration"
 
+/* A function (or the cell's run function: its top-level statements)
+ * with more statements than this compiles at -O1 instead of the default
+ * -O2: GCC's optimizer grows faster than linearly with a function's size
+ * (the issue's 20,000 generated statements: 224 s at -O2; 20,000 lines
+ * `a[i] = a[i-1] * 1.0001 + k;` on the 2-core reference machine: 38 s at
+ * -O2, 23 s at -O1, 4 s at -O0). The user's -O in %cflags, or
+ * NBFORK_CFLAGS, wins. */
+#define EX_LARGE_FUNCTION_STATEMENTS 2000
+
 /* The executor: everything that lives from one cell to the next. */
 typedef struct {
   ex_cell_state_t *cells;
+  ex_objects_t *objects; /* the cells' loaded shared objects (ex_objects.h) */
   ex_toolchain_t tc;
   ex_flags_t flags;
   char *base_cflags;  /* NBFORK_CFLAGS, or the default (ex_main.c setup) */

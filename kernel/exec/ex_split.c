@@ -209,6 +209,14 @@ static char *tk_text(const cx_t *c, size_t i) {
   return dup_range(c->src, c->t[i].start, c->t[i].end);
 }
 
+/* 1-based byte column of token i on its line. */
+static int tk_col(const cx_t *c, size_t i) {
+  size_t s = c->t[i].start, ls = s;
+  while (ls > 0 && c->src[ls - 1] != '\n')
+    ls--;
+  return (int)(s - ls) + 1;
+}
+
 /* Text from token a to token b inclusive, as in the source. */
 static char *tk_span(const cx_t *c, size_t a, size_t b) {
   return dup_range(c->src, c->t[a].start, c->t[b].end);
@@ -231,6 +239,11 @@ static const char *const kw_base[] = {"void",  "char",     "short",  "int",     
 static const char *const kw_statement[] = {"if",      "for",   "while",    "do",   "switch",
                                            "return",  "break", "continue", "goto", "case",
                                            "default", "else",  NULL};
+
+/* Keywords that are operators: `sizeof x` is an expression, never a
+ * declaration of `x` with type `sizeof`. */
+static const char *const kw_operator[] = {"sizeof",  "_Alignof", "__alignof__",
+                                          "alignof", "_Generic", NULL};
 
 static int in_list(const cx_t *c, size_t i, const char *const *list) {
   for (; *list; list++)
@@ -313,7 +326,7 @@ static size_t parse_specifiers(const cx_t *c, size_t a, size_t b, int *is_decl) 
       i++;
       continue;
     }
-    if (!have_base && c->t[i].kind == TK_IDENT) {
+    if (!have_base && c->t[i].kind == TK_IDENT && !in_list(c, i, kw_operator)) {
       /* A typedef name: known, or followed by something that can only
        * start a declarator (`T x`, `T *x =`, `T *x;`). */
       int known = is_type_name(c, i);
@@ -480,6 +493,8 @@ static int parse_declarators(const cx_t *c, ex_chunk_t *k, size_t d, size_t b) {
     if (eq != (size_t)-1 && eq + 1 < i) {
       dd->init = tk_span(c, eq + 1, i - 1);
       dd->init_braced = tk_is(c, eq + 1, "{");
+      dd->init_line = c->t[eq + 1].line;
+      dd->init_col = tk_col(c, eq + 1);
     }
     if (i < b && tk_is(c, i, ","))
       i++;
@@ -660,11 +675,14 @@ static void classify_specified(const cx_t *c, size_t a, size_t b, int last, ex_c
  * the cell. 0, or -1 when memory ran out. */
 static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) {
   k->line = c->t[a].line;
+  k->col = tk_col(c, a);
   k->text = tk_span(c, a, b);
   if (!k->text)
     return -1;
   k->doc = doc_comment(c->src, a ? c->t[a - 1].end : 0, c->t[a].start);
-  if (c->t[a].kind == TK_PREPROC)
+  if (c->t[a].kind == TK_PREPROC && a < b)
+    k->kind = EX_CHUNK_STATEMENT; /* pragmas, then their statement */
+  else if (c->t[a].kind == TK_PREPROC)
     classify_preproc(k);
   else if (c->cxx && is_cxx_verbatim(c, a, b))
     k->kind = EX_CHUNK_VERBATIM;
@@ -677,9 +695,30 @@ static int classify(const cx_t *c, size_t a, size_t b, int last, ex_chunk_t *k) 
   return 0;
 }
 
+/* A `#pragma` at token i directly followed by a statement (OpenMP's
+ * `#pragma omp parallel for`, `#pragma GCC unroll 4`): it belongs to
+ * that statement, as C says, so it runs with it in the run function. */
+static int pragma_heads_statement(const cx_t *c, size_t i) {
+  if (i + 1 >= c->n || c->t[i + 1].kind == TK_PREPROC)
+    return 0;
+  char *text = tk_text(c, i);
+  int pragma = text && ex_split_is_pragma(text);
+  free(text);
+  return pragma && (in_list(c, i + 1, kw_statement) || tk_is(c, i + 1, "{"));
+}
+
+/* The first token of the chunk that began at a, past the pragmas that
+ * head it. */
+static size_t chunk_head(const cx_t *c, size_t a, size_t i) {
+  while (a < i && c->t[a].kind == TK_PREPROC)
+    a++;
+  return a;
+}
+
 /* Does the `}` at index i (back to depth 0) end the chunk that began at
  * token a? See the rules at the top of the file. */
 static int brace_ends_chunk(const cx_t *c, size_t a, size_t i) {
+  a = chunk_head(c, a, i);
   if (tk_is(c, a, "typedef") || tk_is(c, a, "do"))
     return 0;
   if (i + 1 < c->n && tk_is(c, i + 1, "else"))
@@ -717,6 +756,7 @@ static int brace_ends_chunk(const cx_t *c, size_t a, size_t i) {
  * Not before an `else` (`if (x) a(); else b();`), and not inside a `do`
  * statement before its `while (...)`. */
 static int semi_ends_chunk(const cx_t *c, size_t a, size_t i) {
+  a = chunk_head(c, a, i);
   if (i + 1 < c->n && tk_is(c, i + 1, "else"))
     return 0;
   if (tk_is(c, a, "do")) {
@@ -751,7 +791,7 @@ ex_result_t ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ct
     int end = 0;
     if (c.t[i].kind == TK_PREPROC) {
       /* a directive inside a construct stays inside it */
-      end = i == a;
+      end = i == a && !pragma_heads_statement(&c, i);
     } else if (tk_is(&c, i, "(") || tk_is(&c, i, "[") || tk_is(&c, i, "{")) {
       depth++;
     } else if (tk_is(&c, i, ")") || tk_is(&c, i, "]") || tk_is(&c, i, "}")) {
@@ -811,10 +851,54 @@ void ex_split_free(ex_split_t *s) {
   s->count = 0;
 }
 
+int ex_split_is_pragma(const char *text) {
+  while (*text == ' ' || *text == '\t')
+    text++;
+  if (*text++ != '#')
+    return 0;
+  while (*text == ' ' || *text == '\t')
+    text++;
+  return !strncmp(text, "pragma", 6) && (text[6] == ' ' || text[6] == '\t' || !text[6]);
+}
+
 int ex_split_defines_function(const ex_split_t *sp, const char *name) {
   for (size_t i = 0; i < sp->count; i++)
     if (sp->chunks[i].kind == EX_CHUNK_FUNCTION && strcmp(sp->chunks[i].name, name) == 0)
       return 1;
+  return 0;
+}
+
+static int tk_word(const char *src, const tk_t *t, const char *w) {
+  size_t n = strlen(w);
+  return t->kind == TK_IDENT && t->end - t->start == n && !memcmp(src + t->start, w, n);
+}
+
+/* Does the source end where C requires a statement to follow: after
+ * `else`, `do`, or the `( ... )` head of if/for/while/switch (`if (1)`
+ * waits for its body, as Python's `if x:` does in IPython)? */
+static int wants_statement(const char *src, const tk_list_t *tl) {
+  if (!tl->n)
+    return 0;
+  const tk_t *t = &tl->v[tl->n - 1];
+  if (tk_word(src, t, "else") || tk_word(src, t, "do"))
+    return 1;
+  if (t->kind != TK_PUNCT || src[t->start] != ')')
+    return 0;
+  int depth = 0;
+  for (size_t j = tl->n; j-- > 0;) {
+    const tk_t *u = &tl->v[j];
+    if (u->kind != TK_PUNCT)
+      continue;
+    if (src[u->start] == ')')
+      depth++;
+    else if (src[u->start] == '(' && --depth == 0) {
+      if (j == 0)
+        return 0;
+      const tk_t *kw = &tl->v[j - 1];
+      return tk_word(src, kw, "if") || tk_word(src, kw, "for") || tk_word(src, kw, "while") ||
+             tk_word(src, kw, "switch");
+    }
+  }
   return 0;
 }
 
@@ -841,7 +925,7 @@ const char *ex_split_is_complete(const char *src) {
       }
     }
   }
-  if (depth > 0)
+  if (depth > 0 || (depth == 0 && !strcmp(r, "complete") && wants_statement(src, &tl)))
     r = "incomplete";
   /* a trailing backslash continues the line */
   size_t n = strlen(src);

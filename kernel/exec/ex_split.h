@@ -42,12 +42,16 @@ typedef struct {
   char *declarator; /* declarator text without initializer (`*p`)          */
   char *init;       /* initializer text without `=` (NULL when none)        */
   int init_braced;  /* initializer starts with `{` (kept as a static init)  */
+  int init_line;    /* cell line (1-based) where the initializer starts     */
+  int init_col;     /* its byte column (1-based) on that line               */
 } ex_declarator_t;
 
 typedef struct {
   ex_chunk_kind_t kind;
   char *text;             /* exact source text of the chunk                      */
   int line;               /* 1-based cell line where it starts                   */
+  int col;                /* 1-based byte column of its first token on that line
+                             (diagnostics keep the cell's columns: ex_cell.c)    */
   char *name;             /* FUNCTION/PROTOTYPE: function name; TYPE: key (the
                              typedef name or "struct tag"); PREPROC #define: the
                              macro name; else NULL                               */
@@ -84,6 +88,12 @@ typedef int (*ex_is_type_fn)(const char *name, void *ctx);
 ex_result_t ex_split(const char *src, int flags, ex_is_type_fn is_type, void *ctx, ex_split_t *out,
                      char *err, size_t errlen);
 void ex_split_free(ex_split_t *s);
+
+/* Is `text` a `#pragma` line (or starts with one)? A pragma right before
+ * a statement (`#pragma omp parallel for` before a `for`) is part of that
+ * statement's chunk; any other top-level pragma is a PREPROC chunk that
+ * acts on its own cell only (ex_cell_commit does not keep it). */
+int ex_split_is_pragma(const char *text);
 
 /* Is function `name` defined (with a body) in this split? */
 int ex_split_defines_function(const ex_split_t *sp, const char *name);

@@ -227,7 +227,7 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual(reply["status"], "error")
         self.assertEqual(reply["ename"], "LinkError")
         self.assertEqual(len(errors(outputs)), 1)
-        self.assertRegex(reply["evalue"], r"^cell\[\d+\]: undefined symbol: nowhere$")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]: undefined function: nowhere$")
         self.assertEqual(self.value("1 + 1"), "2")
 
     def test_crash_survival(self):
@@ -610,6 +610,215 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual(reply["ename"], "CompileError")
         self.assertIn("nvcc", reply["evalue"])
         self.assertEqual(len(errors(outputs)), 1)
+
+    # ---------------------- issue 13: where users push the cell engine
+
+    def error_of(self, code):
+        """Run a cell that must fail; returns its reply (one error shown)."""
+        reply, outputs, _, _ = self.run_cell(code)
+        self.assertEqual(reply["status"], "error", code)
+        self.assertEqual(len(errors(outputs)), 1, errors(outputs))
+        return reply
+
+    def test_type_redefinition_never_corrupts_memory(self):
+        # the issue's repro: cell 2 would let cell 3 write 64 bytes into a
+        # 4-byte global and over its neighbour
+        self.ok("struct S { int a; }; struct S gs = {42}; int neighbor = 7;")
+        reply = self.error_of("struct S { char name[64]; int a; };")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]: 'struct S' \(defined by cell\[\d+\]\)")
+        self.assertIn("gs (variable, cell[", reply["evalue"])
+        self.assertIn("restart the kernel", reply["evalue"])
+        reply = self.error_of("memset(gs.name, 'A', sizeof gs.name);")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertEqual(self.value("neighbor"), "7")
+        self.assertEqual(self.value("gs.a"), "42")
+        # the same text again (a re-run) is no redefinition
+        self.ok("struct S { int a; };")
+        # a typedef: the error names the cell that defined it and the cells
+        # of its users, a function among them
+        _, _, _, _ = self.run_cell("typedef int T1;")
+        reply, _, _, _ = self.run_cell("T1 tv = 3;\nint twice(T1 x) { return 2 * x; }")
+        self.assertEqual(reply["status"], "ok")
+        users_cell = reply["execution_count"]
+        reply = self.error_of("typedef double T1;")
+        self.assertRegex(reply["evalue"], r"'T1' \(defined by cell\[%d\]\)" % (users_cell - 1))
+        self.assertIn("tv (variable, cell[%d])" % users_cell, reply["evalue"])
+        self.assertIn("twice (function, cell[%d])" % users_cell, reply["evalue"])
+        # through another type: S_t names struct S
+        self.ok("typedef struct S S_t;\nS_t via_alias;")
+        reply = self.error_of("struct S { long a, b; };")
+        self.assertIn("via_alias (variable", reply["evalue"])
+        # redefining the users in the same cell is the way to change a type
+        self.ok("typedef double T1;\nT1 tv = 2.5;\nint twice(T1 x) { return (int)(2 * x); }")
+        self.assertEqual(self.value("tv"), "2.5")
+        self.assertEqual(self.value("twice(tv)"), "5")
+
+    def test_top_level_pragmas(self):
+        self.ok("%cflags -fopenmp")
+        self.ok("#include <omp.h>\nint hits[4];\nint threads_seen;")
+        # OpenMP: the pragma runs with the loop it heads
+        self.ok("#pragma omp parallel for\nfor (int i = 0; i < 4; i++) hits[i] = i + 1;")
+        self.assertEqual(self.value("hits[0] + hits[1] + hits[2] + hits[3]"), "10")
+        self.ok("#pragma omp parallel\n{\n#pragma omp atomic\n  threads_seen++;\n}")
+        self.assertEqual(self.value("threads_seen >= 1"), "1")
+        # ... and never breaks a later cell
+        self.assertEqual(self.value("int later = 5;\nlater * 2"), "10")
+        # GCC pragmas act on their own cell; errors point at the cell
+        self.ok('#pragma GCC diagnostic error "-Wpedantic"\nint q = 3;')
+        self.assertEqual(self.value("q + 1"), "4")
+        reply = self.error_of('#pragma GCC error "stop here"\nint never;')
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]:1:\d+: error: stop here")
+        self.assertNotIn("<nbfork>", "\n".join(reply["traceback"]))
+        self.assertEqual(self.value("1 + 2"), "3")
+
+    def test_error_columns_are_the_cells_characters(self):
+        # a global initializer: the `;` where an operand is missing
+        reply = self.error_of("int bad3 = 1 +;")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]:1:15: error: expected expression")
+        # a last-line expression: right after the `+`, not 12 columns on
+        reply = self.error_of("int v = 3;\nv +")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]:2:4: error: expected expression")
+        # code in a function, after two 2-byte characters: characters, not bytes
+        reply = self.error_of('int f(void) { /* \u00e9 */ return "\u00e9" + ; }')
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]:1:36: error: expected expression")
+        # a statement after another on its line, and a static initializer
+        reply = self.error_of("int ok1 = 1; ok1 = nothing_here;")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]:1:20: error: 'nothing_here' undeclared")
+        reply = self.error_of("int arr[2] = {1, missing_name};")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]:1:18: error: 'missing_name' undeclared")
+
+    def test_sizeof_without_parentheses_is_an_expression(self):
+        self.assertEqual(self.value("int x = 5;\nsizeof x"), "4")
+        self.assertEqual(self.value("sizeof x * 2"), "8")
+
+    def test_is_complete_waits_for_the_body_of_if(self):
+        for code, want in [("if (1)", "incomplete"), ("for (int i = 0; i < 3; i++)", "incomplete"),
+                           ("while (x > 0)", "incomplete"), ("if (1) x = 2; else", "incomplete"),
+                           ("if (1) x = 2;", "complete"), ("f(1)", "complete"),
+                           ("do { x--; } while (x > 0);", "complete")]:
+            self.assertEqual(self.shell(self.kc.is_complete(code))["status"], want, code)
+
+    def test_link_error_names_a_variable_as_a_variable(self):
+        reply = self.error_of("extern int nowhere_var;\nnowhere_var")
+        self.assertEqual(reply["ename"], "LinkError")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]: undefined variable: nowhere_var$")
+        self.assertIn("variable 'nowhere_var'", "\n".join(reply["traceback"]))
+        self.assertNotIn("function", "\n".join(reply["traceback"]))
+        self.assertEqual(self.value("1 + 1"), "2")
+
+    def test_exit_in_a_cell_is_not_a_crash(self):
+        self.ok("int kept = 11;")
+        reply, outputs, _, _ = self.run_cell(
+            '#include <stdio.h>\n#include <stdlib.h>\nprintf("before\\n");\nexit(0);\n'
+            'printf("after\\n");')
+        self.assertEqual(reply["ename"], "SystemExit")
+        self.assertIn("exit(0)", reply["evalue"])
+        self.assertNotIn("crash", reply["evalue"] + "\n".join(reply["traceback"]))
+        self.assertEqual(stream_text(outputs), "before\n")
+        # the executor lived: earlier state is there
+        self.assertEqual(self.value("kept"), "11")
+        reply = self.error_of("exit(3);")
+        self.assertIn("exit(3)", reply["evalue"])
+        # a child the cell forks still exits for real
+        self.assertEqual(self.value('#include <sys/wait.h>\n#include <unistd.h>\n'
+                                    'int st; pid_t pid = fork();\n'
+                                    'if (pid == 0) exit(5);\nwaitpid(pid, &st, 0);\n'
+                                    'WEXITSTATUS(st)'), "5")
+
+    def test_large_function_compiles_at_lower_optimization(self):
+        n = 2500
+        body = "\n".join("  a[%d] = a[%d] * 3 + %d;" % (i, i - 1, i % 7) for i in range(1, n))
+        code = "int a[%d];\nint big(void) {\n  a[0] = 1;\n%s\n  return a[%d];\n}" % (n, body, n - 1)
+        outputs = self.ok(code, timeout=240)
+        note = stream_text(outputs, "stderr")
+        # n - 1 assignments, a[0] = 1 and the return
+        self.assertIn("function 'big' has %d statements" % (n + 1), note)
+        self.assertIn("compiled at -O1 instead of -O2", note)
+        self.assertIn("%cflags -O2 overrides", note)
+        # the user's -O wins, and nothing is said
+        self.ok("%cflags -O0")
+        outputs = self.ok(code.replace("big(", "big2("), timeout=240)
+        self.assertEqual(stream_text(outputs, "stderr"), "")
+
+    def maps(self):
+        """Memory maps of the executor now (a cell reads /proc/self/maps)."""
+        return int(self.value(
+            '#include <stdio.h>\nint __maps = 0;\n'
+            '{ FILE *f = fopen("/proc/self/maps", "r"); int ch;\n'
+            '  while ((ch = fgetc(f)) != EOF) __maps += ch == \'\\n\'; fclose(f); }\n'
+            '__maps'))
+
+    def test_long_notebook_unloads_superseded_objects(self):
+        self.ok("int x = -1;")
+        self.ok("int *px = &x;")  # binds x's first object: it must stay mapped
+        self.ok("int sq(int v) { return v * v; }\nint call_sq(void) { return sq(3); }")
+        before = self.maps()
+        cells = 150
+        for i in range(cells):
+            self.ok("int x = %d;" % i)  # each supersedes the one before
+            self.ok("x + %d;" % i)      # defines nothing: unloaded once run
+        after = self.maps()
+        # every object kept would cost about 5 maps: 2 * 150 cells kept
+        # would add over 1,000
+        self.assertLess(after - before, 60, (before, after))
+        self.assertEqual(self.value("x"), str(cells - 1))
+        # references through symbols keep what they refer to
+        self.assertEqual(self.value("*px"), "-1")
+        self.ok("int sq(int v) { return v + 1; }")
+        self.assertEqual(self.value("call_sq()"), "9")
+        self.assertEqual(self.value("sq(3)"), "4")
+
+    def test_inspect_table_symbol_under_cursor(self):
+        self.ok("/* A 2-D point. */\ntypedef struct { int x, y; } point_t;\n"
+                "/* Squares v. */\nint sq(int v) { return v * v; }\nint count = 3;")
+        # (code, cursor, substring the answer must hold, substring it must not)
+        table = [
+            ("sq", 2, "int sq(int v)", None),
+            ("sq(count", 8, "int count", "int sq"),        # the argument, not the callee
+            ("sq(3", 4, "int sq(int v)", None),            # inside the call: the callee
+            ("point_t p;", 3, "A 2-D point.", None),
+            ("printf", 3, "printf (stdio.h)", "acc_print"),  # libc's, not the runtime's
+            ("printf", 3, "int printf (const char", None),
+            ("memcpy", 2, "memcpy (string.h)", None),
+            ("acc_print", 5, "acc_print (nbfork.h)", None),  # the runtime's own
+            ("f(n", 3, None, None),                        # a parameter name in a header is no declaration
+        ]
+        for code, cursor, want, unwanted in table:
+            reply = self.shell(self.kc.inspect(code, cursor))
+            self.assertEqual(reply["status"], "ok", code)
+            if want is None:
+                self.assertFalse(reply["found"], (code, reply.get("data")))
+                continue
+            self.assertTrue(reply["found"], code)
+            text = reply["data"]["text/plain"]
+            self.assertIn(want, text, code)
+            if unwanted:
+                self.assertNotIn(unwanted, text, code)
+        # the user's own definition wins over libc's
+        self.ok("/* Mine. */\nint abs(int v) { return v < 0 ? -v : v; }")
+        text = self.shell(self.kc.inspect("abs", 2))["data"]["text/plain"]
+        self.assertIn("Mine.", text)
+
+    def test_complete_magics_and_headers(self):
+        reply = self.shell(self.kc.complete("%cf", 3))
+        self.assertEqual(reply["matches"], ["%cflags"])
+        self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (0, 3))
+        reply = self.shell(self.kc.complete("int a;\n%", 8))
+        for m in ["%launch", "%timeit", "%who", "%%cuda"]:
+            self.assertIn(m, reply["matches"])
+        self.assertEqual(reply["cursor_start"], 7)
+        reply = self.shell(self.kc.complete("#include <stdi", 14))
+        self.assertIn("stdio.h", reply["matches"])
+        self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (10, 14))
+        reply = self.shell(self.kc.complete("#include <sys/wa", 16))
+        self.assertIn("sys/wait.h", reply["matches"])
+        reply = self.shell(self.kc.complete("#include <nbf", 13))
+        self.assertIn("nbfork.h", reply["matches"])
+        # a `%` inside C is the modulo operator: C names complete
+        self.ok("int my_mod = 7;")
+        reply = self.shell(self.kc.complete("10 % my_m", 9))
+        self.assertEqual(reply["matches"], ["my_mod"])
 
 
 if __name__ == "__main__":

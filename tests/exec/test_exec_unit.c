@@ -20,8 +20,10 @@
 #include "../common/nbf_test.h"
 #include "ex_cell.h"
 #include "ex_compile.h"
+#include "ex_decl.h"
 #include "ex_diag.h"
 #include "ex_jit.h"
+#include "ex_objects.h"
 #include "ex_split.h"
 #include "ex_timeit.h"
 #include "nbf_buf.h"
@@ -379,6 +381,14 @@ NBF_TEST(split_is_complete) {
   ASSERT_EQ_STR(ex_split_is_complete("#define M(a) \\"), "incomplete");
   ASSERT_EQ_STR(ex_split_is_complete("}"), "invalid");
   ASSERT_EQ_STR(ex_split_is_complete("int x = 1;)"), "invalid");
+  /* a control statement's head waits for its body */
+  static const char *const wait[] = {"if (1)", "for (int i = 0; i < n; i++)\n", "switch (k)",
+                                     "if (a) b(); else"};
+  for (size_t i = 0; i < sizeof wait / sizeof *wait; i++)
+    ASSERT_EQ_STR(ex_split_is_complete(wait[i]), "incomplete");
+  static const char *const done[] = {"if (1) x = 2;", "g(f(1))", "x = (y)"};
+  for (size_t i = 0; i < sizeof done / sizeof *done; i++)
+    ASSERT_EQ_STR(ex_split_is_complete(done[i]), "complete");
 }
 
 NBF_TEST(split_cxx_cuda_cell) {
@@ -461,7 +471,8 @@ NBF_TEST(cell_versioned_symbols) {
   ASSERT_CONTAINS(u.source, label_of("g", u.tag));
   ASSERT_CONTAINS(u.source, "#line 1 \"cell[1]\"");
   ASSERT_CONTAINS(u.source, u.run_symbol);
-  ASSERT_CONTAINS(u.source, "__nbf_show((sq(g)));");
+  /* the expression on a line of its own, at its cell line and column */
+  ASSERT_CONTAINS(u.source, "#line 2 \"cell[1]\"\n__nbf_show((\nsq(g)));");
   ASSERT_NOT_CONTAINS(u.source, "@NBFTAG@");
   /* the run function is extern "C" for %%cuda (C++) units */
   ASSERT_CONTAINS(u.source, "#ifdef __cplusplus\nextern \"C\"\n#endif\nvoid __nbf_run_");
@@ -612,19 +623,30 @@ NBF_TEST(cell_initializers) {
   /* non-constant initializer: assigned when the cell runs */
   snprintf(want, sizeof want, "float *w __asm__(\"w__c%s\");", u.tag);
   ASSERT_CONTAINS(u.source, want);
-  ASSERT_CONTAINS(u.source,
-                  "{ __typeof__(w) __nbf_init = malloc(4 * sizeof(float)); w = __nbf_init; }");
+  /* initializers stand at their cell line and column (diagnostics) */
+  ASSERT_CONTAINS(u.source, "{ __typeof__(w) __nbf_init =\n#line 1 \"cell[1]\"\n"
+                            "           malloc(4 * sizeof(float)); w = __nbf_init; }");
   /* braced list: static, and reset when the cached object runs again */
-  snprintf(want, sizeof want, "int a[2] __asm__(\"a__c%s\") = {1, 2};", u.tag);
+  snprintf(want, sizeof want,
+           "int a[2] __asm__(\"a__c%s\") =\n#line 2 \"cell[1]\"\n"
+           "           {1, 2};",
+           u.tag);
   ASSERT_CONTAINS(u.source, want);
-  ASSERT_CONTAINS(u.source, "static const __typeof__(a) __nbf_i = {1, 2};");
+  ASSERT_CONTAINS(u.source, "static const __typeof__(a) __nbf_i =\n#line 2 \"cell[1]\"\n"
+                            "           {1, 2}; __builtin_memcpy");
   ASSERT_CONTAINS(u.source, "__builtin_memset((void *)&n, 0, sizeof n);");
   ASSERT_CONTAINS(u.source, "if (__nbf_ran++) {");
   /* const objects: static initializers, never reset */
-  snprintf(want, sizeof want, "const int k __asm__(\"k__c%s\") = 3;", u.tag);
+  snprintf(want, sizeof want,
+           "const int k __asm__(\"k__c%s\") =\n#line 4 \"cell[1]\"\n"
+           "              3;",
+           u.tag);
   ASSERT_CONTAINS(u.source, want);
   ASSERT_NOT_CONTAINS(u.source, "&k");
-  snprintf(want, sizeof want, "char *const fixed __asm__(\"fixed__c%s\") = \"x\";", u.tag);
+  snprintf(want, sizeof want,
+           "char *const fixed __asm__(\"fixed__c%s\") =\n#line 6 \"cell[1]\"\n"
+           "                    \"x\";",
+           u.tag);
   ASSERT_CONTAINS(u.source, want);
   /* a pointer to const is assignable: assigned at run time */
   ASSERT_CONTAINS(u.source, "msg = __nbf_init;");
@@ -1252,4 +1274,166 @@ NBF_TEST(timeit_autorange_and_runs) {
   volatile sig_atomic_t stop = 1;
   ASSERT_EQ(ex_timeit_run(sleep_loop, 4, 2, &stop, &r), EX_ERR_INTERRUPTED);
   ASSERT_EQ(r.runs, 0);
+}
+
+/* ------------------------------------------------------ issue 13 cases */
+
+NBF_TEST(split_sizeof_without_parentheses_is_an_expression) {
+  ex_split_t sp;
+  char err[128];
+  ASSERT_EQ(ex_split("sizeof x", 0, NULL, NULL, &sp, err, sizeof err), EX_OK);
+  ASSERT_EQ(sp.count, 1);
+  ASSERT_EQ(sp.chunks[0].kind, EX_CHUNK_EXPRESSION);
+  ex_split_free(&sp);
+}
+
+NBF_TEST(split_columns_of_chunks_and_initializers) {
+  ex_split_t sp;
+  char err[128];
+  ASSERT_EQ(ex_split("int a = 1; int b =\n  a + 2;", 0, NULL, NULL, &sp, err, sizeof err), EX_OK);
+  ASSERT_EQ(sp.count, 2);
+  ASSERT_EQ(sp.chunks[1].col, 12);
+  ASSERT_EQ(sp.chunks[1].decls[0].init_line, 2);
+  ASSERT_EQ(sp.chunks[1].decls[0].init_col, 3);
+  ex_split_free(&sp);
+}
+
+NBF_TEST(split_pragma_heads_its_statement) {
+  ex_split_t sp;
+  char err[128];
+  ASSERT_EQ(ex_split("int v[4];\n#pragma omp parallel for\nfor (int i = 0; i < 4; i++) v[i] = i;\n"
+                     "#pragma GCC optimize(\"O3\")\nint w;",
+                     0, NULL, NULL, &sp, err, sizeof err),
+            EX_OK);
+  ASSERT_EQ(sp.count, 4);
+  ASSERT_EQ(sp.chunks[1].kind, EX_CHUNK_STATEMENT);
+  ASSERT_CONTAINS(sp.chunks[1].text, "#pragma omp parallel for\nfor");
+  ASSERT_EQ(sp.chunks[2].kind, EX_CHUNK_PREPROC);
+  ASSERT_EQ(ex_split_is_pragma(sp.chunks[2].text), 1);
+  ASSERT_EQ(ex_split_is_pragma("#include <omp.h>"), 0);
+  ex_split_free(&sp);
+}
+
+NBF_TEST(cell_pragma_stays_in_its_cell) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u = gen(&c, "#pragma GCC diagnostic error \"-Wconversion\"\nint z;", 1);
+  ex_cell_unit_t v = gen(&c, "z", 0);
+  ASSERT_NOT_CONTAINS(v.source, "#pragma");
+  ex_cell_unit_free(&u);
+  ex_cell_unit_free(&v);
+  ex_cell_state_destroy(&c.st);
+}
+
+NBF_TEST(cell_type_redefinition_refused_naming_users) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u = gen(&c, "struct S { int a; }; struct S gs = {42}; int neighbor = 7;", 1);
+  ex_cell_unit_t f = gen(&c, "int get_a(struct S *p) { return p->a; }", 1);
+  ex_cell_unit_t v;
+  char err[1024] = "";
+  ASSERT_EQ(ex_cell_generate(c.st, "struct S { char name[64]; int a; };", 0, "cell[3]", NULL, NULL,
+                             "", &v, err, sizeof err),
+            EX_ERR_REDEFINED);
+  ASSERT_CONTAINS(err, "'struct S' (defined by cell[1])");
+  ASSERT_CONTAINS(err, "gs (variable, cell[1])");
+  ASSERT_CONTAINS(err, "get_a (function, cell[2])");
+  ASSERT_NOT_CONTAINS(err, "neighbor");
+  /* the same text, or the users redefined with it, is fine */
+  ex_cell_unit_t w = gen(&c, "struct S {  int a;  };", 0);
+  ex_cell_unit_t x =
+      gen(&c, "struct S { long a; };\nstruct S gs;\nlong get_a(struct S *p) { return p->a; }", 0);
+  ex_cell_unit_free(&u);
+  ex_cell_unit_free(&f);
+  ex_cell_unit_free(&w);
+  ex_cell_unit_free(&x);
+  ex_cell_state_destroy(&c.st);
+}
+
+NBF_TEST(diag_columns_count_characters) {
+  /* "é" is 2 bytes: byte column 9 on line 2 is character column 8 */
+  char *d = ex_diag_columns("cell[4]:2:9: error: x\nother:2:9: note\n", "cell[4]",
+                            "int a;\nx = \"\xc3\xa9\" +;");
+  ASSERT_NOT_NULL(d);
+  ASSERT_EQ_STR(d, "cell[4]:2:8: error: x\nother:2:9: note\n");
+  free(d);
+}
+
+NBF_TEST(objects_may_unload_rules) {
+  cells_t c = cells_new();
+  ex_cell_unit_t m = gen(&c, "#define GREETING 1", 1);
+  static const struct {
+    const char *code;
+    int may;
+  } cases[] = {{"int x = 5;", 1},
+               {"x + 1;", 1},
+               {"const char *s = \"lit\";", 0},
+               {"int *p = &x;", 0},
+               {"int arr[3];", 0},
+               {"{ static int n; n++; }", 0},
+               {"int f(void) { return 1; }", 0},
+               {"int g = GREETING;", 0},
+               {"int h = MY_MACRO;", 0},
+               {"void *q = NULL;", 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ex_cell_unit_t u = gen(&c, cases[i].code, 0);
+    if (ex_objects_may_unload(c.st, &u, cases[i].code, 0, 0) != cases[i].may)
+      NBF_TEST_FAIL("may_unload(%s) != %d", cases[i].code, cases[i].may);
+    /* %launch and %timeit cells stay */
+    ASSERT_EQ(ex_objects_may_unload(c.st, &u, cases[i].code, 1, 0), 0);
+    ASSERT_EQ(ex_objects_may_unload(c.st, &u, cases[i].code, 0, 1), 0);
+    ex_cell_unit_free(&u);
+  }
+  ex_cell_unit_free(&m);
+  ex_cell_state_destroy(&c.st);
+}
+
+NBF_TEST(decl_find_top_level_only) {
+  const char *h = "#ifdef __cplusplus\nextern \"C\" {\n#endif\n"
+                  "/* Like printf(3), on rank 0. */\nint acc_print(const char *fmt, ...);\n"
+                  "/* Copies n bytes. */\nvoid copy(void *dst, size_t n);\n"
+                  "typedef struct {\n  int size;\n} box_t;\n"
+                  "// Two lines\n// of doc.\n#define LIMIT 10\n"
+                  "extern int printf (const char *__restrict __format, ...);\n";
+  char *d = ex_decl_find(h, "acc_print");
+  ASSERT_NOT_NULL(d);
+  ASSERT_EQ_STR(d, "/* Like printf(3), on rank 0. */\nint acc_print(const char *fmt, ...);");
+  free(d);
+  /* the word in a comment is not printf's declaration; the real one is */
+  d = ex_decl_find(h, "printf");
+  ASSERT_NOT_NULL(d);
+  ASSERT_CONTAINS(d, "extern int printf (const char");
+  ASSERT_NOT_CONTAINS(d, "acc_print");
+  free(d);
+  /* a parameter and a member are no declarations */
+  ASSERT_NULL(ex_decl_find(h, "n"));
+  ASSERT_NULL(ex_decl_find(h, "size"));
+  d = ex_decl_find(h, "box_t");
+  ASSERT_NOT_NULL(d);
+  ASSERT_EQ_STR(d, "typedef struct {\n  int size;\n} box_t;");
+  free(d);
+  d = ex_decl_find(h, "LIMIT");
+  ASSERT_NOT_NULL(d);
+  ASSERT_EQ_STR(d, "// Two lines\n// of doc.\n#define LIMIT 10");
+  free(d);
+}
+
+NBF_TEST(objects_sweep_closes_what_nothing_names) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u = gen(&c, "int x = 1;", 1);
+  ex_objects_t *o = ex_objects_new();
+  ASSERT_NOT_NULL(o);
+  /* the main program's handle: dlclose on it unmaps nothing */
+  ASSERT_EQ(ex_objects_add(o, dlopen(NULL, RTLD_NOW), u.tag, 1), 0); /* named by x */
+  ASSERT_EQ(ex_objects_add(o, dlopen(NULL, RTLD_NOW), "0123456789abcdef", 1), 0);
+  ASSERT_EQ(ex_objects_add(o, dlopen(NULL, RTLD_NOW), "fedcba9876543210", 0), 0);
+  ASSERT_EQ(ex_objects_sweep(o, c.st), 1);
+  ASSERT_EQ(ex_objects_count(o), 2);
+  /* x redefined by another cell: its first object goes too */
+  ex_cell_unit_t v = gen(&c, "int x = 2;", 1);
+  ASSERT_EQ(ex_objects_sweep(o, c.st), 1);
+  ASSERT_EQ(ex_objects_count(o), 1);
+  ex_objects_destroy(&o);
+  ASSERT_NULL(o);
+  ex_cell_unit_free(&u);
+  ex_cell_unit_free(&v);
+  ex_cell_state_destroy(&c.st);
 }

@@ -1,0 +1,37 @@
+/*
+ * ex_cell_state_impl.h — the registry's insides, shared by the files
+ * that implement it (ex_cell_state.c: entries and the prelude;
+ * ex_cell_types.c: the type redefinition check). Not for other modules:
+ * they use ex_cell.h.
+ */
+#ifndef EX_CELL_STATE_IMPL_H
+#define EX_CELL_STATE_IMPL_H
+
+#include <stddef.h>
+
+#include "ex_cell.h"
+
+typedef struct {
+  char *key;   /* "sym:NAME", "type:NAME", "macro:NAME", "proto:NAME", "pp:TEXT" */
+  char *text;  /* what the prelude of later cells contains for it */
+  char *decl;  /* as shown by inspect (NULL for "pp:" entries) */
+  char *doc;   /* doc comment or NULL */
+  char *label; /* defining cell */
+  const char *kind;
+  char *uses; /* the text whose type names it depends on: a function's whole
+                 definition, a variable's type and declarator, a type's
+                 definition (NULL for the rest) */
+} entry_t;
+
+struct ex_cell_state {
+  entry_t *entries; /* prelude, in order of first definition */
+  size_t n, cap;
+  char **typedefs; /* names that are types, for the splitter */
+  size_t ntypedefs;
+};
+
+/* Does the cell split as `sp` define `key` ("sym:x", "type:struct S",
+ * ...), so that earlier prelude text for it is left out? */
+int ex_cell_state_defines(const ex_split_t *sp, const char *key);
+
+#endif
