@@ -507,4 +507,7 @@ void acc_log_flush(acc_t *acc);
 }
 #endif
 
+/* The Trainer (Transformers' names) on the API above. */
+#include "nbf_trainer.h"
+
 #endif /* NBFORK_H */

@@ -182,6 +182,9 @@ typedef struct {
 void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v);
 /* Set the scalars of `o` (lr, ..., t). */
 void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
+/* Forget the registered object `name` (the Trainer's state, when the
+ * Trainer is destroyed before the accelerator); no-op when absent. */
+void acc__unregister_for_checkpointing(acc_t *acc, const char *name);
 /* Layer sizes of `m`: *nlayers layers, sizes[0..nlayers]. */
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
 /* The RNG of `acc`, or the process-wide one when acc is NULL. */
