@@ -187,6 +187,12 @@ acc_result_t acc_trainer_save_checkpoint(acc_trainer_t *tr) {
   char dir[PATH_MAX];
   snprintf(dir, sizeof dir, "%s/checkpoint-%ld", tr->args.output_dir, tr->state.global_step);
   state_to_loop(tr);
+  /* the loss sums are used only averaged over ranks, and the checkpoint
+   * keeps the main process's loop state: store the averages */
+  double sums[2] = {tr->loop.tr_loss, tr->loop.total_loss};
+  ACC_CHECK(acc_all_reduce(tr->acc, sums, 2, ACC_F64, ACC_AVG));
+  tr->loop.tr_loss = sums[0];
+  tr->loop.total_loss = sums[1];
   ACC_CHECK(acc_save_state(tr->acc, dir, tr->model->mlp, tr->opt));
   if (tr->state.best_global_step > 0) /* the best one is on disk: saved now or earlier */
     snprintf(tr->state.best_model_checkpoint, sizeof tr->state.best_model_checkpoint,

@@ -122,7 +122,7 @@ static void flow_on_step(acc_trainer_t *tr) {
     c->should_save = 1;
   if (s >= st->max_steps) {
     c->should_training_stop = 1;
-    if (strcmp(a->save_strategy, "no"))
+    if (!strcmp(a->save_strategy, "steps")) /* the final state, unless an epoch save follows */
       c->should_save = 1;
   }
 }
