@@ -41,6 +41,35 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------ */
+/* Embedding (nn.Embedding) with NEFTune                                */
+/* ------------------------------------------------------------------ */
+
+/* nn.Embedding(num_embeddings, embedding_dim) whose weight (num × dim f32,
+ * row-major) and gradient live in the caller's buffers (a model's flat
+ * buffers), initialized N(0, 1) from the accelerator's RNG as torch does.
+ * max_tokens bounds the tokens of one forward. `acc` may be NULL. NULL on
+ * bad sizes or no memory (the reason in acc_last_error(acc)). */
+typedef struct acc_embedding acc_embedding_t;
+acc_embedding_t *acc_embedding_new(acc_t *acc, float *weight, float *grad, int num_embeddings,
+                                   int embedding_dim, int max_tokens);
+void acc_embedding_destroy(acc_embedding_t **e_p);
+/* The rows of `tokens` ids (int64, sequences of seq_len tokens each) into
+ * an output of tokens × embedding_dim f32 owned by the layer (valid until
+ * the next forward). With training != 0 and a NEFTune alpha > 0, uniform
+ * noise in [-alpha/sqrt(seq_len × dim), +alpha/sqrt(seq_len × dim)] is
+ * added (transformers' neftune_post_forward_hook; Jain et al. 2023) from
+ * the accelerator's RNG. NULL on an id out of range or too many tokens. */
+const float *acc_embedding_forward(acc_embedding_t *e, const int64_t *ids, int tokens, int seq_len,
+                                   int training);
+/* ADD the gradient of the last forward's output (`dout`, tokens × dim)
+ * into the weight gradient rows of its ids (the noise is additive: its
+ * gradient is the identity). */
+void acc_embedding_backward(acc_embedding_t *e, const float *dout);
+/* NEFTune's alpha (0 = off; negative ignored). The Trainer sets it from
+ * neftune_noise_alpha on the model's input_embeddings while it trains. */
+void acc_embedding_set_neftune_noise_alpha(acc_embedding_t *e, double alpha);
+
+/* ------------------------------------------------------------------ */
 /* The model interface                                                  */
 /* ------------------------------------------------------------------ */
 
@@ -85,6 +114,8 @@ typedef struct {
   int (*backward)(void *self);
   void (*predict)(void *self, int64_t *pred);
   acc_mlp_t *mlp;
+  /* get_input_embeddings(): the layer NEFTune adds noise to, or NULL */
+  acc_embedding_t *input_embeddings;
   void *owned; /* what acc_mlp_model allocated (acc_model_release frees it); NULL for yours */
 } acc_model_t;
 
@@ -138,7 +169,7 @@ typedef struct {
   char log_level[16];                /* debug|info|warning|error|critical|passive; "passive" */
   char log_level_replica[16];        /* "warning" */
   int log_on_each_node;              /* true */
-  double neftune_noise_alpha;        /* 0 = None (not implemented: must stay 0) */
+  double neftune_noise_alpha;        /* 0 = None; needs the model's input_embeddings */
   char optim[32];                    /* sgd | adamw; "adamw" */
   char optim_args[256];              /* "momentum=0.9" for sgd; "" */
   char optim_target_modules[256];    /* "" (GaLore only, not implemented) */

@@ -229,11 +229,11 @@ acc_result_t acc_training_args_validate(const acc_training_args_t *a) {
                    "min_lr=X or min_lr_rate=X");
   if (a->adam_beta1 >= 1 || a->adam_beta2 >= 1)
     return invalid("--adam_beta1 and --adam_beta2 must be below 1");
-  if (a->neftune_noise_alpha != 0 || (strcmp(a->optim, "sgd") && strcmp(a->optim, "adamw")))
+  if (strcmp(a->optim, "sgd") && strcmp(a->optim, "adamw"))
     return acc__set_error(NULL, ACC_ERR_UNSUPPORTED,
-                          "--optim %s / --neftune_noise_alpha %g: only sgd and adamw without "
-                          "NEFTune are built in this version of the Trainer",
-                          a->optim, a->neftune_noise_alpha);
+                          "--optim %s: only sgd and adamw are built in this version of the "
+                          "Trainer (galore_adamw, lomo and adalomo are not yet)",
+                          a->optim);
   if (a->max_steps <= 0 && a->num_train_epochs <= 0)
     return invalid("--num_train_epochs must be > 0 when --max_steps is not set");
   return ACC_OK;

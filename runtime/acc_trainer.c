@@ -55,6 +55,11 @@ static acc_result_t check_inputs(acc_t *acc, const acc_training_args_t *args, ac
                             "acc_trainer_new: the %s dataset is empty or its dim (%d) is not the "
                             "model's input_dim (%d)",
                             i ? "eval" : "train", ds[i]->dim, model->input_dim);
+  if (args->neftune_noise_alpha > 0 && !model->input_embeddings)
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                          "--neftune_noise_alpha %g: the model has no input_embeddings (NEFTune "
+                          "adds noise to an acc_embedding_t's outputs)",
+                          args->neftune_noise_alpha);
   if (acc->accum_steps != args->gradient_accumulation_steps)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                           "acc_trainer_new: the accelerator accumulates %d micro-steps but "

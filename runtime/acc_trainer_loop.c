@@ -257,12 +257,15 @@ acc_result_t acc_trainer_train(acc_trainer_t *tr) {
   if (tr->bar && tr->loop.global_step)
     acc_progress_update(tr->bar, (size_t)tr->loop.global_step, NULL);
   tr->control.should_training_stop = tr->loop.global_step >= tr->state.max_steps;
+  /* _activate_neftune for the training loop only */
+  acc_embedding_set_neftune_noise_alpha(tr->model->input_embeddings, tr->args.neftune_noise_alpha);
   TR_FIRE(tr, on_train_begin, NULL);
   while (!tr->control.should_training_stop && tr->loop.epoch_index < tr->state.num_train_epochs)
     ACC_CHECK_GOTO(run_epoch(tr, s), out);
   acc_progress_destroy(&tr->bar);
   r = finish(tr, t0);
 out:
+  acc_embedding_set_neftune_noise_alpha(tr->model->input_embeddings, 0.0);
   acc_progress_destroy(&tr->bar);
   acc_sampler_destroy(&s);
   return r;

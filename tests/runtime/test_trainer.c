@@ -15,6 +15,9 @@
  *                         best; load_best_model_at_end loads it
  *   early_stopping_stops  EarlyStoppingCallback's patience and threshold
  *   log_levels N          per-rank log levels in a 2-process run
+ *   neftune               NEFTune's noise within alpha/sqrt(L·d) in training,
+ *                         none in evaluation or after training; the
+ *                         embedding's gradient rows
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -551,6 +554,107 @@ static int log_levels_body(int rank, int world, void *arg) {
 NBF_TEST_P(log_levels) {
   rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(0)), .deadline_s = 60};
   ASSERT_EQ(rt_spawn(&o, log_levels_body, NULL, NULL), 0);
+}
+
+/* ----------------------------------------------------------- NEFTune */
+
+#define V 10
+#define D 8
+#define L 4
+typedef struct {
+  float w[V * D], g[V * D];
+  acc_embedding_t *emb;
+  double max_noise[2]; /* [training]: largest |output - weight row| seen */
+  int calls[2];
+} emb_model_t;
+
+static float emb_forward(void *self, const float *x, const int64_t *y, int batch, int training) {
+  (void)y;
+  emb_model_t *m = self;
+  int64_t ids[8 * L] = {0};
+  for (int i = 0; i < batch * L; i++)
+    ids[i] = (int64_t)x[i] % V;
+  const float *out = acc_embedding_forward(m->emb, ids, batch * L, L, training);
+  if (!out)
+    return NAN;
+  double loss = 0;
+  for (int t = 0; t < batch * L; t++)
+    for (int k = 0; k < D; k++) {
+      double noise = fabs((double)out[t * D + k] - (double)m->w[ids[t] * D + k]);
+      if (noise > m->max_noise[training != 0])
+        m->max_noise[training != 0] = noise;
+      loss += out[t * D + k];
+    }
+  m->calls[training != 0]++;
+  return (float)(loss / (batch * L * D));
+}
+static int emb_backward(void *self) {
+  emb_model_t *m = self;
+  float dout[8 * L * D];
+  for (int i = 0; i < 8 * L * D; i++)
+    dout[i] = 1.0f;
+  acc_embedding_backward(m->emb, dout);
+  return 0;
+}
+
+NBF_TEST(neftune) {
+  char dir[64];
+  tmpdir(dir, sizeof dir);
+  static float tok[N * L];
+  static int64_t lab[N];
+  for (int i = 0; i < N * L; i++)
+    tok[i] = (float)(i * 7 % V);
+  acc_training_args_t a;
+  eval_args(&a, dir);
+  set(&a, "save_strategy", "no");
+  set(&a, "max_steps", "4");
+  set(&a, "eval_steps", "2");
+  set(&a, "logging_steps", "2");
+  set(&a, "learning_rate", "0");
+  set(&a, "neftune_noise_alpha", "5");
+  acc_t *acc = acc_trainer_accelerator_new(&a);
+  emb_model_t *m = calloc(1, sizeof *m);
+  m->emb = acc_embedding_new(acc, m->w, m->g, V, D, 8 * L);
+  ASSERT_NOT_NULL(m->emb);
+  acc_tensor_info_t t = {"embed_tokens.weight", 0, V, D};
+  acc_model_t model = {.self = m, .params = m->w, .grads = m->g, .num_params = V * D,
+                       .tensors = &t, .num_tensors = 1, .input_dim = L,
+                       .forward_loss = emb_forward, .backward = emb_backward,
+                       .predict = um_predict, .input_embeddings = m->emb};
+  acc_dataset_t ds = {tok, lab, N, L};
+  acc_trainer_t *tr = acc_trainer_new(acc, &a, &model, &ds, &ds);
+  ASSERT_NOT_NULL(tr);
+  ASSERT_OK(acc, acc_trainer_train(tr));
+  const double bound = 5.0 / sqrt((double)L * D);
+  ASSERT_EQ(m->calls[1], 4);
+  ASSERT_GT(m->calls[0], 0);
+  printf("largest noise in training %.4f (bound %.4f), in evaluation %g\n", m->max_noise[1],
+         bound, m->max_noise[0]);
+  ASSERT_DBL_LE(m->max_noise[1], bound * (1 + 1e-6));
+  ASSERT_DBL_LT(bound * 0.5, m->max_noise[1]); /* 4 × 8·4·8 draws: the noise spans the range */
+  ASSERT_NEAR(m->max_noise[0], 0.0, 0);
+  /* after train() NEFTune is off even for a training forward */
+  m->max_noise[1] = 0;
+  ASSERT_TRUE(!isnan(emb_forward(m, tok, lab, 8, 1)));
+  ASSERT_NEAR(m->max_noise[1], 0.0, 0);
+  /* backward: each output row's gradient lands in its id's row (ids of
+   * the first 8 samples: i*7 % 10 for i < 32, each id 3 or 4 times) */
+  memset(m->g, 0, sizeof m->g);
+  emb_backward(m);
+  int count[V] = {0};
+  for (int i = 0; i < 8 * L; i++)
+    count[(i * 7 % V)]++;
+  for (int v = 0; v < V; v++)
+    ASSERT_NEAR(m->g[v * D], (double)count[v], 0);
+  /* a model without input_embeddings cannot take NEFTune */
+  acc_trainer_destroy(&tr);
+  model.input_embeddings = NULL;
+  ASSERT_NULL(acc_trainer_new(acc, &a, &model, &ds, &ds));
+  ASSERT_CONTAINS(acc_last_error(acc), "neftune_noise_alpha");
+  acc_embedding_destroy(&m->emb);
+  free(m);
+  acc_destroy(&acc);
+  rm_rf(dir);
 }
 
 NBF_TEST_MAIN()
