@@ -130,6 +130,32 @@ acc_result_t acc_mlp_model(acc_mlp_t *m, acc_model_t *out);
 void acc_model_release(acc_model_t *model);
 
 /* ------------------------------------------------------------------ */
+/* GaLore (optim = "galore_adamw")                                      */
+/* ------------------------------------------------------------------ */
+
+/* GaLoreAdamW (Zhao et al. 2024; galore_torch, projector "std") over the
+ * model's flat buffers: the 2-D tensors whose name contains one of the
+ * comma-separated `target_modules` get gradients projected to rank
+ * min(rank, rows, cols) by an SVD (LAPACK sgesvd) every update_proj_gap
+ * steps, Adam moments in that space, the update projected back times
+ * `scale`; the other parameters get the same Adam step unprojected;
+ * weight decay p -= lr·weight_decay·p after the update (galore_torch).
+ * With `acc`, the state (step, projectors, moments) is registered for
+ * checkpointing. NULL on bad arguments, no target found, or no memory
+ * (the reason in acc_last_error(acc)). */
+typedef struct acc_galore acc_galore_t;
+acc_galore_t *acc_galore_new(acc_t *acc, const acc_model_t *model, const char *target_modules,
+                             int rank, int update_proj_gap, float scale, float lr, float beta1,
+                             float beta2, float eps, float weight_decay);
+/* One step from the model's gradient buffer (already averaged and
+ * unscaled). Errors: BACKEND (sgesvd failed). */
+acc_result_t acc_galore_step(acc_galore_t *g);
+void acc_galore_set_lr(acc_galore_t *g, float lr);
+/* Bytes of optimizer state (projectors and moments). */
+size_t acc_galore_state_bytes(const acc_galore_t *g);
+void acc_galore_destroy(acc_galore_t **g_p);
+
+/* ------------------------------------------------------------------ */
 /* TrainingArguments                                                    */
 /* ------------------------------------------------------------------ */
 

@@ -229,11 +229,14 @@ acc_result_t acc_training_args_validate(const acc_training_args_t *a) {
                    "min_lr=X or min_lr_rate=X");
   if (a->adam_beta1 >= 1 || a->adam_beta2 >= 1)
     return invalid("--adam_beta1 and --adam_beta2 must be below 1");
-  if (strcmp(a->optim, "sgd") && strcmp(a->optim, "adamw"))
+  if (!strcmp(a->optim, "lomo") || !strcmp(a->optim, "adalomo"))
     return acc__set_error(NULL, ACC_ERR_UNSUPPORTED,
-                          "--optim %s: only sgd and adamw are built in this version of the "
-                          "Trainer (galore_adamw, lomo and adalomo are not yet)",
+                          "--optim %s: not built in this version of the Trainer (sgd, adamw and "
+                          "galore_adamw are)",
                           a->optim);
+  if (!strcmp(a->optim, "galore_adamw") && !a->optim_target_modules[0])
+    return invalid("--optim galore_adamw needs --optim_target_modules (names of the layers to "
+                   "project, e.g. layers.0)");
   if (a->max_steps <= 0 && a->num_train_epochs <= 0)
     return invalid("--num_train_epochs must be > 0 when --max_steps is not set");
   return ACC_OK;

@@ -7,10 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "acc_internal.h"
+#include "acc_trainer_internal.h"
 
-/* The value of `key=` in a "k=v, k=v" text, or NaN when absent. */
-static double kwarg(const char *text, const char *key) {
+double tr_kwarg(const char *text, const char *key) {
   size_t n = strlen(key);
   for (const char *p = text; (p = strstr(p, key)) != NULL; p += n) {
     int starts = p == text || p[-1] == ' ' || p[-1] == ',';
@@ -48,14 +47,14 @@ double acc_lr_lambda(const acc_training_args_t *a, long step, long warmup, long 
     return f > 0.0 ? f : 0.0;
   }
   if (!strcmp(t, "cosine_with_min_lr")) {
-    double rate = kwarg(a->lr_scheduler_kwargs, "min_lr_rate");
+    double rate = tr_kwarg(a->lr_scheduler_kwargs, "min_lr_rate");
     if (isnan(rate))
-      rate = kwarg(a->lr_scheduler_kwargs, "min_lr") / a->learning_rate;
+      rate = tr_kwarg(a->lr_scheduler_kwargs, "min_lr") / a->learning_rate;
     double f = 0.5 * (1.0 + cos(M_PI * 0.5 * 2.0 * progress(step, warmup, total)));
     return f * (1.0 - rate) + rate; /* NaN without min_lr / min_lr_rate */
   }
   if (!strcmp(t, "inverse_sqrt")) {
-    double ts = kwarg(a->lr_scheduler_kwargs, "timescale");
+    double ts = tr_kwarg(a->lr_scheduler_kwargs, "timescale");
     if (isnan(ts))
       ts = warmup ? (double)warmup : 10000.0;
     if (step < warmup)

@@ -24,10 +24,9 @@ static acc_optim_t *make_optimizer(acc_trainer_t *tr) {
   const acc_training_args_t *a = &tr->args;
   acc_model_t *m = tr->model;
   if (!strcmp(a->optim, "sgd")) {
-    double momentum = 0.0;
-    const char *p = strstr(a->optim_args, "momentum=");
-    if (p)
-      momentum = strtod(p + 9, NULL);
+    double momentum = tr_kwarg(a->optim_args, "momentum");
+    if (isnan(momentum))
+      momentum = 0.0;
     return acc_sgd_new(m->params, m->grads, m->num_params, (float)a->learning_rate,
                        (float)momentum, (float)a->weight_decay);
   }
@@ -93,7 +92,18 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
   tr->preds = malloc((size_t)maxb * sizeof(int64_t));
   if (!tr->xb || !tr->yb || !tr->preds)
     goto oom;
-  if (!(tr->opt = make_optimizer(tr))) {
+  if (!strcmp(args->optim, "galore_adamw")) {
+    /* Transformers' defaults: rank 128, update_proj_gap 200, scale 0.25 */
+    double rank = tr_kwarg(args->optim_args, "rank"), gap = tr_kwarg(args->optim_args, "update_proj_gap"),
+           scale = tr_kwarg(args->optim_args, "scale");
+    tr->galore = acc_galore_new(acc, model, args->optim_target_modules, isnan(rank) ? 128 : (int)rank,
+                                isnan(gap) ? 200 : (int)gap, isnan(scale) ? 0.25f : (float)scale,
+                                (float)args->learning_rate, (float)args->adam_beta1,
+                                (float)args->adam_beta2, (float)args->adam_epsilon,
+                                (float)args->weight_decay);
+    if (!tr->galore)
+      goto fail;
+  } else if (!(tr->opt = make_optimizer(tr))) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_trainer_new: cannot create optimizer %s",
                    args->optim);
     goto fail;
@@ -120,6 +130,7 @@ void acc_trainer_destroy(acc_trainer_t **tr_p) {
   if (!tr->model->mlp)
     acc__unregister_for_checkpointing(tr->acc, "trainer.params");
   acc_optim_destroy(&tr->opt);
+  acc_galore_destroy(&tr->galore);
   acc_progress_destroy(&tr->bar);
   free(tr->state.log_history);
   free(tr->xb);

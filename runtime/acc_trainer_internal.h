@@ -33,7 +33,8 @@ struct acc_trainer {
   acc_training_args_t args;
   acc_model_t *model;
   const acc_dataset_t *train, *eval;
-  acc_optim_t *opt;
+  acc_optim_t *opt;      /* sgd, adamw */
+  acc_galore_t *galore; /* galore_adamw */
   acc_trainer_state_t state;
   acc_trainer_control_t control;
   acc_trainer_callback_t cbs[TR_MAX_CALLBACKS];
@@ -53,6 +54,10 @@ struct acc_trainer {
   int64_t *yb, *preds;    /* max batch */
   acc_progress_t *bar;
 };
+
+/* The number after `key=` in a "k=v, k=v" text (optim_args,
+ * lr_scheduler_kwargs), or NaN when absent (acc_sched.c). */
+double tr_kwarg(const char *text, const char *key);
 
 /* Events (acc_callbacks.c): call `which` (an offset into
  * acc_trainer_callback_t) of every callback in order. */

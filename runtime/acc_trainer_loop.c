@@ -66,16 +66,28 @@ static double clip_grad_norm(float *g, size_t n, double max_norm) {
 /* The optimizer step of a sync micro-step. */
 static acc_result_t optimizer_step(acc_trainer_t *tr) {
   acc_model_t *m = tr->model;
-  if (acc_unscale_gradients(tr->acc, m->grads, m->num_params) < 0)
+  int finite = acc_unscale_gradients(tr->acc, m->grads, m->num_params);
+  if (finite < 0)
     return ACC_ERR_BACKEND;
   tr->loop.grad_norm = clip_grad_norm(m->grads, m->num_params, tr->args.max_grad_norm);
-  if (acc_optim_step(tr->acc, tr->opt) == 1) {
+  int stepped;
+  if (tr->galore) { /* GradScaler's step and update around GaLore's step */
+    if (finite)
+      ACC_CHECK(acc_galore_step(tr->galore));
+    acc_update_loss_scale(tr->acc, !finite);
+    memset(m->grads, 0, m->num_params * sizeof(float));
+    stepped = finite;
+  } else {
+    stepped = acc_optim_step(tr->acc, tr->opt) == 1;
+    acc_optim_zero_grad(tr->acc, tr->opt);
+  }
+  if (stepped) {
     tr->loop.sched_step++;
     tr->lr = tr->args.learning_rate *
              acc_lr_lambda(&tr->args, (long)tr->loop.sched_step, tr->warmup, tr->state.max_steps);
     acc_optim_set_lr(tr->opt, (float)tr->lr);
+    acc_galore_set_lr(tr->galore, (float)tr->lr);
   }
-  acc_optim_zero_grad(tr->acc, tr->opt);
   return ACC_OK;
 }
 
@@ -251,6 +263,7 @@ acc_result_t acc_trainer_train(acc_trainer_t *tr) {
   tr->lr = tr->args.learning_rate * acc_lr_lambda(&tr->args, (long)tr->loop.sched_step,
                                                   tr->warmup, tr->state.max_steps);
   acc_optim_set_lr(tr->opt, (float)tr->lr);
+  acc_galore_set_lr(tr->galore, (float)tr->lr);
   log_start(tr);
   if (!tr->args.disable_tqdm && acc_is_main_process(tr->acc))
     tr->bar = acc_progress_new(tr->acc, "train", (size_t)tr->state.max_steps);

@@ -8,13 +8,18 @@
  *   grad_clipping         clip by global norm and the logged grad_norm
  *   checkpoint_layout     checkpoint-<step>/ folders, their files and
  *                         trainer_state.json's fields
- *   resume_bitexact N     a run stopped at a checkpoint and resumed by new
- *                         processes ends bit for bit as an uninterrupted
- *                         one (N = 1: SGD; N = 2: AdamW, fp16, accumulation)
+ *   resume_bitexact N [OPTIM]  a run stopped at a checkpoint and resumed by
+ *                         new processes ends bit for bit as an uninterrupted
+ *                         one (N = 1: SGD; N = 2: AdamW, fp16, accumulation;
+ *                         OPTIM galore_adamw: GaLore's projectors and moments)
  *   rotation_keeps_best   save_total_limit deletes the oldest but never the
  *                         best; load_best_model_at_end loads it
  *   early_stopping_stops  EarlyStoppingCallback's patience and threshold
  *   log_levels N          per-rank log levels in a 2-process run
+ *   galore_reference      GaLore's projected AdamW steps against a reference
+ *                         built here from known singular vectors (right and
+ *                         left projections, the projector refreshed every
+ *                         update_proj_gap steps), and its state memory
  *   neftune               NEFTune's noise within alpha/sqrt(L·d) in training,
  *                         none in evaluation or after training; the
  *                         embedding's gradient rows
@@ -243,7 +248,12 @@ static int resume_body(int rank, int world, void *arg) {
   acc_training_args_init(&a);
   set(&a, "output_dir", r->dir);
   set(&a, "optim", r->optim);
-  set(&a, "optim_args", "momentum=0.9");
+  if (!strcmp(r->optim, "galore_adamw")) { /* step 4's projector serves the resumed steps 6-7 */
+    set(&a, "optim_args", "rank=2, update_proj_gap=4, scale=0.5");
+    set(&a, "optim_target_modules", "layers.0");
+  } else {
+    set(&a, "optim_args", "momentum=0.9");
+  }
   set(&a, "learning_rate", "0.05");
   set(&a, "lr_scheduler_type", "cosine");
   set(&a, "warmup_steps", "2");
@@ -300,10 +310,11 @@ static size_t slurp(const char *path, unsigned char *buf, size_t cap) {
 
 NBF_TEST_P(resume_bitexact) {
   int world = atoi(nbf_test_arg(0));
+  const char *optim = nbf_test_argc > 1 ? nbf_test_arg(1) : world > 1 ? "adamw" : "sgd";
   char tmp[64];
   tmpdir(tmp, sizeof tmp);
-  run_t r = {.max_steps = 9, .precision = world > 1 ? "fp16" : "no",
-             .optim = world > 1 ? "adamw" : "sgd", .accum = world > 1 ? 2 : 1};
+  run_t r = {.max_steps = 9, .precision = world > 1 ? "fp16" : "no", .optim = optim,
+             .accum = world > 1 ? 2 : 1};
   rt_spawn_opts_t o = {.world = world, .deadline_s = 90};
   snprintf(r.dir, sizeof r.dir, "%s/straight", tmp);
   snprintf(r.out, sizeof r.out, "%s/straight.bin", tmp);
@@ -554,6 +565,125 @@ static int log_levels_body(int rank, int world, void *arg) {
 NBF_TEST_P(log_levels) {
   rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(0)), .deadline_s = 60};
   ASSERT_EQ(rt_spawn(&o, log_levels_body, NULL, NULL), 0);
+}
+
+/* ------------------------------------------------------------ GaLore */
+
+/* Parameters: W1 6×4 (rows >= cols: right projection), W2 3×5 (left),
+ * bias 3 (not projected). Gradients: sums of rank-1 terms of orthonormal
+ * vectors, so the top singular vectors are known. */
+#define GN (24 + 15 + 3)
+static const double S6 = 2.449489742783178, S5 = 2.23606797749979, S2 = 1.4142135623730951;
+
+static void outer(float *g, const double *u, int m, const double *v, int n, double s) {
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++)
+      g[i * n + j] += (float)(s * u[i] * v[j]);
+}
+
+typedef struct {
+  double m[GN], v[GN];
+} gl_ref_t;
+
+/* One GaLoreAdamW step of the reference: p[] (double) from grads g with
+ * rank-1 projectors pr (right, for W1: a 4-vector) and pl (left, for W2:
+ * a 3-vector). */
+static void gl_ref_step(gl_ref_t *st, double *p, const float *g, const double *pr,
+                        const double *pl, int t, double lr, double scale) {
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  double ss = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
+  double R[6], N1[6], C[5], N2[5];
+  for (int i = 0; i < 6; i++) { /* R = G1 P^T */
+    R[i] = 0;
+    for (int j = 0; j < 4; j++)
+      R[i] += g[i * 4 + j] * pr[j];
+    st->m[i] = b1 * st->m[i] + (1 - b1) * R[i];
+    st->v[i] = b2 * st->v[i] + (1 - b2) * R[i] * R[i];
+    N1[i] = st->m[i] / (sqrt(st->v[i]) + eps);
+  }
+  for (int i = 0; i < 6; i++)
+    for (int j = 0; j < 4; j++)
+      p[i * 4 + j] -= ss * scale * N1[i] * pr[j];
+  for (int j = 0; j < 5; j++) { /* C = P^T G2 */
+    C[j] = 0;
+    for (int i = 0; i < 3; i++)
+      C[j] += pl[i] * g[24 + i * 5 + j];
+    st->m[6 + j] = b1 * st->m[6 + j] + (1 - b1) * C[j];
+    st->v[6 + j] = b2 * st->v[6 + j] + (1 - b2) * C[j] * C[j];
+    N2[j] = st->m[6 + j] / (sqrt(st->v[6 + j]) + eps);
+  }
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 5; j++)
+      p[24 + i * 5 + j] -= ss * scale * pl[i] * N2[j];
+  for (int k = 39; k < GN; k++) {
+    st->m[11 + k - 39] = b1 * st->m[11 + k - 39] + (1 - b1) * g[k];
+    st->v[11 + k - 39] = b2 * st->v[11 + k - 39] + (1 - b2) * g[k] * g[k];
+    p[k] -= ss * st->m[11 + k - 39] / (sqrt(st->v[11 + k - 39]) + eps);
+  }
+}
+
+static void galore_case(int gap) {
+  const double a1[6] = {1 / S6, 1 / S6, 1 / S6, 1 / S6, 1 / S6, 1 / S6},
+               a2[6] = {1 / S6, -1 / S6, 1 / S6, -1 / S6, 1 / S6, -1 / S6},
+               b1[4] = {0.5, 0.5, 0.5, 0.5}, b2[4] = {0.5, -0.5, 0.5, -0.5},
+               c1[3] = {1 / 3.0, 2 / 3.0, 2 / 3.0}, c2[3] = {2 / 3.0, 1 / 3.0, -2 / 3.0},
+               d1[5] = {1 / S5, 1 / S5, 1 / S5, 1 / S5, 1 / S5}, d2[5] = {1 / S2, -1 / S2, 0, 0, 0};
+  static float params[GN], grads[GN];
+  double ref[GN];
+  for (int k = 0; k < GN; k++)
+    ref[k] = params[k] = 0.01f * (float)(k % 7);
+  acc_tensor_info_t t[3] = {{"mlp.up.weight", 0, 6, 4}, {"mlp.down.weight", 24, 3, 5},
+                            {"mlp.down.bias", 39, 3, 1}};
+  acc_model_t m = {.params = params, .grads = grads, .num_params = GN, .tensors = t,
+                   .num_tensors = 3};
+  acc_galore_t *g = acc_galore_new(NULL, &m, "mlp", 1, gap, 0.25f, 0.01f, 0.9f, 0.999f, 1e-8f, 0);
+  ASSERT_NOT_NULL(g);
+  /* rank 1: P (4 + 3) + moments of R and C (6 + 5) + the bias's (2 × 3) */
+  ASSERT_EQ(acc_galore_state_bytes(g), (7 + 2 * 11 + 6) * sizeof(float));
+  gl_ref_t st = {0};
+  for (int step = 1; step <= 2; step++) {
+    memset(grads, 0, sizeof grads);
+    /* step 2 swaps the dominant directions: only a refreshed projector follows */
+    outer(grads, step == 1 ? a1 : a2, 6, step == 1 ? b1 : b2, 4, 3.0);
+    outer(grads, step == 1 ? a2 : a1, 6, step == 1 ? b2 : b1, 4, 1.0);
+    outer(grads + 24, step == 1 ? c1 : c2, 3, step == 1 ? d1 : d2, 5, 2.0);
+    outer(grads + 24, step == 1 ? c2 : c1, 3, step == 1 ? d2 : d1, 5, 0.5);
+    for (int k = 39; k < GN; k++)
+      grads[k] = 0.1f * (float)(k - 38) * (step == 1 ? 1.0f : -1.0f);
+    float gcopy[GN];
+    memcpy(gcopy, grads, sizeof gcopy);
+    int fresh = step == 1 || step % gap == 0;
+    ASSERT_OK(NULL, acc_galore_step(g));
+    gl_ref_step(&st, ref, gcopy, fresh && step == 2 ? b2 : b1, fresh && step == 2 ? c2 : c1, step,
+                0.01, 0.25);
+    for (int k = 0; k < GN; k++)
+      if (fabs(params[k] - ref[k]) > 1e-6)
+        NBF_TEST_FAIL("gap %d step %d parameter %d: %.9g, reference %.9g", gap, step, k,
+                      params[k], ref[k]);
+  }
+  acc_galore_destroy(&g);
+}
+
+NBF_TEST(galore_reference) {
+  galore_case(1);   /* the projector follows the new dominant directions */
+  galore_case(100); /* the projector of step 1 is kept */
+  /* rank 64 on the Fashion-MNIST MLP against AdamW's two moments */
+  const int sizes[] = {784, 256, 10};
+  acc_mlp_t *mlp = acc_mlp_new(NULL, sizes, 2, 8);
+  acc_model_t m;
+  ASSERT_OK(NULL, acc_mlp_model(mlp, &m));
+  acc_galore_t *g = acc_galore_new(NULL, &m, "layers", 64, 200, 0.25f, 1e-3f, 0.9f, 0.999f, 1e-8f, 0);
+  ASSERT_NOT_NULL(g);
+  /* layers.0.weight 256×784: P 256×64, moments 2 × 64×784; layers.1.weight
+   * 10×256: rank 10, P 10×10, moments 2 × 10×256; biases: 2 × 266 */
+  size_t want = (256 * 64 + 2 * 64 * 784) + (10 * 10 + 2 * 10 * 256) + 2 * 266;
+  ASSERT_EQ(acc_galore_state_bytes(g), want * sizeof(float));
+  printf("GaLore rank 64 state %zu bytes, AdamW %zu bytes\n", acc_galore_state_bytes(g),
+         2 * m.num_params * sizeof(float));
+  ASSERT_NULL(acc_galore_new(NULL, &m, "attention", 64, 200, 0.25f, 1e-3f, 0.9f, 0.999f, 1e-8f, 0));
+  acc_galore_destroy(&g);
+  acc_model_release(&m);
+  acc_mlp_destroy(&mlp);
 }
 
 /* ----------------------------------------------------------- NEFTune */
