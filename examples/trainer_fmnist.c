@@ -113,5 +113,7 @@ int trainer_fmnist_run(int argc, char **argv) {
 }
 
 #ifndef TRAINER_FMNIST_NO_MAIN
-int main(int argc, char **argv) { return trainer_fmnist_run(argc, argv); }
+int main(int argc, char **argv) {
+  return trainer_fmnist_run(argc, argv);
+}
 #endif

@@ -164,45 +164,45 @@ void acc_galore_destroy(acc_galore_t **g_p);
  * acc_training_args_set so they are checked. "Unset" for Transformers'
  * None is said per field. */
 typedef struct {
-  char output_dir[512];              /* "trainer_output" */
-  double learning_rate;              /* 5e-5 */
-  int per_device_train_batch_size;   /* 8 */
-  int per_device_eval_batch_size;    /* 8 */
-  double num_train_epochs;           /* 3.0 */
-  long max_steps;                    /* -1; > 0 overrides num_train_epochs */
-  double weight_decay;               /* 0.0 (applied to every parameter) */
-  double adam_beta1, adam_beta2;     /* 0.9, 0.999 */
-  double adam_epsilon;               /* 1e-8 */
-  double warmup_steps;               /* 0; an integer, or a ratio of max_steps below 1 */
-  char lr_scheduler_type[32];        /* linear, cosine, cosine_with_min_lr,
-                                      * constant, constant_with_warmup, inverse_sqrt */
-  char lr_scheduler_kwargs[128];     /* "min_lr_rate=0.1" or "min_lr=1e-6" (cosine_with_min_lr),
-                                      * "timescale=N" (inverse_sqrt); "" */
-  char eval_strategy[16];            /* no | steps | epoch; "no" */
-  char save_strategy[16];            /* no | steps | epoch | best; "steps" */
-  char logging_strategy[16];         /* no | steps | epoch; "steps" */
-  double eval_steps;                 /* 0 = logging_steps; below 1 = ratio of max_steps */
-  double save_steps;                 /* 500; below 1 = ratio */
-  double logging_steps;              /* 500; below 1 = ratio */
-  int save_total_limit;              /* -1 = unlimited (None) */
-  int load_best_model_at_end;        /* false */
-  char metric_for_best_model[64];    /* "" = None ("loss" with load_best_model_at_end) */
-  int greater_is_better;             /* -1 = None: true unless the metric ends in "loss" */
-  int gradient_accumulation_steps;   /* 1 */
-  double max_grad_norm;              /* 1.0; 0 = no clipping */
-  long long seed;                    /* 42 */
-  char mixed_precision[8];           /* no | fp16 | bf16; "no" */
-  char log_level[16];                /* debug|info|warning|error|critical|passive; "passive" */
-  char log_level_replica[16];        /* "warning" */
-  int log_on_each_node;              /* true */
-  double neftune_noise_alpha;        /* 0 = None; needs the model's input_embeddings */
-  char optim[32];                    /* sgd | adamw; "adamw" */
-  char optim_args[256];              /* "momentum=0.9" for sgd; "" */
-  char optim_target_modules[256];    /* "" (GaLore only, not implemented) */
-  char resume_from_checkpoint[512];  /* "" = no; "true" = latest checkpoint-N; or a path */
-  int early_stopping_patience;       /* 0 = no EarlyStoppingCallback */
-  double early_stopping_threshold;   /* 0.0 */
-  int disable_tqdm;                  /* false: a progress bar on the main process */
+  char output_dir[512];             /* "trainer_output" */
+  double learning_rate;             /* 5e-5 */
+  int per_device_train_batch_size;  /* 8 */
+  int per_device_eval_batch_size;   /* 8 */
+  double num_train_epochs;          /* 3.0 */
+  long max_steps;                   /* -1; > 0 overrides num_train_epochs */
+  double weight_decay;              /* 0.0 (applied to every parameter) */
+  double adam_beta1, adam_beta2;    /* 0.9, 0.999 */
+  double adam_epsilon;              /* 1e-8 */
+  double warmup_steps;              /* 0; an integer, or a ratio of max_steps below 1 */
+  char lr_scheduler_type[32];       /* linear, cosine, cosine_with_min_lr,
+                                     * constant, constant_with_warmup, inverse_sqrt */
+  char lr_scheduler_kwargs[128];    /* "min_lr_rate=0.1" or "min_lr=1e-6" (cosine_with_min_lr),
+                                     * "timescale=N" (inverse_sqrt); "" */
+  char eval_strategy[16];           /* no | steps | epoch; "no" */
+  char save_strategy[16];           /* no | steps | epoch | best; "steps" */
+  char logging_strategy[16];        /* no | steps | epoch; "steps" */
+  double eval_steps;                /* 0 = logging_steps; below 1 = ratio of max_steps */
+  double save_steps;                /* 500; below 1 = ratio */
+  double logging_steps;             /* 500; below 1 = ratio */
+  int save_total_limit;             /* -1 = unlimited (None) */
+  int load_best_model_at_end;       /* false */
+  char metric_for_best_model[64];   /* "" = None ("loss" with load_best_model_at_end) */
+  int greater_is_better;            /* -1 = None: true unless the metric ends in "loss" */
+  int gradient_accumulation_steps;  /* 1 */
+  double max_grad_norm;             /* 1.0; 0 = no clipping */
+  long long seed;                   /* 42 */
+  char mixed_precision[8];          /* no | fp16 | bf16; "no" */
+  char log_level[16];               /* debug|info|warning|error|critical|passive; "passive" */
+  char log_level_replica[16];       /* "warning" */
+  int log_on_each_node;             /* true */
+  double neftune_noise_alpha;       /* 0 = None; needs the model's input_embeddings */
+  char optim[32];                   /* sgd | adamw; "adamw" */
+  char optim_args[256];             /* "momentum=0.9" for sgd; "" */
+  char optim_target_modules[256];   /* "" (GaLore only, not implemented) */
+  char resume_from_checkpoint[512]; /* "" = no; "true" = latest checkpoint-N; or a path */
+  int early_stopping_patience;      /* 0 = no EarlyStoppingCallback */
+  double early_stopping_threshold;  /* 0.0 */
+  int disable_tqdm;                 /* false: a progress bar on the main process */
 } acc_training_args_t;
 
 /* Transformers' defaults (listed above). Cannot fail. */
@@ -232,8 +232,14 @@ acc_result_t acc_training_args_parse(acc_training_args_t *args, int argc, char *
 acc_result_t acc_training_args_validate(const acc_training_args_t *args);
 
 /* Python logging levels, as Transformers' log_level takes them. */
-enum { ACC_LOG_PASSIVE = -1, ACC_LOG_DEBUG = 10, ACC_LOG_INFO = 20, ACC_LOG_WARNING = 30,
-       ACC_LOG_ERROR = 40, ACC_LOG_CRITICAL = 50 };
+enum {
+  ACC_LOG_PASSIVE = -1,
+  ACC_LOG_DEBUG = 10,
+  ACC_LOG_INFO = 20,
+  ACC_LOG_WARNING = 30,
+  ACC_LOG_ERROR = 40,
+  ACC_LOG_CRITICAL = 50
+};
 
 /* TrainingArguments.get_process_log_level: log_level on the main process
  * (local rank 0 with log_on_each_node, else global rank 0), log_level_replica
@@ -291,8 +297,8 @@ double acc_metrics_get(const acc_metrics_t *m, const char *name);
 typedef void (*acc_compute_metrics_fn)(const int64_t *preds, const int64_t *labels, size_t n,
                                        acc_metrics_t *out, void *user);
 /* A compute_metrics giving "accuracy". */
-void acc_accuracy_metric(const int64_t *preds, const int64_t *labels, size_t n,
-                         acc_metrics_t *out, void *user);
+void acc_accuracy_metric(const int64_t *preds, const int64_t *labels, size_t n, acc_metrics_t *out,
+                         void *user);
 
 /* ------------------------------------------------------------------ */
 /* TrainerState, TrainerControl, callbacks                              */
@@ -364,8 +370,8 @@ void acc_trainer_set_compute_metrics(acc_trainer_t *tr, acc_compute_metrics_fn f
  * training_step runs compute_loss, divides by gradient_accumulation_steps
  * and backward, and returns the (undivided) loss; prediction_step fills
  * preds and returns the loss without gradients. */
-typedef float (*acc_compute_loss_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,
-                                     int batch, int training, void *user);
+typedef float (*acc_compute_loss_fn)(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
+                                     int training, void *user);
 typedef float (*acc_training_step_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,
                                       int batch, void *user);
 typedef float (*acc_prediction_step_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,

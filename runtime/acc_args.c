@@ -26,8 +26,10 @@ typedef struct {
 } arg_def_t;
 
 #define F(name, type, choices, min)                                                                \
-  {#name, type, offsetof(acc_training_args_t, name), sizeof(((acc_training_args_t *)0)->name),     \
-   choices, min}
+  {                                                                                                \
+#name, type, offsetof(acc_training_args_t, name), sizeof(((acc_training_args_t *)0)->name),    \
+        choices, min                                                                               \
+  }
 #define LEVELS "debug|info|warning|error|critical|passive"
 #define SCHEDULERS "linear|cosine|cosine_with_min_lr|constant|constant_with_warmup|inverse_sqrt"
 
@@ -224,7 +226,8 @@ acc_result_t acc_training_args_validate(const acc_training_args_t *a) {
   if ((!strcmp(a->save_strategy, "best") || a->early_stopping_patience > 0) && eval_no)
     return invalid("--save_strategy best and --early_stopping_patience need an --eval_strategy "
                    "(steps or epoch) to compare metrics");
-  if (!strcmp(a->lr_scheduler_type, "cosine_with_min_lr") && !strstr(a->lr_scheduler_kwargs, "min_lr"))
+  if (!strcmp(a->lr_scheduler_type, "cosine_with_min_lr") &&
+      !strstr(a->lr_scheduler_kwargs, "min_lr"))
     return invalid("--lr_scheduler_type cosine_with_min_lr needs --lr_scheduler_kwargs "
                    "min_lr=X or min_lr_rate=X");
   if (a->adam_beta1 >= 1 || a->adam_beta2 >= 1)
@@ -247,8 +250,10 @@ static int level_number(const char *name) {
   static const struct {
     const char *name;
     int level;
-  } L[] = {{"debug", ACC_LOG_DEBUG},   {"info", ACC_LOG_INFO},
-           {"warning", ACC_LOG_WARNING}, {"error", ACC_LOG_ERROR},
+  } L[] = {{"debug", ACC_LOG_DEBUG},
+           {"info", ACC_LOG_INFO},
+           {"warning", ACC_LOG_WARNING},
+           {"error", ACC_LOG_ERROR},
            {"critical", ACC_LOG_CRITICAL}};
   for (size_t i = 0; i < sizeof L / sizeof L[0]; i++)
     if (!strcmp(name, L[i].name))

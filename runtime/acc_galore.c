@@ -153,8 +153,8 @@ static acc_result_t query_work(acc_galore_t *g) {
 acc_galore_t *acc_galore_new(acc_t *acc, const acc_model_t *model, const char *target_modules,
                              int rank, int update_proj_gap, float scale, float lr, float beta1,
                              float beta2, float eps, float weight_decay) {
-  if (!model || !model->params || !target_modules || rank < 1 || update_proj_gap < 1 ||
-      lr < 0 || beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) {
+  if (!model || !model->params || !target_modules || rank < 1 || update_proj_gap < 1 || lr < 0 ||
+      beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "GaLore: need a model, optim_target_modules, rank >= 1, update_proj_gap >= 1 "
                    "and betas in [0, 1)");
@@ -166,14 +166,22 @@ acc_galore_t *acc_galore_new(acc_t *acc, const acc_model_t *model, const char *t
     acc__set_error(acc, ACC_ERR_NO_MEMORY, "GaLore: no memory");
     return NULL;
   }
-  *g = (acc_galore_t){.acc = acc, .params = model->params, .grads = model->grads,
-                      .n = model->num_params, .lr = lr, .beta1 = beta1, .beta2 = beta2,
-                      .eps = eps, .weight_decay = weight_decay, .scale = scale,
-                      .gap = update_proj_gap, .is_target = g->is_target};
+  *g = (acc_galore_t){.acc = acc,
+                      .params = model->params,
+                      .grads = model->grads,
+                      .n = model->num_params,
+                      .lr = lr,
+                      .beta1 = beta1,
+                      .beta2 = beta2,
+                      .eps = eps,
+                      .weight_decay = weight_decay,
+                      .scale = scale,
+                      .gap = update_proj_gap,
+                      .is_target = g->is_target};
   if (plan(g, model, target_modules, rank) != ACC_OK || query_work(g) != ACC_OK ||
-      (acc && (acc_register_for_checkpointing(acc, "galore.step", &g->step, sizeof g->step) ||
-               acc_register_for_checkpointing(acc, "galore.state", g->state,
-                                              g->state_n * sizeof(float)))))
+      (acc &&
+       (acc_register_for_checkpointing(acc, "galore.step", &g->step, sizeof g->step) ||
+        acc_register_for_checkpointing(acc, "galore.state", g->state, g->state_n * sizeof(float)))))
     acc_galore_destroy(&g);
   return g;
 }
@@ -237,7 +245,8 @@ acc_result_t acc_galore_step(acc_galore_t *g) {
   if (!g)
     return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT, "acc_galore_step: NULL");
   g->step++;
-  const double bc1 = 1.0 - pow(g->beta1, (double)g->step), bc2 = 1.0 - pow(g->beta2, (double)g->step);
+  const double bc1 = 1.0 - pow(g->beta1, (double)g->step),
+               bc2 = 1.0 - pow(g->beta2, (double)g->step);
   const float step_size = (float)(g->lr * sqrt(bc2) / bc1), wd = g->lr * g->weight_decay;
   for (int i = 0; i < g->nt; i++)
     ACC_CHECK(step_target(g, &g->t[i], step_size));

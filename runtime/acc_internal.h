@@ -89,7 +89,8 @@ struct acc {
  *   to return) writes it as one line on stderr.
  * - The library does not print otherwise, except where printing is the
  *   function's documented job (acc_print, progress bars, nbf_display's
- *   fallback to stdout) and the documented one-line reasons of the
+ *   fallback to stdout, the Trainer's log lines and its logger
+ *   acc_trainer_log) and the documented one-line reasons of the
  *   NULL-returning helpers (acc_idx_read, acc_mlp_*) which have nowhere
  *   else to put them.
  *

@@ -27,8 +27,8 @@ static acc_optim_t *make_optimizer(acc_trainer_t *tr) {
     double momentum = tr_kwarg(a->optim_args, "momentum");
     if (isnan(momentum))
       momentum = 0.0;
-    return acc_sgd_new(m->params, m->grads, m->num_params, (float)a->learning_rate,
-                       (float)momentum, (float)a->weight_decay);
+    return acc_sgd_new(m->params, m->grads, m->num_params, (float)a->learning_rate, (float)momentum,
+                       (float)a->weight_decay);
   }
   return acc_adamw_new(m->params, m->grads, m->num_params, (float)a->learning_rate,
                        (float)a->adam_beta1, (float)a->adam_beta2, (float)a->adam_epsilon,
@@ -80,8 +80,7 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
   tr->train = train;
   tr->eval = eval;
   tr->loop.grad_norm = NAN;
-  tr->log_level =
-      acc_training_args_process_log_level(args, acc_rank(acc), acc_local_rank(acc));
+  tr->log_level = acc_training_args_process_log_level(args, acc_rank(acc), acc_local_rank(acc));
   tr->state.is_world_process_zero = acc_is_main_process(acc);
   tr->state.is_local_process_zero = acc_is_local_main_process(acc);
   int maxb = args->per_device_train_batch_size > args->per_device_eval_batch_size
@@ -94,13 +93,14 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
     goto oom;
   if (!strcmp(args->optim, "galore_adamw")) {
     /* Transformers' defaults: rank 128, update_proj_gap 200, scale 0.25 */
-    double rank = tr_kwarg(args->optim_args, "rank"), gap = tr_kwarg(args->optim_args, "update_proj_gap"),
+    double rank = tr_kwarg(args->optim_args, "rank"),
+           gap = tr_kwarg(args->optim_args, "update_proj_gap"),
            scale = tr_kwarg(args->optim_args, "scale");
-    tr->galore = acc_galore_new(acc, model, args->optim_target_modules, isnan(rank) ? 128 : (int)rank,
-                                isnan(gap) ? 200 : (int)gap, isnan(scale) ? 0.25f : (float)scale,
-                                (float)args->learning_rate, (float)args->adam_beta1,
-                                (float)args->adam_beta2, (float)args->adam_epsilon,
-                                (float)args->weight_decay);
+    tr->galore =
+        acc_galore_new(acc, model, args->optim_target_modules, isnan(rank) ? 128 : (int)rank,
+                       isnan(gap) ? 200 : (int)gap, isnan(scale) ? 0.25f : (float)scale,
+                       (float)args->learning_rate, (float)args->adam_beta1, (float)args->adam_beta2,
+                       (float)args->adam_epsilon, (float)args->weight_decay);
     if (!tr->galore)
       goto fail;
   } else if (!(tr->opt = make_optimizer(tr))) {
@@ -158,14 +158,24 @@ void acc_trainer_set_steps(acc_trainer_t *tr, acc_compute_loss_fn compute_loss,
   tr->steps_user = user;
 }
 
-acc_trainer_state_t *acc_trainer_state(acc_trainer_t *tr) { return tr ? &tr->state : NULL; }
-acc_trainer_control_t *acc_trainer_control(acc_trainer_t *tr) { return tr ? &tr->control : NULL; }
+acc_trainer_state_t *acc_trainer_state(acc_trainer_t *tr) {
+  return tr ? &tr->state : NULL;
+}
+acc_trainer_control_t *acc_trainer_control(acc_trainer_t *tr) {
+  return tr ? &tr->control : NULL;
+}
 const acc_training_args_t *acc_trainer_args(const acc_trainer_t *tr) {
   return tr ? &tr->args : NULL;
 }
-acc_model_t *acc_trainer_model(acc_trainer_t *tr) { return tr ? tr->model : NULL; }
-acc_t *acc_trainer_accelerator(acc_trainer_t *tr) { return tr ? tr->acc : NULL; }
-double acc_trainer_learning_rate(const acc_trainer_t *tr) { return tr ? tr->lr : NAN; }
+acc_model_t *acc_trainer_model(acc_trainer_t *tr) {
+  return tr ? tr->model : NULL;
+}
+acc_t *acc_trainer_accelerator(acc_trainer_t *tr) {
+  return tr ? tr->acc : NULL;
+}
+double acc_trainer_learning_rate(const acc_trainer_t *tr) {
+  return tr ? tr->lr : NAN;
+}
 
 float acc_trainer_compute_loss(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
                                int training) {

@@ -82,11 +82,10 @@ static json_t *state_json(const acc_trainer_t *tr) {
     json_object_set_new(e, "step", json_integer(st->log_history[i].step));
     json_array_append_new(hist, e);
   }
-  json_t *es = json_pack(
-      "{s:{s:i,s:f},s:{s:I}}", "args", "early_stopping_patience",
-      tr->args.early_stopping_patience, "early_stopping_threshold",
-      tr->args.early_stopping_threshold, "attributes", "early_stopping_patience_counter",
-      (json_int_t)tr->loop.es_counter);
+  json_t *es = json_pack("{s:{s:i,s:f},s:{s:I}}", "args", "early_stopping_patience",
+                         tr->args.early_stopping_patience, "early_stopping_threshold",
+                         tr->args.early_stopping_threshold, "attributes",
+                         "early_stopping_patience_counter", (json_int_t)tr->loop.es_counter);
   json_t *o = json_pack(
       "{s:f,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:o,s:o,s:o,s:o,s:b,s:b}", "epoch", st->epoch,
       "global_step", (json_int_t)st->global_step, "max_steps", (json_int_t)st->max_steps,
@@ -115,8 +114,8 @@ static acc_result_t write_json(acc_trainer_t *tr, const char *dir) {
   if (!o)
     return acc__set_error(tr->acc, ACC_ERR_NO_MEMORY, "trainer_state.json: no memory");
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  int bad = fd < 0 || json_dumpfd(o, fd, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) != 0 ||
-            fsync(fd) != 0;
+  int bad =
+      fd < 0 || json_dumpfd(o, fd, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) != 0 || fsync(fd) != 0;
   int e = errno;
   json_decref(o);
   if (fd >= 0 && close(fd) != 0 && !bad)
@@ -153,11 +152,10 @@ static acc_result_t rotate(acc_trainer_t *tr) {
   for (int i = 0; i < n - limit; i++) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/checkpoint-%ld", tr->args.output_dir, steps[i]);
-    acc_trainer_log(tr, ACC_LOG_INFO,
-                    "Deleting older checkpoint [%s] due to args.save_total_limit", p);
+    acc_trainer_log(tr, ACC_LOG_INFO, "Deleting older checkpoint [%s] due to args.save_total_limit",
+                    p);
     if (nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-      return acc__set_error(tr->acc, ACC_ERR_IO, "cannot delete %s: %s", p,
-                            NBF_STRERROR(errno));
+      return acc__set_error(tr->acc, ACC_ERR_IO, "cannot delete %s: %s", p, NBF_STRERROR(errno));
   }
   return ACC_OK;
 }
@@ -207,10 +205,10 @@ acc_result_t acc_trainer_save_checkpoint(acc_trainer_t *tr) {
   int64_t bad = r != ACC_OK;
   ACC_CHECK(acc_all_reduce(tr->acc, &bad, 1, ACC_I64, ACC_MAX));
   if (bad)
-    return r != ACC_OK ? r
-                       : acc__set_error(tr->acc, ACC_ERR_IO,
-                                        "the main process failed to write %s/trainer_state.json",
-                                        dir);
+    return r != ACC_OK
+               ? r
+               : acc__set_error(tr->acc, ACC_ERR_IO,
+                                "the main process failed to write %s/trainer_state.json", dir);
   acc_trainer_log(tr, ACC_LOG_INFO, "Saving model checkpoint to %s", dir);
   TR_FIRE(tr, on_save, NULL);
   return ACC_OK;
@@ -261,8 +259,8 @@ acc_result_t tr_resume(acc_trainer_t *tr, const char *spec) {
   }
   ACC_CHECK(acc_load_state(tr->acc, dir, tr->model->mlp, tr->opt));
   loop_to_state(tr, tr->args.output_dir);
-  acc_trainer_log(tr, ACC_LOG_INFO, "Continuing training from checkpoint %s (global step %ld)",
-                  dir, tr->state.global_step);
+  acc_trainer_log(tr, ACC_LOG_INFO, "Continuing training from checkpoint %s (global step %ld)", dir,
+                  tr->state.global_step);
   return read_history(tr, dir);
 }
 

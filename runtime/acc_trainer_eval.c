@@ -43,12 +43,11 @@ static acc_result_t gather_batch(acc_trainer_t *tr, gathered_t *g, const int64_t
   double dl = (double)loss;
   for (int i = 0; i < batch; i++)
     memcpy(&lbits[i], &dl, sizeof dl);
-  size_t k = acc_gather_for_metrics(tr->acc, tr->preds, (size_t)batch, g->preds + g->n, last,
-                                    dataset_n);
+  size_t k =
+      acc_gather_for_metrics(tr->acc, tr->preds, (size_t)batch, g->preds + g->n, last, dataset_n);
   if (k == (size_t)-1 ||
       acc_gather_for_metrics(tr->acc, y, (size_t)batch, g->labels + g->n, last, dataset_n) != k ||
-      acc_gather_for_metrics(tr->acc, lbits, (size_t)batch, g->losses + g->n, last, dataset_n) !=
-          k)
+      acc_gather_for_metrics(tr->acc, lbits, (size_t)batch, g->losses + g->n, last, dataset_n) != k)
     return ACC_ERR_PEER; /* the reason is in acc_last_error */
   g->n += k;
   return ACC_OK;
@@ -90,8 +89,8 @@ acc_result_t acc_trainer_evaluate(acc_trainer_t *tr, acc_metrics_t *out) {
     return acc__set_error(tr ? tr->acc : NULL, ACC_ERR_INVALID_ARGUMENT,
                           "Trainer.evaluate: the Trainer has no eval dataset");
   double t0 = nbf_now_s();
-  size_t cap = tr->eval->n + (size_t)acc_world_size(tr->acc) *
-                                 (size_t)tr->args.per_device_eval_batch_size;
+  size_t cap =
+      tr->eval->n + (size_t)acc_world_size(tr->acc) * (size_t)tr->args.per_device_eval_batch_size;
   gathered_t g = {calloc(cap, 8), calloc(cap, 8), calloc(cap, 8), 0};
   size_t steps = 0;
   acc_result_t r = g.preds && g.labels && g.losses

@@ -33,7 +33,7 @@ struct acc_trainer {
   acc_training_args_t args;
   acc_model_t *model;
   const acc_dataset_t *train, *eval;
-  acc_optim_t *opt;      /* sgd, adamw */
+  acc_optim_t *opt;     /* sgd, adamw */
   acc_galore_t *galore; /* galore_adamw */
   acc_trainer_state_t state;
   acc_trainer_control_t control;
@@ -46,12 +46,12 @@ struct acc_trainer {
   acc_prediction_step_fn prediction_step;
   void *steps_user;
   tr_loop_t loop;
-  long warmup;            /* num_warmup_steps */
-  size_t train_batches;   /* per epoch, per rank */
-  double lr;              /* the learning rate of the next step */
-  int log_level;          /* this process's (get_process_log_level) */
-  float *xb;              /* one batch: max batch × input_dim */
-  int64_t *yb, *preds;    /* max batch */
+  long warmup;          /* num_warmup_steps */
+  size_t train_batches; /* per epoch, per rank */
+  double lr;            /* the learning rate of the next step */
+  int log_level;        /* this process's (get_process_log_level) */
+  float *xb;            /* one batch: max batch × input_dim */
+  int64_t *yb, *preds;  /* max batch */
   acc_progress_t *bar;
 };
 

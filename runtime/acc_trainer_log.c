@@ -86,11 +86,11 @@ acc_result_t tr_log(acc_trainer_t *tr, acc_metrics_t *logs) {
 }
 
 static const char *level_name(int level) {
-  return level >= ACC_LOG_CRITICAL ? "CRITICAL"
-         : level >= ACC_LOG_ERROR  ? "ERROR"
+  return level >= ACC_LOG_CRITICAL  ? "CRITICAL"
+         : level >= ACC_LOG_ERROR   ? "ERROR"
          : level >= ACC_LOG_WARNING ? "WARNING"
-         : level >= ACC_LOG_INFO   ? "INFO"
-                                   : "DEBUG";
+         : level >= ACC_LOG_INFO    ? "INFO"
+                                    : "DEBUG";
 }
 
 int acc_trainer_log(const acc_trainer_t *tr, int level, const char *fmt, ...) {

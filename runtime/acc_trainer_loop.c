@@ -52,7 +52,8 @@ static double clip_grad_norm(float *g, size_t n, double max_norm) {
       acc8[k] += (double)g[i + k] * (double)g[i + k];
   for (; i < n; i++)
     acc8[0] += (double)g[i] * (double)g[i];
-  double ss = ((acc8[0] + acc8[1]) + (acc8[2] + acc8[3])) + ((acc8[4] + acc8[5]) + (acc8[6] + acc8[7]));
+  double ss =
+      ((acc8[0] + acc8[1]) + (acc8[2] + acc8[3])) + ((acc8[4] + acc8[5]) + (acc8[6] + acc8[7]));
   float norm = (float)sqrt(ss);
   if (max_norm > 0 && isfinite(norm)) {
     float coef = (float)(max_norm / ((double)norm + 1e-6));
@@ -176,8 +177,7 @@ static acc_result_t micro_step(acc_trainer_t *tr, acc_sampler_t *s, size_t b) {
   if (!sync)
     return ACC_OK;
   tr->state.global_step = (long)++tr->loop.global_step;
-  tr->state.epoch =
-      (double)tr->loop.epoch_index + (double)(b + 1) / (double)tr->train_batches;
+  tr->state.epoch = (double)tr->loop.epoch_index + (double)(b + 1) / (double)tr->train_batches;
   if (tr->bar)
     acc_progress_update(tr->bar, 1, NULL);
   flow_on_step(tr);
@@ -215,10 +215,9 @@ static void log_start(acc_trainer_t *tr) {
   acc_trainer_log(tr, ACC_LOG_INFO, "  Num Epochs = %d", st->num_train_epochs);
   acc_trainer_log(tr, ACC_LOG_INFO, "  Instantaneous batch size per device = %d",
                   a->per_device_train_batch_size);
-  acc_trainer_log(tr, ACC_LOG_INFO,
-                  "  Total train batch size (w. parallel, distributed & accumulation) = %d",
-                  a->per_device_train_batch_size * a->gradient_accumulation_steps *
-                      acc_world_size(tr->acc));
+  acc_trainer_log(
+      tr, ACC_LOG_INFO, "  Total train batch size (w. parallel, distributed & accumulation) = %d",
+      a->per_device_train_batch_size * a->gradient_accumulation_steps * acc_world_size(tr->acc));
   acc_trainer_log(tr, ACC_LOG_INFO, "  Gradient Accumulation steps = %d",
                   a->gradient_accumulation_steps);
   acc_trainer_log(tr, ACC_LOG_INFO, "  Total optimization steps = %ld", st->max_steps);
@@ -250,9 +249,9 @@ acc_result_t acc_trainer_train(acc_trainer_t *tr) {
   if (!tr)
     return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT, "acc_trainer_train: NULL trainer");
   double t0 = nbf_now_s();
-  acc_sampler_t *s = acc_sampler_new(tr->acc, tr->train->n,
-                                     (size_t)tr->args.per_device_train_batch_size, 1,
-                                     (unsigned long long)tr->args.seed);
+  acc_sampler_t *s =
+      acc_sampler_new(tr->acc, tr->train->n, (size_t)tr->args.per_device_train_batch_size, 1,
+                      (unsigned long long)tr->args.seed);
   if (!s)
     return acc__set_error(tr->acc, ACC_ERR_NO_MEMORY, "Trainer.train: no memory for the sampler");
   tr->train_batches = acc_sampler_num_batches(s);
@@ -260,8 +259,8 @@ acc_result_t acc_trainer_train(acc_trainer_t *tr) {
   acc_result_t r = ACC_OK;
   if (tr->args.resume_from_checkpoint[0])
     ACC_CHECK_GOTO(tr_resume(tr, tr->args.resume_from_checkpoint), out);
-  tr->lr = tr->args.learning_rate * acc_lr_lambda(&tr->args, (long)tr->loop.sched_step,
-                                                  tr->warmup, tr->state.max_steps);
+  tr->lr = tr->args.learning_rate *
+           acc_lr_lambda(&tr->args, (long)tr->loop.sched_step, tr->warmup, tr->state.max_steps);
   acc_optim_set_lr(tr->opt, (float)tr->lr);
   acc_galore_set_lr(tr->galore, (float)tr->lr);
   log_start(tr);

@@ -99,15 +99,21 @@ static acc_model_t user_model(user_model_t *u, float grad) {
   *u = (user_model_t){.grad = grad, .t = {"w", 0, UP, 1}};
   for (int i = 0; i < UP; i++)
     u->p[i] = 1.0f;
-  return (acc_model_t){.self = u, .params = u->p, .grads = u->g, .num_params = UP,
-                       .tensors = &u->t, .num_tensors = 1, .input_dim = NIN,
-                       .forward_loss = um_forward, .backward = um_backward,
+  return (acc_model_t){.self = u,
+                       .params = u->p,
+                       .grads = u->g,
+                       .num_params = UP,
+                       .tensors = &u->t,
+                       .num_tensors = 1,
+                       .input_dim = NIN,
+                       .forward_loss = um_forward,
+                       .backward = um_backward,
                        .predict = um_predict};
 }
 
 typedef struct {
-  int init_end, train_begin, train_end, epoch_begin, epoch_end, step_begin, step_end, log,
-      evaluate, save;
+  int init_end, train_begin, train_end, epoch_begin, epoch_end, step_begin, step_end, log, evaluate,
+      save;
 } counts_t;
 #define COUNTER(ev)                                                                                \
   static void count_##ev(const acc_training_args_t *a, acc_trainer_state_t *s,                     \
@@ -155,9 +161,17 @@ NBF_TEST(user_model_schedule) {
   acc_trainer_t *tr = acc_trainer_new(acc, &a, &m, &train, NULL);
   ASSERT_NOT_NULL(tr);
   counts_t c = {0};
-  acc_trainer_callback_t cb = {count_init_end, count_train_begin, count_train_end,
-                               count_epoch_begin, count_epoch_end, count_step_begin,
-                               count_step_end, count_evaluate, count_save, count_log, &c};
+  acc_trainer_callback_t cb = {count_init_end,
+                               count_train_begin,
+                               count_train_end,
+                               count_epoch_begin,
+                               count_epoch_end,
+                               count_step_begin,
+                               count_step_end,
+                               count_evaluate,
+                               count_save,
+                               count_log,
+                               &c};
   ASSERT_OK(acc, acc_trainer_add_callback(tr, &cb));
   ASSERT_OK(acc, acc_trainer_train(tr));
   /* reference: linear warmup over 2 steps then linear decay to step 10 */
@@ -313,7 +327,9 @@ NBF_TEST_P(resume_bitexact) {
   const char *optim = nbf_test_argc > 1 ? nbf_test_arg(1) : world > 1 ? "adamw" : "sgd";
   char tmp[64];
   tmpdir(tmp, sizeof tmp);
-  run_t r = {.max_steps = 9, .precision = world > 1 ? "fp16" : "no", .optim = optim,
+  run_t r = {.max_steps = 9,
+             .precision = world > 1 ? "fp16" : "no",
+             .optim = optim,
              .accum = world > 1 ? 2 : 1};
   rt_spawn_opts_t o = {.world = world, .deadline_s = 90};
   snprintf(r.dir, sizeof r.dir, "%s/straight", tmp);
@@ -588,8 +604,8 @@ typedef struct {
 /* One GaLoreAdamW step of the reference: p[] (double) from grads g with
  * rank-1 projectors pr (right, for W1: a 4-vector) and pl (left, for W2:
  * a 3-vector). */
-static void gl_ref_step(gl_ref_t *st, double *p, const float *g, const double *pr,
-                        const double *pl, int t, double lr, double scale) {
+static void gl_ref_step(gl_ref_t *st, double *p, const float *g, const double *pr, const double *pl,
+                        int t, double lr, double scale) {
   const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
   double ss = lr * sqrt(1 - pow(b2, t)) / (1 - pow(b1, t));
   double R[6], N1[6], C[5], N2[5];
@@ -632,10 +648,10 @@ static void galore_case(int gap) {
   double ref[GN];
   for (int k = 0; k < GN; k++)
     ref[k] = params[k] = 0.01f * (float)(k % 7);
-  acc_tensor_info_t t[3] = {{"mlp.up.weight", 0, 6, 4}, {"mlp.down.weight", 24, 3, 5},
-                            {"mlp.down.bias", 39, 3, 1}};
-  acc_model_t m = {.params = params, .grads = grads, .num_params = GN, .tensors = t,
-                   .num_tensors = 3};
+  acc_tensor_info_t t[3] = {
+      {"mlp.up.weight", 0, 6, 4}, {"mlp.down.weight", 24, 3, 5}, {"mlp.down.bias", 39, 3, 1}};
+  acc_model_t m = {
+      .params = params, .grads = grads, .num_params = GN, .tensors = t, .num_tensors = 3};
   acc_galore_t *g = acc_galore_new(NULL, &m, "mlp", 1, gap, 0.25f, 0.01f, 0.9f, 0.999f, 1e-8f, 0);
   ASSERT_NOT_NULL(g);
   /* rank 1: P (4 + 3) + moments of R and C (6 + 5) + the bias's (2 × 3) */
@@ -658,8 +674,8 @@ static void galore_case(int gap) {
                 0.01, 0.25);
     for (int k = 0; k < GN; k++)
       if (fabs(params[k] - ref[k]) > 1e-6)
-        NBF_TEST_FAIL("gap %d step %d parameter %d: %.9g, reference %.9g", gap, step, k,
-                      params[k], ref[k]);
+        NBF_TEST_FAIL("gap %d step %d parameter %d: %.9g, reference %.9g", gap, step, k, params[k],
+                      ref[k]);
   }
   acc_galore_destroy(&g);
 }
@@ -672,7 +688,8 @@ NBF_TEST(galore_reference) {
   acc_mlp_t *mlp = acc_mlp_new(NULL, sizes, 2, 8);
   acc_model_t m;
   ASSERT_OK(NULL, acc_mlp_model(mlp, &m));
-  acc_galore_t *g = acc_galore_new(NULL, &m, "layers", 64, 200, 0.25f, 1e-3f, 0.9f, 0.999f, 1e-8f, 0);
+  acc_galore_t *g =
+      acc_galore_new(NULL, &m, "layers", 64, 200, 0.25f, 1e-3f, 0.9f, 0.999f, 1e-8f, 0);
   ASSERT_NOT_NULL(g);
   /* layers.0.weight 256×784: P 256×64, moments 2 × 64×784; layers.1.weight
    * 10×256: rank 10, P 10×10, moments 2 × 10×256; biases: 2 × 266 */
@@ -747,10 +764,17 @@ NBF_TEST(neftune) {
   m->emb = acc_embedding_new(acc, m->w, m->g, V, D, 8 * L);
   ASSERT_NOT_NULL(m->emb);
   acc_tensor_info_t t = {"embed_tokens.weight", 0, V, D};
-  acc_model_t model = {.self = m, .params = m->w, .grads = m->g, .num_params = V * D,
-                       .tensors = &t, .num_tensors = 1, .input_dim = L,
-                       .forward_loss = emb_forward, .backward = emb_backward,
-                       .predict = um_predict, .input_embeddings = m->emb};
+  acc_model_t model = {.self = m,
+                       .params = m->w,
+                       .grads = m->g,
+                       .num_params = V * D,
+                       .tensors = &t,
+                       .num_tensors = 1,
+                       .input_dim = L,
+                       .forward_loss = emb_forward,
+                       .backward = emb_backward,
+                       .predict = um_predict,
+                       .input_embeddings = m->emb};
   acc_dataset_t ds = {tok, lab, N, L};
   acc_trainer_t *tr = acc_trainer_new(acc, &a, &model, &ds, &ds);
   ASSERT_NOT_NULL(tr);
@@ -758,8 +782,8 @@ NBF_TEST(neftune) {
   const double bound = 5.0 / sqrt((double)L * D);
   ASSERT_EQ(m->calls[1], 4);
   ASSERT_GT(m->calls[0], 0);
-  printf("largest noise in training %.4f (bound %.4f), in evaluation %g\n", m->max_noise[1],
-         bound, m->max_noise[0]);
+  printf("largest noise in training %.4f (bound %.4f), in evaluation %g\n", m->max_noise[1], bound,
+         m->max_noise[0]);
   ASSERT_DBL_LE(m->max_noise[1], bound * (1 + 1e-6));
   ASSERT_DBL_LT(bound * 0.5, m->max_noise[1]); /* 4 × 8·4·8 draws: the noise spans the range */
   ASSERT_NEAR(m->max_noise[0], 0.0, 0);

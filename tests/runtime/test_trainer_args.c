@@ -36,11 +36,28 @@ NBF_TEST(defaults) {
 NBF_TEST(parse_command_line) {
   acc_training_args_t a;
   acc_training_args_init(&a);
-  char *argv[] = {"prog", "--log_level", "warning", "--log_level_replica", "error",
-                  "--log_on_each_node", "0", "--learning_rate=0.1", "--max_steps", "7",
-                  "--load_best_model_at_end", "TRUE", "--eval_strategy", "epoch",
-                  "--save_strategy", "epoch", "--warmup_steps", "0.1", "--optim", "sgd",
-                  "--output_dir", "/tmp/x"};
+  char *argv[] = {"prog",
+                  "--log_level",
+                  "warning",
+                  "--log_level_replica",
+                  "error",
+                  "--log_on_each_node",
+                  "0",
+                  "--learning_rate=0.1",
+                  "--max_steps",
+                  "7",
+                  "--load_best_model_at_end",
+                  "TRUE",
+                  "--eval_strategy",
+                  "epoch",
+                  "--save_strategy",
+                  "epoch",
+                  "--warmup_steps",
+                  "0.1",
+                  "--optim",
+                  "sgd",
+                  "--output_dir",
+                  "/tmp/x"};
   ASSERT_OK(NULL, acc_training_args_parse(&a, (int)(sizeof argv / sizeof argv[0]), argv));
   ASSERT_EQ_STR(a.log_level, "warning");
   ASSERT_EQ_STR(a.log_level_replica, "error");
@@ -156,9 +173,16 @@ NBF_TEST(python_float_repr) {
   struct {
     double v;
     const char *want;
-  } c[] = {{0.1, "0.1"},       {5e-05, "5e-05"},    {1.0, "1.0"},     {0.0499, "0.0499"},
-           {(double)1.2345679f, "1.2345678806304932"}, {100000.0, "100000.0"},
-           {0.53, "0.53"},     {1e16, "1e+16"},     {-2.5, "-2.5"},   {0.07872340425531915, "0.07872340425531915"}};
+  } c[] = {{0.1, "0.1"},
+           {5e-05, "5e-05"},
+           {1.0, "1.0"},
+           {0.0499, "0.0499"},
+           {(double)1.2345679f, "1.2345678806304932"},
+           {100000.0, "100000.0"},
+           {0.53, "0.53"},
+           {1e16, "1e+16"},
+           {-2.5, "-2.5"},
+           {0.07872340425531915, "0.07872340425531915"}};
   char buf[40];
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
     tr_float_repr(c[i].v, buf, sizeof buf);
