@@ -28,6 +28,7 @@
 #include <dirent.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,23 +137,25 @@ static void set(acc_training_args_t *a, const char *name, const char *value) {
   ASSERT_OK(NULL, acc_training_args_set(a, name, value));
 }
 
+/* set() for NULL-terminated name, value pairs */
+static void set_many(acc_training_args_t *a, ...) {
+  va_list ap;
+  va_start(ap, a);
+  for (const char *name; (name = va_arg(ap, const char *));)
+    set(a, name, va_arg(ap, const char *));
+  va_end(ap);
+}
+
 NBF_TEST(user_model_schedule) {
   make_data();
   char dir[64];
   tmpdir(dir, sizeof dir);
   acc_training_args_t a;
   acc_training_args_init(&a);
-  set(&a, "output_dir", dir);
-  set(&a, "optim", "sgd");
-  set(&a, "learning_rate", "0.1");
-  set(&a, "max_steps", "10");
+  set_many(&a, "output_dir", dir, "optim", "sgd", "learning_rate", "0.1", "max_steps", "10", NULL);
   set(&a, "warmup_steps", "0.2"); /* a ratio: 2 steps */
-  set(&a, "gradient_accumulation_steps", "2");
-  set(&a, "max_grad_norm", "0");
-  set(&a, "logging_steps", "5");
-  set(&a, "save_strategy", "no");
-  set(&a, "per_device_train_batch_size", "8");
-  set(&a, "disable_tqdm", "true");
+  set_many(&a, "gradient_accumulation_steps", "2", "max_grad_norm", "0", "logging_steps", "5",
+           "save_strategy", "no", "per_device_train_batch_size", "8", "disable_tqdm", "true", NULL);
   acc_t *acc = acc_trainer_accelerator_new(&a);
   ASSERT_NOT_NULL(acc);
   user_model_t u;
@@ -213,14 +216,9 @@ NBF_TEST(grad_clipping) {
   tmpdir(dir, sizeof dir);
   acc_training_args_t a;
   acc_training_args_init(&a);
-  set(&a, "output_dir", dir);
-  set(&a, "optim", "sgd");
-  set(&a, "learning_rate", "0.5");
-  set(&a, "lr_scheduler_type", "constant");
-  set(&a, "max_steps", "1");
-  set(&a, "logging_steps", "1");
-  set(&a, "save_strategy", "no");
-  set(&a, "disable_tqdm", "1");
+  set_many(&a, "output_dir", dir, "optim", "sgd", "learning_rate", "0.5", "lr_scheduler_type",
+           "constant", "max_steps", "1", "logging_steps", "1", "save_strategy", "no",
+           "disable_tqdm", "1", NULL);
   acc_t *acc = acc_trainer_accelerator_new(&a);
   user_model_t u;
   acc_model_t m = user_model(&u, 3.0f); /* norm of 4 gradients of 3: 6 */
@@ -268,19 +266,15 @@ static int resume_body(int rank, int world, void *arg) {
   } else {
     set(&a, "optim_args", "momentum=0.9");
   }
-  set(&a, "learning_rate", "0.05");
-  set(&a, "lr_scheduler_type", "cosine");
-  set(&a, "warmup_steps", "2");
-  set(&a, "mixed_precision", r->precision);
+  set_many(&a, "learning_rate", "0.05", "lr_scheduler_type", "cosine", "warmup_steps", "2",
+           "mixed_precision", r->precision, NULL);
   char v[32];
   snprintf(v, sizeof v, "%d", r->accum);
   set(&a, "gradient_accumulation_steps", v);
   snprintf(v, sizeof v, "%d", r->max_steps);
   set(&a, "max_steps", v);
   snprintf(v, sizeof v, "%d", r->stop_at ? r->stop_at : 1000);
-  set(&a, "save_steps", v);
-  set(&a, "logging_steps", "1");
-  set(&a, "disable_tqdm", "1");
+  set_many(&a, "save_steps", v, "logging_steps", "1", "disable_tqdm", "1", NULL);
   if (r->resume)
     set(&a, "resume_from_checkpoint", "true");
   acc_t *acc = acc_trainer_accelerator_new(&a);
@@ -314,14 +308,6 @@ static int resume_body(int rank, int world, void *arg) {
   return 0;
 }
 
-static size_t slurp(const char *path, unsigned char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  ASSERT_NOT_NULL(f);
-  size_t n = fread(buf, 1, cap, f);
-  fclose(f);
-  return n;
-}
-
 NBF_TEST_P(resume_bitexact) {
   int world = atoi(nbf_test_arg(0));
   const char *optim = nbf_test_argc > 1 ? nbf_test_arg(1) : world > 1 ? "adamw" : "sgd";
@@ -349,7 +335,7 @@ NBF_TEST_P(resume_bitexact) {
   char px[300], py[300];
   snprintf(px, sizeof px, "%s/straight.bin", tmp);
   snprintf(py, sizeof py, "%s/resumed.bin", tmp);
-  size_t nx = slurp(px, x, sizeof x), ny = slurp(py, y, sizeof y);
+  size_t nx = rt_read_file(px, x, sizeof x), ny = rt_read_file(py, y, sizeof y);
   ASSERT_EQ(nx, ny);
   ASSERT_GT(nx, 100);
   if (memcmp(x, y, nx))
@@ -404,12 +390,8 @@ static void mlp_run_destroy(mlp_run_t *r) {
 
 static void eval_args(acc_training_args_t *a, const char *dir) {
   acc_training_args_init(a);
-  set(a, "output_dir", dir);
-  set(a, "optim", "sgd");
-  set(a, "learning_rate", "0.1");
-  set(a, "eval_strategy", "steps");
-  set(a, "save_strategy", "steps");
-  set(a, "disable_tqdm", "1");
+  set_many(a, "output_dir", dir, "optim", "sgd", "learning_rate", "0.1", "eval_strategy", "steps",
+           "save_strategy", "steps", "disable_tqdm", "1", NULL);
 }
 
 static int file_exists(const char *dir, const char *name) {
@@ -424,11 +406,8 @@ NBF_TEST(checkpoint_layout) {
   tmpdir(dir, sizeof dir);
   acc_training_args_t a;
   eval_args(&a, dir);
-  set(&a, "max_steps", "6");
-  set(&a, "logging_steps", "1");
-  set(&a, "eval_steps", "2");
-  set(&a, "save_steps", "2");
-  set(&a, "metric_for_best_model", "accuracy");
+  set_many(&a, "max_steps", "6", "logging_steps", "1", "eval_steps", "2", "save_steps", "2",
+           "metric_for_best_model", "accuracy", NULL);
   mlp_run_t r;
   mlp_run_new(&r, &a);
   acc_trainer_set_compute_metrics(r.tr, acc_accuracy_metric, NULL);
@@ -486,13 +465,9 @@ NBF_TEST(rotation_keeps_best) {
   tmpdir(dir, sizeof dir);
   acc_training_args_t a;
   eval_args(&a, dir);
-  set(&a, "max_steps", "5");
-  set(&a, "logging_steps", "1");
-  set(&a, "eval_steps", "1");
-  set(&a, "save_steps", "1");
-  set(&a, "save_total_limit", "2");
-  set(&a, "metric_for_best_model", "score");
-  set(&a, "load_best_model_at_end", "true");
+  set_many(&a, "max_steps", "5", "logging_steps", "1", "eval_steps", "1", "save_steps", "1",
+           "save_total_limit", "2", "metric_for_best_model", "score", "load_best_model_at_end",
+           "true", NULL);
   mlp_run_t r;
   mlp_run_new(&r, &a);
   static const double scores[] = {0.9, 0.5, 0.4, 0.3, 0.2};
@@ -529,13 +504,9 @@ static long early_stop_step(const double *scores, const char *threshold) {
   tmpdir(dir, sizeof dir);
   acc_training_args_t a;
   eval_args(&a, dir);
-  set(&a, "save_strategy", "no");
-  set(&a, "max_steps", "10");
-  set(&a, "logging_steps", "1");
-  set(&a, "eval_steps", "1");
-  set(&a, "metric_for_best_model", "score");
-  set(&a, "early_stopping_patience", "2");
-  set(&a, "early_stopping_threshold", threshold);
+  set_many(&a, "save_strategy", "no", "max_steps", "10", "logging_steps", "1", "eval_steps", "1",
+           "metric_for_best_model", "score", "early_stopping_patience", "2",
+           "early_stopping_threshold", threshold, NULL);
   mlp_run_t r;
   mlp_run_new(&r, &a);
   scores_t sc = {scores, 0};
@@ -565,9 +536,7 @@ static int log_levels_body(int rank, int world, void *arg) {
   make_data();
   acc_training_args_t a;
   acc_training_args_init(&a);
-  set(&a, "log_level", "info");
-  set(&a, "log_level_replica", "error");
-  set(&a, "save_strategy", "no");
+  set_many(&a, "log_level", "info", "log_level_replica", "error", "save_strategy", "no", NULL);
   mlp_run_t r;
   mlp_run_new(&r, &a);
   ASSERT_EQ(acc_trainer_log(r.tr, ACC_LOG_INFO, "info from rank %d", rank), rank == 0);
@@ -753,12 +722,8 @@ NBF_TEST(neftune) {
     tok[i] = (float)(i * 7 % V);
   acc_training_args_t a;
   eval_args(&a, dir);
-  set(&a, "save_strategy", "no");
-  set(&a, "max_steps", "4");
-  set(&a, "eval_steps", "2");
-  set(&a, "logging_steps", "2");
-  set(&a, "learning_rate", "0");
-  set(&a, "neftune_noise_alpha", "5");
+  set_many(&a, "save_strategy", "no", "max_steps", "4", "eval_steps", "2", "logging_steps", "2",
+           "learning_rate", "0", "neftune_noise_alpha", "5", NULL);
   acc_t *acc = acc_trainer_accelerator_new(&a);
   emb_model_t *m = calloc(1, sizeof *m);
   m->emb = acc_embedding_new(acc, m->w, m->g, V, D, 8 * L);
