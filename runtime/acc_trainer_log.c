@@ -18,6 +18,8 @@
 #include "nbf_buf.h"
 
 void tr_float_repr(double v, char *out, size_t len) {
+  if (!out || len == 0)
+    return;
   if (isnan(v)) {
     snprintf(out, len, "nan");
     return;

@@ -457,7 +457,8 @@ static void keep_params_at_1(const acc_training_args_t *a, acc_trainer_state_t *
                              acc_trainer_control_t *c, const acc_metrics_t *l, void *user) {
   (void)a, (void)c, (void)l;
   if (s->global_step == 1)
-    memcpy(saved_at_best, ((acc_model_t *)user)->params, sizeof saved_at_best);
+    memcpy(saved_at_best, ((acc_model_t *)user)->params,
+           ((acc_model_t *)user)->num_params * sizeof(float));
 }
 
 NBF_TEST(rotation_keeps_best) {
@@ -494,6 +495,7 @@ NBF_TEST(rotation_keeps_best) {
   ASSERT_NEAR(st->best_metric, 0.9, 0);
   /* load_best_model_at_end put checkpoint-1's parameters back */
   ASSERT_GT(r.m.num_params, 100);
+  ASSERT_LE(r.m.num_params, sizeof saved_at_best / sizeof(float));
   ASSERT_EQ(memcmp(r.m.params, saved_at_best, r.m.num_params * sizeof(float)), 0);
   mlp_run_destroy(&r);
   rm_rf(dir);
