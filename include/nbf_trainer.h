@@ -170,7 +170,7 @@ typedef struct {
   int per_device_eval_batch_size;   /* 8 */
   double num_train_epochs;          /* 3.0 */
   long max_steps;                   /* -1; > 0 overrides num_train_epochs */
-  double weight_decay;              /* 0.0 (applied to every parameter) */
+  double weight_decay;              /* 0.0 (applied to every parameter, biases too) */
   double adam_beta1, adam_beta2;    /* 0.9, 0.999 */
   double adam_epsilon;              /* 1e-8 */
   double warmup_steps;              /* 0; an integer, or a ratio of max_steps below 1 */
@@ -191,14 +191,19 @@ typedef struct {
   int gradient_accumulation_steps;  /* 1 */
   double max_grad_norm;             /* 1.0; 0 = no clipping */
   long long seed;                   /* 42 */
-  char mixed_precision[8];          /* no | fp16 | bf16; "no" */
+  char mixed_precision[8];          /* no | fp16 | bf16; "no" (then the launcher's
+                                     * ACCELERATE_MIXED_PRECISION decides, as
+                                     * Accelerator(mixed_precision=None)) */
   char log_level[16];               /* debug|info|warning|error|critical|passive; "passive" */
   char log_level_replica[16];       /* "warning" */
   int log_on_each_node;             /* true */
   double neftune_noise_alpha;       /* 0 = None; needs the model's input_embeddings */
-  char optim[32];                   /* sgd | adamw; "adamw" */
-  char optim_args[256];             /* "momentum=0.9" for sgd; "" */
-  char optim_target_modules[256];   /* "" (GaLore only, not implemented) */
+  char optim[32];                   /* sgd | adamw | galore_adamw ("adamw"); lomo and adalomo
+                                     * are refused: not built yet */
+  char optim_args[256];             /* sgd: "momentum=0.9"; galore_adamw: "rank=128,
+                                     * update_proj_gap=200, scale=0.25" (defaults) */
+  char optim_target_modules[256];   /* galore_adamw: comma-separated parts of
+                                     * tensor names ("layers.0") */
   char resume_from_checkpoint[512]; /* "" = no; "true" = latest checkpoint-N; or a path */
   int early_stopping_patience;      /* 0 = no EarlyStoppingCallback */
   double early_stopping_threshold;  /* 0.0 */
@@ -346,10 +351,10 @@ typedef struct {
 /* The Trainer                                                          */
 /* ------------------------------------------------------------------ */
 
-/* A Trainer for `model` on `train` (and `eval`, may be NULL) under
- * `args` (copied; validated with acc_training_args_validate). `acc` must
- * have the arguments' gradient_accumulation_steps and mixed precision
- * (acc_trainer_accelerator_new makes one). Creates the optimizer (optim,
+/* A Trainer for `model` on `train` (and `eval`, may be NULL) under * `args` (copied; validated with
+ * acc_training_args_validate). `acc` must accumulate the arguments' gradient_accumulation_steps
+ * (acc_trainer_accelerator_new makes such an accelerator; its mixed
+ * precision is the model's). Creates the optimizer (optim,
  * learning_rate, weight_decay, adam_*, optim_args) and, with
  * early_stopping_patience > 0, an EarlyStoppingCallback. NULL on failure, the reason in
  * acc_last_error(acc). Everything borrowed must outlive the Trainer; the
@@ -365,11 +370,11 @@ acc_result_t acc_trainer_add_callback(acc_trainer_t *tr, const acc_trainer_callb
 void acc_trainer_set_compute_metrics(acc_trainer_t *tr, acc_compute_metrics_fn fn, void *user);
 
 /* Overridable steps (Trainer.compute_loss, training_step,
- * prediction_step): NULL restores the default. compute_loss returns the
- * mean loss of the batch (it calls model->forward_loss by default);
- * training_step runs compute_loss, divides by gradient_accumulation_steps
- * and backward, and returns the (undivided) loss; prediction_step fills
- * preds and returns the loss without gradients. */
+ * prediction_step): NULL restores the default. compute_loss returns the * mean loss of the batch
+ * (it calls model->forward_loss by default); training_step runs compute_loss and model->backward
+ * and returns the loss, or NaN on failure (the 1/gradient_accumulation_steps scaling and the
+ * all-reduce are acc_backward's, after it); prediction_step fills preds and returns the loss
+ * without gradients. `user` is given to each. */
 typedef float (*acc_compute_loss_fn)(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
                                      int training, void *user);
 typedef float (*acc_training_step_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,
