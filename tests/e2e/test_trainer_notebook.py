@@ -7,6 +7,8 @@ import re
 import shutil
 import unittest
 
+from nbclient.exceptions import CellExecutionError
+
 import nbf_harness as h
 from test_notebooks import cell_text, run_notebook
 
@@ -16,7 +18,21 @@ ACCURACY_FLOOR = 0.6
 
 class TrainerNotebookTests(unittest.TestCase):
     def test_trainer_notebook(self):
-        nb = run_notebook("trainer.ipynb", env={"TRAINER_LIMIT": "6000"})
+        # a free port, not the default 29500 other notebook tests launch on
+        # (ctest -j runs them side by side); retried if it was taken meanwhile
+        for _ in range(3):
+            port = h.free_port()
+
+            def patch(nb, port=port):
+                for c in nb.cells:
+                    if c.cell_type == "code" and c.source.startswith("%launch"):
+                        c.source += " use_port=%d" % port
+            try:
+                nb = run_notebook("trainer.ipynb", env={"TRAINER_LIMIT": "6000"}, patch=patch)
+                break
+            except CellExecutionError as e:
+                if "Another process holds port" not in str(e):
+                    raise
         setup = cell_text(nb.cells[1])
         out_dir = re.search(r"checkpoints in (\S+)", setup).group(1)
         self.addCleanup(shutil.rmtree, out_dir, True)
