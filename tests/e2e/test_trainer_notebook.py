@@ -33,6 +33,8 @@ class TrainerNotebookTests(unittest.TestCase):
             except CellExecutionError as e:
                 if "Another process holds port" not in str(e):
                     raise
+        else:
+            self.fail("three free ports were taken before the launch could use them")
         setup = cell_text(nb.cells[1])
         out_dir = re.search(r"checkpoints in (\S+)", setup).group(1)
         self.addCleanup(shutil.rmtree, out_dir, True)
