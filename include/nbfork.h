@@ -20,9 +20,10 @@
  *    say below exactly what failure looks like; where an acc_t is at hand
  *    the reason is in acc_last_error. The library prints only where that
  *    is the call's job (acc_print, progress bars, the display API's
- *    text fallback) and, as one line on stderr, the reason of a failure
- *    that has no acc_t to keep it (acc_new, acc_idx_read, acc_mlp_* with
- *    a NULL accelerator, nbf_display's invalid JSON or failed write).
+ *    text fallback, the Trainer's log lines and logger) and, as one
+ *    line on stderr, the reason of a failure that has no acc_t to keep
+ *    it (acc_new, acc_idx_read, acc_mlp_* with a NULL accelerator,
+ *    nbf_display's invalid JSON or failed write).
  */
 #ifndef NBFORK_H
 #define NBFORK_H
@@ -550,5 +551,8 @@ void acc_log_flush(acc_t *acc);
 #ifdef __cplusplus
 }
 #endif
+
+/* The Trainer (Transformers' names) on the API above. */
+#include "nbf_trainer.h"
 
 #endif /* NBFORK_H */

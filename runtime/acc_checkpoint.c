@@ -368,6 +368,14 @@ acc_result_t acc_register_for_checkpointing(acc_t *acc, const char *name, void *
   return ACC_OK;
 }
 
+void acc__unregister_for_checkpointing(acc_t *acc, const char *name) {
+  for (int i = 0; acc && i < acc->nckpt_items; i++)
+    if (strcmp(acc->ckpt_items[i].name, name) == 0) {
+      acc->ckpt_items[i] = acc->ckpt_items[--acc->nckpt_items];
+      return;
+    }
+}
+
 /* Every rank learns whether any rank failed (r != OK anywhere). Returns
  * the local result, or ACC_ERR_PEER-like IO error when only others
  * failed. */

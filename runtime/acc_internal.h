@@ -92,7 +92,8 @@ struct acc {
  *   to return) writes it as one line on stderr.
  * - The library does not print otherwise, except where printing is the
  *   function's documented job (acc_print, progress bars, nbf_display's
- *   fallback to stdout) and the documented one-line reasons of the
+ *   fallback to stdout, the Trainer's log lines and its logger
+ *   acc_trainer_log) and the documented one-line reasons of the
  *   NULL-returning helpers (acc_idx_read, acc_mlp_*) which have nowhere
  *   else to put them.
  *
@@ -196,6 +197,9 @@ typedef struct {
 void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v);
 /* Set the scalars of `o` (lr, ..., t). */
 void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
+/* Forget the registered object `name` (the Trainer's state, when the
+ * Trainer is destroyed before the accelerator); no-op when absent. */
+void acc__unregister_for_checkpointing(acc_t *acc, const char *name);
 /* Layer sizes of `m`: *nlayers layers, sizes[0..nlayers]. */
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
 /* The model's host buffer of parameters (what 0) or gradients (1),

@@ -21,4 +21,15 @@
                     acc_last_error(acc));                                                          \
   } while (0)
 
+/* Read up to `cap` bytes of the file `path` into `buf` and return the
+ * count, or fail the test naming the file. */
+static inline size_t rt_read_file(const char *path, void *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    NBF_TEST_FAIL("cannot read %s", path);
+  size_t n = fread(buf, 1, cap, f);
+  fclose(f);
+  return n;
+}
+
 #endif /* RT_TEST_H */

@@ -131,14 +131,6 @@ static int run_body(int rank, int world, void *arg) {
   return 0;
 }
 
-static size_t slurp(const char *path, unsigned char *buf, size_t cap) {
-  FILE *f = fopen(path, "rb");
-  ASSERT_NOT_NULL(f);
-  size_t n = fread(buf, 1, cap, f);
-  fclose(f);
-  return n;
-}
-
 static void rm_rf(const char *dir) {
   DIR *d = opendir(dir);
   if (!d)
@@ -187,7 +179,7 @@ static void resume(int world, const char *precision, int accum, int adamw, int p
   char pa[300], pb[300];
   snprintf(pa, sizeof pa, "%s/full.bin", tmp);
   snprintf(pb, sizeof pb, "%s/resumed.bin", tmp);
-  size_t na = slurp(pa, a, sizeof a), nb = slurp(pb, b, sizeof b);
+  size_t na = rt_read_file(pa, a, sizeof a), nb = rt_read_file(pb, b, sizeof b);
   ASSERT_EQ(na, nb);
   ASSERT_GT(na, 100);
   size_t diff = 0;
@@ -258,7 +250,7 @@ NBF_TEST(errors) {
   char path[300];
   snprintf(path, sizeof path, "%s/nbfork_state.bin", tmp);
   static unsigned char buf[1 << 16];
-  size_t n = slurp(path, buf, sizeof buf);
+  size_t n = rt_read_file(path, buf, sizeof buf);
   buf[n - 3] ^= 0x40;
   FILE *f = fopen(path, "wb");
   fwrite(buf, 1, n, f);

@@ -1,0 +1,437 @@
+/*
+ * nbf_trainer.h — the Trainer of Hugging Face Transformers, in C, on
+ * libnbfork's Accelerator (included by nbfork.h).
+ *
+ * Names are Transformers' own: TrainingArguments fields
+ * (acc_training_args_t), TrainerState fields (acc_trainer_state_t),
+ * TrainerControl flags (acc_trainer_control_t), TrainerCallback events
+ * (acc_trainer_callback_t), EarlyStoppingCallback, `checkpoint-<step>`
+ * folders with `trainer_state.json`, and the log lines Transformers
+ * prints:
+ *   {'loss': 0.4321, 'grad_norm': 1.2, 'learning_rate': 0.0499, 'epoch': 0.53}
+ *
+ * A training function (under %launch, `nbfork launch`, or alone):
+ *
+ *   acc_training_args_t args;
+ *   acc_training_args_init(&args);                  // Transformers defaults
+ *   if (acc_training_args_parse(&args, argc, argv)) // --learning_rate 0.1 ...
+ *     fprintf(stderr, "%s\n", acc_last_error(NULL));
+ *   acc_t *acc = acc_trainer_accelerator_new(&args); // precision, accumulation, seed
+ *   acc_mlp_t *mlp = acc_mlp_new(acc, sizes, 2, args.per_device_train_batch_size);
+ *   acc_model_t model;
+ *   acc_mlp_model(mlp, &model);
+ *   acc_trainer_t *tr = acc_trainer_new(acc, &args, &model, &train, &eval);
+ *   acc_trainer_set_compute_metrics(tr, acc_accuracy_metric, NULL);
+ *   acc_trainer_train(tr);
+ *   acc_trainer_destroy(&tr); acc_mlp_destroy(&mlp); acc_destroy(&acc);
+ *
+ * Errors follow nbfork.h: acc_result_t, the text in acc_last_error(acc)
+ * (acc_last_error(NULL) for calls without an accelerator).
+ */
+#ifndef NBF_TRAINER_H
+#define NBF_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nbfork.h" /* acc_t, acc_result_t, acc_mlp_t (nbfork.h includes this file last) */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Embedding (nn.Embedding) with NEFTune                                */
+/* ------------------------------------------------------------------ */
+
+/* nn.Embedding(num_embeddings, embedding_dim) whose weight (num × dim f32,
+ * row-major) and gradient live in the caller's buffers (a model's flat
+ * buffers), initialized N(0, 1) from the accelerator's RNG as torch does.
+ * max_tokens bounds the tokens of one forward. `acc` may be NULL. NULL on
+ * bad sizes or no memory (the reason in acc_last_error(acc)). */
+typedef struct acc_embedding acc_embedding_t;
+acc_embedding_t *acc_embedding_new(acc_t *acc, float *weight, float *grad, int num_embeddings,
+                                   int embedding_dim, int max_tokens);
+void acc_embedding_destroy(acc_embedding_t **e_p);
+/* The rows of `tokens` ids (int64, sequences of seq_len tokens each) into
+ * an output of tokens × embedding_dim f32 owned by the layer (valid until
+ * the next forward). With training != 0 and a NEFTune alpha > 0, uniform
+ * noise in [-alpha/sqrt(seq_len × dim), +alpha/sqrt(seq_len × dim)] is
+ * added (transformers' neftune_post_forward_hook; Jain et al. 2023) from
+ * the accelerator's RNG. NULL on an id out of range or too many tokens. */
+const float *acc_embedding_forward(acc_embedding_t *e, const int64_t *ids, int tokens, int seq_len,
+                                   int training);
+/* ADD the gradient of the last forward's output (`dout`, tokens × dim)
+ * into the weight gradient rows of its ids (the noise is additive: its
+ * gradient is the identity). */
+void acc_embedding_backward(acc_embedding_t *e, const float *dout);
+/* NEFTune's alpha (0 = off; negative ignored). The Trainer sets it from
+ * neftune_noise_alpha on the model's input_embeddings while it trains. */
+void acc_embedding_set_neftune_noise_alpha(acc_embedding_t *e, double alpha);
+
+/* ------------------------------------------------------------------ */
+/* The model interface                                                  */
+/* ------------------------------------------------------------------ */
+
+/* One named parameter tensor, a view into the model's flat buffers:
+ * elements [offset, offset + rows*cols) of `params` (and of `grads`),
+ * row-major; a vector has cols == 1. Names follow PyTorch's
+ * named_parameters ("layers.0.weight"). */
+typedef struct {
+  char name[64];
+  size_t offset; /* elements */
+  int rows, cols;
+} acc_tensor_info_t;
+
+/* What the Trainer drives. All parameters live in one flat f32 buffer
+ * `params` of `num_params` elements, their gradients in `grads` (same
+ * length, same layout), so one all-reduce and one optimizer cover the
+ * model; `tensors` names the pieces (num_tensors entries, in order, not
+ * overlapping). A user's model fills this struct in a cell; the toolkit's
+ * MLP fills it with acc_mlp_model.
+ *
+ *  forward_loss(self, x, labels, batch, training): forward `batch` rows of
+ *    x (batch × input_dim f32) and return the mean loss against labels
+ *    (batch int64); NaN on failure (bad label). `training` is 1 in the
+ *    training loop, 0 in evaluation (dropout, NEFTune noise: training
+ *    only). Must keep what backward and predict need.
+ *  backward(self): ADD d(loss)/d(params) of the last forward_loss into
+ *    `grads` (with fp16, of the loss multiplied by acc_loss_scale, as
+ *    GradScaler.scale(loss).backward()). Returns 0, or -1 on failure.
+ *  predict(self, pred): argmax class of each row of the last forward into
+ *    `pred` (batch int64).
+ *  mlp: the toolkit MLP behind the model, or NULL: checkpoints then save
+ *    it as acc_save_state does; a user model's parameters are saved as a
+ *    registered object ("trainer.params"). */
+typedef struct {
+  void *self;
+  float *params, *grads;
+  size_t num_params;
+  const acc_tensor_info_t *tensors;
+  int num_tensors;
+  int input_dim; /* f32 values per sample */
+  float (*forward_loss)(void *self, const float *x, const int64_t *labels, int batch, int training);
+  int (*backward)(void *self);
+  void (*predict)(void *self, int64_t *pred);
+  acc_mlp_t *mlp;
+  /* get_input_embeddings(): the layer NEFTune adds noise to, or NULL */
+  acc_embedding_t *input_embeddings;
+  void *owned; /* what acc_mlp_model allocated (acc_model_release frees it); NULL for yours */
+} acc_model_t;
+
+/* Fill `out` with the model interface of `m` (softmax cross-entropy
+ * loss; tensors "layers.<l>.weight" (out × in) and "layers.<l>.bias"
+ * (out × 1)). Allocates the tensor table and the adapter: free them
+ * with acc_model_release (after the Trainer is gone; `m` must outlive
+ * `out`). Errors: INVALID_ARGUMENT (NULL), NO_MEMORY; the reason in
+ * acc_last_error(NULL). */
+acc_result_t acc_mlp_model(acc_mlp_t *m, acc_model_t *out);
+/* Free what acc_mlp_model allocated in `model` (`owned`); NULL-safe. */
+void acc_model_release(acc_model_t *model);
+
+/* ------------------------------------------------------------------ */
+/* GaLore (optim = "galore_adamw")                                      */
+/* ------------------------------------------------------------------ */
+
+/* GaLoreAdamW (Zhao et al. 2024; galore_torch, projector "std") over the
+ * model's flat buffers: the 2-D tensors whose name contains one of the
+ * comma-separated `target_modules` get gradients projected to rank
+ * min(rank, rows, cols) by an SVD (LAPACK sgesvd) every update_proj_gap
+ * steps, Adam moments in that space, the update projected back times
+ * `scale`; the other parameters get the same Adam step unprojected;
+ * weight decay p -= lr·weight_decay·p after the update (galore_torch).
+ * With `acc`, the state (step, projectors, moments) is registered for
+ * checkpointing. NULL on bad arguments, no target found, or no memory
+ * (the reason in acc_last_error(acc)). */
+typedef struct acc_galore acc_galore_t;
+acc_galore_t *acc_galore_new(acc_t *acc, const acc_model_t *model, const char *target_modules,
+                             int rank, int update_proj_gap, float scale, float lr, float beta1,
+                             float beta2, float eps, float weight_decay);
+/* One step from the model's gradient buffer (already averaged and
+ * unscaled). Errors: BACKEND (sgesvd failed). */
+acc_result_t acc_galore_step(acc_galore_t *g);
+void acc_galore_set_lr(acc_galore_t *g, float lr);
+/* Bytes of optimizer state (projectors and moments). */
+size_t acc_galore_state_bytes(const acc_galore_t *g);
+void acc_galore_destroy(acc_galore_t **g_p);
+
+/* ------------------------------------------------------------------ */
+/* TrainingArguments                                                    */
+/* ------------------------------------------------------------------ */
+
+/* Transformers' TrainingArguments (field names and defaults as in
+ * transformers 4.5x). Text fields are NUL-terminated arrays; set them with
+ * acc_training_args_set so they are checked. "Unset" for Transformers'
+ * None is said per field. */
+typedef struct {
+  char output_dir[512];             /* "trainer_output" */
+  double learning_rate;             /* 5e-5 */
+  int per_device_train_batch_size;  /* 8 */
+  int per_device_eval_batch_size;   /* 8 */
+  double num_train_epochs;          /* 3.0 */
+  long max_steps;                   /* -1; > 0 overrides num_train_epochs */
+  double weight_decay;              /* 0.0 (applied to every parameter, biases too) */
+  double adam_beta1, adam_beta2;    /* 0.9, 0.999 */
+  double adam_epsilon;              /* 1e-8 */
+  double warmup_steps;              /* 0; an integer, or a ratio of max_steps below 1 */
+  char lr_scheduler_type[32];       /* linear, cosine, cosine_with_min_lr,
+                                     * constant, constant_with_warmup, inverse_sqrt */
+  char lr_scheduler_kwargs[128];    /* "min_lr_rate=0.1" or "min_lr=1e-6" (cosine_with_min_lr),
+                                     * "timescale=N" (inverse_sqrt); "" */
+  char eval_strategy[16];           /* no | steps | epoch; "no" */
+  char save_strategy[16];           /* no | steps | epoch | best; "steps" */
+  char logging_strategy[16];        /* no | steps | epoch; "steps" */
+  double eval_steps;                /* 0 = logging_steps; below 1 = ratio of max_steps */
+  double save_steps;                /* 500; below 1 = ratio */
+  double logging_steps;             /* 500; below 1 = ratio */
+  int save_total_limit;             /* -1 = unlimited (None) */
+  int load_best_model_at_end;       /* false */
+  char metric_for_best_model[64];   /* "" = None ("loss" with load_best_model_at_end) */
+  int greater_is_better;            /* -1 = None: true unless the metric ends in "loss" */
+  int gradient_accumulation_steps;  /* 1 */
+  double max_grad_norm;             /* 1.0; 0 = no clipping */
+  long long seed;                   /* 42 */
+  char mixed_precision[8];          /* no | fp16 | bf16; "no" (then the launcher's
+                                     * ACCELERATE_MIXED_PRECISION decides, as
+                                     * Accelerator(mixed_precision=None)) */
+  char log_level[16];               /* debug|info|warning|error|critical|passive; "passive" */
+  char log_level_replica[16];       /* "warning" */
+  int log_on_each_node;             /* true */
+  double neftune_noise_alpha;       /* 0 = None; needs the model's input_embeddings */
+  char optim[32];                   /* sgd | adamw | galore_adamw ("adamw"); lomo and adalomo
+                                     * are refused: not built yet */
+  char optim_args[256];             /* sgd: "momentum=0.9"; galore_adamw: "rank=128,
+                                     * update_proj_gap=200, scale=0.25" (defaults) */
+  char optim_target_modules[256];   /* galore_adamw: comma-separated parts of
+                                     * tensor names ("layers.0") */
+  char resume_from_checkpoint[512]; /* "" = no; "true" = latest checkpoint-N; or a path */
+  int early_stopping_patience;      /* 0 = no EarlyStoppingCallback */
+  double early_stopping_threshold;  /* 0.0 */
+  int disable_tqdm;                 /* false: a progress bar on the main process */
+} acc_training_args_t;
+
+/* Transformers' defaults (listed above). Cannot fail. */
+void acc_training_args_init(acc_training_args_t *args);
+
+/* Set the field `name` (Transformers' name, without "--") from text:
+ * numbers as C/Python literals, booleans as true/false/1/0 (any case),
+ * strings checked against their allowed values. Errors:
+ * INVALID_ARGUMENT with "unknown argument 'NAME'" or "--NAME: bad value
+ * 'VALUE' (expected ...)" in acc_last_error(NULL); the field is then
+ * unchanged. */
+acc_result_t acc_training_args_set(acc_training_args_t *args, const char *name, const char *value);
+
+/* Parse a command line of `--name value` or `--name=value` pairs
+ * (argv[0] is the program and skipped), as HfArgumentParser does. A flag
+ * not in the table, a missing or bad value is INVALID_ARGUMENT naming
+ * it. Stops at the first error. */
+acc_result_t acc_training_args_parse(acc_training_args_t *args, int argc, char **argv);
+
+/* Check the arguments together (what TrainingArguments.__post_init__
+ * checks): load_best_model_at_end needs eval_strategy == save_strategy
+ * (save_strategy "best" excepted) and, for "steps", save_steps a multiple
+ * of eval_steps; save_strategy "best" and early stopping need an
+ * eval_strategy and a metric; cosine_with_min_lr needs min_lr or
+ * min_lr_rate; positive batch sizes and accumulation. Errors:
+ * INVALID_ARGUMENT naming the fields, in acc_last_error(NULL). */
+acc_result_t acc_training_args_validate(const acc_training_args_t *args);
+
+/* Python logging levels, as Transformers' log_level takes them. */
+enum {
+  ACC_LOG_PASSIVE = -1,
+  ACC_LOG_DEBUG = 10,
+  ACC_LOG_INFO = 20,
+  ACC_LOG_WARNING = 30,
+  ACC_LOG_ERROR = 40,
+  ACC_LOG_CRITICAL = 50
+};
+
+/* TrainingArguments.get_process_log_level: log_level on the main process
+ * (local rank 0 with log_on_each_node, else global rank 0), log_level_replica
+ * on the others; "passive" gives the library default, warning (30). */
+int acc_training_args_process_log_level(const acc_training_args_t *args, int rank, int local_rank);
+
+/* An Accelerator for these arguments: acc_new with mixed_precision,
+ * gradient_accumulation_steps and seed (set_seed(args.seed) as the
+ * Trainer does, so model initialization is reproducible). NULL on
+ * failure (as acc_new). */
+acc_t *acc_trainer_accelerator_new(const acc_training_args_t *args);
+
+/* ------------------------------------------------------------------ */
+/* Learning-rate schedulers (transformers.get_scheduler)                */
+/* ------------------------------------------------------------------ */
+
+/* The multiplier of the base learning rate after `step` optimizer steps
+ * (LambdaLR's lambda) for `args.lr_scheduler_type` with num_warmup_steps
+ * `warmup` and num_training_steps `total`, as transformers/optimization.py
+ * defines them (cosine with num_cycles 0.5; inverse_sqrt's timescale
+ * defaults to warmup or 10000). Returns NaN for an unknown type or a
+ * missing min_lr/min_lr_rate (see acc_training_args_validate). */
+double acc_lr_lambda(const acc_training_args_t *args, long step, long warmup, long total);
+
+/* ------------------------------------------------------------------ */
+/* Data                                                                 */
+/* ------------------------------------------------------------------ */
+
+/* A dataset of n samples: sample i is x[i*dim .. i*dim+dim) (f32) with
+ * label y[i] (int64). Borrowed by the Trainer. */
+typedef struct {
+  const float *x;
+  const int64_t *y;
+  size_t n;
+  int dim;
+} acc_dataset_t;
+
+/* Named metrics (Transformers' dict returned by compute_metrics). */
+#define ACC_METRICS_MAX 16
+typedef struct {
+  int count;
+  char name[ACC_METRICS_MAX][48];
+  double value[ACC_METRICS_MAX];
+} acc_metrics_t;
+
+/* Append (name, value); replaces a metric of the same name. Returns -1
+ * when full. */
+int acc_metrics_put(acc_metrics_t *m, const char *name, double value);
+/* The value of `name`, or NaN when absent. */
+double acc_metrics_get(const acc_metrics_t *m, const char *name);
+
+/* compute_metrics(EvalPrediction): `n` predictions and labels gathered
+ * from every rank (gather_for_metrics: each sample once); put named
+ * metrics (without the "eval_" prefix) into `out`. */
+typedef void (*acc_compute_metrics_fn)(const int64_t *preds, const int64_t *labels, size_t n,
+                                       acc_metrics_t *out, void *user);
+/* A compute_metrics giving "accuracy". */
+void acc_accuracy_metric(const int64_t *preds, const int64_t *labels, size_t n, acc_metrics_t *out,
+                         void *user);
+
+/* ------------------------------------------------------------------ */
+/* TrainerState, TrainerControl, callbacks                              */
+/* ------------------------------------------------------------------ */
+
+/* One entry of log_history: named values and the global step. */
+typedef struct {
+  acc_metrics_t values; /* "loss", "grad_norm", "learning_rate", "epoch", ... */
+  long step;
+} acc_log_entry_t;
+
+typedef struct {
+  double epoch; /* fractional: epochs done + steps into this epoch */
+  long global_step, max_steps;
+  long logging_steps, eval_steps, save_steps;
+  int num_train_epochs, train_batch_size;
+  acc_log_entry_t *log_history; /* log_history_len entries, owned by the Trainer */
+  size_t log_history_len;
+  int has_best_metric; /* best_metric is None until the first evaluation */
+  double best_metric;
+  long best_global_step;           /* 0 = None */
+  char best_model_checkpoint[600]; /* "" = None */
+  int is_local_process_zero, is_world_process_zero;
+} acc_trainer_state_t;
+
+typedef struct {
+  int should_training_stop, should_epoch_stop, should_save, should_evaluate, should_log;
+} acc_trainer_control_t;
+
+typedef struct acc_trainer acc_trainer_t;
+
+/* TrainerCallback: each event may be NULL. `logs` is the log entry for
+ * on_log and the metrics for on_evaluate, NULL otherwise. Callbacks may
+ * set the control flags. Called on every rank, as Transformers does. */
+typedef void (*acc_trainer_event_fn)(const acc_training_args_t *args, acc_trainer_state_t *state,
+                                     acc_trainer_control_t *control, const acc_metrics_t *logs,
+                                     void *user);
+typedef struct {
+  acc_trainer_event_fn on_init_end, on_train_begin, on_train_end, on_epoch_begin, on_epoch_end,
+      on_step_begin, on_step_end, on_evaluate, on_save, on_log;
+  void *user;
+} acc_trainer_callback_t;
+
+/* ------------------------------------------------------------------ */
+/* The Trainer                                                          */
+/* ------------------------------------------------------------------ */
+
+/* A Trainer for `model` on `train` (and `eval`, may be NULL) under * `args` (copied; validated with
+ * acc_training_args_validate). `acc` must accumulate the arguments' gradient_accumulation_steps
+ * (acc_trainer_accelerator_new makes such an accelerator; its mixed
+ * precision is the model's). Creates the optimizer (optim,
+ * learning_rate, weight_decay, adam_*, optim_args) and, with
+ * early_stopping_patience > 0, an EarlyStoppingCallback. NULL on failure, the reason in
+ * acc_last_error(acc). Everything borrowed must outlive the Trainer; the
+ * Trainer must be destroyed before `acc`. */
+acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_model_t *model,
+                               const acc_dataset_t *train, const acc_dataset_t *eval);
+void acc_trainer_destroy(acc_trainer_t **tr_p);
+
+/* Trainer.add_callback (copied; at most 16). The callback's on_init_end
+ * fires at once: it joins a Trainer whose __init__ has ended. Errors:
+ * INVALID_ARGUMENT (NULL, too many). */
+acc_result_t acc_trainer_add_callback(acc_trainer_t *tr, const acc_trainer_callback_t *cb);
+void acc_trainer_set_compute_metrics(acc_trainer_t *tr, acc_compute_metrics_fn fn, void *user);
+
+/* Overridable steps (Trainer.compute_loss, training_step,
+ * prediction_step): NULL restores the default. compute_loss returns the * mean loss of the batch
+ * (it calls model->forward_loss by default); training_step runs compute_loss and model->backward
+ * and returns the loss, or NaN on failure (the 1/gradient_accumulation_steps scaling and the
+ * all-reduce are acc_backward's, after it); prediction_step fills preds and returns the loss
+ * without gradients. `user` is given to each. */
+typedef float (*acc_compute_loss_fn)(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
+                                     int training, void *user);
+typedef float (*acc_training_step_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,
+                                      int batch, void *user);
+typedef float (*acc_prediction_step_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,
+                                        int batch, int64_t *preds, void *user);
+void acc_trainer_set_steps(acc_trainer_t *tr, acc_compute_loss_fn compute_loss,
+                           acc_training_step_fn training_step,
+                           acc_prediction_step_fn prediction_step, void *user);
+/* The default steps, for an override to call. */
+float acc_trainer_compute_loss(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
+                               int training);
+float acc_trainer_training_step(acc_trainer_t *tr, const float *x, const int64_t *y, int batch);
+float acc_trainer_prediction_step(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
+                                  int64_t *preds);
+
+/* Trainer.train: the loop (resuming from args.resume_from_checkpoint
+ * when set), logging, evaluation, checkpoints, callbacks, early stopping,
+ * loading the best model at the end. Collective (every rank calls it).
+ * Errors: INVALID_ARGUMENT (no checkpoint to resume from, a NaN loss
+ * from a bad label), IO (checkpoint files), the collectives'. */
+acc_result_t acc_trainer_train(acc_trainer_t *tr);
+
+/* Trainer.evaluate on the eval dataset: eval_loss, the compute_metrics
+ * values prefixed "eval_", eval_runtime (s), eval_samples_per_second,
+ * eval_steps_per_second, epoch; logged (on_log, a printed line) and given
+ * to on_evaluate. `out` may be NULL. Collective. Errors: INVALID_ARGUMENT
+ * (no eval dataset), the collectives'. */
+acc_result_t acc_trainer_evaluate(acc_trainer_t *tr, acc_metrics_t *out);
+
+/* Save `output_dir/checkpoint-<global_step>/` now (Trainer._save_checkpoint):
+ * nbfork_state.bin (model, optimizer, loss scaler, Trainer loop state),
+ * nbfork_rank<R>.bin (each rank's RNG and accumulation state) and
+ * trainer_state.json, then rotate (save_total_limit, keeping the best).
+ * Collective. Errors: IO naming the path, the collectives'. */
+acc_result_t acc_trainer_save_checkpoint(acc_trainer_t *tr);
+
+acc_trainer_state_t *acc_trainer_state(acc_trainer_t *tr);
+acc_trainer_control_t *acc_trainer_control(acc_trainer_t *tr);
+const acc_training_args_t *acc_trainer_args(const acc_trainer_t *tr);
+acc_model_t *acc_trainer_model(acc_trainer_t *tr);
+acc_t *acc_trainer_accelerator(acc_trainer_t *tr);
+/* The learning rate the next optimizer step uses. */
+double acc_trainer_learning_rate(const acc_trainer_t *tr);
+
+/* Log `fmt` at `level` through the Trainer's logger (stderr, one line,
+ * "[LEVEL|trainer] message") when level >= this process's log level
+ * (acc_training_args_process_log_level). Returns 1 when printed, else 0. */
+int acc_trainer_log(const acc_trainer_t *tr, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* get_last_checkpoint: the path of the checkpoint-N under `dir` with the
+ * largest N into `out`; 0 when found, -1 when none. */
+int acc_trainer_last_checkpoint(const char *dir, char *out, size_t outlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NBF_TRAINER_H */

@@ -1,0 +1,63 @@
+"""notebooks/trainer.ipynb through the real kernel (nbclient): the Trainer
+under %launch on 2 processes evaluates and saves a checkpoint each epoch,
+prints Transformers' log lines once (main process), and a second launch
+resumes from the latest checkpoint and runs only the remaining epoch."""
+import os
+import re
+import shutil
+import unittest
+
+from nbclient.exceptions import CellExecutionError
+
+import nbf_harness as h
+from test_notebooks import cell_text, run_notebook
+
+# An untrained model scores about 10% on ten classes.
+ACCURACY_FLOOR = 0.6
+
+
+class TrainerNotebookTests(unittest.TestCase):
+    def test_trainer_notebook(self):
+        # a free port, not the default 29500 other notebook tests launch on
+        # (ctest -j runs them side by side); retried if it was taken meanwhile
+        for _ in range(3):
+            port = h.free_port()
+
+            def patch(nb, port=port):
+                for c in nb.cells:
+                    if c.cell_type == "code" and c.source.startswith("%launch"):
+                        c.source += " use_port=%d" % port
+            try:
+                nb = run_notebook("trainer.ipynb", env={"TRAINER_LIMIT": "6000"}, patch=patch)
+                break
+            except CellExecutionError as e:
+                if "Another process holds port" not in str(e):
+                    raise
+        else:
+            self.fail("three free ports were taken before the launch could use them")
+        setup = cell_text(nb.cells[1])
+        out_dir = re.search(r"checkpoints in (\S+)", setup).group(1)
+        self.addCleanup(shutil.rmtree, out_dir, True)
+        launches = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%launch")]
+        self.assertEqual(len(launches), 2)
+        first, second = (cell_text(c) for c in launches)
+        self.assertRegex(first, r"Launching training on 2 (CPU processes|GPUs)\.")
+        evals = re.findall(r"^\{'eval_loss': .*'eval_accuracy': ([0-9.]+).*'epoch': ([0-9.]+)\}$",
+                           first, re.M)
+        # one evaluation per epoch, printed by the main process only
+        self.assertEqual([e[1] for e in evals], ["1.0", "2.0"], first)
+        self.assertGreaterEqual(float(evals[-1][0]), ACCURACY_FLOOR, first)
+        self.assertRegex(first, r"\{'loss': [0-9.]+, 'grad_norm': [0-9.e-]+, "
+                                r"'learning_rate': [0-9.e-]+, 'epoch': [0-9.]+\}")
+        self.assertEqual(first.count("'train_runtime'"), 1, first)
+        # 6000 images, 2 processes of batch 64: 47 steps per epoch
+        self.assertTrue(os.path.isfile(os.path.join(out_dir, "checkpoint-94", "trainer_state.json")))
+        # resumed: only the third epoch is evaluated
+        evals2 = re.findall(r"^\{'eval_loss': .*'epoch': ([0-9.]+)\}$", second, re.M)
+        self.assertEqual(evals2, ["3.0"], second)
+        self.assertIn("best checkpoint: " + out_dir + "/checkpoint-", second)
+        self.assertTrue(os.path.isfile(os.path.join(out_dir, "checkpoint-141", "trainer_state.json")))
+
+
+if __name__ == "__main__":
+    unittest.main()

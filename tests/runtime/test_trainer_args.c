@@ -1,0 +1,193 @@
+/*
+ * test_trainer_args.c — TrainingArguments (defaults, the command line,
+ * bad names and values rejected naming them, cross-field checks),
+ * get_process_log_level, each scheduler's curve against the formulas of
+ * transformers/optimization.py written out here, and the Python float
+ * repr of the log lines.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "acc_trainer_internal.h"
+#include "rt_test.h"
+
+NBF_TEST(defaults) {
+  acc_training_args_t a;
+  acc_training_args_init(&a);
+  ASSERT_EQ_STR(a.output_dir, "trainer_output");
+  ASSERT_NEAR(a.learning_rate, 5e-5, 0);
+  ASSERT_EQ(a.per_device_train_batch_size, 8);
+  ASSERT_NEAR(a.num_train_epochs, 3.0, 0);
+  ASSERT_EQ(a.max_steps, -1);
+  ASSERT_EQ_STR(a.lr_scheduler_type, "linear");
+  ASSERT_EQ_STR(a.save_strategy, "steps");
+  ASSERT_NEAR(a.save_steps, 500.0, 0);
+  ASSERT_NEAR(a.logging_steps, 500.0, 0);
+  ASSERT_NEAR(a.max_grad_norm, 1.0, 0);
+  ASSERT_EQ(a.seed, 42);
+  ASSERT_EQ_STR(a.log_level, "passive");
+  ASSERT_EQ_STR(a.log_level_replica, "warning");
+  ASSERT_EQ(a.log_on_each_node, 1);
+  ASSERT_EQ_STR(a.optim, "adamw");
+  ASSERT_OK(NULL, acc_training_args_validate(&a));
+}
+
+NBF_TEST(parse_command_line) {
+  acc_training_args_t a;
+  acc_training_args_init(&a);
+  char *argv[] = {"prog",
+                  "--log_level",
+                  "warning",
+                  "--log_level_replica",
+                  "error",
+                  "--log_on_each_node",
+                  "0",
+                  "--learning_rate=0.1",
+                  "--max_steps",
+                  "7",
+                  "--load_best_model_at_end",
+                  "TRUE",
+                  "--eval_strategy",
+                  "epoch",
+                  "--save_strategy",
+                  "epoch",
+                  "--warmup_steps",
+                  "0.1",
+                  "--optim",
+                  "sgd",
+                  "--output_dir",
+                  "/tmp/x"};
+  ASSERT_OK(NULL, acc_training_args_parse(&a, (int)(sizeof argv / sizeof argv[0]), argv));
+  ASSERT_EQ_STR(a.log_level, "warning");
+  ASSERT_EQ_STR(a.log_level_replica, "error");
+  ASSERT_EQ(a.log_on_each_node, 0);
+  ASSERT_NEAR(a.learning_rate, 0.1, 0);
+  ASSERT_EQ(a.max_steps, 7);
+  ASSERT_EQ(a.load_best_model_at_end, 1);
+  ASSERT_NEAR(a.warmup_steps, 0.1, 0);
+  ASSERT_EQ_STR(a.optim, "sgd");
+  ASSERT_EQ_STR(a.output_dir, "/tmp/x");
+  ASSERT_OK(NULL, acc_training_args_validate(&a));
+}
+
+/* `argv` must be rejected with a message containing `needle`. */
+static void rejected(int argc, char **argv, const char *needle) {
+  acc_training_args_t a;
+  acc_training_args_init(&a);
+  acc_result_t r = acc_training_args_parse(&a, argc, argv);
+  if (r == ACC_OK)
+    r = acc_training_args_validate(&a);
+  ASSERT_NE(r, ACC_OK);
+  if (!strstr(acc_last_error(NULL), needle))
+    NBF_TEST_FAIL("error '%s' does not name '%s'", acc_last_error(NULL), needle);
+}
+
+NBF_TEST(bad_arguments_named) {
+  char *unknown[] = {"p", "--learning_rat", "0.1"};
+  rejected(3, unknown, "learning_rat");
+  char *num[] = {"p", "--learning_rate", "fast"};
+  rejected(3, num, "--learning_rate: bad value 'fast'");
+  char *neg[] = {"p", "--per_device_train_batch_size", "0"};
+  rejected(3, neg, "--per_device_train_batch_size");
+  char *choice[] = {"p", "--lr_scheduler_type", "cosine_restarts"};
+  rejected(3, choice, "--lr_scheduler_type: bad value 'cosine_restarts'");
+  char *boolean[] = {"p", "--log_on_each_node", "maybe"};
+  rejected(3, boolean, "--log_on_each_node");
+  char *missing[] = {"p", "--seed"};
+  rejected(2, missing, "--seed: missing value");
+  char *level[] = {"p", "--log_level", "loud"};
+  rejected(3, level, "--log_level");
+  char *positional[] = {"p", "oops"};
+  rejected(2, positional, "oops");
+  char *mismatch[] = {"p", "--load_best_model_at_end", "1", "--eval_strategy", "epoch"};
+  rejected(5, mismatch, "load_best_model_at_end");
+  char *minlr[] = {"p", "--lr_scheduler_type", "cosine_with_min_lr"};
+  rejected(3, minlr, "min_lr");
+  char *es[] = {"p", "--early_stopping_patience", "2"};
+  rejected(3, es, "early_stopping_patience");
+  /* a rejected value leaves the field unchanged */
+  acc_training_args_t a;
+  acc_training_args_init(&a);
+  ASSERT_NE(acc_training_args_set(&a, "num_train_epochs", "1e999"), ACC_OK);
+  ASSERT_NEAR(a.num_train_epochs, 3.0, 0);
+}
+
+NBF_TEST(process_log_level) {
+  acc_training_args_t a;
+  acc_training_args_init(&a);
+  /* passive: the library default (warning) on every process */
+  ASSERT_EQ(acc_training_args_process_log_level(&a, 0, 0), ACC_LOG_WARNING);
+  ASSERT_EQ(acc_training_args_process_log_level(&a, 1, 1), ACC_LOG_WARNING);
+  ASSERT_OK(NULL, acc_training_args_set(&a, "log_level", "info"));
+  ASSERT_OK(NULL, acc_training_args_set(&a, "log_level_replica", "error"));
+  /* log_on_each_node: local rank 0 of every node is a main process */
+  ASSERT_EQ(acc_training_args_process_log_level(&a, 0, 0), ACC_LOG_INFO);
+  ASSERT_EQ(acc_training_args_process_log_level(&a, 4, 0), ACC_LOG_INFO);
+  ASSERT_EQ(acc_training_args_process_log_level(&a, 5, 1), ACC_LOG_ERROR);
+  ASSERT_OK(NULL, acc_training_args_set(&a, "log_on_each_node", "false"));
+  ASSERT_EQ(acc_training_args_process_log_level(&a, 0, 0), ACC_LOG_INFO);
+  ASSERT_EQ(acc_training_args_process_log_level(&a, 4, 0), ACC_LOG_ERROR);
+}
+
+/* Each scheduler at a few steps: warmup 10, total 110. */
+NBF_TEST(scheduler_curves) {
+  acc_training_args_t a;
+  acc_training_args_init(&a);
+  const long W = 10, T = 110;
+  const long steps[] = {0, 5, 10, 35, 60, 109, 110};
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    long s = steps[i];
+    double warm = (double)s / 10.0, prog = (double)(s - W) / 100.0;
+    struct {
+      const char *type, *kwargs;
+      double want;
+    } c[] = {
+        {"linear", "", s < W ? warm : (double)(T - s) / 100.0},
+        {"constant", "", 1.0},
+        {"constant_with_warmup", "", s < W ? warm : 1.0},
+        {"cosine", "", s < W ? warm : 0.5 * (1 + cos(M_PI * prog))},
+        {"cosine_with_min_lr", "min_lr_rate=0.1",
+         s < W ? warm : 0.5 * (1 + cos(M_PI * prog)) * 0.9 + 0.1},
+        {"inverse_sqrt", "", s < W ? warm : 1.0 / sqrt((double)s / 10.0)},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+      ASSERT_OK(NULL, acc_training_args_set(&a, "lr_scheduler_type", c[k].type));
+      ASSERT_OK(NULL, acc_training_args_set(&a, "lr_scheduler_kwargs", c[k].kwargs));
+      double got = acc_lr_lambda(&a, s, W, T);
+      if (fabs(got - c[k].want) > 1e-12)
+        NBF_TEST_FAIL("%s at step %ld: %.15g, expected %.15g", c[k].type, s, got, c[k].want);
+    }
+  }
+  /* min_lr given absolutely: rate = min_lr / learning_rate */
+  ASSERT_OK(NULL, acc_training_args_set(&a, "lr_scheduler_type", "cosine_with_min_lr"));
+  ASSERT_OK(NULL, acc_training_args_set(&a, "lr_scheduler_kwargs", "min_lr=1e-5"));
+  ASSERT_OK(NULL, acc_training_args_set(&a, "learning_rate", "1e-4"));
+  ASSERT_NEAR(acc_lr_lambda(&a, T, W, T), 0.1, 1e-12);
+  /* inverse_sqrt without warmup: timescale 10000 */
+  ASSERT_OK(NULL, acc_training_args_set(&a, "lr_scheduler_type", "inverse_sqrt"));
+  ASSERT_NEAR(acc_lr_lambda(&a, 30000, 0, T), 0.5, 1e-12);
+}
+
+NBF_TEST(python_float_repr) {
+  struct {
+    double v;
+    const char *want;
+  } c[] = {{0.1, "0.1"},
+           {5e-05, "5e-05"},
+           {1.0, "1.0"},
+           {0.0499, "0.0499"},
+           {(double)1.2345679f, "1.2345678806304932"},
+           {100000.0, "100000.0"},
+           {0.53, "0.53"},
+           {1e16, "1e+16"},
+           {-2.5, "-2.5"},
+           {0.07872340425531915, "0.07872340425531915"}};
+  char buf[40];
+  for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+    tr_float_repr(c[i].v, buf, sizeof buf);
+    ASSERT_EQ_STR(buf, c[i].want);
+  }
+}
+
+NBF_TEST_MAIN()
