@@ -28,9 +28,10 @@ typedef struct {
 } ex_header_t;
 
 static ex_header_t g_headers[] = {
-    {"nbfork.h", 1, NULL}, {"nbf_display.h", 1, NULL}, {"stdio.h", 0, NULL}, {"stdlib.h", 0, NULL},
-    {"string.h", 0, NULL}, {"unistd.h", 0, NULL},      {"time.h", 0, NULL},  {"ctype.h", 0, NULL},
-    {"stdint.h", 0, NULL}, {"pthread.h", 0, NULL},
+    {"nbfork.h", 1, NULL},  {"nbf_display.h", 1, NULL}, {"nbf_trainer.h", 1, NULL},
+    {"stdio.h", 0, NULL},   {"stdlib.h", 0, NULL},      {"string.h", 0, NULL},
+    {"unistd.h", 0, NULL},  {"time.h", 0, NULL},        {"ctype.h", 0, NULL},
+    {"stdint.h", 0, NULL},  {"pthread.h", 0, NULL},
 };
 
 static const char *const c_words[] = {

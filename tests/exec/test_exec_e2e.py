@@ -343,6 +343,9 @@ class ExecutorE2ETest(unittest.TestCase):
         # the display API lives in its own header, nbf_display.h
         reply = self.shell(self.kc.complete("nbf_upd", 7))
         self.assertIn("nbf_update_display", reply["matches"])
+        # and the Trainer in nbf_trainer.h
+        reply = self.shell(self.kc.complete("acc_training_args_pa", 20))
+        self.assertIn("acc_training_args_parse", reply["matches"])
         reply = self.shell(self.kc.complete("x = prin", 8))
         self.assertIn("printf", reply["matches"])
         self.assertEqual(reply["cursor_start"], 4)
