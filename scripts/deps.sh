@@ -265,9 +265,10 @@ pkgs=(
   libgloo-dev libopenblas-dev libopenblas0
   tcc libtcc-dev
   dataset-fashion-mnist
+  # Python and its venv module for .venv/ (below); Debian's jupyter_client
+  # and nbclient for scripts/demo.sh and the tests where no .venv is made
   python3 python3-venv python3-jupyter-client python3-nbclient python3-nbformat python3-ipykernel
-  jupyter-notebook jupyter-console
-  python3-selenium chromium chromium-driver
+  chromium chromium-driver
 )
 bench=0
 case ${1:-} in
