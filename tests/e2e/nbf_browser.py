@@ -220,3 +220,19 @@ class BrowserCase(unittest.TestCase):
         WebDriverWait(self.driver, timeout).until(
             lambda d: self.prompts() and all(PROMPT_DONE.match(p) for p in self.prompts()) and
             self.kernel_status() == "idle")
+
+    def check_fashion_mnist_outputs(self):
+        """What notebooks/fashion_mnist.ipynb shows when it ran well: the
+        data, the launch line, an accuracy per epoch above chance and
+        then some; returns the page's output text."""
+        page = "\n".join(self.output_text(i) for i in range(len(self.cells())))
+        self.assertIn("%s images of 28x28, 10 classes" % self.env["FMNIST_LIMIT"], page)
+        self.assertRegex(page, r"Launching training on 2 (CPU processes|GPUs)\.")
+        accs = re.findall(r"epoch \d+: (\d+\.\d\d)", page)
+        self.assertEqual(len(accs), int(self.env["FMNIST_EPOCHS"]), page)
+        self.assertGreater(float(accs[-1]), 65.0)
+        # Lab renders an error (and stderr) with this MIME type: none here
+        self.assertFalse(self.driver.find_elements(
+            By.CSS_SELECTOR, ".jp-OutputArea-output[data-mime-type="
+            "'application/vnd.jupyter.stderr']"), page)
+        return page
