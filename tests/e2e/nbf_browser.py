@@ -20,6 +20,7 @@ import sys
 import tempfile
 import unittest
 import urllib.request
+from importlib import metadata
 
 import nbf_harness as h
 
@@ -45,6 +46,14 @@ TOKEN = "nbforktest"
 PROMPT_DONE = re.compile(r"^\[\d+\]:$")
 
 
+def package_major(name):
+    """Major version of the installed package NAME, 0 when absent."""
+    try:
+        return int(metadata.version(name).split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return 0
+
+
 def notebook_file(name):
     return os.path.join(h.REPO, "notebooks", name)
 
@@ -59,11 +68,14 @@ class BrowserCase(unittest.TestCase):
     def setUp(self):
         server = os.path.join(VENV_BIN, "jupyter-lab" if self.front_end == "lab"
                               else "jupyter-notebook")
-        if webdriver is None or not os.path.exists(server) or not os.path.exists(CHROMIUM) \
-                or not os.path.exists(CHROMEDRIVER):
+        # JupyterLab 4 / Notebook 7 beside this Python (Debian's classic
+        # Notebook 6 in /usr/bin is another front end)
+        pkg, major = ("jupyterlab", 4) if self.front_end == "lab" else ("notebook", 7)
+        if webdriver is None or not os.path.exists(server) or package_major(pkg) < major \
+                or not os.path.exists(CHROMIUM) or not os.path.exists(CHROMEDRIVER):
             raise unittest.SkipTest(
-                "needs the virtual environment's %s and selenium (scripts/deps.sh), Debian's "
-                "chromium and chromium-driver; this Python is %s" % (server, sys.executable))
+                "needs %s >= %d and selenium in this Python's environment (%s; scripts/deps.sh "
+                "makes .venv/), Debian's chromium and chromium-driver" % (pkg, major, sys.prefix))
         self.tmp = tempfile.mkdtemp(prefix="nbfork-browser-")
         self.root = os.path.join(self.tmp, "root")
         os.makedirs(self.root)
