@@ -1,4 +1,10 @@
-/* kn_kernel_info_request.c — kernel_info_request (messaging spec "Kernel info"). */
+/* kn_kernel_info_request.c — kernel_info_request (messaging spec "Kernel info").
+ * language_info is what JupyterLab 4 needs for C: its CodeMirror 6 editor
+ * finds the C mode from the MIME type text/x-csrc (mimetype and
+ * codemirror_mode), nbconvert's exporters use pygments_lexer and
+ * file_extension; version is the C standard cells are compiled with
+ * (ex_compile.c: -std=gnu11; tests/kernel: kernel_info_for_jupyterlab
+ * checks the two agree). debugger: false, so Lab shows no debugger. */
 #include "kn_handlers.h"
 
 bool kn_kernel_info_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Install the Debian packages nbfork needs to build, run and be tested.
-# Usage: scripts/deps.sh [--bench]                      (--bench adds PyTorch for bench/)
+# Install what nbfork needs to build, run and be tested: C libraries and
+# tools as Debian packages, Python tools (JupyterLab, Notebook 7,
+# jupyter_client, nbclient, selenium) from PyPI into the project's virtual
+# environment .venv/, pinned by requirements.txt.
+# Usage: scripts/deps.sh [--bench]                      (--bench adds PyTorch and
+#                                                        Accelerate, requirements-bench.txt)
 #        scripts/deps.sh --offline DIR [--prefix PREFIX] (from scripts/bundle.sh DIR, no network)
 #
 # --offline: as root on the Debian release the bundle came from, and without
@@ -261,22 +265,49 @@ pkgs=(
   libgloo-dev libopenblas-dev libopenblas0
   tcc libtcc-dev
   dataset-fashion-mnist
-  python3 python3-jupyter-client python3-nbclient python3-nbformat python3-ipykernel
-  jupyter-notebook jupyter-console
-  python3-selenium chromium chromium-driver
+  # Python and its venv module for .venv/ (below); Debian's jupyter_client
+  # and nbclient for scripts/demo.sh and the tests where no .venv is made
+  python3 python3-venv python3-jupyter-client python3-nbclient python3-nbformat python3-ipykernel
+  chromium chromium-driver
 )
-if [ "${1:-}" = "--bench" ]; then
-  pkgs+=(python3-torch)
-fi
+bench=0
+case ${1:-} in
+  "") ;;
+  --bench) bench=1; pkgs+=(python3-torch) ;;
+  *) die "unknown option $1 (usage: scripts/deps.sh [--bench] | --offline DIR [--prefix PREFIX])" ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "nbfork: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The virtual environment: Debian's python3 (not whatever python3 is first
+# on PATH), pip from PyPI. It is brought up to date only when a requirements
+# file changed since the last install (a stamp holds their checksum), so the
+# test command costs nothing once it is there.
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=$root/.venv
+reqs=("$root/requirements.txt")
+[ "$bench" -eq 0 ] || reqs=("$root/requirements-bench.txt")
+stamp=$venv/.nbfork-requirements
+want=$(cat "${reqs[@]}" "$root/requirements.txt" | sha256sum | cut -d' ' -f1)
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && grep -qx "$want" "$stamp"; then
   exit 0
 fi
-echo "nbfork: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO=sudo
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+if [ ! -x "$venv/bin/python" ]; then
+  echo "nbfork: creating the virtual environment $venv"
+  /usr/bin/python3 -m venv "$venv" ||
+    die "could not create $venv (Debian's python3-venv is needed: apt-get install python3-venv)"
+fi
+echo "nbfork: installing the Python tools from ${reqs[*]##*/} into $venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "${reqs[0]}" ||
+  die "pip could not install ${reqs[0]##*/} into $venv (is PyPI reachable?); run scripts/deps.sh again"
+# A bench install satisfies the plain one as well.
+{ echo "$want"; [ "$bench" -eq 0 ] || cat "$root/requirements.txt" "$root/requirements.txt" | sha256sum | cut -d' ' -f1; } >"$stamp"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Build nbfork and run every test (C unit tests, end-to-end tests through
-# jupyter_client and nbclient, the notebooks, the browser test) with ctest.
-# Exits non-zero on any failure.
+# jupyter_client and nbclient, the notebooks, the browser tests of
+# JupyterLab 4 and Notebook 7) with ctest. scripts/deps.sh first brings
+# the Debian packages and the Python tools of .venv/ (PyPI, pinned) up to
+# date; the end-to-end tests run .venv's Python. Exits non-zero on any
+# failure.
 #
 # NBFORK_SANITIZE_TESTS=1 adds a second pass: a tree built with
 # AddressSanitizer and UBSan (-DNBFORK_SANITIZE=ON, in build-asan/ or

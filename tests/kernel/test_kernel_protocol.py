@@ -12,8 +12,10 @@ Run one test:  NBFORK_KERNEL_BIN=build/bin/nbfork-kernel \\
 import datetime
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -392,6 +394,64 @@ class KernelProtocolTest(unittest.TestCase):
         closes = [m for m in self.collect(msg["header"]["msg_id"]) if m["msg_type"] == "comm_close"]
         self.assertEqual(closes[0]["content"]["comm_id"], "c-1")
 
+    def test_comm_msg_and_comm_close_for_unknown_comms(self):
+        # Messaging spec, "Custom Messages": a kernel without the target closes
+        # the comm; messages to a comm it does not have are ignored. Each is
+        # still wrapped in busy/idle, so a front end waiting on idle goes on.
+        for msg_type, content in [
+                ("comm_msg", {"comm_id": "never-opened", "data": {"x": 1}}),
+                ("comm_close", {"comm_id": "never-opened", "data": {}})]:
+            msg = self.kc.session.msg(msg_type, content)
+            self.kc.shell_channel.send(msg)
+            msgs = self.collect(msg["header"]["msg_id"])
+            self.assertEqual([m["msg_type"] for m in msgs], ["status", "status"], msgs)
+            self.assertEqual([m["content"]["execution_state"] for m in msgs], ["busy", "idle"])
+        # no reply of theirs is waiting on shell: the next reply is kernel_info's
+        msg_id = self.kc.kernel_info()
+        self.assertEqual(self.shell_reply(msg_id)["msg_type"], "kernel_info_reply")
+        self.assertNotIn("unknown message type", self.kernel_stderr())
+
+    def test_comm_open_unknown_target_closed_then_messages_ignored(self):
+        msg = self.kc.session.msg("comm_open", {"comm_id": "w-1", "target_name":
+                                                "jupyter.widget", "data": {}})
+        self.kc.shell_channel.send(msg)
+        msgs = self.collect(msg["header"]["msg_id"])
+        self.assertEqual([m["msg_type"] for m in msgs], ["status", "comm_close", "status"])
+        self.assertEqual(msgs[1]["content"], {"comm_id": "w-1", "data": {}})
+        after = self.kc.session.msg("comm_msg", {"comm_id": "w-1", "data": {}})
+        self.kc.shell_channel.send(after)
+        self.assertEqual([m["msg_type"] for m in self.collect(after["header"]["msg_id"])],
+                         ["status", "status"])
+        self.assertEqual(self.kc.comm_info(reply=True, timeout=TIMEOUT)["content"]["comms"], {})
+
+    def test_control_channel_requests_publish_status(self):
+        # JupyterLab waits for status messages of control requests too
+        # (protocol 5.3: busy/idle for every request, whichever channel)
+        msg = self.kc.session.msg("kernel_info_request", {})
+        self.kc.control_channel.send(msg)
+        reply = self.kc.control_channel.get_msg(timeout=TIMEOUT)
+        self.assertEqual(reply["msg_type"], "kernel_info_reply")
+        self.assertEqual(reply["parent_header"]["msg_id"], msg["header"]["msg_id"])
+        states = [m["content"]["execution_state"] for m in self.collect(msg["header"]["msg_id"])]
+        self.assertEqual(states, ["busy", "idle"])
+
+    def test_kernel_info_for_jupyterlab(self):
+        c = self.shell_reply(self.kc.kernel_info())["content"]
+        # JSON false, not absent: Lab shows no debugger button
+        self.assertIs(c["debugger"], False)
+        li = c["language_info"]
+        # Lab's CodeMirror 6 finds its C mode from the MIME type (text/x-csrc)
+        self.assertEqual((li["mimetype"], li["codemirror_mode"], li["pygments_lexer"]),
+                         ("text/x-csrc", "text/x-csrc", "c"))
+        # the C standard cells are compiled with (ex_compile.c: -std=gnu11)
+        with open(os.path.join(HERE, "..", "..", "kernel", "exec", "ex_compile.c")) as f:
+            std = re.search(r'"-std=gnu(\d+)"', f.read()).group(1)
+        self.assertEqual(li["version"], std)
+        self.assertTrue(c["help_links"])
+        for link in c["help_links"]:
+            self.assertEqual(sorted(link), ["text", "url"])
+            self.assertTrue(link["url"].startswith("https://"), link)
+
     def test_shutdown_stops_executor(self):
         pid = int(self.cell_output("pid").strip().split("=")[1])
         self.assertTrue(pid_alive(pid))
@@ -445,10 +505,12 @@ class KernelProtocolTest(unittest.TestCase):
                                 "interrupt_mode": "signal", "metadata": {}})
         self.assertTrue(os.path.exists(os.path.join(d, "logo-64x64.png")))
         env = dict(os.environ, JUPYTER_PATH=os.path.join(prefix, "share", "jupyter"))
-        # Debian's python3-jupyter-client has no jupyter-kernelspec script; the
-        # same application runs as a module.
-        cmd = (["jupyter", "kernelspec", "list"] if shutil.which("jupyter-kernelspec")
-               else ["/usr/bin/python3", "-m", "jupyter_client.kernelspecapp", "list"])
+        # `jupyter kernelspec list` of this Python's environment (the venv);
+        # Debian's python3-jupyter-client has no script: the same application
+        # runs as a module.
+        script = os.path.join(os.path.dirname(sys.executable), "jupyter-kernelspec")
+        cmd = ([script, "list"] if os.access(script, os.X_OK)
+               else [sys.executable, "-m", "jupyter_client.kernelspecapp", "list"])
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=30)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("nbfork-xyz", p.stdout)
