@@ -51,6 +51,8 @@ typedef struct {
    * request pipe): replaced by /dev/null in each worker. */
   const int *private_fds;
   int nprivate;
+  /* Non-zero: no "Launching training on ..." line (`nbfork launch -q`). */
+  int quiet;
 } ln_context_t;
 
 typedef struct {
@@ -69,6 +71,11 @@ typedef struct {
 int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err);
 
 void ln_error_free(ln_error_t *err);
+
+/* Is TCP `port` free to bind on `addr` (the store's check, node_rank 0)?
+ * Returns 0 when free, else the errno of the failed bind (EADDRINUSE),
+ * or EADDRNOTAVAIL when addr does not resolve. */
+int ln_port_check(const char *addr, int port);
 
 /* The number of threads of the calling process (entries of
  * /proc/self/task), or -1 when /proc cannot be read. */

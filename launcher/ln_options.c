@@ -25,10 +25,21 @@ void ln_options_init(ln_options_t *o) {
     memcpy(o->rdzv_secret, secret, strlen(secret) + 1);
 }
 
-static const char *const known[] = {"num_processes", "mixed_precision", "use_port", "master_addr",
-                                    "node_rank", "num_nodes", "rdzv_backend", "rdzv_endpoint",
-                                    "rdzv_id", "rdzv_timeout", "rdzv_conf", "max_restarts", "monitor_interval",
-                                    "log_line_prefix_template", NULL};
+static const char *const known[] = {"num_processes",
+                                    "mixed_precision",
+                                    "use_port",
+                                    "master_addr",
+                                    "node_rank",
+                                    "num_nodes",
+                                    "rdzv_backend",
+                                    "rdzv_endpoint",
+                                    "rdzv_id",
+                                    "rdzv_timeout",
+                                    "rdzv_conf",
+                                    "max_restarts",
+                                    "monitor_interval",
+                                    "log_line_prefix_template",
+                                    NULL};
 
 static int parse_int(const char *v, long lo, long hi, int *out) {
   char *end;
@@ -47,8 +58,7 @@ static int copy(char *dst, size_t cap, const char *v) {
   return 0;
 }
 
-/* Set one option. Returns 0 or -1 with err. */
-static int set_option(ln_options_t *o, const char *key, const char *v, char *err, size_t errlen) {
+int ln_options_set(ln_options_t *o, const char *key, const char *v, char *err, size_t errlen) {
   int bad = 0;
   const char *accepted = "";
   if (!strcmp(key, "num_processes")) {
@@ -117,7 +127,7 @@ static int set_option(ln_options_t *o, const char *key, const char *v, char *err
   return 0;
 }
 
-static int validate(ln_options_t *o, char *err, size_t errlen) {
+int ln_options_validate(ln_options_t *o, char *err, size_t errlen) {
   if (o->num_processes < 1) {
     snprintf(err, errlen,
              "num_processes is missing: say how many workers to start on this node, e.g. "
@@ -183,14 +193,13 @@ int ln_options_parse(const char *text, ln_options_t *o, char *err, size_t errlen
       p++;
     }
     val[v] = 0;
-    if (set_option(o, key, val, err, errlen))
+    if (ln_options_set(o, key, val, err, errlen))
       return -1;
   }
-  return validate(o, err, errlen);
+  return ln_options_validate(o, err, errlen);
 }
 
-void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out,
-                       size_t outlen) {
+void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out, size_t outlen) {
   size_t n = 0;
   const char *t = o->log_line_prefix_template;
   if (!outlen)

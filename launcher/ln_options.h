@@ -55,6 +55,17 @@ void ln_options_init(ln_options_t *o);
  * names the option, the bad value, the accepted values and what to do. */
 int ln_options_parse(const char *text, ln_options_t *o, char *err, size_t errlen);
 
+/* Set one option by its %launch name (the table above) from its text
+ * value, without validating the whole (the command line sets options
+ * one by one, then calls ln_options_validate). Returns 0, or -1 with a
+ * message in err naming the option, the value and what is accepted. */
+int ln_options_set(ln_options_t *o, const char *key, const char *value, char *err, size_t errlen);
+
+/* Check the options together (num_processes given, node_rank below
+ * num_nodes, rdzv_endpoint split into master_addr and use_port).
+ * Returns 0, or -1 with a message in err. */
+int ln_options_validate(ln_options_t *o, char *err, size_t errlen);
+
 /* Expand log_line_prefix_template for one worker into out. */
 void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out, size_t outlen);
 
