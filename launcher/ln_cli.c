@@ -105,8 +105,10 @@ static int unknown(const char *name, char *err, size_t errlen) {
 int ln_cli_set(ln_cli_t *c, const char *name, const char *v, char *err, size_t errlen) {
   for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++)
     if (!strcmp(name, renamed[i].name)) {
-      if (ln_options_set(&c->o, renamed[i].launch_name, v, err, errlen) == 0)
+      if (ln_options_set(&c->o, renamed[i].launch_name, v, err, errlen) == 0) {
+        ln_cli_mark(c, name);
         return 0;
+      }
       /* the message names the %launch option: say it with this name */
       if (strcmp(name, renamed[i].launch_name))
         snprintf(err, errlen, "bad value for %s: '%s' (accepted: a host name or IP address)", name,
@@ -130,6 +132,7 @@ int ln_cli_set(ln_cli_t *c, const char *name, const char *v, char *err, size_t e
     bad = parse_bool(v, &c->debug), accepted = "true or false";
   } else if (!strcmp(name, "quiet")) {
     bad = parse_bool(v, &c->quiet), accepted = "true or false";
+    c->o.quiet = c->quiet;
   } else if (!strcmp(name, "same_network")) {
     bad = parse_bool(v, &c->same_network), accepted = "true or false";
   } else if (!strcmp(name, "gpu_ids")) {
@@ -365,4 +368,20 @@ int ln_cli_finish(ln_cli_t *c, int gpus, char *err, size_t errlen) {
     }
   }
   return ln_options_validate(&c->o, err, errlen);
+}
+
+/* The workers' environment from the settings that are not %launch
+ * options: --cpu, --gpu_ids, --debug; OMP_NUM_THREADS=1 unless set (as
+ * torchrun, for more than one worker on a node). */
+void ln_cli_export_env(const ln_cli_t *c) {
+  if (c->cpu) {
+    nbf_param_set(NBF_P_ACCELERATE_USE_CPU, "true");
+    nbf_param_set(NBF_P_CUDA_VISIBLE_DEVICES, "");
+  } else if (c->gpu_ids[0] && strcmp(c->gpu_ids, "all")) {
+    nbf_param_set(NBF_P_CUDA_VISIBLE_DEVICES, c->gpu_ids);
+  }
+  if (c->debug)
+    nbf_param_set(NBF_P_ACCELERATE_DEBUG_MODE, "true");
+  if (!nbf_param_raw(NBF_P_OMP_NUM_THREADS))
+    nbf_param_set(NBF_P_OMP_NUM_THREADS, "1");
 }

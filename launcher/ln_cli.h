@@ -90,6 +90,12 @@ int ln_cli_parse(ln_cli_t *c, int argc, char **argv, char *err, size_t errlen);
  * num_processes default). Returns 0 or -1 with err. */
 int ln_cli_finish(ln_cli_t *c, int gpus, char *err, size_t errlen);
 
+/* Set this process's environment (inherited by the workers) for the
+ * settings that are not %launch options: cpu (ACCELERATE_USE_CPU, no
+ * visible GPU), gpu_ids (CUDA_VISIBLE_DEVICES), debug
+ * (ACCELERATE_DEBUG_MODE=true); OMP_NUM_THREADS=1 unless set (torchrun). */
+void ln_cli_export_env(const ln_cli_t *c);
+
 /* Where `nbfork config` writes and `nbfork launch` reads by default:
  * $NBFORK_CONFIG_FILE, else $HOME/.cache/nbfork/default_config.yaml.
  * Returns 0, or -1 when neither is known. */

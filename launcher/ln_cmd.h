@@ -27,12 +27,6 @@ int ln_cmd_test(int argc, char **argv);
  * handled, errors printed. Returns an exit code (above). */
 int ln_cmd_run(const ln_cli_t *c, int (*fn)(void));
 
-/* Set the workers' environment for the settings that are not %launch
- * options: --cpu (ACCELERATE_USE_CPU, no visible GPU), --gpu_ids
- * (CUDA_VISIBLE_DEVICES), --debug (ACCELERATE_DEBUG_MODE);
- * OMP_NUM_THREADS=1 unless set (as torchrun). */
-void ln_cmd_environment(const ln_cli_t *c);
-
 /* Parse and finish launch settings (argv as for ln_cli_parse); on
  * failure prints "nbfork CMD: error: ..." and returns -1. Else returns
  * the index of PROGRAM in argv. */

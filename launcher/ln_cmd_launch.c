@@ -72,31 +72,15 @@ int ln_cmd_settings(const char *cmd, ln_cli_t *c, int argc, char **argv) {
   return prog;
 }
 
-/* The workers' environment from the settings that are not %launch
- * options: --cpu, --gpu_ids, --debug; OMP_NUM_THREADS=1 unless set (as
- * torchrun, for more than one worker on a node). */
-void ln_cmd_environment(const ln_cli_t *c) {
-  if (c->cpu) {
-    nbf_param_set(NBF_P_ACCELERATE_USE_CPU, "true");
-    nbf_param_set(NBF_P_CUDA_VISIBLE_DEVICES, "");
-  } else if (c->gpu_ids[0] && strcmp(c->gpu_ids, "all")) {
-    nbf_param_set(NBF_P_CUDA_VISIBLE_DEVICES, c->gpu_ids);
-  }
-  if (c->debug)
-    nbf_param_set(NBF_P_ACCELERATE_DEBUG_MODE, "true");
-  if (!nbf_param_raw(NBF_P_OMP_NUM_THREADS))
-    nbf_param_set(NBF_P_OMP_NUM_THREADS, "1");
-}
-
 int ln_cmd_run(const ln_cli_t *c, int (*fn)(void)) {
-  ln_cmd_environment(c);
+  ln_cli_export_env(c);
   struct sigaction sa = {0}, old[3];
   sa.sa_handler = on_signal; /* no SA_RESTART: the monitor's poll returns */
   sigemptyset(&sa.sa_mask);
   const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
   for (int i = 0; i < 3; i++)
     sigaction(sigs[i], &sa, &old[i]);
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, c->quiet};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0};
   ln_error_t err;
   int rc = ln_launch(&c->o, fn, &ctx, &err);
   for (int i = 0; i < 3; i++)

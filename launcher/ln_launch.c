@@ -228,7 +228,7 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
   if (check_cuda(ctx, err) || check_threads(err) || check_gpus(o, gpus, err) ||
       check_port(o, err) || check_debug_launch(o, ctx, use_gpu, err))
     return -1;
-  if (ctx->quiet)
+  if (o->quiet)
     ; /* the command line's -q: the workers' output only */
   else if (use_gpu)
     printf("Launching training on %d GPU%s.\n", o->num_processes, o->num_processes == 1 ? "" : "s");

@@ -51,8 +51,6 @@ typedef struct {
    * request pipe): replaced by /dev/null in each worker. */
   const int *private_fds;
   int nprivate;
-  /* Non-zero: no "Launching training on ..." line (`nbfork launch -q`). */
-  int quiet;
 } ln_context_t;
 
 typedef struct {

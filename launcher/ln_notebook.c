@@ -256,7 +256,7 @@ int ln_notebook_launch(ln_cli_t *c, const char *path, const char *call, int next
     return LN_EXIT_USAGE;
   }
   char *opts = ln_cli_launch_options(c, call != NULL);
-  ln_cmd_environment(c);
+  ln_cli_export_env(c);
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);

@@ -45,6 +45,7 @@ typedef struct {
   int max_restarts;
   double monitor_interval_s;
   char log_line_prefix_template[256];
+  int quiet; /* no "Launching training on ..." line (`nbfork launch -q`) */
 } ln_options_t;
 
 /* Defaults as in the table above. */
