@@ -95,8 +95,11 @@ static int executor_start(executor_t *x, const char *path) {
     setpgid(0, 0);
     int devnull = open("/dev/null", O_RDONLY);
     dup2(devnull, 0);
-    dup2(rq[0], KN_WIRE_FD_REQUESTS);
-    dup2(ev[1], KN_WIRE_FD_EVENTS);
+    /* the pipes may already sit on 3 or 4, where dup2 would keep CLOEXEC:
+     * move them above first */
+    int r = fcntl(rq[0], F_DUPFD, 10), w = fcntl(ev[1], F_DUPFD, 10);
+    dup2(r, KN_WIRE_FD_REQUESTS);
+    dup2(w, KN_WIRE_FD_EVENTS);
     nbf_param_set_long(NBF_P_NBFORK_DISPLAY_FD, KN_WIRE_FD_EVENTS);
     execl(path, path, (char *)NULL);
     fprintf(stderr, "nbfork launch: cannot run %s: %s\n", path, NBF_STRERROR(errno));
@@ -261,6 +264,7 @@ int ln_notebook_launch(ln_cli_t *c, const char *path, const char *call, int next
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN); /* a dead executor is an EPIPE here, then reported */
   executor_t x = {0};
   int rc = LN_EXIT_FAILED;
   if (executor_start(&x, exe) == 0) {
