@@ -260,6 +260,7 @@ pkgs=(
   libzmq3-dev libjansson-dev libssl-dev zlib1g-dev
   libgloo-dev libopenblas-dev libopenblas0
   tcc libtcc-dev
+  libyaml-dev openmpi-bin libopenmpi-dev slurm-wlm munge iproute2
   dataset-fashion-mnist
   python3 python3-jupyter-client python3-nbclient python3-nbformat python3-ipykernel
   jupyter-notebook jupyter-console
