@@ -9,7 +9,8 @@
  *   nbfork launch --num_processes 2 ./allreduce
  *
  * Arguments (for tests): `fail R` makes rank R exit with code 3 after the
- * all-reduce; `sleep` makes every rank wait (for interrupts) after it.
+ * all-reduce; `sleep` makes every rank wait (for interrupts) after it;
+ * `loop N` runs N more all-reduces, 100 ms apart (for a link cut mid-run).
  */
 #include <nbfork.h>
 #include <stdio.h>
@@ -33,6 +34,14 @@ int main(int argc, char **argv) {
   if (argc > 2 && !strcmp(argv[1], "fail") && atoi(argv[2]) == acc_rank(acc)) {
     fprintf(stderr, "rank %d fails on purpose\n", acc_rank(acc));
     return 3;
+  }
+  for (int i = 0; argc > 2 && !strcmp(argv[1], "loop") && i < atoi(argv[2]); i++) {
+    usleep(100000);
+    if (acc_all_reduce(acc, &x, 1, ACC_F64, ACC_MAX) != ACC_OK) {
+      fprintf(stderr, "rank %d: all-reduce %d failed: %s\n", acc_rank(acc), i, acc_last_error(acc));
+      acc_destroy(&acc);
+      return 1;
+    }
   }
   if (argc > 1 && !strcmp(argv[1], "sleep"))
     for (;;)
