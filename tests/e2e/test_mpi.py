@@ -58,6 +58,18 @@ class OpenMPI(unittest.TestCase):
         self.check(r, 2)
         self.assertEqual(r.stdout.count("precision=bf16"), 2)
 
+    def test_example_scripts(self):
+        repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+        env = dict(self.env, NBFORK=NBFORK)
+        r = subprocess.run([os.path.join(repo, "examples", "mpi", "run.sh"), "3", PROG],
+                           capture_output=True, text=True, env=env, timeout=TIMEOUT, cwd=repo)
+        self.check(r, 3)
+        env["MASTER_PORT"] = str(free_port())
+        r = subprocess.run([os.path.join(repo, "examples", "mpi", "hostfile_launch.sh"),
+                            os.path.join(repo, "examples", "mpi", "hostfile"), PROG],
+                           capture_output=True, text=True, env=env, timeout=TIMEOUT, cwd=repo)
+        self.check(r, 2)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -22,7 +22,8 @@ import unittest
 
 from test_cli import NBFORK, PROG, TIMEOUT, free_port
 
-TOOLS = ("munged", "slurmctld", "slurmd", "srun", "sinfo", "scontrol")
+TOOLS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "sinfo", "scontrol")
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 MISSING = [t for t in TOOLS if not shutil.which(t, path=os.environ.get("PATH", "") +
                                                 ":/usr/sbin:/sbin")]
 NODES = ("nbfnode1", "nbfnode2")  # names that do not resolve: NodeAddr is used
@@ -143,6 +144,29 @@ class SlurmCluster(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         for rank in range(4):
             self.assertIn(f"rank {rank} of 4 (local rank {rank % 2} of 2): sum 10 ok", r.stdout)
+
+    def sbatch(self, script, env=None):
+        """Run one of examples/slurm/ through sbatch --wait; its output."""
+        out = os.path.join(self.tmp.name, "job.out")
+        r = subprocess.run([sbin("sbatch"), "--wait", f"--output={out}", "--chdir", REPO,
+                            os.path.join(REPO, "examples", "slurm", script), PROG],
+                           capture_output=True, text=True, env=env or self.env, timeout=TIMEOUT)
+        with open(out) as f:
+            text = f.read()
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr + text)
+        return text
+
+    def test_example_one_node_job(self):
+        text = self.sbatch("one_node.sbatch", dict(self.env, NBFORK=NBFORK))
+        self.assertIn("rank 1 of 2 (local rank 1 of 2): sum 3 ok", text)
+
+    def test_example_multi_node_job(self):
+        text = self.sbatch("multi_node.sbatch", dict(self.env, NBFORK=NBFORK))
+        self.assertIn("rank 3 of 4 (local rank 1 of 2): sum 10 ok", text)
+
+    def test_example_bare_srun_job(self):
+        text = self.sbatch("bare_srun.sbatch", dict(self.env, MASTER_ADDR="127.0.0.1"))
+        self.assertIn("rank 3 of 4 (local rank 1 of 2): sum 10 ok", text)
 
 
 if __name__ == "__main__":
