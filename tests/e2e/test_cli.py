@@ -244,6 +244,16 @@ class Commands(CliCase):
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("CompileError", r.stderr)
 
+    def test_fashion_mnist_notebook_headless(self):
+        repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+        env = dict(self.env, FMNIST_EPOCHS="1", FMNIST_LIMIT="3000")
+        r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0",
+                        os.path.join(repo, "notebooks", "fashion_mnist.ipynb"), env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("3000 images of 28x28, 10 classes", r.stdout)
+        self.assertIn("Launching training on 2 CPU processes.", r.stdout)
+        self.assertIn("epoch 0: ", r.stdout)
+
 
 class ClusterEnvironment(CliCase):
     """A program started by an engine, not by nbfork: its place comes from
