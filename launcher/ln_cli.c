@@ -38,24 +38,6 @@ static int parse_bool(const char *v, int *out) {
   return -1;
 }
 
-static int parse_count(const char *v, int lo, int hi, int *out) {
-  char *end;
-  errno = 0;
-  long x = strtol(v, &end, 10);
-  if (errno || end == v || *end || x < lo || x > hi)
-    return -1;
-  *out = (int)x;
-  return 0;
-}
-
-/* Names whose value is text copied as it is. */
-static int set_text(char *dst, size_t cap, const char *v) {
-  if (strlen(v) >= cap)
-    return -1;
-  memcpy(dst, v, strlen(v) + 1);
-  return 0;
-}
-
 /* The settings that are %launch options under another name (or the same). */
 static const struct {
   const char *name, *launch_name;
@@ -118,13 +100,13 @@ int ln_cli_set(ln_cli_t *c, const char *name, const char *v, char *err, size_t e
   int bad = 0;
   const char *accepted = "";
   if (!strcmp(name, "num_processes")) {
-    bad = parse_count(v, 1, 1 << 20, &c->num_processes), accepted = "an integer >= 1";
+    bad = ln_parse_int(v, 1, 1 << 20, &c->num_processes), accepted = "an integer >= 1";
   } else if (!strcmp(name, "num_machines")) {
-    bad = parse_count(v, 1, 1 << 16, &c->num_machines), accepted = "an integer >= 1";
+    bad = ln_parse_int(v, 1, 1 << 16, &c->num_machines), accepted = "an integer >= 1";
   } else if (!strcmp(name, "machine_rank")) {
-    bad = parse_count(v, 0, 1 << 16, &c->machine_rank), accepted = "an integer >= 0";
+    bad = ln_parse_int(v, 0, 1 << 16, &c->machine_rank), accepted = "an integer >= 0";
   } else if (!strcmp(name, "main_process_port")) {
-    bad = parse_count(v, 0, 65535, &c->o.use_port), accepted = "a TCP port 1..65535, or 0 (free)";
+    bad = ln_parse_int(v, 0, 65535, &c->o.use_port), accepted = "a TCP port 1..65535, or 0 (free)";
     c->port_given = !bad;
   } else if (!strcmp(name, "cpu") || !strcmp(name, "use_cpu")) {
     bad = parse_bool(v, &c->cpu), accepted = "true or false";
@@ -136,16 +118,16 @@ int ln_cli_set(ln_cli_t *c, const char *name, const char *v, char *err, size_t e
   } else if (!strcmp(name, "same_network")) {
     bad = parse_bool(v, &c->same_network), accepted = "true or false";
   } else if (!strcmp(name, "gpu_ids")) {
-    bad = set_text(c->gpu_ids, sizeof c->gpu_ids, v) || strspn(v, "0123456789,") != strlen(v);
+    bad = ln_copy_text(c->gpu_ids, sizeof c->gpu_ids, v) || strspn(v, "0123456789,") != strlen(v);
     bad = bad && strcmp(v, "all") != 0;
     accepted = "all, or GPU indices separated by commas (0,1)";
   } else if (!strcmp(name, "mpirun_hostfile")) {
-    bad = !*v || set_text(c->mpirun_hostfile, sizeof c->mpirun_hostfile, v);
+    bad = !*v || ln_copy_text(c->mpirun_hostfile, sizeof c->mpirun_hostfile, v);
     accepted = "the path of an mpirun hostfile";
   } else if (!strcmp(name, "config_file")) {
-    bad = !*v || set_text(c->config_file, sizeof c->config_file, v), accepted = "a path";
+    bad = !*v || ln_copy_text(c->config_file, sizeof c->config_file, v), accepted = "a path";
   } else if (!strcmp(name, "main_training_function")) {
-    bad = set_text(c->main_training_function, sizeof c->main_training_function, v);
+    bad = ln_copy_text(c->main_training_function, sizeof c->main_training_function, v);
     accepted = "a function name";
   } else {
     return unknown(name, err, errlen);

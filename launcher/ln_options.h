@@ -67,6 +67,13 @@ int ln_options_set(ln_options_t *o, const char *key, const char *value, char *er
  * Returns 0, or -1 with a message in err. */
 int ln_options_validate(ln_options_t *o, char *err, size_t errlen);
 
+/* A whole decimal integer in [lo, hi] into *out: 0, or -1 (bad text,
+ * out of range; *out untouched). Shared by every option parser. */
+int ln_parse_int(const char *v, long lo, long hi, int *out);
+
+/* Copy v into dst[cap] when it fits (with its NUL): 0, else -1. */
+int ln_copy_text(char *dst, size_t cap, const char *v);
+
 /* Expand log_line_prefix_template for one worker into out. */
 void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out, size_t outlen);
 

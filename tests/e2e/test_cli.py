@@ -240,7 +240,7 @@ class Commands(CliCase):
         nb["cells"][1]["source"] = ["int broken( {\n"]
         with open(path, "w") as f:
             json.dump(nb, f)
-        r = self.nbfork("launch", path, "training_loop(1)")
+        r = self.nbfork("launch", "--main_process_port", "0", path, "training_loop(1)")
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("CompileError", r.stderr)
 
