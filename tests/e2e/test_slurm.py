@@ -129,6 +129,7 @@ class SlurmCluster(unittest.TestCase):
 
     def test_srun_nbfork_launch_two_nodes(self):
         r = self.srun("-N2", "--ntasks-per-node=1", NBFORK, "launch", "--num_processes", "4",
+                      "--main_process_port", str(free_port()),
                       "--log_line_prefix_template", "node{node_rank}: ", PROG)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(r.stdout.count("Launching training on 2 CPU processes."), 2)
