@@ -111,6 +111,18 @@ class Launch(CliCase):
         for pid in workers:  # reaped by nbfork: gone, not zombies
             self.assertFalse(os.path.exists(f"/proc/{pid}"), pid)
 
+    def test_debug_cpu_and_gpu_ids_reach_the_workers(self):
+        show = "echo cvd=[$CUDA_VISIBLE_DEVICES] cpu=$ACCELERATE_USE_CPU omp=$OMP_NUM_THREADS"
+        r = self.nbfork("launch", "--debug", "--num_processes", "2", "--main_process_port", "0",
+                        "--gpu_ids", "1,0", "sh", "-c", show)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ACCELERATE_DEBUG_MODE: test launch passed.", r.stdout)
+        self.assertEqual(r.stdout.count("cvd=[1,0] cpu= omp=1"), 2)
+        r = self.nbfork("launch", "--cpu", "--num_processes", "2", "--main_process_port", "0",
+                        "sh", "-c", show)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.count("cvd=[] cpu=true omp=1"), 2)
+
     def test_quiet_prints_no_banner(self):
         r = self.nbfork("launch", "-q", "--num_processes", "2", "--main_process_port", "0", PROG)
         self.assertEqual(r.returncode, 0, r.stderr)
