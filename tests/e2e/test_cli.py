@@ -256,6 +256,36 @@ class Commands(CliCase):
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("CompileError", r.stderr)
 
+    def test_notebook_ctrl_c_stops_executor_and_workers(self):
+        nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": "#include <unistd.h>\nint forever(void) {\n  for (;;) sleep(1);\n}\n"},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": "%launch forever() num_processes=2"}]}
+        path = os.path.join(self.tmp.name, "forever.ipynb")
+        with open(path, "w") as f:
+            json.dump(nb, f)
+        p = subprocess.Popen([NBFORK, "launch", "--main_process_port", "0", path],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=self.env)
+        self.assertIn("Launching training on 2 CPU processes.", p.stdout.readline())
+
+        def tree(pid):  # every descendant of pid
+            kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                  text=True).stdout.split()
+            return [int(k) for k in kids] + [d for k in kids for d in tree(int(k))]
+        deadline = time.monotonic() + 30
+        while len(tree(p.pid)) < 3 and time.monotonic() < deadline:  # executor + 2 workers
+            time.sleep(0.05)
+        procs = tree(p.pid)
+        self.assertGreaterEqual(len(procs), 3, procs)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=TIMEOUT)
+        self.assertEqual(p.returncode, 130, out + err)
+        self.assertIn("KeyboardInterrupt", err)
+        for pid in procs:
+            self.assertFalse(os.path.exists(f"/proc/{pid}"), pid)
+
     def test_fashion_mnist_notebook_headless(self):
         repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
         env = dict(self.env, FMNIST_EPOCHS="1", FMNIST_LIMIT="3000")
