@@ -8,6 +8,7 @@
  * %launch cells.
  */
 #define _GNU_SOURCE
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +24,24 @@
 #include "nbf_param.h"
 #include "nbf_test.h"
 
-/* A private config path, so no ~/.cache config of the machine applies. */
+/* A private config path, so no ~/.cache config of the machine applies;
+ * the directory goes when the case ends. */
 static char g_dir[64];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void remove_dir(void) {
+  if (g_dir[0])
+    nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
 static void isolate(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/nbf-cli-XXXXXX");
   ASSERT_NOT_NULL(mkdtemp(g_dir));
+  atexit(remove_dir);
   char p[128];
   snprintf(p, sizeof p, "%s/none.yaml", g_dir);
   nbf_param_set(NBF_P_NBFORK_CONFIG_FILE, p);
