@@ -46,10 +46,9 @@ int ln_debug_mode(void) {
   return nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 0);
 }
 
-/* Is use_port free on the master? Binding it ourselves is the only
- * answer that holds (connect() would miss a port bound but not listening).
- * Returns 0 when free, else errno. */
-static int port_check(const char *addr, int port) {
+/* Binding the port ourselves is the only answer that holds (connect()
+ * would miss a port bound but not listening). */
+int ln_port_check(const char *addr, int port) {
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -137,7 +136,7 @@ static int check_gpus(const ln_options_t *o, int gpus, ln_error_t *err) {
 
 /* node_rank 0 hosts the store on use_port: say now when it cannot. */
 static int check_port(const ln_options_t *o, ln_error_t *err) {
-  int e = o->node_rank == 0 ? port_check(o->master_addr, o->use_port) : 0;
+  int e = o->node_rank == 0 ? ln_port_check(o->master_addr, o->use_port) : 0;
   if (!e)
     return 0;
   set_error(err, "LaunchError",
@@ -229,7 +228,9 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
   if (check_cuda(ctx, err) || check_threads(err) || check_gpus(o, gpus, err) ||
       check_port(o, err) || check_debug_launch(o, ctx, use_gpu, err))
     return -1;
-  if (use_gpu)
+  if (o->quiet)
+    ; /* the command line's -q: the workers' output only */
+  else if (use_gpu)
     printf("Launching training on %d GPU%s.\n", o->num_processes, o->num_processes == 1 ? "" : "s");
   else
     printf("Launching training on %d CPU process%s.\n", o->num_processes,

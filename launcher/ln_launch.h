@@ -70,6 +70,11 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
 
 void ln_error_free(ln_error_t *err);
 
+/* Is TCP `port` free to bind on `addr` (the store's check, node_rank 0)?
+ * Returns 0 when free, else the errno of the failed bind (EADDRINUSE),
+ * or EADDRNOTAVAIL when addr does not resolve. */
+int ln_port_check(const char *addr, int port);
+
 /* The number of threads of the calling process (entries of
  * /proc/self/task), or -1 when /proc cannot be read. */
 int ln_thread_count(void);

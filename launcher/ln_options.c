@@ -25,12 +25,23 @@ void ln_options_init(ln_options_t *o) {
     memcpy(o->rdzv_secret, secret, strlen(secret) + 1);
 }
 
-static const char *const known[] = {"num_processes", "mixed_precision", "use_port", "master_addr",
-                                    "node_rank", "num_nodes", "rdzv_backend", "rdzv_endpoint",
-                                    "rdzv_id", "rdzv_timeout", "rdzv_conf", "max_restarts", "monitor_interval",
-                                    "log_line_prefix_template", NULL};
+static const char *const known[] = {"num_processes",
+                                    "mixed_precision",
+                                    "use_port",
+                                    "master_addr",
+                                    "node_rank",
+                                    "num_nodes",
+                                    "rdzv_backend",
+                                    "rdzv_endpoint",
+                                    "rdzv_id",
+                                    "rdzv_timeout",
+                                    "rdzv_conf",
+                                    "max_restarts",
+                                    "monitor_interval",
+                                    "log_line_prefix_template",
+                                    NULL};
 
-static int parse_int(const char *v, long lo, long hi, int *out) {
+int ln_parse_int(const char *v, long lo, long hi, int *out) {
   char *end;
   errno = 0;
   long x = strtol(v, &end, 10);
@@ -40,58 +51,57 @@ static int parse_int(const char *v, long lo, long hi, int *out) {
   return 0;
 }
 
-static int copy(char *dst, size_t cap, const char *v) {
+int ln_copy_text(char *dst, size_t cap, const char *v) {
   if (strlen(v) >= cap)
     return -1;
   memcpy(dst, v, strlen(v) + 1);
   return 0;
 }
 
-/* Set one option. Returns 0 or -1 with err. */
-static int set_option(ln_options_t *o, const char *key, const char *v, char *err, size_t errlen) {
+int ln_options_set(ln_options_t *o, const char *key, const char *v, char *err, size_t errlen) {
   int bad = 0;
   const char *accepted = "";
   if (!strcmp(key, "num_processes")) {
-    bad = parse_int(v, 1, 4096, &o->num_processes);
+    bad = ln_parse_int(v, 1, 4096, &o->num_processes);
     accepted = "an integer >= 1";
   } else if (!strcmp(key, "mixed_precision")) {
     bad = strcmp(v, "no") && strcmp(v, "fp16") && strcmp(v, "bf16");
     if (!bad)
-      copy(o->mixed_precision, sizeof o->mixed_precision, v);
+      ln_copy_text(o->mixed_precision, sizeof o->mixed_precision, v);
     accepted = "no, fp16 or bf16";
   } else if (!strcmp(key, "use_port")) {
-    bad = parse_int(v, 1, 65535, &o->use_port);
+    bad = ln_parse_int(v, 1, 65535, &o->use_port);
     accepted = "a TCP port 1..65535";
   } else if (!strcmp(key, "master_addr")) {
-    bad = !*v || copy(o->master_addr, sizeof o->master_addr, v);
+    bad = !*v || ln_copy_text(o->master_addr, sizeof o->master_addr, v);
     accepted = "a host name or IP address";
   } else if (!strcmp(key, "node_rank")) {
-    bad = parse_int(v, 0, 1 << 20, &o->node_rank);
+    bad = ln_parse_int(v, 0, 1 << 20, &o->node_rank);
     accepted = "an integer >= 0";
   } else if (!strcmp(key, "num_nodes")) {
-    bad = parse_int(v, 1, 1 << 20, &o->num_nodes);
+    bad = ln_parse_int(v, 1, 1 << 20, &o->num_nodes);
     accepted = "an integer >= 1";
   } else if (!strcmp(key, "rdzv_backend")) {
     bad = strcmp(v, "static") != 0;
     accepted = "static (the launcher of node_rank 0 hosts the store)";
   } else if (!strcmp(key, "rdzv_endpoint")) {
-    bad = copy(o->rdzv_endpoint, sizeof o->rdzv_endpoint, v) || !strchr(v, ':');
+    bad = ln_copy_text(o->rdzv_endpoint, sizeof o->rdzv_endpoint, v) || !strchr(v, ':');
     accepted = "host:port";
   } else if (!strcmp(key, "rdzv_id")) {
-    bad = copy(o->rdzv_id, sizeof o->rdzv_id, v);
+    bad = ln_copy_text(o->rdzv_id, sizeof o->rdzv_id, v);
     for (const char *p = v; !bad && *p; p++)
       bad = !(isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.');
     accepted = "letters, digits, '-', '_' or '.' (at most 127)";
   } else if (!strcmp(key, "rdzv_timeout")) {
-    bad = parse_int(v, 1, 86400, &o->rdzv_timeout_s);
+    bad = ln_parse_int(v, 1, 86400, &o->rdzv_timeout_s);
     accepted = "seconds, an integer >= 1";
   } else if (!strcmp(key, "rdzv_conf")) {
     /* torch's rdzv_conf syntax, key=value[,key=value]; nbfork knows "secret" */
     accepted = "secret=TEXT (the job's shared secret, at most 255 characters)";
     bad = strncmp(v, "secret=", 7) != 0 || strchr(v, ',') != NULL || !v[7] ||
-          copy(o->rdzv_secret, sizeof o->rdzv_secret, v + 7);
+          ln_copy_text(o->rdzv_secret, sizeof o->rdzv_secret, v + 7);
   } else if (!strcmp(key, "max_restarts")) {
-    bad = parse_int(v, 0, 1000, &o->max_restarts);
+    bad = ln_parse_int(v, 0, 1000, &o->max_restarts);
     accepted = "an integer >= 0";
   } else if (!strcmp(key, "monitor_interval")) {
     char *end;
@@ -102,7 +112,7 @@ static int set_option(ln_options_t *o, const char *key, const char *v, char *err
       o->monitor_interval_s = x;
     accepted = "seconds, a number > 0 and <= 60";
   } else if (!strcmp(key, "log_line_prefix_template")) {
-    bad = copy(o->log_line_prefix_template, sizeof o->log_line_prefix_template, v);
+    bad = ln_copy_text(o->log_line_prefix_template, sizeof o->log_line_prefix_template, v);
     accepted = "text (at most 255 characters) with {rank}, {local_rank}, {node_rank}";
   } else {
     size_t off = (size_t)snprintf(err, errlen, "unknown option '%s'. Options of %%launch:", key);
@@ -117,7 +127,7 @@ static int set_option(ln_options_t *o, const char *key, const char *v, char *err
   return 0;
 }
 
-static int validate(ln_options_t *o, char *err, size_t errlen) {
+int ln_options_validate(ln_options_t *o, char *err, size_t errlen) {
   if (o->num_processes < 1) {
     snprintf(err, errlen,
              "num_processes is missing: say how many workers to start on this node, e.g. "
@@ -134,7 +144,7 @@ static int validate(ln_options_t *o, char *err, size_t errlen) {
     /* rdzv_endpoint overrides master_addr:use_port, as in torchrun */
     char *colon = strrchr(o->rdzv_endpoint, ':');
     int port;
-    if (!colon || parse_int(colon + 1, 1, 65535, &port) || colon == o->rdzv_endpoint ||
+    if (!colon || ln_parse_int(colon + 1, 1, 65535, &port) || colon == o->rdzv_endpoint ||
         (size_t)(colon - o->rdzv_endpoint) >= sizeof o->master_addr) {
       snprintf(err, errlen, "bad value for rdzv_endpoint: '%s' (accepted: host:port)",
                o->rdzv_endpoint);
@@ -183,14 +193,13 @@ int ln_options_parse(const char *text, ln_options_t *o, char *err, size_t errlen
       p++;
     }
     val[v] = 0;
-    if (set_option(o, key, val, err, errlen))
+    if (ln_options_set(o, key, val, err, errlen))
       return -1;
   }
-  return validate(o, err, errlen);
+  return ln_options_validate(o, err, errlen);
 }
 
-void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out,
-                       size_t outlen) {
+void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out, size_t outlen) {
   size_t n = 0;
   const char *t = o->log_line_prefix_template;
   if (!outlen)

@@ -45,6 +45,7 @@ typedef struct {
   int max_restarts;
   double monitor_interval_s;
   char log_line_prefix_template[256];
+  int quiet; /* no "Launching training on ..." line (`nbfork launch -q`) */
 } ln_options_t;
 
 /* Defaults as in the table above. */
@@ -54,6 +55,24 @@ void ln_options_init(ln_options_t *o);
  * and validate the result. Returns 0, or -1 with a message in err that
  * names the option, the bad value, the accepted values and what to do. */
 int ln_options_parse(const char *text, ln_options_t *o, char *err, size_t errlen);
+
+/* Set one option by its %launch name (the table above) from its text
+ * value, without validating the whole (the command line sets options
+ * one by one, then calls ln_options_validate). Returns 0, or -1 with a
+ * message in err naming the option, the value and what is accepted. */
+int ln_options_set(ln_options_t *o, const char *key, const char *value, char *err, size_t errlen);
+
+/* Check the options together (num_processes given, node_rank below
+ * num_nodes, rdzv_endpoint split into master_addr and use_port).
+ * Returns 0, or -1 with a message in err. */
+int ln_options_validate(ln_options_t *o, char *err, size_t errlen);
+
+/* A whole decimal integer in [lo, hi] into *out: 0, or -1 (bad text,
+ * out of range; *out untouched). Shared by every option parser. */
+int ln_parse_int(const char *v, long lo, long hi, int *out);
+
+/* Copy v into dst[cap] when it fits (with its NUL): 0, else -1. */
+int ln_copy_text(char *dst, size_t cap, const char *v);
 
 /* Expand log_line_prefix_template for one worker into out. */
 void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out, size_t outlen);

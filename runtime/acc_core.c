@@ -21,6 +21,8 @@
  *   NBFORK_GLOO_BUSY_POLL        1 = busy-poll small all-reduces (1 when
  *                                ranks <= CPUs)
  *   NBFORK_GRAD_BUCKETS          0/1/2: gradient buckets of the MLP (0)
+ *   SLURM_*, OMPI_COMM_WORLD_*,  a program started by srun or mpirun,
+ *   PMI_*, MPI_LOCAL*            with RANK unset (from_cluster_engine)
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -34,6 +36,7 @@
 #include "acc_gloo.h"
 #include "acc_internal.h"
 #include "acc_nccl.h"
+#include "nbf_cluster.h"
 #include "nbf_param.h"
 
 /* Defaults (NBFORK_TIMEOUT_S 300, MASTER_PORT 29500, NBFORK_GRAD_BUCKETS 0:
@@ -84,8 +87,66 @@ static int env_int(acc_t *acc, nbf_param_id_t id, long dflt, int *out) {
   return 0;
 }
 
+/* Copy one engine variable to the torch name unless that one is set. */
+static void adopt(nbf_param_id_t to, nbf_param_id_t from) {
+  const char *v = nbf_param_raw(from);
+  if (v && *v && !nbf_param_raw(to))
+    nbf_param_set(to, v);
+}
+
+/* The first integer of Slurm's SLURM_TASKS_PER_NODE ("2(x3),1" -> 2). */
+static void slurm_local_world(void) {
+  adopt(NBF_P_LOCAL_WORLD_SIZE, NBF_P_SLURM_NTASKS_PER_NODE);
+  const char *t = nbf_param_raw(NBF_P_SLURM_TASKS_PER_NODE);
+  if (t && *t && !nbf_param_raw(NBF_P_LOCAL_WORLD_SIZE)) {
+    char n[16];
+    size_t k = strspn(t, "0123456789");
+    if (k > 0 && k < sizeof n) {
+      memcpy(n, t, k);
+      n[k] = 0;
+      nbf_param_set(NBF_P_LOCAL_WORLD_SIZE, n);
+    }
+  }
+}
+
+/* A program started by an engine rather than a launcher (RANK unset):
+ * take its place from the engine's names, as Lightning's
+ * SLURMEnvironment and Accelerate/DeepSpeed's MPI discovery do, by
+ * setting the torch names the rest of read_env (and user code) reads.
+ * Open MPI first, then MPICH/Intel MPI (PMI_*), then Slurm: mpirun inside
+ * an sbatch allocation sees SLURM_* of the job too, and its ranks are MPI's. */
+static void from_cluster_engine(void) {
+  if (nbf_param_raw(NBF_P_RANK))
+    return;
+  if (nbf_param_raw(NBF_P_OMPI_COMM_WORLD_RANK)) {
+    adopt(NBF_P_RANK, NBF_P_OMPI_COMM_WORLD_RANK);
+    adopt(NBF_P_WORLD_SIZE, NBF_P_OMPI_COMM_WORLD_SIZE);
+    adopt(NBF_P_LOCAL_RANK, NBF_P_OMPI_COMM_WORLD_LOCAL_RANK);
+    adopt(NBF_P_LOCAL_WORLD_SIZE, NBF_P_OMPI_COMM_WORLD_LOCAL_SIZE);
+  } else if (nbf_param_raw(NBF_P_PMI_RANK)) {
+    adopt(NBF_P_RANK, NBF_P_PMI_RANK);
+    adopt(NBF_P_WORLD_SIZE, NBF_P_PMI_SIZE);
+    adopt(NBF_P_LOCAL_RANK, NBF_P_MPI_LOCALRANKID);
+    adopt(NBF_P_LOCAL_WORLD_SIZE, NBF_P_MPI_LOCALNRANKS);
+  } else if (nbf_param_raw(NBF_P_SLURM_PROCID) && nbf_param_raw(NBF_P_SLURM_NTASKS)) {
+    adopt(NBF_P_RANK, NBF_P_SLURM_PROCID);
+    adopt(NBF_P_WORLD_SIZE, NBF_P_SLURM_NTASKS);
+    adopt(NBF_P_LOCAL_RANK, NBF_P_SLURM_LOCALID);
+    adopt(NBF_P_NODE_RANK, NBF_P_SLURM_NODEID);
+    slurm_local_world();
+    char first[256];
+    if (!nbf_param_raw(NBF_P_MASTER_ADDR) &&
+        nbf_slurm_first_node(nbf_param_raw(NBF_P_SLURM_JOB_NODELIST), first, sizeof first) == 0)
+      nbf_param_set(NBF_P_MASTER_ADDR, first);
+    int port = nbf_slurm_port(nbf_param_raw(NBF_P_SLURM_JOB_ID));
+    if (!nbf_param_raw(NBF_P_MASTER_PORT) && port > 0)
+      nbf_param_set_long(NBF_P_MASTER_PORT, port);
+  }
+}
+
 static int read_env(acc_t *acc, const acc_config_t *c) {
   int timeout_s = c->timeout_s;
+  from_cluster_engine();
   if (env_int(acc, NBF_P_RANK, 0, &acc->rank) || env_int(acc, NBF_P_WORLD_SIZE, 1, &acc->world) ||
       env_int(acc, NBF_P_LOCAL_RANK, acc->rank, &acc->local_rank) ||
       env_int(acc, NBF_P_LOCAL_WORLD_SIZE, acc->world, &acc->local_world) ||

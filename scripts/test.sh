@@ -30,7 +30,7 @@ if [ "${NBFORK_SANITIZE_TESTS:-0}" = 1 ]; then
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
   status=0
   (cd "$san_dir" && ctest --output-on-failure --timeout 900 -j"$(nproc)" \
-    -R '^(common\.unit|kernel\.unit|kernel\.e2e|exec\.unit|launcher\.unit|runtime)\.') || status=$?
+    -R '^(common\.unit|kernel\.unit|kernel\.e2e|exec\.unit|launcher\.unit|launcher\.cli|runtime)\.') || status=$?
   if compgen -G "$reports/*" >/dev/null; then
     for f in "$reports"/*; do
       echo "=== sanitizer report $f"

@@ -1,0 +1,284 @@
+/*
+ * ln_notebook.c — a notebook's cells through an nbfork-executor.
+ */
+#define _GNU_SOURCE
+#include "ln_notebook.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kn_wire.h"
+#include "ln_cmd.h"
+#include "nbf_buf.h"
+#include "nbf_param.h"
+#include "nbf_util.h"
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+static int is_launch_cell(const char *src) {
+  src += strspn(src, " \t\r\n");
+  return !strncmp(src, "%launch", 7) && (src[7] == ' ' || src[7] == '\t');
+}
+
+char *ln_notebook_cell(const char *source, const char *opts, const char *call) {
+  if (!is_launch_cell(source))
+    return strdup(source);
+  if (call)
+    return NULL;
+  /* the %launch line is the cell (one per cell): options go at its end */
+  size_t n = strlen(source);
+  while (n && strchr(" \t\r\n", source[n - 1]))
+    n--;
+  return nbf_xprintf("%.*s%s", (int)n, source, opts ? opts : "");
+}
+
+/* A cell's source: a string or a list of lines (nbformat 4). */
+static char *cell_source(json_t *cell) {
+  json_t *src = json_object_get(cell, "source");
+  if (json_is_string(src))
+    return strdup(json_string_value(src));
+  nbf_buf_t b = {0};
+  size_t i;
+  json_t *line;
+  json_array_foreach(src, i, line) {
+    if (json_is_string(line))
+      nbf_buf_append(&b, json_string_value(line), json_string_length(line));
+  }
+  char *text = nbf_buf_take(&b);
+  return text ? text : strdup("");
+}
+
+/* The executor: NBFORK_EXECUTOR, else nbfork-executor beside this binary. */
+static int executor_path(char *out, size_t outlen) {
+  const char *env = nbf_param_raw(NBF_P_NBFORK_EXECUTOR);
+  if (env && *env)
+    return snprintf(out, outlen, "%s", env) < (int)outlen ? 0 : -1;
+  char self[PATH_MAX];
+  if (nbf_self_exe(self, sizeof self) != 0)
+    return -1;
+  return snprintf(out, outlen, "%s/%s", dirname(self), KN_WIRE_EXECUTOR_NAME) < (int)outlen ? 0
+                                                                                            : -1;
+}
+
+typedef struct {
+  pid_t pid;
+  int req, ev; /* our ends: requests (its fd 3), events (its fd 4) */
+  nbf_buf_t line;
+} executor_t;
+
+/* Start the executor: fd 0 /dev/null (no stdin headless), fd 1/2 ours,
+ * fd 3/4 pipes; its own process group (an interrupt is forwarded once). */
+static int executor_start(executor_t *x, const char *path) {
+  int rq[2], ev[2];
+  if (pipe2(rq, O_CLOEXEC) || pipe2(ev, O_CLOEXEC))
+    return -1;
+  fflush(stdout);
+  fflush(stderr);
+  x->pid = fork();
+  if (x->pid < 0)
+    return -1;
+  if (x->pid == 0) {
+    setpgid(0, 0);
+    int devnull = open("/dev/null", O_RDONLY);
+    dup2(devnull, 0);
+    /* the pipes may already sit on 3 or 4, where dup2 would keep CLOEXEC:
+     * move them above first */
+    int r = fcntl(rq[0], F_DUPFD, 10), w = fcntl(ev[1], F_DUPFD, 10);
+    dup2(r, KN_WIRE_FD_REQUESTS);
+    dup2(w, KN_WIRE_FD_EVENTS);
+    nbf_param_set_long(NBF_P_NBFORK_DISPLAY_FD, KN_WIRE_FD_EVENTS);
+    execl(path, path, (char *)NULL);
+    fprintf(stderr, "nbfork launch: cannot run %s: %s\n", path, NBF_STRERROR(errno));
+    _exit(127);
+  }
+  setpgid(x->pid, x->pid);
+  close(rq[0]);
+  close(ev[1]);
+  x->req = rq[1];
+  x->ev = ev[0];
+  return 0;
+}
+
+/* Show an event: outputs' text/plain; an error's traceback. Returns 1
+ * for the reply (2 when it is an error), 0 otherwise. */
+static int show_event(json_t *e) {
+  const char *msg = json_string_value(json_object_get(e, "msg"));
+  if (!msg)
+    return 0;
+  if (!strcmp(msg, "reply")) {
+    if (strcmp(json_string_value(json_object_get(e, "status")) ?: "", "error"))
+      return 1;
+    fprintf(stderr, "%s: %s\n", json_string_value(json_object_get(e, "ename")) ?: "Error",
+            json_string_value(json_object_get(e, "evalue")) ?: "");
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(e, "traceback"), i, t) {
+      fprintf(stderr, "%s\n", json_string_value(t) ?: "");
+    }
+    return 2;
+  }
+  const char *text = json_string_value(json_object_get(json_object_get(e, "data"), "text/plain"));
+  if (text && (!strcmp(msg, "execute_result") || !strcmp(msg, "display_data")))
+    printf("%s\n", text), fflush(stdout);
+  return 0;
+}
+
+/* Wait for the reply of the request in flight; forward a stop request
+ * as one SIGINT, then kill the group when no reply comes within the
+ * grace. Returns 0 (ok), 1 (error reply), -1 (the executor died). */
+static int executor_wait(executor_t *x) {
+  int interrupted = 0;
+  int64_t kill_at = -1;
+  for (;;) {
+    if (g_stop && !interrupted) {
+      interrupted = 1;
+      kill(x->pid, SIGINT);
+      kill_at = nbf_now_ms() + KN_WIRE_INTERRUPT_GRACE_MS;
+    }
+    if (kill_at >= 0 && nbf_now_ms() > kill_at)
+      kill(-x->pid, SIGKILL), kill_at = -1;
+    struct pollfd p = {x->ev, POLLIN, 0};
+    if (poll(&p, 1, 100) <= 0)
+      continue;
+    char chunk[65536];
+    ssize_t n = read(x->ev, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    nbf_buf_append(&x->line, chunk, (size_t)n);
+    char *nl;
+    while (x->line.len && (nl = memchr(x->line.data, '\n', x->line.len))) {
+      size_t len = (size_t)(nl - x->line.data);
+      json_t *e = json_loadb(x->line.data, len, 0, NULL);
+      nbf_buf_consume(&x->line, len + 1);
+      int r = e ? show_event(e) : 0;
+      json_decref(e);
+      if (r)
+        return r == 1 ? 0 : 1;
+    }
+  }
+}
+
+static int executor_execute(executor_t *x, const char *code, int count) {
+  json_t *rq = json_pack("{s:s,s:s,s:i,s:b,s:b}", "msg", "execute", "code", code, "execution_count",
+                         count, "silent", 0, "allow_stdin", 0);
+  char *line = rq ? json_dumps(rq, JSON_COMPACT) : NULL;
+  json_decref(rq);
+  int rc = -1;
+  if (line && nbf_write_all(x->req, line, strlen(line)) == 0 && nbf_write_all(x->req, "\n", 1) == 0)
+    rc = executor_wait(x);
+  free(line);
+  return rc;
+}
+
+/* Close its request pipe (EOF = exit), wait, kill after a grace. */
+static int executor_stop(executor_t *x) {
+  close(x->req);
+  int st = 0;
+  for (int i = 0; i < 50 && waitpid(x->pid, &st, WNOHANG) == 0; i++)
+    usleep(20000);
+  if (waitpid(x->pid, &st, WNOHANG) == 0) {
+    kill(-x->pid, SIGKILL);
+    waitpid(x->pid, &st, 0);
+  }
+  close(x->ev);
+  nbf_buf_free(&x->line);
+  return st;
+}
+
+/* Run every code cell, then (with CALL) the launch. */
+static int run_cells(executor_t *x, json_t *cells, const char *opts, const char *call) {
+  size_t i;
+  json_t *cell;
+  int count = 0, rc = 0;
+  json_array_foreach(cells, i, cell) {
+    if (strcmp(json_string_value(json_object_get(cell, "cell_type")) ?: "", "code"))
+      continue;
+    char *src = cell_source(cell), *code = ln_notebook_cell(src, opts, call);
+    free(src);
+    if (code)
+      rc = executor_execute(x, code, ++count);
+    free(code);
+    if (rc || g_stop)
+      return rc ? rc : 1;
+  }
+  if (!call)
+    return 0;
+  char *code = nbf_xprintf("%%launch %s%s", call, opts);
+  rc = executor_execute(x, code, ++count);
+  free(code);
+  return rc;
+}
+
+static json_t *load_cells(const char *path) {
+  json_error_t je;
+  json_t *nb = json_load_file(path, 0, &je);
+  json_t *cells = nb ? json_object_get(nb, "cells") : NULL;
+  if (!nb || !json_is_array(cells)) {
+    if (!nb)
+      fprintf(stderr, "nbfork launch: error: %s:%d:%d: not a notebook: %s\n", path, je.line,
+              je.column, je.text);
+    else
+      fprintf(stderr, "nbfork launch: error: %s: not a notebook (no \"cells\" list)\n", path);
+    json_decref(nb);
+    return NULL;
+  }
+  json_incref(cells);
+  json_decref(nb);
+  return cells;
+}
+
+int ln_notebook_launch(ln_cli_t *c, const char *path, const char *call, int nextra) {
+  if (nextra > 1) {
+    fprintf(stderr, "nbfork launch: error: after NOTEBOOK.ipynb give at most one CALL, quoted, "
+                    "e.g. 'training_loop(\"no\", 42, 64)'\n");
+    return LN_EXIT_USAGE;
+  }
+  char exe[PATH_MAX];
+  json_t *cells = load_cells(path);
+  if (!cells)
+    return LN_EXIT_USAGE;
+  if (executor_path(exe, sizeof exe) != 0 || access(exe, X_OK) != 0) {
+    fprintf(stderr, "nbfork launch: error: the executor %s is missing; build nbfork\n", exe);
+    json_decref(cells);
+    return LN_EXIT_USAGE;
+  }
+  char *opts = ln_cli_launch_options(c, call != NULL);
+  ln_cli_export_env(c);
+  struct sigaction sa = {0};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN); /* a dead executor is an EPIPE here, then reported */
+  executor_t x = {0};
+  int rc = LN_EXIT_FAILED;
+  if (executor_start(&x, exe) == 0) {
+    int r = run_cells(&x, cells, opts ? opts : "", call);
+    int st = executor_stop(&x);
+    rc = g_stop ? LN_EXIT_INTERRUPTED : r == 0 ? 0 : LN_EXIT_FAILED;
+    if (r < 0)
+      fprintf(stderr, "nbfork launch: the executor died (%s %d) while running %s\n",
+              WIFSIGNALED(st) ? "signal" : "exit code",
+              WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), path);
+  } else {
+    fprintf(stderr, "nbfork launch: cannot start %s: %s\n", exe, NBF_STRERROR(errno));
+  }
+  free(opts);
+  json_decref(cells);
+  return rc;
+}

@@ -1,0 +1,26 @@
+/*
+ * ln_slurm — `srun nbfork launch ...` (one task per node): the launcher
+ * of each node takes num_machines, machine_rank and main_process_ip from
+ * Slurm (SLURM_NNODES, SLURM_NODEID, the first node of the step's
+ * hostlist), as `srun accelerate launch` users otherwise pass by hand.
+ */
+#ifndef LN_SLURM_H
+#define LN_SLURM_H
+
+#include <stddef.h>
+
+#include "ln_cli.h"
+
+/* Inside a Slurm step (SLURM_STEP_ID, SLURM_NNODES, SLURM_NODEID set),
+ * fill the settings the user did not give: num_machines, machine_rank,
+ * and main_process_ip when it is still the default 127.0.0.1 and the job
+ * spans several nodes. Returns 1 when Slurm supplied something, else 0. */
+int ln_slurm_apply(ln_cli_t *c);
+
+/* The address of Slurm node `name`: the name itself when it resolves,
+ * else its NodeAddr from `scontrol show node NAME` (node names of a test
+ * cluster, or of multiple slurmd on one host, need not be in DNS).
+ * Returns 0, or -1 when neither answers. */
+int ln_slurm_node_addr(const char *name, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,334 @@
+"""End-to-end tests of the `nbfork` command line (build/bin/nbfork):
+launch of a program (output, failures, restarts, Ctrl-C, bad input),
+the config file, env, test, a notebook run headless, and a program
+started by hand with Slurm's environment (what bare `srun prog` sets).
+
+Each test method is its own ctest entry, e2e.cli.METHOD. Waits are for
+events (process exit) with generous bounds; nothing asserts a duration.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+from nbf_harness import BUILD_DIR
+
+NBFORK = os.path.abspath(os.path.join(BUILD_DIR, "bin", "nbfork"))
+PROG = os.path.abspath(os.path.join(BUILD_DIR, "bin", "nbfork-allreduce"))
+TIMEOUT = 120  # s: upper bound of any one command
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CliCase(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="nbf-cli-")
+        # a private config path: the machine's ~/.cache config never applies
+        self.config = os.path.join(self.tmp.name, "default_config.yaml")
+        self.env = dict(os.environ, NBFORK_CONFIG_FILE=self.config)
+        for k in list(self.env):
+            if k.startswith(("SLURM_", "OMPI_", "PMI_")) or k in ("RANK", "WORLD_SIZE"):
+                del self.env[k]
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def nbfork(self, *args, env=None, stdin=None):
+        return subprocess.run([NBFORK, *args], capture_output=True, text=True, env=env or self.env,
+                              timeout=TIMEOUT, input=stdin)
+
+    def assert_usage_error(self, r, *words):
+        self.assertEqual(r.returncode, 2, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, r.stderr)  # one line
+        for w in words:
+            self.assertIn(w, lines[0])
+        self.assertEqual(r.stdout, "")  # nothing started: no banner
+
+
+class Launch(CliCase):
+    def test_launch_program_sets_the_world_and_forwards_output(self):
+        r = self.nbfork("launch", "--num_processes", "3", "--main_process_port", "0",
+                        "--log_line_prefix_template", "[{rank}] ", PROG)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("Launching training on 3 CPU processes.", r.stdout)
+        for rank in range(3):
+            self.assertIn(f"[{rank}] rank {rank} of 3 (local rank {rank} of 3): sum 6 ok", r.stdout)
+
+    def test_launch_two_machines_on_one_host(self):
+        port = str(free_port())
+        common = ["launch", "--num_processes", "4", "--num_machines", "2",
+                  "--main_process_port", port]
+        node1 = subprocess.Popen([NBFORK, *common, "--machine_rank", "1", PROG],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=self.env)
+        r0 = self.nbfork(*common, "--machine_rank", "0", PROG)
+        out1, err1 = node1.communicate(timeout=TIMEOUT)
+        self.assertEqual(r0.returncode, 0, r0.stderr)
+        self.assertEqual(node1.returncode, 0, err1)
+        self.assertIn("rank 0 of 4 (local rank 0 of 2): sum 10 ok", r0.stdout)
+        self.assertIn("rank 3 of 4 (local rank 1 of 2): sum 10 ok", out1)
+
+    def test_failed_worker_stops_the_others_and_exits_1(self):
+        r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0", PROG,
+                        "fail", "1")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("nbfork launch: WorkerFailed: rank 1", r.stderr)
+        self.assertIn("exited with code 3", r.stderr)
+        self.assertIn("rank 1 fails on purpose", r.stderr)  # its stderr tail
+
+    def test_max_restarts_runs_the_group_again(self):
+        r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0",
+                        "--max_restarts", "1", PROG, "fail", "0")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("restart 1/1: starting the worker group again", r.stdout)
+        self.assertEqual(r.stdout.count("\nrank 0 of 2 (local"), 2, r.stdout)
+
+    def test_ctrl_c_stops_every_worker_and_leaves_none(self):
+        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
+                              "0", PROG, "sleep"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.env)
+        seen = ""
+        while seen.count("sum 3 ok") < 2:
+            line = p.stdout.readline()
+            self.assertTrue(line, "nbfork ended before the workers printed")
+            seen += line
+        workers = [int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)],
+                                                  capture_output=True, text=True).stdout.split()]
+        self.assertEqual(len(workers), 2)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=TIMEOUT)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn("KeyboardInterrupt", err)
+        for pid in workers:  # reaped by nbfork: gone, not zombies
+            self.assertFalse(os.path.exists(f"/proc/{pid}"), pid)
+
+    def test_debug_cpu_and_gpu_ids_reach_the_workers(self):
+        show = "echo cvd=[$CUDA_VISIBLE_DEVICES] cpu=$ACCELERATE_USE_CPU omp=$OMP_NUM_THREADS"
+        r = self.nbfork("launch", "--debug", "--num_processes", "2", "--main_process_port", "0",
+                        "--gpu_ids", "1,0", "sh", "-c", show)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ACCELERATE_DEBUG_MODE: test launch passed.", r.stdout)
+        self.assertEqual(r.stdout.count("cvd=[1,0] cpu= omp=1"), 2)
+        r = self.nbfork("launch", "--cpu", "--num_processes", "2", "--main_process_port", "0",
+                        "sh", "-c", show)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.count("cvd=[] cpu=true omp=1"), 2)
+
+    def test_quiet_prints_no_banner(self):
+        r = self.nbfork("launch", "-q", "--num_processes", "2", "--main_process_port", "0", PROG)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertNotIn("Launching training", r.stdout)
+        self.assertIn("sum 3 ok", r.stdout)
+
+
+class BadInput(CliCase):
+    def test_unknown_option(self):
+        self.assert_usage_error(self.nbfork("launch", "--num_procs", "2", PROG),
+                                "unknown option '--num_procs'", "num_processes")
+
+    def test_missing_program(self):
+        self.assert_usage_error(self.nbfork("launch", "--num_processes", "2", "./no-such-prog"),
+                                "program './no-such-prog' not found")
+        self.assert_usage_error(self.nbfork("launch", "--num_processes", "2"), "no PROGRAM")
+
+    def test_num_processes_not_divisible_by_num_machines(self):
+        self.assert_usage_error(self.nbfork("launch", "--num_processes", "3", "--num_machines",
+                                            "2", PROG), "not divisible by num_machines=2")
+
+    def test_port_in_use(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            self.assert_usage_error(self.nbfork("launch", "--num_processes", "2",
+                                                "--main_process_port", str(port), PROG),
+                                    f"main_process_port {port}", "already in use")
+
+    def test_invalid_yaml_names_line_and_column(self):
+        with open(self.config, "w") as f:
+            f.write("num_processes: 2\nmixed_precision: [fp16\n")
+        self.assert_usage_error(self.nbfork("launch", PROG), self.config + ":3:1: not valid YAML")
+
+    def test_unknown_config_key_and_lacking_feature(self):
+        with open(self.config, "w") as f:
+            f.write("num_processes: 2\nnum_gpus: 2\n")
+        self.assert_usage_error(self.nbfork("launch", PROG), ":2:1: unknown config key 'num_gpus'")
+        with open(self.config, "w") as f:
+            f.write("distributed_type: FSDP\n")
+        self.assert_usage_error(self.nbfork("launch", PROG),
+                                "distributed_type: FSDP is not supported by nbfork")
+
+    def test_unknown_command(self):
+        self.assert_usage_error(self.nbfork("lunch"), "unknown command 'lunch'")
+
+
+class Commands(CliCase):
+    def test_help_of_every_command(self):
+        for cmd, word in (("launch", "--num_processes"), ("config", "default"),
+                          ("env", "NVML"), ("test", "Test is a success!")):
+            r = self.nbfork(cmd, "--help")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn(word, r.stdout)
+
+    def test_config_default_then_launch_reads_it(self):
+        r = self.nbfork("config", "default", "--mixed_precision", "bf16")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.config) as f:
+            text = f.read()
+        self.assertIn("mixed_precision: 'bf16'", text)
+        self.assertIn("compute_environment: LOCAL_MACHINE", text)
+        r = self.nbfork("config", "default")  # never overwrites
+        self.assertIn("already exists", r.stdout)
+        r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0", "sh", "-c",
+                        "echo precision=$ACCELERATE_MIXED_PRECISION")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.count("precision=bf16"), 2)
+
+    def test_config_questions_write_accelerate_keys(self):
+        answers = "multi-CPU\n1\n3\nfalse\nfp16\n"
+        r = self.nbfork("config", stdin=answers)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.config) as f:
+            text = f.read()
+        for line in ("distributed_type: MULTI_CPU", "num_processes: 3", "use_cpu: true",
+                     "mixed_precision: 'fp16'"):
+            self.assertIn(line, text)
+        r = self.nbfork("launch", "--main_process_port", "0", PROG)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("rank 2 of 3", r.stdout)
+
+    def test_env_reports_versions(self):
+        r = self.nbfork("env")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for word in ("nbfork version", "Gloo: 0.", "NCCL:", "CUDA runtime:", "NVIDIA driver",
+                     "OpenBLAS:", "CPUs:", "config:"):
+            self.assertIn(word, r.stdout)
+
+    def test_test_is_a_success(self):
+        r = self.nbfork("test", "--main_process_port", "0")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("f32 f64 f16 bf16 i32 i64 correct on 2 processes", r.stdout)
+        self.assertTrue(r.stdout.rstrip().endswith("Test is a success!"))
+
+    def test_notebook_runs_headless_with_call(self):
+        nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": ["# title"]},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": ["#include <stdio.h>\n", "int scale = 10;\n",
+                        "int training_loop(int k) {\n",
+                        "  acc_t *acc = acc_new(NULL);\n",
+                        "  double x = acc_rank(acc) + k;\n",
+                        "  acc_all_reduce(acc, &x, 1, ACC_F64, ACC_SUM);\n",
+                        "  printf(\"rank %d sum %g\\n\", acc_rank(acc), x * scale);\n",
+                        "  acc_destroy(&acc);\n  return 0;\n}\n"]},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": "%launch training_loop(100) num_processes=1"},
+        ]}
+        path = os.path.join(self.tmp.name, "nb.ipynb")
+        with open(path, "w") as f:
+            json.dump(nb, f)
+        port = str(free_port())
+        # the notebook's own %launch cell, with the command line's options in place of its own
+        r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", port, path)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("Launching training on 2 CPU processes.", r.stdout)
+        self.assertIn("rank 1 sum 2010", r.stdout)
+        # CALL: the %launch cells are skipped, CALL launched after the last cell
+        r = self.nbfork("launch", "--num_processes", "3", "--main_process_port", port, path,
+                        "training_loop(1)")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(r.stdout.count("Launching training"), 1)
+        self.assertIn("rank 2 sum 60", r.stdout)
+        # a cell that fails ends the run with its error and exit 1
+        nb["cells"][1]["source"] = ["int broken( {\n"]
+        with open(path, "w") as f:
+            json.dump(nb, f)
+        r = self.nbfork("launch", "--main_process_port", "0", path, "training_loop(1)")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("CompileError", r.stderr)
+
+    def test_notebook_ctrl_c_stops_executor_and_workers(self):
+        nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": "#include <unistd.h>\nint forever(void) {\n  for (;;) sleep(1);\n}\n"},
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": "%launch forever() num_processes=2"}]}
+        path = os.path.join(self.tmp.name, "forever.ipynb")
+        with open(path, "w") as f:
+            json.dump(nb, f)
+        p = subprocess.Popen([NBFORK, "launch", "--main_process_port", "0", path],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=self.env)
+        self.assertIn("Launching training on 2 CPU processes.", p.stdout.readline())
+
+        def tree(pid):  # every descendant of pid
+            kids = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True,
+                                  text=True).stdout.split()
+            return [int(k) for k in kids] + [d for k in kids for d in tree(int(k))]
+        deadline = time.monotonic() + 30
+        while len(tree(p.pid)) < 3 and time.monotonic() < deadline:  # executor + 2 workers
+            time.sleep(0.05)
+        procs = tree(p.pid)
+        self.assertGreaterEqual(len(procs), 3, procs)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=TIMEOUT)
+        self.assertEqual(p.returncode, 130, out + err)
+        self.assertIn("KeyboardInterrupt", err)
+        for pid in procs:
+            self.assertFalse(os.path.exists(f"/proc/{pid}"), pid)
+
+    def test_fashion_mnist_notebook_headless(self):
+        repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+        env = dict(self.env, FMNIST_EPOCHS="1", FMNIST_LIMIT="3000")
+        r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0",
+                        os.path.join(repo, "notebooks", "fashion_mnist.ipynb"), env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("3000 images of 28x28, 10 classes", r.stdout)
+        self.assertIn("Launching training on 2 CPU processes.", r.stdout)
+        self.assertIn("epoch 0: ", r.stdout)
+
+
+class ClusterEnvironment(CliCase):
+    """A program started by an engine, not by nbfork: its place comes from
+    the engine's variables (here set as `srun -n 2` sets them)."""
+
+    def test_bare_srun_environment(self):
+        procs = []
+        for rank in range(2):
+            env = dict(self.env, SLURM_PROCID=str(rank), SLURM_NTASKS="2",
+                       SLURM_LOCALID=str(rank), SLURM_NODEID="0", SLURM_TASKS_PER_NODE="2",
+                       SLURM_JOB_NODELIST="localhost", SLURM_JOB_ID=str(40000 + os.getpid() % 5000))
+            env.pop("MASTER_ADDR", None)
+            env.pop("MASTER_PORT", None)
+            procs.append(subprocess.Popen([PROG], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, env=env))
+        outs = [p.communicate(timeout=TIMEOUT) for p in procs]
+        for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
+            self.assertEqual(p.returncode, 0, err)
+            self.assertIn(f"rank {rank} of 2 (local rank {rank} of 2): sum 3 ok", out)
+
+    def test_mpich_style_environment(self):
+        port = str(free_port())
+        procs = [subprocess.Popen([PROG], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True,
+                                  env=dict(self.env, PMI_RANK=str(r), PMI_SIZE="3",
+                                           MPI_LOCALRANKID=str(r), MPI_LOCALNRANKS="3",
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+                 for r in range(3)]
+        for rank, p in enumerate(procs):
+            out, err = p.communicate(timeout=TIMEOUT)
+            self.assertEqual(p.returncode, 0, err)
+            self.assertIn(f"rank {rank} of 3 (local rank {rank} of 3): sum 6 ok", out)
+
+
+if __name__ == "__main__":
+    unittest.main()

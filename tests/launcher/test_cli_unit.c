@@ -1,0 +1,350 @@
+/*
+ * Command-line unit tests (launcher.cli.*): `nbfork launch` settings with
+ * Accelerate's names (precedence config < command line, every rejection),
+ * the config YAML through libyaml (Accelerate's own default_config.yaml,
+ * features nbfork lacks, syntax errors with line and column), the config
+ * writer (read back), the mpirun command, Slurm's hostlist and port, a
+ * node's place from Slurm's environment, and the rewriting of a notebook's
+ * %launch cells.
+ */
+#define _GNU_SOURCE
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ln_cli.h"
+#include "ln_config.h"
+#include "ln_mpirun.h"
+#include "ln_notebook.h"
+#include "ln_slurm.h"
+#include "nbf_cluster.h"
+#include "nbf_param.h"
+#include "nbf_test.h"
+
+/* A private config path, so no ~/.cache config of the machine applies;
+ * the directory goes when the case ends. */
+static char g_dir[64];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void remove_dir(void) {
+  if (g_dir[0])
+    nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+static void isolate(void) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/nbf-cli-XXXXXX");
+  ASSERT_NOT_NULL(mkdtemp(g_dir));
+  atexit(remove_dir);
+  char p[128];
+  snprintf(p, sizeof p, "%s/none.yaml", g_dir);
+  nbf_param_set(NBF_P_NBFORK_CONFIG_FILE, p);
+  nbf_param_unset(NBF_P_SLURM_STEP_ID);
+}
+
+static char *write_file(const char *name, const char *text) {
+  char *p = NULL;
+  if (asprintf(&p, "%s/%s", g_dir, name) < 0)
+    return NULL;
+  FILE *f = fopen(p, "w");
+  fputs(text, f);
+  fclose(f);
+  return p;
+}
+
+static int parse(ln_cli_t *c, char *err, size_t n, ...) {
+  char *argv[32];
+  int argc = 0;
+  va_list ap;
+  va_start(ap, n);
+  for (char *a; (a = va_arg(ap, char *));)
+    argv[argc++] = a;
+  va_end(ap);
+  argv[argc] = NULL;
+  ln_cli_init(c);
+  err[0] = 0;
+  return ln_cli_parse(c, argc, argv, err, n);
+}
+
+NBF_TEST(accelerate_option_names_map_to_the_launch) {
+  isolate();
+  ln_cli_t c;
+  char err[1024];
+  int prog =
+      parse(&c, err, sizeof err, "--num_processes", "4", "--num_machines=2", "--machine_rank", "1",
+            "--main_process_ip", "10.0.0.1", "--main_process_port", "29999", "--mixed_precision",
+            "bf16", "--max_restarts", "3", "--monitor_interval", "0.5", "-q",
+            "--log_line_prefix_template", "[{rank}] ", "train", "--lr", "0.1", NULL);
+  ASSERT_EQ_STR(err, "");
+  ASSERT_EQ(prog, 18); /* PROGRAM "train"; its own --lr is left alone */
+  ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), 0);
+  ASSERT_EQ(c.o.num_processes, 2); /* 4 over 2 machines, as Accelerate */
+  ASSERT_EQ(c.o.num_nodes, 2);
+  ASSERT_EQ(c.o.node_rank, 1);
+  ASSERT_EQ_STR(c.o.master_addr, "10.0.0.1");
+  ASSERT_EQ(c.o.use_port, 29999);
+  ASSERT_EQ_STR(c.o.mixed_precision, "bf16");
+  ASSERT_EQ(c.o.max_restarts, 3);
+  ASSERT_NEAR(c.o.monitor_interval_s, 0.5, 1e-12);
+  ASSERT_EQ(c.o.quiet, 1);
+  ASSERT_EQ_STR(c.o.log_line_prefix_template, "[{rank}] ");
+}
+
+NBF_TEST(flags_dashes_and_defaults) {
+  isolate();
+  ln_cli_t c;
+  char err[1024];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--cpu", "--debug", "--num-processes", "3", "--gpu_ids",
+                  "0,1", "--", "prog", NULL),
+            7);
+  ASSERT_EQ(c.cpu, 1);
+  ASSERT_EQ(c.debug, 1);
+  ASSERT_EQ_STR(c.gpu_ids, "0,1");
+  ASSERT_EQ(ln_cli_finish(&c, 8, err, sizeof err), 0);
+  ASSERT_EQ(c.o.num_processes, 3);
+  ASSERT_EQ(parse(&c, err, sizeof err, "prog", NULL), 0);
+  ASSERT_EQ(ln_cli_finish(&c, 4, err, sizeof err), 0);
+  ASSERT_EQ(c.o.num_processes, 4); /* every GPU, as Accelerate's default */
+  ASSERT_EQ(c.o.use_port, 29500);
+  ASSERT_EQ(parse(&c, err, sizeof err, "--main_process_port", "0", "prog", NULL), 2);
+  ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), 0);
+  ASSERT_EQ(c.o.num_processes, 1);
+  ASSERT_GT(c.o.use_port, 0); /* 0 became a free port */
+}
+
+NBF_TEST(bad_command_lines_are_refused_with_the_reason) {
+  isolate();
+  ln_cli_t c;
+  char err[1024];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--num_procs", "2", "prog", NULL), -1);
+  ASSERT_CONTAINS(err, "unknown option '--num_procs'");
+  ASSERT_CONTAINS(err, "num_processes");
+  ASSERT_EQ(parse(&c, err, sizeof err, "-x", "prog", NULL), -1);
+  ASSERT_CONTAINS(err, "unknown option '-x'");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--num_processes", "2", NULL), -1);
+  ASSERT_CONTAINS(err, "no PROGRAM");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--num_processes", NULL), -1);
+  ASSERT_CONTAINS(err, "needs a value");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--mixed_precision", "fp8", "prog", NULL), -1);
+  ASSERT_CONTAINS(err, "no, fp16 or bf16");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--main_process_port", "70000", "prog", NULL), -1);
+  ASSERT_CONTAINS(err, "main_process_port");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--num_processes", "3", "--num_machines", "2", "p", NULL),
+            4);
+  ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "not divisible by num_machines=2");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--num_machines", "2", "--machine_rank", "2", "p", NULL), 4);
+  ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "node_rank=2 is not below num_nodes=2");
+  ASSERT_EQ(
+      parse(&c, err, sizeof err, "--num_machines", "2", "--main_process_port", "0", "p", NULL), 4);
+  ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "one machine only");
+}
+
+/* What `accelerate config` writes for one machine with two GPUs
+ * (Accelerate 1.x), as it is. */
+static const char ACCELERATE_YAML[] = "compute_environment: LOCAL_MACHINE\n"
+                                      "debug: false\n"
+                                      "distributed_type: MULTI_GPU\n"
+                                      "downcast_bf16: 'no'\n"
+                                      "enable_cpu_affinity: false\n"
+                                      "gpu_ids: all\n"
+                                      "machine_rank: 0\n"
+                                      "main_training_function: main\n"
+                                      "mixed_precision: fp16\n"
+                                      "num_machines: 1\n"
+                                      "num_processes: 2\n"
+                                      "rdzv_backend: static\n"
+                                      "same_network: true\n"
+                                      "tpu_env: []\n"
+                                      "tpu_use_cluster: false\n"
+                                      "tpu_use_sudo: false\n"
+                                      "use_cpu: false\n"
+                                      "fsdp_config: {}\n"
+                                      "dynamo_config: {}\n";
+
+NBF_TEST(accelerate_config_file_works_as_it_is_and_the_command_line_wins) {
+  isolate();
+  char *path = write_file("acc.yaml", ACCELERATE_YAML);
+  ln_cli_t c;
+  char err[1024];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", path, "prog", NULL), 2);
+  ASSERT_EQ_STR(err, "");
+  ASSERT_EQ(c.num_processes, 2);
+  ASSERT_EQ_STR(c.o.mixed_precision, "fp16");
+  ASSERT_EQ_STR(c.main_training_function, "main");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", path, "--mixed_precision", "no",
+                  "--num_processes", "1", "prog", NULL),
+            6);
+  ASSERT_EQ_STR(c.o.mixed_precision, "no");
+  ASSERT_EQ(c.num_processes, 1);
+  /* the default path is read when no --config_file is given */
+  nbf_param_set(NBF_P_NBFORK_CONFIG_FILE, path);
+  ASSERT_EQ(parse(&c, err, sizeof err, "prog", NULL), 0);
+  ASSERT_EQ(c.num_processes, 2);
+  unlink(path);
+  free(path);
+}
+
+static void assert_config_error(const char *text, const char *want) {
+  char *path = write_file("bad.yaml", text);
+  ln_cli_t c;
+  char err[1024];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", path, "prog", NULL), -1);
+  ASSERT_CONTAINS(err, want);
+  ASSERT_CONTAINS(err, path);
+  unlink(path);
+  free(path);
+}
+
+NBF_TEST(config_errors_name_the_key_line_and_column) {
+  isolate();
+  assert_config_error("num_processes: 2\nnum_procs: 3\n",
+                      "bad.yaml:2:1: unknown config key 'num_procs'");
+  assert_config_error("num_processes: [2\nfoo: 1\n", "bad.yaml:2:4: not valid YAML");
+  assert_config_error("a: b: c\n", "bad.yaml:1:5: not valid YAML");
+  assert_config_error("distributed_type: DEEPSPEED\n", "1:19: distributed_type: DEEPSPEED");
+  assert_config_error("fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n",
+                      "1:1: fsdp_config: FSDP is not supported by nbfork");
+  assert_config_error("deepspeed_config:\n  zero_stage: 2\n", "DeepSpeed is not supported");
+  assert_config_error("tpu_use_cluster: true\n", "TPU is not supported");
+  assert_config_error("dynamo_backend: INDUCTOR\n", "torch dynamo is not supported");
+  assert_config_error("compute_environment: AMAZON_SAGEMAKER\n", "only LOCAL_MACHINE");
+  assert_config_error("num_processes: many\n", "1:16: bad value for num_processes: 'many'");
+  assert_config_error("- 1\n- 2\n", "expected a mapping");
+  char err[256];
+  ln_cli_t c;
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", "/nonexistent/x.yaml", "p", NULL), -1);
+  ASSERT_CONTAINS(err, "cannot read config file /nonexistent/x.yaml");
+}
+
+NBF_TEST(config_writer_output_reads_back) {
+  isolate();
+  char path[160];
+  snprintf(path, sizeof path, "%s/sub/dir/default_config.yaml", g_dir);
+  const ln_config_item_t items[] = {{"compute_environment", "LOCAL_MACHINE", 0},
+                                    {"distributed_type", "MULTI_CPU", 0},
+                                    {"mixed_precision", "no", 1},
+                                    {"num_processes", "3", 0},
+                                    {"mpirun_config", "", 0}};
+  char err[512];
+  ASSERT_EQ(ln_config_write(path, items, 4, err, sizeof err), 0);
+  FILE *f = fopen(path, "r");
+  char text[512] = "";
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = 0;
+  ASSERT_CONTAINS(text, "mixed_precision: 'no'\n"); /* not a YAML boolean */
+  ln_cli_t c;
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", path, "p", NULL), 2);
+  ASSERT_EQ(c.num_processes, 3);
+  ASSERT_EQ(c.cpu, 1); /* MULTI_CPU */
+  ASSERT_EQ_STR(c.o.mixed_precision, "no");
+}
+
+NBF_TEST(mpirun_config_and_command_as_accelerate_builds_it) {
+  isolate();
+  char *path = write_file("mpi.yaml", "distributed_type: MULTI_CPU\nnum_processes: 4\n"
+                                      "num_machines: 2\nmpirun_config:\n"
+                                      "  mpirun_ccl: '1'\n  mpirun_hostfile: /etc/hosts.mpi\n");
+  ln_cli_t c;
+  char err[512];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", path, "train", "--x", NULL), 2);
+  ASSERT_EQ_STR(c.mpirun_hostfile, "/etc/hosts.mpi");
+  ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), 0);
+  char *prog[] = {"train", "--x", NULL};
+  char **a = ln_mpirun_argv(&c, prog, 1, 1);
+  char line[1024] = "";
+  for (int i = 0; a[i]; i++)
+    strcat(strcat(line, a[i]), " ");
+  ASSERT_EQ_STR(line, "mpirun --allow-run-as-root --hostfile /etc/hosts.mpi --map-by ppr:2:node "
+                      "-np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 -x "
+                      "ACCELERATE_MIXED_PRECISION=no train --x ");
+  ln_mpirun_free(a);
+  a = ln_mpirun_argv(&c, prog, 0, 0);
+  line[0] = 0;
+  for (int i = 0; a[i]; i++)
+    strcat(strcat(line, a[i]), " ");
+  ASSERT_EQ_STR(line, "mpirun -f /etc/hosts.mpi -ppn 2 -n 4 -genv MASTER_ADDR 127.0.0.1 -genv "
+                      "MASTER_PORT 29500 -genv ACCELERATE_MIXED_PRECISION no train --x ");
+  ln_mpirun_free(a);
+  free(path);
+}
+
+NBF_TEST(slurm_hostlist_first_node_and_port) {
+  char n[64];
+  ASSERT_EQ(nbf_slurm_first_node("node[03-05,9],gpu1", n, sizeof n), 0);
+  ASSERT_EQ_STR(n, "node03");
+  ASSERT_EQ(nbf_slurm_first_node("a,b", n, sizeof n), 0);
+  ASSERT_EQ_STR(n, "a");
+  ASSERT_EQ(nbf_slurm_first_node("rack[2-3]-n[1-4]", n, sizeof n), 0);
+  ASSERT_EQ_STR(n, "rack2-n1");
+  ASSERT_EQ(nbf_slurm_first_node("solo", n, sizeof n), 0);
+  ASSERT_EQ_STR(n, "solo");
+  ASSERT_EQ(nbf_slurm_first_node("", n, sizeof n), -1);
+  ASSERT_EQ(nbf_slurm_first_node("averyveryverylongname", n, 8), -1);
+  ASSERT_EQ(nbf_slurm_port("1234567"), 15000 + 4567); /* Lightning's rule */
+  ASSERT_EQ(nbf_slurm_port("42"), 15042);
+  ASSERT_EQ(nbf_slurm_port("x1"), -1);
+}
+
+NBF_TEST(srun_nbfork_launch_takes_the_node_from_slurm) {
+  isolate();
+  nbf_param_set(NBF_P_SLURM_STEP_ID, "0");
+  nbf_param_set(NBF_P_SLURM_NNODES, "2");
+  nbf_param_set(NBF_P_SLURM_NODEID, "1");
+  nbf_param_set(NBF_P_SLURM_STEP_NODELIST, "localhost,other");
+  ln_cli_t c;
+  char err[512];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--num_processes", "4", "p", NULL), 2);
+  ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), 0);
+  ASSERT_EQ(c.o.num_nodes, 2);
+  ASSERT_EQ(c.o.node_rank, 1);
+  ASSERT_EQ(c.o.num_processes, 2);
+  ASSERT_EQ_STR(c.o.master_addr, "localhost"); /* resolves: kept as named */
+  /* what the user gives wins over Slurm */
+  ASSERT_EQ(
+      parse(&c, err, sizeof err, "--machine_rank", "0", "--main_process_ip", "10.1.1.1", "p", NULL),
+      4);
+  ASSERT_EQ(c.machine_rank, 0);
+  ASSERT_EQ_STR(c.o.master_addr, "10.1.1.1");
+  nbf_param_unset(NBF_P_SLURM_STEP_ID);
+  ASSERT_EQ(parse(&c, err, sizeof err, "p", NULL), 0);
+  ASSERT_EQ(c.num_machines, 0); /* outside a step: nothing from Slurm */
+}
+
+NBF_TEST(notebook_launch_cells_take_the_command_line_options) {
+  isolate();
+  ln_cli_t c;
+  char err[512];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--num_processes", "3", "--mixed_precision", "bf16",
+                  "nb.ipynb", NULL),
+            4);
+  ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), 0);
+  char *given = ln_cli_launch_options(&c, 0);
+  ASSERT_EQ_STR(given, " num_processes=3 mixed_precision=bf16");
+  char *cell = ln_notebook_cell("%launch f(1) num_processes=2\n", given, NULL);
+  ASSERT_EQ_STR(cell, "%launch f(1) num_processes=2 num_processes=3 mixed_precision=bf16");
+  free(cell);
+  ASSERT_NULL(ln_notebook_cell("  %launch f(1) num_processes=2", given, "g()"));
+  cell = ln_notebook_cell("int x = 1;\n", given, "g()");
+  ASSERT_EQ_STR(cell, "int x = 1;\n");
+  free(cell);
+  char *all = ln_cli_launch_options(&c, 1);
+  ASSERT_CONTAINS(all, " num_processes=3 num_nodes=1 node_rank=0 use_port=29500");
+  ln_options_t o;
+  ln_options_init(&o);
+  ASSERT_EQ(ln_options_parse(all, &o, err, sizeof err), 0); /* %launch reads it */
+  ASSERT_EQ(o.num_processes, 3);
+  free(all);
+  free(given);
+}
+
+NBF_TEST_MAIN()
