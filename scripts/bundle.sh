@@ -31,7 +31,7 @@ DIR=$1
 # Debian's default) instead of libopenblas-dev, which pulls all of them.
 ROOTS=(
   libzmq3-dev libjansson-dev libssl-dev zlib1g-dev
-  libgloo-dev
+  libgloo-dev libyaml-dev
   libopenblas-pthread-dev libopenblas0-pthread
   libtcc-dev tcc
   pkgconf
