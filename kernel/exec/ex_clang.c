@@ -63,6 +63,10 @@ ex_clang_t *ex_clang_new(const char *incdir) {
   if (!c)
     return NULL;
   snprintf(c->incflag, sizeof c->incflag, "-I%s", incdir);
+  /* LLVM's crash recovery installs SIGSEGV/SIGBUS/... handlers of its own
+   * that would stand in front of the executor's (ex_run.c); a crash in
+   * libclang is then an executor crash, which the kernel already survives */
+  clang_toggleCrashRecovery(0);
   c->index = clang_createIndex(0, 0);
   if (!c->index) {
     free(c);
