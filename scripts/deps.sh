@@ -264,6 +264,7 @@ pkgs=(
   libzmq3-dev libjansson-dev libssl-dev zlib1g-dev
   libgloo-dev libopenblas-dev libopenblas0
   tcc libtcc-dev
+  libclang-16-dev
   dataset-fashion-mnist
   # Python and its venv module for .venv/ (below); Debian's jupyter_client
   # and nbclient for scripts/demo.sh and the tests where no .venv is made
