@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
 import nbf_harness as h  # noqa: E402
+from cell_scaling import run  # noqa: E402  (one cell, its reply and idle)
 
 
 def c_cell(i):
@@ -48,14 +49,6 @@ def py_cell(i):
             "        self.id = 0\n        self.value_%d = 0.0\n        self.w = [0.0] * 4\n\n"
             "def make_rec_%d(id):\n    \"\"\"Makes a record of kind %d.\"\"\"\n"
             "    return Rec%d()\n\ng_rec_%d = make_rec_%d(0)" % (i, i, i, i, i, i, i, i))
-
-
-def run(kc, code):
-    msg_id = kc.execute(code, store_history=True)
-    reply = h.shell_reply(kc, msg_id, 120)
-    h.collect(kc, msg_id, 120)
-    if reply["content"]["status"] != "ok":
-        raise RuntimeError("cell failed: %r: %s" % (code, reply["content"]))
 
 
 def timed(kc, send, check):

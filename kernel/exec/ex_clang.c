@@ -130,11 +130,37 @@ static char *closers(const char *code, size_t cut) {
   return nbf_buf_take(&b);
 }
 
-/* The context header and the main file for `code` cut at `cut`, and the
- * byte offset of the cut in the main file. 0, or -1 when the cell cannot
- * be split there. */
-static int build_unit(const ex_cell_state_t *cells, const char *code, size_t cut, nbf_buf_t *ctx,
-                      nbf_buf_t *main, size_t *cursor) {
+/* 1-based line and byte column of offset `off` in `text`. */
+static void line_col(const char *text, size_t off, unsigned *line, unsigned *col) {
+  *line = 1;
+  size_t ls = 0;
+  for (size_t i = 0; i < off; i++)
+    if (text[i] == '\n') {
+      (*line)++;
+      ls = i + 1;
+    }
+  *col = (unsigned)(off - ls + 1);
+}
+
+/* The two in-memory files clang compiles for one query. */
+typedef struct {
+  nbf_buf_t hdr, main;           /* the context header, the main file     */
+  size_t cursor;                 /* byte offset of the cut in main        */
+  unsigned line, col;            /* its 1-based line and byte column      */
+  struct CXUnsavedFile files[2]; /* hdr and main, as clang takes them     */
+} unit_t;
+
+static void unit_free(unit_t *u) {
+  nbf_buf_free(&u->hdr);
+  nbf_buf_free(&u->main);
+}
+
+/* The context header and the main file for `code` cut at `cut` into *u
+ * (zeroed first; unit_free after, whatever the result). 0, or -1 when
+ * the cell cannot be split there. */
+static int build_unit(const ex_cell_state_t *cells, const char *code, size_t cut, unit_t *u) {
+  memset(u, 0, sizeof *u);
+  nbf_buf_t *ctx = &u->hdr, *main = &u->main;
   char *tail = closers(code, cut);
   if (!tail)
     return -1;
@@ -170,7 +196,10 @@ static int build_unit(const ex_cell_state_t *cells, const char *code, size_t cut
   if (!m)
     return -1;
   memset(m, ' ', strlen(MARKER));
-  *cursor = (size_t)(m - main->data);
+  u->cursor = (size_t)(m - main->data);
+  line_col(main->data, u->cursor, &u->line, &u->col);
+  u->files[0] = (struct CXUnsavedFile){CTX_PATH, ctx->data, ctx->len};
+  u->files[1] = (struct CXUnsavedFile){MAIN_PATH, main->data, main->len};
   return 0;
 }
 
@@ -198,18 +227,6 @@ static int parse(ex_clang_t *c, struct CXUnsavedFile *files) {
   return 0;
 }
 
-/* 1-based line and byte column of offset `off` in `text`. */
-static void line_col(const char *text, size_t off, unsigned *line, unsigned *col) {
-  *line = 1;
-  size_t ls = 0;
-  for (size_t i = 0; i < off; i++)
-    if (text[i] == '\n') {
-      (*line)++;
-      ls = i + 1;
-    }
-  *col = (unsigned)(off - ls + 1);
-}
-
 /* Does the cut at code[start] follow `.` or `->`? */
 static int after_member_op(const char *code, size_t start) {
   while (start > 0 && (code[start - 1] == ' ' || code[start - 1] == '\t'))
@@ -224,22 +241,17 @@ int ex_clang_complete(ex_clang_t *c, const ex_cell_state_t *cells, const char *c
   *member = after_member_op(code, start);
   if (!c)
     return 0;
-  nbf_buf_t hdr = {0}, main = {0};
-  size_t cursor;
+  unit_t u;
   int ok = 0;
-  if (build_unit(cells, code, start, &hdr, &main, &cursor) == 0) {
-    struct CXUnsavedFile files[2] = {{CTX_PATH, hdr.data, hdr.len},
-                                     {MAIN_PATH, main.data, main.len}};
+  if (build_unit(cells, code, start, &u) == 0) {
     /* a changed context needs a new preamble, which only a parse builds */
-    if (c->tu && c->ctx_text && !strcmp(c->ctx_text, hdr.data)) {
+    if (c->tu && c->ctx_text && !strcmp(c->ctx_text, u.hdr.data)) {
       ok = 1;
     } else {
-      ok = parse(c, files) == 0;
+      ok = parse(c, u.files) == 0;
     }
-    unsigned line, col;
-    line_col(main.data, cursor, &line, &col);
-    CXCodeCompleteResults *r = ok ? clang_codeCompleteAt(c->tu, MAIN_PATH, line, col, files, 2,
-                                                         clang_defaultCodeCompleteOptions())
+    CXCodeCompleteResults *r = ok ? clang_codeCompleteAt(c->tu, MAIN_PATH, u.line, u.col, u.files,
+                                                         2, clang_defaultCodeCompleteOptions())
                                   : NULL;
     ok = r != NULL;
     for (unsigned i = 0; r && i < r->NumResults; i++) {
@@ -259,8 +271,7 @@ int ex_clang_complete(ex_clang_t *c, const ex_cell_state_t *cells, const char *c
     if (r)
       clang_disposeCodeCompleteResults(r);
   }
-  nbf_buf_free(&hdr);
-  nbf_buf_free(&main);
+  unit_free(&u);
   return ok;
 }
 
@@ -297,7 +308,7 @@ static int describe(CXCursor d, const char *main, size_t len, ex_clang_decl_t *o
     out->origin = EX_CLANG_CELL;
     out->text = extent_text(d, main, len);
   } else if (!strcmp(out->path, CTX_PATH)) {
-    out->origin = out->parent[0] ? EX_CLANG_CELL : EX_CLANG_USER;
+    out->origin = EX_CLANG_USER; /* a member's: its type's cell */
   } else {
     out->origin = EX_CLANG_HEADER;
   }
@@ -309,33 +320,22 @@ int ex_clang_inspect(ex_clang_t *c, const ex_cell_state_t *cells, const char *co
   memset(out, 0, sizeof *out);
   if (!c || e <= s)
     return 0;
-  nbf_buf_t hdr = {0}, main = {0};
-  size_t cursor;
+  unit_t u;
   int found = 0;
-  if (build_unit(cells, code, e, &hdr, &main, &cursor) == 0) {
-    struct CXUnsavedFile files[2] = {{CTX_PATH, hdr.data, hdr.len},
-                                     {MAIN_PATH, main.data, main.len}};
-    if (parse(c, files) == 0) {
-      unsigned line, col;
-      line_col(main.data, cursor - 1, &line, &col); /* on the identifier's last character */
-      CXFile f = clang_getFile(c->tu, MAIN_PATH);
-      CXCursor at = clang_getCursor(c->tu, clang_getLocation(c->tu, f, line, col));
-      CXCursor d = clang_getCursorReferenced(at);
-      /* C's implicit declaration of an undeclared function (`printf`
-       * without <stdio.h>) stands where it is used: no declaration */
-      int implicit = (clang_isExpression(clang_getCursorKind(at)) ||
-                      clang_isReference(clang_getCursorKind(at))) &&
-                     clang_equalLocations(clang_getCursorLocation(d), clang_getCursorLocation(at));
-      if (!clang_Cursor_isNull(d) && !clang_isInvalid(clang_getCursorKind(d)) && !implicit)
-        found = describe(d, main.data, main.len, out);
-    }
+  if (build_unit(cells, code, e, &u) == 0 && parse(c, u.files) == 0) {
+    CXFile f = clang_getFile(c->tu, MAIN_PATH);
+    /* on the identifier's last character, just before the cut */
+    CXCursor at = clang_getCursor(c->tu, clang_getLocation(c->tu, f, u.line, u.col - 1));
+    CXCursor d = clang_getCursorReferenced(at);
+    /* C's implicit declaration of an undeclared function (`printf`
+     * without <stdio.h>) stands where it is used: no declaration */
+    int implicit = (clang_isExpression(clang_getCursorKind(at)) ||
+                    clang_isReference(clang_getCursorKind(at))) &&
+                   clang_equalLocations(clang_getCursorLocation(d), clang_getCursorLocation(at));
+    if (!clang_Cursor_isNull(d) && !clang_isInvalid(clang_getCursorKind(d)) && !implicit)
+      found = describe(d, u.main.data, u.main.len, out);
   }
-  if (found && out->origin == EX_CLANG_CELL && !out->text && out->parent[0]) {
-    /* a member of an earlier cell's type: its text in the context */
-    out->origin = EX_CLANG_USER;
-  }
-  nbf_buf_free(&hdr);
-  nbf_buf_free(&main);
+  unit_free(&u);
   return found;
 }
 

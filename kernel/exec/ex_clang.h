@@ -43,8 +43,9 @@ int ex_clang_complete(ex_clang_t *c, const ex_cell_state_t *cells, const char *c
 /* Where the declaration of the identifier code[s, e) comes from. */
 typedef enum {
   EX_CLANG_NONE,  /* clang resolved nothing (or an implicit builtin)      */
-  EX_CLANG_USER,  /* an earlier cell's: look it up in the cell registry   */
-  EX_CLANG_CELL,  /* this cell's own, or a member of a user's type        */
+  EX_CLANG_USER,  /* an earlier cell's (a member: `parent` is its type):
+                     look it up in the cell registry                      */
+  EX_CLANG_CELL,  /* this cell's own: `text`                              */
   EX_CLANG_HEADER /* a header: `path`                                      */
 } ex_clang_origin_t;
 
