@@ -265,6 +265,7 @@ pkgs=(
   libgloo-dev libopenblas-dev libopenblas0
   tcc libtcc-dev
   libyaml-dev openmpi-bin libopenmpi-dev slurm-wlm munge iproute2
+  libclang-16-dev
   dataset-fashion-mnist
   # Python and its venv module for .venv/ (below); Debian's jupyter_client
   # and nbclient for scripts/demo.sh and the tests where no .venv is made

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ex_clang.h"
 #include "ex_decl.h"
 #include "ex_events.h"
 #include "ex_magic.h"
@@ -18,6 +19,7 @@
 
 static char *g_header;      /* text of the runtime's public headers (ex_query_init) */
 static char g_incdir[4096]; /* the runtime's include directory */
+static ex_clang_t *g_clang; /* NULL: lexical answers only (ex_clang.h) */
 
 /* Headers inspect reads, in its order after the user's own definitions:
  * the runtime's, then libc's (the ones cells include most). */
@@ -28,10 +30,10 @@ typedef struct {
 } ex_header_t;
 
 static ex_header_t g_headers[] = {
-    {"nbfork.h", 1, NULL},  {"nbf_display.h", 1, NULL}, {"nbf_trainer.h", 1, NULL},
-    {"stdio.h", 0, NULL},   {"stdlib.h", 0, NULL},      {"string.h", 0, NULL},
-    {"unistd.h", 0, NULL},  {"time.h", 0, NULL},        {"ctype.h", 0, NULL},
-    {"stdint.h", 0, NULL},  {"pthread.h", 0, NULL},
+    {"nbfork.h", 1, NULL}, {"nbf_display.h", 1, NULL}, {"nbf_trainer.h", 1, NULL},
+    {"stdio.h", 0, NULL},  {"stdlib.h", 0, NULL},      {"string.h", 0, NULL},
+    {"unistd.h", 0, NULL}, {"time.h", 0, NULL},        {"ctype.h", 0, NULL},
+    {"stdint.h", 0, NULL}, {"pthread.h", 0, NULL},
 };
 
 static const char *const c_words[] = {
@@ -75,6 +77,8 @@ void ex_query_init(const char *incdir) {
     if (g_headers[i].runtime && g_headers[i].text) /* completion lists the runtime's names */
       nbf_buf_printf(&all, "%s\n", g_headers[i].text);
   }
+  ex_clang_destroy(&g_clang);
+  g_clang = ex_clang_new(incdir);
   free(g_header);
   g_header = all.len ? nbf_buf_take(&all) : NULL;
   nbf_buf_free(&all);
@@ -107,6 +111,23 @@ static void add_cell_name(const ex_cell_name_t *n, void *ctx) {
     add_match(ctx, n->name, strlen(n->name));
   else
     add_match(ctx, strchr(n->name, ' ') + 1, strlen(strchr(n->name, ' ') + 1));
+}
+
+typedef struct {
+  cand_t *c;
+  int member; /* the cursor follows `.` or `->` */
+} clang_cand_t;
+
+/* One of clang's completions: after `.`/`->` every member; elsewhere only
+ * locals and parameters (clang's priority below CCP_Declaration, 50),
+ * since the lexical list below already has the file-scope names a menu
+ * should show (clang's would add every reserved name of libc). */
+static void add_clang_name(const char *name, unsigned priority, void *ctx) {
+  clang_cand_t *cc = ctx;
+  if (name[0] == '_' && name[1] == '_' && strncmp(cc->c->prefix, "__", 2))
+    return;
+  if (cc->member || priority < 50)
+    add_match(cc->c, name, strlen(name));
 }
 
 static int cmp_json_str(const void *a, const void *b) {
@@ -246,6 +267,10 @@ static int handle_complete(json_t *req, const ex_cell_state_t *cells) {
   memcpy(prefix, code + start, plen);
   prefix[plen] = 0;
   cand_t c = {prefix, plen, json_array()};
+  clang_cand_t cc = {&c, 0};
+  int semantic = ex_clang_complete(g_clang, cells, code, start, add_clang_name, &cc, &cc.member);
+  if (semantic && cc.member) /* `p.`, `pp->`: the members clang knows, nothing else */
+    return reply_matches(&c, start, pos);
   ex_cell_each_name(cells, add_cell_name, &c);
   /* identifiers of the cell itself */
   for (size_t i = 0; i < len;) {
@@ -318,6 +343,61 @@ static int inspect_target(const char *code, size_t len, size_t pos, size_t *s_ou
   return 0;
 }
 
+/* Inspect's text for an earlier cell's `name` (or for the member `member`
+ * of its type `name`), or NULL when no cell defined it. */
+static char *user_text(const ex_cell_state_t *cells, const char *name, const char *member) {
+  ex_cell_name_t n;
+  char *text = NULL;
+  if (!ex_cell_find(cells, name, &n))
+    return NULL;
+  if (asprintf(&text, "%s%s%s %s, defined in %s:\n%s%s%s", member ? member : "",
+               member ? ", member of " : "", n.kind, n.name, n.label, n.doc ? n.doc : "",
+               n.doc ? "\n" : "", n.decl) < 0)
+    text = NULL;
+  return text;
+}
+
+/* A header's name as a cell includes it: `nbfork.h`, `stdio.h`, `sys/types.h`. */
+static const char *header_name(const char *path) {
+  const char *bases[] = {g_incdir, "/usr/local/include",
+#ifdef NBFORK_MULTIARCH
+                         "/usr/include/" NBFORK_MULTIARCH,
+#endif
+                         "/usr/include"};
+  for (size_t i = 0; i < sizeof bases / sizeof *bases; i++) {
+    size_t n = strlen(bases[i]);
+    if (n && !strncmp(path, bases[i], n) && path[n] == '/')
+      return path + n + 1;
+  }
+  return path;
+}
+
+/* Inspect's text for code[s, e) from what libclang says it refers to
+ * (ex_clang_inspect), or NULL when clang resolved nothing: the caller
+ * then looks the name up lexically. */
+static char *semantic_inspect(const ex_cell_state_t *cells, const char *code, size_t s, size_t e) {
+  ex_clang_decl_t d;
+  char *text = NULL;
+  if (!ex_clang_inspect(g_clang, cells, code, s, e, &d))
+    return NULL;
+  if (d.origin == EX_CLANG_USER) {
+    text = user_text(cells, d.parent[0] ? d.parent : d.name, d.parent[0] ? d.name : NULL);
+  } else if (d.origin == EX_CLANG_CELL && d.text) {
+    if (asprintf(&text, "%s%s%s (this cell):\n%s", d.name, d.parent[0] ? ", member of " : "",
+                 d.parent, d.text) < 0)
+      text = NULL;
+  } else if (d.origin == EX_CLANG_HEADER) {
+    char *header = read_text(d.path);
+    char *doc = ex_decl_find(header, d.name);
+    if (doc && asprintf(&text, "%s (%s):\n%s", d.name, header_name(d.path), doc) < 0)
+      text = NULL;
+    free(doc);
+    free(header);
+  }
+  free(d.text);
+  return text;
+}
+
 static int handle_inspect(json_t *req, const ex_cell_state_t *cells) {
   size_t len, pos, s, e;
   const char *code = request_code(req, &len, &pos);
@@ -326,13 +406,10 @@ static int handle_inspect(json_t *req, const ex_cell_state_t *cells) {
   char *name = strndup(code + s, e - s);
   if (!name)
     return ex_event_reply_error("MemoryError", "out of memory", NULL);
-  ex_cell_name_t n;
-  char *text = NULL;
-  if (ex_cell_find(cells, name, &n)) {
-    if (asprintf(&text, "%s %s, defined in %s:\n%s%s%s", n.kind, n.name, n.label,
-                 n.doc ? n.doc : "", n.doc ? "\n" : "", n.decl) < 0)
-      text = NULL;
-  } else {
+  char *text = semantic_inspect(cells, code, s, e);
+  if (!text)
+    text = user_text(cells, name, NULL);
+  if (!text) {
     /* the runtime's headers, then libc's: the first top-level declaration */
     for (size_t i = 0; !text && i < sizeof g_headers / sizeof *g_headers; i++) {
       char *doc = ex_decl_find(g_headers[i].text, name);

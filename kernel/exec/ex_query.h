@@ -1,8 +1,13 @@
 /*
  * ex_query — answers for the front end's questions about code:
- * is_complete (jupyter console's multi-line input), complete (names from
- * earlier cells, the nbfork API, libc, C keywords) and inspect
- * (declaration and doc comment). Offsets are in bytes; the kernel converts
+ * is_complete (jupyter console's multi-line input), complete and inspect.
+ * Complete: `%` magics and `#include` headers by their line; C names through
+ * libclang where built (ex_clang.h: members after `.`/`->`, locals and
+ * parameters) together with the lexical list (names from earlier cells,
+ * the nbfork API, libc, C keywords). Inspect: the declaration and doc
+ * comment of what clang resolves under the cursor, else of the name found
+ * lexically (earlier cells, then the runtime's headers, then libc's).
+ * Offsets are in bytes; the kernel converts
  * Jupyter's code-point offsets.
  */
 #ifndef EX_QUERY_H
@@ -12,7 +17,8 @@
 
 #include "ex_cell.h"
 
-/* Load the nbfork API names and docs from INCDIR/nbfork.h. */
+/* Load the nbfork API names and docs from INCDIR's headers and set up
+ * libclang (ex_clang_new) for cells that see INCDIR. */
 void ex_query_init(const char *incdir);
 
 /* Answer request `msg` ("is_complete", "complete", "inspect") with a
