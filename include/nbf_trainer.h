@@ -156,6 +156,44 @@ size_t acc_galore_state_bytes(const acc_galore_t *g);
 void acc_galore_destroy(acc_galore_t **g_p);
 
 /* ------------------------------------------------------------------ */
+/* LOMO and AdaLomo (optim = "lomo" / "adalomo")                        */
+/* ------------------------------------------------------------------ */
+
+/* LOMO (Lv et al. 2023, "Full Parameter Fine-tuning for Large Language
+ * Models with Limited Resources") or, with adaptive != 0, AdaLomo (Lv et
+ * al. 2023, "AdaLomo: Low-memory Optimization with Adaptive Learning
+ * Rate"), as lomo-optim's LOMO/AdaLomo: the update is fused into the
+ * toolkit MLP's backward, layer by layer (last first); each layer's
+ * gradient is all-reduced (average, blocking) when the world has several
+ * ranks, applied to its parameters and zeroed before the next layer's is
+ * computed. LOMO: p -= lr·g (no weight decay). AdaLomo: Adafactor's
+ * factored second moments (row and column means of g² + 1e-30 for a
+ * matrix, the full vector for a bias; beta2 = 1 - t^-0.8), grouped
+ * update normalization (each tensor's update RMS capped at 1), step
+ * lr·max(1e-3, RMS(p)), decoupled weight decay p *= 1 - that step ×
+ * weight_decay. With max_grad_norm > 0, clipping by global norm takes two
+ * backward passes (the first only measures the norm). `model` must be an
+ * acc_mlp_model on the host (a device model is refused: UNSUPPORTED).
+ * AdaLomo's state (step and moments, acc_lomo_state_bytes) is registered
+ * for checkpointing with `acc`; LOMO keeps none. NULL on failure (the
+ * reason in acc_last_error(acc)). */
+typedef struct acc_lomo acc_lomo_t;
+acc_lomo_t *acc_lomo_new(acc_t *acc, acc_model_t *model, int adaptive, float lr,
+                         float max_grad_norm, float weight_decay);
+/* After model->forward_loss: backward with the fused update (one or two
+ * passes, see above). Collective with several ranks. Errors:
+ * INVALID_ARGUMENT (backward failed: no forward, bad label), BACKEND (an
+ * all-reduce failed); the step's parameters may then be half updated. */
+acc_result_t acc_lomo_backward(acc_lomo_t *o);
+void acc_lomo_set_lr(acc_lomo_t *o, float lr);
+/* The global gradient norm of the last acc_lomo_backward (NaN without
+ * clipping: LOMO never holds every gradient at once). */
+double acc_lomo_grad_norm(const acc_lomo_t *o);
+/* Bytes of optimizer state (0 for LOMO). */
+size_t acc_lomo_state_bytes(const acc_lomo_t *o);
+void acc_lomo_destroy(acc_lomo_t **o_p);
+
+/* ------------------------------------------------------------------ */
 /* TrainingArguments                                                    */
 /* ------------------------------------------------------------------ */
 
@@ -198,8 +236,9 @@ typedef struct {
   char log_level_replica[16];       /* "warning" */
   int log_on_each_node;             /* true */
   double neftune_noise_alpha;       /* 0 = None; needs the model's input_embeddings */
-  char optim[32];                   /* sgd | adamw | galore_adamw ("adamw"); lomo and adalomo
-                                     * are refused: not built yet */
+  char optim[32];                   /* sgd | adamw | galore_adamw | lomo | adalomo ("adamw");
+                                     * lomo/adalomo need gradient_accumulation_steps 1,
+                                     * no fp16 and the toolkit MLP on the host */
   char optim_args[256];             /* sgd: "momentum=0.9"; galore_adamw: "rank=128,
                                      * update_proj_gap=200, scale=0.25" (defaults) */
   char optim_target_modules[256];   /* galore_adamw: comma-separated parts of

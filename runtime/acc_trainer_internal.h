@@ -35,6 +35,7 @@ struct acc_trainer {
   const acc_dataset_t *train, *eval;
   acc_optim_t *opt;     /* sgd, adamw */
   acc_galore_t *galore; /* galore_adamw */
+  acc_lomo_t *lomo;     /* lomo, adalomo: the update happens in training_step */
   acc_trainer_state_t state;
   acc_trainer_control_t control;
   acc_trainer_callback_t cbs[TR_MAX_CALLBACKS];
