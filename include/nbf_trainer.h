@@ -376,13 +376,17 @@ typedef struct acc_trainer acc_trainer_t;
 
 /* TrainerCallback: each event may be NULL. `logs` is the log entry for
  * on_log and the metrics for on_evaluate, NULL otherwise. Callbacks may
- * set the control flags. Called on every rank, as Transformers does. */
+ * set the control flags. Called on every rank, as Transformers does.
+ * on_substep_end fires after each gradient-accumulation micro-step that
+ * is not an optimizer step (gradient_accumulation_steps - 1 times per
+ * step); on_step_end after the optimizer step. Initialize this struct
+ * with designated initializers (.on_log = f): fields may be added. */
 typedef void (*acc_trainer_event_fn)(const acc_training_args_t *args, acc_trainer_state_t *state,
                                      acc_trainer_control_t *control, const acc_metrics_t *logs,
                                      void *user);
 typedef struct {
   acc_trainer_event_fn on_init_end, on_train_begin, on_train_end, on_epoch_begin, on_epoch_end,
-      on_step_begin, on_step_end, on_evaluate, on_save, on_log;
+      on_step_begin, on_step_end, on_evaluate, on_save, on_log, on_substep_end;
   void *user;
 } acc_trainer_callback_t;
 

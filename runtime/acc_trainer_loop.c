@@ -124,9 +124,13 @@ static acc_result_t log_loss(acc_trainer_t *tr) {
 /* _maybe_log_save_evaluate: act on the control flags, then clear them. */
 static acc_result_t log_save_evaluate(acc_trainer_t *tr) {
   acc_trainer_control_t *c = &tr->control;
-  if (c->should_log && tr->loop.global_step > tr->loop.last_logged_step)
+  /* CallbackHandler.on_log / on_evaluate clear their flag before the
+   * event, so a checkpoint's TrainerControl shows only should_save */
+  int do_log = c->should_log, do_eval = c->should_evaluate;
+  c->should_log = c->should_evaluate = 0;
+  if (do_log && tr->loop.global_step > tr->loop.last_logged_step)
     ACC_CHECK(log_loss(tr));
-  if (c->should_evaluate && tr->eval) {
+  if (do_eval && tr->eval) {
     acc_metrics_t m;
     ACC_CHECK(acc_trainer_evaluate(tr, &m));
     /* _determine_best_metric, after the callbacks saw the evaluation */
@@ -188,8 +192,10 @@ static acc_result_t micro_step(acc_trainer_t *tr, acc_sampler_t *s, size_t b) {
     ACC_CHECK(optimizer_step(tr));
   acc_accumulate_end(tr->acc);
   tr->loop.batch_in_epoch = (int64_t)b + 1;
-  if (!sync)
+  if (!sync) {
+    TR_FIRE(tr, on_substep_end, NULL);
     return ACC_OK;
+  }
   tr->state.global_step = (long)++tr->loop.global_step;
   tr->state.epoch = (double)tr->loop.epoch_index + (double)(b + 1) / (double)tr->train_batches;
   if (tr->bar)
