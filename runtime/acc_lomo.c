@@ -53,7 +53,8 @@ struct acc_lomo {
   float *state; /* AdaLomo: per tensor R then C (matrix) or S (vector) */
   size_t *soff; /* per tensor: offset into state */
   size_t state_n;
-  float *upd; /* one tensor's update */
+  float *upd;  /* one tensor's update */
+  float *cinv; /* 1/sqrt(C) of one matrix's columns */
 };
 
 /* AdaLomo's update of tensor `ti` (gradient g, parameters p). */
@@ -64,26 +65,30 @@ static void adalomo_tensor(acc_lomo_t *o, int ti, float *p, float *g) {
   const float beta2t = (float)(1.0 - pow((double)o->step, LOMO_DECAY_RATE));
   float *s = o->state + o->soff[ti], *u = o->upd;
   if (c > 1) {
-    float *R = s, *C = s + r;
+    float *R = s, *C = s + r, *cinv = o->cinv;
+    const float cw = (1.0f - beta2t) / (float)r;
     for (int j = 0; j < c; j++)
       C[j] *= beta2t;
     for (int i = 0; i < r; i++) {
-      double row = 0;
+      const float *gi = g + (size_t)i * c;
+      float row = 0;
       for (int j = 0; j < c; j++) {
-        float v = g[(size_t)i * c + j] * g[(size_t)i * c + j] + LOMO_EPS1;
+        float v = gi[j] * gi[j] + LOMO_EPS1;
         row += v;
-        C[j] += (1.0f - beta2t) * v / (float)r;
+        C[j] += cw * v;
       }
-      R[i] = beta2t * R[i] + (1.0f - beta2t) * (float)(row / c);
+      R[i] = beta2t * R[i] + (1.0f - beta2t) * (row / (float)c);
     }
     double rmean = 0;
     for (int i = 0; i < r; i++)
       rmean += R[i];
     rmean /= r;
+    for (int j = 0; j < c; j++) /* one square root per column, not per element */
+      cinv[j] = 1.0f / sqrtf(C[j]);
     for (int i = 0; i < r; i++) {
       float rf = 1.0f / sqrtf((float)(R[i] / rmean));
       for (int j = 0; j < c; j++)
-        u[(size_t)i * c + j] = g[(size_t)i * c + j] * rf / sqrtf(C[j]);
+        u[(size_t)i * c + j] = g[(size_t)i * c + j] * rf * cinv[j];
     }
   } else {
     for (size_t i = 0; i < n; i++) {
@@ -193,17 +198,20 @@ static int lomo_check(acc_t *acc, const acc_model_t *model) {
 static int alloc_state(acc_lomo_t *o) {
   const acc_model_t *m = o->model;
   o->soff = calloc((size_t)m->num_tensors, sizeof *o->soff);
-  size_t maxn = 1;
+  size_t maxn = 1, maxc = 1;
   for (int ti = 0; o->soff && ti < m->num_tensors; ti++) {
     const acc_tensor_info_t *t = &m->tensors[ti];
     o->soff[ti] = o->state_n;
     o->state_n += (size_t)t->rows + (t->cols > 1 ? (size_t)t->cols : 0);
     if ((size_t)t->rows * (size_t)t->cols > maxn)
       maxn = (size_t)t->rows * (size_t)t->cols;
+    if ((size_t)t->cols > maxc)
+      maxc = (size_t)t->cols;
   }
   o->state = calloc(o->state_n ? o->state_n : 1, sizeof(float));
   o->upd = malloc(maxn * sizeof(float));
-  return o->soff && o->state && o->upd ? 0 : -1;
+  o->cinv = malloc(maxc * sizeof(float));
+  return o->soff && o->state && o->upd && o->cinv ? 0 : -1;
 }
 
 acc_lomo_t *acc_lomo_new(acc_t *acc, acc_model_t *model, int adaptive, float lr,
@@ -259,6 +267,7 @@ void acc_lomo_destroy(acc_lomo_t **o_p) {
   free(o->state);
   free(o->soff);
   free(o->upd);
+  free(o->cinv);
   free(o);
   *o_p = NULL;
 }
