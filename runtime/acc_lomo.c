@@ -30,6 +30,7 @@
  * ("lomo.step", "lomo.state"); LOMO has none.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,9 +46,10 @@ struct acc_lomo {
   acc_model_t *model;
   int adaptive;
   float lr, max_grad_norm, weight_decay;
-  int norm_pass;   /* the hook only sums squares */
-  double sumsq;    /* of the all-reduced gradients, this step */
-  float clip_coef; /* of this step's update pass */
+  int norm_pass;         /* the hook only sums squares */
+  acc_result_t hook_err; /* what stopped the last backward in the hook */
+  double sumsq;          /* of the all-reduced gradients, this step */
+  float clip_coef;       /* of this step's update pass */
   double grad_norm;
   int64_t step; /* AdaLomo's t (steps done) */
   float *state; /* AdaLomo: per tensor R then C (matrix) or S (vector) */
@@ -117,8 +119,10 @@ static int lomo_hook(void *user, int layer, size_t off, size_t n) {
   acc_model_t *m = o->model;
   float *g = m->grads + off, *p = m->params + off;
   if (acc_world_size(o->acc) > 1 && acc_all_reduce(o->acc, g, n, ACC_F32, ACC_AVG) != ACC_OK) {
-    acc__set_error(o->acc, ACC_ERR_BACKEND, "LOMO: all-reduce of layer %d's gradient: %s", layer,
-                   acc_last_error(o->acc));
+    char why[512]; /* a copy: the message is rewritten in the same buffer */
+    snprintf(why, sizeof why, "%s", acc_last_error(o->acc));
+    o->hook_err = acc__set_error(o->acc, ACC_ERR_BACKEND,
+                                 "LOMO: all-reduce of layer %d's gradient: %s", layer, why);
     return -1;
   }
   if (o->norm_pass) {
@@ -148,12 +152,17 @@ static int lomo_hook(void *user, int layer, size_t off, size_t n) {
 /* One backward of the model with the hook in `norm_pass` mode. */
 static acc_result_t run_backward(acc_lomo_t *o, int norm_pass) {
   o->norm_pass = norm_pass;
+  o->hook_err = ACC_OK;
   acc__mlp_set_layer_hook(o->model->mlp, lomo_hook, o);
   int rc = o->model->backward(o->model->self);
   acc__mlp_set_layer_hook(o->model->mlp, NULL, NULL);
-  if (rc != 0)
-    return acc__set_error(o->acc, ACC_ERR_INVALID_ARGUMENT, "LOMO: backward failed: %s",
-                          acc_last_error(o->acc));
+  if (rc != 0) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", acc_last_error(o->acc));
+    return acc__set_error(o->acc,
+                          strstr(why, "all-reduce") ? ACC_ERR_BACKEND : ACC_ERR_INVALID_ARGUMENT,
+                          "LOMO: backward failed: %s", why);
+  }
   return ACC_OK;
 }
 
