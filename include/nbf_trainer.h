@@ -189,6 +189,8 @@ void acc_lomo_set_lr(acc_lomo_t *o, float lr);
 /* The global gradient norm of the last acc_lomo_backward (NaN without
  * clipping: LOMO never holds every gradient at once). */
 double acc_lomo_grad_norm(const acc_lomo_t *o);
+/* Fused steps done (AdaLomo's t; checkpointed for AdaLomo only). */
+int64_t acc_lomo_num_steps(const acc_lomo_t *o);
 /* Bytes of optimizer state (0 for LOMO). */
 size_t acc_lomo_state_bytes(const acc_lomo_t *o);
 void acc_lomo_destroy(acc_lomo_t **o_p);
@@ -417,7 +419,9 @@ void acc_trainer_set_compute_metrics(acc_trainer_t *tr, acc_compute_metrics_fn f
  * (it calls model->forward_loss by default); training_step runs compute_loss and model->backward
  * and returns the loss, or NaN on failure (the 1/gradient_accumulation_steps scaling and the
  * all-reduce are acc_backward's, after it); prediction_step fills preds and returns the loss
- * without gradients. `user` is given to each. */
+ * without gradients. `user` is given to each. With optim lomo/adalomo the update happens in
+ * the default training_step's backward: an override must call acc_trainer_training_step
+ * (train() stops with INVALID_ARGUMENT when a step ran no fused backward). */
 typedef float (*acc_compute_loss_fn)(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
                                      int training, void *user);
 typedef float (*acc_training_step_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,

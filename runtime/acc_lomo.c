@@ -257,6 +257,10 @@ void acc_lomo_set_lr(acc_lomo_t *o, float lr) {
     o->lr = lr;
 }
 
+int64_t acc_lomo_num_steps(const acc_lomo_t *o) {
+  return o ? o->step : 0;
+}
+
 double acc_lomo_grad_norm(const acc_lomo_t *o) {
   return o ? o->grad_norm : NAN;
 }

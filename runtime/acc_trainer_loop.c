@@ -177,8 +177,15 @@ static acc_result_t micro_step(acc_trainer_t *tr, acc_sampler_t *s, size_t b) {
   if (b % (size_t)accum == 0)
     TR_FIRE(tr, on_step_begin, NULL);
   acc_accumulate_begin(tr->acc, b + 1 == tr->train_batches);
+  int64_t fused = acc_lomo_num_steps(tr->lomo);
   float loss = tr->training_step ? tr->training_step(tr, tr->xb, tr->yb, (int)len, tr->steps_user)
                                  : acc_trainer_training_step(tr, tr->xb, tr->yb, (int)len);
+  if (tr->lomo && !isnan(loss) && acc_lomo_num_steps(tr->lomo) != fused + 1)
+    return acc__set_error(tr->acc, ACC_ERR_INVALID_ARGUMENT,
+                          "Trainer.training_step: with --optim %s the update is fused into "
+                          "backward, but this step ran none: an overriding training_step must "
+                          "call acc_trainer_training_step",
+                          tr->args.optim);
   if (isnan(loss))
     return acc__set_error(tr->acc, ACC_ERR_INVALID_ARGUMENT,
                           "Trainer.training_step: NaN loss at epoch %lld batch %zu (%s)",

@@ -11,7 +11,8 @@
  *                        the one of the averaged gradient (each layer
  *                        all-reduced before its update)
  *   refusals             accumulation, fp16, LOMO with weight decay, a model
- *                        without the MLP's per-layer hook: clear errors
+ *                        without the MLP's per-layer hook, a training_step
+ *                        override that skips the fused backward: clear errors
  */
 #include <math.h>
 #include <stdio.h>
@@ -248,7 +249,43 @@ static void um_predict(void *self, int64_t *pred) {
   (void)self, (void)pred;
 }
 
+/* A training_step that calls the model's backward itself. */
+static float own_backward_step(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
+                               void *user) {
+  (void)user;
+  acc_model_t *m = acc_trainer_model(tr);
+  float loss = acc_trainer_compute_loss(tr, x, y, batch, 1);
+  return m->backward(m->self) ? NAN : loss;
+}
+
+static void override_refused(void) {
+  make_data();
+  acc_training_args_t a;
+  acc_training_args_init(&a);
+  ASSERT_OK(NULL, acc_training_args_set(&a, "optim", "lomo"));
+  ASSERT_OK(NULL, acc_training_args_set(&a, "save_strategy", "no"));
+  ASSERT_OK(NULL, acc_training_args_set(&a, "disable_tqdm", "true"));
+  acc_t *acc = acc_trainer_accelerator_new(&a);
+  ASSERT_NOT_NULL(acc);
+  const int sizes[] = {NIN, NHID, NCLS};
+  acc_mlp_t *mlp = acc_mlp_new(acc, sizes, 2, 8);
+  ASSERT_NOT_NULL(mlp);
+  acc_model_t m;
+  ASSERT_OK(NULL, acc_mlp_model(mlp, &m));
+  acc_dataset_t ds = {X, Y, MAXW * B, NIN};
+  acc_trainer_t *tr = acc_trainer_new(acc, &a, &m, &ds, NULL);
+  ASSERT_NOT_NULL(tr);
+  acc_trainer_set_steps(tr, NULL, own_backward_step, NULL, NULL);
+  ASSERT_EQ(acc_trainer_train(tr), ACC_ERR_INVALID_ARGUMENT);
+  ASSERT_CONTAINS(acc_last_error(acc), "acc_trainer_training_step");
+  acc_trainer_destroy(&tr);
+  acc_model_release(&m);
+  acc_mlp_destroy(&mlp);
+  acc_destroy(&acc);
+}
+
 NBF_TEST(refusals) {
+  override_refused();
   expect_invalid("lomo", "gradient_accumulation_steps", "2", "--gradient_accumulation_steps");
   expect_invalid("adalomo", "mixed_precision", "fp16", "--mixed_precision fp16");
   expect_invalid("lomo", "weight_decay", "0.01", "--weight_decay");
