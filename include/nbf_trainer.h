@@ -156,6 +156,46 @@ size_t acc_galore_state_bytes(const acc_galore_t *g);
 void acc_galore_destroy(acc_galore_t **g_p);
 
 /* ------------------------------------------------------------------ */
+/* LOMO and AdaLomo (optim = "lomo" / "adalomo")                        */
+/* ------------------------------------------------------------------ */
+
+/* LOMO (Lv et al. 2023, "Full Parameter Fine-tuning for Large Language
+ * Models with Limited Resources") or, with adaptive != 0, AdaLomo (Lv et
+ * al. 2023, "AdaLomo: Low-memory Optimization with Adaptive Learning
+ * Rate"), as lomo-optim's LOMO/AdaLomo: the update is fused into the
+ * toolkit MLP's backward, layer by layer (last first); each layer's
+ * gradient is all-reduced (average, blocking) when the world has several
+ * ranks, applied to its parameters and zeroed before the next layer's is
+ * computed. LOMO: p -= lr·g (no weight decay). AdaLomo: Adafactor's
+ * factored second moments (row and column means of g² + 1e-30 for a
+ * matrix, the full vector for a bias; beta2 = 1 - t^-0.8), grouped
+ * update normalization (each tensor's update RMS capped at 1), step
+ * lr·max(1e-3, RMS(p)), decoupled weight decay p *= 1 - that step ×
+ * weight_decay. With max_grad_norm > 0, clipping by global norm takes two
+ * backward passes (the first only measures the norm). `model` must be an
+ * acc_mlp_model on the host (a device model is refused: UNSUPPORTED).
+ * AdaLomo's state (step and moments, acc_lomo_state_bytes) is registered
+ * for checkpointing with `acc`; LOMO keeps none. NULL on failure (the
+ * reason in acc_last_error(acc)). */
+typedef struct acc_lomo acc_lomo_t;
+acc_lomo_t *acc_lomo_new(acc_t *acc, acc_model_t *model, int adaptive, float lr,
+                         float max_grad_norm, float weight_decay);
+/* After model->forward_loss: backward with the fused update (one or two
+ * passes, see above). Collective with several ranks. Errors:
+ * INVALID_ARGUMENT (backward failed: no forward, bad label), BACKEND (an
+ * all-reduce failed); the step's parameters may then be half updated. */
+acc_result_t acc_lomo_backward(acc_lomo_t *o);
+void acc_lomo_set_lr(acc_lomo_t *o, float lr);
+/* The global gradient norm of the last acc_lomo_backward (NaN without
+ * clipping: LOMO never holds every gradient at once). */
+double acc_lomo_grad_norm(const acc_lomo_t *o);
+/* Fused steps done (AdaLomo's t; checkpointed for AdaLomo only). */
+int64_t acc_lomo_num_steps(const acc_lomo_t *o);
+/* Bytes of optimizer state (0 for LOMO). */
+size_t acc_lomo_state_bytes(const acc_lomo_t *o);
+void acc_lomo_destroy(acc_lomo_t **o_p);
+
+/* ------------------------------------------------------------------ */
 /* TrainingArguments                                                    */
 /* ------------------------------------------------------------------ */
 
@@ -198,8 +238,9 @@ typedef struct {
   char log_level_replica[16];       /* "warning" */
   int log_on_each_node;             /* true */
   double neftune_noise_alpha;       /* 0 = None; needs the model's input_embeddings */
-  char optim[32];                   /* sgd | adamw | galore_adamw ("adamw"); lomo and adalomo
-                                     * are refused: not built yet */
+  char optim[32];                   /* sgd | adamw | galore_adamw | lomo | adalomo ("adamw");
+                                     * lomo/adalomo need gradient_accumulation_steps 1,
+                                     * no fp16 and the toolkit MLP on the host */
   char optim_args[256];             /* sgd: "momentum=0.9"; galore_adamw: "rank=128,
                                      * update_proj_gap=200, scale=0.25" (defaults) */
   char optim_target_modules[256];   /* galore_adamw: comma-separated parts of
@@ -337,13 +378,17 @@ typedef struct acc_trainer acc_trainer_t;
 
 /* TrainerCallback: each event may be NULL. `logs` is the log entry for
  * on_log and the metrics for on_evaluate, NULL otherwise. Callbacks may
- * set the control flags. Called on every rank, as Transformers does. */
+ * set the control flags. Called on every rank, as Transformers does.
+ * on_substep_end fires after each gradient-accumulation micro-step that
+ * is not an optimizer step (gradient_accumulation_steps - 1 times per
+ * step); on_step_end after the optimizer step. Initialize this struct
+ * with designated initializers (.on_log = f): fields may be added. */
 typedef void (*acc_trainer_event_fn)(const acc_training_args_t *args, acc_trainer_state_t *state,
                                      acc_trainer_control_t *control, const acc_metrics_t *logs,
                                      void *user);
 typedef struct {
   acc_trainer_event_fn on_init_end, on_train_begin, on_train_end, on_epoch_begin, on_epoch_end,
-      on_step_begin, on_step_end, on_evaluate, on_save, on_log;
+      on_step_begin, on_step_end, on_evaluate, on_save, on_log, on_substep_end;
   void *user;
 } acc_trainer_callback_t;
 
@@ -374,7 +419,9 @@ void acc_trainer_set_compute_metrics(acc_trainer_t *tr, acc_compute_metrics_fn f
  * (it calls model->forward_loss by default); training_step runs compute_loss and model->backward
  * and returns the loss, or NaN on failure (the 1/gradient_accumulation_steps scaling and the
  * all-reduce are acc_backward's, after it); prediction_step fills preds and returns the loss
- * without gradients. `user` is given to each. */
+ * without gradients. `user` is given to each. With optim lomo/adalomo the update happens in
+ * the default training_step's backward: an override must call acc_trainer_training_step
+ * (train() stops with INVALID_ARGUMENT when a step ran no fused backward). */
 typedef float (*acc_compute_loss_fn)(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
                                      int training, void *user);
 typedef float (*acc_training_step_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,

@@ -232,11 +232,24 @@ acc_result_t acc_training_args_validate(const acc_training_args_t *a) {
                    "min_lr=X or min_lr_rate=X");
   if (a->adam_beta1 >= 1 || a->adam_beta2 >= 1)
     return invalid("--adam_beta1 and --adam_beta2 must be below 1");
-  if (!strcmp(a->optim, "lomo") || !strcmp(a->optim, "adalomo"))
-    return acc__set_error(NULL, ACC_ERR_UNSUPPORTED,
-                          "--optim %s: not built in this version of the Trainer (sgd, adamw and "
-                          "galore_adamw are)",
-                          a->optim);
+  if (!strcmp(a->optim, "lomo") || !strcmp(a->optim, "adalomo")) {
+    /* the update is fused into one backward pass: there is no window of
+     * micro-steps whose gradients could add up, and no unscale between
+     * backward and update (lomo-optim's LOMO/AdaLomo refuse both too) */
+    if (a->gradient_accumulation_steps != 1)
+      return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT,
+                            "--optim %s updates inside backward: --gradient_accumulation_steps "
+                            "must be 1",
+                            a->optim);
+    if (!strcmp(a->mixed_precision, "fp16"))
+      return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT,
+                            "--optim %s: --mixed_precision fp16 is not supported (the loss scale "
+                            "would reach the fused update); use bf16 or no",
+                            a->optim);
+    if (!strcmp(a->optim, "lomo") && a->weight_decay != 0)
+      return invalid("--optim lomo has no weight decay (LOMO, Lv et al. 2023): set "
+                     "--weight_decay 0 or use --optim adalomo");
+  }
   if (!strcmp(a->optim, "galore_adamw") && !a->optim_target_modules[0])
     return invalid("--optim galore_adamw needs --optim_target_modules (names of the layers to "
                    "project, e.g. layers.0)");

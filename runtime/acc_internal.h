@@ -202,6 +202,14 @@ void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
 void acc__unregister_for_checkpointing(acc_t *acc, const char *name);
 /* Layer sizes of `m`: *nlayers layers, sizes[0..nlayers]. */
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
+/* A per-layer hook of acc_mlp_backward_xent on the host (LOMO's fused
+ * update, acc_lomo.c): called once per layer, last layer first, when the
+ * layer's gradient (weight then bias: `n` elements from `offset` of the
+ * grads buffer) is complete and its input gradient computed, so it may
+ * change the layer's parameters. Nonzero stops backward (NaN returned;
+ * the hook sets the error). NULL removes it. */
+typedef int (*acc__mlp_layer_hook_fn)(void *user, int layer, size_t offset, size_t n);
+void acc__mlp_set_layer_hook(acc_mlp_t *m, acc__mlp_layer_hook_fn fn, void *user);
 /* The model's host buffer of parameters (what 0) or gradients (1),
  * refreshed from the device model when it has one (synchronous); NULL on
  * a device error (in acc_last_error). For checkpoints. */

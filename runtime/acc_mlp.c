@@ -53,12 +53,19 @@ struct acc_mlp {
   float **act;        /* act[l], l = 1..nlayers: batch × sizes[l] (post-ReLU; logits last) */
   float *dz_a, *dz_b; /* backward scratch: max_batch × max(sizes[1..]) */
   /* mixed precision (allocated at the first half-precision forward) */
-  acc_precision_t prec; /* of the last forward */
-  float *wh;            /* parameters rounded to the half type */
-  float *xh;            /* input rounded: max_batch × sizes[0] */
-  float *gtmp;          /* one layer's weight gradient: max(nout × nin) */
-  acc_mlp_dev_t *dev;   /* the device model, or NULL (on the host) */
+  acc_precision_t prec;        /* of the last forward */
+  float *wh;                   /* parameters rounded to the half type */
+  float *xh;                   /* input rounded: max_batch × sizes[0] */
+  float *gtmp;                 /* one layer's weight gradient: max(nout × nin) */
+  acc_mlp_dev_t *dev;          /* the device model, or NULL (on the host) */
+  acc__mlp_layer_hook_fn hook; /* called per layer in backward (LOMO), or NULL */
+  void *hook_user;
 };
+
+void acc__mlp_set_layer_hook(acc_mlp_t *m, acc__mlp_layer_hook_fn fn, void *user) {
+  m->hook = fn;
+  m->hook_user = user;
+}
 
 static void *alloc64(size_t bytes) {
   void *p = NULL;
@@ -289,8 +296,8 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
  * micro-step syncs (no accumulation window to leave unreduced). */
 static int buckets_on(const acc_mlp_t *m) {
   const acc_t *acc = m->acc;
-  if (!acc || acc->world < 2 || acc->accum_steps != 1 || acc->broken || !acc->gloo)
-    return 0;
+  if (!acc || acc->world < 2 || acc->accum_steps != 1 || acc->broken || !acc->gloo || m->hook)
+    return 0; /* a layer hook all-reduces its own layer before it updates it */
   return acc->grad_buckets;
 }
 
@@ -433,17 +440,23 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
         bucket_err = acc__all_reduce_bucket(acc, gw + (size_t)r0 * (size_t)nin, n);
       }
     }
+    if (l > 0) {
+      /* dprev (B × nin) = dz (B × nout) · W (nout × nin), masked by ReLU */
+      const float *w = (prec == ACC_PRECISION_NO ? m->params : m->wh) + m->w_off[l];
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout, w, nin,
+                  0.0f, dprev, nin);
+      size_t n = (size_t)B * (size_t)nin;
+      acc__round_half(prec, dprev, n);
+      for (size_t i = 0; i < n; i++)
+        if (!(in[i] > 0.0f))
+          dprev[i] = 0.0f;
+    }
+    /* layer l's gradient is complete and W_l no longer needed by this
+     * backward (as a PyTorch hook on AccumulateGrad sees it) */
+    if (m->hook && m->hook(m->hook_user, l, m->w_off[l], (size_t)nout * (size_t)(nin + 1)) != 0)
+      return NAN;
     if (l == 0)
       break;
-    /* dprev (B × nin) = dz (B × nout) · W (nout × nin), masked by ReLU */
-    const float *w = (prec == ACC_PRECISION_NO ? m->params : m->wh) + m->w_off[l];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout, w, nin,
-                0.0f, dprev, nin);
-    size_t n = (size_t)B * (size_t)nin;
-    acc__round_half(prec, dprev, n);
-    for (size_t i = 0; i < n; i++)
-      if (!(in[i] > 0.0f))
-        dprev[i] = 0.0f;
     float *t = dz;
     dz = dprev;
     dprev = t;

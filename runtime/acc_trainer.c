@@ -11,6 +11,9 @@
  *   1), optimizer step, scheduler step (not after a skipped fp16 step, as
  *   Accelerate's AcceleratedScheduler), zero_grad, global_step += 1,
  *   on_step_end, then _maybe_log_save_evaluate.
+ * With LOMO/AdaLomo the update happens inside training_step (fused into
+ * backward, acc_lomo.c, which also all-reduces and clips): the optimizer
+ * step then only counts the step and moves the scheduler.
  */
 #include <math.h>
 #include <stdio.h>
@@ -103,6 +106,11 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
                        (float)args->adam_epsilon, (float)args->weight_decay);
     if (!tr->galore)
       goto fail;
+  } else if (!strcmp(args->optim, "lomo") || !strcmp(args->optim, "adalomo")) {
+    tr->lomo = acc_lomo_new(acc, model, !strcmp(args->optim, "adalomo"), (float)args->learning_rate,
+                            (float)args->max_grad_norm, (float)args->weight_decay);
+    if (!tr->lomo)
+      goto fail;
   } else if (!(tr->opt = make_optimizer(tr))) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_trainer_new: cannot create optimizer %s",
                    args->optim);
@@ -131,6 +139,7 @@ void acc_trainer_destroy(acc_trainer_t **tr_p) {
     acc__unregister_for_checkpointing(tr->acc, "trainer.params");
   acc_optim_destroy(&tr->opt);
   acc_galore_destroy(&tr->galore);
+  acc_lomo_destroy(&tr->lomo);
   acc_progress_destroy(&tr->bar);
   free(tr->state.log_history);
   free(tr->xb);
@@ -185,7 +194,10 @@ float acc_trainer_compute_loss(acc_trainer_t *tr, const float *x, const int64_t 
 float acc_trainer_training_step(acc_trainer_t *tr, const float *x, const int64_t *y, int batch) {
   float loss = tr->compute_loss ? tr->compute_loss(tr, x, y, batch, 1, tr->steps_user)
                                 : acc_trainer_compute_loss(tr, x, y, batch, 1);
-  if (isnan(loss) || tr->model->backward(tr->model->self) != 0)
+  if (isnan(loss))
+    return NAN;
+  /* LOMO: Accelerate's lomo_backward (fused_backward with the learning rate) */
+  if (tr->lomo ? acc_lomo_backward(tr->lomo) != ACC_OK : tr->model->backward(tr->model->self) != 0)
     return NAN;
   return loss;
 }

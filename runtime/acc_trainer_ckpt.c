@@ -20,6 +20,7 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,43 +67,52 @@ int acc_trainer_last_checkpoint(const char *dir, char *out, size_t outlen) {
   return 0;
 }
 
-static json_t *metrics_json(const acc_metrics_t *m) {
+static json_t *metrics_json(const acc_metrics_t *m, tr_reals_t *r) {
   json_t *o = json_object();
   for (int i = 0; o && i < m->count; i++)
-    json_object_set_new(o, m->name[i], json_real(m->value[i]));
+    json_object_set_new(o, m->name[i], tr_json_real(r, m->value[i]));
+  return o;
+}
+
+/* TrainerState.stateful_callbacks: ExportableState.state() of the
+ * EarlyStoppingCallback (when there is one) and of TrainerControl. */
+static json_t *stateful_callbacks_json(const acc_trainer_t *tr, tr_reals_t *r) {
+  const acc_trainer_control_t *c = &tr->control;
+  json_t *o = json_pack("{s:{s:{s:b,s:b,s:b,s:b,s:b},s:{}}}", "TrainerControl", "args",
+                        "should_training_stop", c->should_training_stop, "should_epoch_stop",
+                        c->should_epoch_stop, "should_save", c->should_save, "should_evaluate",
+                        c->should_evaluate, "should_log", c->should_log, "attributes");
+  if (o && tr->args.early_stopping_patience > 0)
+    json_object_set_new(o, "EarlyStoppingCallback",
+                        json_pack("{s:{s:i,s:o},s:{s:I}}", "args", "early_stopping_patience",
+                                  tr->args.early_stopping_patience, "early_stopping_threshold",
+                                  tr_json_real(r, tr->args.early_stopping_threshold), "attributes",
+                                  "early_stopping_patience_counter",
+                                  (json_int_t)tr->loop.es_counter));
   return o;
 }
 
 /* TrainerState.save_to_json's fields. */
-static json_t *state_json(const acc_trainer_t *tr) {
+static json_t *state_json(const acc_trainer_t *tr, tr_reals_t *r) {
   const acc_trainer_state_t *st = &tr->state;
   json_t *hist = json_array();
   for (size_t i = 0; hist && i < st->log_history_len; i++) {
-    json_t *e = metrics_json(&st->log_history[i].values);
+    json_t *e = metrics_json(&st->log_history[i].values, r);
     json_object_set_new(e, "step", json_integer(st->log_history[i].step));
     json_array_append_new(hist, e);
   }
-  json_t *es = json_pack("{s:{s:i,s:f},s:{s:I}}", "args", "early_stopping_patience",
-                         tr->args.early_stopping_patience, "early_stopping_threshold",
-                         tr->args.early_stopping_threshold, "attributes",
-                         "early_stopping_patience_counter", (json_int_t)tr->loop.es_counter);
-  json_t *o = json_pack(
-      "{s:f,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:o,s:o,s:o,s:o,s:b,s:b}", "epoch", st->epoch,
-      "global_step", (json_int_t)st->global_step, "max_steps", (json_int_t)st->max_steps,
-      "logging_steps", (json_int_t)st->logging_steps, "eval_steps", (json_int_t)st->eval_steps,
-      "save_steps", (json_int_t)st->save_steps, "train_batch_size", st->train_batch_size,
-      "num_train_epochs", st->num_train_epochs, "log_history", hist, "best_metric",
-      st->has_best_metric ? json_real(st->best_metric) : json_null(), "best_global_step",
-      st->best_global_step ? json_integer(st->best_global_step) : json_null(),
+  return json_pack(
+      "{s:o,s:I,s:I,s:I,s:I,s:I,s:i,s:i,s:o,s:o,s:o,s:o,s:b,s:b,s:o}", "epoch",
+      tr_json_real(r, st->epoch), "global_step", (json_int_t)st->global_step, "max_steps",
+      (json_int_t)st->max_steps, "logging_steps", (json_int_t)st->logging_steps, "eval_steps",
+      (json_int_t)st->eval_steps, "save_steps", (json_int_t)st->save_steps, "train_batch_size",
+      st->train_batch_size, "num_train_epochs", st->num_train_epochs, "log_history", hist,
+      "best_metric", st->has_best_metric ? tr_json_real(r, st->best_metric) : json_null(),
+      "best_global_step", st->best_global_step ? json_integer(st->best_global_step) : json_null(),
       "best_model_checkpoint",
       st->best_model_checkpoint[0] ? json_string(st->best_model_checkpoint) : json_null(),
       "is_local_process_zero", st->is_local_process_zero, "is_world_process_zero",
-      st->is_world_process_zero);
-  if (o && es && tr->args.early_stopping_patience > 0)
-    json_object_set_new(o, "stateful_callbacks", json_pack("{s:o}", "EarlyStoppingCallback", es));
-  else
-    json_decref(es);
-  return o;
+      st->is_world_process_zero, "stateful_callbacks", stateful_callbacks_json(tr, r));
 }
 
 /* Write trainer_state.json into `dir` atomically. */
@@ -110,14 +120,17 @@ static acc_result_t write_json(acc_trainer_t *tr, const char *dir) {
   char path[PATH_MAX + 32], tmp[PATH_MAX + 32];
   snprintf(path, sizeof path, "%s/trainer_state.json", dir);
   snprintf(tmp, sizeof tmp, "%s/.trainer_state.json.tmp", dir);
-  json_t *o = state_json(tr);
-  if (!o)
+  tr_reals_t reals = {0};
+  json_t *o = state_json(tr, &reals);
+  char *text = o ? tr_json_dumps(o, &reals) : NULL;
+  json_decref(o);
+  tr_reals_free(&reals);
+  if (!text)
     return acc__set_error(tr->acc, ACC_ERR_NO_MEMORY, "trainer_state.json: no memory");
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  int bad =
-      fd < 0 || json_dumpfd(o, fd, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) != 0 || fsync(fd) != 0;
+  int bad = fd < 0 || nbf_write_all(fd, text, strlen(text)) != 0 || fsync(fd) != 0;
   int e = errno;
-  json_decref(o);
+  free(text);
   if (fd >= 0 && close(fd) != 0 && !bad)
     bad = 1, e = errno;
   if (bad || rename(tmp, path) != 0) {
@@ -239,7 +252,7 @@ static acc_result_t read_history(acc_trainer_t *tr, const char *dir) {
       if (!strcmp(k, "step"))
         le->step = (long)json_integer_value(v);
       else
-        acc_metrics_put(&le->values, k, json_number_value(v));
+        acc_metrics_put(&le->values, k, json_is_null(v) ? NAN : json_number_value(v));
     }
   }
   json_decref(o);

@@ -5,6 +5,8 @@
 #ifndef ACC_TRAINER_INTERNAL_H
 #define ACC_TRAINER_INTERNAL_H
 
+#include <jansson.h>
+
 #include "acc_internal.h"
 
 #define TR_MAX_CALLBACKS 16
@@ -35,6 +37,7 @@ struct acc_trainer {
   const acc_dataset_t *train, *eval;
   acc_optim_t *opt;     /* sgd, adamw */
   acc_galore_t *galore; /* galore_adamw */
+  acc_lomo_t *lomo;     /* lomo, adalomo: the update happens in training_step */
   acc_trainer_state_t state;
   acc_trainer_control_t control;
   acc_trainer_callback_t cbs[TR_MAX_CALLBACKS];
@@ -71,6 +74,20 @@ acc_result_t tr_add_early_stopping(acc_trainer_t *tr);
 acc_result_t tr_log(acc_trainer_t *tr, acc_metrics_t *logs);
 /* Python's repr of a float (shortest round-trip text) into out. */
 void tr_float_repr(double v, char *out, size_t len);
+
+/* trainer_state.json's text (acc_trainer_json.c): reals go into the
+ * document as placeholders (tr_json_real: a new reference, json_null for
+ * a non-finite value, NULL when out of memory) that tr_json_dumps
+ * replaces by their Python repr; it returns json.dumps(indent=2,
+ * sort_keys=True) + "\n" (caller frees), or NULL when out of memory or
+ * a placeholder is missing. */
+typedef struct {
+  double *v;
+  size_t n, cap;
+} tr_reals_t;
+json_t *tr_json_real(tr_reals_t *r, double v);
+char *tr_json_dumps(const json_t *o, const tr_reals_t *r);
+void tr_reals_free(tr_reals_t *r);
 
 /* Checkpoints (acc_trainer_ckpt.c). */
 acc_result_t tr_resume(acc_trainer_t *tr, const char *spec);

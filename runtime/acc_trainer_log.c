@@ -38,6 +38,14 @@ void tr_float_repr(double v, char *out, size_t len) {
     if (strtod(out, NULL) == v)
       break;
   }
+  /* Python switches to an exponent from 1e16 on; %g only when the
+   * exponent reaches the precision (17 digits of 1.2345678901234568e16) */
+  if (fabs(v) >= 1e16 && !strchr(out, 'e')) {
+    int digits = 0;
+    for (const char *c = out; *c; c++)
+      digits += *c >= '0' && *c <= '9';
+    snprintf(out, len, "%.*e", digits - 1, v);
+  }
   /* C writes 1e-05 like Python; "1.5e+20" is Python's too. */
 }
 

@@ -64,9 +64,29 @@ static double clip_grad_norm(float *g, size_t n, double max_norm) {
   return (double)norm;
 }
 
+/* Set the learning rate of scheduler step sched_step on the optimizer. */
+static void apply_lr(acc_trainer_t *tr) {
+  tr->lr = tr->args.learning_rate *
+           acc_lr_lambda(&tr->args, (long)tr->loop.sched_step, tr->warmup, tr->state.max_steps);
+  acc_optim_set_lr(tr->opt, (float)tr->lr);
+  acc_galore_set_lr(tr->galore, (float)tr->lr);
+  acc_lomo_set_lr(tr->lomo, (float)tr->lr);
+}
+
+/* scheduler.step() after an optimizer step that was taken. */
+static acc_result_t advance_schedule(acc_trainer_t *tr) {
+  tr->loop.sched_step++;
+  apply_lr(tr);
+  return ACC_OK;
+}
+
 /* The optimizer step of a sync micro-step. */
 static acc_result_t optimizer_step(acc_trainer_t *tr) {
   acc_model_t *m = tr->model;
+  if (tr->lomo) { /* updated in backward already */
+    tr->loop.grad_norm = acc_lomo_grad_norm(tr->lomo);
+    return advance_schedule(tr);
+  }
   int finite = acc_unscale_gradients(tr->acc, m->grads, m->num_params);
   if (finite < 0)
     return ACC_ERR_BACKEND;
@@ -82,14 +102,7 @@ static acc_result_t optimizer_step(acc_trainer_t *tr) {
     stepped = acc_optim_step(tr->acc, tr->opt) == 1;
     acc_optim_zero_grad(tr->acc, tr->opt);
   }
-  if (stepped) {
-    tr->loop.sched_step++;
-    tr->lr = tr->args.learning_rate *
-             acc_lr_lambda(&tr->args, (long)tr->loop.sched_step, tr->warmup, tr->state.max_steps);
-    acc_optim_set_lr(tr->opt, (float)tr->lr);
-    acc_galore_set_lr(tr->galore, (float)tr->lr);
-  }
-  return ACC_OK;
+  return stepped ? advance_schedule(tr) : ACC_OK;
 }
 
 /* The training loss since the last log, averaged over ranks and steps. */
@@ -111,9 +124,13 @@ static acc_result_t log_loss(acc_trainer_t *tr) {
 /* _maybe_log_save_evaluate: act on the control flags, then clear them. */
 static acc_result_t log_save_evaluate(acc_trainer_t *tr) {
   acc_trainer_control_t *c = &tr->control;
-  if (c->should_log && tr->loop.global_step > tr->loop.last_logged_step)
+  /* CallbackHandler.on_log / on_evaluate clear their flag before the
+   * event, so a checkpoint's TrainerControl shows only should_save */
+  int do_log = c->should_log, do_eval = c->should_evaluate;
+  c->should_log = c->should_evaluate = 0;
+  if (do_log && tr->loop.global_step > tr->loop.last_logged_step)
     ACC_CHECK(log_loss(tr));
-  if (c->should_evaluate && tr->eval) {
+  if (do_eval && tr->eval) {
     acc_metrics_t m;
     ACC_CHECK(acc_trainer_evaluate(tr, &m));
     /* _determine_best_metric, after the callbacks saw the evaluation */
@@ -160,22 +177,32 @@ static acc_result_t micro_step(acc_trainer_t *tr, acc_sampler_t *s, size_t b) {
   if (b % (size_t)accum == 0)
     TR_FIRE(tr, on_step_begin, NULL);
   acc_accumulate_begin(tr->acc, b + 1 == tr->train_batches);
+  int64_t fused = acc_lomo_num_steps(tr->lomo);
   float loss = tr->training_step ? tr->training_step(tr, tr->xb, tr->yb, (int)len, tr->steps_user)
                                  : acc_trainer_training_step(tr, tr->xb, tr->yb, (int)len);
+  if (tr->lomo && !isnan(loss) && acc_lomo_num_steps(tr->lomo) != fused + 1)
+    return acc__set_error(tr->acc, ACC_ERR_INVALID_ARGUMENT,
+                          "Trainer.training_step: with --optim %s the update is fused into "
+                          "backward, but this step ran none: an overriding training_step must "
+                          "call acc_trainer_training_step",
+                          tr->args.optim);
   if (isnan(loss))
     return acc__set_error(tr->acc, ACC_ERR_INVALID_ARGUMENT,
                           "Trainer.training_step: NaN loss at epoch %lld batch %zu (%s)",
                           (long long)tr->loop.epoch_index, b, acc_last_error(NULL));
   tr->loop.tr_loss += (double)loss / accum;
   tr->loop.total_loss += (double)loss / accum;
-  ACC_CHECK(acc_backward(tr->acc, tr->model->grads, tr->model->num_params));
+  if (!tr->lomo) /* LOMO all-reduced each layer inside backward */
+    ACC_CHECK(acc_backward(tr->acc, tr->model->grads, tr->model->num_params));
   int sync = acc_sync_gradients(tr->acc);
   if (sync)
     ACC_CHECK(optimizer_step(tr));
   acc_accumulate_end(tr->acc);
   tr->loop.batch_in_epoch = (int64_t)b + 1;
-  if (!sync)
+  if (!sync) {
+    TR_FIRE(tr, on_substep_end, NULL);
     return ACC_OK;
+  }
   tr->state.global_step = (long)++tr->loop.global_step;
   tr->state.epoch = (double)tr->loop.epoch_index + (double)(b + 1) / (double)tr->train_batches;
   if (tr->bar)
@@ -259,10 +286,7 @@ acc_result_t acc_trainer_train(acc_trainer_t *tr) {
   acc_result_t r = ACC_OK;
   if (tr->args.resume_from_checkpoint[0])
     ACC_CHECK_GOTO(tr_resume(tr, tr->args.resume_from_checkpoint), out);
-  tr->lr = tr->args.learning_rate *
-           acc_lr_lambda(&tr->args, (long)tr->loop.sched_step, tr->warmup, tr->state.max_steps);
-  acc_optim_set_lr(tr->opt, (float)tr->lr);
-  acc_galore_set_lr(tr->galore, (float)tr->lr);
+  apply_lr(tr);
   log_start(tr);
   if (!tr->args.disable_tqdm && acc_is_main_process(tr->acc))
     tr->bar = acc_progress_new(tr->acc, "train", (size_t)tr->state.max_steps);

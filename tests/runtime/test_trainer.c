@@ -7,11 +7,13 @@
  *                         fire as often as Transformers fires them
  *   grad_clipping         clip by global norm and the logged grad_norm
  *   checkpoint_layout     checkpoint-<step>/ folders, their files and
- *                         trainer_state.json's fields
+ *                         trainer_state.json's fields (TrainerControl in
+ *                         stateful_callbacks)
  *   resume_bitexact N [OPTIM]  a run stopped at a checkpoint and resumed by
  *                         new processes ends bit for bit as an uninterrupted
  *                         one (N = 1: SGD; N = 2: AdamW, fp16, accumulation;
- *                         OPTIM galore_adamw: GaLore's projectors and moments)
+ *                         OPTIM galore_adamw: GaLore's projectors and moments;
+ *                         OPTIM adalomo: AdaLomo's factored moments, f32)
  *   rotation_keeps_best   save_total_limit deletes the oldest but never the
  *                         best; load_best_model_at_end loads it
  *   early_stopping_stops  EarlyStoppingCallback's patience and threshold
@@ -114,7 +116,7 @@ static acc_model_t user_model(user_model_t *u, float grad) {
 
 typedef struct {
   int init_end, train_begin, train_end, epoch_begin, epoch_end, step_begin, step_end, log, evaluate,
-      save;
+      save, substep_end;
 } counts_t;
 #define COUNTER(ev)                                                                                \
   static void count_##ev(const acc_training_args_t *a, acc_trainer_state_t *s,                     \
@@ -132,6 +134,7 @@ COUNTER(step_end)
 COUNTER(log)
 COUNTER(evaluate)
 COUNTER(save)
+COUNTER(substep_end)
 
 static void set(acc_training_args_t *a, const char *name, const char *value) {
   ASSERT_OK(NULL, acc_training_args_set(a, name, value));
@@ -164,17 +167,18 @@ NBF_TEST(user_model_schedule) {
   acc_trainer_t *tr = acc_trainer_new(acc, &a, &m, &train, NULL);
   ASSERT_NOT_NULL(tr);
   counts_t c = {0};
-  acc_trainer_callback_t cb = {count_init_end,
-                               count_train_begin,
-                               count_train_end,
-                               count_epoch_begin,
-                               count_epoch_end,
-                               count_step_begin,
-                               count_step_end,
-                               count_evaluate,
-                               count_save,
-                               count_log,
-                               &c};
+  acc_trainer_callback_t cb = {.on_init_end = count_init_end,
+                               .on_train_begin = count_train_begin,
+                               .on_train_end = count_train_end,
+                               .on_epoch_begin = count_epoch_begin,
+                               .on_epoch_end = count_epoch_end,
+                               .on_step_begin = count_step_begin,
+                               .on_step_end = count_step_end,
+                               .on_evaluate = count_evaluate,
+                               .on_save = count_save,
+                               .on_log = count_log,
+                               .on_substep_end = count_substep_end,
+                               .user = &c};
   ASSERT_OK(acc, acc_trainer_add_callback(tr, &cb));
   ASSERT_OK(acc, acc_trainer_train(tr));
   /* reference: linear warmup over 2 steps then linear decay to step 10 */
@@ -197,6 +201,7 @@ NBF_TEST(user_model_schedule) {
   ASSERT_EQ(c.epoch_end, 2);
   ASSERT_EQ(c.step_begin, 10);
   ASSERT_EQ(c.step_end, 10);
+  ASSERT_EQ(c.substep_end, 10); /* accumulation 2: one micro-step per step is not a step */
   ASSERT_EQ(c.evaluate, 0);
   ASSERT_EQ(c.save, 0);
   ASSERT_EQ(c.log, 3); /* steps 5 and 10, then the train_* metrics */
@@ -313,10 +318,12 @@ NBF_TEST_P(resume_bitexact) {
   const char *optim = nbf_test_argc > 1 ? nbf_test_arg(1) : world > 1 ? "adamw" : "sgd";
   char tmp[64];
   tmpdir(tmp, sizeof tmp);
+  /* LOMO/AdaLomo update inside backward: no fp16, no accumulation */
+  int fused = strstr(optim, "lomo") != NULL;
   run_t r = {.max_steps = 9,
-             .precision = world > 1 ? "fp16" : "no",
+             .precision = world > 1 && !fused ? "fp16" : "no",
              .optim = optim,
-             .accum = world > 1 ? 2 : 1};
+             .accum = world > 1 && !fused ? 2 : 1};
   rt_spawn_opts_t o = {.world = world, .deadline_s = 90};
   snprintf(r.dir, sizeof r.dir, "%s/straight", tmp);
   snprintf(r.out, sizeof r.out, "%s/straight.bin", tmp);
@@ -437,6 +444,15 @@ NBF_TEST(checkpoint_layout) {
   ASSERT_TRUE(json_is_real(json_object_get(j, "best_metric")));
   ASSERT_CONTAINS(json_string_value(json_object_get(j, "best_model_checkpoint")), "checkpoint-");
   ASSERT_TRUE(json_is_true(json_object_get(j, "is_world_process_zero")));
+  /* stateful_callbacks: TrainerControl.state() at the save: should_save
+   * only (on_log and on_evaluate cleared theirs) */
+  json_t *ctl = json_object_get(
+      json_object_get(json_object_get(j, "stateful_callbacks"), "TrainerControl"), "args");
+  ASSERT_TRUE(json_is_true(json_object_get(ctl, "should_save")));
+  ASSERT_TRUE(json_is_false(json_object_get(ctl, "should_log")));
+  ASSERT_TRUE(json_is_false(json_object_get(ctl, "should_evaluate")));
+  ASSERT_TRUE(json_is_true(json_object_get(ctl, "should_training_stop"))); /* step 6 of 6 */
+  ASSERT_TRUE(json_is_false(json_object_get(ctl, "should_epoch_stop")));
   json_t *h = json_object_get(j, "log_history");
   ASSERT_EQ(json_array_size(h), 9); /* 6 training logs, 3 evaluations */
   json_t *first = json_array_get(h, 0), *eval = json_array_get(h, 2);

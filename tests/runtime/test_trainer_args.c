@@ -3,10 +3,11 @@
  * bad names and values rejected naming them, cross-field checks),
  * get_process_log_level, each scheduler's curve against the formulas of
  * transformers/optimization.py written out here, and the Python float
- * repr of the log lines.
+ * repr of the log lines and of trainer_state.json's numbers.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "acc_trainer_internal.h"
@@ -188,6 +189,69 @@ NBF_TEST(python_float_repr) {
     tr_float_repr(c[i].v, buf, sizeof buf);
     ASSERT_EQ_STR(buf, c[i].want);
   }
+}
+
+/* trainer_state.json's numbers: each value's text as Python's json.dumps
+ * writes it (the `want` column is Python 3.11's output, pasted), and a
+ * document's layout as json.dumps(indent=2, sort_keys=True) + "\n". */
+NBF_TEST(trainer_state_json_python) {
+  static const struct {
+    double v;
+    const char *want;
+  } c[] = {{0.53, "0.53"},
+           {0.1, "0.1"},
+           {1e-05, "1e-05"},
+           {5e-05, "5e-05"},
+           {0.0001, "0.0001"},
+           {1.0, "1.0"},
+           {-0.0, "-0.0"},
+           {1.0 / 3.0, "0.3333333333333333"},
+           {0.1 + 0.2, "0.30000000000000004"},
+           {1e16, "1e+16"},
+           {1.5e20, "1.5e+20"},
+           {12345678901234568.0, "1.2345678901234568e+16"},
+           {123456.7, "123456.7"},
+           {6.02214076e23, "6.02214076e+23"},
+           {4.9e-324, "5e-324"},
+           {1.7976931348623157e308, "1.7976931348623157e+308"},
+           {0.04999999999999999, "0.04999999999999999"},
+           {9.5367431640625e-07, "9.5367431640625e-07"},
+           {-1234.5678, "-1234.5678"}};
+  const size_t n = sizeof c / sizeof c[0];
+  tr_reals_t r = {0};
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(arr, tr_json_real(&r, c[i].v));
+  char *text = tr_json_dumps(arr, &r);
+  ASSERT_NOT_NULL(text);
+  const char *p = text;
+  for (size_t i = 0; i < n; i++) { /* "[\n  v0,\n  v1,\n ..." */
+    p = strstr(p, "\n  ");
+    ASSERT_NOT_NULL(p);
+    p += 3;
+    size_t len = strcspn(p, ",\n");
+    char got[64];
+    snprintf(got, sizeof got, "%.*s", (int)len, p);
+    ASSERT_EQ_STR(got, c[i].want);
+  }
+  free(text);
+  json_decref(arr);
+  tr_reals_free(&r);
+  json_t *doc =
+      json_pack("{s:[{s:o,s:i}],s:o,s:n,s:b,s:o}", "b", "loss", tr_json_real(&r, 0.53), "step", 1,
+                "a", tr_json_real(&r, 0.1 + 0.2), "n", "t", 1, "nan", tr_json_real(&r, NAN));
+  ASSERT_NOT_NULL(doc);
+  text = tr_json_dumps(doc, &r);
+  ASSERT_NOT_NULL(text);
+  ASSERT_EQ_STR(text, "{\n  \"a\": 0.30000000000000004,\n  \"b\": [\n    {\n      \"loss\": 0.53,\n"
+                      "      \"step\": 1\n    }\n  ],\n  \"n\": null,\n  \"nan\": null,\n"
+                      "  \"t\": true\n}\n");
+  free(text);
+  /* a placeholder the table does not hold is refused, not printed */
+  tr_reals_t short_table = {.v = r.v, .n = 1, .cap = r.cap};
+  ASSERT_NULL(tr_json_dumps(doc, &short_table));
+  json_decref(doc);
+  tr_reals_free(&r);
 }
 
 NBF_TEST_MAIN()
