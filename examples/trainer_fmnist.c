@@ -114,6 +114,17 @@ int trainer_fmnist_run(int argc, char **argv) {
 
 #ifndef TRAINER_FMNIST_NO_MAIN
 int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: trainer_fmnist [--FIELD VALUE | --FIELD=VALUE ...] [--dataset_limit N]\n"
+             "Fashion-MNIST (MLP 784-256-10) through the Trainer. FIELD is any field of\n"
+             "acc_training_args_t (include/nbf_trainer.h), named as Transformers'\n"
+             "TrainingArguments: --output_dir DIR --num_train_epochs 3 --learning_rate 0.1\n"
+             "--optim sgd|adamw|galore_adamw|lomo|adalomo --per_device_train_batch_size 64\n"
+             "--eval_strategy epoch --save_strategy epoch --resume_from_checkpoint true ...\n"
+             "--dataset_limit N trains on the first N images (evaluates on N/6).\n");
+      return 0;
+    }
   return trainer_fmnist_run(argc, argv);
 }
 #endif
