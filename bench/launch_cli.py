@@ -8,8 +8,10 @@ in one run:
 - torchrun:   `torchrun --nproc-per-node 2 --master-port P script.py`,
                script = init_process_group("gloo") + one all_reduce of one
                float + destroy_process_group (the same work in PyTorch)
-- accelerate: `accelerate launch --num_processes 2 --cpu --main_process_port P
-               script.py`, same script
+- accelerate: `accelerate launch --num_processes 2 --multi_gpu --main_process_port P
+               script.py`, same script (Accelerate starts several processes
+               only through its multi-GPU launcher, torchrun, which runs
+               Gloo on CPU too; with --cpu it starts one process)
 
 The PyTorch columns need torch (and accelerate) in the project's virtual
 environment (.venv, `scripts/deps.sh --bench`) or on PATH; where they are
@@ -84,7 +86,7 @@ def main():
               "column skipped")
     if accelerate:
         cmds["accelerate launch"] = lambda: [accelerate, "launch", "--num_processes", "2",
-                                             "--cpu", "--num_machines", "1",
+                                             "--multi_gpu", "--num_machines", "1",
                                              "--mixed_precision", "no", "--dynamo_backend", "no",
                                              "--main_process_port", str(free_port()), script]
     else:
