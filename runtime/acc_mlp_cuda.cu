@@ -15,6 +15,9 @@
 #include <cstring>
 #include <new>
 
+#include <dlfcn.h>
+#include <pthread.h>
+
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -138,10 +141,61 @@ void set_err(char *err, size_t errlen, const char *what, const char *detail) {
     std::snprintf(err, errlen, "%s: %s", what, detail);
 }
 
+/* cuBLAS is opened on the first device model, not linked: its libraries
+ * (libcublasLt is about half a gigabyte) cost every process that loads
+ * libnbfork some 80 ms of start-up, GPU or not (measured on the test VM:
+ * an empty program linked with -lcublas starts in 77 ms, 1 ms without) —
+ * the executor, every worker program, every `nbfork` command. Only the
+ * five calls below are used. */
+struct blas_api {
+  cublasStatus_t (*create)(cublasHandle_t *);
+  cublasStatus_t (*destroy)(cublasHandle_t);
+  cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                            const void *, const void *, cudaDataType, int, const void *,
+                            cudaDataType, int, const void *, void *, cudaDataType, int,
+                            cublasComputeType_t, cublasGemmAlgo_t);
+  const char *(*status_string)(cublasStatus_t);
+};
+blas_api g_blas;
+char g_blas_error[512]; /* why it could not be opened; "" when it was */
+pthread_once_t g_blas_once = PTHREAD_ONCE_INIT;
+
+#define NBF_STR2(x) #x
+#define NBF_STR(x) NBF_STR2(x)
+
+void blas_open(void) {
+  const char *lib = "libcublas.so." NBF_STR(CUBLAS_VER_MAJOR);
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    std::snprintf(g_blas_error, sizeof g_blas_error, "cannot open %s: %s", lib, dlerror());
+    return;
+  }
+  const char *names[] = {"cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2",
+                         "cublasGemmEx", "cublasGetStatusString"};
+  void **slots[] = {(void **)&g_blas.create, (void **)&g_blas.destroy,
+                    (void **)&g_blas.set_stream, (void **)&g_blas.gemm_ex,
+                    (void **)&g_blas.status_string};
+  for (int i = 0; i < 5; i++)
+    if (!(*slots[i] = dlsym(h, names[i]))) {
+      std::snprintf(g_blas_error, sizeof g_blas_error, "%s has no %s", lib, names[i]);
+      return;
+    }
+}
+
+/* ACC_OK once cuBLAS is open, else ACC_ERR_BACKEND naming the library. */
+acc_result_t blas_ready(char *err, size_t errlen) {
+  pthread_once(&g_blas_once, blas_open);
+  if (!g_blas_error[0])
+    return ACC_OK;
+  set_err(err, errlen, "cuBLAS", g_blas_error);
+  return ACC_ERR_BACKEND;
+}
+
 acc_result_t blas_check(cublasStatus_t s, const char *what, char *err, size_t errlen) {
   if (s == CUBLAS_STATUS_SUCCESS)
     return ACC_OK;
-  set_err(err, errlen, what, cublasGetStatusString(s));
+  set_err(err, errlen, what, g_blas.status_string ? g_blas.status_string(s) : "cuBLAS error");
   return s == CUBLAS_STATUS_ALLOC_FAILED ? ACC_ERR_NO_MEMORY : ACC_ERR_BACKEND;
 }
 
@@ -166,7 +220,7 @@ acc_result_t gemm(acc_mlp_dev_t *d, cublasOperation_t ta, cublasOperation_t tb, 
                   char *err, size_t errlen) {
   const float alpha = 1.0f;
   const cudaDataType_t t = gemm_type(d->prec);
-  return blas_check(cublasGemmEx(d->blas, ta, tb, m, n, k, &alpha, A, t, lda, B, t, ldb, &beta, C,
+  return blas_check(g_blas.gemm_ex(d->blas, ta, tb, m, n, k, &alpha, A, t, lda, B, t, ldb, &beta, C,
                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                     "cublasGemmEx", err, errlen);
 }
@@ -210,7 +264,8 @@ acc_result_t alloc_all(acc_mlp_dev_t *d, char *err, size_t errlen) {
                            errlen));
   DEV_CHECK(acc_cuda_check(cudaMemset(d->grads, 0, d->nparams * sizeof(float)), "cudaMemset", err,
                            errlen));
-  return blas_check(cublasCreate(&d->blas), "cublasCreate", err, errlen);
+  DEV_CHECK(blas_ready(err, errlen));
+  return blas_check(g_blas.create(&d->blas), "cublasCreate", err, errlen);
 }
 
 } // namespace
@@ -226,7 +281,7 @@ extern "C" void acc_mlp_dev_destroy(acc_mlp_dev_t **d_p) {
   *d_p = nullptr;
   cudaDeviceSynchronize(); /* no kernel may still use what is freed */
   if (d->blas)
-    cublasDestroy(d->blas);
+    g_blas.destroy(d->blas); /* a handle exists only if cuBLAS was opened */
   void *dev[] = {d->params, d->grads, d->x,     d->dz_a,   d->dz_b,    d->wh,
                  d->xh,     d->dzh_a, d->dzh_b, d->labels, d->row_loss};
   for (void *p : dev)
@@ -313,7 +368,7 @@ extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, in
   const size_t nx = (size_t)B * (size_t)d->sizes[0];
   d->batch = B;
   d->prec = prec;
-  DEV_CHECK(blas_check(cublasSetStream(d->blas, st), "cublasSetStream", err, errlen));
+  DEV_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
   /* pinned staging: the copy is a DMA, not a pageable bounce */
   std::memcpy(d->h_x, x, nx * sizeof(float));
   DEV_CHECK(
@@ -381,7 +436,7 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
                                                   float scale, float *loss, int *bad_row,
                                                   void *stream, char *err, size_t errlen) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  DEV_CHECK(blas_check(cublasSetStream(d->blas, st), "cublasSetStream", err, errlen));
+  DEV_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
   DEV_CHECK(loss_grad(d, labels, scale, loss, bad_row, st, err, errlen));
   const int B = d->batch, p = (int)d->prec;
   const bool half = d->prec != ACC_PRECISION_NO;
