@@ -131,12 +131,7 @@ def main():
     ap.add_argument("--build-dir", default=os.environ.get("NBFORK_BUILD_DIR",
                                                           os.path.join(REPO, "build")))
     args = ap.parse_args()
-    kernel = os.path.join(os.path.abspath(args.build_dir), "bin", "nbfork-kernel")
-    if not os.access(kernel, os.X_OK):
-        sys.exit("bench/cell_scaling: %s not found; build first (scripts/build.sh)" % kernel)
-    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-    ks_dir = h.make_kernelspec_dir(kernel, name="nbfork-bench", prefix="nbfork-bench-ks-")
-    os.environ["JUPYTER_PATH"] = ks_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    ks_dir = h.install_bench_kernelspec(args.build_dir, "bench/cell_scaling")
     points = sorted({0, min(1000, args.cells), args.cells})
     fillers = {
         "nbfork": {"define": lambda i: "int x = %d;" % i,

@@ -106,12 +106,7 @@ def main():
     ap.add_argument("--build-dir", default=os.environ.get("NBFORK_BUILD_DIR",
                                                           os.path.join(REPO, "build")))
     args = ap.parse_args()
-    kernel = os.path.join(os.path.abspath(args.build_dir), "bin", "nbfork-kernel")
-    if not os.access(kernel, os.X_OK):
-        sys.exit("bench/complete_latency: %s not found; build first (scripts/build.sh)" % kernel)
-    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
-    ks_dir = h.make_kernelspec_dir(kernel, name="nbfork-bench", prefix="nbfork-bench-ks-")
-    os.environ["JUPYTER_PATH"] = ks_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    ks_dir = h.install_bench_kernelspec(args.build_dir, "bench/complete_latency")
     kernels = [("nbfork libclang", "nbfork-bench", {"NBFORK_LIBCLANG": "1"}, c_cell),
                ("nbfork lexical", "nbfork-bench", {"NBFORK_LIBCLANG": "0"}, c_cell),
                ("ipykernel", "python3", {}, py_cell)]

@@ -53,12 +53,13 @@ acc_embedding_t *acc_embedding_new(acc_t *acc, float *weight, float *grad, int n
 }
 
 void acc_embedding_destroy(acc_embedding_t **e_p) {
-  if (!e_p || !*e_p)
-    return;
-  free((*e_p)->out);
-  free((*e_p)->ids);
-  free(*e_p);
-  *e_p = NULL;
+  acc_embedding_t *e = e_p ? *e_p : NULL;
+  if (e) {
+    free(e->out);
+    free(e->ids);
+    free(e);
+    *e_p = NULL;
+  }
 }
 
 void acc_embedding_set_neftune_noise_alpha(acc_embedding_t *e, double alpha) {

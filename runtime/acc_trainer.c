@@ -131,9 +131,9 @@ fail:
 }
 
 void acc_trainer_destroy(acc_trainer_t **tr_p) {
-  if (!tr_p || !*tr_p)
+  acc_trainer_t *tr = tr_p ? *tr_p : NULL;
+  if (!tr)
     return;
-  acc_trainer_t *tr = *tr_p;
   acc__unregister_for_checkpointing(tr->acc, "trainer.loop");
   if (!tr->model->mlp)
     acc__unregister_for_checkpointing(tr->acc, "trainer.params");

@@ -68,11 +68,10 @@ ex_clang_t *ex_clang_new(const char *incdir) {
    * libclang is then an executor crash, which the kernel already survives */
   clang_toggleCrashRecovery(0);
   c->index = clang_createIndex(0, 0);
-  if (!c->index) {
-    free(c);
-    return NULL;
-  }
-  return c;
+  if (c->index)
+    return c;
+  free(c);
+  return NULL;
 }
 
 void ex_clang_destroy(ex_clang_t **c_p) {

@@ -23,6 +23,7 @@ import os
 import queue
 import shutil
 import socket
+import sys
 import tempfile
 import time
 
@@ -48,6 +49,20 @@ def make_kernelspec_dir(kernel=None, name="nbfork", prefix="nbfork-test-ks-"):
                    "display_name": "C (nbfork)", "language": "c",
                    "interrupt_mode": "signal"}, f)
     return d
+
+
+def install_bench_kernelspec(build_dir, bench):
+    """For a benchmark: the build tree's nbfork-kernel as kernelspec
+    "nbfork-bench" in a private folder put first on JUPYTER_PATH; returns
+    the folder (the caller removes it). Exits naming the binary when it is
+    not built."""
+    kernel = os.path.join(os.path.abspath(build_dir), "bin", "nbfork-kernel")
+    if not os.access(kernel, os.X_OK):
+        sys.exit("%s: %s not found; build first (scripts/build.sh)" % (bench, kernel))
+    os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+    ks_dir = make_kernelspec_dir(kernel, name="nbfork-bench", prefix="nbfork-bench-ks-")
+    os.environ["JUPYTER_PATH"] = ks_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    return ks_dir
 
 
 @contextlib.contextmanager
