@@ -56,11 +56,21 @@ int acc_store_curve_keys(const char *secret, char public_z85[41], char secret_z8
 /* Handshake events seen by the monitor since the socket was opened. */
 enum { MON_CONNECTED = 1, MON_HANDSHAKE_OK = 2, MON_HANDSHAKE_FAILED = 4, MON_DISCONNECTED = 8 };
 
+/* Reads at most MON_DRAIN_MAX events per call: a client refused by the
+ * server (a wrong or missing secret) reconnects every millisecond, and
+ * each attempt queues new events, so "read until empty" could outrun the
+ * reader on a slow or loaded machine, and no timeout is checked inside
+ * the loop (a suspected cause of one rank hung > 30 s in
+ * runtime.store.secret_ranks_wrong under ASan in CI, not reproduced in 48
+ * loaded runs). The flags are what matters; later events wait for the
+ * next call. */
+#define MON_DRAIN_MAX 256
+
 static int drain_monitor(acc_store_client_t *c) {
   int seen = 0;
   if (!c->mon)
     return 0;
-  for (;;) {
+  for (int n = 0; n < MON_DRAIN_MAX; n++) {
     zmq_msg_t ev, addr;
     zmq_msg_init(&ev);
     if (zmq_msg_recv(&ev, c->mon, ZMQ_DONTWAIT) < 0) {
