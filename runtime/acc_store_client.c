@@ -56,15 +56,14 @@ int acc_store_curve_keys(const char *secret, char public_z85[41], char secret_z8
 /* Handshake events seen by the monitor since the socket was opened. */
 enum { MON_CONNECTED = 1, MON_HANDSHAKE_OK = 2, MON_HANDSHAKE_FAILED = 4, MON_DISCONNECTED = 8 };
 
-/* Reads at most MON_DRAIN_MAX events per call: a client refused by the
- * server (a wrong or missing secret) reconnects every millisecond, and
- * each attempt queues new events, so "read until empty" could outrun the
- * reader on a slow or loaded machine, and no timeout is checked inside
- * the loop (a suspected cause of one rank hung > 30 s in
- * runtime.store.secret_ranks_wrong under ASan in CI, not reproduced in 48
- * loaded runs). The flags are what matters; later events wait for the
- * next call. */
-#define MON_DRAIN_MAX 256
+/* Reads every queued event. The queue must not stay full: ZeroMQ's I/O
+ * thread sends monitor events blocking, holding the socket's monitor
+ * lock, so with a full queue (a refused client reconnects every
+ * millisecond, three events per attempt, 1000 queued at most) stopping
+ * the monitor in close_socket deadlocks (seen: a rank hung in
+ * runtime.store.secret_ranks_wrong). MON_DRAIN_MAX only bounds the loop
+ * for a reader slower than the producer. */
+#define MON_DRAIN_MAX 100000
 
 static int drain_monitor(acc_store_client_t *c) {
   int seen = 0;
@@ -102,6 +101,7 @@ static int drain_monitor(acc_store_client_t *c) {
 
 static void close_socket(acc_store_client_t *c) {
   if (c->sock) {
+    drain_monitor(c); /* an empty queue right before the stop: see drain_monitor */
     zmq_socket_monitor(c->sock, NULL, 0);
     zmq_close(c->sock);
     c->sock = NULL;
