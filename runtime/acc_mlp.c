@@ -367,24 +367,15 @@ static float backward_on_device(acc_mlp_t *m, const int64_t *labels, float scale
   return loss;
 }
 
-float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
-  if (!m || !labels || !m->x) {
-    mlp_error(m ? m->acc : NULL, ACC_ERR_INVALID_ARGUMENT,
-              "acc_mlp_backward_xent: call acc_mlp_forward first");
-    return NAN;
-  }
-  const int B = m->batch, L = m->nlayers, C = m->sizes[L];
-  const float *logits = m->act[L];
-  float *dz = m->dz_a, *dprev = m->dz_b;
+/* dz (B × C) = (softmax(logits) - onehot(label)) / B × scale, rounded to
+ * the model's precision; *loss gets the summed (not averaged) loss.
+ * Returns -1 after a label outside 0..C-1 (the error is set), else 0. */
+static int xent_grad(acc_mlp_t *m, const int64_t *labels, float scale, float *dz,
+                     double *loss_out) {
+  const int B = m->batch, C = m->sizes[m->nlayers];
+  const float *logits = m->act[m->nlayers];
   const float invB = 1.0f / (float)B;
-  const acc_precision_t prec = m->prec;
-  /* GradScaler.scale(loss): with fp16 the loss gradient is multiplied by
-   * the loss scale (the returned loss is not). */
-  const float scale = prec == ACC_PRECISION_FP16 ? acc_loss_scale(m->acc) : 1.0f;
-  if (m->dev)
-    return backward_on_device(m, labels, scale);
   double loss = 0.0;
-  /* dz = (softmax(logits) - onehot(label)) / B */
   for (int r = 0; r < B; r++) {
     const float *z = logits + (size_t)r * C;
     float *d = dz + (size_t)r * C;
@@ -393,7 +384,7 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
       mlp_error(m->acc, ACC_ERR_INVALID_ARGUMENT,
                 "acc_mlp_backward_xent: label %lld of row %d is not in 0..%d", (long long)y, r,
                 C - 1);
-      return NAN;
+      return -1;
     }
     float mx = z[0];
     for (int c = 1; c < C; c++)
@@ -412,66 +403,104 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
       for (int c = 0; c < C; c++)
         d[c] *= scale;
   }
-  acc__round_half(prec, dz, (size_t)B * (size_t)C);
-  acc_t *acc = m->acc;
+  acc__round_half(m->prec, dz, (size_t)B * (size_t)C);
+  *loss_out = loss;
+  return 0;
+}
+
+/* Layer l's weight and bias gradients from dz, added into the gradient
+ * buffer; with buckets on, each block's all-reduce is started as soon as
+ * the block is complete. Returns the first bucket error (later buckets are
+ * not started after one fails), else bucket_err as given. */
+static acc_result_t layer_grads(acc_mlp_t *m, int l, const float *dz, const float *in,
+                                int bucketed, acc_result_t bucket_err) {
+  const int B = m->batch, nin = m->sizes[l], nout = m->sizes[l + 1];
+  float *gw = m->grads + m->w_off[l];
+  /* The weight gradient in row blocks when its all-reduce can overlap:
+   * each block's all-reduce runs on the worker thread while the next
+   * block is computed; the bias goes with the last block (W then b are
+   * contiguous, so every bucket is one slice of the buffer). */
+  int rows = nout;
+  if (bucketed == 2) {
+    size_t bytes = (size_t)nout * (size_t)nin * sizeof(float);
+    size_t nblocks = (bytes + ACC_MLP_BUCKET_BYTES - 1) / ACC_MLP_BUCKET_BYTES;
+    rows = (int)(((size_t)nout + nblocks - 1) / nblocks);
+  }
+  for (int r0 = 0; r0 < nout; r0 += rows) {
+    const int r1 = r0 + rows < nout ? r0 + rows : nout;
+    weight_grad_rows(m, m->prec, dz, in, B, nin, nout, r0, r1, gw);
+    if (r1 == nout)
+      bias_grad(m, m->prec, dz, B, nout, gw + (size_t)nout * (size_t)nin);
+    if (bucketed && bucket_err == ACC_OK) {
+      size_t n = (size_t)(r1 - r0) * (size_t)nin + (r1 == nout ? (size_t)nout : 0);
+      bucket_err = acc__all_reduce_bucket(m->acc, gw + (size_t)r0 * (size_t)nin, n);
+    }
+  }
+  return bucket_err;
+}
+
+/* dprev (B × nin) = dz (B × nout) · W_l (nout × nin), masked by the ReLU of
+ * layer l's input. */
+static void input_grad(acc_mlp_t *m, int l, const float *dz, const float *in, float *dprev) {
+  const int B = m->batch, nin = m->sizes[l], nout = m->sizes[l + 1];
+  const float *w = (m->prec == ACC_PRECISION_NO ? m->params : m->wh) + m->w_off[l];
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout, w, nin,
+              0.0f, dprev, nin);
+  size_t n = (size_t)B * (size_t)nin;
+  acc__round_half(m->prec, dprev, n);
+  for (size_t i = 0; i < n; i++)
+    if (!(in[i] > 0.0f))
+      dprev[i] = 0.0f;
+}
+
+/* Waits for the bucketed all-reduces; when all succeeded, acc_backward
+ * need not all-reduce the gradients again. A failed all-reduce keeps its
+ * error in acc_last_error and acc_backward reports it. */
+static void finish_buckets(acc_mlp_t *m, acc_result_t bucket_err) {
+  acc_result_t w = acc__wait_buckets(m->acc);
+  if (bucket_err == ACC_OK)
+    bucket_err = w;
+  if (bucket_err == ACC_OK) {
+    m->acc->grads_synced = m->grads;
+    m->acc->grads_synced_n = m->nparams;
+  }
+}
+
+float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
+  if (!m || !labels || !m->x) {
+    mlp_error(m ? m->acc : NULL, ACC_ERR_INVALID_ARGUMENT,
+              "acc_mlp_backward_xent: call acc_mlp_forward first");
+    return NAN;
+  }
+  const int B = m->batch, L = m->nlayers;
+  const acc_precision_t prec = m->prec;
+  /* GradScaler.scale(loss): with fp16 the loss gradient is multiplied by
+   * the loss scale (the returned loss is not). */
+  const float scale = prec == ACC_PRECISION_FP16 ? acc_loss_scale(m->acc) : 1.0f;
+  if (m->dev)
+    return backward_on_device(m, labels, scale);
+  float *dz = m->dz_a, *dprev = m->dz_b;
+  double loss = 0.0;
+  if (xent_grad(m, labels, scale, dz, &loss) != 0)
+    return NAN;
   const int bucketed = buckets_on(m);
   acc_result_t bucket_err = ACC_OK;
   for (int l = L - 1; l >= 0; l--) {
     const int nin = m->sizes[l], nout = m->sizes[l + 1];
     const float *in = l == 0 ? (prec == ACC_PRECISION_NO ? m->x : m->xh) : m->act[l];
-    float *gw = m->grads + m->w_off[l];
-    /* The weight gradient in row blocks when its all-reduce can overlap:
-     * each block's all-reduce runs on the worker thread while the next
-     * block is computed; the bias goes with the last block (W then b are
-     * contiguous, so every bucket is one slice of the buffer). */
-    int rows = nout;
-    if (bucketed == 2) {
-      size_t bytes = (size_t)nout * (size_t)nin * sizeof(float);
-      size_t nblocks = (bytes + ACC_MLP_BUCKET_BYTES - 1) / ACC_MLP_BUCKET_BYTES;
-      rows = (int)(((size_t)nout + nblocks - 1) / nblocks);
-    }
-    for (int r0 = 0; r0 < nout; r0 += rows) {
-      const int r1 = r0 + rows < nout ? r0 + rows : nout;
-      weight_grad_rows(m, prec, dz, in, B, nin, nout, r0, r1, gw);
-      if (r1 == nout)
-        bias_grad(m, prec, dz, B, nout, gw + (size_t)nout * (size_t)nin);
-      if (bucketed && bucket_err == ACC_OK) {
-        size_t n = (size_t)(r1 - r0) * (size_t)nin + (r1 == nout ? (size_t)nout : 0);
-        bucket_err = acc__all_reduce_bucket(acc, gw + (size_t)r0 * (size_t)nin, n);
-      }
-    }
-    if (l > 0) {
-      /* dprev (B × nin) = dz (B × nout) · W (nout × nin), masked by ReLU */
-      const float *w = (prec == ACC_PRECISION_NO ? m->params : m->wh) + m->w_off[l];
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout, w, nin,
-                  0.0f, dprev, nin);
-      size_t n = (size_t)B * (size_t)nin;
-      acc__round_half(prec, dprev, n);
-      for (size_t i = 0; i < n; i++)
-        if (!(in[i] > 0.0f))
-          dprev[i] = 0.0f;
-    }
+    bucket_err = layer_grads(m, l, dz, in, bucketed, bucket_err);
+    if (l > 0)
+      input_grad(m, l, dz, in, dprev);
     /* layer l's gradient is complete and W_l no longer needed by this
      * backward (as a PyTorch hook on AccumulateGrad sees it) */
     if (m->hook && m->hook(m->hook_user, l, m->w_off[l], (size_t)nout * (size_t)(nin + 1)) != 0)
       return NAN;
-    if (l == 0)
-      break;
     float *t = dz;
     dz = dprev;
     dprev = t;
   }
-  if (bucketed) {
-    acc_result_t w = acc__wait_buckets(acc);
-    if (bucket_err == ACC_OK)
-      bucket_err = w;
-    /* acc_backward need not all-reduce it again; a failed all-reduce
-     * keeps its error in acc_last_error and acc_backward reports it */
-    if (bucket_err == ACC_OK) {
-      acc->grads_synced = m->grads;
-      acc->grads_synced_n = m->nparams;
-    }
-  }
+  if (bucketed)
+    finish_buckets(m, bucket_err);
   return (float)(loss / B);
 }
 
