@@ -32,4 +32,24 @@ static inline size_t rt_read_file(const char *path, void *buf, size_t cap) {
   return n;
 }
 
+/* Read dir/a and dir/b (at most `cap` bytes each, into `ba` and `bb`),
+ * fail the test unless they have the same length of more than 100 bytes,
+ * and return how many bytes differ; *n gets the length. The resume tests
+ * compare an uninterrupted run's parameters with a resumed run's this way. */
+static inline size_t rt_compare_files(const char *dir, const char *a, const char *b,
+                                      unsigned char *ba, unsigned char *bb, size_t cap,
+                                      size_t *n) {
+  char pa[512], pb[512];
+  snprintf(pa, sizeof pa, "%s/%s", dir, a);
+  snprintf(pb, sizeof pb, "%s/%s", dir, b);
+  size_t na = rt_read_file(pa, ba, cap), nb = rt_read_file(pb, bb, cap);
+  ASSERT_EQ(na, nb);
+  ASSERT_GT(na, 100);
+  size_t diff = 0;
+  for (size_t i = 0; i < na; i++)
+    diff += ba[i] != bb[i];
+  *n = na;
+  return diff;
+}
+
 #endif /* RT_TEST_H */

@@ -176,15 +176,8 @@ static void resume(int world, const char *precision, int accum, int adamw, int p
   snprintf(r.out, sizeof r.out, "%s/resumed.bin", tmp);
   ASSERT_EQ(rt_spawn(&o, run_body, &r, NULL), 0);
   static unsigned char a[1 << 16], b[1 << 16];
-  char pa[300], pb[300];
-  snprintf(pa, sizeof pa, "%s/full.bin", tmp);
-  snprintf(pb, sizeof pb, "%s/resumed.bin", tmp);
-  size_t na = rt_read_file(pa, a, sizeof a), nb = rt_read_file(pb, b, sizeof b);
-  ASSERT_EQ(na, nb);
-  ASSERT_GT(na, 100);
-  size_t diff = 0;
-  for (size_t i = 0; i < na; i++)
-    diff += a[i] != b[i];
+  size_t na;
+  size_t diff = rt_compare_files(tmp, "full.bin", "resumed.bin", a, b, sizeof a, &na);
   if (diff)
     NBF_TEST_FAIL("resumed run differs from the uninterrupted one in %zu of %zu bytes", diff, na);
   float scale;
@@ -192,11 +185,12 @@ static void resume(int world, const char *precision, int accum, int adamw, int p
   printf("np%d %s accum %d %s: %zu parameter bytes identical after resume (final loss scale %g)\n",
          world, precision, accum, adamw ? "AdamW" : "SGD", na - 4, (double)scale);
   rm_rf(r.dir);
-  snprintf(pa, sizeof pa, "%s/ckpt", tmp);
-  rmdir(pa);
-  unlink(pb);
-  snprintf(pb, sizeof pb, "%s/full.bin", tmp);
-  unlink(pb);
+  const char *leftovers[] = {"ckpt", "resumed.bin", "full.bin"};
+  for (int i = 0; i < 3; i++) {
+    char p[300];
+    snprintf(p, sizeof p, "%s/%s", tmp, leftovers[i]);
+    i == 0 ? rmdir(p) : unlink(p);
+  }
   rmdir(tmp);
 }
 
