@@ -177,8 +177,14 @@ static int argv_head(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, const cha
   /* GCC counts columns in display cells only where it can read the file
    * (a `#line "cell[3]"` unit it cannot): bytes, always, which ex_diag
    * turns into the cell's characters. Clang counts bytes already. */
-  if (!cuda && !strstr(tc->cc, "clang"))
+  if (!cuda && !strstr(tc->cc, "clang")) {
     bad |= argv_push(a, "-fdiagnostics-column-unit=byte");
+    /* collect2 would have ld load GCC's LTO plugin (liblto_plugin.so) for
+     * every cell, though no cell object is LTO bytecode unless %cflags
+     * says -flto, which GCC then links without the plugin: 2-4 ms of a
+     * trivial cell's ~30 (bench/kernel_latency.py, issue 15) */
+    bad |= argv_push(a, "-fno-use-linker-plugin");
+  }
   /* `#include "mylib.h"` finds headers next to the notebook (the
    * executor's directory), not only next to the generated source */
   if (cuda)
