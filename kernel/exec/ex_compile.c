@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "ex_compile.h"
+#include "ex_jit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -325,6 +326,20 @@ static ex_result_t compile_unit(const ex_toolchain_t *tc, const char *source, in
   return WIFEXITED(status) && WEXITSTATUS(status) == 127 ? EX_ERR_SYSTEM : EX_ERR_COMPILE;
 }
 
+/* The unit through TinyCC (ex_jit_cell_so): 0, or -1 to use the system
+ * compiler. The source is written too, as the system compiler's path
+ * does, so a kept work directory (NBFORK_KEEP_WORKDIR) shows every cell. */
+static int tinycc_unit(const ex_toolchain_t *tc, const char *source, int cuda,
+                       const ex_paths_t *p) {
+  if (!tc->tinycc || cuda || write_file(p->src, source) ||
+      ex_jit_cell_so(source, tc->incdir, p->tmp))
+    return -1;
+  if (rename(p->tmp, p->so) == 0)
+    return 0;
+  unlink(p->tmp);
+  return -1;
+}
+
 ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char *tag, int cuda,
                        char **so_path, char **diag) {
   *so_path = NULL;
@@ -338,7 +353,9 @@ ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char 
     r = EX_ERR_SYSTEM;
   } else if (p) {
     /* compile cache: same unit, same flags */
-    r = stat(p->so, &st) == 0 ? EX_OK : compile_unit(tc, source, cuda, p, &out);
+    r = stat(p->so, &st) == 0 || tinycc_unit(tc, source, cuda, p) == 0
+            ? EX_OK
+            : compile_unit(tc, source, cuda, p, &out);
     if (r == EX_OK && !(*so_path = strdup(p->so)))
       r = EX_ERR_NOMEM;
   }

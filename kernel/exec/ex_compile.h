@@ -27,13 +27,17 @@ typedef struct {
   const char *nvccflags;              /* %%cuda cells: NBFORK_NVCCFLAGS or "-O2"        */
   const char *ldflags;                /* %ldflags (words), both kinds of cells            */
   volatile sig_atomic_t *interrupted; /* set by SIGINT: stop the compiler  */
+  int tinycc;                         /* try TinyCC first (ex_jit_cell_so): a
+                                         straight-line C cell, default flags */
 } ex_toolchain_t;
 
 /* Compile `source` (C, or CUDA when cuda != 0) into WORKDIR/cell_TAG.so.
  * Quoted includes are searched in the current directory (the notebook's)
  * too, then in incdir (nbfork.h). Blocks until the compiler exits.
  * An object that already exists for `tag` is reused without compiling
- * (the compile cache). Results:
+ * (the compile cache). With tc->tinycc, TinyCC compiles the unit in this
+ * process when it accepts it without a diagnostic (ex_jit.h); else, and
+ * always for CUDA, the system compiler does. Results:
  *   EX_OK              *so_path set (caller frees); *diag may hold warnings
  *   EX_ERR_COMPILE     the compiler rejected the code; *diag = its output
  *   EX_ERR_INTERRUPTED *tc->interrupted became set while the compiler ran

@@ -56,4 +56,32 @@ ex_jit_launch_fn ex_jit_launch(const ex_cell_state_t *st, const char *call, cons
 /* 1 when this executor was built with libtcc and NBFORK_JIT is not 0. */
 int ex_jit_enabled(void);
 
+/*
+ * Straight-line cells (ex_jit_cell.c). A cell with no function and no
+ * loop is compiled at -O0 and run once; GCC spends ~25 ms on it (driver,
+ * cc1's start, as, ld), TinyCC ~3 ms in this process. TinyCC writes the
+ * same kind of shared object (TCC_OUTPUT_DLL: its variables exported
+ * under their versioned names, later cells' GCC objects link against
+ * them), which ex_run loads as any cell's. GCC stays the judge: any
+ * TinyCC warning or error sends the cell to GCC; so does a cell whose
+ * text could meet a difference between the two compilers' ABIs or
+ * layouts (ex_jit_cell_safe). Used only with the default flags (no
+ * NBFORK_CC, NBFORK_CFLAGS, %cflags, %ldflags); NBFORK_JIT=0 turns it
+ * off with the launch thunks' fast path.
+ */
+
+/* Whether `code` (a cell's text) may be compiled by TinyCC: no word of
+ * k_declined in ex_jit_cell.c (struct, union, attributes, complex, atomic,
+ * thread-local, asm, long double), no quoted include or pragma, and every
+ * function, type or macro it names that earlier cells (`st`) defined
+ * passes or returns no aggregate by value (looked through two levels of
+ * declarations). */
+int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code);
+
+/* Compile the unit `source` with TinyCC into the shared object `path`
+ * (`incdir` holds nbfork.h). 0, or -1 when TinyCC is absent or off, gave
+ * any diagnostic, or could not write `path` (removed then): compile with
+ * the system compiler instead. */
+int ex_jit_cell_so(const char *source, const char *incdir, const char *path);
+
 #endif

@@ -19,6 +19,7 @@
 #include "ex_jit.h"
 #include "ex_timeit.h"
 #include "ln_cuda.h"
+#include "nbf_param.h"
 #include "ln_launch.h"
 
 /* Interrupts. SIGINT while a cell's statements (or its %timeit loop) run
@@ -264,13 +265,28 @@ static int reply_load_failure(const char *label, const ex_cell_unit_t *u) {
 /* Compile `u` with the system compiler and load it (RTLD_GLOBAL: later
  * cells bind to its symbols). Returns the handle, or NULL after replying
  * with the error (*replied = what that reply returned). */
+/* Whether the text is empty or only spaces (an unset %cflags/%ldflags). */
+static int blank(const char *s) {
+  return !s || !s[strspn(s, " \t\r\n")];
+}
+
+/* A straight-line C cell with the default toolchain and flags may go
+ * through TinyCC first (ex_jit.h: ex_jit_cell_so). */
+static int tinycc_fits(const ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u) {
+  return u->straight && !u->cxx && !m->cuda && ex->default_cflags && blank(ex->flags.cflags) &&
+         blank(ex->flags.ldflags) && !nbf_param_raw(NBF_P_NBFORK_CC) &&
+         ex_jit_cell_safe(ex->cells, m->code);
+}
+
 static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u,
                               const char *label, const char *cflags, int *replied) {
   ex->tc.cflags = cflags;
   ex->tc.ldflags = ex->flags.ldflags;
+  ex->tc.tinycc = tinycc_fits(ex, m, u);
   char *so = NULL, *diag = NULL;
   ex_result_t r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
   ex->tc.cflags = NULL;
+  ex->tc.tinycc = 0;
   char *clean = diag && r != EX_ERR_INTERRUPTED ? ex_diag_clean(diag) : NULL;
   free(diag);
   if (clean && !m->cuda) { /* columns in the cell's characters */

@@ -513,6 +513,41 @@ class ExecutorE2ETest(unittest.TestCase):
         self.ok(cell)
         self.assertEqual(len(self.objects()), n + 2)
 
+    def new_object(self, code):
+        """Run `code` (it must succeed and compile anew); return whether
+        its object was built by GCC (GCC writes its name and version into
+        every object's .comment section; TinyCC writes none)."""
+        before = set(self.objects())
+        self.ok(code)
+        made = sorted(set(self.objects()) - before)
+        self.assertEqual(len(made), 1, made)
+        with open(made[0], "rb") as f:
+            return b"GCC: (" in f.read()
+
+    def test_straight_cells_compile_with_tinycc_and_link_with_gcc_cells(self):
+        # a declaration-only cell: TinyCC, in the executor (issue 15's
+        # new-cell latency); its variable is a later GCC cell's
+        self.assertFalse(self.new_object("int tcc_var = 40;"))
+        self.assertTrue(self.new_object("int tcc_get(void) { return tcc_var + 2; }"))
+        self.assertEqual(self.value("tcc_get()"), "42")
+        self.assertFalse(self.new_object("tcc_var = tcc_get();"))
+        self.assertEqual(self.value("tcc_var"), "42")
+        # what TinyCC would only warn about goes to GCC, whose error the
+        # user sees, as without the fast path
+        reply, outputs, _, _ = self.run_cell("int bad = undeclared_function(1);")
+        self.assertEqual(reply["status"], "error")
+        self.assertIn("implicit declaration of function", reply["evalue"] +
+                      "\n".join(reply.get("traceback", [])))
+        # an aggregate passed by value across the two compilers: GCC only
+        self.ok("typedef struct { int a; double b; } mixed_t;\n"
+                "int mixed_a(mixed_t m) { return m.a; }")
+        self.assertTrue(self.new_object("int via_struct = mixed_a((mixed_t){7, 0.5});"))
+        self.assertEqual(self.value("via_struct"), "7")
+        # flags the user chose: the system compiler
+        self.ok("%cflags -DFROM_FLAGS=1")
+        self.assertTrue(self.new_object("int flagged = FROM_FLAGS;"))
+
+    # ------------------------------------------------------------- display
     # ------------------------------------------------------------- display
 
     def test_display_update_clear(self):

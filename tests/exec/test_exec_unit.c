@@ -1228,6 +1228,80 @@ NBF_TEST(jit_simple_call_rule) {
   ex_cell_state_destroy(&c.st);
 }
 
+/* ------------------------------------- straight-line cells via TinyCC */
+
+/* What a straight-line cell may name to go through TinyCC: library and
+ * libc calls, variables, scalar typedefs, functions with scalar and
+ * pointer parameters, macros expanding to those; never an aggregate
+ * passed or returned by value (through a function, a typedef or a
+ * macro), long double, attributes, asm, atomics, quoted includes. */
+NBF_TEST(jit_cell_safe_rule) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u = gen(&c,
+                         "typedef float real;\ntypedef struct { int a; double b; } pair_t;\n"
+                         "typedef pair_t *pair_p;\n"
+                         "int sq(int v) { return v * v; }\n"
+                         "double norm(const double *v, int n) { return v[0] * n; }\n"
+                         "pair_t mk(int a) { pair_t p = {a, 1.0}; return p; }\n"
+                         "int first(pair_t p) { return p.a; }\n"
+                         "int ptr_ok(pair_p p) { return p->a; }\n"
+                         "#define TWICE(x) (2 * sq(x))\n"
+                         "#define MK(a) first(mk(a))\n"
+                         "int counter = 0;",
+                         1);
+  ex_cell_unit_free(&u);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "int y = sq(3) + counter;"), 1);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "real r = 2.5f; double d = norm(&d, 1);"), 1);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "#include <stdio.h>\nprintf(\"%d\\n\", TWICE(4));"), 1);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "pair_p q = 0;"), 1);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "int z = first(mk(1));"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "pair_t p = {1, 2.0};"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "int z = MK(2);"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "int z = ptr_ok(0);"), 1); /* a pointer: same in both ABIs */
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "struct S { int a; } s;"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "long  double ld = 1;"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "int a __attribute__((aligned(64)));"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "_Atomic int a;"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "#include \"mine.h\"\nint a;"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(NULL, "int long_doubled = 1;"), 1);
+  ex_cell_state_destroy(&c.st);
+}
+
+/* A straight-line cell compiled by TinyCC is a shared object like GCC's:
+ * its variable, exported under its versioned name, is read and written
+ * by a later cell the system compiler built (a function, not straight),
+ * and the object carries no GCC .comment (so the fast path was taken).
+ * A cell TinyCC would only warn about (an implicit declaration) is
+ * refused by the fast path, for GCC to report. */
+NBF_TEST(jit_cell_object_links_with_system_compiled_cells) {
+  need_jit();
+  engine_t e;
+  engine_init(&e);
+  e.tc.tinycc = 1;
+  char tag[17];
+  void *h1 = run_cell(&e, "int answer = 6 * 7;", tag);
+  char path[160], cmd[300];
+  snprintf(path, sizeof path, "%s/cell_%s.so", e.workdir, tag);
+  snprintf(cmd, sizeof cmd, "grep -q 'GCC: (' %s", path);
+  ASSERT_TRUE(system(cmd) != 0);
+  e.tc.tinycc = 0;
+  void *h2 = run_cell(&e, "int bump(void) { answer += 1; return answer; }", tag);
+  int (*bump)(void) = (int (*)(void))sym(h2, "bump", tag);
+  ASSERT_TRUE(bump != NULL);
+  ASSERT_EQ(bump(), 43);
+  snprintf(path, sizeof path, "%s/cell_%s.so", e.workdir, tag);
+  snprintf(cmd, sizeof cmd, "grep -q 'GCC: (' %s", path);
+  ASSERT_EQ(system(cmd), 0);
+  ex_cell_unit_t u = gen(&e.cells, "int w = undeclared_fn(1);", 0);
+  snprintf(path, sizeof path, "%s/tcc_declined.so", e.workdir);
+  ASSERT_EQ(ex_jit_cell_so(u.source, e.tc.incdir, path), -1);
+  ASSERT_TRUE(access(path, F_OK) != 0);
+  ex_cell_unit_free(&u);
+  dlclose(h2);
+  dlclose(h1);
+  engine_destroy(&e);
+}
+
 /* ------------------------------------------------------------- %timeit */
 
 NBF_TEST(timeit_format_as_ipython) {
