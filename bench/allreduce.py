@@ -7,7 +7,7 @@ memcpy bandwidth reference.
   libnbfork) forks the ranks and times acc_all_reduce, i.e. the algorithm
   the runtime picks for each size (with --algos all, every Gloo algorithm
   the runtime has, forced, to show why it picks what it picks).
-- PyTorch (Debian python3-torch): torch.multiprocessing.start_processes
+- PyTorch (.venv, `scripts/deps.sh --bench`: PyPI, pinned): torch.multiprocessing.start_processes
   (fork) + init_process_group("gloo") + dist.all_reduce on a float32 tensor,
   i.e. gloo::allreduce with AllreduceOptions (ring), as ProcessGroupGloo
   runs it.
@@ -33,6 +33,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+import nbf_venv  # noqa: E402  (.venv's Python: PyPI's jupyter_client, ipykernel, torch)
+nbf_venv.ensure()
 from nbf_harness import free_port  # noqa: E402  (the one test harness)
 
 

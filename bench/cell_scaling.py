@@ -3,7 +3,7 @@
 notebook? (issue 13, item 5)
 
 One kernel of each kind (nbfork: the build tree's nbfork-kernel;
-ipykernel, Debian python3-ipykernel, for reference) runs, side by side in
+ipykernel 7 from .venv, for reference) runs, side by side in
 one run with the same jupyter_client code (tests/e2e/nbf_harness.py):
 
   1. a warm-up, then N_SAMPLE new trivial cells (`int x = <i>;` / `x = <i>`,
@@ -33,6 +33,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
+import nbf_venv  # noqa: E402  (.venv's Python: PyPI's jupyter_client, ipykernel, torch)
+nbf_venv.ensure()
 import nbf_harness as h  # noqa: E402
 
 

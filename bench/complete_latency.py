@@ -5,7 +5,7 @@ of 50 cells (issue 13, item 3: below 50 ms).
 Three kernels, side by side in one run with the same jupyter_client code
 (tests/e2e/nbf_harness.py): nbfork with libclang (the build tree's
 nbfork-kernel, semantic answers, ex_clang.h), nbfork with NBFORK_LIBCLANG=0
-(the lexical fallback) and ipykernel (Debian's python3-ipykernel: Jedi, the
+(the lexical fallback) and ipykernel (7, from .venv: Jedi, the
 anchor). Each first runs the same notebook of --cells cells (a struct /
 class, a function and a global per cell, with a doc comment), then times:
 
@@ -33,6 +33,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
+import nbf_venv  # noqa: E402  (.venv's Python: PyPI's jupyter_client, ipykernel, torch)
+nbf_venv.ensure()
 import nbf_harness as h  # noqa: E402
 from cell_scaling import run  # noqa: E402  (one cell, its reply and idle)
 

@@ -37,10 +37,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
-VENV_PYTHON = os.path.join(REPO, ".venv", "bin", "python")
-if os.path.exists(VENV_PYTHON) and os.path.realpath(sys.prefix) != os.path.realpath(
-        os.path.join(REPO, ".venv")):
-    os.execv(VENV_PYTHON, [VENV_PYTHON] + sys.argv)
+import nbf_venv  # noqa: E402
+nbf_venv.ensure()
 import nbf_harness as h  # noqa: E402  (the one test harness: kernels, replies, ports)
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
 

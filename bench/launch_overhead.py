@@ -7,7 +7,7 @@ PyTorch, side by side in one run.
   timed from execute_request to status idle. "new" = the call expression is
   new each time, so the thunk is compiled (the whole cell as a user first
   runs it); "re-run" = the same cell again (thunk cached).
-- PyTorch (Debian python3-torch): torch.distributed.launcher.api.
+- PyTorch (.venv, `scripts/deps.sh --bench`: PyPI, pinned): torch.distributed.launcher.api.
   elastic_launch with static rendezvous and start_method="fork" (what
   Accelerate's notebook_launcher uses), and torch.multiprocessing.
   start_processes(fork) + init_process_group("gloo"); each worker
@@ -26,6 +26,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+import nbf_venv  # noqa: E402  (.venv's Python: PyPI's jupyter_client, ipykernel, torch)
+nbf_venv.ensure()
 
 ONE = r"""
 int one(void) {

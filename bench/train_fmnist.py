@@ -10,7 +10,7 @@ gather of predictions, 1 and 2 processes forked, one BLAS thread per process.
 - nbfork: the cells of notebooks/fashion_mnist.ipynb run through the real
   kernel (jupyter_client); the launch cell is timed from execute_request to
   idle, so forking, rendezvous and the thunk's compilation are included.
-- PyTorch (Debian python3-torch): torch.multiprocessing.start_processes
+- PyTorch (.venv, `scripts/deps.sh --bench`: PyPI, pinned): torch.multiprocessing.start_processes
   (fork) + init_process_group("gloo") + DistributedDataParallel; the same
   span (process start to the last epoch's accuracy) is timed.
 
@@ -34,6 +34,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
+import nbf_venv  # noqa: E402  (.venv's Python: PyPI's jupyter_client, ipykernel, torch)
+nbf_venv.ensure()
 DATA = "/usr/share/datasets/fashion-mnist"
 
 

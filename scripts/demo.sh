@@ -7,5 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
-exec /usr/bin/python3 scripts/run_notebook.py notebooks/fashion_mnist.ipynb \
+# .venv's nbclient and jupyter_client (scripts/deps.sh made it), as the tests
+exec .venv/bin/python scripts/run_notebook.py notebooks/fashion_mnist.ipynb \
   build/fashion_mnist.executed.ipynb "$@"

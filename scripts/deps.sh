@@ -268,7 +268,7 @@ pkgs=(
   libclang-16-dev
   dataset-fashion-mnist
   # Python and its venv module for .venv/ (below); Debian's jupyter_client
-  # and nbclient for scripts/demo.sh and the tests where no .venv is made
+  # and nbclient for the tests where no .venv is made
   python3 python3-venv python3-jupyter-client python3-nbclient python3-nbformat python3-ipykernel
   chromium chromium-driver
 )

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Execute a notebook headless with nbclient, printing each cell's output
 to the terminal as it arrives, and save the executed notebook.
 
