@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "ln_notebook.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -34,16 +35,72 @@ static int is_launch_cell(const char *src) {
   return !strncmp(src, "%launch", 7) && (src[7] == ' ' || src[7] == '\t');
 }
 
+/* The end of the call in `%launch f(a, ")") opts`: just past its closing
+ * parenthesis (quotes skipped), or NULL. */
+static const char *call_end(const char *p) {
+  int depth = 0;
+  char quote = 0;
+  for (; *p; p++) {
+    if (quote) {
+      if (*p == '\\' && p[1])
+        p++;
+      else if (*p == quote)
+        quote = 0;
+    } else if (*p == '"' || *p == '\'') {
+      quote = *p;
+    } else if (*p == '(') {
+      depth++;
+    } else if (*p == ')' && --depth == 0) {
+      return p + 1;
+    }
+  }
+  return NULL;
+}
+
+/* Whether the option `key=...` at p (whitespace-ended) is one `opts` gives. */
+static int given_option(const char *p, size_t n, const char *opts) {
+  const char *eq = memchr(p, '=', n);
+  if (!eq || !opts)
+    return 0;
+  char *key = nbf_xprintf(" %.*s=", (int)(eq - p), p);
+  int given = key && strstr(opts, key) != NULL;
+  free(key);
+  return given;
+}
+
 char *ln_notebook_cell(const char *source, const char *opts, const char *call) {
   if (!is_launch_cell(source))
     return strdup(source);
   if (call)
     return NULL;
-  /* the %launch line is the cell (one per cell): options go at its end */
+  /* the %launch line is the cell (one per cell): the command line's
+   * options replace the cell's of the same name (a repeated option is
+   * an error, ln_options_parse) and go at its end */
   size_t n = strlen(source);
   while (n && strchr(" \t\r\n", source[n - 1]))
     n--;
-  return nbf_xprintf("%.*s%s", (int)n, source, opts ? opts : "");
+  const char *end = call_end(source);
+  if (!end || end > source + n)
+    return nbf_xprintf("%.*s%s", (int)n, source, opts ? opts : "");
+  nbf_buf_t b = {0};
+  nbf_buf_append(&b, source, (size_t)(end - source));
+  for (const char *p = end; p < source + n;) {
+    while (p < source + n && isspace((unsigned char)*p))
+      p++;
+    const char *t = p;
+    char quote = 0;
+    while (p < source + n && (quote || !isspace((unsigned char)*p))) {
+      if (quote ? *p == quote : (*p == '"' || *p == '\''))
+        quote = quote ? 0 : *p;
+      p++;
+    }
+    if (p > t && !given_option(t, (size_t)(p - t), opts)) {
+      nbf_buf_puts(&b, " ");
+      nbf_buf_append(&b, t, (size_t)(p - t));
+    }
+  }
+  nbf_buf_puts(&b, opts ? opts : "");
+  return nbf_buf_take(&b);
 }
 
 /* A cell's source: a string or a list of lines (nbformat 4). */
