@@ -84,6 +84,25 @@ static ret_kind_t classify(const char *ret, size_t len, char *type, size_t size)
   return words == 1 ? RET_TYPEDEF : RET_UNKNOWN;
 }
 
+/* A typedef of an earlier cell (`typedef float real_t;`, no braces):
+ * what it names, the type shown as `real_t (float)`; else RET_TYPEDEF,
+ * left to the compiler. */
+static ret_kind_t typedef_kind(const ex_cell_state_t *st, char *type, size_t tsize) {
+  ex_cell_name_t t;
+  if (!ex_cell_find(st, type, &t) || strcmp(t.kind, "type") || !t.decl || strchr(t.decl, '{') ||
+      strchr(t.decl, '(') || strncmp(t.decl, "typedef", 7))
+    return RET_TYPEDEF;
+  const char *at = ex_cell_find_word(t.decl + 7, type);
+  char named[128];
+  ret_kind_t k = at ? classify(t.decl + 7, (size_t)(at - t.decl - 7), named, sizeof named)
+                    : RET_TYPEDEF;
+  if (k == RET_OTHER) {
+    size_t n = strlen(type);
+    snprintf(type + n, tsize - n, " (%s)", named);
+  }
+  return k == RET_UNKNOWN ? RET_TYPEDEF : k;
+}
+
 /* What `name`'s declaration in an earlier cell says it returns. */
 static ret_kind_t return_kind(const ex_cell_state_t *st, const char *call, char *name, size_t nsize,
                               char *type, size_t tsize) {
@@ -98,7 +117,8 @@ static ret_kind_t return_kind(const ex_cell_state_t *st, const char *call, char 
   if (!n || !st || !ex_cell_find(st, name, &f) || strcmp(f.kind, "function") || !f.decl)
     return RET_UNKNOWN;
   const char *at = ex_cell_find_word(f.decl, name);
-  return at ? classify(f.decl, (size_t)(at - f.decl), type, tsize) : RET_UNKNOWN;
+  ret_kind_t k = at ? classify(f.decl, (size_t)(at - f.decl), type, tsize) : RET_UNKNOWN;
+  return k == RET_TYPEDEF ? typedef_kind(st, type, tsize) : k;
 }
 
 /* `#line` then spaces, so the call's diagnostics point at the %launch

@@ -314,9 +314,11 @@ static size_t magic_name_len(const char *line, size_t n) {
 /* Record where the %launch call starts: diagnostics of the thunk point
  * at the cell's %launch line (ex_launch_thunk.h). */
 static void set_launch_pos(ex_magic_result_t *out, const char *src, const char *line, size_t nl) {
-  const char *call = skip_ws(line + nl);
+  const char *call = skip_ws(line + nl), *bol = line;
+  while (bol > src && bol[-1] != '\n')
+    bol--;
   out->launch_line = line_of(src, line);
-  out->launch_col = (int)(call - line) + 1;
+  out->launch_col = (int)(call - bol) + 1;
 }
 
 /* Refuse code after the %launch line: the cell's code runs before the
@@ -325,6 +327,11 @@ static ex_result_t refuse_code_after(magic_ctx_t *c, const char *src, const char
   const char *code = scan_c(from, 1, 1);
   if (!code)
     return EX_OK;
+  if (!strncmp(code, "%launch", 7)) {
+    snprintf(c->err, c->errlen, "only one %%launch per cell (a second one on line %d)",
+             line_of(src, code));
+    return EX_ERR_USAGE;
+  }
   snprintf(c->err, c->errlen,
            "code after %%launch (line %d): a cell's code runs before its launch, so nothing may "
            "follow the %%launch line (comments and blank lines aside). Move that code to the next "
