@@ -342,6 +342,14 @@ NBF_TEST(notebook_launch_cells_take_the_command_line_options) {
                       "num_processes=3 mixed_precision=bf16");
   free(cell);
   ASSERT_NULL(ln_notebook_cell("  %launch f(1) num_processes=2", given, "g()"));
+  /* a %launch line after comments and code (the executor accepts it
+   * there): the same, the code above kept */
+  cell = ln_notebook_cell("// go\nint n = 2;\n%launch f(n) num_processes=2\n", given, NULL);
+  ASSERT_EQ_STR(cell, "// go\nint n = 2;\n%launch f(n) num_processes=3 mixed_precision=bf16");
+  free(cell);
+  cell = ln_notebook_cell("// go\nint n = 2;\n%launch f(n) num_processes=2\n", given, "g()");
+  ASSERT_EQ_STR(cell, "// go\nint n = 2;\n\n");
+  free(cell);
   cell = ln_notebook_cell("int x = 1;\n", given, "g()");
   ASSERT_EQ_STR(cell, "int x = 1;\n");
   free(cell);
