@@ -450,7 +450,9 @@ ex_result_t ex_cell_generate_at(ex_cell_state_t *st, const char *code, int cxx, 
   for (size_t i = 0; i < sp->count; i++)
     emit_chunk(&g, sp, &sp->chunks[i]);
   emit_entry_points(&g, launch, timeit_stmt);
-  ex_result_t r = g.refused ? EX_ERR_COMPILE : g.ok ? finish_unit(out, g.src.data, salt) : EX_ERR_NOMEM;
+  ex_result_t r = g.refused ? EX_ERR_COMPILE
+                  : g.ok    ? finish_unit(out, g.src.data, salt)
+                            : EX_ERR_NOMEM;
   nbf_buf_free(&g.src);
   nbf_buf_free(&g.run);
   nbf_buf_free(&g.reset);

@@ -31,8 +31,8 @@
 #ifndef EX_CELL_H
 #define EX_CELL_H
 
-#include "ex_result.h"
 #include "ex_launch_thunk.h"
+#include "ex_result.h"
 #include "ex_split.h"
 
 typedef struct ex_cell_state ex_cell_state_t;

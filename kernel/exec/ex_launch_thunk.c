@@ -94,8 +94,8 @@ static ret_kind_t typedef_kind(const ex_cell_state_t *st, char *type, size_t tsi
     return RET_TYPEDEF;
   const char *at = ex_cell_find_word(t.decl + 7, type);
   char named[128];
-  ret_kind_t k = at ? classify(t.decl + 7, (size_t)(at - t.decl - 7), named, sizeof named)
-                    : RET_TYPEDEF;
+  ret_kind_t k =
+      at ? classify(t.decl + 7, (size_t)(at - t.decl - 7), named, sizeof named) : RET_TYPEDEF;
   if (k == RET_OTHER) {
     size_t n = strlen(type);
     snprintf(type + n, tsize - n, " (%s)", named);
@@ -132,12 +132,11 @@ static int put_call(nbf_buf_t *b, const ex_launch_site_t *s) {
 
 /* C: argument mismatches C only warns about are errors in the thunk
  * (GCC and Clang know these names; TinyCC runs with -Werror, ex_jit.c). */
-static const char c_errors[] =
-    "#ifndef __TINYC__\n"
-    "#pragma GCC diagnostic error \"-Wint-conversion\"\n"
-    "#pragma GCC diagnostic error \"-Wincompatible-pointer-types\"\n"
-    "#pragma GCC diagnostic error \"-Wimplicit-function-declaration\"\n"
-    "#endif\n";
+static const char c_errors[] = "#ifndef __TINYC__\n"
+                               "#pragma GCC diagnostic error \"-Wint-conversion\"\n"
+                               "#pragma GCC diagnostic error \"-Wincompatible-pointer-types\"\n"
+                               "#pragma GCC diagnostic error \"-Wimplicit-function-declaration\"\n"
+                               "#endif\n";
 
 /* The C thunk for each kind of return. */
 static int put_c(nbf_buf_t *b, const ex_launch_site_t *s, ret_kind_t k, const char *type,
@@ -194,8 +193,10 @@ int ex_launch_thunk(const ex_cell_state_t *st, const ex_launch_site_t *site, int
     return put_c(src, site, k, type, tag) ? -2 : 0;
   /* C++ (a %%cuda cell): one expression, void or converted by
    * __nbf_launch_int (ex_cell.c's support code) */
-  int r = nbf_buf_printf(src, "#line 1 \"<nbfork>\"\nextern \"C\" int __nbf_launch_%s(void) {\n"
-                              "  return __nbf_launch_int(((\n", tag);
+  int r = nbf_buf_printf(src,
+                         "#line 1 \"<nbfork>\"\nextern \"C\" int __nbf_launch_%s(void) {\n"
+                         "  return __nbf_launch_int(((\n",
+                         tag);
   r |= put_call(src, site);
   r |= nbf_buf_puts(src, "), __nbf_tag()));\n}\n");
   return r ? -2 : 0;

@@ -41,8 +41,8 @@ typedef struct {
   char *timeit_stmt; /* the statement of %timeit, owned, or NULL      */
   long timeit_loops; /* -n: loops per run (0: chosen automatically)   */
   int timeit_repeat; /* -r: runs (7)                                  */
-  int launch_line;    /* the %launch line's number in the cell (1-based) */
-  int launch_col;     /* the column (bytes, 1-based) where its call starts */
+  int launch_line;   /* the %launch line's number in the cell (1-based) */
+  int launch_col;    /* the column (bytes, 1-based) where its call starts */
   const char *code;  /* the cell's C code: src with its magic lines blanked
                         (kept as empty lines, so line numbers are the
                         cell's); points into code_buf */

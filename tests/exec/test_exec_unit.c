@@ -689,10 +689,12 @@ NBF_TEST(cell_launch_thunk) {
   ASSERT_CONTAINS(u.source, "__builtin_types_compatible_p(__typeof__(");
   ASSERT_EQ(ex_cell_commit(c.st, &u), EX_OK);
   ex_cell_unit_free(&u);
-  gen(&c, "void g(const char *s, int n) { (void)s; (void)n; }", 1);
+  ex_cell_unit_t gu = gen(&c, "void g(const char *s, int n) { (void)s; (void)n; }", 1);
+  ex_cell_unit_free(&gu);
   char err[512] = "";
   ASSERT_EQ(gen_launch_at(&c, "train(3)", 0, &u, err, sizeof err), EX_OK);
-  ASSERT_CONTAINS(u.source, "return\n#line 2 \"cell[3]\"\n        train(3)\n#line 1 \"<nbfork>\"\n;");
+  ASSERT_CONTAINS(u.source,
+                  "return\n#line 2 \"cell[3]\"\n        train(3)\n#line 1 \"<nbfork>\"\n;");
   ASSERT_EQ(count_of(u.source, "train(3)"), 1);
   ASSERT_CONTAINS(u.source, "#pragma GCC diagnostic error \"-Wint-conversion\"");
   ASSERT_CONTAINS(u.source, "#pragma GCC diagnostic error \"-Wincompatible-pointer-types\"");
@@ -716,15 +718,17 @@ NBF_TEST(cell_launch_thunk) {
  * CompileError naming the type; a typedef the compiler checks. */
 NBF_TEST(cell_launch_return_types) {
   cells_t c = cells_new();
-  gen(&c,
-      "struct s { int a; };\ntypedef float real_t;\ntypedef int code_t;\n"
-      "double d(void) { return 1.5; }\nchar *p(void) { return 0; }\n"
-      "struct s st(void) { struct s v = {1}; return v; }\n"
-      "static inline unsigned long ul(void) { return 0; }\n"
-      "__attribute__((noinline)) _Bool b(void) { return 0; }\nvoid v(int n) { (void)n; }\n"
-      "real_t r(void) { return 1.5f; }\ncode_t k(void) { return 0; }\nfloat *fp(int n);\n"
-      "typedef enum { LOW, HIGH } level_t;\nlevel_t lv(void) { return LOW; }",
-      1);
+  ex_cell_unit_t defs =
+      gen(&c,
+          "struct s { int a; };\ntypedef float real_t;\ntypedef int code_t;\n"
+          "double d(void) { return 1.5; }\nchar *p(void) { return 0; }\n"
+          "struct s st(void) { struct s v = {1}; return v; }\n"
+          "static inline unsigned long ul(void) { return 0; }\n"
+          "__attribute__((noinline)) _Bool b(void) { return 0; }\nvoid v(int n) { (void)n; }\n"
+          "real_t r(void) { return 1.5f; }\ncode_t k(void) { return 0; }\nfloat *fp(int n);\n"
+          "typedef enum { LOW, HIGH } level_t;\nlevel_t lv(void) { return LOW; }",
+          1);
+  ex_cell_unit_free(&defs);
   static const struct {
     const char *call, *refusal;
   } refused[] = {
@@ -747,7 +751,7 @@ NBF_TEST(cell_launch_return_types) {
       {"ul()", "return\n#line 2"},
       {"b()", "return\n#line 2"},
       {"v(1)", "(void)(\n#line 2"},
-      {"k()", "return\n#line 2"},       /* typedef int code_t */
+      {"k()", "return\n#line 2"},             /* typedef int code_t */
       {"lv()", "level_t __nbf_r =\n#line 2"}, /* an enum: the compiler checks */
   };
   for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {

@@ -167,7 +167,8 @@ NBF_TEST(options_duplicate_is_refused) {
   static const rejection_t cases[] = {
       {"num_processes=2 num_processes=4",
        "option num_processes is given twice (the second time as num_processes=4): give it once"},
-      {"num_processes=2 mixed_precision=no mixed_precision=no", "option mixed_precision is given twice"},
+      {"num_processes=2 mixed_precision=no mixed_precision=no",
+       "option mixed_precision is given twice"},
       {"num_processes=2 rdzv_conf=secret=a rdzv_conf=secret=b", "option rdzv_conf is given twice"},
       {"log_line_prefix_template='[r]' num_processes=1 log_line_prefix_template=x",
        "option log_line_prefix_template is given twice"},
