@@ -19,6 +19,21 @@ static const char *skip_ws(const char *p) {
   return p;
 }
 
+/* Where a C comment after the options starts (`num_processes=2 // 2 GPUs`):
+ * `//` or slash-star after a blank, outside quotes; else end. */
+static const char *comment_start(const char *p, const char *end) {
+  char quote = 0;
+  for (const char *q = p; q + 1 < end; q++) {
+    if (quote)
+      quote = *q == quote ? 0 : quote;
+    else if (*q == '"' || *q == '\'')
+      quote = *q;
+    else if (*q == '/' && (q[1] == '/' || q[1] == '*') && (q == p || isspace((unsigned char)q[-1])))
+      return q;
+  }
+  return end;
+}
+
 /* Split `%launch f(a, "b)") opts` into the call and the options. */
 static int parse_launch(const char *args, size_t n, ex_magic_result_t *out, char *err,
                         size_t errlen) {
@@ -67,7 +82,7 @@ static int parse_launch(const char *args, size_t n, ex_magic_result_t *out, char
     return -1;
   }
   out->launch_call = strndup(call, (size_t)(p - call));
-  out->launch_opts = strndup(p, (size_t)(end - p));
+  out->launch_opts = strndup(p, (size_t)(comment_start(p, end) - p));
   return 0;
 }
 

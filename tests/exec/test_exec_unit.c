@@ -798,6 +798,14 @@ NBF_TEST(magic_launch_position) {
   ASSERT_EQ(magics("%%cuda\nint x;", &m, err), EX_OK);
   ASSERT_EQ_STR(m.code, "      \nint x;");
   ex_magic_result_free(&m);
+  /* a comment after the options is not an option */
+  ASSERT_EQ(magics("%launch f() num_processes=2 // two GPUs\n", &m, err), EX_OK);
+  ASSERT_EQ_STR(m.launch_opts, " num_processes=2 ");
+  ex_magic_result_free(&m);
+  ASSERT_EQ(magics("%launch f() num_processes=2 log_line_prefix_template='// ' /* a */", &m, err),
+            EX_OK);
+  ASSERT_EQ_STR(m.launch_opts, " num_processes=2 log_line_prefix_template='// ' ");
+  ex_magic_result_free(&m);
   /* a %launch inside a comment or a string is C */
   ASSERT_EQ(magics("/*\n%launch f() num_processes=1\n*/ int x;", &m, err), EX_OK);
   ASSERT_NULL(m.launch_call);
