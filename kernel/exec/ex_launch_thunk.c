@@ -103,9 +103,22 @@ static ret_kind_t typedef_kind(const ex_cell_state_t *st, char *type, size_t tsi
   return k == RET_UNKNOWN ? RET_TYPEDEF : k;
 }
 
-/* What `name`'s declaration in an earlier cell says it returns. */
-static ret_kind_t return_kind(const ex_cell_state_t *st, const char *call, char *name, size_t nsize,
-                              char *type, size_t tsize) {
+/* name's declaration in the %launch cell's own code, or NULL. */
+static const char *own_decl(const ex_split_t *cell, const char *name) {
+  for (size_t i = 0; cell && i < cell->count; i++) {
+    const ex_chunk_t *k = &cell->chunks[i];
+    if (k->name && !strcmp(k->name, name) && k->kind == EX_CHUNK_FUNCTION)
+      return k->signature;
+    if (k->name && !strcmp(k->name, name) && k->kind == EX_CHUNK_PROTOTYPE)
+      return k->text;
+  }
+  return NULL;
+}
+
+/* What `name`'s declaration (in the cell, else in an earlier one) says it
+ * returns. */
+static ret_kind_t return_kind(const ex_cell_state_t *st, const ex_split_t *cell, const char *call,
+                              char *name, size_t nsize, char *type, size_t tsize) {
   size_t n = 0;
   while (isspace((unsigned char)*call))
     call++;
@@ -114,10 +127,13 @@ static ret_kind_t return_kind(const ex_cell_state_t *st, const char *call, char 
   memcpy(name, call, n);
   name[n] = 0;
   ex_cell_name_t f;
-  if (!n || !st || !ex_cell_find(st, name, &f) || strcmp(f.kind, "function") || !f.decl)
+  const char *decl = n ? own_decl(cell, name) : NULL;
+  if (!decl && n && st && ex_cell_find(st, name, &f) && !strcmp(f.kind, "function"))
+    decl = f.decl;
+  if (!decl)
     return RET_UNKNOWN;
-  const char *at = ex_cell_find_word(f.decl, name);
-  ret_kind_t k = at ? classify(f.decl, (size_t)(at - f.decl), type, tsize) : RET_UNKNOWN;
+  const char *at = ex_cell_find_word(decl, name);
+  ret_kind_t k = at ? classify(decl, (size_t)(at - decl), type, tsize) : RET_UNKNOWN;
   return k == RET_TYPEDEF ? typedef_kind(st, type, tsize) : k;
 }
 
@@ -176,10 +192,10 @@ static int put_c(nbf_buf_t *b, const ex_launch_site_t *s, ret_kind_t k, const ch
   return r;
 }
 
-int ex_launch_thunk(const ex_cell_state_t *st, const ex_launch_site_t *site, int cxx,
-                    const char *tag, nbf_buf_t *src, char *err, size_t errlen) {
+int ex_launch_thunk(const ex_cell_state_t *st, const ex_split_t *cell, const ex_launch_site_t *site,
+                    int cxx, const char *tag, nbf_buf_t *src, char *err, size_t errlen) {
   char name[128], type[256] = "";
-  ret_kind_t k = return_kind(st, site->call, name, sizeof name, type, sizeof type);
+  ret_kind_t k = return_kind(st, cell, site->call, name, sizeof name, type, sizeof type);
   if (k == RET_OTHER) {
     snprintf(err, errlen,
              "line %d: %%launch %s: '%s' returns %s; a launched function returns int (the worker's "

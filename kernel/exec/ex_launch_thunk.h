@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 
+#include "ex_split.h"
 #include "nbf_buf.h"
 
 typedef struct ex_cell_state ex_cell_state_t;
@@ -35,11 +36,11 @@ typedef struct {
 } ex_launch_site_t;
 
 /* Append the thunk to src; `tag` is the text standing for the unit's tag
- * in symbol names. 0; or -1 with the reason in err (the launched
- * function's return type is neither void nor an integer type, known from
- * its declaration in an earlier cell), nothing appended; or -2 when
- * memory ran out. */
-int ex_launch_thunk(const ex_cell_state_t *st, const ex_launch_site_t *site, int cxx,
-                    const char *tag, nbf_buf_t *src, char *err, size_t errlen);
+ * in symbol names. The function's declaration is looked up in `cell`
+ * (the %launch cell's own code, split) first, then in earlier cells. 0; or -1 with the reason in
+ * err (the launched function's return type is neither void nor an integer type, known from its
+ * declaration in an earlier cell), nothing appended; or -2 when memory ran out. */
+int ex_launch_thunk(const ex_cell_state_t *st, const ex_split_t *cell, const ex_launch_site_t *site,
+                    int cxx, const char *tag, nbf_buf_t *src, char *err, size_t errlen);
 
 #endif

@@ -106,6 +106,14 @@ class LaunchCellTest(unittest.TestCase):
         self.assertIn("rank 0 magic=7", out)
         self.assertIn("rank 1 magic=7", out)
 
+    def test_function_defined_in_the_launch_cell(self):
+        outputs, _ = self.ok("int here(int k) { printf(\"here %d rank %s\\n\", k, getenv(\"RANK\")); "
+                             "return 0; }\n%launch here(5) num_processes=1")
+        self.assertIn("here 5 rank 0", h.stream_text(outputs))
+        text = self.fails("float there(void) { return 1.5f; }\n%launch there() num_processes=1",
+                          "CompileError")
+        self.assertIn("'there' returns float", text)
+
     def test_code_after_launch_is_refused(self):
         text = self.fails('magic = 1;\n%launch show() num_processes=1\nmagic = 9;',
                           "UsageError")

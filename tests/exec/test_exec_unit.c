@@ -682,26 +682,31 @@ static ex_result_t gen_launch_at(cells_t *c, const char *call, int cxx, ex_cell_
  * %launch line and column, with those warnings made errors. */
 NBF_TEST(cell_launch_thunk) {
   cells_t c = cells_new();
-  /* a function of the same cell: no declaration yet, the call's type decides */
+  /* a function of the same cell: its declaration there */
   ex_cell_unit_t u = gen_launch(&c, "int train(int n) { return n; }", "train(3)");
   ASSERT_EQ(u.has_launch, 1);
   ASSERT_CONTAINS(u.source, u.launch_symbol);
-  ASSERT_CONTAINS(u.source, "__builtin_types_compatible_p(__typeof__(");
+  ASSERT_CONTAINS(u.source, "return\n#line 1 \"%launch\"\ntrain(3)\n");
   ASSERT_EQ(ex_cell_commit(c.st, &u), EX_OK);
+  ex_cell_unit_free(&u);
+  /* no declaration (a macro): the call's type decides, the call thrice */
+  u = gen_launch(&c, "#define RUN(n) train(n)", "RUN(3)");
+  ASSERT_CONTAINS(u.source, "__builtin_types_compatible_p(__typeof__(");
+  ASSERT_EQ(count_of(u.source, "RUN(3)"), 3);
   ex_cell_unit_free(&u);
   ex_cell_unit_t gu = gen(&c, "void g(const char *s, int n) { (void)s; (void)n; }", 1);
   ex_cell_unit_free(&gu);
   char err[512] = "";
   ASSERT_EQ(gen_launch_at(&c, "train(3)", 0, &u, err, sizeof err), EX_OK);
   ASSERT_CONTAINS(u.source,
-                  "return\n#line 2 \"cell[3]\"\n        train(3)\n#line 1 \"<nbfork>\"\n;");
+                  "return\n#line 2 \"cell[4]\"\n        train(3)\n#line 1 \"<nbfork>\"\n;");
   ASSERT_EQ(count_of(u.source, "train(3)"), 1);
   ASSERT_CONTAINS(u.source, "#pragma GCC diagnostic error \"-Wint-conversion\"");
   ASSERT_CONTAINS(u.source, "#pragma GCC diagnostic error \"-Wincompatible-pointer-types\"");
   ASSERT_CONTAINS(u.source, "#ifndef __TINYC__"); /* TinyCC runs with -Werror instead */
   ex_cell_unit_free(&u);
   ASSERT_EQ(gen_launch_at(&c, "g(42, \"no\")", 0, &u, err, sizeof err), EX_OK);
-  ASSERT_CONTAINS(u.source, "(void)(\n#line 2 \"cell[4]\"\n        g(42, \"no\")\n");
+  ASSERT_CONTAINS(u.source, "(void)(\n#line 2 \"cell[5]\"\n        g(42, \"no\")\n");
   ASSERT_EQ(count_of(u.source, "g(42, \"no\")"), 1);
   ex_cell_unit_free(&u);
   /* C++ (a %%cuda cell) */
@@ -745,6 +750,13 @@ NBF_TEST(cell_launch_return_types) {
     ASSERT_EQ(gen_launch_at(&c, refused[i].call, 0, &u, err, sizeof err), EX_ERR_COMPILE);
     ASSERT_CONTAINS(err, refused[i].refusal);
   }
+  /* a function the %launch cell itself defines */
+  ex_cell_unit_t own;
+  char err[512] = "";
+  ASSERT_EQ(ex_cell_generate(c.st, "float twice(float x) { return 2 * x; }", 0, "cell[9]",
+                             "twice(1)", NULL, "", &own, err, sizeof err),
+            EX_ERR_COMPILE);
+  ASSERT_CONTAINS(err, "'twice' returns float;");
   static const struct {
     const char *call, *thunk;
   } accepted[] = {
