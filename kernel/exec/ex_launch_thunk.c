@@ -118,7 +118,8 @@ static const char *own_decl(const ex_split_t *cell, const char *name) {
 /* What `name`'s declaration (in the cell, else in an earlier one) says it
  * returns. */
 static ret_kind_t return_kind(const ex_cell_state_t *st, const ex_split_t *cell, const char *call,
-                              char *name, size_t nsize, char *type, size_t tsize) {
+                              char *name, size_t nsize, char *type, size_t tsize,
+                              const char **declp) {
   size_t n = 0;
   while (isspace((unsigned char)*call))
     call++;
@@ -130,11 +131,33 @@ static ret_kind_t return_kind(const ex_cell_state_t *st, const ex_split_t *cell,
   const char *decl = n ? own_decl(cell, name) : NULL;
   if (!decl && n && st && ex_cell_find(st, name, &f) && !strcmp(f.kind, "function"))
     decl = f.decl;
+  *declp = decl;
   if (!decl)
     return RET_UNKNOWN;
   const char *at = ex_cell_find_word(decl, name);
   ret_kind_t k = at ? classify(decl, (size_t)(at - decl), type, tsize) : RET_UNKNOWN;
   return k == RET_TYPEDEF ? typedef_kind(st, type, tsize) : k;
+}
+
+/* Whether the parentheses after `name` at p hold only blanks: `f()`. */
+static int empty_parens(const char *p, size_t n) {
+  p += n;
+  while (isspace((unsigned char)*p))
+    p++;
+  if (*p++ != '(')
+    return 0;
+  while (isspace((unsigned char)*p))
+    p++;
+  return *p == ')';
+}
+
+/* C before C23: `int train()` takes any arguments, unchecked; a call with
+ * some is refused (the function reads none of them). */
+static int unchecked_arguments(const char *decl, const char *name, const char *call) {
+  const char *at = decl ? ex_cell_find_word(decl, name) : NULL;
+  while (isspace((unsigned char)*call))
+    call++;
+  return at && empty_parens(at, strlen(name)) && !empty_parens(call, strlen(name));
 }
 
 /* `#line` then spaces, so the call's diagnostics point at the %launch
@@ -195,7 +218,16 @@ static int put_c(nbf_buf_t *b, const ex_launch_site_t *s, ret_kind_t k, const ch
 int ex_launch_thunk(const ex_cell_state_t *st, const ex_split_t *cell, const ex_launch_site_t *site,
                     int cxx, const char *tag, nbf_buf_t *src, char *err, size_t errlen) {
   char name[128], type[256] = "";
-  ret_kind_t k = return_kind(st, cell, site->call, name, sizeof name, type, sizeof type);
+  const char *decl = NULL;
+  ret_kind_t k = return_kind(st, cell, site->call, name, sizeof name, type, sizeof type, &decl);
+  if (!cxx && unchecked_arguments(decl, name, site->call)) {
+    snprintf(err, errlen,
+             "line %d: %%launch %s: too many arguments: '%s' is declared with an empty parameter "
+             "list (`%s`), which C does not check; it takes none. Call %s(), or declare its "
+             "parameters",
+             site->line, site->call, name, decl, name);
+    return -1;
+  }
   if (k == RET_OTHER) {
     snprintf(err, errlen,
              "line %d: %%launch %s: '%s' returns %s; a launched function returns int (the worker's "

@@ -33,6 +33,7 @@ DEFS = r"""
 int magic = 0;
 void g(const char *s, int n) { printf("g(%s, %d) on rank %s\n", s, n, getenv("RANK")); }
 double half(void) { return 1.5; }
+int noargs() { return 0; }
 int show(void) { printf("rank %s magic=%d\n", getenv("RANK"), magic); return 0; }
 int reader(void) {
     char line[64];
@@ -98,6 +99,10 @@ class LaunchCellTest(unittest.TestCase):
             self.assertIn("%s arguments to function 'g'" % what, text)
             tb = text.split("\n", 1)[1]
             self.assertEqual(tb.count("error:"), 1, tb)
+        # `int noargs()`: C does not check the arguments of an empty list
+        text = self.fails("%launch noargs(1) num_processes=1", "CompileError")
+        self.assertIn("too many arguments: 'noargs' is declared with an empty parameter list",
+                      text)
 
     def test_comment_include_and_code_above_launch_run_first(self):
         outputs, _ = self.ok("// the training cell\n#include <string.h>\nmagic = 7;\n"

@@ -731,7 +731,8 @@ NBF_TEST(cell_launch_return_types) {
           "static inline unsigned long ul(void) { return 0; }\n"
           "__attribute__((noinline)) _Bool b(void) { return 0; }\nvoid v(int n) { (void)n; }\n"
           "real_t r(void) { return 1.5f; }\ncode_t k(void) { return 0; }\nfloat *fp(int n);\n"
-          "typedef enum { LOW, HIGH } level_t;\nlevel_t lv(void) { return LOW; }",
+          "typedef enum { LOW, HIGH } level_t;\nlevel_t lv(void) { return LOW; }\n"
+          "int old() { return 0; }",
           1);
   ex_cell_unit_free(&defs);
   static const struct {
@@ -743,6 +744,8 @@ NBF_TEST(cell_launch_return_types) {
       {"st()", "'st' returns struct s;"},
       {"fp(1)", "'fp' returns float *;"},
       {"r()", "'r' returns real_t (float);"},
+      {"old(42)", "line 2: %launch old(42): too many arguments: 'old' is declared with an empty "
+                  "parameter list (`int old()`), which C does not check; it takes none."},
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     ex_cell_unit_t u;
@@ -763,6 +766,7 @@ NBF_TEST(cell_launch_return_types) {
       {"ul()", "return\n#line 2"},
       {"b()", "return\n#line 2"},
       {"v(1)", "(void)(\n#line 2"},
+      {"old( )", "return\n#line 2"},
       {"k()", "return\n#line 2"},             /* typedef int code_t */
       {"lv()", "level_t __nbf_r =\n#line 2"}, /* an enum: the compiler checks */
   };
