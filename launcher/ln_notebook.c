@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "ln_notebook.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -29,21 +30,102 @@ static void on_signal(int sig) {
   g_stop = 1;
 }
 
-static int is_launch_cell(const char *src) {
-  src += strspn(src, " \t\r\n");
-  return !strncmp(src, "%launch", 7) && (src[7] == ' ' || src[7] == '\t');
+/* The cell's `%launch` line (its '%'), or NULL: the first line that
+ * starts with it after blanks; it may follow comments and code (the
+ * executor's ex_magic.h). */
+static const char *launch_line(const char *src) {
+  for (const char *p = src; p;) {
+    const char *q = p + strspn(p, " \t\r");
+    if (!strncmp(q, "%launch", 7) && (q[7] == ' ' || q[7] == '\t'))
+      return q;
+    p = strchr(p, '\n');
+    p = p ? p + 1 : NULL;
+  }
+  return NULL;
+}
+
+static int blank(const char *p, const char *end) {
+  for (; p < end; p++)
+    if (!isspace((unsigned char)*p))
+      return 0;
+  return 1;
+}
+
+/* The end of the call in `%launch f(a, ")") opts`: just past its closing
+ * parenthesis (quotes skipped), or NULL. */
+static const char *call_end(const char *p) {
+  int depth = 0;
+  char quote = 0;
+  for (; *p; p++) {
+    if (quote) {
+      if (*p == '\\' && p[1])
+        p++;
+      else if (*p == quote)
+        quote = 0;
+    } else if (*p == '"' || *p == '\'') {
+      quote = *p;
+    } else if (*p == '(') {
+      depth++;
+    } else if (*p == ')' && --depth == 0) {
+      return p + 1;
+    }
+  }
+  return NULL;
+}
+
+/* Whether the option `key=...` at p (whitespace-ended) is one `opts` gives. */
+static int given_option(const char *p, size_t n, const char *opts) {
+  const char *eq = memchr(p, '=', n);
+  if (!eq || !opts)
+    return 0;
+  char *key = nbf_xprintf(" %.*s=", (int)(eq - p), p);
+  int given = key && strstr(opts, key) != NULL;
+  free(key);
+  return given;
+}
+
+/* The %launch line [line, end) with the options `opts` gives removed,
+ * then `opts` (the command line's replace the cell's: a repeated option
+ * is an error, ln_options_parse), into b. */
+static void launch_with(nbf_buf_t *b, const char *line, const char *end, const char *opts) {
+  const char *call = call_end(line);
+  if (!call || call > end)
+    call = end;
+  nbf_buf_append(b, line, (size_t)(call - line));
+  for (const char *p = call; p < end;) {
+    while (p < end && isspace((unsigned char)*p))
+      p++;
+    const char *t = p;
+    char quote = 0;
+    while (p < end && (quote || !isspace((unsigned char)*p))) {
+      if (quote ? *p == quote : (*p == '"' || *p == '\''))
+        quote = quote ? 0 : *p;
+      p++;
+    }
+    if (p > t && !given_option(t, (size_t)(p - t), opts)) {
+      nbf_buf_puts(b, " ");
+      nbf_buf_append(b, t, (size_t)(p - t));
+    }
+  }
+  nbf_buf_puts(b, opts ? opts : "");
 }
 
 char *ln_notebook_cell(const char *source, const char *opts, const char *call) {
-  if (!is_launch_cell(source))
+  const char *line = launch_line(source);
+  if (!line)
     return strdup(source);
-  if (call)
-    return NULL;
-  /* the %launch line is the cell (one per cell): options go at its end */
-  size_t n = strlen(source);
-  while (n && strchr(" \t\r\n", source[n - 1]))
-    n--;
-  return nbf_xprintf("%.*s%s", (int)n, source, opts ? opts : "");
+  const char *end = line + strcspn(line, "\n"), *rest = end;
+  while (end > line && isspace((unsigned char)end[-1]))
+    end--;
+  int alone = blank(source, line) && blank(rest, rest + strlen(rest));
+  if (call) /* CALL replaces the notebook's launches: the code above stays */
+    return alone ? NULL : nbf_xprintf("%.*s%s", (int)(line - source), source, rest);
+  nbf_buf_t b = {0};
+  nbf_buf_append(&b, source, (size_t)(line - source));
+  launch_with(&b, line, end, opts);
+  if (!blank(rest, rest + strlen(rest)))
+    nbf_buf_puts(&b, rest);
+  return nbf_buf_take(&b);
 }
 
 /* A cell's source: a string or a list of lines (nbformat 4). */

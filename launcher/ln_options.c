@@ -157,9 +157,18 @@ int ln_options_validate(ln_options_t *o, char *err, size_t errlen) {
   return 0;
 }
 
+/* Index of key in known[], or -1. */
+static int known_index(const char *key) {
+  for (int i = 0; known[i]; i++)
+    if (!strcmp(known[i], key))
+      return i;
+  return -1;
+}
+
 int ln_options_parse(const char *text, ln_options_t *o, char *err, size_t errlen) {
   const char *p = text;
   char key[64], val[512];
+  unsigned seen = 0; /* known[] options given so far: a repeat is refused, not overridden */
   for (;;) {
     while (isspace((unsigned char)*p))
       p++;
@@ -193,6 +202,14 @@ int ln_options_parse(const char *text, ln_options_t *o, char *err, size_t errlen
       p++;
     }
     val[v] = 0;
+    int ki = known_index(key);
+    if (ki >= 0 && (seen & (1u << ki))) {
+      snprintf(err, errlen, "option %s is given twice (the second time as %s=%s): give it once",
+               key, key, val);
+      return -1;
+    }
+    if (ki >= 0)
+      seen |= 1u << ki;
     if (ln_options_set(o, key, val, err, errlen))
       return -1;
   }

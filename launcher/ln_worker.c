@@ -57,6 +57,12 @@ static void child_descriptors(const ln_worker_env_t *env, int pipes[3][2], ln_wo
   }
   if (devnull > 2)
     close(devnull);
+  /* The executor's stdin is a stream that asks the front end for input
+   * (ex_stdin.c); a worker's reads end at once instead (/dev/null, EOF),
+   * as under torchrun: no input_request per rank, no answer lost. */
+  FILE *in = fdopen(0, "r");
+  if (in)
+    stdin = in;
 }
 
 void ln_worker_export_env(const ln_worker_env_t *env, int local_rank) {

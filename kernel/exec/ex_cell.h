@@ -31,6 +31,7 @@
 #ifndef EX_CELL_H
 #define EX_CELL_H
 
+#include "ex_launch_thunk.h"
 #include "ex_result.h"
 #include "ex_split.h"
 
@@ -101,6 +102,14 @@ typedef struct {
 ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
                              const char *launch_call, const char *timeit_stmt, const char *salt,
                              ex_cell_unit_t *out, char *err, size_t errlen);
+
+/* ex_cell_generate with the %launch call's place in the cell (launch
+ * may be NULL: no %launch), so its diagnostics name the cell's line.
+ * Also EX_ERR_COMPILE: the launched function's return type is refused
+ * (ex_launch_thunk.h; why, in err). */
+ex_result_t ex_cell_generate_at(ex_cell_state_t *st, const char *code, int cxx, const char *label,
+                                const ex_launch_site_t *launch, const char *timeit_stmt,
+                                const char *salt, ex_cell_unit_t *out, char *err, size_t errlen);
 
 /* Record the unit's definitions after it compiled and loaded. EX_OK, or
  * EX_ERR_NOMEM (some definitions may then be missing for later cells). */

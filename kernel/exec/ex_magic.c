@@ -19,6 +19,21 @@ static const char *skip_ws(const char *p) {
   return p;
 }
 
+/* Where a C comment after the options starts (`num_processes=2 // 2 GPUs`):
+ * `//` or slash-star after a blank, outside quotes; else end. */
+static const char *comment_start(const char *p, const char *end) {
+  char quote = 0;
+  for (const char *q = p; q + 1 < end; q++) {
+    if (quote)
+      quote = *q == quote ? 0 : quote;
+    else if (*q == '"' || *q == '\'')
+      quote = *q;
+    else if (*q == '/' && (q[1] == '/' || q[1] == '*') && (q == p || isspace((unsigned char)q[-1])))
+      return q;
+  }
+  return end;
+}
+
 /* Split `%launch f(a, "b)") opts` into the call and the options. */
 static int parse_launch(const char *args, size_t n, ex_magic_result_t *out, char *err,
                         size_t errlen) {
@@ -67,7 +82,7 @@ static int parse_launch(const char *args, size_t n, ex_magic_result_t *out, char
     return -1;
   }
   out->launch_call = strndup(call, (size_t)(p - call));
-  out->launch_opts = strndup(p, (size_t)(end - p));
+  out->launch_opts = strndup(p, (size_t)(comment_start(p, end) - p));
   return 0;
 }
 
@@ -253,37 +268,159 @@ static ex_result_t run_line_magic(magic_ctx_t *c, const char *line, size_t nl, s
   return EX_ERR_USAGE;
 }
 
+/* The cell's line number (1-based) of the byte at `at`. */
+static int line_of(const char *src, const char *at) {
+  int n = 1;
+  for (const char *p = src; p < at; p++)
+    n += *p == '\n';
+  return n;
+}
+
+/* Blank the n bytes of a magic line at `line` (a pointer into src) in
+ * the code buffer: spaces, so the cell's other lines keep their numbers
+ * and columns. */
+static void blank_line(ex_magic_result_t *out, const char *src, const char *line, size_t n) {
+  memset(out->code_buf + (line - src), ' ', n);
+}
+
+/* Walk C text from p (`bol`: p starts a line). With `any_code`: the first
+ * byte that is neither blank nor in a comment; else the first '%' that
+ * begins a line (after blanks), outside comments and literals. NULL when
+ * there is none. */
+static const char *scan_c(const char *p, int any_code, int bol) {
+  while (*p) {
+    if (p[0] == '/' && p[1] == '*') {
+      const char *e = strstr(p + 2, "*/");
+      if (!e)
+        return NULL;
+      p = e + 2;
+    } else if (p[0] == '/' && p[1] == '/') {
+      while (*p && *p != '\n')
+        p += p[0] == '\\' && p[1] == '\n' ? 2 : 1;
+    } else if (*p == '\n') {
+      bol = 1;
+      p++;
+    } else if (isspace((unsigned char)*p)) {
+      p++;
+    } else if (any_code || (*p == '%' && bol)) {
+      return p;
+    } else if (*p == '"' || *p == '\'') {
+      char q = *p++;
+      while (*p && *p != q && *p != '\n')
+        p += p[0] == '\\' && p[1] ? 2 : 1;
+      p += *p == q;
+      bol = 0;
+    } else {
+      p++;
+      bol = 0;
+    }
+  }
+  return NULL;
+}
+
+/* Length of the magic name at line ('%' then letters, digits, '%', '_'). */
+static size_t magic_name_len(const char *line, size_t n) {
+  size_t nl = 1;
+  while (nl < n && (isalnum((unsigned char)line[nl]) || line[nl] == '%' || line[nl] == '_'))
+    nl++;
+  return nl;
+}
+
+/* Record where the %launch call starts: diagnostics of the thunk point
+ * at the cell's %launch line (ex_launch_thunk.h). */
+static void set_launch_pos(ex_magic_result_t *out, const char *src, const char *line, size_t nl) {
+  const char *call = skip_ws(line + nl), *bol = line;
+  while (bol > src && bol[-1] != '\n')
+    bol--;
+  out->launch_line = line_of(src, line);
+  out->launch_col = (int)(call - bol) + 1;
+}
+
+/* Refuse code after the %launch line: the cell's code runs before the
+ * launch, so code below it would run in the wrong order. */
+static ex_result_t refuse_code_after(magic_ctx_t *c, const char *src, const char *from) {
+  const char *code = scan_c(from, 1, 1);
+  if (!code)
+    return EX_OK;
+  if (!strncmp(code, "%launch", 7)) {
+    snprintf(c->err, c->errlen, "only one %%launch per cell (a second one on line %d)",
+             line_of(src, code));
+    return EX_ERR_USAGE;
+  }
+  snprintf(c->err, c->errlen,
+           "code after %%launch (line %d): a cell's code runs before its launch, so nothing may "
+           "follow the %%launch line (comments and blank lines aside). Move that code to the next "
+           "cell, or above the %%launch line if it must run before the launch",
+           line_of(src, code));
+  return EX_ERR_USAGE;
+}
+
+/* After the leading magic lines (`from`): find a %launch line further
+ * down (after comments, #includes or code), which must be the cell's
+ * last; any other magic there is refused. */
+static ex_result_t later_magics(magic_ctx_t *c, const char *src, const char *from,
+                                const char **ename) {
+  ex_magic_result_t *out = c->out;
+  int bol = 1;
+  for (const char *q = from; (q = scan_c(q, 0, bol)) != NULL; q++, bol = 0) {
+    const char *eol = strchr(q, '\n');
+    size_t n = eol ? (size_t)(eol - q) : strlen(q), nl = magic_name_len(q, n);
+    if (nl == 7 && !strncmp(q, "%launch", 7)) {
+      if (out->launch_call) {
+        snprintf(c->err, c->errlen, "only one %%launch per cell (a second one on line %d)",
+                 line_of(src, q));
+        return EX_ERR_USAGE;
+      }
+      EX_CHECK(run_line_magic(c, q, nl, n, ename));
+      set_launch_pos(out, src, q, nl);
+      blank_line(out, src, q, n);
+      return eol ? refuse_code_after(c, src, eol + 1) : EX_OK;
+    }
+    for (size_t i = 0; ex_magic_name(i); i++)
+      if (strlen(ex_magic_name(i)) == nl && !strncmp(q, ex_magic_name(i), nl)) {
+        snprintf(c->err, c->errlen,
+                 "%.*s (line %d) must come before the cell's code: put the line magics on the "
+                 "cell's first lines (only %%launch may follow code, as the last line)",
+                 (int)nl, q, line_of(src, q));
+        return EX_ERR_USAGE;
+      }
+  }
+  return out->launch_call ? refuse_code_after(c, src, from) : EX_OK;
+}
+
 ex_result_t ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
                          ex_magic_result_t *out, const char **ename, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   *ename = "UsageError";
+  out->code = out->code_buf = strdup(src);
+  if (!out->code_buf) {
+    snprintf(err, errlen, "out of memory");
+    return EX_ERR_NOMEM;
+  }
   magic_ctx_t c = {flags, st, out, err, errlen};
   const char *p = src;
   for (;;) {
     const char *line = p;
     while (*line == ' ' || *line == '\t' || *line == '\n' || *line == '\r')
       line++;
-    if (*line != '%') {
-      out->code = p;
-      return EX_OK;
-    }
+    if (*line != '%')
+      return later_magics(&c, src, p, ename);
     const char *eol = strchr(line, '\n');
     size_t n = eol ? (size_t)(eol - line) : strlen(line);
     const char *next = eol ? eol + 1 : line + n;
-    size_t nl = 1;
-    while (nl < n && (isalnum((unsigned char)line[nl]) || line[nl] == '%' || line[nl] == '_'))
-      nl++;
+    size_t nl = magic_name_len(line, n);
     if (!strncmp(line, "%%cuda", 6) && nl == 6) {
       out->cuda = 1;
-      out->code = next;
-      return EX_OK;
+      blank_line(out, src, line, n);
+      return later_magics(&c, src, next, ename);
     }
     EX_CHECK(run_line_magic(&c, line, nl, n, ename));
+    if (out->launch_call && !out->launch_line)
+      set_launch_pos(out, src, line, nl);
+    blank_line(out, src, line, n);
     p = next;
-    if (!eol) {
-      out->code = p;
+    if (!eol)
       return EX_OK;
-    }
   }
 }
 
@@ -291,5 +428,6 @@ void ex_magic_result_free(ex_magic_result_t *r) {
   free(r->launch_call);
   free(r->launch_opts);
   free(r->timeit_stmt);
+  free(r->code_buf);
   memset(r, 0, sizeof *r);
 }

@@ -2,6 +2,9 @@
  * ex_magic — line magics at the top of a cell (`%cflags -O3`), and the
  * `%%cuda` cell magic. A cell may start with any number of line magics;
  * the C code after them runs, then `%launch` (if any) launches.
+ * `%launch` may also follow code (comments, `#include`s, declarations,
+ * statements): it must then be the cell's last line, since the cell's
+ * code runs before the launch; code after it is refused (UsageError).
  *
  * | magic                  | effect                                             |
  * |------------------------|----------------------------------------------------|
@@ -38,7 +41,12 @@ typedef struct {
   char *timeit_stmt; /* the statement of %timeit, owned, or NULL      */
   long timeit_loops; /* -n: loops per run (0: chosen automatically)   */
   int timeit_repeat; /* -r: runs (7)                                  */
-  const char *code;  /* C code after the magic lines (points into src) */
+  int launch_line;   /* the %launch line's number in the cell (1-based) */
+  int launch_col;    /* the column (bytes, 1-based) where its call starts */
+  const char *code;  /* the cell's C code: src with its magic lines blanked
+                        (kept as empty lines, so line numbers are the
+                        cell's); points into code_buf */
+  char *code_buf;    /* owned */
 } ex_magic_result_t;
 
 /* The name of line magic i (`%launch`), or NULL past the last one: for

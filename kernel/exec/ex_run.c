@@ -329,8 +329,10 @@ static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *la
     *replied = ex_event_reply_error("MemoryError", "out of memory", NULL);
     return EX_ERR_NOMEM;
   }
-  ex_result_t r = ex_cell_generate(ex->cells, m->code, m->cuda, label, m->launch_call,
-                                   m->timeit_stmt, salt, u, err, sizeof err);
+  ex_launch_site_t site = {m->launch_call, label, m->launch_line, m->launch_col};
+  ex_result_t r =
+      ex_cell_generate_at(ex->cells, m->code, m->cuda, label, m->launch_call ? &site : NULL,
+                          m->timeit_stmt, salt, u, err, sizeof err);
   free(salt);
   if (r != EX_OK) {
     char ev[2100];

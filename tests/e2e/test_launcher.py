@@ -304,12 +304,14 @@ class LauncherTests(KernelWithDefs):
         # the system compiler's diagnostic (TinyCC's names no function)
         self.assertIn("too many arguments to function 'show'", err["evalue"])
 
-    def test_call_with_a_warning_runs_with_the_system_compiler(self):
-        # TinyCC (-Werror) declines the thunk; GCC compiles it with a
-        # warning, which the cell shows, and the launch goes on
+    def test_call_with_an_int_for_a_pointer_is_a_compile_error(self):
+        # TinyCC (-Werror) declines the thunk; GCC's warning is an error in
+        # a thunk (issue 14: the launch went on, and workers crashed)
         reply, out = self.launch("null_ptr(8)")
-        self.assertEqual(reply["status"], "ok", h.errors(out))
-        self.assertIn("makes pointer from integer without a cast", h.stream_text(out, "stderr"))
+        self.assertEqual(reply["status"], "error")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertIn("makes pointer from integer without a cast", reply["evalue"])
+        self.assertNotIn("Launching training", h.stream_text(out))
 
     def test_fork_guard_threads(self):
         # a cell starts a thread: %launch refuses, naming the cause and the fix

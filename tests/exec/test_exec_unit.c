@@ -23,6 +23,7 @@
 #include "ex_decl.h"
 #include "ex_diag.h"
 #include "ex_jit.h"
+#include "ex_magic.h"
 #include "ex_objects.h"
 #include "ex_split.h"
 #include "ex_timeit.h"
@@ -654,19 +655,194 @@ NBF_TEST(cell_initializers) {
   ex_cell_state_destroy(&c.st);
 }
 
+/* Occurrences of needle in hay. */
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+    n++;
+  return n;
+}
+
+/* The unit of `%launch CALL` at line 2, column 9 of the next cell (after a
+ * comment line), or the refusal (*r, err). */
+static ex_result_t gen_launch_at(cells_t *c, const char *call, int cxx, ex_cell_unit_t *u,
+                                 char *err, size_t errlen) {
+  char label[32];
+  snprintf(label, sizeof label, "cell[%d]", ++c->count);
+  ex_launch_site_t site = {call, label, 2, 9};
+  return ex_cell_generate_at(c->st, "// launch it\n", cxx, label, &site, NULL, "salt", u, err,
+                             errlen);
+}
+
+/* issue 14: `%launch g(42, "no")` for `void g(const char *, int)` was
+ * three copies of the call in a __builtin_choose_expr (each diagnostic
+ * three times, `%launch:7:72`), whose int-conversion warnings the cell
+ * compiled through, and the worker died of SIGSEGV. Now the call of a
+ * function an earlier cell declared is written once, at the cell's
+ * %launch line and column, with those warnings made errors. */
 NBF_TEST(cell_launch_thunk) {
   cells_t c = cells_new();
-  ex_cell_unit_t u;
-  char err[64];
-  ASSERT_EQ(ex_cell_generate(c.st, "int train(int n) { return n; }", 0, "cell[1]", "train(3)", NULL,
-                             "", &u, err, sizeof err),
-            0);
+  /* a function of the same cell: its declaration there */
+  ex_cell_unit_t u = gen_launch(&c, "int train(int n) { return n; }", "train(3)");
   ASSERT_EQ(u.has_launch, 1);
   ASSERT_CONTAINS(u.source, u.launch_symbol);
+  ASSERT_CONTAINS(u.source, "return\n#line 1 \"%launch\"\ntrain(3)\n");
+  ASSERT_EQ(ex_cell_commit(c.st, &u), EX_OK);
+  ex_cell_unit_free(&u);
+  /* no declaration (a macro): the call's type decides, the call thrice */
+  u = gen_launch(&c, "#define RUN(n) train(n)", "RUN(3)");
+  ASSERT_CONTAINS(u.source, "__builtin_types_compatible_p(__typeof__(");
+  ASSERT_EQ(count_of(u.source, "RUN(3)"), 3);
+  ex_cell_unit_free(&u);
+  ex_cell_unit_t gu = gen(&c, "void g(const char *s, int n) { (void)s; (void)n; }", 1);
+  ex_cell_unit_free(&gu);
+  char err[512] = "";
+  ASSERT_EQ(gen_launch_at(&c, "train(3)", 0, &u, err, sizeof err), EX_OK);
+  ASSERT_CONTAINS(u.source,
+                  "return\n#line 2 \"cell[4]\"\n        train(3)\n#line 1 \"<nbfork>\"\n;");
+  ASSERT_EQ(count_of(u.source, "train(3)"), 1);
+  ASSERT_CONTAINS(u.source, "#pragma GCC diagnostic error \"-Wint-conversion\"");
+  ASSERT_CONTAINS(u.source, "#pragma GCC diagnostic error \"-Wincompatible-pointer-types\"");
+  ASSERT_CONTAINS(u.source, "#ifndef __TINYC__"); /* TinyCC runs with -Werror instead */
+  ex_cell_unit_free(&u);
+  ASSERT_EQ(gen_launch_at(&c, "g(42, \"no\")", 0, &u, err, sizeof err), EX_OK);
+  ASSERT_CONTAINS(u.source, "(void)(\n#line 2 \"cell[5]\"\n        g(42, \"no\")\n");
+  ASSERT_EQ(count_of(u.source, "g(42, \"no\")"), 1);
+  ex_cell_unit_free(&u);
+  /* C++ (a %%cuda cell) */
+  ASSERT_EQ(gen_launch_at(&c, "train(3)", 1, &u, err, sizeof err), EX_OK);
   ASSERT_CONTAINS(u.source, "extern \"C\" int __nbf_launch_");
-  ASSERT_CONTAINS(u.source, "__builtin_types_compatible_p(__typeof__(train(3)), void)");
+  ASSERT_EQ(count_of(u.source, "train(3)"), 1);
   ex_cell_unit_free(&u);
   ex_cell_state_destroy(&c.st);
+}
+
+/* issue 14: a launched function returning double 1.5 ended as `exited
+ * with code 1` (converted to int by the thunk) without saying why. void
+ * and integer types are accepted; double, pointers and structs are a
+ * CompileError naming the type; a typedef the compiler checks. */
+NBF_TEST(cell_launch_return_types) {
+  cells_t c = cells_new();
+  ex_cell_unit_t defs =
+      gen(&c,
+          "struct s { int a; };\ntypedef float real_t;\ntypedef int code_t;\n"
+          "double d(void) { return 1.5; }\nchar *p(void) { return 0; }\n"
+          "struct s st(void) { struct s v = {1}; return v; }\n"
+          "static inline unsigned long ul(void) { return 0; }\n"
+          "__attribute__((noinline)) _Bool b(void) { return 0; }\nvoid v(int n) { (void)n; }\n"
+          "real_t r(void) { return 1.5f; }\ncode_t k(void) { return 0; }\nfloat *fp(int n);\n"
+          "typedef enum { LOW, HIGH } level_t;\nlevel_t lv(void) { return LOW; }\n"
+          "int old() { return 0; }",
+          1);
+  ex_cell_unit_free(&defs);
+  static const struct {
+    const char *call, *refusal;
+  } refused[] = {
+      {"d()", "line 2: %launch d(): 'd' returns double; a launched function returns int (the "
+              "worker's exit code: 0 = success, as from main) or void"},
+      {"p()", "'p' returns char *;"},
+      {"st()", "'st' returns struct s;"},
+      {"fp(1)", "'fp' returns float *;"},
+      {"r()", "'r' returns real_t (float);"},
+      {"old(42)", "line 2: %launch old(42): too many arguments: 'old' is declared with an empty "
+                  "parameter list (`int old()`), which C does not check; it takes none."},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    ex_cell_unit_t u;
+    char err[512] = "";
+    ASSERT_EQ(gen_launch_at(&c, refused[i].call, 0, &u, err, sizeof err), EX_ERR_COMPILE);
+    ASSERT_CONTAINS(err, refused[i].refusal);
+  }
+  /* a function the %launch cell itself defines */
+  ex_cell_unit_t own;
+  char err[512] = "";
+  ASSERT_EQ(ex_cell_generate(c.st, "float twice(float x) { return 2 * x; }", 0, "cell[9]",
+                             "twice(1)", NULL, "", &own, err, sizeof err),
+            EX_ERR_COMPILE);
+  ASSERT_CONTAINS(err, "'twice' returns float;");
+  static const struct {
+    const char *call, *thunk;
+  } accepted[] = {
+      {"ul()", "return\n#line 2"},
+      {"b()", "return\n#line 2"},
+      {"v(1)", "(void)(\n#line 2"},
+      {"old( )", "return\n#line 2"},
+      {"k()", "return\n#line 2"},             /* typedef int code_t */
+      {"lv()", "level_t __nbf_r =\n#line 2"}, /* an enum: the compiler checks */
+  };
+  for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
+    ex_cell_unit_t u;
+    char err[512] = "";
+    ASSERT_EQ(gen_launch_at(&c, accepted[i].call, 0, &u, err, sizeof err), EX_OK);
+    ASSERT_CONTAINS(u.source, accepted[i].thunk);
+    ex_cell_unit_free(&u);
+  }
+  ex_cell_state_destroy(&c.st);
+}
+
+/* ex_magic_run on src: its result, the message in err[512]. */
+static ex_result_t magics(const char *src, ex_magic_result_t *m, char *err) {
+  ex_flags_t flags = {0};
+  const char *ename = NULL;
+  err[0] = 0;
+  return ex_magic_run(src, &flags, NULL, m, &ename, err, 512);
+}
+
+/* issue 14: a comment or #include above `%launch` was a CompileError
+ * (`expected expression before '%' token`); code after it ran before the
+ * launch. Now %launch may follow code as the cell's last line (comments
+ * and blank lines may follow it); code after it, a second %launch and
+ * other magics after code are refused. Magic lines are blanked in the
+ * code, so its line numbers are the cell's. */
+NBF_TEST(magic_launch_position) {
+  ex_magic_result_t m;
+  char err[512];
+  const char *cell = "// train\n#include <stdio.h>\nint n = 2;\n  %launch f(n, \"a\\\"b\")  "
+                     "num_processes=2\n/* done */\n";
+  ASSERT_EQ(magics(cell, &m, err), EX_OK);
+  ASSERT_EQ_STR(m.launch_call, "f(n, \"a\\\"b\")");
+  ASSERT_EQ_STR(m.launch_opts, "  num_processes=2");
+  ASSERT_EQ(m.launch_line, 4);
+  ASSERT_EQ(m.launch_col, 11);
+  ASSERT_EQ(strlen(m.code), strlen(cell));
+  ASSERT_CONTAINS(m.code, "#include <stdio.h>\nint n = 2;\n");
+  ASSERT_NOT_CONTAINS(m.code, "%launch");
+  ex_magic_result_free(&m);
+  /* at the top, as before; the code's line numbers stay the cell's */
+  ASSERT_EQ(magics("%lsmagic\n%launch g() num_processes=1\n", &m, err), EX_OK);
+  ex_magic_result_free(&m);
+  ASSERT_EQ(magics("%%cuda\nint x;", &m, err), EX_OK);
+  ASSERT_EQ_STR(m.code, "      \nint x;");
+  ex_magic_result_free(&m);
+  /* a comment after the options is not an option */
+  ASSERT_EQ(magics("%launch f() num_processes=2 // two GPUs\n", &m, err), EX_OK);
+  ASSERT_EQ_STR(m.launch_opts, " num_processes=2 ");
+  ex_magic_result_free(&m);
+  ASSERT_EQ(magics("%launch f() num_processes=2 log_line_prefix_template='// ' /* a */", &m, err),
+            EX_OK);
+  ASSERT_EQ_STR(m.launch_opts, " num_processes=2 log_line_prefix_template='// ' ");
+  ex_magic_result_free(&m);
+  /* a %launch inside a comment or a string is C */
+  ASSERT_EQ(magics("/*\n%launch f() num_processes=1\n*/ int x;", &m, err), EX_OK);
+  ASSERT_NULL(m.launch_call);
+  ex_magic_result_free(&m);
+  static const struct {
+    const char *cell, *refusal;
+  } refused[] = {
+      {"%launch f() num_processes=1\nprintf(\"after\\n\");", "code after %launch (line 2)"},
+      {"int x;\n%launch f() num_processes=1\n\n// c\nx = 2;", "code after %launch (line 5)"},
+      {"%launch f() num_processes=1\n%launch g() num_processes=1", "only one %launch per cell"},
+      {"int x;\n%launch f() num_processes=1\n%launch f() num_processes=1",
+       "only one %launch per cell (a second one on line 3)"},
+      {"int x;\n%timeit x++", "%timeit (line 2) must come before the cell's code"},
+      {"int x;\n%launch f num_processes=1", "must be called with its arguments"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    if (magics(refused[i].cell, &m, err) != EX_ERR_USAGE)
+      NBF_TEST_FAIL("accepted:\n%s", refused[i].cell);
+    ASSERT_CONTAINS(err, refused[i].refusal);
+    ex_magic_result_free(&m);
+  }
 }
 
 NBF_TEST(cell_cxx_cell_leaves_c_cells_alone) {

@@ -331,9 +331,25 @@ NBF_TEST(notebook_launch_cells_take_the_command_line_options) {
   char *given = ln_cli_launch_options(&c, 0);
   ASSERT_EQ_STR(given, " num_processes=3 mixed_precision=bf16");
   char *cell = ln_notebook_cell("%launch f(1) num_processes=2\n", given, NULL);
-  ASSERT_EQ_STR(cell, "%launch f(1) num_processes=2 num_processes=3 mixed_precision=bf16");
+  ASSERT_EQ_STR(cell, "%launch f(1) num_processes=3 mixed_precision=bf16");
+  free(cell);
+  /* the cell's own options the command line does not give stay; a
+   * quoted value with spaces is one option */
+  cell = ln_notebook_cell("%launch f(\") x\", 2) num_processes=2 log_line_prefix_template='[r "
+                          "{rank}] ' use_port=29600\n",
+                          given, NULL);
+  ASSERT_EQ_STR(cell, "%launch f(\") x\", 2) log_line_prefix_template='[r {rank}] ' use_port=29600 "
+                      "num_processes=3 mixed_precision=bf16");
   free(cell);
   ASSERT_NULL(ln_notebook_cell("  %launch f(1) num_processes=2", given, "g()"));
+  /* a %launch line after comments and code (the executor accepts it
+   * there): the same, the code above kept */
+  cell = ln_notebook_cell("// go\nint n = 2;\n%launch f(n) num_processes=2\n", given, NULL);
+  ASSERT_EQ_STR(cell, "// go\nint n = 2;\n%launch f(n) num_processes=3 mixed_precision=bf16");
+  free(cell);
+  cell = ln_notebook_cell("// go\nint n = 2;\n%launch f(n) num_processes=2\n", given, "g()");
+  ASSERT_EQ_STR(cell, "// go\nint n = 2;\n\n");
+  free(cell);
   cell = ln_notebook_cell("int x = 1;\n", given, "g()");
   ASSERT_EQ_STR(cell, "int x = 1;\n");
   free(cell);

@@ -161,6 +161,27 @@ NBF_TEST(options_bad_values) {
   }
 }
 
+/* issue 14: `num_processes=2 num_processes=4` launched 4 workers (the
+ * last one won, silently); a repeated option is refused, named. */
+NBF_TEST(options_duplicate_is_refused) {
+  static const rejection_t cases[] = {
+      {"num_processes=2 num_processes=4",
+       "option num_processes is given twice (the second time as num_processes=4): give it once"},
+      {"num_processes=2 mixed_precision=no mixed_precision=no",
+       "option mixed_precision is given twice"},
+      {"num_processes=2 rdzv_conf=secret=a rdzv_conf=secret=b", "option rdzv_conf is given twice"},
+      {"log_line_prefix_template='[r]' num_processes=1 log_line_prefix_template=x",
+       "option log_line_prefix_template is given twice"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    ln_options_t o;
+    char err[512];
+    if (parse(cases[i].text, &o, err, sizeof err) != -1)
+      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
+    ASSERT_CONTAINS(err, cases[i].expect);
+  }
+}
+
 NBF_TEST(options_long_values_are_refused) {
   char text[700], err[512];
   ln_options_t o;
