@@ -223,6 +223,7 @@ static ex_result_t build_argv(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, 
  * cc1, as, ld, or nvcc's helpers, at once), output into the pipe. */
 static void exec_compiler(char **argv, int out_fd, int cuda) {
   setpgid(0, 0);
+  umask(077); /* objects 0600/0700: no other user may replace one before dlopen */
   dup2(out_fd, 1);
   dup2(out_fd, 2);
   setenv("LC_ALL", "C", 1); /* plain ASCII quotes in diagnostics */
