@@ -301,6 +301,54 @@ int leave_behind(void) {
         finally:
             os.close(fd)
 
+    # -- the shipped notebooks re-run without leaking ------------------------
+    def notebook_cells(self, name):
+        with open(os.path.join(h.REPO, "notebooks", name)) as f:
+            nb = json.load(f)
+        return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+    def rss_mb(self, pid):
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+        raise AssertionError("no VmRSS for %d" % pid)
+
+    def rerun_rss(self, cells, data, reruns=3):
+        """RSS (MB) of the executor after running cells[:data + 1], then
+        after each of `reruns` re-runs of cells[data] alone."""
+        if not os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"):
+            self.skipTest("Debian's dataset-fashion-mnist is not installed")
+        k = self.kernel()
+        for c in cells[:data + 1]:
+            self.ok(k, c, timeout=300)
+        ex = executor_pid(k)
+        rss = [self.rss_mb(ex)]
+        for _ in range(reruns):
+            self.ok(k, cells[data], timeout=300)
+            rss.append(self.rss_mb(ex))
+        self.assertEqual(executor_pid(k), ex)  # one executor all along
+        print("executor RSS after the first run and %d re-runs: %s MB"
+              % (reruns, ", ".join("%.0f" % r for r in rss)))
+        return rss
+
+    def test_fashion_mnist_data_cell_rerun_keeps_rss_flat(self):
+        cells = self.notebook_cells("fashion_mnist.ipynb")
+        data = next(i for i, c in enumerate(cells) if "FMNIST_DIR" in c)
+        rss = self.rerun_rss(cells, data)
+        # the data is 230 MB; a leak would add that per re-run
+        self.assertLess(max(rss) - rss[0], 30, rss)
+        # and the rest of the notebook (up to the launch) still compiles on it
+        for c in cells[data + 1:]:
+            if not c.lstrip().startswith("%launch"):
+                self.ok(k=self.kernels[-1], code=c)
+
+    def test_trainer_data_cell_rerun_keeps_rss_flat(self):
+        cells = self.notebook_cells("trainer.ipynb")
+        data = next(i for i, c in enumerate(cells) if "load_split" in c)
+        rss = self.rerun_rss(cells, data)
+        self.assertLess(max(rss) - rss[0], 30, rss)
+
     # -- the connection file ----------------------------------------------
     def test_connection_file_readable_by_others_warns(self):
         from jupyter_client.connect import write_connection_file
