@@ -17,6 +17,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -300,6 +301,59 @@ int leave_behind(void) {
                 self.assertTrue(os.path.lexists(p), p)
         finally:
             os.close(fd)
+
+    FRONT_END = r"""
+import os, subprocess, sys, time
+kernel, conn, pidfile = sys.argv[1:4]
+p = subprocess.Popen([kernel, "-f", conn], env=dict(os.environ, JPY_PARENT_PID=str(os.getpid())))
+with open(pidfile + ".tmp", "w") as f:
+    f.write(str(p.pid))
+os.rename(pidfile + ".tmp", pidfile)
+while True:
+    time.sleep(60)
+"""
+
+    def test_front_end_death_during_flood_leaves_nothing(self):
+        from jupyter_client import BlockingKernelClient
+        from jupyter_client.connect import write_connection_file
+        conn = os.path.join(self.tmp, "kernel-fe.json")
+        write_connection_file(conn, ip="127.0.0.1", key=b"k")
+        pidfile = os.path.join(self.tmp, "kernel.pid")
+        fe = subprocess.Popen([sys.executable, "-c", self.FRONT_END, h.KERNEL, conn, pidfile],
+                              env=dict(os.environ, TMPDIR=self.tmp))
+        try:
+            self.assertTrue(h.wait_until(lambda: os.path.exists(pidfile), 60))
+            with open(pidfile) as f:
+                kpid = int(f.read())
+            kc = BlockingKernelClient(connection_file=conn)
+            kc.load_connection_file()
+            kc.start_channels()
+            kc.wait_for_ready(timeout=60)
+            ex = children(kpid, "nbfork-executor")[0]
+            kc.execute('#include <stdio.h>\nchar line[1000];\nfor (int i = 0; i < 999; i++) '
+                       'line[i] = 120;\nwhile (1) puts(line);')
+            # flooding: the kernel has read a good deal of it
+            self.assertTrue(h.wait_until(lambda: kc.get_iopub_msg(timeout=5)["msg_type"] ==
+                                         "stream", 60))
+            self.assertEqual(len(workdirs(self.tmp)), 1)
+            fe.kill()
+            fe.wait()
+            t0 = time.monotonic()
+            self.assertTrue(h.wait_until(lambda: gone(kpid) and gone(ex), 30),
+                            (proc_stat(kpid), proc_stat(ex)))
+            print("kernel and executor gone %.2f s after the front end's SIGKILL"
+                  % (time.monotonic() - t0))
+            self.assertEqual(workdirs(self.tmp), [])
+            kc.stop_channels()
+        finally:
+            if fe.poll() is None:
+                fe.kill()
+                fe.wait()
+            if os.path.exists(pidfile):
+                with open(pidfile) as f:
+                    kpid = int(f.read())
+                if not gone(kpid):
+                    os.kill(kpid, signal.SIGKILL)
 
     # -- the shipped notebooks re-run without leaking ------------------------
     def notebook_cells(self, name):
