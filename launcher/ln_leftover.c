@@ -34,25 +34,61 @@ static pid_t stat_ppid(const char *pid) {
   return (pid_t)ppid;
 }
 
+static int push(pid_t **out, int *count, int *cap, pid_t pid) {
+  if (*count == *cap) {
+    pid_t *p = realloc(*out, (size_t)(*cap = *cap ? *cap * 2 : 16) * sizeof **out);
+    if (!p)
+      return -1;
+    *out = p;
+  }
+  (*out)[(*count)++] = pid;
+  return 0;
+}
+
+/* The kernel's own list (CONFIG_PROC_CHILDREN): each thread's children.
+ * -1 when the files do not exist here. */
+static int children_from_tasks(pid_t **out, int *count, int *cap) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d)
+    return -1;
+  int rc = 0;
+  struct dirent *e;
+  while (rc == 0 && (e = readdir(d))) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[300];
+    snprintf(path, sizeof path, "/proc/self/task/%s/children", e->d_name);
+    FILE *f = fopen(path, "re");
+    if (!f) {
+      rc = -1;
+      break;
+    }
+    int pid;
+    while (fscanf(f, "%d", &pid) == 1)
+      if (push(out, count, cap, (pid_t)pid))
+        break;
+    fclose(f);
+  }
+  closedir(d);
+  return rc;
+}
+
 pid_t *ln_children(int *count) {
   *count = 0;
+  pid_t *out = NULL;
+  int cap = 0;
+  if (children_from_tasks(&out, count, &cap) == 0)
+    return out;
+  *count = 0; /* not built in: every process's parent, from its stat */
   DIR *d = opendir("/proc");
   if (!d)
-    return NULL;
-  pid_t self = getpid(), *out = NULL;
-  int cap = 0;
+    return out;
+  pid_t self = getpid();
   struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9' || stat_ppid(e->d_name) != self)
-      continue;
-    if (*count == cap) {
-      pid_t *p = realloc(out, (size_t)(cap = cap ? cap * 2 : 16) * sizeof *out);
-      if (!p)
-        break;
-      out = p;
-    }
-    out[(*count)++] = (pid_t)atoi(e->d_name);
-  }
+  while ((e = readdir(d)))
+    if (e->d_name[0] >= '1' && e->d_name[0] <= '9' && stat_ppid(e->d_name) == self &&
+        push(&out, count, &cap, (pid_t)atoi(e->d_name)))
+      break;
   closedir(d);
   return out;
 }
