@@ -16,12 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "ln_group.h"
 #include "ln_launch.h"
+#include "ln_leftover.h"
 #include "ln_options.h"
 #include "ln_worker.h"
 #include "nbf_param.h"
@@ -514,6 +516,43 @@ NBF_TEST(run_group_interrupt_stops_everything) {
   ASSERT_EQ(errno, ECHILD);
   free(failures);
   free(setup_error);
+}
+
+/* A worker leaving two processes: one in its process group, one that
+ * escaped it with setsid(); both outlive the worker. */
+static int fn_leaves_two(void) {
+  if (fork() == 0) {
+    for (;;)
+      pause();
+  }
+  if (fork() == 0) {
+    setsid();
+    for (;;)
+      pause();
+  }
+  return 0;
+}
+
+NBF_TEST(run_group_stops_what_workers_left_running) {
+  pid_t mine = fork(); /* the caller's own child: not the launch's to stop */
+  if (mine == 0) {
+    for (;;)
+      pause();
+  }
+  char *failures, *setup_error;
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(run_group(2, fn_leaves_two, &failures, &setup_error), LN_RUN_OK);
+  ASSERT_LT(nbf_now_ms() - t0, 30000);
+  int n;
+  pid_t *kids = ln_children(&n);
+  ASSERT_EQ(n, 1); /* the four leftovers were reparented to us, stopped, reaped */
+  ASSERT_EQ(kids[0], mine);
+  free(kids);
+  int sub = -1;
+  prctl(PR_GET_CHILD_SUBREAPER, &sub);
+  ASSERT_EQ(sub, 0); /* restored after the launch */
+  kill(mine, SIGKILL);
+  ASSERT_EQ(waitpid(mine, NULL, 0), mine);
 }
 
 /* ---- the fork guard --------------------------------------------------------- */
