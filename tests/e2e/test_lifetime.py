@@ -238,6 +238,49 @@ int leave_behind(void) {
         self.assertTrue(h.wait_until(lambda: len(workdirs(self.tmp)) == 1, 30),
                         workdirs(self.tmp))
 
+    def run_executor(self, parent):
+        """nbfork-executor started by this process with the kernel's pipes
+        on fd 3/4 and `--parent parent`; returns (exit status, seconds)."""
+        rq_r, rq_w = os.pipe()
+        ev_r, ev_w = os.pipe()
+
+        def fds():  # via fds above 10: dup2 onto itself would keep CLOEXEC
+            r, w = fcntl.fcntl(rq_r, fcntl.F_DUPFD, 10), fcntl.fcntl(ev_w, fcntl.F_DUPFD, 10)
+            os.dup2(r, 3)
+            os.dup2(w, 4)
+        exe = os.path.join(h.BUILD_DIR, "bin", "nbfork-executor")
+        t0 = time.monotonic()
+        p = subprocess.Popen([exe, "--parent", str(parent)], preexec_fn=fds, close_fds=False,
+                             env=dict(os.environ, TMPDIR=self.tmp), stderr=subprocess.DEVNULL)
+        for fd in (rq_r, ev_w):
+            os.close(fd)
+        try:
+            if parent == os.getpid():  # a live parent: it serves until EOF
+                self.assertRaises(subprocess.TimeoutExpired, p.wait, timeout=0.5)
+            os.close(rq_w)
+            rq_w = -1
+            rc = p.wait(timeout=30)
+            return rc, time.monotonic() - t0
+        finally:
+            if rq_w >= 0:
+                os.close(rq_w)
+            os.close(ev_r)
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def test_executor_whose_parent_died_before_prctl_exits(self):
+        # --parent names a pid that is not its parent: as if the kernel had
+        # died between the spawn and the prctl (the executor was reparented)
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        rc, took = self.run_executor(dead.pid)
+        self.assertEqual(rc, 1)
+        self.assertEqual(workdirs(self.tmp), [])  # it stopped before creating one
+        rc, took = self.run_executor(os.getpid())
+        self.assertEqual(rc, 0)
+        self.assertEqual(workdirs(self.tmp), [])  # its own exit removed it
+
     # -- work directories -------------------------------------------------
     def assert_one_workdir_of(self, k, old):
         new = executor_pid(k)
