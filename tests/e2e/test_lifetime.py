@@ -227,6 +227,35 @@ int leave_behind(void) {
         owners = lambda: [os.path.basename(p).split("-")[1] for p in workdirs(self.tmp)]
         self.assertTrue(h.wait_until(lambda: owners() == [str(ex2)], 30), owners())
 
+    def test_kernel_sigkill_during_launch_takes_executor_and_workers(self):
+        k = self.kernel()
+        self.ok(k, '#include <stdio.h>\n#include <unistd.h>\n'
+                   'int spin(void) { printf("worker up\\n"); fflush(stdout); while (1) {} }')
+        ex = executor_pid(k)
+        port = h.free_port()
+        msg_id = k.kc.execute("%%launch spin() num_processes=2 use_port=%d" % port)
+        ups = []
+
+        def both_up():
+            try:
+                m = k.kc.get_iopub_msg(timeout=0.2)
+            except Exception:
+                return False
+            if (m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream"):
+                ups.extend(["x"] * m["content"]["text"].count("worker up"))
+            return len(ups) >= 2
+        self.assertTrue(h.wait_until(both_up, 60), "the workers never started")
+        workers = children(ex)
+        self.assertEqual(len(workers), 2, workers)
+        t0 = time.monotonic()
+        os.kill(kernel_pid(k), signal.SIGKILL)
+        self.assertTrue(h.wait_until(lambda: all(gone(p) for p in [ex] + workers), 10),
+                        [proc_stat(p) for p in [ex] + workers])
+        print("executor and 2 workers gone %.3f s after the kernel's SIGKILL"
+              % (time.monotonic() - t0))
+        k.km.shutdown_kernel(now=True)
+        self.kernels.remove(k)
+
     def test_restart_now_while_busy_takes_the_executor(self):
         k = self.kernel()
         ex = executor_pid(k)
