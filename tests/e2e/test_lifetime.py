@@ -13,6 +13,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -55,6 +56,13 @@ def children(ppid, comm=None):
             if st and st[1] == ppid and (comm is None or st[2] == comm):
                 out.append(int(d))
     return out
+
+
+def stopped_count(text):
+    """N of the launch's "nbfork: stopped N processes that the workers had
+    started" line, 0 when there is none."""
+    m = re.search(r"nbfork: stopped (\d+) process(?:es)? that the workers had started", text)
+    return int(m.group(1)) if m else 0
 
 
 def kernel_pid(k):
@@ -153,7 +161,7 @@ int leave_behind(void) {
         text = h.stream_text(out)
         for r in range(2):
             self.assertIn("grandchild of rank %d: last words" % r, text)
-        self.assertIn("nbfork: stopped 4 processes that the workers had started", text)
+        self.assertEqual(stopped_count(text), 4, text)
         pids = self.leftover_pids(d, 2)
         self.assertTrue(h.wait_until(lambda: all(gone(p) for p in pids), 10),
                         [(p, proc_stat(p)) for p in pids])
@@ -178,9 +186,10 @@ int leave_behind(void) {
         r = subprocess.run([NBFORK, "launch", "--num_processes", "2", "--main_process_port", "0",
                             script], capture_output=True, text=True, env=env, timeout=120)
         took = time.monotonic() - t0
-        self.assertEqual(r.returncode, 0, r.stderr)
         out = r.stdout + r.stderr
-        self.assertIn("nbfork: stopped 4 processes", out)
+        self.assertEqual(r.returncode, 0, out)
+        # 4, or 5 when `touch` was still exiting as its shell was stopped
+        self.assertGreaterEqual(stopped_count(out), 4, out)
         for rank in range(2):
             self.assertIn("background of rank %d: last words" % rank, out)
         pids = self.leftover_pids(d, 2)
