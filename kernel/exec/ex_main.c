@@ -97,6 +97,12 @@ static int setup(ex_t *ex) {
   if (wd) {
     snprintf(ex->workdir, sizeof ex->workdir, "%s", wd);
     mkdir(ex->workdir, 0700);
+    struct stat st; /* the user's folder: say so when others could swap an object in it */
+    if (stat(ex->workdir, &st) == 0 && (st.st_mode & 022))
+      fprintf(stderr,
+              "nbfork-executor: warning: NBFORK_WORKDIR %s is writable by other users (mode "
+              "%04o): one could replace a cell's object before it is loaded. Run: chmod 700 %s\n",
+              ex->workdir, (unsigned)(st.st_mode & 07777), ex->workdir);
   } else {
     const char *tmp = nbf_param_str(NBF_P_TMPDIR);
     int keep = nbf_param_bool(NBF_P_NBFORK_KEEP_WORKDIR, 0);

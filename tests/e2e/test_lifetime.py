@@ -276,9 +276,10 @@ int leave_behind(void) {
         self.assertTrue(h.wait_until(lambda: len(workdirs(self.tmp)) == 1, 30),
                         workdirs(self.tmp))
 
-    def run_executor(self, parent):
+    def run_executor(self, parent, **env):
         """nbfork-executor started by this process with the kernel's pipes
-        on fd 3/4 and `--parent parent`; returns (exit status, seconds)."""
+        on fd 3/4 and `--parent parent`, the environment updated by env;
+        returns (exit status, its stderr)."""
         rq_r, rq_w = os.pipe()
         ev_r, ev_w = os.pipe()
 
@@ -287,9 +288,9 @@ int leave_behind(void) {
             os.dup2(r, 3)
             os.dup2(w, 4)
         exe = os.path.join(h.BUILD_DIR, "bin", "nbfork-executor")
-        t0 = time.monotonic()
+        err = tempfile.TemporaryFile(dir=self.tmp)
         p = subprocess.Popen([exe, "--parent", str(parent)], preexec_fn=fds, close_fds=False,
-                             env=dict(os.environ, TMPDIR=self.tmp), stderr=subprocess.DEVNULL)
+                             env=dict(os.environ, TMPDIR=self.tmp, **env), stderr=err)
         for fd in (rq_r, ev_w):
             os.close(fd)
         try:
@@ -298,7 +299,8 @@ int leave_behind(void) {
             os.close(rq_w)
             rq_w = -1
             rc = p.wait(timeout=30)
-            return rc, time.monotonic() - t0
+            err.seek(0)
+            return rc, err.read().decode()
         finally:
             if rq_w >= 0:
                 os.close(rq_w)
@@ -306,16 +308,17 @@ int leave_behind(void) {
             if p.poll() is None:
                 p.kill()
                 p.wait()
+            err.close()
 
     def test_executor_whose_parent_died_before_prctl_exits(self):
         # --parent names a pid that is not its parent: as if the kernel had
         # died between the spawn and the prctl (the executor was reparented)
         dead = subprocess.Popen(["true"])
         dead.wait()
-        rc, took = self.run_executor(dead.pid)
+        rc, _ = self.run_executor(dead.pid)
         self.assertEqual(rc, 1)
         self.assertEqual(workdirs(self.tmp), [])  # it stopped before creating one
-        rc, took = self.run_executor(os.getpid())
+        rc, _ = self.run_executor(os.getpid())
         self.assertEqual(rc, 0)
         self.assertEqual(workdirs(self.tmp), [])  # its own exit removed it
 
@@ -358,6 +361,18 @@ int leave_behind(void) {
         self.assertTrue(any(f.endswith(".c") for f in files), files)
         for f in files:
             self.assertEqual(stat.S_IMODE(os.lstat(f).st_mode) & 0o077, 0, f)
+
+    def test_shared_nbfork_workdir_is_warned_about(self):
+        shared = os.path.join(self.tmp, "shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o777)
+        rc, err = self.run_executor(os.getpid(), NBFORK_WORKDIR=shared)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("NBFORK_WORKDIR %s is writable by other users (mode 0777)" % shared, err)
+        self.assertIn("chmod 700", err)
+        os.chmod(shared, 0o700)
+        rc, err = self.run_executor(os.getpid(), NBFORK_WORKDIR=shared)
+        self.assertNotIn("writable by other users", err)
 
     def test_kernel_start_sweeps_dead_owners_only(self):
         dead = subprocess.Popen(["true"])
