@@ -37,8 +37,7 @@ static void drop(keep_t **p) {
 
 void *acc_keep(const char *name, size_t size, int *fresh) {
   if (!name || !*name || size == 0) {
-    acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT, "acc_keep: %s",
-                   size ? "no name" : "size 0");
+    acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT, "acc_keep: %s", size ? "no name" : "size 0");
     return NULL;
   }
   pthread_mutex_lock(&g_lock);
@@ -58,8 +57,8 @@ void *acc_keep(const char *name, size_t size, int *fresh) {
   if (!data) {
     free(k);
     pthread_mutex_unlock(&g_lock);
-    acc__set_error(NULL, ACC_ERR_NO_MEMORY, "acc_keep: cannot allocate %zu bytes for '%s'",
-                   size, name);
+    acc__set_error(NULL, ACC_ERR_NO_MEMORY, "acc_keep: cannot allocate %zu bytes for '%s'", size,
+                   name);
     return NULL;
   }
   memcpy(k->name, name, len);
