@@ -169,7 +169,11 @@ static void group_reap(ln_group_t *g) {
 static void group_pump(void *arg, int ms) {
   ln_group_t *g = arg;
   int alive, np = group_pollset(g, &alive);
-  if (np == 0 || poll(g->pfd, (nfds_t)np, ms) <= 0)
+  if (np == 0) {
+    usleep((useconds_t)ms * 1000); /* no pipe left to wait on: just wait */
+    return;
+  }
+  if (poll(g->pfd, (nfds_t)np, ms) <= 0)
     return;
   for (int k = 0; k < np; k++)
     if (g->which[k] >= 0 && (g->pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))

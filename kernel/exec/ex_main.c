@@ -96,6 +96,7 @@ static int setup(ex_t *ex) {
   const char *wd = nbf_param_raw(NBF_P_NBFORK_WORKDIR);
   if (wd) {
     snprintf(ex->workdir, sizeof ex->workdir, "%s", wd);
+    ex->workdir_lock = -1; /* the user's folder: not ours to lock or remove */
     mkdir(ex->workdir, 0700);
     struct stat st; /* the user's folder: say so when others could swap an object in it */
     if (stat(ex->workdir, &st) == 0 && (st.st_mode & 022))
