@@ -555,6 +555,40 @@ NBF_TEST(run_group_stops_what_workers_left_running) {
   ASSERT_EQ(waitpid(mine, NULL, 0), mine);
 }
 
+/* A leftover deaf to SIGTERM that also closed its output: SIGKILL after
+ * the grace ends it. */
+static int fn_leaves_a_deaf_one(void) {
+  int ready[2];
+  if (pipe(ready))
+    return 1;
+  if (fork() == 0) {
+    signal(SIGTERM, SIG_IGN);
+    setsid();
+    for (int fd = 0; fd < 3; fd++)
+      close(fd);
+    close(ready[0]);
+    close(ready[1]); /* deaf now: the worker may return */
+    for (;;)
+      pause();
+  }
+  close(ready[1]);
+  char c;
+  while (read(ready[0], &c, 1) < 0 && errno == EINTR)
+    ;
+  return 0;
+}
+
+NBF_TEST(run_group_kills_a_term_deaf_leftover) {
+  char *failures, *setup_error;
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(run_group(1, fn_leaves_a_deaf_one, &failures, &setup_error), LN_RUN_OK);
+  int64_t took = nbf_now_ms() - t0;
+  ASSERT_GE(took, 900); /* it got its SIGTERM grace ... */
+  ASSERT_LT(took, 30000); /* ... then SIGKILL */
+  ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  ASSERT_EQ(errno, ECHILD);
+}
+
 /* ---- the fork guard --------------------------------------------------------- */
 
 static void *wait_on_pipe(void *arg) {
