@@ -248,6 +248,19 @@ typedef struct {
 acc_idx_t *acc_idx_read(const char *path);
 void acc_idx_destroy(acc_idx_t **idx_p);
 
+/* Memory kept across re-runs of a notebook cell. Re-running a cell gives
+ * its globals their initial values again, so a data cell that mallocs
+ * leaks its previous load on every "Run All"; with acc_keep it finds it.
+ * Returns the block kept under `name` when it has `size` bytes (*fresh =
+ * 0: already filled), else frees the block of another size (if any) and
+ * keeps a new zeroed one (*fresh = 1: fill it). `fresh` may be NULL.
+ * Kept until acc_keep_free(name) or the process ends; forked workers
+ * inherit the blocks (copy-on-write). NULL with acc_last_error set when
+ * name is NULL or empty, size is 0, or memory is short. Thread-safe. */
+void *acc_keep(const char *name, size_t size, int *fresh);
+/* Free the block kept under `name` (nothing when there is none). */
+void acc_keep_free(const char *name);
+
 /* PyTorch's DistributedSampler with Accelerate's even_batches: the
  * indices 0..n-1, shuffled by (seed + epoch) when shuffle != 0, padded by
  * repeating from the start so the total is a multiple of

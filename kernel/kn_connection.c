@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kn_log.h"
 #include "nbf_buf.h"
@@ -169,4 +170,17 @@ void kn_connection_clear(kn_connection_t *c) {
     return;
   free(c->key);
   memset(c, 0, sizeof *c);
+}
+
+int kn_connection_check_mode(const char *path, char *msg, size_t len) {
+  struct stat st;
+  if (stat(path, &st) != 0 || !(st.st_mode & 077))
+    return 0;
+  snprintf(msg, len,
+           "connection file '%s' is %s%s by other users (mode %04o): its key lets anyone who "
+           "reads it run code in this kernel. Run: chmod 600 '%s'",
+           path, st.st_mode & 044 ? "readable" : "writable",
+           (st.st_mode & 044) && (st.st_mode & 022) ? " and writable" : "",
+           (unsigned)(st.st_mode & 07777), path);
+  return 1;
 }

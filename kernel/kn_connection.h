@@ -62,6 +62,13 @@ kn_result_t kn_connection_parse(const char *json_text, kn_connection_t *out,
 kn_result_t kn_connection_endpoint(const kn_connection_t *c, kn_port_index_t i, char *buf,
                                    size_t len);
 
+/* Is the connection file at path private? jupyter_client writes it 0600:
+ * its key lets whoever reads it run code in the kernel. Returns 0 when no
+ * group/other permission bit is set (or it cannot be stat()ed: load
+ * reports that), 1 otherwise with msg[len] saying so and what to do
+ * (chmod 600): the kernel warns, as ipykernel leaves it to the user. */
+int kn_connection_check_mode(const char *path, char *msg, size_t len);
+
 /* Free the key and zero *c. NULL-safe. */
 void kn_connection_clear(kn_connection_t *c);
 

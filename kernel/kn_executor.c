@@ -18,6 +18,7 @@
 #include "kn_wire.h"
 #include "nbf_param.h"
 #include "nbf_util.h"
+#include "nbf_workdir.h"
 
 extern char **environ;
 
@@ -165,7 +166,9 @@ kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, si
     snprintf(err, err_len, "out of memory");
     goto out;
   }
-  char *argv[] = {(char *)path, NULL};
+  char parent[24]; /* the executor arms PR_SET_PDEATHSIG and checks it (ex_main.c) */
+  snprintf(parent, sizeof parent, "%d", (int)getpid());
+  char *argv[] = {(char *)path, "--parent", parent, NULL};
   pid_t pid;
   int e = posix_spawn(&pid, path, &fa, &attr, argv, env);
   if (e != 0) {
@@ -318,6 +321,17 @@ kn_result_t kn_executor_read_events(kn_executor_t *ex, kn_executor_event_fn fn, 
   return KN_ERR_EOF;
 }
 
+/* The executor `pid` was just reaped: remove its work directory, which it
+ * cannot do itself after SIGKILL or a crash (nbf_workdir.h). Not when
+ * NBFORK_WORKDIR names one (the user's, kept). */
+static void remove_workdir_of(pid_t pid) {
+  if (nbf_param_raw(NBF_P_NBFORK_WORKDIR))
+    return;
+  int n = nbf_workdir_sweep(nbf_param_str(NBF_P_TMPDIR), pid);
+  if (n > 0)
+    kn_log(KN_LOG_DEBUG, "removed the work directory of executor %d", (int)pid);
+}
+
 bool kn_executor_reap(kn_executor_t *ex, int *wstatus) {
   if (ex->pid <= 0)
     return false;
@@ -326,6 +340,7 @@ bool kn_executor_reap(kn_executor_t *ex, int *wstatus) {
   if (r == ex->pid || (r < 0 && errno == ECHILD)) {
     ex->wstatus = r < 0 ? 0 : st;
     *wstatus = ex->wstatus;
+    remove_workdir_of(ex->pid);
     ex->pid = 0;
     return true;
   }
@@ -338,6 +353,7 @@ static void reap_blocking(kn_executor_t *ex) {
     while (waitpid(ex->pid, &st, 0) < 0 && errno == EINTR)
       ;
     ex->wstatus = st;
+    remove_workdir_of(ex->pid);
     ex->pid = 0;
   }
 }

@@ -23,6 +23,8 @@
 #include "kn_signals.h"
 #include "kn_transport.h"
 #include "kn_wire.h"
+#include "nbf_param.h"
+#include "nbf_workdir.h"
 
 static int usage(FILE *f) {
   fprintf(f,
@@ -88,6 +90,12 @@ int main(int argc, char **argv) {
               cerr.field, cerr.text);
     return 2;
   }
+
+  char warn[PATH_MAX + 256];
+  if (kn_connection_check_mode(conn_path, warn, sizeof warn))
+    kn_log(KN_LOG_WARN, "%s", warn);
+  /* work directories of executors that died with no one to reap them */
+  nbf_workdir_sweep(nbf_param_str(NBF_P_TMPDIR), 0);
 
   kn_signals_block(); /* before ZeroMQ starts its threads */
   char err[512];

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "acc_store.h"
+#include "ln_leftover.h"
 #include "ln_rdzv.h"
 #include "ln_worker.h"
 #include "nbf_util.h"
@@ -38,6 +39,7 @@ typedef struct {
   int stopping;       /* SIGTERM was sent to the group                 */
   int64_t stop_at_ms; /* when; -1 once SIGKILL followed                */
   int64_t drain_until_ms;
+  ln_leftovers_t left; /* what the workers started (ln_leftover.h)     */
 } ln_group_t;
 
 /* Where the store binds: the master address when it is a local loopback
@@ -162,6 +164,40 @@ static void group_reap(ln_group_t *g) {
   }
 }
 
+/* Wait up to ms for worker output and forward it (ln_leftovers_stop's
+ * pump: leftovers may still write into the workers' pipes). */
+static void group_pump(void *arg, int ms) {
+  ln_group_t *g = arg;
+  int alive, np = group_pollset(g, &alive);
+  if (np == 0) {
+    usleep((useconds_t)ms * 1000); /* no pipe left to wait on: just wait */
+    return;
+  }
+  if (poll(g->pfd, (nfds_t)np, ms) <= 0)
+    return;
+  for (int k = 0; k < np; k++)
+    if (g->which[k] >= 0 && (g->pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+      ln_worker_read(g->owner[k], g->which[k], g->ctx->send_event);
+}
+
+/* Every worker is reaped: stop and reap what they left running (each
+ * worker's process group, then the orphans reparented to us), forwarding
+ * their last output, and say how many there were. Once per run. */
+static void group_end_leftovers(ln_group_t *g) {
+  if (g->left.done)
+    return;
+  pid_t groups[g->started + 1];
+  for (int i = 0; i < g->started; i++)
+    groups[i] = g->w[i].pid;
+  int n = ln_leftovers_stop(&g->left, groups, g->started, LN_GRACE_MS, 2000, group_pump, g);
+  if (n > 0) {
+    printf("nbfork: stopped %d process%s that the workers had started and left running "
+           "(SIGTERM, then SIGKILL after %d ms).\n",
+           n, n == 1 ? "" : "es", LN_GRACE_MS);
+    fflush(stdout);
+  }
+}
+
 /* Forward output, reap, watch the rendezvous and the interrupt flag
  * until every worker is reaped and its pipes drained (or the drain time
  * ran out). */
@@ -175,8 +211,10 @@ static void group_monitor(ln_group_t *g, int restart, char **setup_error) {
     int alive, np = group_pollset(g, &alive);
     if (!alive && (np == 0 || (g->drain_until_ms >= 0 && nbf_now_ms() > g->drain_until_ms)))
       break;
-    if (!alive && g->drain_until_ms < 0)
+    if (!alive && g->drain_until_ms < 0) {
+      group_end_leftovers(g); /* they may hold the pipes open: before the drain */
       g->drain_until_ms = nbf_now_ms() + LN_DRAIN_MS;
+    }
     if (poll(g->pfd, (nfds_t)np, monitor_ms) > 0)
       for (int k = 0; k < np; k++)
         if (g->which[k] >= 0 && (g->pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -219,8 +257,10 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
     return LN_RUN_SETUP_FAILED;
   }
   acc_store_server_t *srv = NULL;
+  ln_leftovers_begin(&g.left);
   group_start(&g, fn, restart, use_gpu, setup_error, &srv);
   group_monitor(&g, restart, setup_error);
+  group_end_leftovers(&g); /* no-op unless the monitor ended before it */
   /* every worker is reaped here; close what the drain left open */
   for (int i = 0; i < g.started; i++)
     ln_worker_close(&g.w[i]);

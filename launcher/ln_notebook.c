@@ -23,6 +23,7 @@
 #include "nbf_buf.h"
 #include "nbf_param.h"
 #include "nbf_util.h"
+#include "nbf_workdir.h"
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) {
@@ -183,7 +184,9 @@ static int executor_start(executor_t *x, const char *path) {
     dup2(r, KN_WIRE_FD_REQUESTS);
     dup2(w, KN_WIRE_FD_EVENTS);
     nbf_param_set_long(NBF_P_NBFORK_DISPLAY_FD, KN_WIRE_FD_EVENTS);
-    execl(path, path, (char *)NULL);
+    char parent[24]; /* the executor dies with us (ex_main.c die_with_parent) */
+    snprintf(parent, sizeof parent, "%d", (int)getppid());
+    execl(path, path, "--parent", parent, (char *)NULL);
     fprintf(stderr, "nbfork launch: cannot run %s: %s\n", path, NBF_STRERROR(errno));
     _exit(127);
   }
@@ -278,6 +281,9 @@ static int executor_stop(executor_t *x) {
     kill(-x->pid, SIGKILL);
     waitpid(x->pid, &st, 0);
   }
+  /* reaped: its work directory is ours to remove (it could not, if killed) */
+  if (!nbf_param_raw(NBF_P_NBFORK_WORKDIR))
+    nbf_workdir_sweep(nbf_param_str(NBF_P_TMPDIR), x->pid);
   close(x->ev);
   nbf_buf_free(&x->line);
   return st;

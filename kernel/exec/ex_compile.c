@@ -230,6 +230,7 @@ static ex_result_t build_argv(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, 
  * cc1, as, ld, or nvcc's helpers, at once), output into the pipe. */
 static void exec_compiler(char **argv, int out_fd, int cuda) {
   setpgid(0, 0);
+  umask(077); /* objects 0600/0700: no other user may replace one before dlopen */
   dup2(out_fd, 1);
   dup2(out_fd, 2);
   setenv("LC_ALL", "C", 1); /* plain ASCII quotes in diagnostics */
@@ -331,8 +332,14 @@ static ex_result_t compile_unit(const ex_toolchain_t *tc, const char *source, in
  * does, so a kept work directory (NBFORK_KEEP_WORKDIR) shows every cell. */
 static int tinycc_unit(const ex_toolchain_t *tc, const char *source, int cuda,
                        const ex_paths_t *p) {
-  if (!tc->tinycc || cuda || write_file(p->src, source) ||
-      ex_jit_cell_so(source, tc->incdir, p->tmp))
+  if (!tc->tinycc || cuda || write_file(p->src, source))
+    return -1;
+  /* private as the system compiler's objects are (its child runs under
+   * umask 077): TinyCC writes from this process */
+  mode_t mask = umask(077);
+  int rc = ex_jit_cell_so(source, tc->incdir, p->tmp);
+  umask(mask);
+  if (rc)
     return -1;
   if (rename(p->tmp, p->so) == 0)
     return 0;

@@ -14,12 +14,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,18 +31,11 @@
 #include "nbf_buf.h"
 #include "nbf_param.h"
 #include "nbf_util.h"
+#include "nbf_workdir.h"
 
 #ifndef NBFORK_VERSION
 #define NBFORK_VERSION "0"
 #endif
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
 
 static ex_t *g_ex;           /* for the atexit cleanup only */
 static pid_t g_executor_pid; /* a worker calling exit() runs atexit too */
@@ -50,7 +43,21 @@ static pid_t g_executor_pid; /* a worker calling exit() runs atexit too */
 static void cleanup_workdir(void) {
   if (getpid() == g_executor_pid && g_ex && g_ex->workdir[0] &&
       !nbf_param_bool(NBF_P_NBFORK_KEEP_WORKDIR, 0))
-    nftw(g_ex->workdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    nbf_workdir_remove(g_ex->workdir);
+}
+
+/* Die with the parent (the kernel, or `nbfork launch`): a SIGKILLed kernel
+ * must not leave this process spinning in a cell, and it is in its own
+ * process group, which the front end's group kill misses. The signal is
+ * armed here, after exec (posix_spawn has no hook before it); a parent
+ * that died before prctl is caught by comparing getppid() with the pid
+ * the kernel passed (--parent PID). Returns -1 when the parent is gone. */
+static int die_with_parent(int argc, char **argv) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--parent"))
+      return getppid() == (pid_t)atol(argv[i + 1]) ? 0 : -1;
+  return 0; /* started without --parent: nothing to compare */
 }
 
 /* Find nbfork.h and libnbfork.so: NBFORK_INCLUDE_DIR / NBFORK_LIB_DIR, or
@@ -89,11 +96,18 @@ static int setup(ex_t *ex) {
   const char *wd = nbf_param_raw(NBF_P_NBFORK_WORKDIR);
   if (wd) {
     snprintf(ex->workdir, sizeof ex->workdir, "%s", wd);
+    ex->workdir_lock = -1; /* the user's folder: not ours to lock or remove */
     mkdir(ex->workdir, 0700);
+    struct stat st; /* the user's folder: say so when others could swap an object in it */
+    if (stat(ex->workdir, &st) == 0 && (st.st_mode & 022))
+      fprintf(stderr,
+              "nbfork-executor: warning: NBFORK_WORKDIR %s is writable by other users (mode "
+              "%04o): one could replace a cell's object before it is loaded. Run: chmod 700 %s\n",
+              ex->workdir, (unsigned)(st.st_mode & 07777), ex->workdir);
   } else {
     const char *tmp = nbf_param_str(NBF_P_TMPDIR);
-    snprintf(ex->workdir, sizeof ex->workdir, "%s/nbfork-%d-XXXXXX", tmp, (int)getpid());
-    if (!mkdtemp(ex->workdir)) {
+    int keep = nbf_param_bool(NBF_P_NBFORK_KEEP_WORKDIR, 0);
+    if (nbf_workdir_create(tmp, keep, ex->workdir, sizeof ex->workdir, &ex->workdir_lock)) {
       fprintf(stderr, "nbfork-executor: cannot create a work directory in %s: %s\n", tmp,
               NBF_STRERROR(errno));
       return -1;
@@ -185,6 +199,8 @@ int main(int argc, char **argv) {
     printf("nbfork-executor %s\n", NBFORK_VERSION);
     return 0;
   }
+  if (die_with_parent(argc, argv))
+    return 1; /* the parent died before prctl: nobody to serve */
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   ex_run_install_sigint();

@@ -43,6 +43,7 @@ typedef struct {
   char *base_cflags;  /* NBFORK_CFLAGS, or the default (ex_main.c setup) */
   int default_cflags; /* NBFORK_CFLAGS is not set */
   char workdir[PATH_MAX];
+  int workdir_lock; /* flock()ed fd of workdir while this process lives (nbf_workdir.h) */
   char incdir[PATH_MAX];
   char libdir[PATH_MAX];
   int cuda_cell; /* execution count of the cell that initialized CUDA */

@@ -12,11 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nbf_buf.h"
 #include "nbf_param.h"
 #include "nbf_util.h"
+#include "nbf_workdir.h"
 #include "nbf_test.h"
 
 static char *read_file(const char *path) {
@@ -244,3 +248,91 @@ NBF_TEST(self_exe_clock_and_error_text) {
 }
 
 NBF_TEST_MAIN()
+
+/* ---- nbf_workdir: the executor's private work directory ---- */
+
+static char *wd_tmp(void) {
+  char *t = strdup("/tmp/nbf-wd-test-XXXXXX");
+  ASSERT_NOT_NULL(mkdtemp(t));
+  return t;
+}
+
+static void wd_mkdir(const char *tmp, const char *name, char *out, size_t len) {
+  snprintf(out, len, "%s/%s", tmp, name);
+  ASSERT_EQ(mkdir(out, 0700), 0);
+}
+
+/* A pid no process has: a child that exited and was reaped. */
+static pid_t wd_dead_pid(void) {
+  pid_t p = fork();
+  if (p == 0)
+    _exit(0);
+  ASSERT_GT(p, 0);
+  ASSERT_EQ(waitpid(p, NULL, 0), p);
+  return p;
+}
+
+NBF_TEST(workdir_private_and_locked) {
+  char *tmp = wd_tmp(), dir[512];
+  int fd;
+  mode_t old = umask(0); /* mkdtemp's 0700 must not depend on the umask */
+  ASSERT_EQ(nbf_workdir_create(tmp, 0, dir, sizeof dir, &fd), 0);
+  umask(old);
+  struct stat st;
+  ASSERT_EQ(stat(dir, &st), 0);
+  ASSERT_EQ(st.st_mode & 07777, 0700);
+  ASSERT_EQ(st.st_uid, geteuid());
+  char want[64];
+  snprintf(want, sizeof want, "/nbfork-%d-", (int)getpid());
+  ASSERT_CONTAINS(dir, want);
+  /* held: another open file description cannot take the lock */
+  int other = open(dir, O_RDONLY | O_DIRECTORY);
+  ASSERT_TRUE(flock(other, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK);
+  close(other);
+  /* alive and locked: the start-up sweep keeps it */
+  ASSERT_EQ(nbf_workdir_sweep(tmp, 0), 0);
+  ASSERT_EQ(access(dir, F_OK), 0);
+  close(fd); /* the owner's exit: lock released, .locked says it had it */
+  ASSERT_EQ(nbf_workdir_sweep(tmp, 0), 1);
+  ASSERT_NE(access(dir, F_OK), 0);
+  rmdir(tmp);
+  free(tmp);
+}
+
+NBF_TEST(workdir_sweep_dead_owners_only) {
+  char *tmp = wd_tmp(), dead[512], live[512], kept[512], link[512], name[64], file[600];
+  pid_t gone = wd_dead_pid();
+  snprintf(name, sizeof name, "nbfork-%d-aaaaaa", (int)gone);
+  wd_mkdir(tmp, name, dead, sizeof dead);
+  snprintf(file, sizeof file, "%s/cell.so", dead);
+  close(open(file, O_CREAT | O_WRONLY, 0600));
+  snprintf(name, sizeof name, "nbfork-%d-bbbbbb", (int)getpid()); /* alive, never locked */
+  wd_mkdir(tmp, name, live, sizeof live);
+  snprintf(name, sizeof name, "nbfork-%d-cccccc", (int)gone);
+  wd_mkdir(tmp, name, kept, sizeof kept);
+  snprintf(file, sizeof file, "%s/" NBF_WORKDIR_KEEP, kept);
+  close(open(file, O_CREAT | O_WRONLY, 0600));
+  snprintf(link, sizeof link, "%s/nbfork-%d-dddddd", tmp, (int)gone);
+  ASSERT_EQ(symlink(live, link), 0);
+  char other[512];
+  snprintf(other, sizeof other, "%s/nbfork-x-eeeeee", tmp); /* not a work directory's name */
+  ASSERT_EQ(mkdir(other, 0700), 0);
+
+  ASSERT_EQ(nbf_workdir_sweep(tmp, 0), 1);
+  ASSERT_NE(access(dead, F_OK), 0);
+  ASSERT_EQ(access(live, F_OK), 0);
+  ASSERT_EQ(access(kept, F_OK), 0);
+  ASSERT_EQ(access(other, F_OK), 0);
+  struct stat st;
+  ASSERT_EQ(lstat(link, &st), 0);
+  /* the reaper of a pid removes that pid's (not kept) directories only */
+  ASSERT_EQ(nbf_workdir_sweep(tmp, getpid()), 1);
+  ASSERT_NE(access(live, F_OK), 0);
+  ASSERT_EQ(nbf_workdir_sweep(tmp, gone), 0); /* kept, and a link */
+  ASSERT_EQ(access(kept, F_OK), 0);
+  ASSERT_EQ(nbf_workdir_remove(kept), 0);
+  unlink(link);
+  rmdir(other);
+  ASSERT_EQ(rmdir(tmp), 0);
+  free(tmp);
+}

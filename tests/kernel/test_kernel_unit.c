@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../common/nbf_test.h"
 #include "kn_auth.h"
@@ -202,6 +204,31 @@ NBF_TEST(message_bad_json) {
 }
 
 /* ------------------------------------------------------------ connection */
+
+/* jupyter_client writes connection files 0600; any group/other bit is
+ * warned about, naming the file, the mode and chmod 600. */
+NBF_TEST(connection_mode_checked) {
+  char path[] = "/tmp/nbf-conn-test-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  char msg[1024] = "";
+  ASSERT_EQ(chmod(path, 0600), 0);
+  ASSERT_EQ(kn_connection_check_mode(path, msg, sizeof msg), 0);
+  ASSERT_EQ(chmod(path, 0644), 0);
+  ASSERT_EQ(kn_connection_check_mode(path, msg, sizeof msg), 1);
+  ASSERT_CONTAINS(msg, "is readable by other users (mode 0644)");
+  ASSERT_CONTAINS(msg, path);
+  ASSERT_CONTAINS(msg, "chmod 600");
+  ASSERT_EQ(chmod(path, 0620), 0);
+  ASSERT_EQ(kn_connection_check_mode(path, msg, sizeof msg), 1);
+  ASSERT_CONTAINS(msg, "is writable by other users (mode 0620)");
+  ASSERT_EQ(chmod(path, 0666), 0);
+  ASSERT_EQ(kn_connection_check_mode(path, msg, sizeof msg), 1);
+  ASSERT_CONTAINS(msg, "readable and writable");
+  unlink(path);
+  ASSERT_EQ(kn_connection_check_mode(path, msg, sizeof msg), 0); /* missing: load says so */
+}
 
 NBF_TEST(connection_ok) {
   kn_connection_t c;

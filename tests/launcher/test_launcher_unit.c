@@ -16,12 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "ln_group.h"
 #include "ln_launch.h"
+#include "ln_leftover.h"
 #include "ln_options.h"
 #include "ln_worker.h"
 #include "nbf_param.h"
@@ -535,6 +537,77 @@ NBF_TEST(run_group_interrupt_stops_everything) {
   ASSERT_EQ(errno, ECHILD);
   free(failures);
   free(setup_error);
+}
+
+/* A worker leaving two processes: one in its process group, one that
+ * escaped it with setsid(); both outlive the worker. */
+static int fn_leaves_two(void) {
+  if (fork() == 0) {
+    for (;;)
+      pause();
+  }
+  if (fork() == 0) {
+    setsid();
+    for (;;)
+      pause();
+  }
+  return 0;
+}
+
+NBF_TEST(run_group_stops_what_workers_left_running) {
+  pid_t mine = fork(); /* the caller's own child: not the launch's to stop */
+  if (mine == 0) {
+    for (;;)
+      pause();
+  }
+  char *failures, *setup_error;
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(run_group(2, fn_leaves_two, &failures, &setup_error), LN_RUN_OK);
+  ASSERT_LT(nbf_now_ms() - t0, 30000);
+  int n;
+  pid_t *kids = ln_children(&n);
+  ASSERT_EQ(n, 1); /* the four leftovers were reparented to us, stopped, reaped */
+  ASSERT_EQ(kids[0], mine);
+  free(kids);
+  int sub = -1;
+  prctl(PR_GET_CHILD_SUBREAPER, &sub);
+  ASSERT_EQ(sub, 0); /* restored after the launch */
+  kill(mine, SIGKILL);
+  ASSERT_EQ(waitpid(mine, NULL, 0), mine);
+}
+
+/* A leftover deaf to SIGTERM that also closed its output: SIGKILL after
+ * the grace ends it. */
+static int fn_leaves_a_deaf_one(void) {
+  int ready[2];
+  if (pipe(ready))
+    return 1;
+  if (fork() == 0) {
+    signal(SIGTERM, SIG_IGN);
+    setsid();
+    for (int fd = 0; fd < 3; fd++)
+      close(fd);
+    close(ready[0]);
+    close(ready[1]); /* deaf now: the worker may return */
+    for (;;)
+      pause();
+  }
+  close(ready[1]);
+  char c;
+  while (read(ready[0], &c, 1) < 0 && errno == EINTR)
+    ;
+  return 0;
+}
+
+NBF_TEST(run_group_kills_a_term_deaf_leftover) {
+  char *failures, *setup_error;
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(run_group(1, fn_leaves_a_deaf_one, &failures, &setup_error), LN_RUN_OK);
+  int64_t took = nbf_now_ms() - t0;
+  ASSERT_GE(took, 900); /* it got its SIGTERM grace ... */
+  ASSERT_LT(took, 30000); /* ... then SIGKILL */
+  ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  ASSERT_EQ(errno, ECHILD);
 }
 
 /* ---- the fork guard --------------------------------------------------------- */
