@@ -142,10 +142,10 @@ static const char *libc_nonshared(const char *cc) {
   return path;
 }
 
-/* The paths of one compile: WORKDIR/cell_TAG.{c,cu,so,so.tmp} and the
- * -I/-L/rpath words that point at nbfork's header and library. */
+/* The paths of one compile: WORKDIR/cell_TAG.{c,cu,so,so.tmp,warnings}
+ * and the -I/-L/rpath words that point at nbfork's header and library. */
 typedef struct {
-  char src[PATH_MAX], so[PATH_MAX], tmp[PATH_MAX];
+  char src[PATH_MAX], so[PATH_MAX], tmp[PATH_MAX], warn[PATH_MAX];
   char inc[PATH_MAX], libp[PATH_MAX], rpath[PATH_MAX];
 } ex_paths_t;
 
@@ -156,6 +156,7 @@ static int paths_init(ex_paths_t *p, const ex_toolchain_t *tc, const char *tag, 
       snprintf(p->src, sizeof p->src, "%s/cell_%s.%s", wd, tag, cuda ? "cu" : "c") < PATH_MAX;
   fits &= snprintf(p->so, sizeof p->so, "%s/cell_%s.so", wd, tag) < PATH_MAX;
   fits &= snprintf(p->tmp, sizeof p->tmp, "%s/cell_%s.so.tmp", wd, tag) < PATH_MAX;
+  fits &= snprintf(p->warn, sizeof p->warn, "%s/cell_%s.warnings", wd, tag) < PATH_MAX;
   fits &= snprintf(p->inc, sizeof p->inc, "-I%s", tc->incdir) < PATH_MAX;
   fits &= snprintf(p->libp, sizeof p->libp, "-L%s", tc->libdir) < PATH_MAX;
   fits &= snprintf(p->rpath, sizeof p->rpath, "%s%s", cuda ? "-rpath=" : "-Wl,-rpath,",
@@ -318,13 +319,30 @@ static ex_result_t compile_unit(const ex_toolchain_t *tc, const char *source, in
   if (r == EX_OK)
     r = run_compiler(tc, a.v, cuda, out, &status);
   argv_free(&a);
-  if (r == EX_OK && WIFEXITED(status) && WEXITSTATUS(status) == 0 && rename(p->tmp, p->so) == 0)
+  int ok = r == EX_OK && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  /* the warnings are kept beside the object, for a cached re-run to show
+   * them again (a failed write only loses that) */
+  if (ok && out->len)
+    (void)write_file(p->warn, out->data);
+  if (ok && rename(p->tmp, p->so) == 0)
     return EX_OK;
   unlink(p->tmp);
   if (r != EX_OK)
     return r;
   /* 127: the compiler could not be run at all (exec_compiler said why) */
   return WIFEXITED(status) && WEXITSTATUS(status) == 127 ? EX_ERR_SYSTEM : EX_ERR_COMPILE;
+}
+
+/* A cached object: the warnings its compile gave, appended to out. */
+static void replay_warnings(const ex_paths_t *p, nbf_buf_t *out) {
+  FILE *f = fopen(p->warn, "r");
+  if (!f)
+    return;
+  char chunk[4096];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
+    nbf_buf_append(out, chunk, n);
+  fclose(f);
 }
 
 /* The unit through TinyCC (ex_jit_cell_so): 0, or -1 to use the system
@@ -360,9 +378,12 @@ ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char 
     r = EX_ERR_SYSTEM;
   } else if (p) {
     /* compile cache: same unit, same flags */
-    r = stat(p->so, &st) == 0 || tinycc_unit(tc, source, cuda, p) == 0
-            ? EX_OK
-            : compile_unit(tc, source, cuda, p, &out);
+    if (stat(p->so, &st) == 0) {
+      replay_warnings(p, &out);
+      r = EX_OK;
+    } else {
+      r = tinycc_unit(tc, source, cuda, p) == 0 ? EX_OK : compile_unit(tc, source, cuda, p, &out);
+    }
     if (r == EX_OK && !(*so_path = strdup(p->so)))
       r = EX_ERR_NOMEM;
   }

@@ -35,7 +35,8 @@ typedef struct {
  * Quoted includes are searched in the current directory (the notebook's)
  * too, then in incdir (nbfork.h). Blocks until the compiler exits.
  * An object that already exists for `tag` is reused without compiling
- * (the compile cache). With tc->tinycc, TinyCC compiles the unit in this
+ * (the compile cache), and the warnings its compile gave are given again
+ * (kept beside it as cell_TAG.warnings). With tc->tinycc, TinyCC compiles the unit in this
  * process when it accepts it without a diagnostic (ex_jit.h); else, and
  * always for CUDA, the system compiler does. Results:
  *   EX_OK              *so_path set (caller frees); *diag may hold warnings

@@ -513,6 +513,19 @@ class ExecutorE2ETest(unittest.TestCase):
         self.ok(cell)
         self.assertEqual(len(self.objects()), n + 2)
 
+    def test_cached_cell_shows_its_warnings_again(self):
+        # a re-run served by the compile cache shows what the compiler
+        # said the first time (the object is not rebuilt)
+        cell = ("const char *warn_src = \"x\";\n"
+                "char *warn_fn(void) { return warn_src; }")
+        texts = []
+        for _ in range(2):
+            before = self.objects()
+            texts.append(stream_text(self.ok(cell), "stderr"))
+        self.assertEqual(self.objects(), before)
+        self.assertIn("discards 'const' qualifier", texts[0])
+        self.assertEqual(texts[1], texts[0])
+
     def new_object(self, code):
         """Run `code` (it must succeed and compile anew); return whether
         its object was built by GCC (GCC writes its name and version into
