@@ -165,9 +165,10 @@ static void group_reap(ln_group_t *g) {
 /* Forward output, reap, watch the rendezvous and the interrupt flag
  * until every worker is reaped and its pipes drained (or the drain time
  * ran out). */
-static void group_monitor(ln_group_t *g, int restart, char **setup_error) {
+static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *srv,
+                          char **setup_error) {
   ln_rdzv_t rdzv;
-  ln_rdzv_begin(&rdzv, g->o, restart);
+  ln_rdzv_begin(&rdzv, g->o, restart, srv);
   int monitor_ms = (int)(g->o->monitor_interval_s * 1000);
   if (monitor_ms < 1)
     monitor_ms = 1;
@@ -220,7 +221,7 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   }
   acc_store_server_t *srv = NULL;
   group_start(&g, fn, restart, use_gpu, setup_error, &srv);
-  group_monitor(&g, restart, setup_error);
+  group_monitor(&g, restart, srv, setup_error);
   /* every worker is reaped here; close what the drain left open */
   for (int i = 0; i < g.started; i++)
     ln_worker_close(&g.w[i]);

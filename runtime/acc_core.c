@@ -206,6 +206,29 @@ static int busy_poll(const acc_t *acc) {
   return set ? nbf_truthy(set) : cpus > 0 && acc->local_world <= cpus;
 }
 
+/* NBFORK_RDZV_GATE (launches on several nodes): wait until node 0's
+ * launcher found every node's settings equal, so that a mismatch is
+ * reported by the launchers instead of failing inside Gloo. The wait has
+ * no limit of its own: the launcher stops this process when the
+ * rendezvous fails or times out. */
+static int wait_for_gate(acc_t *acc) {
+  const char *gate = nbf_param_raw(NBF_P_NBFORK_RDZV_GATE);
+  if (!gate || !*gate)
+    return 0;
+  acc_result_t r;
+  void *v = NULL;
+  size_t len = 0;
+  while ((r = acc_store_get(acc->store, gate, &v, &len)) == ACC_ERR_TIMEOUT)
+    ;
+  free(v);
+  if (r != ACC_OK) {
+    acc__set_error(acc, r, "waiting for the launchers' rendezvous (store key '%s'): %s", gate,
+                   acc_store_client_error(acc->store));
+    return -1;
+  }
+  return 0;
+}
+
 static int join_group(acc_t *acc) {
   snprintf(acc->key_prefix, sizeof acc->key_prefix, "%s/%d/", acc->run_id, g_generation++);
   /* A dead peer must give an error, not kill us by SIGPIPE on write. */
@@ -232,6 +255,8 @@ static int join_group(acc_t *acc) {
                    err);
     return -1;
   }
+  if (wait_for_gate(acc) != 0)
+    return -1;
   char host[256];
   const char *h = nbf_param_raw(NBF_P_NBFORK_GLOO_HOSTNAME);
   if (h) {
