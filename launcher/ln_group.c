@@ -38,6 +38,7 @@ typedef struct {
   int stopping;       /* SIGTERM was sent to the group                 */
   int64_t stop_at_ms; /* when; -1 once SIGKILL followed                */
   int64_t drain_until_ms;
+  int64_t started_ms; /* for "left N s into the run"                   */
 } ln_group_t;
 
 /* Where the store binds: the master address when it is a local loopback
@@ -73,6 +74,7 @@ static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) 
   g->ctx = ctx;
   g->result = LN_RUN_OK;
   g->stop_at_ms = g->drain_until_ms = -1;
+  g->started_ms = nbf_now_ms();
   size_t n = (size_t)o->num_processes, npoll = n * 4 + 1;
   g->w = calloc(n, sizeof *g->w);
   g->pfd = calloc(npoll, sizeof *g->pfd);
@@ -145,9 +147,17 @@ static int group_pollset(ln_group_t *g, int *alive) {
   return np;
 }
 
-/* Reap the workers that exited; the first failure (not a victim of a
- * stop already under way) stops the group. */
+/* Reap the workers that exited. Every exit of one pass is collected
+ * before anything is stopped, so that a worker reaped in the pass is
+ * never taken for a victim of a SIGTERM the pass itself sent: all the
+ * non-zero exits and signals of the first failing pass are failures (the
+ * report orders them: group_failures); later ones are victims of the
+ * stop. A worker that exits 0 is no failure, but its exit time is kept:
+ * a rank that returned while its peers were still in collectives is
+ * what made them fail, and the report leads with it. */
 static void group_reap(ln_group_t *g) {
+  int failing = 0, was_stopping = g->stopping;
+  int64_t now = nbf_now_ms();
   for (int i = 0; i < g->started; i++) {
     ln_worker_t *w = &g->w[i];
     int st;
@@ -155,11 +165,14 @@ static void group_reap(ln_group_t *g) {
       continue;
     w->exited = 1;
     w->status = st;
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !g->stopping) {
-      w->failed = 1; /* the cause, not a victim of the stop */
-      group_stop(g, LN_RUN_FAILED);
+    w->exited_ms = now;
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !was_stopping) {
+      w->failed = 1; /* a cause (or a peer's first consequence), not a victim of the stop */
+      failing = 1;
     }
   }
+  if (failing)
+    group_stop(g, LN_RUN_FAILED);
 }
 
 /* Forward output, reap, watch the rendezvous and the interrupt flag
@@ -197,16 +210,68 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
   ln_rdzv_end(&rdzv); /* its client's threads go before any re-fork */
 }
 
-/* The failure report: one ln_worker_describe per failed worker. */
+/* Which failed worker the report names first: a signal (a crash, a
+ * kill from outside) is a cause, an exit code is often a peer's
+ * consequence; then the earlier, then the lower rank. */
+static int failure_before(const ln_worker_t *a, const ln_worker_t *b) {
+  int sa = WIFSIGNALED(a->status), sb = WIFSIGNALED(b->status);
+  if (a->exited_ms != b->exited_ms)
+    return a->exited_ms < b->exited_ms;
+  if (sa != sb)
+    return sa;
+  return a->local_rank < b->local_rank;
+}
+
+/* The worker that exited 0 first while the group still ran, if it left
+ * no later than the first failure: the rank that left its peers in the
+ * middle of their collectives. NULL when none. */
+static const ln_worker_t *first_leaver(const ln_group_t *g, const ln_worker_t *first_failed) {
+  const ln_worker_t *leaver = NULL;
+  for (int i = 0; i < g->started; i++) {
+    const ln_worker_t *w = &g->w[i];
+    if (!w->exited || w->failed || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0)
+      continue;
+    if (first_failed && w->exited_ms > first_failed->exited_ms)
+      continue;
+    if (!leaver || w->exited_ms < leaver->exited_ms)
+      leaver = w;
+  }
+  return leaver;
+}
+
+/* The failure report: the rank that left first (when one did), then one
+ * ln_worker_describe per failed worker, the first cause first. Its first
+ * line is the WorkerFailed summary (ln_launch.c). */
 static char *group_failures(const ln_group_t *g) {
   char *text = NULL;
   size_t cap = 0;
   FILE *f = open_memstream(&text, &cap);
   if (!f)
     return NULL;
-  for (int i = 0; i < g->started; i++)
-    if (g->w[i].failed)
-      ln_worker_describe(&g->w[i], g->o->node_rank * g->o->num_processes + i, f);
+  int base = g->o->node_rank * g->o->num_processes;
+  const ln_worker_t **order = calloc((size_t)g->started + 1, sizeof *order);
+  int n = 0;
+  for (int i = 0; order && i < g->started; i++)
+    if (g->w[i].failed) {
+      int j = n++;
+      for (; j > 0 && failure_before(&g->w[i], order[j - 1]); j--)
+        order[j] = order[j - 1];
+      order[j] = &g->w[i];
+    }
+  const ln_worker_t *leaver = first_leaver(g, n ? order[0] : NULL);
+  if (leaver)
+    fprintf(f,
+            "rank %d (local rank %d, pid %d) left first: it exited with code 0 (it returned or "
+            "called exit(0)) %.2f s into the run, while its peers were still running; the "
+            "failure%s below followed %.2f s later (a rank that leaves while its peers are still "
+            "in collectives makes their collectives fail: see why rank %d returned early)\n",
+            base + leaver->local_rank, leaver->local_rank, (int)leaver->pid,
+            (leaver->exited_ms - g->started_ms) / 1000.0, n > 1 ? "s" : "",
+            n ? (order[0]->exited_ms - leaver->exited_ms) / 1000.0 : 0.0,
+            base + leaver->local_rank);
+  for (int k = 0; k < n; k++)
+    ln_worker_describe(order[k], base + order[k]->local_rank, f);
+  free(order);
   fclose(f);
   return text;
 }
