@@ -222,16 +222,33 @@ static int failure_before(const ln_worker_t *a, const ln_worker_t *b) {
   return a->local_rank < b->local_rank;
 }
 
+/* Whether a failed worker's stderr tail says it lost its connection to
+ * global rank `rank` (the runtime's words, acc_gloo.cc). */
+static int peer_blames(const ln_group_t *g, int rank) {
+  char needle[64];
+  snprintf(needle, sizeof needle, "the connection to rank %d was lost", rank);
+  for (int i = 0; i < g->started; i++)
+    for (int l = 0; g->w[i].failed && l < LN_TAIL_LINES; l++)
+      if (g->w[i].tail[l] && strstr(g->w[i].tail[l], needle))
+        return 1;
+  return 0;
+}
+
 /* The worker that exited 0 first while the group still ran, if it left
- * no later than the first failure: the rank that left its peers in the
- * middle of their collectives. NULL when none. */
+ * before the first failure (reaped in an earlier pass), or in the same
+ * pass and a failed peer's error names it as the connection it lost (a
+ * peer that ignores a failed collective also exits 0: without that
+ * evidence the same pass tells no order): the rank that left its peers
+ * in the middle of their collectives. NULL when none. */
 static const ln_worker_t *first_leaver(const ln_group_t *g, const ln_worker_t *first_failed) {
   const ln_worker_t *leaver = NULL;
+  int base = g->o->node_rank * g->o->num_processes;
   for (int i = 0; i < g->started; i++) {
     const ln_worker_t *w = &g->w[i];
     if (!w->exited || w->failed || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0)
       continue;
-    if (first_failed && w->exited_ms > first_failed->exited_ms)
+    if (first_failed && w->exited_ms >= first_failed->exited_ms &&
+        !(w->exited_ms == first_failed->exited_ms && peer_blames(g, base + w->local_rank)))
       continue;
     if (!leaver || w->exited_ms < leaver->exited_ms)
       leaver = w;
