@@ -239,8 +239,17 @@ static int join_group(acc_t *acc) {
   const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
   if (!nbf_param_bool(NBF_P_NBFORK_STORE_HOSTED, 0) && acc->rank == 0) {
     char err[512];
-    acc->store_server =
-        acc_store_server_start_secure("*", acc->master_port, secret, err, sizeof err);
+    /* as the launcher (ln_group.c): loopback only when every rank is here */
+    int local = !strcmp(acc->master_addr, "127.0.0.1") || !strcmp(acc->master_addr, "localhost");
+    if (!local && !(secret && *secret))
+      fprintf(stderr,
+              "nbfork: warning: rank 0 hosts the rendezvous store on every interface (port %d) "
+              "without a secret: any host that reaches it can join or disturb this job. Set "
+              "NBFORK_RDZV_SECRET (rdzv_conf=secret=... in %%launch) to the same text on every "
+              "node.\n",
+              acc->master_port);
+    acc->store_server = acc_store_server_start_secure(local ? "127.0.0.1" : "*", acc->master_port,
+                                                      secret, err, sizeof err);
     if (!acc->store_server) {
       acc__set_error(acc, ACC_ERR_STORE, "rank 0 could not host the rendezvous store: %s", err);
       return -1;
