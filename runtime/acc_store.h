@@ -79,7 +79,11 @@ acc_store_server_t *acc_store_server_start_secure(const char *bind_addr, int por
  * without the secret (the store has one), clients with a secret (the
  * store has none), clients with another secret, and the rest (random
  * bytes, a broken or replayed handshake). The launcher of node 0 names
- * them when a node does not arrive. NULL-safe (all 0). */
+ * them when a node does not arrive. The kind is known only when the store
+ * read the client's greeting: a client that saw the mismatch first and
+ * hung up counts as malformed (a rank retries many times, so the real
+ * kind shows). Counted by the serving thread as ZeroMQ reports them:
+ * a refusal may show a few ms late. NULL-safe (all 0). */
 typedef struct {
   unsigned no_secret, unexpected_secret, other_secret, malformed;
 } acc_store_refusals_t;
