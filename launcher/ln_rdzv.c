@@ -176,7 +176,12 @@ static void describe_refusals(const ln_rdzv_t *r, FILE *f) {
             " Node 0's store refused %u connection%s with another rendezvous secret than this "
             "node's: the nodes' secrets differ.",
             c.other_secret, c.other_secret == 1 ? "" : "s");
-  if (c.no_secret || c.unexpected_secret || c.other_secret)
+  if (c.malformed && !c.no_secret && !c.unexpected_secret && !c.other_secret)
+    fprintf(f,
+            " Node 0's store refused %u connection%s whose handshake failed (a process with "
+            "another rendezvous secret than this node's, or not an nbfork store client).",
+            c.malformed, c.malformed == 1 ? "" : "s");
+  if (c.no_secret || c.unexpected_secret || c.other_secret || c.malformed)
     fprintf(f, " %s", FIX_SECRET);
 }
 
