@@ -234,26 +234,47 @@ static int peer_blames(const ln_group_t *g, int rank) {
   return 0;
 }
 
-/* The worker that exited 0 first while the group still ran, if it left
- * before the first failure (reaped in an earlier pass), or in the same
- * pass and a failed peer's error names it as the connection it lost (a
- * peer that ignores a failed collective also exits 0: without that
- * evidence the same pass tells no order): the rank that left its peers
- * in the middle of their collectives. NULL when none. */
-static const ln_worker_t *first_leaver(const ln_group_t *g, const ln_worker_t *first_failed) {
+/* The rank that left its peers in the middle of their collectives: a
+ * worker that exited 0 while the group ran and that a failed peer's
+ * error names as the connection it lost. Exit order alone cannot tell:
+ * a peer that ignores its failed final barrier exits 0 too, often before
+ * the rank whose failure broke it is reaped. NULL when none. */
+static const ln_worker_t *first_leaver(const ln_group_t *g) {
   const ln_worker_t *leaver = NULL;
   int base = g->o->node_rank * g->o->num_processes;
   for (int i = 0; i < g->started; i++) {
     const ln_worker_t *w = &g->w[i];
-    if (!w->exited || w->failed || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0)
-      continue;
-    if (first_failed && w->exited_ms >= first_failed->exited_ms &&
-        !(w->exited_ms == first_failed->exited_ms && peer_blames(g, base + w->local_rank)))
+    if (!w->exited || w->failed || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0 ||
+        !peer_blames(g, base + w->local_rank))
       continue;
     if (!leaver || w->exited_ms < leaver->exited_ms)
       leaver = w;
   }
   return leaver;
+}
+
+/* A worker that exited 0 before the first failure (or in its reap pass)
+ * without a peer naming it: said after the failures, as a possible cause. */
+static const ln_worker_t *early_exit(const ln_group_t *g, const ln_worker_t *first_failed) {
+  const ln_worker_t *early = NULL;
+  for (int i = 0; first_failed && i < g->started; i++) {
+    const ln_worker_t *w = &g->w[i];
+    if (w->exited && !w->failed && WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0 &&
+        w->exited_ms <= first_failed->exited_ms && (!early || w->exited_ms < early->exited_ms))
+      early = w;
+  }
+  return early;
+}
+
+/* A failed worker lost its connection to a rank of another node: that
+ * rank's node reports why it left. -1 when none. */
+static int remote_loss(const ln_group_t *g) {
+  int base = g->o->node_rank * g->o->num_processes;
+  int world = g->o->num_nodes * g->o->num_processes;
+  for (int r = 0; r < world; r++)
+    if ((r < base || r >= base + g->o->num_processes) && peer_blames(g, r))
+      return r;
+  return -1;
 }
 
 /* The failure report: the rank that left first (when one did), then one
@@ -275,19 +296,31 @@ static char *group_failures(const ln_group_t *g) {
         order[j] = order[j - 1];
       order[j] = &g->w[i];
     }
-  const ln_worker_t *leaver = first_leaver(g, n ? order[0] : NULL);
+  const ln_worker_t *leaver = first_leaver(g);
+  int remote = leaver ? -1 : remote_loss(g);
+  if (remote >= 0)
+    fprintf(f,
+            "rank %d (node %d) was lost first: the failure%s below lost the connection to it (it "
+            "exited or failed on node %d: see that node's error)\n",
+            remote, remote / g->o->num_processes, n > 1 ? "s" : "", remote / g->o->num_processes);
   if (leaver)
     fprintf(f,
             "rank %d (local rank %d, pid %d) left first: it exited with code 0 (it returned or "
-            "called exit(0)) %.2f s into the run, while its peers were still running; the "
-            "failure%s below followed %.2f s later (a rank that leaves while its peers are still "
-            "in collectives makes their collectives fail: see why rank %d returned early)\n",
+            "called exit(0)) %.2f s into the run, while its peers were still in collectives: "
+            "the failure%s below lost the connection to it (see why rank %d returned early)\n",
             base + leaver->local_rank, leaver->local_rank, (int)leaver->pid,
             (leaver->exited_ms - g->started_ms) / 1000.0, n > 1 ? "s" : "",
-            n ? (order[0]->exited_ms - leaver->exited_ms) / 1000.0 : 0.0,
             base + leaver->local_rank);
   for (int k = 0; k < n; k++)
     ln_worker_describe(order[k], base + order[k]->local_rank, f);
+  const ln_worker_t *early = leaver ? NULL : early_exit(g, n ? order[0] : NULL);
+  if (early)
+    fprintf(f,
+            "rank %d (local rank %d, pid %d) had exited with code 0 %.2f s into the run, before "
+            "or with the failure above: if it returned while its peers were still in "
+            "collectives, their collectives failed because of it\n",
+            base + early->local_rank, early->local_rank, (int)early->pid,
+            (early->exited_ms - g->started_ms) / 1000.0);
   free(order);
   fclose(f);
   return text;

@@ -447,6 +447,7 @@ static int fn_forever(void) {
  * pid, from a file rank 1 wrote, no longer in /proc or a zombie): the
  * order of a peer failing because a rank left in the middle. */
 static char g_leaver_file[64];
+static int g_leaver_named;
 static int fn_rank1_leaves(void) {
   if (my_rank() == 1) {
     FILE *f = fopen(g_leaver_file, "w");
@@ -474,6 +475,9 @@ static int fn_rank1_leaves(void) {
     if (state && state != 'Z')
       usleep(10000);
   }
+  if (g_leaver_named) /* the runtime's line when a collective lost rank 1 */
+    fprintf(stderr, "nbfork: rank 0: the connection to rank 1 was lost (rank 1 exited or failed "
+                    "during a collective)\n");
   fprintf(stderr, "rank 0: my peer is gone\n");
   return 1;
 }
@@ -524,22 +528,40 @@ NBF_TEST(run_group_failure_stops_blocked_peer) {
 }
 
 /* The report leads with the rank that left first (exit 0 while its peer
- * ran), then the peer's failure as its consequence. */
+ * ran) when the peer's error names it, then the peer's failure. */
 NBF_TEST(run_group_rank_that_left_first_leads) {
   char *failures, *setup_error;
   snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
   unlink(g_leaver_file);
+  g_leaver_named = 1;
   ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
   unlink(g_leaver_file);
   printf("%s", failures);
   ASSERT_TRUE(strncmp(failures, "rank 1 (local rank 1, pid ", 26) == 0);
   ASSERT_CONTAINS(failures, "left first: it exited with code 0 (it returned or called exit(0))");
-  ASSERT_CONTAINS(failures, "while its peers were still running");
+  ASSERT_CONTAINS(failures, "while its peers were still in collectives");
   const char *peer = strstr(failures, "\nrank 0 (local rank 0, pid ");
   ASSERT_NOT_NULL(peer);
   ASSERT_CONTAINS(peer, "exited with code 1");
   ASSERT_CONTAINS(peer, "    rank 0: my peer is gone\n");
   ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  free(failures);
+}
+
+/* Without a peer naming it, an earlier exit 0 is no proof (a peer that
+ * ignores its failed final barrier exits 0 too): the failure leads, the
+ * earlier exit follows as a possible cause. */
+NBF_TEST(run_group_unnamed_early_exit_follows) {
+  char *failures, *setup_error;
+  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
+  unlink(g_leaver_file);
+  g_leaver_named = 0;
+  ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
+  unlink(g_leaver_file);
+  printf("%s", failures);
+  ASSERT_TRUE(strncmp(failures, "rank 0 (local rank 0, pid ", 26) == 0);
+  ASSERT_CONTAINS(failures, "rank 1 (local rank 1, pid ");
+  ASSERT_CONTAINS(failures, ") had exited with code 0 ");
   free(failures);
 }
 
