@@ -49,19 +49,18 @@ typedef struct {
   char prefix[64];
   char gate[200];
   int restart;
-  int self_set;         /* our description is in the store            */
-  int done;             /* verdict OK (or single node)                */
-  int refusal;          /* nodes > 0: acc_store_refusal_t last seen   */
-  int *present;         /* node 0: which nodes' descriptions exist    */
-  char *error;          /* the refusing verdict, once known           */
-  double deadline_ms;   /* rdzv_timeout from ln_rdzv_begin            */
-  double linger_until;  /* node 0: > 0 while a refusal is kept up     */
+  int self_set;        /* our description is in the store            */
+  int done;            /* verdict OK (or single node)                */
+  int refusal;         /* nodes > 0: acc_store_refusal_t last seen   */
+  int *present;        /* node 0: which nodes' descriptions exist    */
+  char *error;         /* the refusing verdict, once known           */
+  double deadline_ms;  /* rdzv_timeout from ln_rdzv_begin            */
+  double linger_until; /* node 0: > 0 while a refusal is kept up     */
 } ln_rdzv_t;
 
 /* Start (after the fork: the client has ZeroMQ threads). `srv` is node
  * 0's store (NULL elsewhere). */
-void ln_rdzv_begin(ln_rdzv_t *r, const ln_options_t *o, int restart,
-                   const acc_store_server_t *srv);
+void ln_rdzv_begin(ln_rdzv_t *r, const ln_options_t *o, int restart, const acc_store_server_t *srv);
 
 /* Advance. Returns 0 (agreed, or still waiting), or -1 when the
  * rendezvous failed, with *error (caller frees) saying what differs or

@@ -88,7 +88,7 @@ struct acc_gloo {
   acc_store_client_t *store = nullptr;
   std::string sync_prefix;
   bool sync_tried = false;
-  bool told_lost = false; /* the one stderr line about a lost peer was written */
+  bool told_lost = false;            /* the one stderr line about a lost peer was written */
   std::vector<acc_gloo_cached> seen; /* sizes all-reduced/gathered before sctx */
   std::chrono::milliseconds timeout{300000};
   std::vector<acc_gloo_cached> cache; /* most recently used last */
@@ -207,8 +207,10 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
     /* one line, whatever the caller does with the error: a launcher reads
      * it in the stderr tail to name the rank that left (ln_group.c) */
     g->told_lost = true;
-    std::fprintf(stderr, "nbfork: rank %d: the connection to rank %d was lost (rank %d exited or "
-                 "failed during a collective)\n", g->ctx ? g->ctx->rank : -1, lost, lost);
+    std::fprintf(stderr,
+                 "nbfork: rank %d: the connection to rank %d was lost (rank %d exited or "
+                 "failed during a collective)\n",
+                 g->ctx ? g->ctx->rank : -1, lost, lost);
   }
   if (err && errlen && lost >= 0)
     std::snprintf(err, errlen,

@@ -322,15 +322,15 @@ void acc_store_server_refusals(const acc_store_server_t *s, acc_store_refusals_t
   out->no_secret = __atomic_load_n(&s->refused[ACC_STORE_REFUSED_NEEDS_SECRET], __ATOMIC_RELAXED);
   out->unexpected_secret =
       __atomic_load_n(&s->refused[ACC_STORE_REFUSED_OPEN_STORE], __ATOMIC_RELAXED);
-  out->other_secret = __atomic_load_n(&s->refused[ACC_STORE_REFUSED_OTHER_SECRET], __ATOMIC_RELAXED);
+  out->other_secret =
+      __atomic_load_n(&s->refused[ACC_STORE_REFUSED_OTHER_SECRET], __ATOMIC_RELAXED);
 }
 
 static void *serve(void *arg) {
   acc_store_server_t *s = arg;
   for (;;) {
-    zmq_pollitem_t items[3] = {{s->router, 0, ZMQ_POLLIN, 0},
-                               {s->ctl_thr, 0, ZMQ_POLLIN, 0},
-                               {s->mon, 0, ZMQ_POLLIN, 0}};
+    zmq_pollitem_t items[3] = {
+        {s->router, 0, ZMQ_POLLIN, 0}, {s->ctl_thr, 0, ZMQ_POLLIN, 0}, {s->mon, 0, ZMQ_POLLIN, 0}};
     int rc = zmq_poll(items, s->mon ? 3 : 2, -1);
     if (rc < 0) {
       if (errno == EINTR)

@@ -688,9 +688,9 @@ NBF_TEST(rdzv_conf_join_timeout_and_secret) {
   ln_options_t o;
   ln_options_init(&o);
   char err[512];
-  ASSERT_EQ(ln_options_parse("num_processes=1 rdzv_conf=secret=k,join_timeout=7", &o, err,
-                             sizeof err),
-            0);
+  ASSERT_EQ(
+      ln_options_parse("num_processes=1 rdzv_conf=secret=k,join_timeout=7", &o, err, sizeof err),
+      0);
   ASSERT_EQ_STR(o.rdzv_secret, "k");
   ASSERT_EQ(o.rdzv_timeout_s, 7);
   ln_options_init(&o);

@@ -13,9 +13,9 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "acc_store.h"
@@ -373,8 +373,7 @@ NBF_TEST(secret_missing) {
 }
 
 NBF_TEST(secret_wrong) {
-  refused("s3cret", "wrong", "wrong or missing rendezvous secret?",
-          ACC_STORE_REFUSED_OTHER_SECRET);
+  refused("s3cret", "wrong", "wrong or missing rendezvous secret?", ACC_STORE_REFUSED_OTHER_SECRET);
 }
 
 NBF_TEST(secret_ranks) {
@@ -585,8 +584,8 @@ NBF_TEST(replayed_session_refused) {
   still_serving(port, "the-job-secret");
   acc_store_refusals_t n;
   acc_store_server_refusals(s, &n);
-  printf("recorded %zu bytes; refused: other secret %u, malformed %u\n", p->nsent,
-         n.other_secret, n.malformed);
+  printf("recorded %zu bytes; refused: other secret %u, malformed %u\n", p->nsent, n.other_secret,
+         n.malformed);
   free(p);
   acc_store_client_destroy(&real);
   acc_store_server_stop(&s);
