@@ -8,12 +8,15 @@ on loopback (issue 14, items 1, 2 and 8):
 - a rank that returns or calls exit(0) in the middle of collectives: the
   WorkerFailed error leads with it, and its peer's error names it;
 - a store without a secret listening on every interface warns, naming
-  rdzv_conf=secret=.
+  rdzv_conf=secret=;
+- the same rendezvous faults through `nbfork launch --num_machines 2`
+  (rdzv_conf's join_timeout), the cheapest repro.
 
 Timing: the only time bounds say "it ended within rdzv_timeout + MARGIN_S";
 MARGIN_S is generous for a loaded 2-core machine (the measured figures are
 in bench/rdzv_faults.py). Ports: as test_launcher.py (on_free_port)."""
 import os
+import subprocess
 import threading
 import time
 import unittest
@@ -226,6 +229,66 @@ class LeftFirst(unittest.TestCase):
         reply, out = self.k.execute_with_port(fmt + "rdzv_conf=secret=s", timeout=120)
         self.assertEqual(reply["status"], "ok", h.errors(out))
         self.assertNotIn("without a secret", h.stream_text(out, "stderr"))
+
+
+def workers_on_port(port):
+    """Processes whose environment has MASTER_PORT=port (workers left)."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if b"MASTER_PORT=%d\0" % port in f.read():
+                    found.append(int(d))
+        except OSError:
+            continue
+    return found
+
+
+class CommandLine(unittest.TestCase):
+    """`nbfork launch` on two machines of this host."""
+    NBFORK = os.path.join(h.BUILD_DIR, "bin", "nbfork")
+    PROG = os.path.join(h.BUILD_DIR, "bin", "nbfork-allreduce")
+
+    def both(self, args0, args1):
+        """Run node 0 and node 1; [(returncode, stderr, seconds)]."""
+        for _ in range(5):
+            port = h.free_port()
+            procs, t0 = [], time.monotonic()
+            env = dict(os.environ, NBFORK_CONFIG_FILE=os.devnull)
+            for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+                env.pop(k, None)
+            for node, extra in enumerate((args0, args1)):
+                procs.append(subprocess.Popen(
+                    [self.NBFORK, "launch", "--num_machines", "2", "--machine_rank", str(node),
+                     "--main_process_port", str(port), *extra, self.PROG],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env))
+            res = []
+            for p in procs:
+                err = p.communicate(timeout=RDZV_TIMEOUT + 120)[1]
+                res.append((p.returncode, err, time.monotonic() - t0))
+            if not any(t in r[1] for r in res for t in PORT_TAKEN):
+                self.assertEqual(workers_on_port(port), [])
+                return res
+        return res
+
+    def test_secret_on_machine_0_only(self):
+        conf = "join_timeout=%d" % RDZV_TIMEOUT
+        res = self.both(["--num_processes", "2", "--rdzv_conf", "secret=alpha," + conf],
+                        ["--num_processes", "2", "--rdzv_conf", conf])
+        for node, (rc, err, secs) in enumerate(res):
+            self.assertEqual(rc, 1, err)
+            self.assertIn("LaunchError", err)
+            self.assertIn("the nodes' secrets differ", err)
+            self.assertLess(secs, RDZV_TIMEOUT + MARGIN_S, "node %d ended late" % node)
+
+    def test_num_processes_differ(self):
+        conf = ["--rdzv_conf", "join_timeout=%d" % RDZV_TIMEOUT]
+        res = self.both(["--num_processes", "4", *conf], ["--num_processes", "2", *conf])
+        for rc, err, secs in res:
+            self.assertEqual(rc, 1, err)
+            self.assertIn("num_processes: node 0 has 2, node 1 has 1", err)
+            self.assertNotIn("enforce", err)
+            self.assertLess(secs, RDZV_TIMEOUT + MARGIN_S)
 
 
 if __name__ == "__main__":
