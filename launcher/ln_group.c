@@ -234,18 +234,43 @@ static int peer_blames(const ln_group_t *g, int rank) {
   return 0;
 }
 
+/* Whether every failed worker's stderr tail has the runtime's line of a
+ * collective that lost a peer (acc_gloo.cc): then every failure is a
+ * consequence, and the cause is a rank that did not fail. */
+static int all_lost_a_peer(const ln_group_t *g) {
+  int any = 0;
+  for (int i = 0; i < g->started; i++) {
+    if (!g->w[i].failed)
+      continue;
+    int lost = 0;
+    for (int l = 0; l < LN_TAIL_LINES && !lost; l++)
+      lost = g->w[i].tail[l] && !strncmp(g->w[i].tail[l], "nbfork: rank ", 13) &&
+             (strstr(g->w[i].tail[l], "lost its connection to a peer") ||
+              strstr(g->w[i].tail[l], "was lost (rank "));
+    if (!lost)
+      return 0;
+    any = 1;
+  }
+  return any;
+}
+
 /* The rank that left its peers in the middle of their collectives: a
  * worker that exited 0 while the group ran and that a failed peer's
- * error names as the connection it lost. Exit order alone cannot tell:
- * a peer that ignores its failed final barrier exits 0 too, often before
- * the rank whose failure broke it is reaped. NULL when none. */
-static const ln_worker_t *first_leaver(const ln_group_t *g) {
+ * error names as the connection it lost; or, when every failed worker
+ * lost a peer without naming it (more than two ranks), the first that
+ * exited 0 no later than the first failure. Exit order alone cannot
+ * tell: a peer that ignores its failed final barrier exits 0 too, often
+ * before the rank whose failure broke it is reaped. NULL when none. */
+static const ln_worker_t *first_leaver(const ln_group_t *g, const ln_worker_t *first_failed) {
   const ln_worker_t *leaver = NULL;
   int base = g->o->node_rank * g->o->num_processes;
+  int consequences = first_failed && all_lost_a_peer(g);
   for (int i = 0; i < g->started; i++) {
     const ln_worker_t *w = &g->w[i];
-    if (!w->exited || w->failed || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0 ||
-        !peer_blames(g, base + w->local_rank))
+    if (!w->exited || w->failed || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0)
+      continue;
+    if (!peer_blames(g, base + w->local_rank) &&
+        !(consequences && w->exited_ms <= first_failed->exited_ms))
       continue;
     if (!leaver || w->exited_ms < leaver->exited_ms)
       leaver = w;
@@ -296,7 +321,7 @@ static char *group_failures(const ln_group_t *g) {
         order[j] = order[j - 1];
       order[j] = &g->w[i];
     }
-  const ln_worker_t *leaver = first_leaver(g);
+  const ln_worker_t *leaver = first_leaver(g, n ? order[0] : NULL);
   int remote = leaver ? -1 : remote_loss(g);
   if (remote >= 0)
     fprintf(f,
@@ -307,9 +332,11 @@ static char *group_failures(const ln_group_t *g) {
     fprintf(f,
             "rank %d (local rank %d, pid %d) left first: it exited with code 0 (it returned or "
             "called exit(0)) %.2f s into the run, while its peers were still in collectives: "
-            "the failure%s below lost the connection to it (see why rank %d returned early)\n",
+            "the failure%s below lost %s connection to %s (see why rank %d returned early)\n",
             base + leaver->local_rank, leaver->local_rank, (int)leaver->pid,
             (leaver->exited_ms - g->started_ms) / 1000.0, n > 1 ? "s" : "",
+            n > 1 ? "their" : "its",
+            peer_blames(g, base + leaver->local_rank) ? "it" : "a peer, and no other rank had left",
             base + leaver->local_rank);
   for (int k = 0; k < n; k++)
     ln_worker_describe(order[k], base + order[k]->local_rank, f);

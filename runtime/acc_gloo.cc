@@ -203,14 +203,20 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
   int lost = r == ACC_ERR_PEER && g ? peer_rank_in(g->peer_addr, msg) : -1;
   if (r == ACC_ERR_PEER && lost < 0 && g && g->ctx && g->ctx->size == 2)
     lost = 1 - g->ctx->rank; /* the only peer */
-  if (lost >= 0 && !g->told_lost) {
+  if (r == ACC_ERR_PEER && g && !g->told_lost) {
     /* one line, whatever the caller does with the error: a launcher reads
      * it in the stderr tail to name the rank that left (ln_group.c) */
     g->told_lost = true;
-    std::fprintf(stderr,
-                 "nbfork: rank %d: the connection to rank %d was lost (rank %d exited or "
-                 "failed during a collective)\n",
-                 g->ctx ? g->ctx->rank : -1, lost, lost);
+    if (lost >= 0)
+      std::fprintf(stderr,
+                   "nbfork: rank %d: the connection to rank %d was lost (rank %d exited or "
+                   "failed during a collective)\n",
+                   g->ctx ? g->ctx->rank : -1, lost, lost);
+    else
+      std::fprintf(stderr,
+                   "nbfork: rank %d: a collective lost its connection to a peer (it exited or "
+                   "failed): %s\n",
+                   g->ctx ? g->ctx->rank : -1, msg.c_str());
   }
   if (err && errlen && lost >= 0)
     std::snprintf(err, errlen,

@@ -198,17 +198,19 @@ class LeftFirst(unittest.TestCase):
     def tearDownClass(cls):
         cls.k.close()
 
-    def check(self, how):
+    def check(self, how, n=2):
         reply, out = self.k.execute_with_port(
-            "%%launch leave_early(" + str(how) + ") num_processes=2 use_port=%d", timeout=120)
+            "%%launch leave_early(" + str(how) + ") num_processes=" + str(n) + " use_port=%d",
+            timeout=120)
         errs = h.errors(out)
         self.assertEqual(len(errs), 1, errs)
         self.assertEqual(errs[0]["ename"], "WorkerFailed")
         self.assertRegex(errs[0]["evalue"], r"^rank 1 \(local rank 1, pid \d+\) left first: it "
                                             r"exited with code 0")
         tb = "\n".join(errs[0]["traceback"])
-        self.assertRegex(tb, r"rank 0 \(local rank 0, pid \d+\) exited with code 1")
-        self.assertIn("the connection to rank 1 was lost", tb)
+        self.assertRegex(tb, r"rank [02] \(local rank [02], pid \d+\) exited with code 1")
+        if n == 2:  # with more, the peer names it only when it had connected to it
+            self.assertIn("the connection to rank 1 was lost", tb)
         self.assertEqual(descendants(kernel_pid(self.k)).__len__(), 1)
 
     def test_rank_that_returns_mid_collectives_is_named(self):
@@ -216,6 +218,9 @@ class LeftFirst(unittest.TestCase):
 
     def test_rank_that_calls_exit_0_mid_collectives_is_named(self):
         self.check(1)
+
+    def test_rank_leaving_among_three_is_named(self):
+        self.check(0, n=3)
 
     def test_open_store_on_every_interface_warns(self):
         # 127.0.0.2 is this machine but not "127.0.0.1": node 0's store
