@@ -186,6 +186,8 @@ char *ln_cli_launch_options(const ln_cli_t *c, int all) {
     fprintf(f, " monitor_interval=%g", o->monitor_interval_s);
   if (GIVEN("rdzv_conf") && o->rdzv_secret[0])
     fprintf(f, " rdzv_conf=\"secret=%s\"", o->rdzv_secret);
+  if (GIVEN("rdzv_conf"))
+    fprintf(f, " rdzv_timeout=%d", o->rdzv_timeout_s);
   if (GIVEN("log_line_prefix_template") && o->log_line_prefix_template[0])
     put_option(f, "log_line_prefix_template", o->log_line_prefix_template);
 #undef PUT_INT

@@ -40,6 +40,7 @@ typedef struct {
   int64_t stop_at_ms; /* when; -1 once SIGKILL followed                */
   int64_t drain_until_ms;
   ln_leftovers_t left; /* what the workers started (ln_leftover.h)     */
+  int64_t started_ms; /* for "left N s into the run"                   */
 } ln_group_t;
 
 /* Where the store binds: the master address when it is a local loopback
@@ -75,6 +76,7 @@ static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) 
   g->ctx = ctx;
   g->result = LN_RUN_OK;
   g->stop_at_ms = g->drain_until_ms = -1;
+  g->started_ms = nbf_now_ms();
   size_t n = (size_t)o->num_processes, npoll = n * 4 + 1;
   g->w = calloc(n, sizeof *g->w);
   g->pfd = calloc(npoll, sizeof *g->pfd);
@@ -147,9 +149,17 @@ static int group_pollset(ln_group_t *g, int *alive) {
   return np;
 }
 
-/* Reap the workers that exited; the first failure (not a victim of a
- * stop already under way) stops the group. */
+/* Reap the workers that exited. Every exit of one pass is collected
+ * before anything is stopped, so that a worker reaped in the pass is
+ * never taken for a victim of a SIGTERM the pass itself sent: all the
+ * non-zero exits and signals of the first failing pass are failures (the
+ * report orders them: group_failures); later ones are victims of the
+ * stop. A worker that exits 0 is no failure, but its exit time is kept:
+ * a rank that returned while its peers were still in collectives is
+ * what made them fail, and the report leads with it. */
 static void group_reap(ln_group_t *g) {
+  int failing = 0, was_stopping = g->stopping;
+  int64_t now = nbf_now_ms();
   for (int i = 0; i < g->started; i++) {
     ln_worker_t *w = &g->w[i];
     int st;
@@ -157,11 +167,14 @@ static void group_reap(ln_group_t *g) {
       continue;
     w->exited = 1;
     w->status = st;
-    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !g->stopping) {
-      w->failed = 1; /* the cause, not a victim of the stop */
-      group_stop(g, LN_RUN_FAILED);
+    w->exited_ms = now;
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !was_stopping) {
+      w->failed = 1; /* a cause (or a peer's first consequence), not a victim of the stop */
+      failing = 1;
     }
   }
+  if (failing)
+    group_stop(g, LN_RUN_FAILED);
 }
 
 /* Wait up to ms for worker output and forward it (ln_leftovers_stop's
@@ -201,9 +214,10 @@ static void group_end_leftovers(ln_group_t *g) {
 /* Forward output, reap, watch the rendezvous and the interrupt flag
  * until every worker is reaped and its pipes drained (or the drain time
  * ran out). */
-static void group_monitor(ln_group_t *g, int restart, char **setup_error) {
+static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *srv,
+                          char **setup_error) {
   ln_rdzv_t rdzv;
-  ln_rdzv_begin(&rdzv, g->o, restart);
+  ln_rdzv_begin(&rdzv, g->o, restart, srv);
   int monitor_ms = (int)(g->o->monitor_interval_s * 1000);
   if (monitor_ms < 1)
     monitor_ms = 1;
@@ -234,16 +248,145 @@ static void group_monitor(ln_group_t *g, int restart, char **setup_error) {
   ln_rdzv_end(&rdzv); /* its client's threads go before any re-fork */
 }
 
-/* The failure report: one ln_worker_describe per failed worker. */
+/* Which failed worker the report names first: a signal (a crash, a
+ * kill from outside) is a cause, an exit code is often a peer's
+ * consequence; then the earlier, then the lower rank. */
+static int failure_before(const ln_worker_t *a, const ln_worker_t *b) {
+  int sa = WIFSIGNALED(a->status), sb = WIFSIGNALED(b->status);
+  if (a->exited_ms != b->exited_ms)
+    return a->exited_ms < b->exited_ms;
+  if (sa != sb)
+    return sa;
+  return a->local_rank < b->local_rank;
+}
+
+/* Whether a failed worker's stderr tail says it lost its connection to
+ * global rank `rank` (the runtime's words, acc_gloo.cc). */
+static int peer_blames(const ln_group_t *g, int rank) {
+  char needle[64];
+  snprintf(needle, sizeof needle, "the connection to rank %d was lost", rank);
+  for (int i = 0; i < g->started; i++)
+    for (int l = 0; g->w[i].failed && l < LN_TAIL_LINES; l++)
+      if (g->w[i].tail[l] && strstr(g->w[i].tail[l], needle))
+        return 1;
+  return 0;
+}
+
+/* Whether every failed worker's stderr tail has the runtime's line of a
+ * collective that lost a peer (acc_gloo.cc): then every failure is a
+ * consequence, and the cause is a rank that did not fail. */
+static int all_lost_a_peer(const ln_group_t *g) {
+  int any = 0;
+  for (int i = 0; i < g->started; i++) {
+    if (!g->w[i].failed)
+      continue;
+    int lost = 0;
+    for (int l = 0; l < LN_TAIL_LINES && !lost; l++)
+      lost = g->w[i].tail[l] && !strncmp(g->w[i].tail[l], "nbfork: rank ", 13) &&
+             (strstr(g->w[i].tail[l], "lost its connection to a peer") ||
+              strstr(g->w[i].tail[l], "was lost (rank "));
+    if (!lost)
+      return 0;
+    any = 1;
+  }
+  return any;
+}
+
+/* The rank that left its peers in the middle of their collectives: a
+ * worker that exited 0 while the group ran and that a failed peer's
+ * error names as the connection it lost; or, when every failed worker
+ * lost a peer without naming it (more than two ranks), the first that
+ * exited 0 no later than the first failure. Exit order alone cannot
+ * tell: a peer that ignores its failed final barrier exits 0 too, often
+ * before the rank whose failure broke it is reaped. NULL when none. */
+static const ln_worker_t *first_leaver(const ln_group_t *g, const ln_worker_t *first_failed) {
+  const ln_worker_t *leaver = NULL;
+  int base = g->o->node_rank * g->o->num_processes;
+  int consequences = first_failed && all_lost_a_peer(g);
+  for (int i = 0; i < g->started; i++) {
+    const ln_worker_t *w = &g->w[i];
+    if (!w->exited || w->failed || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0)
+      continue;
+    if (!peer_blames(g, base + w->local_rank) &&
+        !(consequences && w->exited_ms <= first_failed->exited_ms))
+      continue;
+    if (!leaver || w->exited_ms < leaver->exited_ms)
+      leaver = w;
+  }
+  return leaver;
+}
+
+/* A worker that exited 0 before the first failure (or in its reap pass)
+ * without a peer naming it: said after the failures, as a possible cause. */
+static const ln_worker_t *early_exit(const ln_group_t *g, const ln_worker_t *first_failed) {
+  const ln_worker_t *early = NULL;
+  for (int i = 0; first_failed && i < g->started; i++) {
+    const ln_worker_t *w = &g->w[i];
+    if (w->exited && !w->failed && WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0 &&
+        w->exited_ms <= first_failed->exited_ms && (!early || w->exited_ms < early->exited_ms))
+      early = w;
+  }
+  return early;
+}
+
+/* A failed worker lost its connection to a rank of another node: that
+ * rank's node reports why it left. -1 when none. */
+static int remote_loss(const ln_group_t *g) {
+  int base = g->o->node_rank * g->o->num_processes;
+  int world = g->o->num_nodes * g->o->num_processes;
+  for (int r = 0; r < world; r++)
+    if ((r < base || r >= base + g->o->num_processes) && peer_blames(g, r))
+      return r;
+  return -1;
+}
+
+/* The failure report: the rank that left first (when one did), then one
+ * ln_worker_describe per failed worker, the first cause first. Its first
+ * line is the WorkerFailed summary (ln_launch.c). */
 static char *group_failures(const ln_group_t *g) {
   char *text = NULL;
   size_t cap = 0;
   FILE *f = open_memstream(&text, &cap);
   if (!f)
     return NULL;
-  for (int i = 0; i < g->started; i++)
-    if (g->w[i].failed)
-      ln_worker_describe(&g->w[i], g->o->node_rank * g->o->num_processes + i, f);
+  int base = g->o->node_rank * g->o->num_processes;
+  const ln_worker_t **order = calloc((size_t)g->started + 1, sizeof *order);
+  int n = 0;
+  for (int i = 0; order && i < g->started; i++)
+    if (g->w[i].failed) {
+      int j = n++;
+      for (; j > 0 && failure_before(&g->w[i], order[j - 1]); j--)
+        order[j] = order[j - 1];
+      order[j] = &g->w[i];
+    }
+  const ln_worker_t *leaver = first_leaver(g, n ? order[0] : NULL);
+  int remote = leaver ? -1 : remote_loss(g);
+  if (remote >= 0)
+    fprintf(f,
+            "rank %d (node %d) was lost first: the failure%s below lost the connection to it (it "
+            "exited or failed on node %d: see that node's error)\n",
+            remote, remote / g->o->num_processes, n > 1 ? "s" : "", remote / g->o->num_processes);
+  if (leaver)
+    fprintf(f,
+            "rank %d (local rank %d, pid %d) left first: it exited with code 0 (it returned or "
+            "called exit(0)) %.2f s into the run, while its peers were still in collectives: "
+            "the failure%s below lost %s connection to %s (see why rank %d returned early)\n",
+            base + leaver->local_rank, leaver->local_rank, (int)leaver->pid,
+            (leaver->exited_ms - g->started_ms) / 1000.0, n > 1 ? "s" : "",
+            n > 1 ? "their" : "its",
+            peer_blames(g, base + leaver->local_rank) ? "it" : "a peer, and no other rank had left",
+            base + leaver->local_rank);
+  for (int k = 0; k < n; k++)
+    ln_worker_describe(order[k], base + order[k]->local_rank, f);
+  const ln_worker_t *early = leaver ? NULL : early_exit(g, n ? order[0] : NULL);
+  if (early)
+    fprintf(f,
+            "rank %d (local rank %d, pid %d) had exited with code 0 %.2f s into the run, before "
+            "or with the failure above: if it returned while its peers were still in "
+            "collectives, their collectives failed because of it\n",
+            base + early->local_rank, early->local_rank, (int)early->pid,
+            (early->exited_ms - g->started_ms) / 1000.0);
+  free(order);
   fclose(f);
   return text;
 }
@@ -259,7 +402,7 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   acc_store_server_t *srv = NULL;
   ln_leftovers_begin(&g.left);
   group_start(&g, fn, restart, use_gpu, setup_error, &srv);
-  group_monitor(&g, restart, setup_error);
+  group_monitor(&g, restart, srv, setup_error);
   group_end_leftovers(&g); /* no-op unless the monitor ended before it */
   /* every worker is reaped here; close what the drain left open */
   for (int i = 0; i < g.started; i++)

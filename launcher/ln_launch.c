@@ -221,6 +221,22 @@ static int run_with_restarts(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   }
 }
 
+/* Node 0's store listens on every interface unless master_addr is
+ * 127.0.0.1/localhost (ln_group.c): without a secret, anyone who can
+ * reach the port can read and write the rendezvous. Said once per launch,
+ * on stderr, before anything starts. */
+static void warn_open_store(const ln_options_t *o) {
+  if (o->node_rank != 0 || o->rdzv_secret[0] || !strcmp(o->master_addr, "127.0.0.1") ||
+      !strcmp(o->master_addr, "localhost"))
+    return;
+  fprintf(stderr,
+          "Warning: the rendezvous store listens on every interface (port %d, master_addr=%s) "
+          "without a secret: any host that reaches it can join or disturb this launch. Pass "
+          "rdzv_conf=secret=... (the same on every node) or set NBFORK_RDZV_SECRET.\n",
+          o->use_port, o->master_addr);
+  fflush(stderr);
+}
+
 int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err) {
   memset(err, 0, sizeof *err);
   int gpus = ln_cuda_visible_gpus();
@@ -228,6 +244,7 @@ int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error
   if (check_cuda(ctx, err) || check_threads(err) || check_gpus(o, gpus, err) ||
       check_port(o, err) || check_debug_launch(o, ctx, use_gpu, err))
     return -1;
+  warn_open_store(o);
   if (o->quiet)
     ; /* the command line's -q: the workers' output only */
   else if (use_gpu)

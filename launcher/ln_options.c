@@ -2,6 +2,7 @@
  * ln_options.c — parse and validate launch options. Every rejection says
  * which option, what was given, what is accepted.
  */
+#define _GNU_SOURCE
 #include "ln_options.h"
 #include "nbf_param.h"
 
@@ -58,6 +59,26 @@ int ln_copy_text(char *dst, size_t cap, const char *v) {
   return 0;
 }
 
+/* torch's rdzv_conf syntax, key=value[,key=value]: nbfork knows "secret"
+ * and torch's "join_timeout" (the command line has no rdzv_timeout). */
+static int parse_rdzv_conf(ln_options_t *o, const char *v) {
+  char copy[512], *save = NULL;
+  if (ln_copy_text(copy, sizeof copy, v) || !*v)
+    return -1;
+  for (char *kv = strtok_r(copy, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+    if (!strncmp(kv, "secret=", 7) && kv[7]) {
+      if (ln_copy_text(o->rdzv_secret, sizeof o->rdzv_secret, kv + 7))
+        return -1;
+    } else if (!strncmp(kv, "join_timeout=", 13)) {
+      if (ln_parse_int(kv + 13, 1, 86400, &o->rdzv_timeout_s))
+        return -1;
+    } else {
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int ln_options_set(ln_options_t *o, const char *key, const char *v, char *err, size_t errlen) {
   int bad = 0;
   const char *accepted = "";
@@ -96,10 +117,9 @@ int ln_options_set(ln_options_t *o, const char *key, const char *v, char *err, s
     bad = ln_parse_int(v, 1, 86400, &o->rdzv_timeout_s);
     accepted = "seconds, an integer >= 1";
   } else if (!strcmp(key, "rdzv_conf")) {
-    /* torch's rdzv_conf syntax, key=value[,key=value]; nbfork knows "secret" */
-    accepted = "secret=TEXT (the job's shared secret, at most 255 characters)";
-    bad = strncmp(v, "secret=", 7) != 0 || strchr(v, ',') != NULL || !v[7] ||
-          ln_copy_text(o->rdzv_secret, sizeof o->rdzv_secret, v + 7);
+    accepted = "secret=TEXT (the job's shared secret, at most 255 characters, no comma) and/or "
+               "join_timeout=SECONDS (as rdzv_timeout), separated by a comma";
+    bad = parse_rdzv_conf(o, v);
   } else if (!strcmp(key, "max_restarts")) {
     bad = ln_parse_int(v, 0, 1000, &o->max_restarts);
     accepted = "an integer >= 0";

@@ -3,6 +3,7 @@
  */
 #define _GNU_SOURCE
 #include "ln_worker.h"
+#include "ln_rdzv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -85,6 +86,11 @@ void ln_worker_export_env(const ln_worker_env_t *env, int local_rank) {
   char run_id[200];
   snprintf(run_id, sizeof run_id, "%s-r%d", o->rdzv_id[0] ? o->rdzv_id : "nbfork", env->restart);
   nbf_param_set(NBF_P_NBFORK_RUN_ID, run_id);
+  if (o->num_nodes > 1) { /* join only once the nodes agreed (ln_rdzv.h) */
+    char gate[200];
+    ln_rdzv_gate_key(o, env->restart, gate, sizeof gate);
+    nbf_param_set(NBF_P_NBFORK_RDZV_GATE, gate);
+  }
 }
 
 /* The child side: never returns. */

@@ -29,6 +29,7 @@ typedef struct {
   int tail_next;
   int pidfd; /* readable when the worker exits; -1 when unsupported */
   int exited, status, failed;
+  long long exited_ms; /* when the launcher reaped it (nbf_now_ms), for the failure report */
 } ln_worker_t;
 
 /* What every worker of one group run shares. */

@@ -206,6 +206,29 @@ static int busy_poll(const acc_t *acc) {
   return set ? nbf_truthy(set) : cpus > 0 && acc->local_world <= cpus;
 }
 
+/* NBFORK_RDZV_GATE (launches on several nodes): wait until node 0's
+ * launcher found every node's settings equal, so that a mismatch is
+ * reported by the launchers instead of failing inside Gloo. The wait has
+ * no limit of its own: the launcher stops this process when the
+ * rendezvous fails or times out. */
+static int wait_for_gate(acc_t *acc) {
+  const char *gate = nbf_param_raw(NBF_P_NBFORK_RDZV_GATE);
+  if (!gate || !*gate)
+    return 0;
+  acc_result_t r;
+  void *v = NULL;
+  size_t len = 0;
+  while ((r = acc_store_get(acc->store, gate, &v, &len)) == ACC_ERR_TIMEOUT)
+    ;
+  free(v);
+  if (r != ACC_OK) {
+    acc__set_error(acc, r, "waiting for the launchers' rendezvous (store key '%s'): %s", gate,
+                   acc_store_client_error(acc->store));
+    return -1;
+  }
+  return 0;
+}
+
 static int join_group(acc_t *acc) {
   snprintf(acc->key_prefix, sizeof acc->key_prefix, "%s/%d/", acc->run_id, g_generation++);
   /* A dead peer must give an error, not kill us by SIGPIPE on write. */
@@ -216,8 +239,17 @@ static int join_group(acc_t *acc) {
   const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
   if (!nbf_param_bool(NBF_P_NBFORK_STORE_HOSTED, 0) && acc->rank == 0) {
     char err[512];
-    acc->store_server =
-        acc_store_server_start_secure("*", acc->master_port, secret, err, sizeof err);
+    /* as the launcher (ln_group.c): loopback only when every rank is here */
+    int local = !strcmp(acc->master_addr, "127.0.0.1") || !strcmp(acc->master_addr, "localhost");
+    if (!local && !(secret && *secret))
+      fprintf(stderr,
+              "nbfork: warning: rank 0 hosts the rendezvous store on every interface (port %d) "
+              "without a secret: any host that reaches it can join or disturb this job. Set "
+              "NBFORK_RDZV_SECRET (rdzv_conf=secret=... in %%launch) to the same text on every "
+              "node.\n",
+              acc->master_port);
+    acc->store_server = acc_store_server_start_secure(local ? "127.0.0.1" : "*", acc->master_port,
+                                                      secret, err, sizeof err);
     if (!acc->store_server) {
       acc__set_error(acc, ACC_ERR_STORE, "rank 0 could not host the rendezvous store: %s", err);
       return -1;
@@ -232,6 +264,8 @@ static int join_group(acc_t *acc) {
                    err);
     return -1;
   }
+  if (wait_for_gate(acc) != 0)
+    return -1;
   char host[256];
   const char *h = nbf_param_raw(NBF_P_NBFORK_GLOO_HOSTNAME);
   if (h) {

@@ -8,6 +8,7 @@
 #include "acc_gloo.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -77,6 +78,7 @@ struct acc_gloo {
    * to 4 ms. The AllreduceOptions-style collectives need the asynchronous
    * mesh (Gloo refuses unbound buffers on synchronous pairs). */
   std::shared_ptr<gloo::Context> sctx;
+  std::vector<std::string> peer_addr; /* per rank, "[IP]:PORT" (GlooStore::addresses) */
   bool busy_poll = false;
   /* It costs a second rendezvous (~15 ms here), which a program that
    * all-reduces once (a launch that only checks the group) should not
@@ -86,6 +88,7 @@ struct acc_gloo {
   acc_store_client_t *store = nullptr;
   std::string sync_prefix;
   bool sync_tried = false;
+  bool told_lost = false;            /* the one stderr line about a lost peer was written */
   std::vector<acc_gloo_cached> seen; /* sizes all-reduced/gathered before sctx */
   std::chrono::milliseconds timeout{300000};
   std::vector<acc_gloo_cached> cache; /* most recently used last */
@@ -152,8 +155,27 @@ const char *advice(acc_result_t r) {
   }
 }
 
+/* The rank whose connection a Gloo I/O error names ("Connection closed by
+ * peer [IP]:PORT", "Read error [IP]:PORT: ..."): every rank listens on
+ * its own address (one device per process). Only the side that connected
+ * sees the peer's listening address; the side that accepted sees an
+ * ephemeral port that no store key holds, and then (with more than two
+ * ranks) the rank stays unnamed. -1 when none matches. */
+int peer_rank_in(const std::vector<std::string> &addrs, const std::string &what) {
+  for (size_t i = 0; i < addrs.size(); i++) {
+    if (addrs[i].empty())
+      continue;
+    size_t at = what.find(addrs[i]);
+    size_t end = at + addrs[i].size();
+    if (at != std::string::npos && (end == what.size() || !isdigit((unsigned char)what[end])))
+      return static_cast<int>(i);
+  }
+  return -1;
+}
+
 /* Run `f`, catching everything; on failure fill err and close the group's
- * connections so that the other ranks fail fast too. */
+ * connections so that the other ranks fail fast too. A lost peer is named
+ * by its rank when its address tells (peer_rank_in). */
 template <typename F>
 acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F &&f) {
   acc_result_t r = ACC_OK;
@@ -178,7 +200,30 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
     msg = "unknown C++ exception";
     r = ACC_ERR_BACKEND;
   }
-  if (err && errlen)
+  int lost = r == ACC_ERR_PEER && g ? peer_rank_in(g->peer_addr, msg) : -1;
+  if (r == ACC_ERR_PEER && lost < 0 && g && g->ctx && g->ctx->size == 2)
+    lost = 1 - g->ctx->rank; /* the only peer */
+  if (r == ACC_ERR_PEER && g && !g->told_lost) {
+    /* one line, whatever the caller does with the error: a launcher reads
+     * it in the stderr tail to name the rank that left (ln_group.c) */
+    g->told_lost = true;
+    if (lost >= 0)
+      std::fprintf(stderr,
+                   "nbfork: rank %d: the connection to rank %d was lost (rank %d exited or "
+                   "failed during a collective)\n",
+                   g->ctx ? g->ctx->rank : -1, lost, lost);
+    else
+      std::fprintf(stderr,
+                   "nbfork: rank %d: a collective lost its connection to a peer (it exited or "
+                   "failed): %s\n",
+                   g->ctx ? g->ctx->rank : -1, msg.c_str());
+  }
+  if (err && errlen && lost >= 0)
+    std::snprintf(err, errlen,
+                  "%s failed: %s (the connection to rank %d was lost: rank %d exited or failed "
+                  "while this rank still needed it; see rank %d's own error)",
+                  what, msg.c_str(), lost, lost, lost);
+  else if (err && errlen)
     std::snprintf(err, errlen, "%s failed: %s%s", what, msg.c_str(), from_store ? "" : advice(r));
   if (g && g->ctx) {
     try {
@@ -266,6 +311,7 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
     accrt::GlooStore st(store, key_prefix ? key_prefix : "", static_cast<int>(g->timeout.count()));
     accrt::WakeScope awake(g->waker.get());
     g->ctx->connectFullMesh(st, g->dev);
+    g->peer_addr = st.addresses();
     /* the synchronous mesh connects later, at the first repeated
      * all-reduce (connect_sync) */
     g->store = store;

@@ -4,7 +4,13 @@
  */
 #include "acc_gloo_store.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <utility>
 
 namespace accrt {
@@ -39,6 +45,33 @@ void GlooStore::set(const std::string &key, const std::vector<char> &data) {
     fail(r, "set", key);
 }
 
+void GlooStore::note_address(const std::string &key, const char *data, size_t len) {
+  if (key.empty() || key.size() > 6 || key.find_first_not_of("0123456789") != std::string::npos ||
+      len < sizeof(struct sockaddr_storage))
+    return;
+  struct sockaddr_storage ss;
+  std::memcpy(&ss, data, sizeof ss);
+  char ip[INET6_ADDRSTRLEN] = "";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    const auto *a = reinterpret_cast<const struct sockaddr_in *>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    const auto *a = reinterpret_cast<const struct sockaddr_in6 *>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof ip);
+    port = ntohs(a->sin6_port);
+  } else {
+    return; /* not the layout this was written for: name no rank */
+  }
+  size_t rank = std::strtoul(key.c_str(), nullptr, 10);
+  if (addrs_.size() <= rank)
+    addrs_.resize(rank + 1);
+  char text[INET6_ADDRSTRLEN + 16];
+  std::snprintf(text, sizeof text, "[%s]:%d", ip, port);
+  addrs_[rank] = text;
+}
+
 std::vector<char> GlooStore::get(const std::string &key) {
   std::string k = prefix_ + key;
   void *val = nullptr;
@@ -48,6 +81,7 @@ std::vector<char> GlooStore::get(const std::string &key) {
   if (r != ACC_OK)
     fail(r, "get", key);
   const char *p = static_cast<const char *>(val);
+  note_address(key, p, len);
   std::vector<char> out(p, p + len);
   std::free(val);
   return out;

@@ -40,8 +40,17 @@ public:
   void wait(const std::vector<std::string> &keys,
             const std::chrono::milliseconds &timeout) override;
 
+  // Each rank's listening address as Gloo's messages write it
+  // ("[IP]:PORT"), read from the pair addresses that connectFullMesh
+  // fetched (key "N", a tcp::Address whose first bytes are a
+  // sockaddr_storage); "" for ranks not seen. Lets the shim name the
+  // rank whose connection an I/O error names.
+  const std::vector<std::string> &addresses() const { return addrs_; }
+
 private:
   [[noreturn]] void fail(acc_result_t r, const char *what, const std::string &key);
+  void note_address(const std::string &key, const char *data, size_t len);
+  std::vector<std::string> addrs_;
   acc_store_client_t *client_;
   std::string prefix_;
   int timeout_ms_;

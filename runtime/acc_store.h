@@ -75,6 +75,20 @@ acc_store_server_t *acc_store_server_start(const char *bind_addr, int port, char
 acc_store_server_t *acc_store_server_start_secure(const char *bind_addr, int port,
                                                   const char *secret, char *err, size_t errlen);
 
+/* Connections the store refused since it started, by kind: clients
+ * without the secret (the store has one), clients with a secret (the
+ * store has none), clients with another secret, and the rest (random
+ * bytes, a broken or replayed handshake). The launcher of node 0 names
+ * them when a node does not arrive. The kind is known only when the store
+ * read the client's greeting: a client that saw the mismatch first and
+ * hung up counts as malformed (a rank retries many times, so the real
+ * kind shows). Counted by the serving thread as ZeroMQ reports them:
+ * a refusal may show a few ms late. NULL-safe (all 0). */
+typedef struct {
+  unsigned no_secret, unexpected_secret, other_secret, malformed;
+} acc_store_refusals_t;
+void acc_store_server_refusals(const acc_store_server_t *srv, acc_store_refusals_t *out);
+
 /* The TCP port the server listens on (useful after port 0). */
 int acc_store_server_port(const acc_store_server_t *srv);
 
@@ -122,6 +136,17 @@ void acc_store_client_set_timeout(acc_store_client_t *c, int timeout_ms);
 
 /* Text of the last error of this client ("" when none). */
 const char *acc_store_client_error(const acc_store_client_t *c);
+
+/* Why the last request got no answer, as far as the connection's
+ * handshake tells (ZeroMQ's socket monitor): the launcher's rendezvous
+ * says from it which side of a secret mismatch this node is on. */
+typedef enum {
+  ACC_STORE_ANSWERED = 0,         /* answered, or no handshake was refused  */
+  ACC_STORE_REFUSED_NEEDS_SECRET, /* the store has a secret, this client none */
+  ACC_STORE_REFUSED_OPEN_STORE,   /* this client has a secret, the store none */
+  ACC_STORE_REFUSED_OTHER_SECRET  /* both have one: not the same             */
+} acc_store_refusal_t;
+acc_store_refusal_t acc_store_client_refusal(const acc_store_client_t *c);
 
 /* Set `key` to `len` bytes of `value` (value may be NULL when len == 0).
  * Errors: INVALID_ARGUMENT, TIMEOUT (no answer within the timeout),

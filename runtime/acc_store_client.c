@@ -36,6 +36,7 @@ struct acc_store_client {
   /* socket monitor: tells a refused handshake from an absent server */
   void *mon;
   unsigned mon_gen;
+  acc_store_refusal_t refusal; /* why the last request got no answer */
 };
 
 int acc_store_curve_keys(const char *secret, char public_z85[41], char secret_z85[41]) {
@@ -54,7 +55,13 @@ int acc_store_curve_keys(const char *secret, char public_z85[41], char secret_z8
 }
 
 /* Handshake events seen by the monitor since the socket was opened. */
-enum { MON_CONNECTED = 1, MON_HANDSHAKE_OK = 2, MON_HANDSHAKE_FAILED = 4, MON_DISCONNECTED = 8 };
+enum {
+  MON_CONNECTED = 1,
+  MON_HANDSHAKE_OK = 2,
+  MON_HANDSHAKE_FAILED = 4,
+  MON_DISCONNECTED = 8,
+  MON_MECHANISM_MISMATCH = 16 /* one side has a secret (CURVE), the other none */
+};
 
 /* Reads every queued event. The queue must not stay full: ZeroMQ's I/O
  * thread sends monitor events blocking, holding the socket's monitor
@@ -77,8 +84,11 @@ static int drain_monitor(acc_store_client_t *c) {
       break;
     }
     uint16_t id = 0;
+    uint32_t value = 0; /* for a failed handshake: ZMQ_PROTOCOL_ERROR_* */
     if (zmq_msg_size(&ev) >= 2)
       memcpy(&id, zmq_msg_data(&ev), 2);
+    if (zmq_msg_size(&ev) >= 6)
+      memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
     int more = zmq_msg_more(&ev);
     zmq_msg_close(&ev);
     if (more) { /* second frame: the endpoint */
@@ -92,7 +102,8 @@ static int drain_monitor(acc_store_client_t *c) {
       seen |= MON_HANDSHAKE_OK;
     else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
              id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
-      seen |= MON_HANDSHAKE_FAILED;
+      seen |= MON_HANDSHAKE_FAILED |
+              (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? MON_MECHANISM_MISMATCH : 0);
     else if (id == ZMQ_EVENT_DISCONNECTED)
       seen |= MON_DISCONNECTED;
   }
@@ -245,20 +256,35 @@ const char *acc_store_client_error(const acc_store_client_t *c) {
   return c ? c->err : "";
 }
 
+acc_store_refusal_t acc_store_client_refusal(const acc_store_client_t *c) {
+  return c ? c->refusal : ACC_STORE_ANSWERED;
+}
+
 /* The deadline of a request passed: say why in the words that help
  * (a refused handshake, a key never set, no store), and replace the
  * socket so that the late answer is never taken for the next one's. */
 static acc_result_t timed_out(acc_store_client_t *c, const char *op, const char *key) {
   int seen = drain_monitor(c);
-  if ((seen & MON_HANDSHAKE_FAILED) ||
-      ((seen & MON_CONNECTED) && (seen & MON_DISCONNECTED) && !(seen & MON_HANDSHAKE_OK)))
+  c->refusal = ACC_STORE_ANSWERED;
+  if (seen & MON_MECHANISM_MISMATCH) {
+    c->refusal = c->secure ? ACC_STORE_REFUSED_OPEN_STORE : ACC_STORE_REFUSED_NEEDS_SECRET;
+    set_err(c,
+            "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): the "
+            "store refused this client's connection: %s. Every process of the job needs the "
+            "same secret (rdzv_conf=secret=... or NBFORK_RDZV_SECRET).",
+            c->endpoint, op, key, c->timeout_ms,
+            c->secure ? "this client has a rendezvous secret, the store has none"
+                      : "the store requires a rendezvous secret and this client has none");
+  } else if ((seen & MON_HANDSHAKE_FAILED) ||
+             ((seen & MON_CONNECTED) && (seen & MON_DISCONNECTED) && !(seen & MON_HANDSHAKE_OK))) {
+    c->refusal = c->secure ? ACC_STORE_REFUSED_OTHER_SECRET : ACC_STORE_REFUSED_NEEDS_SECRET;
     set_err(c,
             "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): the "
             "store refused this %s client's connection handshake: wrong or missing "
             "rendezvous secret? (every process of the job needs the same "
             "NBFORK_RDZV_SECRET)",
             c->endpoint, op, key, c->timeout_ms, c->secure ? "secret-holding" : "open");
-  else if (strcmp(op, "GET") == 0 || strcmp(op, "WAIT") == 0)
+  } else if (strcmp(op, "GET") == 0 || strcmp(op, "WAIT") == 0)
     set_err(c,
             "rendezvous store at %s: no answer to %s '%s' within the timeout (%d ms): "
             "the key was never set, or the store is not reachable (is the store running "
@@ -276,9 +302,13 @@ static acc_result_t timed_out(acc_store_client_t *c, const char *op, const char 
   return ACC_ERR_TIMEOUT;
 }
 
-/* Check the arguments and send [op, key, value]. */
+/* Check the arguments and send [op, key, value], waiting at most until
+ * `deadline` (ms, monotonic): a DEALER whose connection was refused (a
+ * handshake with another secret) has no peer to queue on, and a send
+ * without a time limit would block for ever (seen: a launcher of node 1
+ * hung when node 0's store had a secret and node 1 none). */
 static acc_result_t send_request(acc_store_client_t *c, const char *op, const char *key,
-                                 const void *val, size_t vlen) {
+                                 const void *val, size_t vlen, int64_t deadline) {
   if (!c || !key || !*key || (vlen && !val)) {
     if (c)
       set_err(c, "store %s: invalid argument (empty key or NULL value)", op);
@@ -290,8 +320,16 @@ static acc_result_t send_request(acc_store_client_t *c, const char *op, const ch
             zmq_strerror(errno));
     return ACC_ERR_STORE;
   }
-  if (zmq_send(c->sock, op, strlen(op), ZMQ_SNDMORE) < 0 ||
-      zmq_send(c->sock, key, strlen(key), ZMQ_SNDMORE) < 0 ||
+  int64_t left = deadline - nbf_now_ms();
+  int sndtimeo = left < 1 ? 1 : left > INT32_MAX ? INT32_MAX : (int)left;
+  zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
+  if (zmq_send(c->sock, op, strlen(op), ZMQ_SNDMORE) < 0) {
+    if (errno == EAGAIN) /* no connection took the request in time */
+      return timed_out(c, op, key);
+    set_err(c, "store %s '%s': send to %s failed: %s", op, key, c->endpoint, zmq_strerror(errno));
+    return ACC_ERR_STORE;
+  }
+  if (zmq_send(c->sock, key, strlen(key), ZMQ_SNDMORE) < 0 ||
       zmq_send(c->sock, vlen ? val : "", vlen, 0) < 0) {
     set_err(c, "store %s '%s': send to %s failed: %s", op, key, c->endpoint, zmq_strerror(errno));
     return ACC_ERR_STORE;
@@ -370,8 +408,9 @@ out:
  * copy of the reply value. */
 static acc_result_t request(acc_store_client_t *c, const char *op, const char *key, const void *val,
                             size_t vlen, int64_t deadline, void **rval, size_t *rlen) {
-  ACC_CHECK(send_request(c, op, key, val, vlen));
+  ACC_CHECK(send_request(c, op, key, val, vlen, deadline));
   ACC_CHECK(wait_reply(c, op, key, deadline));
+  c->refusal = ACC_STORE_ANSWERED;
   return read_reply(c, op, key, rval, rlen);
 }
 

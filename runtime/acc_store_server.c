@@ -37,6 +37,11 @@ typedef struct {
 struct acc_store_server {
   void *ctx;
   void *router;
+  void *mon;  /* PAIR: the ROUTER's handshake failures (socket monitor) */
+  int secure; /* CURVE: clients must hold the secret */
+  /* refused connections, by kind (written by the serving thread, read by
+   * acc_store_server_refusals from any thread) */
+  unsigned refused[4];
   void *ctl_main; /* PAIR, main side: stop() sends on it */
   void *ctl_thr;  /* PAIR, thread side */
   pthread_t thread;
@@ -266,11 +271,67 @@ static void serve_one(acc_store_server_t *s) {
     zmq_msg_close(&f[i]);
 }
 
+/* Count the handshakes the ROUTER refused, by kind (acc_store.h). Reads
+ * every queued event: ZeroMQ's I/O thread blocks on a full monitor queue
+ * (see acc_store_client.c's drain_monitor), and an intruder reconnecting
+ * in a loop must not stall the store. */
+static void count_refusals(acc_store_server_t *s) {
+  for (;;) {
+    zmq_msg_t ev;
+    zmq_msg_init(&ev);
+    if (zmq_msg_recv(&ev, s->mon, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&ev);
+      return;
+    }
+    uint16_t id = 0;
+    uint32_t value = 0;
+    if (zmq_msg_size(&ev) >= 6) {
+      memcpy(&id, zmq_msg_data(&ev), 2);
+      memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
+    }
+    int more = zmq_msg_more(&ev);
+    zmq_msg_close(&ev);
+    while (more) { /* the endpoint frame */
+      zmq_msg_init(&ev);
+      if (zmq_msg_recv(&ev, s->mon, 0) < 0)
+        more = 0;
+      else
+        more = zmq_msg_more(&ev);
+      zmq_msg_close(&ev);
+    }
+    int kind = -1;
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+        value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+      kind = s->secure ? ACC_STORE_REFUSED_NEEDS_SECRET : ACC_STORE_REFUSED_OPEN_STORE;
+    else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
+             value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+      kind = ACC_STORE_REFUSED_OTHER_SECRET;
+    else if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+             id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+      kind = ACC_STORE_ANSWERED; /* slot 0: malformed or unknown */
+    if (kind >= 0)
+      __atomic_add_fetch(&s->refused[kind], 1, __ATOMIC_RELAXED);
+  }
+}
+
+void acc_store_server_refusals(const acc_store_server_t *s, acc_store_refusals_t *out) {
+  memset(out, 0, sizeof *out);
+  if (!s)
+    return;
+  out->malformed = __atomic_load_n(&s->refused[ACC_STORE_ANSWERED], __ATOMIC_RELAXED);
+  out->no_secret = __atomic_load_n(&s->refused[ACC_STORE_REFUSED_NEEDS_SECRET], __ATOMIC_RELAXED);
+  out->unexpected_secret =
+      __atomic_load_n(&s->refused[ACC_STORE_REFUSED_OPEN_STORE], __ATOMIC_RELAXED);
+  out->other_secret =
+      __atomic_load_n(&s->refused[ACC_STORE_REFUSED_OTHER_SECRET], __ATOMIC_RELAXED);
+}
+
 static void *serve(void *arg) {
   acc_store_server_t *s = arg;
   for (;;) {
-    zmq_pollitem_t items[2] = {{s->router, 0, ZMQ_POLLIN, 0}, {s->ctl_thr, 0, ZMQ_POLLIN, 0}};
-    int rc = zmq_poll(items, 2, -1);
+    zmq_pollitem_t items[3] = {
+        {s->router, 0, ZMQ_POLLIN, 0}, {s->ctl_thr, 0, ZMQ_POLLIN, 0}, {s->mon, 0, ZMQ_POLLIN, 0}};
+    int rc = zmq_poll(items, s->mon ? 3 : 2, -1);
     if (rc < 0) {
       if (errno == EINTR)
         continue;
@@ -283,6 +344,8 @@ static void *serve(void *arg) {
       break; /* stop request */
     if (items[0].revents & ZMQ_POLLIN)
       serve_one(s);
+    if (s->mon && (items[2].revents & ZMQ_POLLIN))
+      count_refusals(s);
   }
   return NULL;
 }
@@ -300,13 +363,37 @@ static void free_state(acc_store_server_t *s) {
 
 static void close_sockets(acc_store_server_t *s) {
   int zero = 0;
-  void *socks[3] = {s->router, s->ctl_main, s->ctl_thr};
-  for (int i = 0; i < 3; i++)
+  if (s->router && s->mon) {
+    count_refusals(s); /* an empty queue right before the stop (see there) */
+    zmq_socket_monitor(s->router, NULL, 0);
+  }
+  void *socks[4] = {s->router, s->ctl_main, s->ctl_thr, s->mon};
+  for (int i = 0; i < 4; i++)
     if (socks[i]) {
       zmq_setsockopt(socks[i], ZMQ_LINGER, &zero, sizeof zero);
       zmq_close(socks[i]);
     }
-  s->router = s->ctl_main = s->ctl_thr = NULL;
+  s->router = s->ctl_main = s->ctl_thr = s->mon = NULL;
+}
+
+/* The monitor of the ROUTER's handshakes (count_refusals), before the
+ * bind so that no refusal is missed. Without it the store still serves;
+ * it only cannot say why a node never arrived. */
+static void open_monitor(acc_store_server_t *s) {
+  char ep[64];
+  snprintf(ep, sizeof ep, "inproc://nbfork-store-mon-%p", (void *)s);
+  if (zmq_socket_monitor(s->router, ep,
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+    return;
+  s->mon = zmq_socket(s->ctx, ZMQ_PAIR);
+  if (s->mon && zmq_connect(s->mon, ep) != 0) {
+    zmq_close(s->mon);
+    s->mon = NULL;
+  }
+  if (!s->mon)
+    zmq_socket_monitor(s->router, NULL, 0);
 }
 
 acc_store_server_t *acc_store_server_start(const char *bind_addr, int port, char *err,
@@ -375,6 +462,8 @@ acc_store_server_t *acc_store_server_start_secure(const char *bind_addr, int por
     }
   }
   memset(sec, 0, sizeof sec);
+  s->secure = secure;
+  open_monitor(s);
   if (zmq_bind(s->router, ep) != 0) {
     int e = errno;
     if (e == EADDRINUSE)

@@ -25,6 +25,7 @@
 #include "ln_launch.h"
 #include "ln_leftover.h"
 #include "ln_options.h"
+#include "ln_rdzv.h"
 #include "ln_worker.h"
 #include "nbf_param.h"
 #include "nbf_test.h"
@@ -465,6 +466,45 @@ static int fn_forever(void) {
   return 0;
 }
 
+/* Rank 1 returns 0 at once; rank 0 fails only once rank 1 is gone (its
+ * pid, from a file rank 1 wrote, no longer in /proc or a zombie): the
+ * order of a peer failing because a rank left in the middle. */
+static char g_leaver_file[64];
+static int g_leaver_named;
+static int fn_rank1_leaves(void) {
+  if (my_rank() == 1) {
+    FILE *f = fopen(g_leaver_file, "w");
+    fprintf(f, "%d\n", (int)getpid());
+    fclose(f);
+    return 0;
+  }
+  int pid = 0;
+  for (int i = 0; i < 3000 && pid <= 0; i++) { /* 30 s at most */
+    FILE *f = fopen(g_leaver_file, "r");
+    if (!f || fscanf(f, "%d", &pid) != 1)
+      pid = 0, usleep(10000);
+    if (f)
+      fclose(f);
+  }
+  char path[64], state = 'R';
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  for (int i = 0; i < 3000 && state != 'Z' && state != 0; i++) {
+    FILE *f = fopen(path, "r");
+    state = 0;
+    if (f && fscanf(f, "%*d %*s %c", &state) != 1)
+      state = 0;
+    if (f)
+      fclose(f);
+    if (state && state != 'Z')
+      usleep(10000);
+  }
+  if (g_leaver_named) /* the runtime's line when a collective lost rank 1 */
+    fprintf(stderr, "nbfork: rank 0: the connection to rank 1 was lost (rank 1 exited or failed "
+                    "during a collective)\n");
+  fprintf(stderr, "rank 0: my peer is gone\n");
+  return 1;
+}
+
 static volatile sig_atomic_t g_interrupted;
 
 /* Port 0: the store binds whatever port is free; no worker connects. */
@@ -507,6 +547,44 @@ NBF_TEST(run_group_failure_stops_blocked_peer) {
   ASSERT_CONTAINS(failures, "    rank 1 is about to fail\n");
   ASSERT_NOT_CONTAINS(failures, "rank 0 ("); /* the stopped peer is no culprit */
   ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  free(failures);
+}
+
+/* The report leads with the rank that left first (exit 0 while its peer
+ * ran) when the peer's error names it, then the peer's failure. */
+NBF_TEST(run_group_rank_that_left_first_leads) {
+  char *failures, *setup_error;
+  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
+  unlink(g_leaver_file);
+  g_leaver_named = 1;
+  ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
+  unlink(g_leaver_file);
+  printf("%s", failures);
+  ASSERT_TRUE(strncmp(failures, "rank 1 (local rank 1, pid ", 26) == 0);
+  ASSERT_CONTAINS(failures, "left first: it exited with code 0 (it returned or called exit(0))");
+  ASSERT_CONTAINS(failures, "while its peers were still in collectives");
+  const char *peer = strstr(failures, "\nrank 0 (local rank 0, pid ");
+  ASSERT_NOT_NULL(peer);
+  ASSERT_CONTAINS(peer, "exited with code 1");
+  ASSERT_CONTAINS(peer, "    rank 0: my peer is gone\n");
+  ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  free(failures);
+}
+
+/* Without a peer naming it, an earlier exit 0 is no proof (a peer that
+ * ignores its failed final barrier exits 0 too): the failure leads, the
+ * earlier exit follows as a possible cause. */
+NBF_TEST(run_group_unnamed_early_exit_follows) {
+  char *failures, *setup_error;
+  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
+  unlink(g_leaver_file);
+  g_leaver_named = 0;
+  ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
+  unlink(g_leaver_file);
+  printf("%s", failures);
+  ASSERT_TRUE(strncmp(failures, "rank 0 (local rank 0, pid ", 26) == 0);
+  ASSERT_CONTAINS(failures, "rank 1 (local rank 1, pid ");
+  ASSERT_CONTAINS(failures, ") had exited with code 0 ");
   free(failures);
 }
 
@@ -666,6 +744,52 @@ NBF_TEST(launch_refuses_a_multithreaded_process) {
   ASSERT_EQ(pthread_join(t, NULL), 0);
   ASSERT_EQ(thread_count_settles(1), 1);
   ASSERT_EQ(ln_launch(&o, fn_ok, &ctx, &err), 0); /* single-threaded again: it runs */
+}
+
+/* ---- the rendezvous' world comparison and rdzv_conf ---------------------- */
+
+NBF_TEST(rdzv_compare_names_each_difference) {
+  ln_options_t a, b;
+  ln_options_init(&a);
+  ln_options_init(&b);
+  a.num_processes = 2, b.num_processes = 3;
+  a.num_nodes = b.num_nodes = 2;
+  snprintf(a.rdzv_id, sizeof a.rdzv_id, "alpha");
+  snprintf(b.rdzv_id, sizeof b.rdzv_id, "beta");
+  char da[512], db[512];
+  ln_rdzv_describe(&a, da, sizeof da);
+  ln_rdzv_describe(&b, db, sizeof db);
+  const char *same[2] = {da, da};
+  ASSERT_NULL(ln_rdzv_compare(same, 2)); /* the host differs in no field compared */
+  const char *two[3] = {da, NULL, db};   /* node 1 not arrived */
+  char *diff = ln_rdzv_compare(two, 3);
+  ASSERT_NOT_NULL(diff);
+  ASSERT_EQ_STR(diff, "rdzv_id: node 0 has alpha, node 2 has beta; num_processes: node 0 has 2, "
+                      "node 2 has 3");
+  free(diff);
+  snprintf(b.rdzv_id, sizeof b.rdzv_id, "alpha");
+  b.num_processes = 2, b.num_nodes = 3;
+  snprintf(b.mixed_precision, sizeof b.mixed_precision, "bf16");
+  ln_rdzv_describe(&b, db, sizeof db);
+  const char *three[2] = {da, db};
+  diff = ln_rdzv_compare(three, 2);
+  ASSERT_EQ_STR(diff, "num_nodes: node 0 has 2, node 1 has 3; mixed_precision: node 0 has no, "
+                      "node 1 has bf16");
+  free(diff);
+}
+
+NBF_TEST(rdzv_conf_join_timeout_and_secret) {
+  ln_options_t o;
+  ln_options_init(&o);
+  char err[512];
+  ASSERT_EQ(
+      ln_options_parse("num_processes=1 rdzv_conf=secret=k,join_timeout=7", &o, err, sizeof err),
+      0);
+  ASSERT_EQ_STR(o.rdzv_secret, "k");
+  ASSERT_EQ(o.rdzv_timeout_s, 7);
+  ln_options_init(&o);
+  ASSERT_EQ(ln_options_parse("num_processes=1 rdzv_conf=join_timeout=0", &o, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "join_timeout=SECONDS");
 }
 
 NBF_TEST_MAIN()

@@ -3,13 +3,19 @@
  *   test_store set_get|blocking_get|add_check_delete|timeout|no_server|
  *              port_in_use|stop_with_waiter|ephemeral_port|secret_ok|
  *              secret_missing|secret_wrong|secret_open_server|secret_ranks|
- *              secret_ranks_wrong
+ *              secret_ranks_wrong|intruders_never_admitted|replayed_session_refused|
+ *              open_store_warns
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "acc_store.h"
@@ -279,10 +285,12 @@ NBF_TEST(secret_ok) {
 }
 
 /* A client without the secret, or with another one, gets no answer: the
- * request fails within the timeout and the error names the cause. */
-static void refused(const char *client_secret) {
+ * request fails within the timeout, the error names the cause, and the
+ * store counts the refusal by kind. */
+static void refused(const char *server_secret, const char *client_secret, const char *says,
+                    acc_store_refusal_t why) {
   int port;
-  acc_store_server_t *s = start_secure("s3cret", &port);
+  acc_store_server_t *s = start_secure(server_secret, &port);
   acc_store_client_t *c = acc_store_client_new_secure("127.0.0.1", port, 600, client_secret);
   ASSERT_NOT_NULL(c);
   double t0 = rt_now();
@@ -291,16 +299,34 @@ static void refused(const char *client_secret) {
   ASSERT_DBL_LT(0.5, dt);
   ASSERT_DBL_LT(dt, 3.0);
   printf("%s\n", acc_store_client_error(c));
-  ASSERT_CONTAINS(acc_store_client_error(c), "wrong or missing rendezvous secret?");
+  ASSERT_CONTAINS(acc_store_client_error(c), says);
+  ASSERT_EQ(acc_store_client_refusal(c), why);
   void *v = NULL;
   ASSERT_EQ(acc_store_get(c, "k", &v, NULL), ACC_ERR_TIMEOUT);
-  ASSERT_CONTAINS(acc_store_client_error(c), "wrong or missing rendezvous secret?");
+  ASSERT_CONTAINS(acc_store_client_error(c), says);
   ASSERT_NULL(v);
   /* and nothing it sent reached the store */
-  acc_store_client_t *good = acc_store_client_new_secure("127.0.0.1", port, 2000, "s3cret");
+  acc_store_client_t *good = acc_store_client_new_secure("127.0.0.1", port, 2000, server_secret);
   int ex = 1;
   ASSERT_EQ(acc_store_check(good, "k", &ex), ACC_OK);
   ASSERT_EQ(ex, 0);
+  ASSERT_EQ(acc_store_client_refusal(good), ACC_STORE_ANSWERED);
+  acc_store_refusals_t n;
+  unsigned counted = 0;
+  /* the serving thread counts the I/O thread's events as they come:
+   * wait for them (5 s at most) */
+  for (double end = rt_now() + 5; !counted && rt_now() < end; usleep(counted ? 0 : 10000)) {
+    acc_store_server_refusals(s, &n);
+    counted = why == ACC_STORE_REFUSED_NEEDS_SECRET ? n.no_secret
+              : why == ACC_STORE_REFUSED_OPEN_STORE ? n.unexpected_secret
+                                                    : n.other_secret;
+    /* a client that saw the mismatch first hangs up before the store
+     * read its greeting: that attempt counts as malformed (acc_store.h) */
+    counted += n.malformed;
+  }
+  printf("refused: no secret %u, unexpected secret %u, other secret %u, malformed %u\n",
+         n.no_secret, n.unexpected_secret, n.other_secret, n.malformed);
+  ASSERT_GT(counted, 0);
   acc_store_client_destroy(&good);
   acc_store_client_destroy(&c);
   acc_store_server_stop(&s);
@@ -308,14 +334,8 @@ static void refused(const char *client_secret) {
 
 /* A secret-holding client of an open store: the handshake fails too. */
 NBF_TEST(secret_open_server) {
-  int port;
-  acc_store_server_t *s = start(&port);
-  acc_store_client_t *c = acc_store_client_new_secure("127.0.0.1", port, 600, "s3cret");
-  ASSERT_EQ(acc_store_set(c, "k", "v", 1), ACC_ERR_TIMEOUT);
-  printf("%s\n", acc_store_client_error(c));
-  ASSERT_CONTAINS(acc_store_client_error(c), "wrong or missing rendezvous secret?");
-  acc_store_client_destroy(&c);
-  acc_store_server_stop(&s);
+  refused(NULL, "s3cret", "this client has a rendezvous secret, the store has none",
+          ACC_STORE_REFUSED_OPEN_STORE);
 }
 
 /* acc_new with NBFORK_RDZV_SECRET: rank 0 hosts a secure store. */
@@ -348,11 +368,12 @@ static void secret_ranks(const char *mode) {
 }
 
 NBF_TEST(secret_missing) {
-  refused(NULL);
+  refused("s3cret", NULL, "the store requires a rendezvous secret and this client has none",
+          ACC_STORE_REFUSED_NEEDS_SECRET);
 }
 
 NBF_TEST(secret_wrong) {
-  refused("wrong");
+  refused("s3cret", "wrong", "wrong or missing rendezvous secret?", ACC_STORE_REFUSED_OTHER_SECRET);
 }
 
 NBF_TEST(secret_ranks) {
@@ -361,6 +382,213 @@ NBF_TEST(secret_ranks) {
 
 NBF_TEST(secret_ranks_wrong) {
   secret_ranks("wrong");
+}
+
+/* Rank 0 hosting an open store on every interface (MASTER_ADDR not
+ * loopback's 127.0.0.1) warns on stderr, naming the secret's settings;
+ * on 127.0.0.1 (bound there only) or with a secret it does not. */
+static int warn_rank(int rank, int world, void *arg) {
+  (void)world;
+  const char *mode = arg;
+  if (strcmp(mode, "loopback"))
+    setenv("MASTER_ADDR", "127.0.0.2", 1);
+  if (!strcmp(mode, "secret"))
+    setenv("NBFORK_RDZV_SECRET", "s", 1);
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/nbf-warn-%d-%s", (int)getppid(), mode);
+  int saved = dup(2), fd = rank == 0 ? open(path, O_CREAT | O_TRUNC | O_RDWR, 0600) : -1;
+  if (rank == 0)
+    dup2(fd, 2);
+  acc_t *acc = acc_new(NULL);
+  dup2(saved, 2);
+  ASSERT_NOT_NULL(acc);
+  acc_destroy(&acc);
+  if (rank == 0) {
+    char text[1024] = "";
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = 0;
+    unlink(path);
+    if (!strcmp(mode, "open")) {
+      ASSERT_CONTAINS(text, "without a secret");
+      ASSERT_CONTAINS(text, "NBFORK_RDZV_SECRET");
+      ASSERT_CONTAINS(text, "rdzv_conf=secret=");
+    } else {
+      ASSERT_NOT_CONTAINS(text, "without a secret");
+    }
+  }
+  if (fd >= 0)
+    close(fd);
+  close(saved);
+  return 0;
+}
+
+NBF_TEST(open_store_warns) {
+  const char *modes[] = {"open", "loopback", "secret"};
+  for (int i = 0; i < 3; i++) {
+    rt_spawn_opts_t o = {.world = 2, .deadline_s = 30, .timeout_s = "10"};
+    ASSERT_EQ(rt_spawn(&o, warn_rank, (void *)modes[i], NULL), 0);
+  }
+}
+
+/* ---- intruders against a store with a secret ---- */
+
+static int tcp_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_TRUE(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+  return fd;
+}
+
+/* Send `len` bytes, then read (and drop) what comes back until the store
+ * closes the connection or `wait_s` passed. */
+static void send_and_drain(int fd, const void *buf, size_t len, double wait_s) {
+  ssize_t w = send(fd, buf, len, MSG_NOSIGNAL);
+  (void)w;
+  double end = rt_now() + wait_s;
+  char sink[4096];
+  while (rt_now() < end) {
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 100) > 0 && recv(fd, sink, sizeof sink, 0) <= 0)
+      break; /* closed by the store */
+  }
+  close(fd);
+}
+
+/* The real ranks' requests still answer at once. */
+static void still_serving(int port, const char *secret) {
+  acc_store_client_t *c = acc_store_client_new_secure("127.0.0.1", port, 3000, secret);
+  double t0 = rt_now();
+  void *v = NULL;
+  ASSERT_EQ(acc_store_get(c, "real", &v, NULL), ACC_OK);
+  ASSERT_EQ_STR((char *)v, "rank data");
+  free(v);
+  ASSERT_EQ(acc_store_set(c, "after", "1", 1), ACC_OK);
+  ASSERT_DBL_LT(rt_now() - t0, 2.0);
+  acc_store_client_destroy(&c);
+}
+
+/* Random bytes, a ZeroMQ greeting followed by garbage, a client without
+ * the secret and one with another: none is admitted (no key they set
+ * exists), the store counts them, and keeps serving the real ranks. */
+NBF_TEST(intruders_never_admitted) {
+  int port;
+  acc_store_server_t *s = start_secure("the-job-secret", &port);
+  acc_store_client_t *real = acc_store_client_new_secure("127.0.0.1", port, 3000, "the-job-secret");
+  ASSERT_EQ(acc_store_set(real, "real", "rank data", 9), ACC_OK);
+  unsigned seed = 12345;
+  for (int trial = 0; trial < 20; trial++) {
+    unsigned char junk[2048];
+    for (size_t i = 0; i < sizeof junk; i++)
+      junk[i] = (unsigned char)(rand_r(&seed) >> 7);
+    if (trial % 2) /* a valid ZMTP 3 signature, then garbage */
+      memcpy(junk, "\xff\0\0\0\0\0\0\0\x01\x7f\x03\x00CURVE", 17);
+    send_and_drain(tcp_connect(port), junk, sizeof junk, 0.3);
+  }
+  still_serving(port, "the-job-secret");
+  const char *intruders[] = {NULL, "guess", "the-job-secreT"};
+  for (int i = 0; i < 3; i++) {
+    acc_store_client_t *c = acc_store_client_new_secure("127.0.0.1", port, 500, intruders[i]);
+    ASSERT_EQ(acc_store_set(c, "intruder", "x", 1), ACC_ERR_TIMEOUT);
+    int64_t n;
+    ASSERT_EQ(acc_store_add(c, "real", 1, &n), ACC_ERR_TIMEOUT);
+    acc_store_client_destroy(&c);
+  }
+  still_serving(port, "the-job-secret");
+  int ex = 1;
+  ASSERT_EQ(acc_store_check(real, "intruder", &ex), ACC_OK);
+  ASSERT_EQ(ex, 0);
+  acc_store_refusals_t n;
+  for (double end = rt_now() + 5; rt_now() < end; usleep(10000)) { /* as in refused() */
+    acc_store_server_refusals(s, &n);
+    if (n.no_secret && n.other_secret)
+      break;
+  }
+  printf("refused: no secret %u, unexpected secret %u, other secret %u, malformed %u\n",
+         n.no_secret, n.unexpected_secret, n.other_secret, n.malformed);
+  ASSERT_GT(n.no_secret, 0);
+  ASSERT_GT(n.other_secret, 0);
+  acc_store_client_destroy(&real);
+  acc_store_server_stop(&s);
+}
+
+/* A recording proxy: one connection, forwarded both ways; the bytes the
+ * client sent are kept for a replay. */
+typedef struct {
+  int listen_fd, upstream_port;
+  unsigned char sent[65536];
+  size_t nsent;
+} proxy_t;
+
+static void *proxy_run(void *arg) {
+  proxy_t *p = arg;
+  int a = accept(p->listen_fd, NULL, NULL), b = tcp_connect(p->upstream_port);
+  char buf[8192];
+  for (int open = 1; open;) {
+    struct pollfd fds[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+    if (poll(fds, 2, 10000) <= 0)
+      break;
+    for (int i = 0; i < 2 && open; i++) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      ssize_t r = recv(fds[i].fd, buf, sizeof buf, 0);
+      if (r <= 0) {
+        open = 0;
+        break;
+      }
+      if (i == 0 && p->nsent + (size_t)r <= sizeof p->sent) {
+        memcpy(p->sent + p->nsent, buf, (size_t)r);
+        p->nsent += (size_t)r;
+      }
+      ssize_t w = send(fds[1 - i].fd, buf, (size_t)r, MSG_NOSIGNAL);
+      (void)w;
+    }
+  }
+  close(a);
+  close(b);
+  return NULL;
+}
+
+/* A real client's whole session, recorded and replayed byte for byte on
+ * a new connection, does not repeat its SET: CURVE's per-connection
+ * cookie and nonces refuse it. */
+NBF_TEST(replayed_session_refused) {
+  int port;
+  acc_store_server_t *s = start_secure("the-job-secret", &port);
+  proxy_t *p = calloc(1, sizeof *p);
+  p->upstream_port = port;
+  p->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof a;
+  ASSERT_EQ(bind(p->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+  ASSERT_EQ(listen(p->listen_fd, 1), 0);
+  ASSERT_EQ(getsockname(p->listen_fd, (struct sockaddr *)&a, &alen), 0);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, proxy_run, p), 0);
+  acc_store_client_t *via =
+      acc_store_client_new_secure("127.0.0.1", ntohs(a.sin_port), 5000, "the-job-secret");
+  ASSERT_EQ(acc_store_set(via, "replayed", "once", 4), ACC_OK);
+  acc_store_client_destroy(&via); /* the proxy sees the close and ends */
+  pthread_join(t, NULL);
+  close(p->listen_fd);
+  ASSERT_GT(p->nsent, 64);
+  acc_store_client_t *real = acc_store_client_new_secure("127.0.0.1", port, 3000, "the-job-secret");
+  ASSERT_EQ(acc_store_delete(real, "replayed"), ACC_OK);
+  ASSERT_EQ(acc_store_set(real, "real", "rank data", 9), ACC_OK);
+  for (int i = 0; i < 5; i++) /* whole, and in the pieces a replayer might try */
+    send_and_drain(tcp_connect(port), p->sent, i ? p->nsent * (size_t)i / 5 : p->nsent, 0.5);
+  int ex = 1;
+  ASSERT_EQ(acc_store_check(real, "replayed", &ex), ACC_OK);
+  ASSERT_EQ(ex, 0);
+  still_serving(port, "the-job-secret");
+  acc_store_refusals_t n;
+  acc_store_server_refusals(s, &n);
+  printf("recorded %zu bytes; refused: other secret %u, malformed %u\n", p->nsent, n.other_secret,
+         n.malformed);
+  free(p);
+  acc_store_client_destroy(&real);
+  acc_store_server_stop(&s);
 }
 
 NBF_TEST_MAIN()
