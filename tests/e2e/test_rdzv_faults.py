@@ -109,10 +109,15 @@ class TwoNodes(unittest.TestCase):
             results = [None, None]
 
             def run(i, opts):
+                # a node's own option replaces the common one of that name
+                # (an option given twice is an error)
+                words = dict(w.split("=", 1) for w in (
+                    "num_processes=%d num_nodes=2 node_rank=%d use_port=%d rdzv_timeout=%d"
+                    % (n, i, port, RDZV_TIMEOUT)).split())
+                words.update(w.split("=", 1) for w in opts.split())
                 t0 = time.monotonic()
                 reply, out = self.k[i].execute(
-                    "%%launch reduce_ones() num_processes=%d num_nodes=2 node_rank=%d "
-                    "use_port=%d rdzv_timeout=%d %s" % (n, i, port, RDZV_TIMEOUT, opts),
+                    "%launch reduce_ones() " + " ".join("%s=%s" % kv for kv in words.items()),
                     timeout=RDZV_TIMEOUT + 120)
                 results[i] = (reply, out, time.monotonic() - t0)
 
