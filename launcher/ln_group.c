@@ -57,14 +57,36 @@ static void signal_group(ln_worker_t *w, int n, int sig) {
     }
 }
 
-/* The first cause of a stop wins; the workers get SIGTERM once. */
+/* A worker stopped by a signal (SIGSTOP, SIGTSTP, a debugger's) when
+ * the group fails is why its peers timed out: mark it as a cause, with
+ * the stop signal, before the stop kills it. WNOWAIT leaves the stop to
+ * be seen again; nothing else waits for stops. */
+static void mark_stopped(ln_group_t *g) {
+  for (int i = 0; i < g->started; i++) {
+    ln_worker_t *w = &g->w[i];
+    siginfo_t si = {0};
+    if (w->exited || waitid(P_PID, (id_t)w->pid, &si, WSTOPPED | WNOHANG | WNOWAIT) != 0)
+      continue;
+    if (si.si_pid == w->pid && si.si_code == CLD_STOPPED) {
+      w->stopped_by = si.si_status;
+      w->failed = 1;
+    }
+  }
+}
+
+/* The first cause of a stop wins; the workers get SIGTERM once, and
+ * SIGCONT after it: a stopped worker would hold a TERM pending (and its
+ * port, memory, GPU) until the KILL after the grace time. */
 static void group_stop(ln_group_t *g, ln_run_result_t why) {
   if (g->stopping)
     return;
   g->result = why;
   g->stopping = 1;
   g->stop_at_ms = nbf_now_ms();
+  if (why == LN_RUN_FAILED)
+    mark_stopped(g);
   signal_group(g->w, g->started, SIGTERM);
+  signal_group(g->w, g->started, SIGCONT);
 }
 
 static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) {
@@ -203,9 +225,11 @@ static char *group_failures(const ln_group_t *g) {
   FILE *f = open_memstream(&text, &cap);
   if (!f)
     return NULL;
-  for (int i = 0; i < g->started; i++)
-    if (g->w[i].failed)
-      ln_worker_describe(&g->w[i], g->o->node_rank * g->o->num_processes + i, f);
+  /* a stopped worker first: the others failed waiting for it */
+  for (int stopped = 1; stopped >= 0; stopped--)
+    for (int i = 0; i < g->started; i++)
+      if (g->w[i].failed && (g->w[i].stopped_by != 0) == stopped)
+        ln_worker_describe(&g->w[i], g->o->node_rank * g->o->num_processes + i, f);
   fclose(f);
   return text;
 }

@@ -29,6 +29,7 @@ typedef struct {
   int tail_next;
   int pidfd; /* readable when the worker exits; -1 when unsupported */
   int exited, status, failed;
+  int stopped_by; /* the signal that had stopped it when the group failed, or 0 */
 } ln_worker_t;
 
 /* What every worker of one group run shares. */
