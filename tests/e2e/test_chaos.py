@@ -188,14 +188,17 @@ class ChaosKernel:
                 raise AssertionError("the loop ended before the fault: %r" % h.errors(out))
         raise AssertionError("no free port in %d tries" % tries)
 
-    def fault_trial(self, world, victim, sig):
+    def fault_trial(self, world, victim, sig, interrupt=False):
         """Send `sig` to rank `victim` of an all-reduce loop at a random
-        step; wait for the cell's end. Returns a dict: elapsed (s from the
-        signal to the cell's idle), errors, pids, left (processes of the
-        workers still there: workers, their groups' members, zombies)."""
+        step (then interrupt the kernel, with `interrupt`); wait for the
+        cell's end. Returns a dict: elapsed (s from the signal to the
+        cell's idle), errors, pids, left (processes of the workers still
+        there: workers, their groups' members, zombies)."""
         cell, pids = self.start_loop(world, random.randint(1, 8))
         t0 = time.monotonic()
         os.kill(pids[victim], sig)
+        if interrupt:
+            self.k.km.interrupt_kernel()
         try:
             reply, out = cell.finish(timeout=END_BOUND + 60)
         finally:
@@ -260,6 +263,21 @@ class StopRank(unittest.TestCase):
                             errs[0]["evalue"])
             self.assertLess(t["elapsed"], STOP_TIMEOUT_S + END_BOUND)  # a timeout, not a hang
             self.assertEqual(t["left"], [])  # the stopped process was killed and reaped
+        finally:
+            ck.close()
+
+
+    def test_stopped_rank_interrupted(self):
+        # the stop path's TERM reaches a stopped worker too (SIGCONT)
+        ck = ChaosKernel()
+        try:
+            t = ck.fault_trial(3, 2, signal.SIGSTOP, interrupt=True)
+            self.assertEqual([e["ename"] for e in t["errors"]], ["KeyboardInterrupt"])
+            self.assertLess(t["elapsed"], END_BOUND)
+            self.assertEqual(t["left"], [])
+            reply, out = ck.k.execute("%%launch chaos_loop(1, 5) num_processes=2 use_port=%d" %
+                                      h.free_port())
+            self.assertEqual(reply["status"], "ok", h.errors(out))
         finally:
             ck.close()
 
