@@ -106,6 +106,7 @@ def run_exec_kills(c, args, rows):
             left += t["left"] + c.zombies([ck.kernel_pid, t["new"] or -1])
     finally:
         ck.close()
+        c.reap_orphans()
     row("kill -9 of the executor during a launch (3 ranks; time: workers dead)",
         args.exec_trials, named, ts, left, rows)
     return bad
