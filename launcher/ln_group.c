@@ -60,14 +60,36 @@ static void signal_group(ln_worker_t *w, int n, int sig) {
     }
 }
 
-/* The first cause of a stop wins; the workers get SIGTERM once. */
+/* A worker stopped by a signal (SIGSTOP, SIGTSTP, a debugger's) when
+ * the group fails is why its peers timed out: mark it as a cause, with
+ * the stop signal, before the stop kills it. WNOWAIT leaves the stop to
+ * be seen again; nothing else waits for stops. */
+static void mark_stopped(ln_group_t *g) {
+  for (int i = 0; i < g->started; i++) {
+    ln_worker_t *w = &g->w[i];
+    siginfo_t si = {0};
+    if (w->exited || waitid(P_PID, (id_t)w->pid, &si, WSTOPPED | WNOHANG | WNOWAIT) != 0)
+      continue;
+    if (si.si_pid == w->pid && si.si_code == CLD_STOPPED) {
+      w->stopped_by = si.si_status;
+      w->failed = 1;
+    }
+  }
+}
+
+/* The first cause of a stop wins; the workers get SIGTERM once, and
+ * SIGCONT after it: a stopped worker would hold a TERM pending (and its
+ * port, memory, GPU) until the KILL after the grace time. */
 static void group_stop(ln_group_t *g, ln_run_result_t why) {
   if (g->stopping)
     return;
   g->result = why;
   g->stopping = 1;
   g->stop_at_ms = nbf_now_ms();
+  if (why == LN_RUN_FAILED)
+    mark_stopped(g);
   signal_group(g->w, g->started, SIGTERM);
+  signal_group(g->w, g->started, SIGCONT);
 }
 
 static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) {
@@ -248,10 +270,13 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
   ln_rdzv_end(&rdzv); /* its client's threads go before any re-fork */
 }
 
-/* Which failed worker the report names first: a signal (a crash, a
- * kill from outside) is a cause, an exit code is often a peer's
- * consequence; then the earlier, then the lower rank. */
+/* Which failed worker the report names first: one found stopped (the
+ * others failed waiting for it), then the earlier; at the same time a
+ * signal (a crash, a kill from outside), which is a cause, before an exit
+ * code, often a peer's consequence; then the lower rank. */
 static int failure_before(const ln_worker_t *a, const ln_worker_t *b) {
+  if ((a->stopped_by != 0) != (b->stopped_by != 0))
+    return a->stopped_by != 0;
   int sa = WIFSIGNALED(a->status), sb = WIFSIGNALED(b->status);
   if (a->exited_ms != b->exited_ms)
     return a->exited_ms < b->exited_ms;

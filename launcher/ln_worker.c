@@ -285,7 +285,14 @@ void ln_worker_close(ln_worker_t *w) {
 
 void ln_worker_describe(const ln_worker_t *w, int rank, FILE *out) {
   int st = w->status;
-  if (WIFSIGNALED(st)) {
+  if (w->stopped_by) {
+    int sig = w->stopped_by;
+    const char *abbrev = sigabbrev_np(sig);
+    fprintf(out,
+            "rank %d (local rank %d, pid %d) was stopped by signal %d (SIG%s) and did not take "
+            "part: its peers' collectives timed out waiting for it (it was ended with the group)\n",
+            rank, w->local_rank, (int)w->pid, sig, abbrev ? abbrev : "?");
+  } else if (WIFSIGNALED(st)) {
     int sig = WTERMSIG(st);
     const char *abbrev = sigabbrev_np(sig), *descr = sigdescr_np(sig);
     fprintf(out, "rank %d (local rank %d, pid %d) was killed by signal %d (SIG%s: %s)\n", rank,

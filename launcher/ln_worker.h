@@ -30,6 +30,7 @@ typedef struct {
   int pidfd; /* readable when the worker exits; -1 when unsupported */
   int exited, status, failed;
   long long exited_ms; /* when the launcher reaped it (nbf_now_ms), for the failure report */
+  int stopped_by; /* the signal that had stopped it when the group failed, or 0 */
 } ln_worker_t;
 
 /* What every worker of one group run shares. */

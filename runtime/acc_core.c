@@ -286,6 +286,7 @@ static int join_group(acc_t *acc) {
                    acc->master_addr, acc->master_port, acc->timeout_ms / 1000, err);
     return -1;
   }
+  acc_gloo_set_multi_host(acc->gloo, acc->local_world < acc->world);
   /* Every rank is past its store reads once this returns, so rank 0 may
    * stop hosting the store at any time after. */
   r = acc_gloo_barrier(acc->gloo, err, sizeof err);

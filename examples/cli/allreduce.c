@@ -10,7 +10,8 @@
  *
  * Arguments (for tests): `fail R` makes rank R exit with code 3 after the
  * all-reduce; `sleep` makes every rank wait (for interrupts) after it;
- * `loop N` runs N more all-reduces, 100 ms apart (for a link cut mid-run).
+ * `loop N` runs N more all-reduces, 100 ms apart, rank 0 printing "step I"
+ * after each (for a link cut mid-run at a step the test chooses).
  */
 #include <nbfork.h>
 #include <stdio.h>
@@ -41,6 +42,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "rank %d: all-reduce %d failed: %s\n", acc_rank(acc), i, acc_last_error(acc));
       acc_destroy(&acc);
       return 1;
+    }
+    if (acc_rank(acc) == 0) {
+      printf("step %d\n", i + 1);
+      fflush(stdout);
     }
   }
   if (argc > 1 && !strcmp(argv[1], "sleep"))
