@@ -60,7 +60,7 @@ for h in "${harnesses[@]}"; do
   t1=$(date +%s.%N)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
-  rate=$(awk -v n="${execs:-0}" -v s="$secs" 'BEGIN { printf "%d", s > 0 ? n / s : 0 }')
+  rate=$(awk -v n="${execs:-0}" -v s="$secs" 'BEGIN { printf "%d", (s > 0 ? n / s : 0) }')
   result=ok
   if [ "$rc" -ne 0 ]; then
     result="FINDING (exit $rc): see below"
