@@ -331,8 +331,10 @@ typedef struct {
   double value[ACC_METRICS_MAX];
 } acc_metrics_t;
 
-/* Append (name, value); replaces a metric of the same name. Returns -1
- * when full. */
+/* Append (name, value); replaces a metric of the same name. Names are
+ * kept to their first 47 bytes (cut at a UTF-8 character boundary; names
+ * equal once cut are one metric). Returns -1 when full, or for a name
+ * starting with the byte 0x01 (trainer_state.json's writer reserves it). */
 int acc_metrics_put(acc_metrics_t *m, const char *name, double value);
 /* The value of `name`, or NaN when absent. */
 double acc_metrics_get(const acc_metrics_t *m, const char *name);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define ACC_HAVE_X86 1
 #endif
@@ -29,8 +30,10 @@
 #ifdef ACC_HAVE_X86
 static int has_f16c(void) {
   static int cached = -1;
-  if (cached < 0)
-    cached = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  if (cached < 0) { /* F16C from CPUID.1:ECX bit 29: clang 16 has no "f16c" builtin feature */
+    unsigned a, b, c = 0, d;
+    cached = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) && __builtin_cpu_supports("avx");
+  }
   return cached;
 }
 

@@ -18,8 +18,10 @@
 
 #define IDX_MAX_BYTES ((size_t)1 << 34) /* 16 GiB: anything larger is corrupt */
 
-/* Read exactly n bytes; returns 0, or -1 with a reason in `why`. */
-static int read_exact(gzFile f, void *buf, size_t n, char *why, size_t whylen) {
+/* Read exactly n bytes, the bytes [base, base + n) of `total` (for the
+ * message); returns 0, or -1 with a reason in `why`. */
+static int read_exact(gzFile f, void *buf, size_t n, size_t base, size_t total, char *why,
+                      size_t whylen) {
   unsigned char *p = buf;
   size_t got = 0;
   while (got < n) {
@@ -34,13 +36,40 @@ static int read_exact(gzFile f, void *buf, size_t n, char *why, size_t whylen) {
     if (r == 0) {
       int zerr;
       const char *m = gzerror(f, &zerr);
-      snprintf(why, whylen, "file ends after %zu of %zu bytes%s%s", got, n,
+      snprintf(why, whylen, "file ends after %zu of %zu bytes%s%s", base + got, total,
                zerr != Z_OK ? ": " : "", zerr != Z_OK ? m : "");
       return -1;
     }
     got += (size_t)r;
   }
   return 0;
+}
+
+/* The `count` data bytes, in a buffer grown as they arrive (1 MiB, then
+ * doubling): a corrupt header announcing gigabytes costs no more memory
+ * than the file holds (tests/fuzz/fuzz_idx allocated 16 GiB for a 20-byte
+ * file). NULL with why, and *oom set when memory ran out. */
+static unsigned char *read_data(gzFile f, size_t count, int *oom, char *why, size_t whylen) {
+  unsigned char *b = NULL;
+  size_t cap = 0;
+  *oom = 0;
+  while (cap < count) {
+    size_t next = cap ? cap * 2 : (size_t)1 << 20;
+    next = next < count ? next : count;
+    unsigned char *nb = realloc(b, next);
+    if (!nb) {
+      *oom = 1;
+      free(b);
+      return NULL;
+    }
+    b = nb;
+    if (read_exact(f, b + cap, next - cap, cap, count, why, whylen) != 0) {
+      free(b);
+      return NULL;
+    }
+    cap = next;
+  }
+  return b;
 }
 
 static acc_idx_t *idx_fail(const char *path, gzFile f, acc_idx_t *idx, long offset, uint32_t magic,
@@ -69,7 +98,7 @@ acc_idx_t *acc_idx_read(const char *path) {
   gzbuffer(f, 1 << 17);
   char why[256];
   unsigned char hdr[4];
-  if (read_exact(f, hdr, 4, why, sizeof why) != 0)
+  if (read_exact(f, hdr, 4, 0, 4, why, sizeof why) != 0)
     return idx_fail(path, f, NULL, 0, 0, why);
   uint32_t magic = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
   if (hdr[0] != 0 || hdr[1] != 0)
@@ -88,7 +117,7 @@ acc_idx_t *acc_idx_read(const char *path) {
   size_t count = 1;
   for (int d = 0; d < idx->ndim; d++) {
     unsigned char b[4];
-    if (read_exact(f, b, 4, why, sizeof why) != 0)
+    if (read_exact(f, b, 4, 0, 4, why, sizeof why) != 0)
       return idx_fail(path, f, idx, 4 + 4L * d, magic, why);
     uint32_t v = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
     if (v == 0 || v > INT32_MAX) {
@@ -103,11 +132,12 @@ acc_idx_t *acc_idx_read(const char *path) {
     count *= v;
   }
   idx->count = count;
-  idx->u8 = malloc(count);
   long data_off = 4 + 4L * idx->ndim;
-  if (!idx->u8)
+  int oom;
+  idx->u8 = read_data(f, count, &oom, why, sizeof why);
+  if (!idx->u8 && oom)
     return idx_fail(path, f, idx, data_off, magic, "out of memory for the data");
-  if (read_exact(f, idx->u8, count, why, sizeof why) != 0) {
+  if (!idx->u8) {
     char msg[400];
     snprintf(msg, sizeof msg, "truncated or corrupt data (%s)", why);
     return idx_fail(path, f, idx, data_off, magic, msg);

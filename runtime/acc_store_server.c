@@ -206,7 +206,12 @@ static void handle(acc_store_server_t *s, const unsigned char *id, size_t idlen,
         return;
       }
     }
-    cur += delta;
+    if (__builtin_add_overflow(cur, delta, &cur)) { /* tests/fuzz/fuzz_store: UB before */
+      char msg[256];
+      snprintf(msg, sizeof msg, "ADD: counter '%s' would leave the 64-bit range", key);
+      reply_err(s, id, idlen, msg);
+      return;
+    }
     int n = snprintf(buf, sizeof buf, "%lld", cur);
     if (put_entry(s, key, buf, (size_t)n) != 0) {
       reply_err(s, id, idlen, "store server out of memory");

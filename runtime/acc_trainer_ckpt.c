@@ -227,20 +227,9 @@ acc_result_t acc_trainer_save_checkpoint(acc_trainer_t *tr) {
   return ACC_OK;
 }
 
-/* log_history from trainer_state.json (the main process's file; other
- * ranks without it keep an empty history: only the main process prints). */
-static acc_result_t read_history(acc_trainer_t *tr, const char *dir) {
-  char path[PATH_MAX + 32];
-  snprintf(path, sizeof path, "%s/trainer_state.json", dir);
-  json_error_t err;
-  json_t *o = json_load_file(path, 0, &err);
-  if (!o)
-    return acc_is_main_process(tr->acc)
-               ? acc__set_error(tr->acc, ACC_ERR_IO, "%s: line %d: %s", path, err.line, err.text)
-               : ACC_OK;
+void tr_history_from_json(acc_trainer_state_t *st, const json_t *o) {
   json_t *h = json_object_get(o, "log_history"), *e;
   size_t i;
-  acc_trainer_state_t *st = &tr->state;
   free(st->log_history);
   st->log_history = calloc(json_array_size(h) + 1, sizeof *st->log_history);
   st->log_history_len = 0;
@@ -255,6 +244,20 @@ static acc_result_t read_history(acc_trainer_t *tr, const char *dir) {
         acc_metrics_put(&le->values, k, json_is_null(v) ? NAN : json_number_value(v));
     }
   }
+}
+
+/* log_history from trainer_state.json (the main process's file; other
+ * ranks without it keep an empty history: only the main process prints). */
+static acc_result_t read_history(acc_trainer_t *tr, const char *dir) {
+  char path[PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+  json_error_t err;
+  json_t *o = json_load_file(path, 0, &err);
+  if (!o)
+    return acc_is_main_process(tr->acc)
+               ? acc__set_error(tr->acc, ACC_ERR_IO, "%s: line %d: %s", path, err.line, err.text)
+               : ACC_OK;
+  tr_history_from_json(&tr->state, o);
   json_decref(o);
   return ACC_OK;
 }

@@ -91,6 +91,10 @@ void tr_reals_free(tr_reals_t *r);
 
 /* Checkpoints (acc_trainer_ckpt.c). */
 acc_result_t tr_resume(acc_trainer_t *tr, const char *spec);
+/* state.log_history from a parsed trainer_state.json `o` (its
+ * "log_history" array; anything else is ignored, entries that are not
+ * objects are empty). Replaces the old history. tests/fuzz feeds it. */
+void tr_history_from_json(acc_trainer_state_t *st, const json_t *o);
 acc_result_t tr_load_best(acc_trainer_t *tr);
 /* After an evaluation: update best_metric; 1 when the metric is a new best. */
 int tr_determine_best(acc_trainer_t *tr, const acc_metrics_t *metrics);

@@ -9,13 +9,17 @@
  * built with each real as a placeholder string ("\x01" + its index in a
  * side table) and dumped by jansson, which writes a control byte as the
  * escape \u0001; the placeholders are then replaced by the values' Python
- * repr. A string of the document's own (a path, a metric name) cannot
- * produce the text "\u0001 + digits after an opening quote unless it
- * starts with that byte, and the number of replacements is checked.
+ * repr. Only an opening quote (not one escaped inside a string: `"\"\u0001`
+ * is a string of the document's own holding a quote, then the byte) followed
+ * by \u0001, digits and the closing quote is a placeholder; a string of the
+ * document's own (a path, a metric name) can look like one only if it
+ * starts with that byte and digits (acc_metrics_put refuses such names),
+ * and the number of replacements is checked.
  * Non-finite values are written as null (Python writes NaN/Infinity,
  * which JSON parsers, jansson's included, refuse to read back).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,9 +59,19 @@ char *tr_json_dumps(const json_t *o, const tr_reals_t *r) {
   int oom = 0;
   const char *p = raw;
   for (const char *q; (q = strstr(p, mark));) {
-    char *end;
-    unsigned long long i = strtoull(q + sizeof mark - 1, &end, 10);
-    if (*end != '"' || end == q + sizeof mark - 1 || i >= r->n)
+    size_t slashes = 0; /* an odd count before the quote escapes it */
+    while (q - slashes > raw && q[-1 - (ptrdiff_t)slashes] == '\\')
+      slashes++;
+    const char *digits = q + sizeof mark - 1;
+    char *end = (char *)digits;
+    unsigned long long i = *digits >= '0' && *digits <= '9' ? strtoull(digits, &end, 10) : 0;
+    if (slashes % 2 || end == digits || *end != '"') {
+      /* text of a string of the document's own (tests/fuzz/fuzz_trainer_state) */
+      oom |= nbf_buf_append(&b, p, (size_t)(q + 1 - p));
+      p = q + 1;
+      continue;
+    }
+    if (i >= r->n)
       goto bad;
     char num[40];
     tr_float_repr(r->v[i], num, sizeof num);

@@ -49,15 +49,36 @@ void tr_float_repr(double v, char *out, size_t len) {
   /* C writes 1e-05 like Python; "1.5e+20" is Python's too. */
 }
 
+/* The stored form of a metric name: its first 47 bytes, cut before a
+ * UTF-8 character that would not fit. trainer_state.json must be able to
+ * write every stored name: a name cut inside a character is not UTF-8
+ * (jansson drops the key), and two long names equal once cut were two
+ * entries with one key; both made acc_trainer_save_checkpoint fail
+ * (found by tests/fuzz/fuzz_trainer_state). */
+static void metric_name(char out[48], const char *name) {
+  size_t n = strlen(name);
+  if (n > 47) {
+    n = 47;
+    while (n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80)
+      n--; /* name[n] continues a character: cut before its first byte */
+  }
+  memcpy(out, name, n);
+  out[n] = 0;
+}
+
 int acc_metrics_put(acc_metrics_t *m, const char *name, double value) {
+  if ((unsigned char)name[0] == 0x01)
+    return -1; /* trainer_state.json's placeholders (acc_trainer_json.c) */
+  char key[48];
+  metric_name(key, name);
   for (int i = 0; i < m->count; i++)
-    if (!strcmp(m->name[i], name)) {
+    if (!strcmp(m->name[i], key)) {
       m->value[i] = value;
       return 0;
     }
   if (m->count == ACC_METRICS_MAX)
     return -1;
-  snprintf(m->name[m->count], sizeof m->name[0], "%s", name);
+  memcpy(m->name[m->count], key, sizeof key);
   m->value[m->count++] = value;
   return 0;
 }

@@ -11,6 +11,7 @@
 # candidate versions); nothing is pinned here. What is left out on purpose:
 #   - the browser, Jupyter's Python packages, PyTorch (they travel as wheels
 #     or are not needed to build and test the C code);
+#   - clang-16 and libfuzzer-16-dev (scripts/fuzz.sh only: CI's fuzz pass);
 #   - ASSUMED: what every glibc distribution with a C compiler already has
 #     (libc, libgcc, libstdc++, zlib runtime, dpkg's own tools);
 #   - STATIC_ONLY: -dev packages that libzmq3-dev and libgloo-dev depend on

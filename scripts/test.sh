@@ -12,6 +12,10 @@
 # launcher, runtime) and the kernel's protocol tests (the real
 # nbfork-kernel fed bad input, with a fake executor). Any sanitizer
 # report, from a test or from a process it started, fails the run.
+#
+# NBFORK_FUZZ_TESTS=1 adds, after it, 30 seconds of libFuzzer on each
+# harness of tests/fuzz (scripts/fuzz.sh 30, in build-fuzz/ or
+# $FUZZ_BUILD_DIR; clang-16): any finding fails the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -41,4 +45,9 @@ if [ "${NBFORK_SANITIZE_TESTS:-0}" = 1 ]; then
   rm -rf "$reports"
   [ "$status" -eq 0 ] || { echo "nbfork: sanitizer pass failed"; exit "$status"; }
   echo "nbfork: sanitizer pass clean"
+fi
+
+if [ "${NBFORK_FUZZ_TESTS:-0}" = 1 ]; then
+  echo "nbfork: fuzz pass (libFuzzer, 30 s per harness)"
+  scripts/fuzz.sh 30
 fi

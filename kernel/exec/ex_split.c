@@ -575,11 +575,12 @@ static void classify_typedef(const cx_t *c, size_t a, size_t b, ex_chunk_t *k) {
   }
 }
 
-/* A struct/union/enum definition alone (`struct S {...};`): named
- * "struct S" when it has a tag. */
-static void classify_tagged_type(const cx_t *c, size_t a, ex_chunk_t *k) {
+/* A struct/union/enum definition alone (`struct S {...};`, tokens a..b):
+ * named "struct S" when it has a tag. A lone `enum` ending the cell has
+ * none (its tag was read past the last token: tests/fuzz/fuzz_split). */
+static void classify_tagged_type(const cx_t *c, size_t a, size_t b, ex_chunk_t *k) {
   k->kind = EX_CHUNK_TYPE;
-  if (!(tk_is(c, a, "struct") || tk_is(c, a, "union") || tk_is(c, a, "enum")) ||
+  if (!(tk_is(c, a, "struct") || tk_is(c, a, "union") || tk_is(c, a, "enum")) || a >= b ||
       c->t[a + 1].kind != TK_IDENT)
     return;
   char *tag = tk_text(c, a), *nm = tk_text(c, a + 1);
@@ -666,7 +667,7 @@ static void classify_specified(const cx_t *c, size_t a, size_t b, int last, ex_c
   if (!is_decl)
     k->kind = (last && !ends_semi) ? EX_CHUNK_EXPRESSION : EX_CHUNK_STATEMENT;
   else if (d > b || (d == b && ends_semi))
-    classify_tagged_type(c, a, k);
+    classify_tagged_type(c, a, b, k);
   else
     classify_declaration(c, a, d, b, k);
 }

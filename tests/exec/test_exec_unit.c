@@ -251,6 +251,25 @@ NBF_TEST(split_struct_enum_union) {
   ex_split_free(&s);
 }
 
+
+/* A lone `enum` ending the cell: a TYPE without a name. Its tag was read
+ * one token past the end; with exactly 64 tokens (the token list full)
+ * that was outside the allocation (tests/fuzz/fuzz_split, input kept in
+ * tests/fuzz/corpus/split/crash-lone-enum-64-tokens). */
+NBF_TEST(split_lone_enum_at_end) {
+  char src[128] = "";
+  for (int i = 0; i < 31; i++)
+    strcat(src, "0;");
+  strcat(src, ";\nenum"); /* 62 + 1 + 1 tokens */
+  const char *cells[] = {"enum", src};
+  for (int c = 0; c < 2; c++) {
+    ex_split_t s = split_ok(cells[c]);
+    ASSERT_TRUE(s.count >= 1);
+    ASSERT_EQ_STR(kind_name(s.chunks[s.count - 1].kind), "TYPE");
+    ASSERT_TRUE(s.chunks[s.count - 1].name == NULL);
+    ex_split_free(&s);
+  }
+}
 NBF_TEST(split_preprocessor) {
   const char *src = "#include <stdio.h>\n#define N 10\n#define SQ(x) ((x) * (x))\n"
                     "#define LONG(a) \\\n  ((a) + 1)\n#ifdef N\nint n = N;\n#endif\n";

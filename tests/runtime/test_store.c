@@ -140,6 +140,25 @@ NBF_TEST(add_check_delete) {
   acc_store_server_stop(&s);
 }
 
+/* ADD past the 64-bit range is refused and the counter kept (it was
+ * signed overflow in the server: tests/fuzz/fuzz_store, input in
+ * tests/fuzz/corpus/store/crash-add-overflow); the store keeps serving. */
+NBF_TEST(add_overflow) {
+  int port;
+  acc_store_server_t *s = start(&port);
+  acc_store_client_t *c = acc_store_client_new("127.0.0.1", port, 5000);
+  int64_t r = 0;
+  ASSERT_EQ(acc_store_add(c, "ctr", INT64_MAX, &r), ACC_OK);
+  ASSERT_EQ(acc_store_add(c, "ctr", 1, &r), ACC_ERR_STORE);
+  ASSERT_CONTAINS(acc_store_client_error(c), "64-bit range");
+  ASSERT_EQ(acc_store_add(c, "low", INT64_MIN, &r), ACC_OK);
+  ASSERT_EQ(acc_store_add(c, "low", -1, &r), ACC_ERR_STORE);
+  ASSERT_EQ(acc_store_add(c, "ctr", -1, &r), ACC_OK);
+  ASSERT_EQ(r, INT64_MAX - 1);
+  acc_store_client_destroy(&c);
+  acc_store_server_stop(&s);
+}
+
 NBF_TEST(timeout) {
   int port;
   acc_store_server_t *s = start(&port);

@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "acc_trainer_internal.h"
 #include "nbfork.h"
 #include "rt_spawn.h"
 #include "rt_test.h"
@@ -147,6 +148,55 @@ static void set_many(acc_training_args_t *a, ...) {
   for (const char *name; (name = va_arg(ap, const char *));)
     set(a, name, va_arg(ap, const char *));
   va_end(ap);
+}
+
+/* trainer_state.json's log_history read back on resume must be writable
+ * again (tests/fuzz/fuzz_trainer_state: crash inputs kept in
+ * corpus/trainer_state/). Three names made the writer fail: a key starting
+ * with the byte 0x01 (the writer's placeholders), two long keys equal in
+ * their first 47 bytes, a long key whose 47th byte splits a UTF-8
+ * character, and a key holding a quote then 0x01 (written `\"\u0001`, read
+ * as a placeholder). They are now refused, merged, cut before the
+ * character, and written as they are. */
+NBF_TEST(history_names_written_back) {
+  char a[64], b[64], c[64], text[512];
+  memset(a, 'k', 60), a[60] = 0;
+  memcpy(b, a, 61), b[59] = 'x';
+  memset(c, 'e', 46), strcpy(c + 46, "\xc3\xa9\xc3\xa9"); /* 46 bytes, then "éé" */
+  snprintf(text, sizeof text,
+           "{\"log_history\": [{\"\\u0001rain_runtime\": 1.5, \"loss\": 0.25, \"step\": 3,"
+           " \"\\\"\\u0001u0001x\": 2.5},"
+           " {\"%s\": 1, \"%s\": 2, \"%s\": 3, \"step\": 4}]}",
+           a, b, c);
+  json_error_t je;
+  json_t *o = json_loads(text, 0, &je);
+  ASSERT_NOT_NULL(o);
+  acc_trainer_state_t st;
+  memset(&st, 0, sizeof st);
+  tr_history_from_json(&st, o);
+  json_decref(o);
+  ASSERT_EQ(st.log_history_len, 2);
+  ASSERT_EQ(st.log_history[0].values.count, 2); /* the key starting with 0x01 is dropped */
+  ASSERT_EQ(st.log_history[1].values.count, 2); /* a and b are one metric */
+  ASSERT_EQ(strlen(st.log_history[1].values.name[1]), 46);
+  json_t *arr = json_array();
+  tr_reals_t r = {0};
+  for (size_t i = 0; i < st.log_history_len; i++) { /* as acc_trainer_ckpt.c writes it */
+    json_t *e = json_object();
+    for (int j = 0; j < st.log_history[i].values.count; j++)
+      ASSERT_EQ(json_object_set_new(e, st.log_history[i].values.name[j],
+                                    tr_json_real(&r, st.log_history[i].values.value[j])),
+                0);
+    json_array_append_new(arr, e);
+  }
+  char *out = tr_json_dumps(arr, &r);
+  ASSERT_NOT_NULL(out);
+  ASSERT_CONTAINS(out, "\"loss\": 0.25");
+  ASSERT_CONTAINS(out, "\"\\\"\\u0001u0001x\": 2.5"); /* a quote, then 0x01: a name, kept */
+  free(out);
+  tr_reals_free(&r);
+  json_decref(arr);
+  free(st.log_history);
 }
 
 NBF_TEST(user_model_schedule) {
