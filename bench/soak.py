@@ -42,48 +42,42 @@ def row(fault, n, named, ts, left, rows):
                                                   "nothing" if not left else left))
 
 
-def run_kills(c, args, rows):
-    ck = c.ChaosKernel()
+def run_signal_trials(c, rows, ck, trials, world, sig, effect, label):
+    """`trials` fault trials on kernel `ck`: each signals one rank (every
+    position in turn) with `sig`; a trial counts as named when the only
+    error leads with that rank and says `effect`. Adds the table row and
+    returns the trials that missed it."""
     ts, named, left, bad = [], 0, [], []
     try:
-        for i in range(args.kill_trials):
-            victim = i % args.world
-            t = ck.fault_trial(args.world, victim, signal.SIGKILL)
+        for i in range(trials):
+            victim = i % world
+            t = ck.fault_trial(world, victim, sig)
             ts.append(t["elapsed"])
             e = t["errors"]
-            ok = len(e) == 1 and c.leads_with(e[0], victim, t["pids"][victim],
-                                               "was killed by signal 9 (SIGKILL")
+            ok = len(e) == 1 and c.leads_with(e[0], victim, t["pids"][victim], effect)
             named += ok
             if not ok:
                 bad.append((victim, [x["evalue"] for x in e]))
             left += t["left"]
     finally:
         ck.close()
-    row("kill -9 of a rank mid all-reduce (%d ranks, each position)" % args.world,
-        args.kill_trials, named, ts, left, rows)
+    row(label, trials, named, ts, left, rows)
     return bad
+
+
+def run_kills(c, args, rows):
+    return run_signal_trials(c, rows, c.ChaosKernel(), args.kill_trials, args.world,
+                             signal.SIGKILL, "was killed by signal 9 (SIGKILL",
+                             "kill -9 of a rank mid all-reduce (%d ranks, each position)"
+                             % args.world)
 
 
 def run_stops(c, args, rows):
     ck = c.ChaosKernel(env={"NBFORK_TIMEOUT_S": str(c.STOP_TIMEOUT_S)})
-    ts, named, left, bad = [], 0, [], []
-    try:
-        for i in range(args.stop_trials):
-            victim = i % 3
-            t = ck.fault_trial(3, victim, signal.SIGSTOP)
-            ts.append(t["elapsed"])
-            e = t["errors"]
-            ok = len(e) == 1 and c.leads_with(e[0], victim, t["pids"][victim],
-                                               "was stopped by signal 19")
-            named += ok
-            if not ok:
-                bad.append((victim, [x["evalue"] for x in e]))
-            left += t["left"]
-    finally:
-        ck.close()
-    row("SIGSTOP of a rank, NBFORK_TIMEOUT_S=%d (3 ranks)" % c.STOP_TIMEOUT_S,
-        args.stop_trials, named, ts, left, rows)
-    return bad
+    return run_signal_trials(c, rows, ck, args.stop_trials, 3, signal.SIGSTOP,
+                             "was stopped by signal 19",
+                             "SIGSTOP of a rank, NBFORK_TIMEOUT_S=%d (3 ranks)"
+                             % c.STOP_TIMEOUT_S)
 
 
 def run_exec_kills(c, args, rows):

@@ -38,6 +38,21 @@ READY_TIMEOUT = 60  # s: kernel start to kernel_info_reply, at most
 PORT_IN_USE = "already in use"  # what a bind failure says (kernel, store)
 
 
+# A launched function the tests share: each rank all-reduces a one and
+# prints "rank R of W sum W" (needs <stdio.h>; nbfork.h is implicit).
+REDUCE_ONES_C = r"""
+int reduce_ones(void) {
+    acc_t *acc = acc_new(NULL);
+    if (!acc) return 1;
+    float one = 1;
+    if (acc_all_reduce(acc, &one, 1, ACC_F32, ACC_SUM) != ACC_OK) return 2;
+    printf("rank %d of %d sum %g\n", acc_rank(acc), acc_world_size(acc), one);
+    acc_destroy(&acc);
+    return 0;
+}
+"""
+
+
 def make_kernelspec_dir(kernel=None, name="nbfork", prefix="nbfork-test-ks-"):
     """A new JUPYTER_PATH directory holding a kernelspec `name` that runs
     `kernel` (default: the build tree's nbfork-kernel). Caller removes it."""

@@ -61,15 +61,6 @@ int chatty(const char *go) {
     return 0;
 }
 int null_ptr(const int *p) { return p == 0; }   /* 0 for any non-null p */
-int reduce_ones(void) {
-    acc_t *acc = acc_new(NULL);
-    if (!acc) return 1;
-    float one = 1;
-    if (acc_all_reduce(acc, &one, 1, ACC_F32, ACC_SUM) != ACC_OK) return 2;
-    printf("rank %d of %d sum %g\n", acc_rank(acc), acc_world_size(acc), one);
-    acc_destroy(&acc);
-    return 0;
-}
 int partial_line(void) {  /* no newline; fails on the first run */
     printf("partial %s", getenv("NBFORK_RESTART_COUNT"));
     fflush(stdout);
@@ -81,7 +72,7 @@ static pthread_t guard_thread;
 static void *guard_wait(void *arg) { char c; while (read(guard_pipe[0], &c, 1) < 0) {} return arg; }
 int start_thread(void) { if (pipe(guard_pipe)) return -1; return pthread_create(&guard_thread, 0, guard_wait, 0); }
 int stop_thread(void) { close(guard_pipe[1]); int r = pthread_join(guard_thread, 0); close(guard_pipe[0]); return r; }
-"""
+""" + h.REDUCE_ONES_C
 
 # LaunchError texts of a store that could not bind its port.
 PORT_TAKEN = ("cannot be used for the rendezvous store", "cannot host the rendezvous store")

@@ -29,15 +29,6 @@ MARGIN_S = 20  # s: a loaded machine's JIT, fork and teardown, never a hang
 DEFS = r"""
 #include <stdio.h>
 #include <stdlib.h>
-int reduce_ones(void) {
-    acc_t *acc = acc_new(NULL);
-    if (!acc) return 1;
-    float one = 1;
-    if (acc_all_reduce(acc, &one, 1, ACC_F32, ACC_SUM) != ACC_OK) return 2;
-    printf("rank %d of %d sum %g\n", acc_rank(acc), acc_world_size(acc), one);
-    acc_destroy(&acc);
-    return 0;
-}
 /* rank 1 leaves after 20 all-reduces (return, or exit(0) when how=1)
  * while rank 0 goes on: rank 0's next all-reduce fails */
 int leave_early(int how) {
@@ -53,7 +44,7 @@ int leave_early(int how) {
     }
     return 0;
 }
-"""
+""" + h.REDUCE_ONES_C
 
 PORT_TAKEN = ("cannot be used for the rendezvous store", "cannot host the rendezvous store")
 
