@@ -17,6 +17,7 @@
 
 #include "acc_store.h"
 #include "ln_leftover.h"
+#include "ln_probe.h"
 #include "ln_rdzv.h"
 #include "ln_worker.h"
 #include "nbf_util.h"
@@ -432,9 +433,19 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   /* every worker is reaped here; close what the drain left open */
   for (int i = 0; i < g.started; i++)
     ln_worker_close(&g.w[i]);
+  /* a node across a cut link or gone: said first, while node 0's store
+   * still knows where its clients came from (ln_probe.h) */
+  char *lost = g.result == LN_RUN_FAILED ? ln_probe_lost_nodes(o, srv) : NULL;
   acc_store_server_stop(&srv);
-  if (g.result == LN_RUN_FAILED)
-    *failures = group_failures(&g);
+  if (g.result == LN_RUN_FAILED) {
+    char *report = group_failures(&g), *both = NULL;
+    if (lost && (both = nbf_xprintf("%s%s", lost, report ? report : ""))) {
+      free(report);
+      report = both;
+    }
+    *failures = report;
+  }
+  free(lost);
   ln_run_result_t result = g.result;
   group_free(&g);
   return result;

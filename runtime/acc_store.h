@@ -89,6 +89,14 @@ typedef struct {
 } acc_store_refusals_t;
 void acc_store_server_refusals(const acc_store_server_t *srv, acc_store_refusals_t *out);
 
+/* The distinct network addresses (ZeroMQ's Peer-Address: "10.0.0.2",
+ * no port) requests came from since the server started, the first `max`
+ * (ACC_STORE_MAX_PEERS are kept) copied into out; returns how many. Node 0's
+ * launcher probes them after a failed multi-node launch (ln_probe.h).
+ * Callable from any thread while the server runs. NULL-safe (0). */
+#define ACC_STORE_MAX_PEERS 64
+size_t acc_store_server_peers(const acc_store_server_t *srv, char (*out)[64], size_t max);
+
 /* The TCP port the server listens on (useful after port 0). */
 int acc_store_server_port(const acc_store_server_t *srv);
 

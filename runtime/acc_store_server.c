@@ -50,6 +50,11 @@ struct acc_store_server {
   size_t nentries, capentries;
   store_waiter_t *waiters;
   size_t nwaiters, capwaiters;
+  /* the distinct addresses requests came from (ZeroMQ's Peer-Address),
+   * for a launcher naming a node it can no longer reach: written by the
+   * serving thread, an entry before the count that publishes it */
+  char peers[ACC_STORE_MAX_PEERS][64];
+  unsigned npeers;
 };
 
 /* ---- entries ---- */
@@ -230,6 +235,29 @@ static void handle(acc_store_server_t *s, const unsigned char *id, size_t idlen,
   }
 }
 
+/* Remember the address a request came from, once. */
+static void note_peer(acc_store_server_t *s, zmq_msg_t *m) {
+  const char *addr = zmq_msg_gets(m, "Peer-Address");
+  unsigned n = __atomic_load_n(&s->npeers, __ATOMIC_RELAXED);
+  if (!addr || !*addr || strlen(addr) >= sizeof s->peers[0] || n == ACC_STORE_MAX_PEERS)
+    return;
+  for (unsigned i = 0; i < n; i++)
+    if (!strcmp(s->peers[i], addr))
+      return;
+  strcpy(s->peers[n], addr);
+  __atomic_store_n(&s->npeers, n + 1, __ATOMIC_RELEASE);
+}
+
+size_t acc_store_server_peers(const acc_store_server_t *s, char (*out)[64], size_t max) {
+  if (!s)
+    return 0;
+  unsigned n = __atomic_load_n(&s->npeers, __ATOMIC_ACQUIRE);
+  size_t k = 0;
+  for (; k < n && k < max; k++)
+    memcpy(out[k], s->peers[k], sizeof out[k]);
+  return k;
+}
+
 /* Receive one whole multipart message from the ROUTER (up to 5 frames
  * kept; more are drained) and dispatch it. */
 static void serve_one(acc_store_server_t *s) {
@@ -267,6 +295,7 @@ static void serve_one(acc_store_server_t *s) {
         op[oplen] = 0;
         memcpy(key, zmq_msg_data(&f[2]), klen);
         key[klen] = 0;
+        note_peer(s, &f[1]);
         handle(s, id, idlen, op, key, zmq_msg_data(&f[3]), zmq_msg_size(&f[3]));
       }
       free(key);

@@ -467,6 +467,7 @@ class CutLink(test_netns.TwoNamespaces):
             self.assertIn("nbfork launch: WorkerFailed", err)
             lost = self.addr[1 - node]
             self.assertIn("[%s]" % lost, err)  # names the lost node's address
+            self.assertIn("does not answer this node", err)  # the launcher's probe
             # within the timeout (and what ending the group takes), never a hang
             self.assertLess(elapsed[node], test_netns.TIMEOUT_S + END_BOUND)
         for ns in self.ns:  # no process is left in either namespace

@@ -9,6 +9,7 @@
  * single-threaded, as the kernel keeps the executor).
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -16,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,6 +28,7 @@
 #include "ln_launch.h"
 #include "ln_leftover.h"
 #include "ln_options.h"
+#include "ln_probe.h"
 #include "ln_rdzv.h"
 #include "ln_worker.h"
 #include "nbf_param.h"
@@ -793,3 +797,68 @@ NBF_TEST(rdzv_conf_join_timeout_and_secret) {
 }
 
 NBF_TEST_MAIN()
+
+/* ---------------------------------------------- reachability of nodes */
+
+/* A listener whose accept queue is full: Linux drops further SYNs, so a
+ * connect to it stays pending, as across a cut link. Returns the port;
+ * fds[0] listens, fds[1] is the connection that filled the queue. */
+static int silent_listener(int fds[2]) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(bind(fds[0], (struct sockaddr *)&a, sizeof a), 0);
+  ASSERT_EQ(listen(fds[0], 0), 0);
+  ASSERT_EQ(getsockname(fds[0], (struct sockaddr *)&a, &len), 0);
+  fds[1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(connect(fds[1], (struct sockaddr *)&a, sizeof a), 0); /* queued, never accepted */
+  return ntohs(a.sin_port);
+}
+
+/* A listening port and a closed one both answer (connected, refused):
+ * the host is reachable. A connect that gets no answer until the deadline
+ * (a full accept queue drops the SYN) and one the kernel refuses to route
+ * (ENETUNREACH: TCP to a multicast address) are no answer; the deadline
+ * bounds the probe. Addresses outside this host are not used: a sandbox's
+ * gateway may answer for any of them. */
+NBF_TEST(probe_tells_an_answering_host_from_a_silent_one) {
+  int fds[2];
+  int port = silent_listener(fds);
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(ln_probe_tcp("127.0.0.1", port, 300), 0);
+  int64_t waited = nbf_now_ms() - t0;
+  ASSERT_TRUE(waited >= 250 && waited < 5000);
+  int c = accept(fds[0], NULL, NULL); /* room again: it answers */
+  ASSERT_TRUE(c >= 0);
+  close(c);
+  close(fds[1]);
+  ASSERT_EQ(ln_probe_tcp("127.0.0.1", port, 5000), 1);
+  close(fds[0]); /* now closed: refused, still an answer */
+  ASSERT_EQ(ln_probe_tcp("127.0.0.1", port, 1000), 1);
+  ASSERT_EQ(ln_probe_tcp("224.0.0.1", 9, 300), 0);
+  ASSERT_EQ(ln_probe_tcp(NULL, 9, 300), -1);
+}
+
+/* A failed multi-node launch names the node this one cannot reach: node
+ * k > 0 probes node 0 (main_process_ip); nothing is said when it answers,
+ * or for a single node. Node 0's side (the addresses its store saw) is
+ * proved across network namespaces (e2e.netns, e2e.chaos). */
+NBF_TEST(probe_lost_nodes_names_node_0_when_silent) {
+  ln_options_t o;
+  ln_options_init(&o);
+  o.num_nodes = 2;
+  o.node_rank = 1;
+  o.use_port = 29500;
+  snprintf(o.master_addr, sizeof o.master_addr, "224.0.0.1"); /* no route */
+  char *lost = ln_probe_lost_nodes(&o, NULL);
+  ASSERT_NOT_NULL(lost);
+  ASSERT_CONTAINS(lost, "node 0 at [224.0.0.1] (main_process_ip, its store on port 29500)");
+  ASSERT_CONTAINS(lost, "the network between the nodes failed or that node went down");
+  free(lost);
+  snprintf(o.master_addr, sizeof o.master_addr, "127.0.0.1");
+  ASSERT_TRUE(ln_probe_lost_nodes(&o, NULL) == NULL);
+  o.num_nodes = 1;
+  o.node_rank = 0;
+  snprintf(o.master_addr, sizeof o.master_addr, "224.0.0.1");
+  ASSERT_TRUE(ln_probe_lost_nodes(&o, NULL) == NULL);
+}
