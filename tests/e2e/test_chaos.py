@@ -226,6 +226,12 @@ class ChaosKernel:
         return {"elapsed": elapsed, "reply": reply, "errors": h.errors(out), "pids": pids,
                 "left": sorted(set(left))}
 
+    def assert_launches(self, case):
+        """A short launch of 2 ranks succeeds: the kernel is usable again."""
+        reply, out = self.k.execute("%%launch chaos_loop(1, 5) num_processes=2 use_port=%d" %
+                                    h.free_port())
+        case.assertEqual(reply["status"], "ok", h.errors(out))
+
     def close(self):
         self.k.close()
 
@@ -254,9 +260,7 @@ class KillRanks(unittest.TestCase):
                 self.assertLess(t["elapsed"], END_BOUND)  # fails fast: no timeout involved
                 self.assertEqual(t["left"], [])
             # and the kernel launches again
-            reply, out = ck.k.execute("%%launch chaos_loop(1, 5) num_processes=2 use_port=%d" %
-                                      h.free_port())
-            self.assertEqual(reply["status"], "ok", h.errors(out))
+            ck.assert_launches(self)
         finally:
             ck.close()
 
@@ -288,9 +292,7 @@ class StopRank(unittest.TestCase):
             self.assertEqual([e["ename"] for e in t["errors"]], ["KeyboardInterrupt"])
             self.assertLess(t["elapsed"], END_BOUND)
             self.assertEqual(t["left"], [])
-            reply, out = ck.k.execute("%%launch chaos_loop(1, 5) num_processes=2 use_port=%d" %
-                                      h.free_port())
-            self.assertEqual(reply["status"], "ok", h.errors(out))
+            ck.assert_launches(self)
         finally:
             ck.close()
 
@@ -333,9 +335,7 @@ class KillExecutor(unittest.TestCase):
             self.assertNotEqual(t["new"], t["old"])
             # the fresh executor: define again, launch again
             ck.define()
-            reply, out = ck.k.execute("%%launch chaos_loop(1, 5) num_processes=2 use_port=%d" %
-                                      h.free_port())
-            self.assertEqual(reply["status"], "ok", h.errors(out))
+            ck.assert_launches(self)
             self.assertEqual(zombies([ck.kernel_pid, t["new"]]), [])
         finally:
             ck.close()
