@@ -69,6 +69,14 @@ void ex_cell_state_each_tag(const ex_cell_state_t *st, void (*fn)(const char *ta
  * (not inside a longer name), or NULL. */
 const char *ex_cell_find_word(const char *text, const char *word);
 
+/* The next identifier-like word (letters, digits, '_') at or after *p,
+ * its length in *n (0 at the end of the text); *p moves past it. */
+const char *ex_cell_next_word(const char **p, size_t *n);
+
+/* Whether the n bytes at w are one of the words of `list`, a string of
+ * words each preceded by a space (" int long "). */
+int ex_cell_word_in(const char *list, const char *w, size_t n);
+
 typedef struct {
   char *source;           /* generated C translation unit                     */
   char tag[17];           /* hex hash of the unit: file names and versions     */

@@ -314,6 +314,25 @@ const char *ex_cell_find_word(const char *text, const char *word) {
   return NULL;
 }
 
+const char *ex_cell_next_word(const char **p, size_t *n) {
+  const char *q = *p;
+  while (*q && !isalnum((unsigned char)*q) && *q != '_')
+    q++;
+  const char *w = q;
+  while (isalnum((unsigned char)*q) || *q == '_')
+    q++;
+  *n = (size_t)(q - w);
+  *p = q;
+  return w;
+}
+
+int ex_cell_word_in(const char *list, const char *w, size_t n) {
+  for (const char *p = list; n && (p = strchr(p, ' ')) != NULL; p++)
+    if (!strncmp(p + 1, w, n) && (p[1 + n] == ' ' || !p[1 + n]))
+      return 1;
+  return 0;
+}
+
 void ex_cell_state_each_tag(const ex_cell_state_t *st, void (*fn)(const char *tag, void *ctx),
                             void *ctx) {
   for (size_t i = 0; i < st->n; i++) {

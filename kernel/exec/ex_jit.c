@@ -19,24 +19,7 @@ static int scalar_word(const char *w, size_t n) {
       " register restrict size_t ssize_t ptrdiff_t intptr_t uintptr_t intmax_t uintmax_t"
       " int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t off_t pid_t time_t"
       " wchar_t acc_dtype_t acc_op_t acc_precision_t acc_result_t ";
-  for (const char *p = words; p && p[1]; p = strchr(p + 1, ' '))
-    if (!strncmp(p + 1, w, n) && p[1 + n] == ' ')
-      return 1;
-  return 0;
-}
-
-/* The next identifier-like word at or after *p (its length in *n, 0 at
- * the end); *p moves past it. */
-static const char *next_word(const char **p, size_t *n) {
-  const char *q = *p;
-  while (*q && !isalnum((unsigned char)*q) && *q != '_')
-    q++;
-  const char *w = q;
-  while (isalnum((unsigned char)*q) || *q == '_')
-    q++;
-  *n = (size_t)(q - w);
-  *p = q;
-  return w;
+  return ex_cell_word_in(words, w, n);
 }
 
 /* The n bytes at `text` as a string in dst[size]: 0, or -1 when they do
@@ -67,7 +50,7 @@ static int scalar_typedef(const ex_cell_state_t *st, const char *name, size_t n)
   const char *p = d.decl;
   int words = 0;
   size_t wn;
-  for (const char *w = next_word(&p, &wn); wn; w = next_word(&p, &wn)) {
+  for (const char *w = ex_cell_next_word(&p, &wn); wn; w = ex_cell_next_word(&p, &wn)) {
     words++;
     if (!(wn == 7 && !strncmp(w, "typedef", 7)) && !(wn == n && !strncmp(w, name, n)) &&
         !scalar_word(w, wn))
@@ -90,7 +73,7 @@ static int scalar_param(const ex_cell_state_t *st, const char *text, size_t n) {
   const char *last = NULL, *q = p;
   size_t lastn = 0, wn;
   int types = 0;
-  for (const char *w = next_word(&q, &wn); wn; w = next_word(&q, &wn)) {
+  for (const char *w = ex_cell_next_word(&q, &wn); wn; w = ex_cell_next_word(&q, &wn)) {
     if (scalar_word(w, wn)) {
       types++;
       continue;

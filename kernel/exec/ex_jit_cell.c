@@ -11,44 +11,19 @@
 
 /* Words after which the cell is left to the system compiler: layouts and
  * calling conventions TinyCC may not share with GCC (aggregates passed by
- * value, x87 and complex types, attributes, packing), and what TinyCC
- * lacks (thread-local storage, atomics, 128-bit integers, inline asm). */
-static const char *const k_declined[] = {
-    "struct", "union",   "__attribute__", "_Complex",  "complex", "__int128", "_Atomic",
-    "__thread", "_Thread_local", "thread_local", "asm", "__asm__", "__asm", "_Pragma", NULL};
-
-static int is_ident(int c) {
-  return isalnum(c) || c == '_';
-}
-
-static int declined_word(const char *w, size_t n) {
-  for (const char *const *d = k_declined; *d; d++)
-    if (strlen(*d) == n && !strncmp(*d, w, n))
-      return 1;
-  return 0;
-}
-
-/* Whether `text` says `long double` (x87, passed in memory: left to GCC,
- * as ex_jit_simple_call does). */
-static int has_long_double(const char *text) {
-  for (const char *p = strstr(text, "long"); p; p = strstr(p + 4, "long")) {
-    const char *q = p + 4;
-    while (isspace((unsigned char)*q))
-      q++;
-    if (!strncmp(q, "double", 6) && !is_ident((unsigned char)q[6]))
-      return 1;
-  }
-  return 0;
-}
+ * value, complex types, attributes), and what TinyCC lacks (thread-local
+ * storage, atomics, 128-bit integers, inline asm). */
+static const char k_declined[] = " struct union __attribute__ _Complex complex __int128 _Atomic"
+                                 " __thread _Thread_local thread_local asm __asm__ __asm _Pragma ";
 
 static int safe_text(const ex_cell_state_t *st, const char *text, int depth, const char *self);
 
 /* Whether a name that earlier cells defined may be used from a TinyCC
  * unit: a function whose declaration names no aggregate type (so none is
  * passed or returned by value), a type that is not an aggregate (a
- * pointer to one is fine), a macro whose body passes the same test, any
- * variable (plain layouts agree; attributes and packing were declined in
- * the type's own cell only if used here by name). Names no cell defined
+ * pointer to one is fine), a macro whose body passes the same test, and
+ * any variable (both compilers lay out plain structs alike; a type with
+ * attributes is declined when the cell names it). Names no cell defined
  * are the library's and libc's: none takes an aggregate by value. */
 static int safe_name(const ex_cell_state_t *st, const char *w, size_t n, int depth) {
   char name[128];
@@ -66,26 +41,22 @@ static int safe_name(const ex_cell_state_t *st, const char *w, size_t n, int dep
   return 1;
 }
 
-/* Every word of `text` acceptable (k_declined, safe_name), looking
- * through at most two levels of earlier cells' declarations; `self` (the
- * name `text` declares, or NULL) is not looked up again. */
+/* Every word of `text` acceptable (k_declined, no `long double`: x87,
+ * passed in memory, left to GCC as ex_jit_simple_call does; safe_name),
+ * looking through at most two levels of earlier cells' declarations;
+ * `self` (the name `text` declares, or NULL) is not looked up again. */
 static int safe_text(const ex_cell_state_t *st, const char *text, int depth, const char *self) {
-  if (depth > 2 || has_long_double(text))
+  if (depth > 2)
     return 0;
   const char *p = text;
-  while (*p) {
-    if (!is_ident((unsigned char)*p)) {
-      p++;
-      continue;
-    }
-    const char *w = p;
-    while (is_ident((unsigned char)*p))
-      p++;
-    size_t n = (size_t)(p - w);
+  size_t n;
+  int after_long = 0;
+  for (const char *w = ex_cell_next_word(&p, &n); n; w = ex_cell_next_word(&p, &n)) {
     if (isdigit((unsigned char)*w))
       continue;
-    if (declined_word(w, n))
+    if (ex_cell_word_in(k_declined, w, n) || (after_long && n == 6 && !strncmp(w, "double", 6)))
       return 0;
+    after_long = n == 4 && !strncmp(w, "long", 4);
     int is_self = self && strlen(self) == n && !strncmp(self, w, n);
     if (st && !is_self && !safe_name(st, w, n, depth))
       return 0;

@@ -20,14 +20,6 @@ typedef enum {
   RET_UNKNOWN  /* no declaration (a macro, a library function): checked when it compiles */
 } ret_kind_t;
 
-/* Whether word w (n bytes) is one of the space-separated words of list. */
-static int in_list(const char *list, const char *w, size_t n) {
-  for (const char *p = list; (p = strstr(p, " ")) != NULL; p++)
-    if (!strncmp(p + 1, w, n) && (p[1 + n] == ' ' || !p[1 + n]))
-      return 1;
-  return 0;
-}
-
 static const char storage_words[] = " static inline extern _Noreturn __inline __inline__ "
                                     "__extension__ const volatile register ";
 static const char int_words[] = " char short int long signed unsigned _Bool bool size_t ssize_t "
@@ -60,12 +52,12 @@ static ret_kind_t classify(const char *ret, size_t len, char *type, size_t size)
       }
       continue;
     }
-    if (in_list(storage_words, w, n))
+    if (ex_cell_word_in(storage_words, w, n))
       continue;
     words++;
     voids += n == 4 && !strncmp(w, "void", 4);
-    ints += in_list(int_words, w, n);
-    other |= in_list(" float double _Complex struct union ", w, n);
+    ints += ex_cell_word_in(int_words, w, n);
+    other |= ex_cell_word_in(" float double _Complex struct union ", w, n);
     if (tn < size)
       tn += (size_t)snprintf(type + tn, size - tn, "%s%.*s", tn ? " " : "", (int)n, w);
   }
