@@ -336,17 +336,21 @@ static void set_launch_pos(ex_magic_result_t *out, const char *src, const char *
   out->launch_col = (int)(call - bol) + 1;
 }
 
+/* A second %launch (at `at`) in the cell: refused. */
+static ex_result_t second_launch(magic_ctx_t *c, const char *src, const char *at) {
+  snprintf(c->err, c->errlen, "only one %%launch per cell (a second one on line %d)",
+           line_of(src, at));
+  return EX_ERR_USAGE;
+}
+
 /* Refuse code after the %launch line: the cell's code runs before the
  * launch, so code below it would run in the wrong order. */
 static ex_result_t refuse_code_after(magic_ctx_t *c, const char *src, const char *from) {
   const char *code = scan_c(from, 1, 1);
   if (!code)
     return EX_OK;
-  if (!strncmp(code, "%launch", 7)) {
-    snprintf(c->err, c->errlen, "only one %%launch per cell (a second one on line %d)",
-             line_of(src, code));
-    return EX_ERR_USAGE;
-  }
+  if (!strncmp(code, "%launch", 7))
+    return second_launch(c, src, code);
   snprintf(c->err, c->errlen,
            "code after %%launch (line %d): a cell's code runs before its launch, so nothing may "
            "follow the %%launch line (comments and blank lines aside). Move that code to the next "
@@ -366,11 +370,8 @@ static ex_result_t later_magics(magic_ctx_t *c, const char *src, const char *fro
     const char *eol = strchr(q, '\n');
     size_t n = eol ? (size_t)(eol - q) : strlen(q), nl = magic_name_len(q, n);
     if (nl == 7 && !strncmp(q, "%launch", 7)) {
-      if (out->launch_call) {
-        snprintf(c->err, c->errlen, "only one %%launch per cell (a second one on line %d)",
-                 line_of(src, q));
-        return EX_ERR_USAGE;
-      }
+      if (out->launch_call)
+        return second_launch(c, src, q);
       EX_CHECK(run_line_magic(c, q, nl, n, ename));
       set_launch_pos(out, src, q, nl);
       blank_line(out, src, q, n);

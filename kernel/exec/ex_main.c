@@ -98,7 +98,7 @@ static int setup(ex_t *ex) {
     snprintf(ex->workdir, sizeof ex->workdir, "%s", wd);
     ex->workdir_lock = -1; /* the user's folder: not ours to lock or remove */
     mkdir(ex->workdir, 0700);
-    struct stat st; /* the user's folder: say so when others could swap an object in it */
+    struct stat st; /* say so when other users could swap an object in it */
     if (stat(ex->workdir, &st) == 0 && (st.st_mode & 022))
       fprintf(stderr,
               "nbfork-executor: warning: NBFORK_WORKDIR %s is writable by other users (mode "

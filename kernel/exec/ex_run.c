@@ -19,8 +19,8 @@
 #include "ex_jit.h"
 #include "ex_timeit.h"
 #include "ln_cuda.h"
-#include "nbf_param.h"
 #include "ln_launch.h"
+#include "nbf_param.h"
 
 /* Interrupts. SIGINT while a cell's statements (or its %timeit loop) run
  * jumps back to the cell runner (call_interruptible), so the state of
@@ -262,9 +262,6 @@ static int reply_load_failure(const char *label, const ex_cell_unit_t *u) {
   return ex_event_reply_error("LinkError", ev, tb);
 }
 
-/* Compile `u` with the system compiler and load it (RTLD_GLOBAL: later
- * cells bind to its symbols). Returns the handle, or NULL after replying
- * with the error (*replied = what that reply returned). */
 /* Whether the text is empty or only spaces (an unset %cflags/%ldflags). */
 static int blank(const char *s) {
   return !s || !s[strspn(s, " \t\r\n")];
@@ -278,6 +275,10 @@ static int tinycc_fits(const ex_t *ex, const ex_magic_result_t *m, const ex_cell
          ex_jit_cell_safe(ex->cells, m->code);
 }
 
+/* Compile `u` (TinyCC where tinycc_fits, else the system compiler) and
+ * load it (RTLD_GLOBAL: later cells bind to its symbols). Returns the
+ * handle, or NULL after replying with the error (*replied = what that
+ * reply returned). */
 static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u,
                               const char *label, const char *cflags, int *replied) {
   ex->tc.cflags = cflags;
