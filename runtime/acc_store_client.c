@@ -21,6 +21,7 @@
 #include <zmq.h>
 
 #include "acc_internal.h"
+#include "acc_store_monitor.h"
 #include "nbf_util.h"
 
 struct acc_store_client {
@@ -76,26 +77,9 @@ static int drain_monitor(acc_store_client_t *c) {
   int seen = 0;
   if (!c->mon)
     return 0;
-  for (int n = 0; n < MON_DRAIN_MAX; n++) {
-    zmq_msg_t ev, addr;
-    zmq_msg_init(&ev);
-    if (zmq_msg_recv(&ev, c->mon, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&ev);
-      break;
-    }
-    uint16_t id = 0;
-    uint32_t value = 0; /* for a failed handshake: ZMQ_PROTOCOL_ERROR_* */
-    if (zmq_msg_size(&ev) >= 2)
-      memcpy(&id, zmq_msg_data(&ev), 2);
-    if (zmq_msg_size(&ev) >= 6)
-      memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
-    int more = zmq_msg_more(&ev);
-    zmq_msg_close(&ev);
-    if (more) { /* second frame: the endpoint */
-      zmq_msg_init(&addr);
-      zmq_msg_recv(&addr, c->mon, 0);
-      zmq_msg_close(&addr);
-    }
+  uint16_t id;
+  uint32_t value; /* for a failed handshake: ZMQ_PROTOCOL_ERROR_* */
+  for (int n = 0; n < MON_DRAIN_MAX && acc__store_monitor_next(c->mon, &id, &value) == 0; n++) {
     if (id == ZMQ_EVENT_CONNECTED)
       seen |= MON_CONNECTED;
     else if (id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)

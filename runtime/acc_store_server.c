@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "acc_store.h"
+#include "acc_store_monitor.h"
 #include "nbf_util.h"
 
 #include <errno.h>
@@ -310,29 +311,9 @@ static void serve_one(acc_store_server_t *s) {
  * (see acc_store_client.c's drain_monitor), and an intruder reconnecting
  * in a loop must not stall the store. */
 static void count_refusals(acc_store_server_t *s) {
-  for (;;) {
-    zmq_msg_t ev;
-    zmq_msg_init(&ev);
-    if (zmq_msg_recv(&ev, s->mon, ZMQ_DONTWAIT) < 0) {
-      zmq_msg_close(&ev);
-      return;
-    }
-    uint16_t id = 0;
-    uint32_t value = 0;
-    if (zmq_msg_size(&ev) >= 6) {
-      memcpy(&id, zmq_msg_data(&ev), 2);
-      memcpy(&value, (const char *)zmq_msg_data(&ev) + 2, 4);
-    }
-    int more = zmq_msg_more(&ev);
-    zmq_msg_close(&ev);
-    while (more) { /* the endpoint frame */
-      zmq_msg_init(&ev);
-      if (zmq_msg_recv(&ev, s->mon, 0) < 0)
-        more = 0;
-      else
-        more = zmq_msg_more(&ev);
-      zmq_msg_close(&ev);
-    }
+  uint16_t id;
+  uint32_t value;
+  while (acc__store_monitor_next(s->mon, &id, &value) == 0) {
     int kind = -1;
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
         value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
