@@ -325,10 +325,7 @@ kn_result_t kn_executor_read_events(kn_executor_t *ex, kn_executor_event_fn fn, 
  * cannot do itself after SIGKILL or a crash (nbf_workdir.h). Not when
  * NBFORK_WORKDIR names one (the user's, kept). */
 static void remove_workdir_of(pid_t pid) {
-  if (nbf_param_raw(NBF_P_NBFORK_WORKDIR))
-    return;
-  int n = nbf_workdir_sweep(nbf_param_str(NBF_P_TMPDIR), pid);
-  if (n > 0)
+  if (nbf_workdir_reaped(pid) > 0)
     kn_log(KN_LOG_DEBUG, "removed the work directory of executor %d", (int)pid);
 }
 

@@ -282,8 +282,7 @@ static int executor_stop(executor_t *x) {
     waitpid(x->pid, &st, 0);
   }
   /* reaped: its work directory is ours to remove (it could not, if killed) */
-  if (!nbf_param_raw(NBF_P_NBFORK_WORKDIR))
-    nbf_workdir_sweep(nbf_param_str(NBF_P_TMPDIR), x->pid);
+  nbf_workdir_reaped(x->pid);
   close(x->ev);
   nbf_buf_free(&x->line);
   return st;

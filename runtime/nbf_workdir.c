@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "nbf_workdir.h"
+#include "nbf_param.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -73,35 +74,21 @@ static pid_t name_pid(const char *name) {
   return (pid_t)pid;
 }
 
-/* Is dir (an entry of dirfd: this user's real directory) provably free?
- * Its lock must be takeable; then the owner is dead when its pid is gone
- * or when it had taken the lock (NBF_WORKDIR_LOCKED), since only its exit
- * (and its workers') releases it. */
-static int owner_dead(int dirfd, const char *name, pid_t pid) {
-  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
+/* Is the directory open at fd (this user's real directory, not kept)
+ * provably free? Its lock must be takeable; then the owner is dead when
+ * its pid is gone or when it had taken the lock (NBF_WORKDIR_LOCKED),
+ * since only its exit (and its workers') releases it. The lock taken here
+ * goes with fd. */
+static int owner_dead(int fd, pid_t pid) {
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0)
     return 0;
-  int dead = 0;
-  if (faccessat(fd, NBF_WORKDIR_KEEP, F_OK, AT_SYMLINK_NOFOLLOW) != 0 &&
-      flock(fd, LOCK_EX | LOCK_NB) == 0) {
-    int gone = kill(pid, 0) != 0 && errno == ESRCH;
-    dead = gone || faccessat(fd, NBF_WORKDIR_LOCKED, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
-  }
-  close(fd); /* releases the lock we may have taken */
-  return dead;
+  int gone = kill(pid, 0) != 0 && errno == ESRCH;
+  return gone || faccessat(fd, NBF_WORKDIR_LOCKED, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
-/* A directory the reaper of its owner may remove: not kept. */
-static int not_kept(int dirfd, const char *name) {
-  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0)
-    return 0;
-  int ok = faccessat(fd, NBF_WORKDIR_KEEP, F_OK, AT_SYMLINK_NOFOLLOW) != 0;
-  close(fd);
-  return ok;
-}
-
-/* One entry of the sweep: 1 when removed. */
+/* One entry of the sweep: 1 when removed. A directory marked keep
+ * (NBF_WORKDIR_KEEP) never is; with owner 0, only one whose owner is
+ * provably dead. */
 static int sweep_one(const char *tmp, int dirfd, const char *name, pid_t owner) {
   pid_t pid = name_pid(name);
   struct stat st;
@@ -110,10 +97,14 @@ static int sweep_one(const char *tmp, int dirfd, const char *name, pid_t owner) 
   if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
       st.st_uid != geteuid())
     return 0;
-  if (owner > 0 ? !not_kept(dirfd, name) : !owner_dead(dirfd, name, pid))
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
     return 0;
+  int removable = faccessat(fd, NBF_WORKDIR_KEEP, F_OK, AT_SYMLINK_NOFOLLOW) != 0 &&
+                  (owner > 0 || owner_dead(fd, pid));
+  close(fd); /* releases the lock owner_dead may have taken */
   char path[4096];
-  if (snprintf(path, sizeof path, "%s/%s", tmp, name) >= (int)sizeof path)
+  if (!removable || snprintf(path, sizeof path, "%s/%s", tmp, name) >= (int)sizeof path)
     return 0;
   return nbf_workdir_remove(path) == 0;
 }
@@ -128,4 +119,11 @@ int nbf_workdir_sweep(const char *tmp, pid_t owner) {
     removed += sweep_one(tmp, dirfd(d), e->d_name, owner);
   closedir(d);
   return removed;
+}
+
+int nbf_workdir_reaped(pid_t pid) {
+  if (nbf_param_raw(NBF_P_NBFORK_WORKDIR))
+    return 0;
+  int n = nbf_workdir_sweep(nbf_param_str(NBF_P_TMPDIR), pid);
+  return n > 0 ? n : 0;
 }

@@ -39,4 +39,10 @@ int nbf_workdir_remove(const char *path);
  * Returns how many were removed (>= 0), or -1 when tmp cannot be read. */
 int nbf_workdir_sweep(const char *tmp, pid_t owner);
 
+/* An executor `pid` was just reaped (by the kernel, or `nbfork launch`):
+ * remove its work directory in TMPDIR, which it cannot do itself after
+ * SIGKILL or a crash; nothing when NBFORK_WORKDIR names the directory
+ * (the user's). Returns nbf_workdir_sweep's count, or 0. */
+int nbf_workdir_reaped(pid_t pid);
+
 #endif
