@@ -20,6 +20,7 @@
 #include "ln_probe.h"
 #include "ln_rdzv.h"
 #include "ln_worker.h"
+#include "nbf_cluster.h"
 #include "nbf_util.h"
 
 /* Time a worker gets between SIGTERM and SIGKILL when the group stops. */
@@ -43,14 +44,6 @@ typedef struct {
   ln_leftovers_t left; /* what the workers started (ln_leftover.h)     */
   int64_t started_ms; /* for "left N s into the run"                   */
 } ln_group_t;
-
-/* Where the store binds: the master address when it is a local loopback
- * name, every interface otherwise (other nodes must reach it). */
-static const char *store_bind_addr(const char *master_addr) {
-  if (!strcmp(master_addr, "127.0.0.1") || !strcmp(master_addr, "localhost"))
-    return "127.0.0.1";
-  return "*";
-}
 
 /* Stop the group: TERM now, KILL those still alive after the grace. */
 static void signal_group(ln_worker_t *w, int n, int sig) {
@@ -139,7 +132,9 @@ static void group_start(ln_group_t *g, ln_entry_fn fn, int restart, int use_gpu,
   if (o->node_rank != 0)
     return;
   char serr[256] = "";
-  *srv = acc_store_server_start_secure(store_bind_addr(o->master_addr), o->use_port, o->rdzv_secret,
+  /* loopback only when every rank is here; other nodes must reach it */
+  const char *bind = nbf_loopback_name(o->master_addr) ? "127.0.0.1" : "*";
+  *srv = acc_store_server_start_secure(bind, o->use_port, o->rdzv_secret,
                                        serr, sizeof serr);
   if (!*srv) {
     *setup_error = nbf_xprintf("cannot host the rendezvous store at %s:%d: %s", o->master_addr,
@@ -200,6 +195,16 @@ static void group_reap(ln_group_t *g) {
     group_stop(g, LN_RUN_FAILED);
 }
 
+/* Wait up to ms on the np descriptors group_pollset set and forward the
+ * output of those that are ready. */
+static void group_forward(ln_group_t *g, int np, int ms) {
+  if (poll(g->pfd, (nfds_t)np, ms) <= 0)
+    return;
+  for (int k = 0; k < np; k++)
+    if (g->which[k] >= 0 && (g->pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+      ln_worker_read(g->owner[k], g->which[k], g->ctx->send_event);
+}
+
 /* Wait up to ms for worker output and forward it (ln_leftovers_stop's
  * pump: leftovers may still write into the workers' pipes). */
 static void group_pump(void *arg, int ms) {
@@ -209,11 +214,7 @@ static void group_pump(void *arg, int ms) {
     usleep((useconds_t)ms * 1000); /* no pipe left to wait on: just wait */
     return;
   }
-  if (poll(g->pfd, (nfds_t)np, ms) <= 0)
-    return;
-  for (int k = 0; k < np; k++)
-    if (g->which[k] >= 0 && (g->pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
-      ln_worker_read(g->owner[k], g->which[k], g->ctx->send_event);
+  group_forward(g, np, ms);
 }
 
 /* Every worker is reaped: stop and reap what they left running (each
@@ -252,10 +253,7 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
       group_end_leftovers(g); /* they may hold the pipes open: before the drain */
       g->drain_until_ms = nbf_now_ms() + LN_DRAIN_MS;
     }
-    if (poll(g->pfd, (nfds_t)np, monitor_ms) > 0)
-      for (int k = 0; k < np; k++)
-        if (g->which[k] >= 0 && (g->pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
-          ln_worker_read(g->owner[k], g->which[k], g->ctx->send_event);
+    group_forward(g, np, monitor_ms);
     for (int i = 0; i < g->started; i++)
       ln_worker_flush_stale(&g->w[i]);
     group_reap(g);
@@ -366,15 +364,18 @@ static int remote_loss(const ln_group_t *g) {
   return -1;
 }
 
-/* The failure report: the rank that left first (when one did), then one
- * ln_worker_describe per failed worker, the first cause first. Its first
- * line is the WorkerFailed summary (ln_launch.c). */
-static char *group_failures(const ln_group_t *g) {
+/* The failure report: the nodes this one cannot reach (`lost`, from
+ * ln_probe_lost_nodes, or NULL), the rank that left first (when one did),
+ * then one ln_worker_describe per failed worker, the first cause first.
+ * Its first line is the WorkerFailed summary (ln_launch.c). */
+static char *group_failures(const ln_group_t *g, const char *lost) {
   char *text = NULL;
   size_t cap = 0;
   FILE *f = open_memstream(&text, &cap);
   if (!f)
     return NULL;
+  if (lost)
+    fputs(lost, f);
   int base = g->o->node_rank * g->o->num_processes;
   const ln_worker_t **order = calloc((size_t)g->started + 1, sizeof *order);
   int n = 0;
@@ -437,14 +438,8 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
    * still knows where its clients came from (ln_probe.h) */
   char *lost = g.result == LN_RUN_FAILED ? ln_probe_lost_nodes(o, srv) : NULL;
   acc_store_server_stop(&srv);
-  if (g.result == LN_RUN_FAILED) {
-    char *report = group_failures(&g), *both = NULL;
-    if (lost && (both = nbf_xprintf("%s%s", lost, report ? report : ""))) {
-      free(report);
-      report = both;
-    }
-    *failures = report;
-  }
+  if (g.result == LN_RUN_FAILED)
+    *failures = group_failures(&g, lost);
   free(lost);
   ln_run_result_t result = g.result;
   group_free(&g);

@@ -27,6 +27,7 @@
 #include "ln_cuda.h"
 #include "ln_debug.h"
 #include "ln_group.h"
+#include "nbf_cluster.h"
 #include "nbf_param.h"
 #include "nbf_util.h"
 
@@ -226,8 +227,7 @@ static int run_with_restarts(const ln_options_t *o, ln_entry_fn fn, ln_context_t
  * reach the port can read and write the rendezvous. Said once per launch,
  * on stderr, before anything starts. */
 static void warn_open_store(const ln_options_t *o) {
-  if (o->node_rank != 0 || o->rdzv_secret[0] || !strcmp(o->master_addr, "127.0.0.1") ||
-      !strcmp(o->master_addr, "localhost"))
+  if (o->node_rank != 0 || o->rdzv_secret[0] || nbf_loopback_name(o->master_addr))
     return;
   fprintf(stderr,
           "Warning: the rendezvous store listens on every interface (port %d, master_addr=%s) "

@@ -62,28 +62,22 @@ static int start_connect(const char *ip, int port, int *state) {
   return fd;
 }
 
-/* Probe every ip[i]:port at once; state[i] gets its verdict. */
+/* Probe every ip[i]:port at once (n <= ACC_STORE_MAX_PEERS); state[i]
+ * gets its verdict. */
 static void probe_all(char (*ip)[64], size_t n, int port, int timeout_ms, int *state) {
-  int *fd = calloc(n ? n : 1, sizeof *fd);
-  struct pollfd *pfd = calloc(n ? n : 1, sizeof *pfd);
-  if (!fd || !pfd) {
-    for (size_t i = 0; i < n; i++)
-      state[i] = LOCAL_FAILURE;
-    free(fd);
-    free(pfd);
-    return;
-  }
+  int fd[ACC_STORE_MAX_PEERS];
+  struct pollfd pfd[ACC_STORE_MAX_PEERS];
   for (size_t i = 0; i < n; i++)
     fd[i] = start_connect(ip[i], port, &state[i]);
   const int64_t deadline = nbf_now_ms() + timeout_ms;
   for (;;) {
-    nfds_t np = 0;
-    for (size_t i = 0; i < n; i++)
+    nfds_t pending = 0;
+    for (size_t i = 0; i < n; i++) {
       pfd[i] = (struct pollfd){.fd = state[i] == PENDING ? fd[i] : -1, .events = POLLOUT};
-    for (size_t i = 0; i < n; i++)
-      np += state[i] == PENDING;
+      pending += state[i] == PENDING;
+    }
     int left = (int)(deadline - nbf_now_ms());
-    if (np == 0 || left <= 0 || poll(pfd, n, left) < 0)
+    if (pending == 0 || left <= 0 || poll(pfd, n, left) < 0)
       break;
     for (size_t i = 0; i < n; i++) {
       if (state[i] != PENDING || !pfd[i].revents)
@@ -100,8 +94,6 @@ static void probe_all(char (*ip)[64], size_t n, int port, int timeout_ms, int *s
     if (fd[i] >= 0)
       close(fd[i]);
   }
-  free(fd);
-  free(pfd);
 }
 
 int ln_probe_tcp(const char *ip, int port, int timeout_ms) {

@@ -240,7 +240,7 @@ static int join_group(acc_t *acc) {
   if (!nbf_param_bool(NBF_P_NBFORK_STORE_HOSTED, 0) && acc->rank == 0) {
     char err[512];
     /* as the launcher (ln_group.c): loopback only when every rank is here */
-    int local = !strcmp(acc->master_addr, "127.0.0.1") || !strcmp(acc->master_addr, "localhost");
+    int local = nbf_loopback_name(acc->master_addr);
     if (!local && !(secret && *secret))
       fprintf(stderr,
               "nbfork: warning: rank 0 hosts the rendezvous store on every interface (port %d) "

@@ -17,9 +17,10 @@
 #include <unistd.h>
 
 #include "acc_internal.h"
+#include "nbf_cluster.h"
 
 int acc__local_addr_for(const char *host, char *out, size_t outlen) {
-  if (!host || !*host || strcmp(host, "127.0.0.1") == 0 || strcmp(host, "localhost") == 0) {
+  if (!host || !*host || nbf_loopback_name(host)) {
     snprintf(out, outlen, "127.0.0.1");
     return 0;
   }

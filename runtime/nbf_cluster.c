@@ -51,3 +51,7 @@ int nbf_slurm_port(const char *job_id) {
     v = v * 10 + (*last4 - '0');
   return 15000 + v;
 }
+
+int nbf_loopback_name(const char *master_addr) {
+  return master_addr && (!strcmp(master_addr, "127.0.0.1") || !strcmp(master_addr, "localhost"));
+}

@@ -1,7 +1,8 @@
 /*
  * nbf_cluster — what the launcher (`srun nbfork launch`) and the runtime
  * (`srun prog`, `mpirun prog`) both need to read a cluster engine's
- * environment: Slurm's first node and the port derived from its job id.
+ * environment: Slurm's first node and the port derived from its job id;
+ * and where a rendezvous store binds for a master address.
  */
 #ifndef NBF_CLUSTER_H
 #define NBF_CLUSTER_H
@@ -20,5 +21,11 @@ int nbf_slurm_first_node(const char *nodelist, char *out, size_t outlen);
  * every task of a job agrees without talking. -1 when job_id is not a
  * number. */
 int nbf_slurm_port(const char *job_id);
+
+/* Whether a master address names this host's loopback ("127.0.0.1",
+ * "localhost"): every rank runs here, so the rendezvous store (the
+ * launcher's, or a rank 0's) binds 127.0.0.1 only; any other address
+ * means other nodes must reach it, and it binds every interface. */
+int nbf_loopback_name(const char *master_addr);
 
 #endif

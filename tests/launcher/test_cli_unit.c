@@ -295,6 +295,17 @@ NBF_TEST(slurm_hostlist_first_node_and_port) {
   ASSERT_EQ(nbf_slurm_port("x1"), -1);
 }
 
+/* The store binds loopback only for the loopback names (launcher and
+ * runtime alike); any other master address is reached from other nodes. */
+NBF_TEST(loopback_master_names) {
+  ASSERT_TRUE(nbf_loopback_name("127.0.0.1"));
+  ASSERT_TRUE(nbf_loopback_name("localhost"));
+  ASSERT_TRUE(!nbf_loopback_name("10.0.0.1"));
+  ASSERT_TRUE(!nbf_loopback_name("127.0.0.10"));
+  ASSERT_TRUE(!nbf_loopback_name(""));
+  ASSERT_TRUE(!nbf_loopback_name(NULL));
+}
+
 NBF_TEST(srun_nbfork_launch_takes_the_node_from_slurm) {
   isolate();
   nbf_param_set(NBF_P_SLURM_STEP_ID, "0");
