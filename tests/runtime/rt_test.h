@@ -52,4 +52,19 @@ static inline size_t rt_compare_files(const char *dir, const char *a, const char
   return diff;
 }
 
+/* The trainer and checkpoint tests' synthetic classification data: n
+ * rows of nin features, row i of class i % ncls, the features uniform in
+ * [0, 1) (a fixed LCG, so every rank and run sees the same) plus 0.5 on
+ * the features j with j % ncls == the class, so a small MLP can learn it. */
+static inline void rt_make_data(float *x, int64_t *y, int n, int nin, int ncls) {
+  uint32_t s = 12345;
+  for (int i = 0; i < n; i++) {
+    y[i] = i % ncls;
+    for (int j = 0; j < nin; j++) {
+      s = s * 1664525u + 1013904223u;
+      x[i * nin + j] = (float)((s >> 8) & 0xffff) / 65536.0f + (j % ncls == y[i] ? 0.5f : 0.0f);
+    }
+  }
+}
+
 #endif /* RT_TEST_H */

@@ -47,17 +47,6 @@ typedef struct {
   int64_t epoch, batch, step;
 } counters_t;
 
-static void make_data(float *x, int64_t *y) {
-  uint32_t s = 12345;
-  for (int i = 0; i < N; i++) {
-    y[i] = i % NCLS;
-    for (int j = 0; j < NIN; j++) {
-      s = s * 1664525u + 1013904223u;
-      x[i * NIN + j] = (float)((s >> 8) & 0xffff) / 65536.0f + (j % NCLS == y[i] ? 0.5f : 0.0f);
-    }
-  }
-}
-
 static int run_body(int rank, int world, void *arg) {
   (void)world;
   const run_t *r = arg;
@@ -72,7 +61,7 @@ static int run_body(int rank, int world, void *arg) {
     ASSERT_OK(acc, acc_set_grad_scaler(acc, 1024.0f, 2.0f, 0.5f, 4));
   static float X[N * NIN];
   static int64_t Y[N];
-  make_data(X, Y);
+  rt_make_data(X, Y, N, NIN, NCLS);
   const int sizes[] = {NIN, 16, NCLS};
   acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, BATCH);
   ASSERT_NOT_NULL(m);

@@ -50,14 +50,7 @@ static float X[N * NIN];
 static int64_t Y[N];
 
 static void make_data(void) {
-  uint32_t s = 12345;
-  for (int i = 0; i < N; i++) {
-    Y[i] = i % NCLS;
-    for (int j = 0; j < NIN; j++) {
-      s = s * 1664525u + 1013904223u;
-      X[i * NIN + j] = (float)((s >> 8) & 0xffff) / 65536.0f + (j % NCLS == Y[i] ? 0.5f : 0.0f);
-    }
-  }
+  rt_make_data(X, Y, N, NIN, NCLS);
 }
 
 static void tmpdir(char *out, size_t len) {
