@@ -345,12 +345,13 @@ static void replay_warnings(const ex_paths_t *p, nbf_buf_t *out) {
   fclose(f);
 }
 
-/* The unit through TinyCC (ex_jit_cell_so): 0, or -1 to use the system
- * compiler. The source is written too, as the system compiler's path
+/* The unit through TinyCC (ex_jit_cell_so), which reads it from memory:
+ * 0, or -1 to use the system compiler (which writes the source itself).
+ * On success the source is written too, as the system compiler's path
  * does, so a kept work directory (NBFORK_KEEP_WORKDIR) shows every cell. */
 static int tinycc_unit(const ex_toolchain_t *tc, const char *source, int cuda,
                        const ex_paths_t *p) {
-  if (!tc->tinycc || cuda || write_file(p->src, source))
+  if (!tc->tinycc || cuda)
     return -1;
   /* private as the system compiler's objects are (its child runs under
    * umask 077): TinyCC writes from this process */
@@ -359,7 +360,7 @@ static int tinycc_unit(const ex_toolchain_t *tc, const char *source, int cuda,
   umask(mask);
   if (rc)
     return -1;
-  if (rename(p->tmp, p->so) == 0)
+  if (write_file(p->src, source) == 0 && rename(p->tmp, p->so) == 0)
     return 0;
   unlink(p->tmp);
   return -1;
