@@ -27,11 +27,11 @@
  * rank 0 finds it taken) and the one monotonic clock, compiled in here
  * because bench/allreduce.py builds this file alone against libnbfork,
  * which does not export them. */
-#include "../runtime/nbf_util.c"
+#include "../common/nbf_util.c"
 #include "../tests/runtime/rt_spawn.c"
 
 /* Internal runtime calls (exported by libnbfork, declared in
- * runtime/acc_internal.h). */
+ * runtime/core/acc_internal.h). */
 void acc__set_allreduce_algo(acc_t *acc, int algo);
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
 

@@ -1,5 +1,5 @@
 /* kn_complete_request.c — complete_request (messaging spec "Completion").
- * Forwarded to the executor with a byte cursor (kn_wire.h); its byte
+ * Forwarded to the executor with a byte cursor (nbf_wire.h); its byte
  * offsets are converted back to code points. Without an executor, or on
  * an error reply: no matches, cursor_start = cursor_end = cursor_pos. */
 #include <string.h>

@@ -1,7 +1,7 @@
 /* kn_events.c — executor output and events, published on iopub (see
  * kn_kernel.h). Its death and restarts are kn_supervise.c's.
  *
- * Ordering (kn_wire.h): the stdout/stderr pipes are drained before each
+ * Ordering (nbf_wire.h): the stdout/stderr pipes are drained before each
  * event is published, so text printed before a display or the reply is
  * shown before it. */
 #define _GNU_SOURCE
@@ -11,7 +11,7 @@
 #include "kn_handlers.h"
 #include "kn_kernel.h"
 #include "kn_log.h"
-#include "kn_wire.h"
+#include "nbf_wire.h"
 
 #define KN_STREAM_CHUNK (1u << 20) /* bytes per published stream message, at most */
 #define KN_DRAIN_LIMIT (8u << 20)  /* bytes read per drain call, so control stays responsive */

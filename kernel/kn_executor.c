@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "kn_log.h"
-#include "kn_wire.h"
+#include "nbf_wire.h"
 #include "nbf_param.h"
 #include "nbf_util.h"
 #include "nbf_workdir.h"
@@ -49,7 +49,7 @@ kn_result_t kn_executor_find(char *path, size_t len) {
   char *slash = strrchr(self, '/');
   if (slash)
     *slash = '\0';
-  int w = snprintf(path, len, "%s/%s", slash ? self : ".", KN_WIRE_EXECUTOR_NAME);
+  int w = snprintf(path, len, "%s/%s", slash ? self : ".", NBF_WIRE_EXECUTOR_NAME);
   return (w < 0 || (size_t)w >= len) ? KN_ERR_INVALID : KN_OK;
 }
 
@@ -63,7 +63,7 @@ bool kn_executor_running(const kn_executor_t *ex) {
 static char **child_env(void) {
   static char display[32];
   static char openblas[] = "OPENBLAS_NUM_THREADS=1";
-  snprintf(display, sizeof display, "NBFORK_DISPLAY_FD=%d", KN_WIRE_FD_EVENTS);
+  snprintf(display, sizeof display, "NBFORK_DISPLAY_FD=%d", NBF_WIRE_FD_EVENTS);
   size_t n = 0;
   while (environ[n])
     n++;
@@ -91,7 +91,7 @@ static int set_nonblock(int fd) {
   return (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) ? -1 : 0;
 }
 
-/* Make the five pipes of kn_wire.h: kernel_fd[i] is the kernel's end
+/* Make the five pipes of nbf_wire.h: kernel_fd[i] is the kernel's end
  * (non-blocking), child_fd[i] the end that becomes the child's fd i,
  * moved above 10 so the dup2 actions cannot clobber each other; all
  * close-on-exec. Both arrays must hold -1. On failure every fd made is
@@ -103,7 +103,7 @@ static kn_result_t make_pipes(int kernel_fd[5], int child_fd[5], char *err, size
       snprintf(err, err_len, "pipe: %s", NBF_STRERROR(errno));
       goto fail;
     }
-    bool child_reads = (i == 0 || i == KN_WIRE_FD_REQUESTS);
+    bool child_reads = (i == 0 || i == NBF_WIRE_FD_REQUESTS);
     kernel_fd[i] = p[child_reads ? 1 : 0];
     child_fd[i] = fcntl(p[child_reads ? 0 : 1], F_DUPFD_CLOEXEC, 10);
     int e = errno;

@@ -1,6 +1,6 @@
 /*
  * kn_executor.h — the executor child process and its pipes (the fd layout
- * and the line protocol are in kn_wire.h).
+ * and the line protocol are in nbf_wire.h).
  *
  * The kernel side of every pipe is non-blocking: reads drain what is
  * there, writes that would block stay in a pending buffer that
@@ -48,7 +48,7 @@ void kn_executor_init(kn_executor_t *ex);
  * /proc/self/exe. KN_ERR_SYSTEM if /proc/self/exe cannot be read. */
 kn_result_t kn_executor_find(char *path, size_t len);
 
-/* Start the executor at path with fds 0-4 as kn_wire.h says, environment
+/* Start the executor at path with fds 0-4 as nbf_wire.h says, environment
  * NBFORK_DISPLAY_FD=4 and OPENBLAS_NUM_THREADS=1 unless set, default
  * signal dispositions, an empty signal mask, and its own process group.
  * On failure returns KN_ERR_SYSTEM with the reason in err[err_len]. */
@@ -94,7 +94,7 @@ bool kn_executor_reap(kn_executor_t *ex, int *wstatus);
  * reaped by kn_executor_reap). */
 int kn_executor_kill(kn_executor_t *ex);
 
-/* Shut down politely: close fd 3 (EOF = exit, kn_wire.h), wait up to
+/* Shut down politely: close fd 3 (EOF = exit, nbf_wire.h), wait up to
  * grace_ms discarding its output, then SIGTERM the group, wait 500 ms,
  * then SIGKILL. Closes every fd. */
 void kn_executor_stop(kn_executor_t *ex, int grace_ms);

@@ -1,5 +1,5 @@
 /* kn_inspect_request.c — inspect_request (messaging spec "Introspection").
- * Forwarded to the executor with a byte cursor (kn_wire.h). Without an
+ * Forwarded to the executor with a byte cursor (nbf_wire.h). Without an
  * executor, or on an error reply: found=false. */
 #include <string.h>
 

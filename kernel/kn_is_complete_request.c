@@ -1,5 +1,5 @@
 /* kn_is_complete_request.c — is_complete_request (messaging spec "Code
- * completeness"). The executor's reply status is the answer (kn_wire.h);
+ * completeness"). The executor's reply status is the answer (nbf_wire.h);
  * without an executor, or on an error reply: "unknown". */
 #include <string.h>
 

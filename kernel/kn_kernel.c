@@ -8,7 +8,7 @@
 
 #include "kn_handlers.h"
 #include "kn_log.h"
-#include "kn_wire.h"
+#include "nbf_wire.h"
 #include "nbf_param.h"
 
 /* ---------------------------------------------------------------- sending */
@@ -83,7 +83,7 @@ kn_kernel_t *kn_kernel_new(kn_io_t io, const char *executor_path) {
     return NULL;
   k->io = io;
   kn_executor_init(&k->ex);
-  k->interrupt_grace_ms = KN_WIRE_INTERRUPT_GRACE_MS;
+  k->interrupt_grace_ms = NBF_WIRE_INTERRUPT_GRACE_MS;
   if (kn_uuid4(k->session) != KN_OK || !(k->history = kn_history_new())) {
     kn_history_destroy(&k->history);
     free(k);

@@ -72,7 +72,7 @@ struct kn_kernel {
   unsigned generation;          /* +1 each time an executor is given up */
   char executor_path[PATH_MAX]; /* "" = no executor available */
   char executor_error[512];     /* why the last spawn failed */
-  int64_t interrupt_grace_ms;   /* KN_WIRE_INTERRUPT_GRACE_MS */
+  int64_t interrupt_grace_ms;   /* NBF_WIRE_INTERRUPT_GRACE_MS */
 
   kn_pending_t pending;
   kn_queued_t *queue_head, *queue_tail;

@@ -22,7 +22,7 @@
 #include "kn_server.h"
 #include "kn_signals.h"
 #include "kn_transport.h"
-#include "kn_wire.h"
+#include "nbf_wire.h"
 #include "nbf_param.h"
 #include "nbf_workdir.h"
 
@@ -39,7 +39,7 @@ static int usage(FILE *f) {
           "  NBFORK_EXECUTOR      path of the executor binary (default: %s next to\n"
           "                       nbfork-kernel)\n"
           "  NBFORK_KERNEL_DEBUG  1: log every message on stderr (default 0)\n",
-          KN_PROTOCOL_VERSION, KN_WIRE_EXECUTOR_NAME);
+          KN_PROTOCOL_VERSION, NBF_WIRE_EXECUTOR_NAME);
   return f == stderr ? 2 : 0;
 }
 

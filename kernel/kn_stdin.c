@@ -13,7 +13,7 @@ void kn_stdin_forward(kn_kernel_t *k, json_t *event) {
   kn_pending_t *p = &k->pending;
   if (!p->msg || !p->is_execute || !p->allow_stdin) {
     kn_log(KN_LOG_WARN, "executor asked for input but the front end does not allow stdin; "
-                        "dropped (kn_wire.h: the executor must read EOF)");
+                        "dropped (nbf_wire.h: the executor must read EOF)");
     return;
   }
   json_t *prompt = json_object_get(event, "prompt");

@@ -11,7 +11,7 @@
 
 #include "kn_kernel.h"
 #include "kn_log.h"
-#include "kn_wire.h"
+#include "nbf_wire.h"
 
 #define KN_EAGER_RESPAWN_MS 5000 /* an executor that lived this long is restarted at once */
 
@@ -22,7 +22,7 @@ bool kn_kernel_ensure_executor(kn_kernel_t *k) {
     snprintf(k->executor_error, sizeof k->executor_error,
              "no executor binary is configured (set NBFORK_EXECUTOR or install %s next to "
              "nbfork-kernel)",
-             KN_WIRE_EXECUTOR_NAME);
+             NBF_WIRE_EXECUTOR_NAME);
     return false;
   }
   if (kn_executor_spawn(&k->ex, k->executor_path, k->executor_error, sizeof k->executor_error) !=

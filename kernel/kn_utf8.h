@@ -8,7 +8,7 @@
  * valid UTF-8 (JSON strings must be).
  *
  * Jupyter protocol 5.2+ counts cursor_pos in Unicode code points; the
- * executor wire (kn_wire.h) counts bytes. The offset helpers convert.
+ * executor wire (nbf_wire.h) counts bytes. The offset helpers convert.
  */
 #ifndef KN_UTF8_H
 #define KN_UTF8_H

@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kn_wire.h"
+#include "nbf_wire.h"
 #include "ln_cmd.h"
 #include "nbf_buf.h"
 #include "nbf_param.h"
@@ -153,7 +153,7 @@ static int executor_path(char *out, size_t outlen) {
   char self[PATH_MAX];
   if (nbf_self_exe(self, sizeof self) != 0)
     return -1;
-  return snprintf(out, outlen, "%s/%s", dirname(self), KN_WIRE_EXECUTOR_NAME) < (int)outlen ? 0
+  return snprintf(out, outlen, "%s/%s", dirname(self), NBF_WIRE_EXECUTOR_NAME) < (int)outlen ? 0
                                                                                             : -1;
 }
 
@@ -181,9 +181,9 @@ static int executor_start(executor_t *x, const char *path) {
     /* the pipes may already sit on 3 or 4, where dup2 would keep CLOEXEC:
      * move them above first */
     int r = fcntl(rq[0], F_DUPFD, 10), w = fcntl(ev[1], F_DUPFD, 10);
-    dup2(r, KN_WIRE_FD_REQUESTS);
-    dup2(w, KN_WIRE_FD_EVENTS);
-    nbf_param_set_long(NBF_P_NBFORK_DISPLAY_FD, KN_WIRE_FD_EVENTS);
+    dup2(r, NBF_WIRE_FD_REQUESTS);
+    dup2(w, NBF_WIRE_FD_EVENTS);
+    nbf_param_set_long(NBF_P_NBFORK_DISPLAY_FD, NBF_WIRE_FD_EVENTS);
     char parent[24]; /* the executor dies with us (ex_main.c die_with_parent) */
     snprintf(parent, sizeof parent, "%d", (int)getppid());
     execl(path, path, "--parent", parent, (char *)NULL);
@@ -232,7 +232,7 @@ static int executor_wait(executor_t *x) {
     if (g_stop && !interrupted) {
       interrupted = 1;
       kill(x->pid, SIGINT);
-      kill_at = nbf_now_ms() + KN_WIRE_INTERRUPT_GRACE_MS;
+      kill_at = nbf_now_ms() + NBF_WIRE_INTERRUPT_GRACE_MS;
     }
     if (kill_at >= 0 && nbf_now_ms() > kill_at)
       kill(-x->pid, SIGKILL), kill_at = -1;

@@ -1,7 +1,7 @@
 /*
  * ln_notebook — `nbfork launch [options] NOTEBOOK.ipynb [CALL]`: run a
  * notebook's code cells in order, headless, in an nbfork-executor (the
- * kernel's own cell engine, spoken to over kernel/kn_wire.h: requests on
+ * kernel's own cell engine, spoken to over common/nbf_wire.h: requests on
  * its fd 3, events on its fd 4; its stdout and stderr are ours).
  *
  * A `%launch` cell runs with the command line's settings appended to its

@@ -7,7 +7,7 @@ Usage: exec_notebook.py NOTEBOOK.ipynb [--out OUT.ipynb] [--executor PATH]
 
 For machines without jupyter_client/nbclient (the GPU machines): the
 Python standard library only. It starts build/bin/nbfork-executor with the
-pipes the kernel gives it (kernel/kn_wire.h: fd 0 stdin, fd 1/2 output,
+pipes the kernel gives it (common/nbf_wire.h: fd 0 stdin, fd 1/2 output,
 fd 3 requests, fd 4 events, one JSON object per line; its own process
 group; NBFORK_DISPLAY_FD=4) and sends each code cell as an "execute"
 request, printing the cell's output as it comes. N counts code cells from

@@ -6,15 +6,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../kn_wire.h"
+#include "nbf_wire.h"
 #include "nbf_util.h"
 
 int ex_event_send_raw(const char *line, size_t len) {
   fflush(stdout);
   fflush(stderr);
-  if (nbf_write_all(KN_WIRE_FD_EVENTS, line, len))
+  if (nbf_write_all(NBF_WIRE_FD_EVENTS, line, len))
     return -1;
-  return nbf_write_all(KN_WIRE_FD_EVENTS, "\n", 1);
+  return nbf_write_all(NBF_WIRE_FD_EVENTS, "\n", 1);
 }
 
 int ex_event_send(json_t *obj) {

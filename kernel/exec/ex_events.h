@@ -1,6 +1,6 @@
 /*
  * ex_events — the executor's side of the event stream to the kernel
- * (fd 4, one JSON object per line; see kernel/kn_wire.h).
+ * (fd 4, one JSON object per line; see common/nbf_wire.h).
  *
  * Every writer flushes stdout and stderr first, so output printed before
  * an event reaches the kernel before it (the ordering contract).

@@ -1,7 +1,7 @@
 /*
  * ex_main.c — nbfork-executor: the single-threaded process that holds
  * every cell's state, compiles and runs cells, and forks training workers
- * for %launch. The kernel process talks to it over pipes (kn_wire.h).
+ * for %launch. The kernel process talks to it over pipes (nbf_wire.h).
  *
  * Why a separate process: fork() is only safe from a single-threaded
  * process, and the kernel has ZeroMQ threads; and a crash in cell code
@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../kn_wire.h"
+#include "nbf_wire.h"
 #include "ex_events.h"
 #include "ex_query.h"
 #include "ex_run.h"
@@ -204,7 +204,7 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   signal(SIGPIPE, SIG_IGN);
   ex_run_install_sigint();
-  if (fcntl(KN_WIRE_FD_REQUESTS, F_GETFD) < 0 || fcntl(KN_WIRE_FD_EVENTS, F_GETFD) < 0) {
+  if (fcntl(NBF_WIRE_FD_REQUESTS, F_GETFD) < 0 || fcntl(NBF_WIRE_FD_EVENTS, F_GETFD) < 0) {
     fprintf(stderr, "nbfork-executor: started without the kernel's pipes on fd 3 and 4; it is "
                     "run by nbfork-kernel, not by hand\n");
     return 2;
@@ -215,7 +215,7 @@ int main(int argc, char **argv) {
   ex_query_init(ex.incdir);
   ex_stdin_install();
   char *line;
-  while ((line = read_line(KN_WIRE_FD_REQUESTS)) != NULL) {
+  while ((line = read_line(NBF_WIRE_FD_REQUESTS)) != NULL) {
     json_error_t jerr;
     json_t *req = json_loads(line, 0, &jerr);
     free(line);

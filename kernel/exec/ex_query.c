@@ -430,7 +430,7 @@ int ex_query_handle(const char *msg, json_t *req, const ex_cell_state_t *cells) 
   if (!strcmp(msg, "is_complete")) {
     const char *code = json_string_value(json_object_get(req, "code"));
     const char *st = ex_split_is_complete(code ? code : "");
-    /* is_complete's reply carries the answer in "status" (kn_wire.h) */
+    /* is_complete's reply carries the answer in "status" (nbf_wire.h) */
     return ex_event_send(json_pack("{s:s, s:s, s:s}", "msg", "reply", "status", st, "indent",
                                    strcmp(st, "incomplete") ? "" : "    "));
   }

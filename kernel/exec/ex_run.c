@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../kn_wire.h"
+#include "nbf_wire.h"
 #include "ex_diag.h"
 #include "ex_events.h"
 #include "ex_jit.h"
@@ -41,7 +41,7 @@
  *  - malloc: the arena lock is not recursive. If the jump left it taken,
  *    the executor blocks in its next allocation. When that is before its
  *    reply (the reply is built with jansson, which allocates), the kernel
- *    gets no reply within KN_WIRE_INTERRUPT_GRACE_MS (2 s) of the
+ *    gets no reply within NBF_WIRE_INTERRUPT_GRACE_MS (2 s) of the
  *    interrupt, kills the executor, reports "did not stop within ... and
  *    was killed" and starts a fresh one (kn_kernel.c): the state of
  *    earlier cells is lost, the kernel lives. When the block comes after
@@ -451,7 +451,7 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
                                 "[rdzv_endpoint=HOST:PORT] [rdzv_timeout=300]");
   if (!launch)
     return ex_event_reply_error("LinkError", "the launch thunk was not found in the cell", NULL);
-  static const int private_fds[] = {KN_WIRE_FD_REQUESTS};
+  static const int private_fds[] = {NBF_WIRE_FD_REQUESTS};
   ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
                       private_fds, 1};
   ln_error_t le;

@@ -16,7 +16,7 @@ int ex_stdin_install(void);
 /* Start an execute request: `allow` = its front end accepts
  * input_request. Clears end-of-file and what an earlier cell left unread
  * (buffered or still in the pipe); when not allowed, fd 0 is /dev/null
- * until ex_stdin_end (kn_wire.h), so even read(0, ...) sees end-of-file. */
+ * until ex_stdin_end (nbf_wire.h), so even read(0, ...) sees end-of-file. */
 void ex_stdin_begin(int allow);
 
 /* End the request: fd 0 is the kernel's pipe again. */

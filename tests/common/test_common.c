@@ -1,6 +1,6 @@
 /*
  * test_common.c — nbfork_common: the parameter table
- * (runtime/nbf_params.def) and its reader (parsing rules, the README's
+ * (common/nbf_params.def) and its reader (parsing rules, the README's
  * environment table naming exactly the table's variables, `getenv`
  * nowhere but in the reader), the growable buffer and the system helpers.
  */
@@ -71,7 +71,7 @@ NBF_TEST(readme_table_matches_parameter_table) {
     char key[128];
     snprintf(key, sizeof key, " %s ", nbf_param_name(id));
     if (!strstr(names, key))
-      NBF_TEST_FAIL("%s is in runtime/nbf_params.def but not in README.md's environment table",
+      NBF_TEST_FAIL("%s is in common/nbf_params.def but not in README.md's environment table",
                     nbf_param_name(id));
   }
   char *save = NULL;
@@ -80,7 +80,7 @@ NBF_TEST(readme_table_matches_parameter_table) {
     for (int id = 0; id < NBF_P_COUNT && !found; id++)
       found = strcmp(n, nbf_param_name(id)) == 0;
     if (!found)
-      NBF_TEST_FAIL("README.md's environment table lists %s, which runtime/nbf_params.def lacks",
+      NBF_TEST_FAIL("README.md's environment table lists %s, which common/nbf_params.def lacks",
                     n);
   }
   free(names);
@@ -133,7 +133,7 @@ NBF_TEST(booleans_are_accelerates_str_to_bool) {
   ASSERT_EQ(nbf_truthy(NULL), 0);
 }
 
-/* Files under kernel/, launcher/ and runtime/ that call getenv, other
+/* Files under common/, kernel/, launcher/ and runtime/ that call getenv, other
  * than the reader itself. */
 static nbf_buf_t offenders;
 static int scan_file(const char *path, const struct stat *st, int type, struct FTW *ftw) {
@@ -159,14 +159,14 @@ static int scan_file(const char *path, const struct stat *st, int type, struct F
 }
 
 NBF_TEST(getenv_only_in_the_reader) {
-  const char *dirs[] = {"/kernel", "/launcher", "/runtime"};
-  for (size_t i = 0; i < 3; i++) {
+  const char *dirs[] = {"/common", "/kernel", "/launcher", "/runtime"};
+  for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
     char root[4096];
     snprintf(root, sizeof root, "%s%s", NBF_SOURCE_DIR, dirs[i]);
     ASSERT_EQ(nftw(root, scan_file, 16, FTW_PHYS), 0);
   }
   if (offenders.len)
-    NBF_TEST_FAIL("getenv outside runtime/nbf_param.c (use nbf_param.h):\n%s", offenders.data);
+    NBF_TEST_FAIL("getenv outside common/nbf_param.c (use nbf_param.h):\n%s", offenders.data);
 }
 
 NBF_TEST(buffer_grows_keeps_a_nul_and_hands_over) {

@@ -1,5 +1,5 @@
 /*
- * fuzz_checkpoint — the checkpoint loader, runtime/acc_checkpoint.c
+ * fuzz_checkpoint — the checkpoint loader, runtime/model/acc_checkpoint.c
  * acc_load_state (header, CRC-32, section table, records, the checks
  * against the live model, optimizer and registered objects, and the
  * apply step), one process, from files in a scratch directory.

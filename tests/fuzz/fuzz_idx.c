@@ -1,5 +1,5 @@
 /*
- * fuzz_idx — the IDX (MNIST format) reader, runtime/acc_idx.c
+ * fuzz_idx — the IDX (MNIST format) reader, runtime/core/acc_idx.c
  * acc_idx_read, from a file in a scratch directory.
  *
  * Input: a mode byte (bit 0: the file is gzip'd by the harness, so the

@@ -1,6 +1,6 @@
 /*
  * fuzz_store — the rendezvous store's request decoder and its handling
- * (runtime/acc_store_server.c: serve_one, handle, the entry and waiter
+ * (runtime/store/acc_store_server.c: serve_one, handle, the entry and waiter
  * tables), driven byte for byte as the serving thread drives it.
  *
  * The server file is compiled into this harness, so its static decoder
@@ -14,7 +14,7 @@
  */
 
 #include "fuzz_util.h" /* first: it sets _GNU_SOURCE */
-#include "../../runtime/acc_store_server.c"
+#include "../../runtime/store/acc_store_server.c"
 
 #define MAX_REQUESTS 256
 #define MAX_FRAMES 16

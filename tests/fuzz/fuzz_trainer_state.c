@@ -1,6 +1,6 @@
 /*
  * fuzz_trainer_state — the Trainer's `trainer_state.json` loader
- * (runtime/acc_trainer_ckpt.c tr_history_from_json after jansson's
+ * (runtime/trainer/acc_trainer_ckpt.c tr_history_from_json after jansson's
  * json_loadb, as read_history does on resume), then the JSON writer of
  * acc_trainer_json.c on every value read back (Python's float repr,
  * NaN and infinities included).

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A stand-in for nbfork-executor that speaks kn_wire.h, for the kernel's
+"""A stand-in for nbfork-executor that speaks nbf_wire.h, for the kernel's
 end-to-end tests (NBFORK_EXECUTOR points here).
 
 fd 0 stdin pipe, fd 1/2 stdout/stderr pipes, fd 3 requests (JSON lines),
@@ -82,7 +82,7 @@ def run_cell(req):
                          traceback=[f"{name}: {msg}"])
         elif cmd == "input":
             if not req.get("allow_stdin"):
-                out(1, "EOF\n")  # kn_wire.h: stdin is at EOF when not allowed
+                out(1, "EOF\n")  # nbf_wire.h: stdin is at EOF when not allowed
                 continue
             event({"msg": "input_request", "prompt": arg, "password": False})
             got = b""
@@ -181,7 +181,7 @@ def main():
             while b"\n" not in buf:
                 chunk = requests.read(65536)
                 if not chunk:
-                    return 0  # EOF on fd 3: shut down (kn_wire.h)
+                    return 0  # EOF on fd 3: shut down (nbf_wire.h)
                 buf += chunk
             line, _, buf = buf.partition(b"\n")
             handle(json.loads(line))

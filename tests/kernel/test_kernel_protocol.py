@@ -3,7 +3,7 @@
 
 The kernel is the build's binary (NBFORK_KERNEL_BIN), installed as a
 kernelspec into a temporary prefix with its own `install` subcommand; its
-executor is fake_executor.py (NBFORK_EXECUTOR), which speaks kn_wire.h.
+executor is fake_executor.py (NBFORK_EXECUTOR), which speaks nbf_wire.h.
 
 Run one test:  NBFORK_KERNEL_BIN=build/bin/nbfork-kernel \\
     /usr/bin/python3 -m unittest test_kernel_protocol.KernelProtocolTest.test_kernel_info

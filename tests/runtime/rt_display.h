@@ -1,6 +1,6 @@
 /*
  * rt_display.h — for tests of the display API: point NBFORK_DISPLAY_FD
- * (the channel nbf_display.c writes events to, see kernel/kn_wire.h) at a
+ * (the channel nbf_display.c writes events to, see common/nbf_wire.h) at a
  * fresh pipe and return its non-blocking read end.
  */
 #ifndef RT_DISPLAY_H

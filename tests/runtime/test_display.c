@@ -1,6 +1,6 @@
 /*
  * test_display.c — display API events, read back through a pipe and
- * parsed with jansson, against the format of kernel/kn_wire.h.
+ * parsed with jansson, against the format of common/nbf_wire.h.
  *   test_display display_text|display_png|display_json|bad_json|update|
  *                clear_output|execute_result|bundle|invalid_utf8|
  *                no_kernel|flush_order

@@ -1,5 +1,5 @@
 /*
- * test_store.c — the ZeroMQ rendezvous store (runtime/acc_store.h).
+ * test_store.c — the ZeroMQ rendezvous store (runtime/store/acc_store.h).
  *   test_store set_get|blocking_get|add_check_delete|timeout|no_server|
  *              port_in_use|stop_with_waiter|ephemeral_port|secret_ok|
  *              secret_missing|secret_wrong|secret_open_server|secret_ranks|

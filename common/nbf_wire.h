@@ -1,5 +1,5 @@
 /*
- * kn_wire.h — the contract between the kernel process (ZeroMQ, threads)
+ * nbf_wire.h — the contract between the kernel process (ZeroMQ, threads)
  * and the executor process (single-threaded, holds cell state, forks
  * training workers). See ../shared/DESIGN.md "Processes".
  *
@@ -97,14 +97,14 @@
  *   display after its cell returned) are published with the last execute
  *   request as parent.
  */
-#ifndef KN_WIRE_H
-#define KN_WIRE_H
+#ifndef NBF_WIRE_H
+#define NBF_WIRE_H
 
-#define KN_WIRE_FD_REQUESTS 3
-#define KN_WIRE_FD_EVENTS 4
-#define KN_WIRE_EXECUTOR_NAME "nbfork-executor"
+#define NBF_WIRE_FD_REQUESTS 3
+#define NBF_WIRE_FD_EVENTS 4
+#define NBF_WIRE_EXECUTOR_NAME "nbfork-executor"
 /* Milliseconds the executor gets to answer an interrupt before it is killed. */
-#define KN_WIRE_INTERRUPT_GRACE_MS 2000
+#define NBF_WIRE_INTERRUPT_GRACE_MS 2000
 /* NBFORK_EXECUTOR (nbf_params.def) names the executor binary instead. */
 
 #endif

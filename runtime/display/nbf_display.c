@@ -3,14 +3,14 @@
  *
  * Each call writes ONE compact JSON object and "\n" to the file
  * descriptor named by NBFORK_DISPLAY_FD (the executor's events pipe, fd 4
- * by kernel/kn_wire.h), in the event format kn_wire.h defines:
+ * by common/nbf_wire.h), in the event format nbf_wire.h defines:
  *   {"msg":"display_data","data":{MIME:..},"metadata":{},
  *    "transient":{"display_id":"nbf-<pid>-<n>"}}
  *   {"msg":"update_display_data", same fields}
  *   {"msg":"clear_output","wait":BOOL}
  *   {"msg":"execute_result","data":{"text/plain":..},"metadata":{}}
  * stdout and stderr are flushed first (the ordering contract of
- * kn_wire.h). A line is written with one write() loop that survives
+ * nbf_wire.h). A line is written with one write() loop that survives
  * EINTR and partial writes; lines up to PIPE_BUF bytes are atomic even
  * when several workers share the pipe.
  *
