@@ -267,7 +267,7 @@ pkgs=(
   libyaml-dev openmpi-bin libopenmpi-dev slurm-wlm munge iproute2
   libclang-16-dev
   # the libFuzzer harnesses of tests/fuzz (scripts/fuzz.sh)
-  clang-16 libfuzzer-16-dev
+  clang-16 libfuzzer-16-dev libclang-rt-16-dev
   dataset-fashion-mnist
   # Python and its venv module for .venv/ (below); Debian's jupyter_client
   # and nbclient for the tests where no .venv is made
