@@ -245,10 +245,15 @@ typedef struct {
                                      * update_proj_gap=200, scale=0.25" (defaults) */
   char optim_target_modules[256];   /* galore_adamw: comma-separated parts of
                                      * tensor names ("layers.0") */
-  char resume_from_checkpoint[512]; /* "" = no; "true" = latest checkpoint-N; or a path */
+  char resume_from_checkpoint[512]; /* "" or "false" = no; "true" = latest checkpoint-N;
+                                     * or a path */
   int early_stopping_patience;      /* 0 = no EarlyStoppingCallback */
   double early_stopping_threshold;  /* 0.0 */
   int disable_tqdm;                 /* false: a progress bar on the main process */
+  int do_train, do_eval;            /* false; not read by the Trainer (as in Transformers:
+                                     * scripts read them) */
+  char report_to[16];               /* none | all; "none" (no integration is built in: the
+                                     * log lines and trainer_state.json are written anyway) */
 } acc_training_args_t;
 
 /* Transformers' defaults (listed above). Cannot fail. */

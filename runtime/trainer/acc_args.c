@@ -72,6 +72,9 @@ static const arg_def_t ARGS[] = {
     F(early_stopping_patience, T_INT, NULL, 0),
     F(early_stopping_threshold, T_DOUBLE, NULL, 0),
     F(disable_tqdm, T_BOOL, NULL, 0),
+    F(do_train, T_BOOL, NULL, 0),
+    F(do_eval, T_BOOL, NULL, 0),
+    F(report_to, T_STR, "none|all", 0),
 };
 #define NARGS (sizeof ARGS / sizeof ARGS[0])
 
@@ -100,6 +103,7 @@ void acc_training_args_init(acc_training_args_t *a) {
   snprintf(a->log_level_replica, sizeof a->log_level_replica, "warning");
   a->log_on_each_node = 1;
   snprintf(a->optim, sizeof a->optim, "adamw");
+  snprintf(a->report_to, sizeof a->report_to, "none");
 }
 
 /* 1 when `v` is one of the '|'-separated `choices`. */
@@ -173,14 +177,62 @@ static acc_result_t set_field(acc_training_args_t *a, const arg_def_t *d, const 
   return ACC_OK;
 }
 
+/* --fp16 / --bf16 (TrainingArguments' booleans) are mixed_precision here;
+ * as in TrainingArguments, at most one of them may be true. */
+static acc_result_t set_half(acc_training_args_t *a, const char *name, const char *v) {
+  int on;
+  if (parse_bool(v, &on))
+    return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT,
+                          "--%s: bad value '%s' (expected true, false, 1 or 0)", name, v);
+  const char *other = !strcmp(name, "fp16") ? "bf16" : "fp16";
+  if (on && !strcmp(a->mixed_precision, other))
+    return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT,
+                          "--%s and --%s (or --mixed_precision %s) cannot both be set", name,
+                          other, other);
+  if (on)
+    snprintf(a->mixed_precision, sizeof a->mixed_precision, "%s", name);
+  else if (!strcmp(a->mixed_precision, name))
+    snprintf(a->mixed_precision, sizeof a->mixed_precision, "no");
+  return ACC_OK;
+}
+
+/* Arguments other versions of Transformers had, and what replaced them. */
+static const struct {
+  const char *name, *hint;
+} RENAMED[] = {
+    {"warmup_ratio", "use --warmup_steps: a value below 1 is a ratio of the total steps "
+                     "(Transformers 5 deprecates --warmup_ratio for it)"},
+    {"evaluation_strategy", "use --eval_strategy (its name since Transformers 4.41)"},
+};
+
 acc_result_t acc_training_args_set(acc_training_args_t *a, const char *name, const char *value) {
   if (!a || !name || !value)
     return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT, "acc_training_args_set: NULL argument");
+  if (!strcmp(name, "fp16") || !strcmp(name, "bf16"))
+    return set_half(a, name, value);
+  int off;
+  if (!strcmp(name, "resume_from_checkpoint") && !parse_bool(value, &off) && !off)
+    value = ""; /* "false" means no resume, as None does */
   for (size_t i = 0; i < NARGS; i++)
     if (!strcmp(ARGS[i].name, name))
       return set_field(a, &ARGS[i], value);
+  for (size_t i = 0; i < sizeof RENAMED / sizeof RENAMED[0]; i++)
+    if (!strcmp(RENAMED[i].name, name))
+      return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT, "unknown argument '%s': %s", name,
+                            RENAMED[i].hint);
   return acc__set_error(NULL, ACC_ERR_INVALID_ARGUMENT,
                         "unknown argument '%s' (TrainingArguments has no such field)", name);
+}
+
+/* 1 when --NAME may stand without a value, meaning true (HfArgumentParser
+ * gives boolean fields nargs="?" and const=True). */
+static int takes_no_value(const char *name) {
+  if (!strcmp(name, "fp16") || !strcmp(name, "bf16"))
+    return 1;
+  for (size_t i = 0; i < NARGS; i++)
+    if (!strcmp(ARGS[i].name, name))
+      return ARGS[i].type == T_BOOL;
+  return 0;
 }
 
 acc_result_t acc_training_args_parse(acc_training_args_t *a, int argc, char **argv) {
@@ -195,6 +247,8 @@ acc_result_t acc_training_args_parse(acc_training_args_t *a, int argc, char **ar
     snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), arg + 2);
     if (eq)
       value = eq + 1;
+    else if (takes_no_value(name) && (i + 1 == argc || !strncmp(argv[i + 1], "--", 2)))
+      value = "true";
     else if (i + 1 < argc)
       value = argv[++i];
     else
@@ -253,6 +307,9 @@ acc_result_t acc_training_args_validate(const acc_training_args_t *a) {
   if (!strcmp(a->optim, "galore_adamw") && !a->optim_target_modules[0])
     return invalid("--optim galore_adamw needs --optim_target_modules (names of the layers to "
                    "project, e.g. layers.0)");
+  if (!strcmp(a->logging_strategy, "steps") && a->logging_steps <= 0)
+    return invalid("--logging_strategy steps requires a non-zero --logging_steps (or "
+                   "--logging_strategy epoch or no)");
   if (a->max_steps <= 0 && a->num_train_epochs <= 0)
     return invalid("--num_train_epochs must be > 0 when --max_steps is not set");
   return ACC_OK;

@@ -264,6 +264,10 @@ static acc_result_t read_history(acc_trainer_t *tr, const char *dir) {
 
 acc_result_t tr_resume(acc_trainer_t *tr, const char *spec) {
   char dir[PATH_MAX];
+  /* "false" is None (no resume) for a program that sets the field itself;
+   * acc_training_args_set already stores it as "" */
+  if (!strcasecmp(spec, "false") || !strcmp(spec, "0") || !strcasecmp(spec, "no"))
+    return ACC_OK;
   if (!strcasecmp(spec, "true") || !strcmp(spec, "1")) {
     if (acc_trainer_last_checkpoint(tr->args.output_dir, dir, sizeof dir) != 0)
       return acc__set_error(tr->acc, ACC_ERR_INVALID_ARGUMENT,

@@ -135,17 +135,38 @@ int tr_tracks_best(const acc_trainer_t *tr) {
          !strcmp(a->save_strategy, "best") || a->early_stopping_patience > 0;
 }
 
-int tr_determine_best(acc_trainer_t *tr, const acc_metrics_t *metrics) {
+/* Transformers' _determine_best_metric raises a KeyError naming the
+ * metrics an evaluation produced when metric_for_best_model is not among
+ * them; so does this, instead of never finding a best checkpoint. */
+static acc_result_t unknown_metric(acc_trainer_t *tr, const char *key, const acc_metrics_t *m) {
+  char names[ACC_METRICS_MAX * 50] = "";
+  size_t len = 0;
+  for (int i = 0; i < m->count && len < sizeof names; i++)
+    len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "", m->name[i]);
+  return acc__set_error(tr->acc, ACC_ERR_INVALID_ARGUMENT,
+                        "--metric_for_best_model is '%s', which is not found in the evaluation "
+                        "metrics. The available evaluation metrics are: %s. Make compute_metrics "
+                        "return '%s' or choose another --metric_for_best_model",
+                        key, names, key);
+}
+
+acc_result_t tr_determine_best(acc_trainer_t *tr, const acc_metrics_t *metrics, int *is_best) {
   char key[80];
   int greater;
+  *is_best = 0;
   tr_best_metric_key(tr, key, sizeof key, &greater);
   double v = acc_metrics_get(metrics, key);
-  if (isnan(v))
-    return 0;
+  if (isnan(v)) {
+    for (int i = 0; i < metrics->count; i++)
+      if (!strcmp(metrics->name[i], key))
+        return ACC_OK; /* present but NaN: never a best, as NaN > x is false in Python */
+    return unknown_metric(tr, key, metrics);
+  }
   acc_trainer_state_t *st = &tr->state;
   if (st->has_best_metric && !(greater ? v > st->best_metric : v < st->best_metric))
-    return 0;
+    return ACC_OK;
   st->has_best_metric = 1;
   st->best_metric = v;
-  return 1;
+  *is_best = 1;
+  return ACC_OK;
 }

@@ -96,8 +96,10 @@ acc_result_t tr_resume(acc_trainer_t *tr, const char *spec);
  * objects are empty). Replaces the old history. tests/fuzz feeds it. */
 void tr_history_from_json(acc_trainer_state_t *st, const json_t *o);
 acc_result_t tr_load_best(acc_trainer_t *tr);
-/* After an evaluation: update best_metric; 1 when the metric is a new best. */
-int tr_determine_best(acc_trainer_t *tr, const acc_metrics_t *metrics);
+/* After an evaluation: update best_metric; *is_best = 1 when the metric is
+ * a new best. ACC_ERR_INVALID_ARGUMENT, naming the metrics computed, when
+ * the metric compared is not among them. */
+acc_result_t tr_determine_best(acc_trainer_t *tr, const acc_metrics_t *metrics, int *is_best);
 /* 1 when the Trainer tracks a best metric (metric_for_best_model,
  * load_best_model_at_end, save_strategy best or early stopping). */
 int tr_tracks_best(const acc_trainer_t *tr);

@@ -134,7 +134,10 @@ static acc_result_t log_save_evaluate(acc_trainer_t *tr) {
     acc_metrics_t m;
     ACC_CHECK(acc_trainer_evaluate(tr, &m));
     /* _determine_best_metric, after the callbacks saw the evaluation */
-    if (tr_tracks_best(tr) && tr_determine_best(tr, &m)) {
+    int best = 0;
+    if (tr_tracks_best(tr))
+      ACC_CHECK(tr_determine_best(tr, &m, &best));
+    if (best) {
       tr->state.best_global_step = tr->state.global_step;
       c->should_save |= !strcmp(tr->args.save_strategy, "best");
     }

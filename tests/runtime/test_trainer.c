@@ -555,6 +555,30 @@ NBF_TEST(rotation_keeps_best) {
   rm_rf(dir);
 }
 
+/* A metric_for_best_model that compute_metrics never returns is an error
+ * naming the metrics computed (Transformers raises a KeyError), not a run
+ * that silently never finds a best checkpoint. */
+NBF_TEST(unknown_best_metric_is_an_error) {
+  char dir[64];
+  tmpdir(dir, sizeof dir);
+  acc_training_args_t a;
+  eval_args(&a, dir);
+  set_many(&a, "save_strategy", "no", "max_steps", "2", "logging_steps", "1", "eval_steps", "1",
+           "metric_for_best_model", "acuracy", NULL);
+  mlp_run_t r;
+  mlp_run_new(&r, &a);
+  static const double scores[] = {0.5, 0.6};
+  scores_t sc = {scores, 0};
+  acc_trainer_set_compute_metrics(r.tr, score_metric, &sc);
+  ASSERT_EQ(acc_trainer_train(r.tr), ACC_ERR_INVALID_ARGUMENT);
+  const char *e = acc_last_error(r.acc);
+  ASSERT_CONTAINS(e, "'eval_acuracy'");
+  ASSERT_CONTAINS(e, "eval_loss, eval_score");
+  ASSERT_EQ(acc_trainer_state(r.tr)->global_step, 1); /* at the first evaluation */
+  mlp_run_destroy(&r);
+  rm_rf(dir);
+}
+
 static long early_stop_step(const double *scores, const char *threshold) {
   char dir[64];
   tmpdir(dir, sizeof dir);

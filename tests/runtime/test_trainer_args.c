@@ -114,6 +114,54 @@ NBF_TEST(bad_arguments_named) {
   ASSERT_NEAR(a.num_train_epochs, 3.0, 0);
 }
 
+/* Transformers' command-line forms a script written for it uses:
+ * boolean flags without a value, --fp16/--bf16, --report_to none,
+ * --do_train/--do_eval, --resume_from_checkpoint false. */
+NBF_TEST(transformers_flags_accepted) {
+  acc_training_args_t a;
+  acc_training_args_init(&a);
+  char *argv[] = {"prog",        "--do_train",  "--do_eval",   "--fp16",
+                  "--report_to", "none",        "--disable_tqdm", "--resume_from_checkpoint",
+                  "false",       "--seed",      "3"};
+  ASSERT_OK(NULL, acc_training_args_parse(&a, (int)(sizeof argv / sizeof argv[0]), argv));
+  ASSERT_EQ(a.do_train, 1);
+  ASSERT_EQ(a.do_eval, 1);
+  ASSERT_EQ_STR(a.mixed_precision, "fp16");
+  ASSERT_EQ_STR(a.report_to, "none");
+  ASSERT_EQ(a.disable_tqdm, 1);
+  ASSERT_EQ_STR(a.resume_from_checkpoint, "");
+  ASSERT_EQ(a.seed, 3);
+  ASSERT_OK(NULL, acc_training_args_validate(&a));
+  /* a flag ending the line, and --bf16 false undoing nothing it did not set */
+  acc_training_args_init(&a);
+  char *tail[] = {"prog", "--fp16", "false", "--bf16"};
+  ASSERT_OK(NULL, acc_training_args_parse(&a, 4, tail));
+  ASSERT_EQ_STR(a.mixed_precision, "bf16");
+  char *off[] = {"prog", "--bf16", "false"};
+  ASSERT_OK(NULL, acc_training_args_parse(&a, 3, off));
+  ASSERT_EQ_STR(a.mixed_precision, "no");
+}
+
+NBF_TEST(transformers_flag_mistakes_named) {
+  char *both[] = {"p", "--fp16", "--bf16"};
+  rejected(3, both, "--bf16 and --fp16");
+  char *logging[] = {"p", "--logging_steps", "0"};
+  rejected(3, logging, "non-zero --logging_steps");
+  char *ratio[] = {"p", "--warmup_ratio", "0.1"};
+  rejected(3, ratio, "use --warmup_steps");
+  char *report[] = {"p", "--report_to", "wandb"};
+  rejected(3, report, "--report_to: bad value 'wandb'");
+  /* a value-less flag is only for booleans */
+  char *seed[] = {"p", "--seed", "--fp16"};
+  rejected(3, seed, "--seed: bad value '--fp16'");
+  /* logging_steps 0 is fine when nothing logs by steps */
+  acc_training_args_t a;
+  acc_training_args_init(&a);
+  char *epoch[] = {"p", "--logging_steps", "0", "--logging_strategy", "epoch"};
+  ASSERT_OK(NULL, acc_training_args_parse(&a, 5, epoch));
+  ASSERT_OK(NULL, acc_training_args_validate(&a));
+}
+
 NBF_TEST(process_log_level) {
   acc_training_args_t a;
   acc_training_args_init(&a);
