@@ -528,6 +528,10 @@ float *acc__mlp_host(acc_mlp_t *m, int what) {
   return host;
 }
 
+float *acc__mlp_host_buffer(acc_mlp_t *m, int what) {
+  return what ? m->grads : m->params;
+}
+
 acc_result_t acc__mlp_upload(acc_mlp_t *m, int what) {
   char err[512];
   if (m->dev &&
