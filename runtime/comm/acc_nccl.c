@@ -155,16 +155,14 @@ static acc_result_t ensure_comm(acc_t *acc) {
   cudaError_t ce = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
   if (ce != cudaSuccess) {
     free(n);
-    return init_failed(acc, ACC_ERR_BACKEND, "cudaStreamCreate failed: %s",
-                       cudaGetErrorString(ce));
+    return init_failed(acc, ACC_ERR_BACKEND, "cudaStreamCreate failed: %s", cudaGetErrorString(ce));
   }
   /* timing off: the cheapest event, used only for ordering */
   ce = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming);
   if (ce != cudaSuccess) {
     n->ready = NULL;
     free_nccl(n);
-    return init_failed(acc, ACC_ERR_BACKEND, "cudaEventCreate failed: %s",
-                       cudaGetErrorString(ce));
+    return init_failed(acc, ACC_ERR_BACKEND, "cudaEventCreate failed: %s", cudaGetErrorString(ce));
   }
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;

@@ -52,8 +52,10 @@ acc_result_t acc__accumulate_device(acc_t *acc, float *grads, size_t n) {
     if (!acc->accum_prev_zero && acc->accum_prev && acc->accum_prev_n == n) {
       r = acc_optim_cuda_copy(acc->accum_prev, acc->accum_prev_dev, n, 1, err, sizeof err);
       if (r != ACC_OK)
-        return acc__set_error(acc, r, "acc_backward: restoring the accumulation buffer on "
-                              "device %d: %s", acc->device, err);
+        return acc__set_error(acc, r,
+                              "acc_backward: restoring the accumulation buffer on "
+                              "device %d: %s",
+                              acc->device, err);
     } else {
       acc->accum_prev_zero = 1;
     }

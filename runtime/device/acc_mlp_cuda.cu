@@ -184,9 +184,8 @@ void blas_open(void) {
   }
   const char *names[] = {"cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2",
                          "cublasGemmEx", "cublasGetStatusString"};
-  void **slots[] = {(void **)&g_blas.create, (void **)&g_blas.destroy,
-                    (void **)&g_blas.set_stream, (void **)&g_blas.gemm_ex,
-                    (void **)&g_blas.status_string};
+  void **slots[] = {(void **)&g_blas.create, (void **)&g_blas.destroy, (void **)&g_blas.set_stream,
+                    (void **)&g_blas.gemm_ex, (void **)&g_blas.status_string};
   for (int i = 0; i < 5; i++)
     if (!(*slots[i] = dlsym(h, names[i]))) {
       std::snprintf(g_blas_error, sizeof g_blas_error, "%s has no %s", lib, names[i]);
@@ -232,7 +231,7 @@ acc_result_t gemm(acc_mlp_dev_t *d, cublasOperation_t ta, cublasOperation_t tb, 
   const float alpha = 1.0f;
   const cudaDataType_t t = gemm_type(d->prec);
   return blas_check(g_blas.gemm_ex(d->blas, ta, tb, m, n, k, &alpha, A, t, lda, B, t, ldb, &beta, C,
-                                 CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                   CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                     "cublasGemmEx", err, errlen);
 }
 
@@ -299,8 +298,8 @@ extern "C" void acc_mlp_dev_destroy(acc_mlp_dev_t **d_p) {
   cudaDeviceSynchronize(); /* no kernel may still use what is freed */
   if (d->blas)
     g_blas.destroy(d->blas); /* a handle exists only if cuBLAS was opened */
-  void *dev[] = {d->params, d->grads, d->x,      d->dz_a,   d->dz_b,     d->gtmp,
-                 d->wh,     d->xh,    d->dzh_a,  d->dzh_b, d->labels, d->row_loss};
+  void *dev[] = {d->params, d->grads, d->x,     d->dz_a,  d->dz_b,   d->gtmp,
+                 d->wh,     d->xh,    d->dzh_a, d->dzh_b, d->labels, d->row_loss};
   for (void *p : dev)
     cudaFree(p);
   if (d->act)
@@ -473,8 +472,8 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
      * precision the product is rounded to the half type before it is
      * added (as on the CPU) */
     float *gw = d->grads + d->w_off[l];
-    DEV_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, B, in, nin, dzo, nout, half ? 0.0f : 1.0f,
-                   half ? d->gtmp : gw, nin, err, errlen));
+    DEV_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, B, in, nin, dzo, nout,
+                   half ? 0.0f : 1.0f, half ? d->gtmp : gw, nin, err, errlen));
     if (half) {
       const size_t nw = (size_t)nout * (size_t)nin;
       k_add_rounded<<<acc_blocks_for(nw), 256, 0, st>>>(gw, d->gtmp, nw, p);

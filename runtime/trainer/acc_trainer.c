@@ -130,7 +130,7 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
   if (acc_register_for_checkpointing(acc, "trainer.loop", &tr->loop, sizeof tr->loop) ||
       (!model->mlp && !custom_dev &&
        acc_register_for_checkpointing(acc, "trainer.params", model->params,
-                                                     model->num_params * sizeof(float))) ||
+                                      model->num_params * sizeof(float))) ||
       (args->early_stopping_patience > 0 && tr_add_early_stopping(tr)))
     goto fail;
   tr->lr = args->learning_rate;

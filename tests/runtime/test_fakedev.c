@@ -25,7 +25,7 @@
 #include "rt_test.h"
 
 enum { NPARAM = 4096, DIM = 4, NSAMPLE = 16 };
-static char *g_dev;                       /* the fake device region */
+static char *g_dev;                        /* the fake device region */
 static const size_t g_dev_bytes = 1 << 20; /* PROT_NONE */
 
 cudaError_t cudaGetDeviceCount(int *count) {
@@ -158,8 +158,7 @@ NBF_TEST(conversion_refuses_host_device_pair) {
   float host[8] = {0};
   uint16_t hh[8];
   ASSERT_EQ(acc_to_f16(acc, (uint16_t *)(void *)g_dev, host, 8), ACC_ERR_INVALID_ARGUMENT);
-  ASSERT_EQ(acc_from_bf16(acc, host, (const uint16_t *)(void *)g_dev, 8),
-            ACC_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(acc_from_bf16(acc, host, (const uint16_t *)(void *)g_dev, 8), ACC_ERR_INVALID_ARGUMENT);
   ASSERT_TRUE(strstr(acc_last_error(acc), "both") != NULL);
   ASSERT_EQ(acc_to_f16(acc, hh, host, 8), ACC_OK); /* host pair: the host path */
   acc_destroy(&acc);

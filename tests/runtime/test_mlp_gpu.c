@@ -25,8 +25,8 @@
 #include <string.h>
 
 #include "acc_mlp_cuda.h"
-#include "nbf_trainer.h"
 #include "acc_nccl.h"
+#include "nbf_trainer.h"
 #include "nbfork.h"
 #include "rt_cudart.h"
 #include "rt_test.h"
@@ -322,8 +322,8 @@ NBF_TEST(adamw_state_nonblocking_stream) {
 
 /* Micro-steps first..last-1 of a run with accumulation 2 (AdamW), batch
  * `i` from rows i*BATCH of x. */
-static void micro_steps(acc_t *acc, acc_mlp_t *m, acc_optim_t *o, const float *x,
-                        const int64_t *y, int first, int last) {
+static void micro_steps(acc_t *acc, acc_mlp_t *m, acc_optim_t *o, const float *x, const int64_t *y,
+                        int first, int last) {
   const size_t n = acc_mlp_num_params(m);
   for (int i = first; i < last; i++) {
     acc_accumulate_begin(acc, 0);
