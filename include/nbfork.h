@@ -483,8 +483,9 @@ acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, floa
  * with fp16 mixed precision when the gradients hold inf/NaN. With fp16 it
  * runs GradScaler's unscale_ (the gradient buffer is divided by the loss
  * scale in place), step (skipped on inf/NaN) and update (see "Mixed
- * precision" above). `acc` may be NULL (always steps). Cannot fail
- * otherwise (opt NULL: 0). */
+ * precision" above). `acc` may be NULL (always steps). Returns -1 when
+ * a device step or the fp16 unscale failed (a CUDA error: the error is
+ * in acc_last_error, the loss scale unchanged); opt NULL: 0. */
 int acc_optim_step(acc_t *acc, acc_optim_t *opt);
 /* Zero the optimizer's gradient buffer, but only on sync micro-steps
  * (Accelerate's AcceleratedOptimizer.zero_grad); `acc` may be NULL. */

@@ -105,6 +105,14 @@ static acc_result_t wait_comm(acc_t *acc, ncclComm_t comm, const char *what, dou
   }
 }
 
+/* A failed set-up after the id was published or read: no retry, since
+ * a retry on rank 0 would publish a second id while the others may hold
+ * the first (each side would then wait for a different communicator). */
+static acc_result_t init_failed(acc_t *acc, acc_result_t code, const char *fmt, const char *a) {
+  acc->broken = 1;
+  return acc__set_error(acc, code, fmt, a);
+}
+
 static acc_result_t ensure_comm(acc_t *acc) {
   if (acc->nccl)
     return ACC_OK;
@@ -122,17 +130,17 @@ static acc_result_t ensure_comm(acc_t *acc) {
                             ncclGetErrorString(r));
     if (acc->world > 1) {
       acc_result_t s = acc_store_set(acc->store, key, &id, sizeof id);
-      if (s != ACC_OK)
-        return acc__set_error(acc, s, "publishing the NCCL id: %s",
-                              acc_store_client_error(acc->store));
+      if (s != ACC_OK) /* the store may hold it even so */
+        return init_failed(acc, s, "publishing the NCCL id: %s",
+                           acc_store_client_error(acc->store));
     }
   } else {
     void *v = NULL;
     size_t len = 0;
     acc_result_t s = acc_store_get(acc->store, key, &v, &len);
     if (s != ACC_OK)
-      return acc__set_error(acc, s, "reading the NCCL id from the store: %s",
-                            acc_store_client_error(acc->store));
+      return init_failed(acc, s, "reading the NCCL id from the store: %s",
+                         acc_store_client_error(acc->store));
     if (len != sizeof id) {
       free(v);
       return acc__set_error(acc, ACC_ERR_STORE, "the NCCL id in the store has %zu bytes, not %zu",
@@ -143,20 +151,18 @@ static acc_result_t ensure_comm(acc_t *acc) {
   }
   struct acc_nccl *n = calloc(1, sizeof *n);
   if (!n)
-    return acc__set_error(acc, ACC_ERR_NO_MEMORY, "out of memory");
+    return init_failed(acc, ACC_ERR_NO_MEMORY, "NCCL init: %s", "out of memory");
   cudaError_t ce = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
   if (ce != cudaSuccess) {
     free(n);
-    return acc__set_error(acc, ACC_ERR_BACKEND, "cudaStreamCreate failed: %s",
-                          cudaGetErrorString(ce));
+    return init_failed(acc, ACC_ERR_BACKEND, "cudaStreamCreate failed: %s", cudaGetErrorString(ce));
   }
   /* timing off: the cheapest event, used only for ordering */
   ce = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming);
   if (ce != cudaSuccess) {
     n->ready = NULL;
     free_nccl(n);
-    return acc__set_error(acc, ACC_ERR_BACKEND, "cudaEventCreate failed: %s",
-                          cudaGetErrorString(ce));
+    return init_failed(acc, ACC_ERR_BACKEND, "cudaEventCreate failed: %s", cudaGetErrorString(ce));
   }
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = 0;
@@ -222,8 +228,26 @@ static acc_result_t order_after_caller(acc_t *acc) {
   return ACC_OK;
 }
 
+/* All-gather and reduce-scatter have two buffers: NCCL needs both on the
+ * device (a host one would be read or written by the device, an illegal
+ * address that kills the CUDA context). */
+static acc_result_t check_pair(acc_t *acc, acc_nccl_coll_t coll, const void *send,
+                               const void *recv) {
+  if (coll != ACC_NCCL_ALL_GATHER && coll != ACC_NCCL_REDUCE_SCATTER)
+    return ACC_OK;
+  const int ds = acc_nccl_is_device_ptr(send), dr = acc_nccl_is_device_ptr(recv);
+  if (ds && dr)
+    return ACC_OK;
+  return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                        "%s: send is %s memory but recv is %s memory: both must be device "
+                        "buffers (or both host buffers, for Gloo)",
+                        coll == ACC_NCCL_ALL_GATHER ? "all-gather" : "reduce-scatter",
+                        ds ? "device" : "host", dr ? "device" : "host");
+}
+
 acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *send, void *recv,
                                  size_t count, acc_dtype_t dtype, acc_op_t op, int root) {
+  ACC_CHECK(check_pair(acc, coll, send, recv));
   ACC_CHECK(ensure_comm(acc));
   ACC_CHECK(order_after_caller(acc));
   ncclComm_t comm = acc->nccl->comm;

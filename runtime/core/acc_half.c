@@ -144,8 +144,14 @@ static void convert_host(conv_t kind, void *dst, const void *src, size_t n) {
 
 /* ------------------------------------------------------- public conversions */
 
-static int on_device(const acc_t *acc, const void *a, const void *b) {
-  return acc && acc->device >= 0 && (acc_nccl_is_device_ptr(a) || acc_nccl_is_device_ptr(b));
+/* Where a conversion runs: 0 host (both host buffers), 1 device (both
+ * device buffers), -1 a host/device pair (refused: the kernel would read
+ * a host address and kill the CUDA context, the host loop a device one). */
+static int placement(const acc_t *acc, const void *a, const void *b) {
+  if (!acc || acc->device < 0)
+    return 0;
+  const int da = acc_nccl_is_device_ptr(a), db = acc_nccl_is_device_ptr(b);
+  return da == db ? da : -1;
 }
 
 static acc_result_t convert(const acc_t *acc, conv_t kind, void *dst, const void *src, size_t n) {
@@ -155,9 +161,16 @@ static acc_result_t convert(const acc_t *acc, conv_t kind, void *dst, const void
   if (!dst || !src)
     return acc__set_error((acc_t *)acc, ACC_ERR_INVALID_ARGUMENT,
                           "%s: NULL buffer for %zu elements", names[kind], n);
-  if (on_device(acc, dst, src)) {
+  const int where = placement(acc, dst, src);
+  if (where < 0)
+    return acc__set_error((acc_t *)acc, ACC_ERR_INVALID_ARGUMENT,
+                          "%s: dst is %s memory but src is %s memory: both must be host or both "
+                          "device buffers (copy with cudaMemcpy first)",
+                          names[kind], acc_nccl_is_device_ptr(dst) ? "device" : "host",
+                          acc_nccl_is_device_ptr(src) ? "device" : "host");
+  if (where) {
     char err[256];
-    acc_result_t r = acc_cuda_convert((int)kind, dst, src, n, err, sizeof err);
+    acc_result_t r = acc_cuda_convert((int)kind, dst, src, n, acc->stream, err, sizeof err);
     if (r != ACC_OK)
       return acc__set_error((acc_t *)acc, r, "%s on device memory: %s", names[kind], err);
     return ACC_OK;
@@ -192,8 +205,8 @@ static acc_result_t cuda_fail(cudaError_t e, const char *what, char *err, size_t
   return ACC_ERR_BACKEND;
 }
 
-acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, char *err,
-                              size_t errlen) {
+acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, void *stream,
+                              char *err, size_t errlen) {
   const size_t in_sz = (kind == CONV_TO_F16 || kind == CONV_TO_BF16) ? 4 : 2;
   const size_t out_sz = 6 - in_sz;
   void *hin = malloc(n * in_sz), *hout = malloc(n * out_sz);
@@ -202,11 +215,14 @@ acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, ch
   if (!hin || !hout) {
     snprintf(err, errlen, "no host memory to stage %zu elements", n);
     r = ACC_ERR_NO_MEMORY;
+  } else if ((e = cudaStreamSynchronize((cudaStream_t)stream)) != cudaSuccess) {
+    r = cuda_fail(e, "synchronizing the stream", err, errlen);
   } else if ((e = cudaMemcpy(hin, src, n * in_sz, cudaMemcpyDeviceToHost)) != cudaSuccess) {
     r = cuda_fail(e, "cudaMemcpy to host", err, errlen);
   } else {
     convert_host((conv_t)kind, hout, hin, n);
-    if ((e = cudaMemcpy(dst, hout, n * out_sz, cudaMemcpyHostToDevice)) != cudaSuccess)
+    if ((e = cudaMemcpy(dst, hout, n * out_sz, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaDeviceSynchronize()) != cudaSuccess) /* the pageable upload's DMA */
       r = cuda_fail(e, "cudaMemcpy to device", err, errlen);
   }
   free(hin);
@@ -214,34 +230,38 @@ acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, ch
   return r;
 }
 
-acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *found_inf, char *err,
-                              size_t errlen) {
+acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *found_inf, int *flag,
+                              void *stream, char *err, size_t errlen) {
+  (void)flag;
   float *h = malloc(n * sizeof(float));
   cudaError_t e;
   if (!h) {
     snprintf(err, errlen, "no host memory to stage %zu elements", n);
     return ACC_ERR_NO_MEMORY;
   }
-  if ((e = cudaMemcpy(h, g, n * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess) {
+  if ((e = cudaStreamSynchronize((cudaStream_t)stream)) != cudaSuccess ||
+      (e = cudaMemcpy(h, g, n * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess) {
     free(h);
     return cuda_fail(e, "cudaMemcpy to host", err, errlen);
   }
   *found_inf = acc__unscale_host(h, n, inv);
   e = cudaMemcpy(g, h, n * sizeof(float), cudaMemcpyHostToDevice);
+  if (e == cudaSuccess) /* the pageable upload's DMA may still run */
+    e = cudaDeviceSynchronize();
   free(h);
   return e == cudaSuccess ? ACC_OK : cuda_fail(e, "cudaMemcpy to device", err, errlen);
 }
 #else
-acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, char *err,
-                              size_t errlen) {
-  (void)kind, (void)dst, (void)src, (void)n;
+acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, void *stream,
+                              char *err, size_t errlen) {
+  (void)kind, (void)dst, (void)src, (void)n, (void)stream;
   if (err && errlen)
     snprintf(err, errlen, "nbfork was built without CUDA");
   return ACC_ERR_UNSUPPORTED;
 }
-acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *found_inf, char *err,
-                              size_t errlen) {
-  (void)g, (void)n, (void)inv;
+acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *found_inf, int *flag,
+                              void *stream, char *err, size_t errlen) {
+  (void)g, (void)n, (void)inv, (void)flag, (void)stream;
   *found_inf = 0;
   if (err && errlen)
     snprintf(err, errlen, "nbfork was built without CUDA");

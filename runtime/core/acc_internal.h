@@ -38,6 +38,7 @@ struct acc {
   int accum_prev_zero;   /* accum_prev is all zeros (start of a window) */
   float *accum_prev_dev; /* accum_prev of device gradients (acc_device.c) */
   size_t accum_prev_dev_n;
+  float *dev_scratch; /* 16 device floats: the unscale flag, the grad norm (acc_device.c) */
 
   /* fp16 dynamic loss scaler (GradScaler; acc_scaler.c) */
   float scale;                 /* current loss scale, 2^16 at start      */
@@ -147,6 +148,10 @@ int acc__select_device(acc_t *acc);
 /* acc_backward's accumulation step on device gradients (k = accum_steps
  * > 1), with the previous micro-step's buffer in device memory. */
 acc_result_t acc__accumulate_device(acc_t *acc, float *grads, size_t n);
+/* The accelerator's device scratch (16 floats, allocated at the first
+ * call and kept: a training step allocates nothing); NULL with the error
+ * in acc. */
+float *acc__device_scratch(acc_t *acc);
 /* Frees the accelerator's device buffers (acc_destroy). */
 void acc__device_free(acc_t *acc);
 
@@ -199,7 +204,9 @@ typedef struct {
   float *m, *v; /* the optimizer's own buffers (n floats each, or NULL) */
 } acc__optim_view_t;
 /* Pointers into `o` and a copy of its scalars. */
-void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v);
+/* A device optimizer's state is first copied to the host buffers (a
+ * failed copy: ACC_ERR_BACKEND in acc, *v not filled). */
+acc_result_t acc__optim_view(acc_t *acc, acc_optim_t *o, acc__optim_view_t *v);
 /* Set the scalars of `o` (lr, ..., t). */
 void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
 /* Forget the registered object `name` (the Trainer's state, when the
@@ -219,6 +226,9 @@ void acc__mlp_set_layer_hook(acc_mlp_t *m, acc__mlp_layer_hook_fn fn, void *user
  * refreshed from the device model when it has one (synchronous); NULL on
  * a device error (in acc_last_error). For checkpoints. */
 float *acc__mlp_host(acc_mlp_t *m, int what);
+/* The model's host buffer (params what = 0, grads 1) without copying
+ * from the device: to fill before acc__mlp_upload. */
+float *acc__mlp_host_buffer(acc_mlp_t *m, int what);
 /* After writing acc__mlp_host's buffer: copy it to the device model
  * (ACC_OK and nothing to do on the host). */
 acc_result_t acc__mlp_upload(acc_mlp_t *m, int what);

@@ -86,7 +86,11 @@ int acc_unscale_gradients(acc_t *acc, float *grads, size_t n) {
   int found = 0;
   if (n && on_device(acc, grads)) {
     char err[256];
-    acc_result_t r = acc_cuda_unscale(grads, n, inv, &found, err, sizeof err);
+    float *scratch = acc__device_scratch(acc);
+    if (!scratch)
+      return -1;
+    acc_result_t r =
+        acc_cuda_unscale(grads, n, inv, &found, (int *)scratch, acc->stream, err, sizeof err);
     if (r != ACC_OK) {
       acc__set_error(acc, r, "acc_unscale_gradients on device memory: %s", err);
       return -1;

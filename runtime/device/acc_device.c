@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "acc_internal.h"
@@ -45,7 +46,22 @@ acc_result_t acc__accumulate_device(acc_t *acc, float *grads, size_t n) {
       return acc__set_error(acc, r, "acc_backward: accumulation buffer on device %d: %s",
                             acc->device, err);
     acc->accum_prev_dev_n = n;
-    acc->accum_prev_zero = 1;
+    /* a window restored by acc_load_state is in the host buffer: it
+     * continues on the device (else the earlier micro-steps would be
+     * rescaled again) */
+    if (!acc->accum_prev_zero && acc->accum_prev && acc->accum_prev_n == n) {
+      r = acc_optim_cuda_copy(acc->accum_prev, acc->accum_prev_dev, n, 1, err, sizeof err);
+      if (r != ACC_OK)
+        return acc__set_error(acc, r,
+                              "acc_backward: restoring the accumulation buffer on "
+                              "device %d: %s",
+                              acc->device, err);
+    } else {
+      acc->accum_prev_zero = 1;
+    }
+    free(acc->accum_prev);
+    acc->accum_prev = NULL;
+    acc->accum_prev_n = 0;
   }
   const int save = !acc->sync_gradients;
   acc_result_t r =
@@ -57,9 +73,20 @@ acc_result_t acc__accumulate_device(acc_t *acc, float *grads, size_t n) {
   return ACC_OK;
 }
 
+float *acc__device_scratch(acc_t *acc) {
+  char err[512];
+  acc_result_t r = acc_optim_cuda_state(&acc->dev_scratch, 16, err, sizeof err);
+  if (r != ACC_OK) {
+    acc__set_error(acc, r, "device scratch on device %d: %s", acc->device, err);
+    return NULL;
+  }
+  return acc->dev_scratch;
+}
+
 void acc__device_free(acc_t *acc) {
   acc_optim_cuda_free(&acc->accum_prev_dev);
   acc->accum_prev_dev_n = 0;
+  acc_optim_cuda_free(&acc->dev_scratch);
 }
 
 int acc__select_device(acc_t *acc) {

@@ -103,6 +103,16 @@ acc_result_t acc_optim_cuda_accumulate(float *g, float *prev, size_t n, float in
   return unsupported(err, errlen);
 }
 
+acc_result_t acc_optim_cuda_clip_norm(float *g, size_t n, double max_norm, float *scratch,
+                                      void *stream, double *norm, char *err, size_t errlen) {
+  (void)g, (void)n, (void)max_norm, (void)scratch, (void)stream, (void)norm;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_mlp_dev_blas(char *err, size_t errlen) {
+  return unsupported(err, errlen);
+}
+
 acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err, size_t errlen) {
   (void)buf, (void)n, (void)stream;
   return unsupported(err, errlen);

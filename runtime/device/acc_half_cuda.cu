@@ -53,23 +53,24 @@ __global__ void k_unscale(float *g, size_t n, float inv, int *found) {
 
 } // namespace
 
-extern "C" acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n, char *err,
-                                         size_t errlen) {
+extern "C" acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, size_t n,
+                                         void *stream, char *err, size_t errlen) {
   if (n == 0)
     return ACC_OK;
   const unsigned b = acc_blocks_for(n);
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
   switch (kind) {
   case 0:
-    k_map<uint16_t, float, to_f16><<<b, 256>>>(dst, src, n);
+    k_map<uint16_t, float, to_f16><<<b, 256, 0, st>>>(dst, src, n);
     break;
   case 1:
-    k_map<float, uint16_t, from_f16><<<b, 256>>>(dst, src, n);
+    k_map<float, uint16_t, from_f16><<<b, 256, 0, st>>>(dst, src, n);
     break;
   case 2:
-    k_map<uint16_t, float, to_bf16><<<b, 256>>>(dst, src, n);
+    k_map<uint16_t, float, to_bf16><<<b, 256, 0, st>>>(dst, src, n);
     break;
   case 3:
-    k_map<float, uint16_t, from_bf16><<<b, 256>>>(dst, src, n);
+    k_map<float, uint16_t, from_bf16><<<b, 256, 0, st>>>(dst, src, n);
     break;
   default:
     if (err && errlen)
@@ -79,31 +80,31 @@ extern "C" acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, s
   acc_result_t r = acc_cuda_check(cudaGetLastError(), "conversion kernel launch", err, errlen);
   if (r != ACC_OK)
     return r;
-  return acc_cuda_check(cudaDeviceSynchronize(), "conversion kernel", err, errlen);
+  return acc_cuda_check(cudaStreamSynchronize(st), "conversion kernel", err, errlen);
 }
 
-extern "C" acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *found_inf, char *err,
-                                         size_t errlen) {
+extern "C" acc_result_t acc_cuda_unscale(float *g, size_t n, float inv, int *found_inf, int *flag,
+                                         void *stream, char *err, size_t errlen) {
   *found_inf = 0;
   if (n == 0)
     return ACC_OK;
-  /* the gradients may come from kernels on any stream (the
-   * accelerator's may be non-blocking): finish them first */
-  acc_result_t r = acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen);
-  if (r != ACC_OK)
-    return r;
-  int *d_found = nullptr;
-  r = acc_cuda_check(cudaMalloc(&d_found, sizeof(int)), "cudaMalloc", err, errlen);
-  if (r != ACC_OK)
-    return r;
-  r = acc_cuda_check(cudaMemset(d_found, 0, sizeof(int)), "cudaMemset", err, errlen);
+  /* on the accelerator's stream, after the kernels that wrote the
+   * gradients (nbfork.h's stream contract; the NCCL all-reduce returned
+   * only once it was done) */
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  int found = 0;
+  acc_result_t r =
+      acc_cuda_check(cudaMemsetAsync(flag, 0, sizeof(int), st), "cudaMemsetAsync", err, errlen);
   if (r == ACC_OK) {
-    k_unscale<<<acc_blocks_for(n), 256>>>(g, n, inv, d_found);
+    k_unscale<<<acc_blocks_for(n), 256, 0, st>>>(g, n, inv, flag);
     r = acc_cuda_check(cudaGetLastError(), "unscale kernel launch", err, errlen);
   }
   if (r == ACC_OK)
-    r = acc_cuda_check(cudaMemcpy(found_inf, d_found, sizeof(int), cudaMemcpyDeviceToHost),
+    r = acc_cuda_check(cudaMemcpyAsync(&found, flag, sizeof(int), cudaMemcpyDeviceToHost, st),
                        "unscale kernel", err, errlen);
-  cudaFree(d_found);
+  if (r == ACC_OK)
+    r = acc_cuda_check(cudaStreamSynchronize(st), "unscale kernel", err, errlen);
+  if (r == ACC_OK)
+    *found_inf = found != 0;
   return r;
 }

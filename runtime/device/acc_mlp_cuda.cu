@@ -35,6 +35,7 @@ struct acc_mlp_dev {
   float *x;              /* input, max_batch × sizes[0] */
   float **act;           /* act[l], l = 1..nlayers (post-ReLU; logits last) */
   float *dz_a, *dz_b;    /* backward, max_batch × widest */
+  float *gtmp;           /* one layer's weight gradient before rounding (half types) */
   /* the half copies (2 bytes per element) under mixed precision */
   void *wh, *xh, **acth, *dzh_a, *dzh_b;
   int64_t *labels;
@@ -126,6 +127,16 @@ __global__ void k_bias_grad(const float *dz, int B, int nout, int prec, float *g
   gb[c] += round_half(s, prec);
 }
 
+/* g += t rounded to the half type: the weight gradient of the half copy,
+ * added to the f32 master gradient (the AccumulateGrad of a cast
+ * parameter, acc_mlp.c's weight_grad_rows), so an fp16 overflow becomes
+ * inf there as on the CPU and in PyTorch. */
+__global__ void k_add_rounded(float *g, const float *t, size_t n, int prec) {
+  FOR_EACH_ELEMENT(i, n) {
+    g[i] += round_half(t[i], prec);
+  }
+}
+
 /* dprev rounded to the half type and masked by ReLU' of the layer's
  * output (act > 0), and its half copy. */
 __global__ void k_relu_back(float *dprev, const float *act, size_t n, int prec, void *dh) {
@@ -173,9 +184,8 @@ void blas_open(void) {
   }
   const char *names[] = {"cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2",
                          "cublasGemmEx", "cublasGetStatusString"};
-  void **slots[] = {(void **)&g_blas.create, (void **)&g_blas.destroy,
-                    (void **)&g_blas.set_stream, (void **)&g_blas.gemm_ex,
-                    (void **)&g_blas.status_string};
+  void **slots[] = {(void **)&g_blas.create, (void **)&g_blas.destroy, (void **)&g_blas.set_stream,
+                    (void **)&g_blas.gemm_ex, (void **)&g_blas.status_string};
   for (int i = 0; i < 5; i++)
     if (!(*slots[i] = dlsym(h, names[i]))) {
       std::snprintf(g_blas_error, sizeof g_blas_error, "%s has no %s", lib, names[i]);
@@ -221,7 +231,7 @@ acc_result_t gemm(acc_mlp_dev_t *d, cublasOperation_t ta, cublasOperation_t tb, 
   const float alpha = 1.0f;
   const cudaDataType_t t = gemm_type(d->prec);
   return blas_check(g_blas.gemm_ex(d->blas, ta, tb, m, n, k, &alpha, A, t, lda, B, t, ldb, &beta, C,
-                                 CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                   CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                     "cublasGemmEx", err, errlen);
 }
 
@@ -241,6 +251,12 @@ acc_result_t alloc_all(acc_mlp_dev_t *d, char *err, size_t errlen) {
   DEV_CHECK(acc_cuda_check(cudaMalloc(&d->x, nx * sizeof(float)), "cudaMalloc", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dz_a, wide * sizeof(float)), "cudaMalloc", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dz_b, wide * sizeof(float)), "cudaMalloc", err, errlen));
+  size_t wmax = 1;
+  for (int l = 0; l < d->nlayers; l++) {
+    const size_t w = (size_t)d->sizes[l + 1] * (size_t)d->sizes[l];
+    wmax = w > wmax ? w : wmax;
+  }
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->gtmp, wmax * sizeof(float)), "cudaMalloc", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMalloc(&d->wh, half_bytes(d->nparams)), "cudaMalloc", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMalloc(&d->xh, half_bytes(nx)), "cudaMalloc", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_a, half_bytes(wide)), "cudaMalloc", err, errlen));
@@ -282,8 +298,8 @@ extern "C" void acc_mlp_dev_destroy(acc_mlp_dev_t **d_p) {
   cudaDeviceSynchronize(); /* no kernel may still use what is freed */
   if (d->blas)
     g_blas.destroy(d->blas); /* a handle exists only if cuBLAS was opened */
-  void *dev[] = {d->params, d->grads, d->x,     d->dz_a,   d->dz_b,    d->wh,
-                 d->xh,     d->dzh_a, d->dzh_b, d->labels, d->row_loss};
+  void *dev[] = {d->params, d->grads, d->x,     d->dz_a,  d->dz_b,   d->gtmp,
+                 d->wh,     d->xh,    d->dzh_a, d->dzh_b, d->labels, d->row_loss};
   for (void *p : dev)
     cudaFree(p);
   if (d->act)
@@ -336,9 +352,13 @@ extern "C" acc_mlp_dev_t *acc_mlp_dev_new(const int *sizes, int nlayers, int max
     acc_mlp_dev_destroy(&d);
     return nullptr;
   }
+  /* the zeroed gradients and the uploaded parameters (legacy stream,
+   * pageable: the copy may return before its DMA ends) are complete for
+   * any stream, a non-blocking one included, once the device is idle */
   if (alloc_all(d, err, errlen) != ACC_OK ||
       acc_cuda_check(cudaMemcpy(d->params, params, nparams * sizeof(float), cudaMemcpyHostToDevice),
-                     "cudaMemcpy", err, errlen) != ACC_OK) {
+                     "cudaMemcpy", err, errlen) != ACC_OK ||
+      acc_cuda_check(cudaDeviceSynchronize(), "uploading the parameters", err, errlen) != ACC_OK) {
     acc_mlp_dev_destroy(&d);
     return nullptr;
   }
@@ -448,9 +468,16 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
     const void *in = l == 0 ? (half ? d->xh : static_cast<const void *>(d->x))
                             : (half ? d->acth[l] : static_cast<const void *>(d->act[l]));
     const void *dzo = half ? dzh : static_cast<const void *>(dz);
-    /* dW (nout × nin) += dz^T (nout × B) · in (B × nin) */
-    DEV_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, B, in, nin, dzo, nout, 1.0f,
-                   d->grads + d->w_off[l], nin, err, errlen));
+    /* dW (nout × nin) += dz^T (nout × B) · in (B × nin); under mixed
+     * precision the product is rounded to the half type before it is
+     * added (as on the CPU) */
+    float *gw = d->grads + d->w_off[l];
+    DEV_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, B, in, nin, dzo, nout,
+                   half ? 0.0f : 1.0f, half ? d->gtmp : gw, nin, err, errlen));
+    if (half) {
+      const size_t nw = (size_t)nout * (size_t)nin;
+      k_add_rounded<<<acc_blocks_for(nw), 256, 0, st>>>(gw, d->gtmp, nw, p);
+    }
     k_bias_grad<<<(nout + 127) / 128, 128, 0, st>>>(dz, B, nout, p, d->grads + d->b_off[l]);
     if (l == 0)
       break;
@@ -473,7 +500,15 @@ extern "C" acc_result_t acc_mlp_dev_copy(acc_mlp_dev_t *d, int what, float *host
   float *dev = what ? d->grads : d->params;
   const size_t bytes = d->nparams * sizeof(float);
   DEV_CHECK(acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen));
-  return acc_cuda_check(to_device ? cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)
-                                  : cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost),
-                        "cudaMemcpy", err, errlen);
+  DEV_CHECK(acc_cuda_check(to_device ? cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)
+                                     : cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost),
+                           "cudaMemcpy", err, errlen));
+  /* a pageable upload may return before its DMA ends, and the legacy
+   * stream does not order a non-blocking one: a forward right after
+   * acc_load_state must read the whole upload */
+  return acc_cuda_check(cudaDeviceSynchronize(), "cudaMemcpy", err, errlen);
+}
+
+extern "C" acc_result_t acc_mlp_dev_blas(char *err, size_t errlen) {
+  return blas_ready(err, errlen);
 }

@@ -11,7 +11,8 @@
  * result matches the CPU's sgemm to rounding); fp16/bf16 inputs (tensor
  * cores) under mixed precision, from a half copy of the f32 master
  * parameters refreshed each forward. Bias, ReLU, the rounding of each
- * layer's output and gradient to the half type, the softmax
+ * layer's output and gradient to the half type (the weight gradient
+ * too, before it is added to the f32 buffer, as acc_mlp.c does), the softmax
  * cross-entropy (f32) and the bias gradient are small kernels. Inputs
  * and labels are staged host -> device through pinned buffers.
  *
@@ -40,6 +41,10 @@ typedef struct acc_mlp_dev acc_mlp_dev_t;
  * stay on the host). */
 int acc_mlp_dev_available(void);
 
+/* ACC_OK when cuBLAS (libcublas.so.<major>, opened on first use) is
+ * there, else ACC_ERR_BACKEND / ACC_ERR_UNSUPPORTED with the reason in
+ * err: acc_mlp_new then keeps the model on the host. */
+acc_result_t acc_mlp_dev_blas(char *err, size_t errlen);
 /* A device model of layer sizes sizes[0..nlayers] for up to max_batch
  * rows, its parameters copied from the host buffer `params` (nparams
  * floats), gradients zero. NULL with err filled on failure. */

@@ -5,6 +5,7 @@
  */
 #include "acc_optim_cuda.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include <cuda_runtime.h>
@@ -38,6 +39,31 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, 
   }
 }
 
+/* *ss += the sum of g[i]^2 (f64, one atomic per block). */
+__global__ void k_sumsq(const float *g, size_t n, double *ss) {
+  __shared__ double part[256];
+  double s = 0.0;
+  FOR_EACH_ELEMENT(i, n) {
+    const double v = (double)g[i];
+    s += v * v;
+  }
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (unsigned h = blockDim.x / 2; h > 0; h /= 2) {
+    if (threadIdx.x < h)
+      part[threadIdx.x] += part[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    atomicAdd(ss, part[0]);
+}
+
+__global__ void k_scale(float *g, size_t n, float coef) {
+  FOR_EACH_ELEMENT(i, n) {
+    g[i] *= coef;
+  }
+}
+
 __global__ void k_accumulate(float *g, float *prev, size_t n, float inv, int prev_zero, int save) {
   FOR_EACH_ELEMENT(i, n) {
     const float v = prev_zero ? g[i] * inv : prev[i] + (g[i] - prev[i]) * inv;
@@ -56,6 +82,11 @@ extern "C" acc_result_t acc_optim_cuda_state(float **buf, size_t n, char *err, s
       acc_cuda_check(cudaMalloc(buf, n * sizeof(float)), "optimizer state", err, errlen);
   if (r == ACC_OK)
     r = acc_cuda_check(cudaMemset(*buf, 0, n * sizeof(float)), "optimizer state", err, errlen);
+  /* cudaMemset runs on the legacy stream, which a non-blocking
+   * accelerator stream does not wait for: the first kernel reading the
+   * state must see the zeros (once per buffer, so a full wait is cheap) */
+  if (r == ACC_OK)
+    r = acc_cuda_check(cudaDeviceSynchronize(), "optimizer state", err, errlen);
   if (r != ACC_OK)
     acc_optim_cuda_free(buf);
   return r;
@@ -91,10 +122,46 @@ extern "C" acc_result_t acc_optim_cuda_copy(float *host, float *dev, size_t n, i
   acc_result_t r = acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen);
   if (r != ACC_OK)
     return r;
-  return acc_cuda_check(to_device
-                            ? cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice)
-                            : cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost),
-                        "cudaMemcpy", err, errlen);
+  r = acc_cuda_check(to_device ? cudaMemcpy(dev, host, n * sizeof(float), cudaMemcpyHostToDevice)
+                               : cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost),
+                     "cudaMemcpy", err, errlen);
+  /* a pageable host-to-device cudaMemcpy may return before its DMA ends,
+   * and the legacy stream it ran on does not order a non-blocking stream */
+  if (r == ACC_OK)
+    r = acc_cuda_check(cudaDeviceSynchronize(), "cudaMemcpy", err, errlen);
+  return r;
+}
+
+extern "C" acc_result_t acc_optim_cuda_clip_norm(float *g, size_t n, double max_norm,
+                                                 float *scratch, void *stream, double *norm,
+                                                 char *err, size_t errlen) {
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  double *d_ss = reinterpret_cast<double *>(scratch), ss = 0.0;
+  acc_result_t r =
+      acc_cuda_check(cudaMemsetAsync(d_ss, 0, sizeof(double), st), "cudaMemsetAsync", err, errlen);
+  if (r != ACC_OK)
+    return r;
+  if (n) {
+    k_sumsq<<<acc_blocks_for(n), 256, 0, st>>>(g, n, d_ss);
+    r = acc_cuda_check(cudaGetLastError(), "gradient norm kernel", err, errlen);
+  }
+  if (r == ACC_OK)
+    r = acc_cuda_check(cudaMemcpyAsync(&ss, d_ss, sizeof ss, cudaMemcpyDeviceToHost, st),
+                       "gradient norm", err, errlen);
+  if (r == ACC_OK)
+    r = acc_cuda_check(cudaStreamSynchronize(st), "gradient norm", err, errlen);
+  if (r != ACC_OK)
+    return r;
+  const float fnorm = (float)sqrt(ss); /* torch returns the f32 norm */
+  *norm = (double)fnorm;
+  if (max_norm > 0 && isfinite(fnorm)) {
+    const float coef = (float)(max_norm / ((double)fnorm + 1e-6));
+    if (coef < 1.0f) { /* torch multiplies by min(coef, 1) */
+      k_scale<<<acc_blocks_for(n), 256, 0, st>>>(g, n, coef);
+      r = acc_cuda_check(cudaGetLastError(), "gradient clipping kernel", err, errlen);
+    }
+  }
+  return r;
 }
 
 extern "C" acc_result_t acc_optim_cuda_accumulate(float *g, float *prev, size_t n, float inv,

@@ -19,7 +19,8 @@ extern "C" {
 #endif
 
 /* Zeroed device state of n floats in *buf when *buf is NULL (the
- * momentum buffer, AdamW's moments). */
+ * momentum buffer, AdamW's moments, scratch). Synchronous: the zeros are
+ * there for kernels on any stream when it returns. */
 acc_result_t acc_optim_cuda_state(float **buf, size_t n, char *err, size_t errlen);
 void acc_optim_cuda_free(float **buf);
 
@@ -38,8 +39,8 @@ acc_result_t acc_optim_cuda_adamw(float *p, const float *g, float *m, float *v, 
                                   size_t errlen);
 
 /* Copy n floats between a host buffer and a device buffer (to_device 1:
- * host -> device). Synchronous (after the device's pending work). For
- * checkpoints of the optimizer state. */
+ * host -> device). Synchronous: after the device's pending work, and
+ * complete for every stream when it returns. For checkpoints. */
 acc_result_t acc_optim_cuda_copy(float *host, float *dev, size_t n, int to_device, char *err,
                                  size_t errlen);
 
@@ -48,6 +49,14 @@ acc_result_t acc_optim_cuda_copy(float *host, float *dev, size_t n, int to_devic
  * save. Asynchronous on stream. */
 acc_result_t acc_optim_cuda_accumulate(float *g, float *prev, size_t n, float inv, int prev_zero,
                                        int save, void *stream, char *err, size_t errlen);
+
+/* torch.nn.utils.clip_grad_norm_ over n device gradients: *norm = the
+ * f32 L2 norm (summed in f64, as the host Trainer does); when max_norm >
+ * 0 and the norm is finite, g *= min(1, max_norm / (norm + 1e-6)).
+ * `scratch`: at least 2 device floats (one f64). On `stream`; returns
+ * when *norm is known (the scaling may still run on the stream). */
+acc_result_t acc_optim_cuda_clip_norm(float *g, size_t n, double max_norm, float *scratch,
+                                      void *stream, double *norm, char *err, size_t errlen);
 
 /* *buf = 0 for n floats, asynchronous on stream (zero_grad). */
 acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err, size_t errlen);

@@ -44,6 +44,7 @@
 #include <zlib.h>
 
 #include "acc_internal.h"
+#include "acc_optim_cuda.h"
 #include "nbf_buf.h"
 #include "nbf_util.h"
 
@@ -395,6 +396,28 @@ static acc_result_t agree(acc_t *acc, acc_result_t r, const char *what) {
   return ACC_OK;
 }
 
+/* The open accumulation window's buffer, wherever acc_backward keeps it:
+ * host memory, or device memory for device gradients (copied into *tmp,
+ * which the caller frees). *n = 0 when there is none. ACC_ERR_BACKEND
+ * when the device copy failed. */
+static acc_result_t accum_prev_host(acc_t *acc, const float **prev, size_t *n, float **tmp) {
+  *tmp = NULL;
+  *prev = acc->accum_prev;
+  *n = acc->accum_prev ? acc->accum_prev_n : 0;
+  if (!acc->accum_prev_dev || !acc->accum_prev_dev_n)
+    return ACC_OK;
+  char err[512];
+  *n = acc->accum_prev_dev_n;
+  if (!(*tmp = malloc(*n * sizeof(float))))
+    return acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_save_state: no memory");
+  acc_result_t r = acc_optim_cuda_copy(*tmp, acc->accum_prev_dev, *n, 0, err, sizeof err);
+  if (r != ACC_OK)
+    return acc__set_error(acc, r, "acc_save_state: the accumulation buffer on device %d: %s",
+                          acc->device, err);
+  *prev = *tmp;
+  return ACC_OK;
+}
+
 static void rank_file_name(char *out, size_t len, int rank) {
   snprintf(out, len, "nbfork_rank%d.bin", rank);
 }
@@ -408,23 +431,30 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
   wbuf_t w = {0};
   unsigned char *file = NULL;
   size_t flen = 0;
-  /* this rank's file */
+  /* this rank's file; a device model's buffers are copied to the host
+   * first (a failed copy is the error: nothing is written from NULL) */
+  const float *prev = NULL, *mgrads = NULL;
+  float *prev_tmp = NULL;
+  size_t prev_n = 0;
+  if (r == ACC_OK)
+    r = accum_prev_host(acc, &prev, &prev_n, &prev_tmp);
+  if (r == ACC_OK && model && !(mgrads = acc__mlp_host(model, 1)))
+    r = ACC_ERR_BACKEND; /* acc__mlp_host set the error */
   if (r == ACC_OK) {
     rng_rec_t rr = rng_rec(&acc->rng), rg = rng_rec(acc__rng(NULL));
     section(&w, "rng", &rr, sizeof rr);
     section(&w, "rng.global", &rg, sizeof rg);
-    accum_rec_t ar = {acc->step, acc->sync_gradients, acc->accum_prev_zero, 0,
-                      acc->accum_prev ? acc->accum_prev_n : 0};
+    accum_rec_t ar = {acc->step, acc->sync_gradients, acc->accum_prev_zero, 0, prev_n};
     section(&w, "accum", &ar, sizeof ar);
-    if (acc->accum_prev && acc->accum_prev_n)
-      section(&w, "accum.prev", acc->accum_prev, acc->accum_prev_n * sizeof(float));
+    if (prev_n)
+      section(&w, "accum.prev", prev, prev_n * sizeof(float));
     if (model)
-      section(&w, "model.grads", acc__mlp_host(model, 1),
-              acc_mlp_num_params(model) * sizeof(float));
+      section(&w, "model.grads", mgrads, acc_mlp_num_params(model) * sizeof(float));
     file = w.oom ? NULL : finish(&w, 1, (uint32_t)acc->rank, &flen);
     if (!file)
       r = acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_save_state: no memory for the rank file");
   }
+  free(prev_tmp);
   if (r == ACC_OK) {
     char name[64];
     rank_file_name(name, sizeof name, acc->rank);
@@ -435,6 +465,12 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
   nbf_buf_free(&w.b);
   memset(&w, 0, sizeof w);
   /* the shared file, main process only */
+  const float *mparams = NULL;
+  acc__optim_view_t v = {0};
+  if (r == ACC_OK && acc->rank == 0 && model && !(mparams = acc__mlp_host(model, 0)))
+    r = ACC_ERR_BACKEND; /* acc__mlp_host set the error */
+  if (r == ACC_OK && acc->rank == 0 && opt)
+    r = acc__optim_view(acc, opt, &v);
   if (r == ACC_OK && acc->rank == 0) {
     scaler_rec_t sr = {acc->scale, acc->growth_factor, acc->backoff_factor, acc->growth_interval,
                        acc->growth_tracker};
@@ -443,12 +479,9 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
       int nl;
       const int *sizes = acc__mlp_sizes(model, &nl);
       section(&w, "model.sizes", sizes, (size_t)(nl + 1) * sizeof(int));
-      section(&w, "model.params", acc__mlp_host(model, 0),
-              acc_mlp_num_params(model) * sizeof(float));
+      section(&w, "model.params", mparams, acc_mlp_num_params(model) * sizeof(float));
     }
     if (opt) {
-      acc__optim_view_t v;
-      acc__optim_view(opt, &v);
       optim_rec_t o = {v.kind,        v.m != NULL,       v.v != NULL, 0,          v.n,      v.hp.lr,
                        v.hp.momentum, v.hp.weight_decay, v.hp.beta1,  v.hp.beta2, v.hp.eps, v.hp.t};
       section(&w, "optim", &o, sizeof o);
@@ -495,14 +528,14 @@ static acc_result_t use_shared(acc_t *acc, const rfile_t *f, acc_mlp_t *model, a
                             "%s holds a model of other layer sizes (%zu parameters) than the one "
                             "given (%zu parameters)",
                             path, bp / sizeof(float), acc_mlp_num_params(model));
-    if (apply && acc__mlp_host(model, 0)) {
-      memcpy(acc__mlp_host(model, 0), fp, bp);
+    if (apply) {
+      memcpy(acc__mlp_host_buffer(model, 0), fp, bp);
       ACC_CHECK(acc__mlp_upload(model, 0));
     }
   }
   if (opt) {
     acc__optim_view_t v;
-    acc__optim_view(opt, &v);
+    ACC_CHECK(acc__optim_view(acc, opt, &v));
     optim_rec_t o_copy;
     const optim_rec_t *o = find_rec(f, "optim", &o_copy, sizeof o_copy, &b);
     if (!o || b != sizeof *o)
@@ -595,8 +628,11 @@ static acc_result_t use_rank(acc_t *acc, const rfile_t *f, acc_mlp_t *model, int
   acc->accum_prev_n = np ? (size_t)ar->accum_prev_n : 0;
   if (!np)
     acc->accum_prev_zero = 1;
-  if (model && acc__mlp_host(model, 1)) {
-    memcpy(acc__mlp_host(model, 1), grads, bg);
+  /* a device window's buffer is rebuilt from the host one at the next
+   * acc_backward on device gradients (acc__accumulate_device) */
+  acc__device_free(acc);
+  if (model) {
+    memcpy(acc__mlp_host_buffer(model, 1), grads, bg);
     ACC_CHECK(acc__mlp_upload(model, 1));
   }
   return ACC_OK;
@@ -658,10 +694,10 @@ acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
   if (r == ACC_OK)
     r = use_rank(acc, &rf, model, 0, rpath);
   r = agree(acc, r, "acc_load_state");
-  if (r == ACC_OK) { /* every rank checked everything: apply */
-    use_shared(acc, &sf, model, opt, 1, spath);
+  if (r == ACC_OK) /* every rank checked everything: apply */
+    r = use_shared(acc, &sf, model, opt, 1, spath);
+  if (r == ACC_OK)
     r = use_rank(acc, &rf, model, 1, rpath);
-  }
   free(sf.buf);
   free(rf.buf);
   return r;

@@ -22,6 +22,7 @@
 #include <cblas.h>
 
 #include "acc_internal.h"
+#include "acc_nccl.h"
 
 /* LAPACK (Fortran ABI, with the hidden lengths of the character arguments). */
 void sgesvd_(const char *jobu, const char *jobvt, const int *m, const int *n, float *a,
@@ -158,6 +159,14 @@ acc_galore_t *acc_galore_new(acc_t *acc, const acc_model_t *model, const char *t
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "GaLore: need a model, optim_target_modules, rank >= 1, update_proj_gap >= 1 "
                    "and betas in [0, 1)");
+    return NULL;
+  }
+  if (acc && acc_device(acc) >= 0 && acc_nccl_is_device_ptr(model->params)) {
+    /* its projections and Adam state are host BLAS over the parameters */
+    acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                   "GaLore runs on the host only: this rank's model is on device %d (use --optim "
+                   "adamw or sgd there, or run on CPU processes)",
+                   acc_device(acc));
     return NULL;
   }
   acc_galore_t *g = calloc(1, sizeof *g);

@@ -156,7 +156,7 @@ static int on_device(acc_t *acc, acc_optim_t *o) {
 }
 
 /* One step on the device; the same hyper-parameters and step count as
- * the host step. 1, or 0 with the error in acc. */
+ * the host step. 1, or -1 with the error in acc. */
 static int device_step(acc_t *acc, acc_optim_t *o) {
   char err[512] = "";
   acc_result_t r = ACC_OK;
@@ -172,7 +172,7 @@ static int device_step(acc_t *acc, acc_optim_t *o) {
     if (r != ACC_OK) {
       acc__set_error(acc, r, "acc_optim_step: restoring the state on device %d: %s", acc->device,
                      err);
-      return 0;
+      return -1;
     }
     o->upload = 0;
   }
@@ -199,7 +199,7 @@ static int device_step(acc_t *acc, acc_optim_t *o) {
   }
   if (r != ACC_OK) {
     acc__set_error(acc, r, "acc_optim_step on device %d: %s", acc->device, err);
-    return 0;
+    return -1;
   }
   return 1;
 }
@@ -210,8 +210,13 @@ int acc_optim_step(acc_t *acc, acc_optim_t *opt) {
   if (acc && !acc->sync_gradients)
     return 0;
   if (acc && acc->precision == ACC_PRECISION_FP16) {
-    /* GradScaler: unscale_ (inf/NaN check), step unless found, update */
-    int found = acc_unscale_gradients(acc, opt->grads, opt->n) != 1;
+    /* GradScaler: unscale_ (inf/NaN check), step unless found, update. A
+     * failed unscale (a CUDA error) is an error, not an overflow: taken
+     * as inf it would skip every step and halve the scale for ever */
+    int finite = acc_unscale_gradients(acc, opt->grads, opt->n);
+    if (finite < 0)
+      return -1;
+    int found = !finite;
     acc_update_loss_scale(acc, found);
     if (found)
       return 0;
@@ -250,19 +255,24 @@ void acc_optim_destroy(acc_optim_t **opt_p) {
   *opt_p = NULL;
 }
 
-void acc__optim_view(acc_optim_t *o, acc__optim_view_t *v) {
+acc_result_t acc__optim_view(acc_t *acc, acc_optim_t *o, acc__optim_view_t *v) {
   /* a device optimizer's state, brought to the host buffers the
-   * checkpoint reads (a failed copy leaves them as they were) */
+   * checkpoint reads; a failed copy must not save stale moments */
   char err[512];
-  if (o->dm && o->m)
-    acc_optim_cuda_copy(o->m, o->dm, o->n, 0, err, sizeof err);
-  if (o->dv && o->v)
-    acc_optim_cuda_copy(o->v, o->dv, o->n, 0, err, sizeof err);
+  acc_result_t r = ACC_OK;
+  if (o->dm && o->m && !o->upload)
+    r = acc_optim_cuda_copy(o->m, o->dm, o->n, 0, err, sizeof err);
+  if (r == ACC_OK && o->dv && o->v && !o->upload)
+    r = acc_optim_cuda_copy(o->v, o->dv, o->n, 0, err, sizeof err);
+  if (r != ACC_OK)
+    return acc__set_error(acc, r, "copying the optimizer state from device %d: %s",
+                          acc ? acc->device : -1, err);
   v->kind = o->kind == OPT_SGD ? 0 : 1;
   v->n = o->n;
   v->hp = o->hp;
   v->m = o->m;
   v->v = o->v;
+  return ACC_OK;
 }
 
 void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp) {

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acc_nccl.h"
 #include "acc_trainer_internal.h"
 #include "nbf_util.h"
 
@@ -94,6 +95,16 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
   tr->preds = malloc((size_t)maxb * sizeof(int64_t));
   if (!tr->xb || !tr->yb || !tr->preds)
     goto oom;
+  tr->grads_on_device = acc_device(acc) >= 0 && acc_nccl_is_device_ptr(model->grads);
+  const int custom_dev = tr->grads_on_device && !model->mlp;
+  if (custom_dev && (strcmp(args->save_strategy, "no") || args->resume_from_checkpoint[0])) {
+    /* its parameters are checkpointed ("trainer.params") as host bytes */
+    acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                   "acc_trainer_new: checkpoints of a custom model (not acc_mlp_model) with "
+                   "parameters in device memory are not supported: use save_strategy \"no\", keep "
+                   "its params/grads on the host, or use the toolkit MLP");
+    goto fail;
+  }
   if (!strcmp(args->optim, "galore_adamw")) {
     /* Transformers' defaults: rank 128, update_proj_gap 200, scale 0.25 */
     double rank = tr_kwarg(args->optim_args, "rank"),
@@ -117,8 +128,9 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
     goto fail;
   }
   if (acc_register_for_checkpointing(acc, "trainer.loop", &tr->loop, sizeof tr->loop) ||
-      (!model->mlp && acc_register_for_checkpointing(acc, "trainer.params", model->params,
-                                                     model->num_params * sizeof(float))) ||
+      (!model->mlp && !custom_dev &&
+       acc_register_for_checkpointing(acc, "trainer.params", model->params,
+                                      model->num_params * sizeof(float))) ||
       (args->early_stopping_patience > 0 && tr_add_early_stopping(tr)))
     goto fail;
   tr->lr = args->learning_rate;

@@ -56,7 +56,13 @@ struct acc_trainer {
   float *xb;            /* one batch: max batch × input_dim */
   int64_t *yb, *preds;  /* max batch */
   acc_progress_t *bar;
+  int grads_on_device; /* the model's params/grads are device memory (a GPU model) */
 };
+
+/* The model's gradients are device memory: never read them on the host. */
+static inline int tr_grads_on_device(const acc_trainer_t *tr) {
+  return tr->grads_on_device;
+}
 
 /* The number after `key=` in a "k=v, k=v" text (optim_args,
  * lr_scheduler_kwargs), or NaN when absent (acc_sched.c). */

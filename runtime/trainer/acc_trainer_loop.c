@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acc_optim_cuda.h"
 #include "acc_trainer_internal.h"
 #include "nbf_util.h"
 
@@ -64,6 +65,28 @@ static double clip_grad_norm(float *g, size_t n, double max_norm) {
   return (double)norm;
 }
 
+/* clip_grad_norm over the model's gradients wherever they are: a device
+ * model's (acc_mlp_model on a GPU) are clipped by a kernel on the
+ * accelerator's stream, never read on the host. *norm = the total norm;
+ * a CUDA failure is an error. */
+static acc_result_t clip_gradients(acc_trainer_t *tr, double *norm) {
+  acc_model_t *m = tr->model;
+  if (!tr_grads_on_device(tr)) {
+    *norm = clip_grad_norm(m->grads, m->num_params, tr->args.max_grad_norm);
+    return ACC_OK;
+  }
+  float *scratch = acc__device_scratch(tr->acc);
+  if (!scratch)
+    return ACC_ERR_BACKEND; /* the error is in acc_last_error */
+  char err[512];
+  acc_result_t r = acc_optim_cuda_clip_norm(m->grads, m->num_params, tr->args.max_grad_norm,
+                                            scratch, tr->acc->stream, norm, err, sizeof err);
+  if (r != ACC_OK)
+    return acc__set_error(tr->acc, r, "Trainer: clipping the gradients on device %d: %s",
+                          acc_device(tr->acc), err);
+  return ACC_OK;
+}
+
 /* Set the learning rate of scheduler step sched_step on the optimizer. */
 static void apply_lr(acc_trainer_t *tr) {
   tr->lr = tr->args.learning_rate *
@@ -90,7 +113,7 @@ static acc_result_t optimizer_step(acc_trainer_t *tr) {
   int finite = acc_unscale_gradients(tr->acc, m->grads, m->num_params);
   if (finite < 0)
     return ACC_ERR_BACKEND;
-  tr->loop.grad_norm = clip_grad_norm(m->grads, m->num_params, tr->args.max_grad_norm);
+  ACC_CHECK(clip_gradients(tr, &tr->loop.grad_norm));
   int stepped;
   if (tr->galore) { /* GradScaler's step and update around GaLore's step */
     if (finite)
@@ -99,7 +122,9 @@ static acc_result_t optimizer_step(acc_trainer_t *tr) {
     memset(m->grads, 0, m->num_params * sizeof(float));
     stepped = finite;
   } else {
-    stepped = acc_optim_step(tr->acc, tr->opt) == 1;
+    stepped = acc_optim_step(tr->acc, tr->opt);
+    if (stepped < 0)
+      return ACC_ERR_BACKEND; /* the error is in acc_last_error */
     acc_optim_zero_grad(tr->acc, tr->opt);
   }
   return stepped ? advance_schedule(tr) : ACC_OK;

@@ -8,10 +8,15 @@
  * Tolerances, relative to the largest |value| of the CPU result:
  *   f32   1e-4 — both accumulate in f32; cuBLAS sums in another order
  *         (no TF32: CUBLAS_COMPUTE_32F)
- *   fp16  5e-3, bf16 2e-2 — the same roundings to the half type, except
- *         that the device adds each layer's f32 weight gradient where the
- *         CPU first rounds it (and a sum in another order can round the
- *         other way: one ulp is 2^-11 in fp16, 2^-8 in bf16)
+ *   fp16  5e-3, bf16 2e-2 — the same roundings to the half type (each
+ *         layer's weight gradient too, before it is added), but a sum in
+ *         another order can round the other way: one ulp is 2^-11 in
+ *         fp16, 2^-8 in bf16
+ *
+ * Also (issue 26): fp16/bf16 optimizer steps, an fp16 overflow seen as
+ * on the CPU, the AdamW state and a checkpoint's upload on a
+ * non-blocking stream, a checkpoint resumed in the middle of an
+ * accumulation window, and the Trainer on the device.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -21,6 +26,7 @@
 
 #include "acc_mlp_cuda.h"
 #include "acc_nccl.h"
+#include "nbf_trainer.h"
 #include "nbfork.h"
 #include "rt_cudart.h"
 #include "rt_test.h"
@@ -135,9 +141,9 @@ NBF_TEST(grads_bf16) {
 }
 
 /* Three training steps on both sides, then the parameters. */
-static void compare_steps(int adamw) {
+static void compare_steps(int adamw, const char *precision, double rel) {
   need_gpu();
-  side_t s[2] = {make("no", 1), make("no", 0)};
+  side_t s[2] = {make(precision, 1), make(precision, 0)};
   const size_t n = acc_mlp_num_params(s[0].m);
   float *x = malloc((size_t)BATCH * SIZES[0] * sizeof(float));
   int64_t y[BATCH];
@@ -162,17 +168,27 @@ static void compare_steps(int adamw) {
   }
   float *pg = download(acc_mlp_params(s[1].m), n);
   expect_close(adamw ? "parameters after 3 AdamW steps" : "parameters after 3 SGD steps", pg,
-               acc_mlp_params(s[0].m), n, 1e-4);
+               acc_mlp_params(s[0].m), n, rel);
+  ASSERT_TRUE(acc_loss_scale(s[0].acc) == acc_loss_scale(s[1].acc));
   free(pg), free(x);
   drop(&s[0]), drop(&s[1]);
 }
 
 NBF_TEST(sgd_steps) {
-  compare_steps(0);
+  compare_steps(0, "no", 1e-4);
 }
 
 NBF_TEST(adamw_steps) {
-  compare_steps(1);
+  compare_steps(1, "no", 1e-4);
+}
+
+/* the device unscale (fp16) and the half-precision model under steps */
+NBF_TEST(sgd_steps_fp16) {
+  compare_steps(0, "fp16", 5e-3);
+}
+
+NBF_TEST(sgd_steps_bf16) {
+  compare_steps(0, "bf16", 2e-2);
 }
 
 /* acc_backward's gradient accumulation (4 micro-steps, k = 2) on a
@@ -212,6 +228,241 @@ NBF_TEST(accumulate) {
   p_free(dev);
   free(got), free(host[0]), free(host[1]);
   acc_destroy(&acc[0]), acc_destroy(&acc[1]);
+}
+
+/* Issue 26, item 5: the device added each layer's f32 weight gradient
+ * without rounding it to fp16, so an overflow there never became inf and
+ * the loss scaler skipped and grew differently from the CPU (and
+ * PyTorch). A large input feature makes the first layer's weight
+ * gradient overflow long before the bias gradient or the loss gradient:
+ * over a sweep of loss scales both sides must find inf at the same ones. */
+NBF_TEST(fp16_overflow_matches_cpu) {
+  need_gpu();
+  side_t s[2] = {make("fp16", 1), make("fp16", 0)};
+  const size_t n = acc_mlp_num_params(s[0].m);
+  float *x = malloc((size_t)BATCH * SIZES[0] * sizeof(float));
+  int64_t y[BATCH];
+  for (size_t i = 0; i < (size_t)BATCH * SIZES[0]; i++)
+    x[i] = i % SIZES[0] == 0 ? 1000.0f : (float)acc_rand_normal(s[0].acc);
+  for (int r = 0; r < BATCH; r++)
+    y[r] = r % SIZES[NL];
+  int cpu_inf = 0;
+  for (int k = 0; k <= 24; k++) {
+    int found[2];
+    for (int j = 0; j < 2; j++) {
+      ASSERT_OK(s[j].acc, acc_set_grad_scaler(s[j].acc, ldexpf(1.0f, k), 2.0f, 0.5f, 2000));
+      acc_mlp_zero_grad(s[j].m);
+      ASSERT_NOT_NULL(acc_mlp_forward(s[j].m, x, BATCH));
+      ASSERT_TRUE(!isnan(acc_mlp_backward_xent(s[j].m, y)));
+      int fin = acc_unscale_gradients(s[j].acc, acc_mlp_grads(s[j].m), n);
+      ASSERT_TRUE(fin >= 0);
+      found[j] = !fin;
+      acc_update_loss_scale(s[j].acc, found[j]);
+    }
+    printf("scale 2^%d: CPU %s, device %s\n", k, found[0] ? "inf" : "finite",
+           found[1] ? "inf" : "finite");
+    if (found[0] != found[1])
+      NBF_TEST_FAIL("loss scale 2^%d: the CPU found %s gradients, the device %s", k,
+                    found[0] ? "inf" : "finite", found[1] ? "inf" : "finite");
+    cpu_inf |= found[0];
+  }
+  ASSERT_TRUE(cpu_inf); /* the sweep reached an overflow */
+  free(x);
+  drop(&s[0]), drop(&s[1]);
+}
+
+/* Issue 26, item 2: AdamW's moments were zeroed by cudaMemset on the
+ * legacy stream, which a non-blocking stream does not wait for. With
+ * ~5 ms of work queued on the legacy stream and the moments allocated
+ * where garbage was, the first step on a non-blocking stream read the
+ * garbage. */
+NBF_TEST(adamw_state_nonblocking_stream) {
+  need_gpu();
+  side_t s[2] = {make("no", 1), make("no", 0)};
+  const size_t n = acc_mlp_num_params(s[0].m), big_bytes = (size_t)512 << 20;
+  float *x = malloc((size_t)BATCH * SIZES[0] * sizeof(float));
+  int64_t y[BATCH];
+  for (size_t i = 0; i < (size_t)BATCH * SIZES[0]; i++)
+    x[i] = (float)acc_rand_normal(s[0].acc);
+  for (int r = 0; r < BATCH; r++)
+    y[r] = (r * 3) % SIZES[NL];
+  void *big = NULL, *junk = NULL, *stream = NULL;
+  ASSERT_EQ(p_malloc(&big, big_bytes), 0);
+  ASSERT_EQ(p_malloc(&junk, 4 * n * sizeof(float)), 0); /* where the moments will go */
+  ASSERT_EQ(p_memset(junk, 0x7f, 4 * n * sizeof(float)), 0);
+  ASSERT_EQ(p_device_synchronize(), 0);
+  ASSERT_EQ(p_free(junk), 0);
+  ASSERT_EQ(p_stream_create(&stream, 1 /* cudaStreamNonBlocking */), 0);
+  ASSERT_OK(s[1].acc, acc_set_stream(s[1].acc, stream));
+  for (int k = 0; k < 2; k++) {
+    acc_mlp_t *m = s[k].m;
+    acc_optim_t *o =
+        acc_adamw_new(acc_mlp_params(m), acc_mlp_grads(m), n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f);
+    ASSERT_NOT_NULL(o);
+    acc_optim_zero_grad(s[k].acc, o);
+    ASSERT_NOT_NULL(acc_mlp_forward(m, x, BATCH));
+    ASSERT_TRUE(!isnan(acc_mlp_backward_xent(m, y)));
+    ASSERT_OK(s[k].acc, acc_backward(s[k].acc, acc_mlp_grads(m), n));
+    if (k == 1) /* work on the legacy stream, which the state's zeroing follows */
+      for (int j = 0; j < 20; j++)
+        ASSERT_EQ(p_memset_async(big, j, big_bytes, NULL), 0);
+    ASSERT_EQ(acc_optim_step(s[k].acc, o), 1);
+    ASSERT_EQ(acc_optim_step(s[k].acc, o), 1); /* a second step reads the moments the first wrote */
+    acc_optim_destroy(&o);
+  }
+  float *pg = download(acc_mlp_params(s[1].m), n);
+  expect_close("parameters after 2 AdamW steps on a non-blocking stream", pg,
+               acc_mlp_params(s[0].m), n, 1e-4);
+  ASSERT_OK(s[1].acc, acc_set_stream(s[1].acc, NULL));
+  p_stream_destroy(stream);
+  p_free(big);
+  free(pg), free(x);
+  drop(&s[0]), drop(&s[1]);
+}
+
+/* Micro-steps first..last-1 of a run with accumulation 2 (AdamW), batch
+ * `i` from rows i*BATCH of x. */
+static void micro_steps(acc_t *acc, acc_mlp_t *m, acc_optim_t *o, const float *x, const int64_t *y,
+                        int first, int last) {
+  const size_t n = acc_mlp_num_params(m);
+  for (int i = first; i < last; i++) {
+    acc_accumulate_begin(acc, 0);
+    ASSERT_NOT_NULL(acc_mlp_forward(m, x + (size_t)i * BATCH * SIZES[0], BATCH));
+    ASSERT_TRUE(!isnan(acc_mlp_backward_xent(m, y + (size_t)i * BATCH)));
+    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(m), n));
+    ASSERT_TRUE(acc_optim_step(acc, o) >= 0);
+    acc_optim_zero_grad(acc, o);
+    acc_accumulate_end(acc);
+  }
+}
+
+static side_t make_accum(void) {
+  unsetenv("ACCELERATE_USE_CPU");
+  acc_config_t cfg = ACC_CONFIG_INIT;
+  cfg.gradient_accumulation_steps = 2;
+  side_t s = {acc_new(&cfg), NULL};
+  ASSERT_NOT_NULL(s.acc);
+  ASSERT_TRUE(acc_device(s.acc) >= 0);
+  acc_set_seed(s.acc, 7, 0);
+  s.m = acc_mlp_new(s.acc, SIZES, NL, BATCH);
+  ASSERT_NOT_NULL(s.m);
+  return s;
+}
+
+/* Issue 26, items 4 and 2: a device run saved in the middle of an
+ * accumulation window (after an optimizer step: AdamW's moments are not
+ * zero) and resumed in a fresh accelerator on a non-blocking stream ends
+ * where the uninterrupted run does. Before, the window's device buffer
+ * was not saved, and the resumed micro-step rescaled the earlier one. */
+NBF_TEST(checkpoint_resume_mid_window) {
+  need_gpu();
+  enum { STEPS = 6, SAVE_AT = 3 };
+  float *x = malloc((size_t)STEPS * BATCH * SIZES[0] * sizeof(float));
+  int64_t *y = malloc((size_t)STEPS * BATCH * sizeof(int64_t));
+  rt_make_data(x, y, STEPS * BATCH, SIZES[0], SIZES[NL]);
+  char dir[] = "/tmp/nbf_gpu_ckpt_XXXXXX";
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  side_t a = make_accum();
+  const size_t n = acc_mlp_num_params(a.m);
+  acc_optim_t *oa =
+      acc_adamw_new(acc_mlp_params(a.m), acc_mlp_grads(a.m), n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f);
+  micro_steps(a.acc, a.m, oa, x, y, 0, STEPS);
+  float *want = download(acc_mlp_params(a.m), n);
+  acc_optim_destroy(&oa);
+  drop(&a);
+
+  side_t b = make_accum();
+  acc_optim_t *ob =
+      acc_adamw_new(acc_mlp_params(b.m), acc_mlp_grads(b.m), n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f);
+  micro_steps(b.acc, b.m, ob, x, y, 0, SAVE_AT);
+  ASSERT_OK(b.acc, acc_save_state(b.acc, dir, b.m, ob));
+  acc_optim_destroy(&ob);
+  drop(&b);
+
+  side_t c = make_accum();
+  acc_optim_t *oc =
+      acc_adamw_new(acc_mlp_params(c.m), acc_mlp_grads(c.m), n, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f);
+  void *stream = NULL;
+  ASSERT_EQ(p_stream_create(&stream, 1 /* cudaStreamNonBlocking */), 0);
+  ASSERT_OK(c.acc, acc_set_stream(c.acc, stream));
+  ASSERT_OK(c.acc, acc_load_state(c.acc, dir, c.m, oc));
+  micro_steps(c.acc, c.m, oc, x, y, SAVE_AT, STEPS);
+  float *got = download(acc_mlp_params(c.m), n);
+  expect_close("parameters after a resume in the middle of a window", got, want, n, 1e-6);
+  ASSERT_OK(c.acc, acc_set_stream(c.acc, NULL));
+  p_stream_destroy(stream);
+  acc_optim_destroy(&oc);
+  drop(&c);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  ASSERT_EQ(system(cmd), 0);
+  free(got), free(want), free(x), free(y);
+}
+
+/* The Trainer (SGD, max_grad_norm 1: the clipping runs every step) on
+ * `cpu` or the device; the final parameters (host copy, caller frees). */
+static float *train(int cpu, const char *optim) {
+  if (cpu)
+    setenv("ACCELERATE_USE_CPU", "1", 1);
+  else
+    unsetenv("ACCELERATE_USE_CPU");
+  acc_training_args_t args;
+  acc_training_args_init(&args);
+  const char *kv[][2] = {{"optim", optim},          {"learning_rate", "0.1"},
+                         {"max_steps", "6"},        {"per_device_train_batch_size", "16"},
+                         {"save_strategy", "no"},   {"disable_tqdm", "true"},
+                         {"max_grad_norm", "0.05"}, {"optim_target_modules", "layers"},
+                         {"logging_steps", "3"}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    ASSERT_EQ(acc_training_args_set(&args, kv[i][0], kv[i][1]), ACC_OK);
+  acc_t *acc = acc_trainer_accelerator_new(&args);
+  ASSERT_NOT_NULL(acc);
+  ASSERT_EQ(acc_device(acc) >= 0, !cpu);
+  acc_set_seed(acc, 7, 0);
+  acc_mlp_t *m = acc_mlp_new(acc, SIZES, NL, 16);
+  ASSERT_NOT_NULL(m);
+  acc_model_t model;
+  ASSERT_EQ(acc_mlp_model(m, &model), ACC_OK);
+  enum { NS = 128 };
+  float *x = malloc((size_t)NS * SIZES[0] * sizeof(float));
+  int64_t y[NS];
+  rt_make_data(x, y, NS, SIZES[0], SIZES[NL]);
+  acc_dataset_t ds = {x, y, NS, SIZES[0]};
+  acc_trainer_t *tr = acc_trainer_new(acc, &args, &model, &ds, NULL);
+  float *p = NULL;
+  if (!strcmp(optim, "galore_adamw") && !cpu) { /* host BLAS over the parameters: refused */
+    ASSERT_TRUE(tr == NULL);
+    ASSERT_TRUE(strstr(acc_last_error(acc), "GaLore runs on the host only") != NULL);
+  } else {
+    if (!tr)
+      NBF_TEST_FAIL("acc_trainer_new: %s", acc_last_error(acc));
+    ASSERT_OK(acc, acc_trainer_train(tr));
+    const size_t n = acc_mlp_num_params(m);
+    p = cpu ? malloc(n * sizeof(float)) : download(acc_mlp_params(m), n);
+    if (cpu)
+      memcpy(p, acc_mlp_params(m), n * sizeof(float));
+    acc_trainer_destroy(&tr);
+  }
+  acc_model_release(&model);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+  free(x);
+  return p;
+}
+
+/* Issue 26, item 1: every Trainer step read and wrote the device
+ * gradients on the host (clip_grad_norm): SIGSEGV at the first step. The
+ * device run now matches the CPU run; GaLore refuses a device model. */
+NBF_TEST(trainer_on_device) {
+  need_gpu();
+  float *pc = train(1, "sgd"), *pg = train(0, "sgd");
+  int L = NL;
+  size_t n = 0;
+  for (int l = 0; l < L; l++)
+    n += (size_t)SIZES[l + 1] * (SIZES[l] + 1);
+  expect_close("parameters after 6 Trainer steps (clipped)", pg, pc, n, 1e-4);
+  free(pc), free(pg);
+  ASSERT_TRUE(train(0, "galore_adamw") == NULL);
 }
 
 NBF_TEST_MAIN()
