@@ -20,6 +20,7 @@ Exit status 0 when the three agree, 1 on a difference (the first one is
 printed with the sequence's cells), 2 on bad usage.
 """
 import argparse
+import concurrent.futures
 import os
 import random
 import subprocess
@@ -140,6 +141,8 @@ class Gen:
             inner = r.choice(self.aggs)
             if not inner[2]:
                 return (inner[0], "m%d" % i, None)
+        if k < 0.35:
+            return ("_Alignas(%d) char" % r.choice([2, 4, 8]), "m%d" % i, None)
         return (r.choice(["char", "unsigned char", "short", "int", "long", "float", "double",
                           "long long", "float", "double"]), "m%d" % i, None)
 
@@ -260,11 +263,11 @@ class Gen:
 
     def step(self):
         k = self.rng.random()
-        if k < 0.25 or len(self.scalars) < 2:
+        if k < 0.2 or len(self.scalars) < 2:
             self.scalar_global()
-        elif k < 0.33:
+        elif k < 0.25:
             self.aggregate()
-        elif k < 0.40 and self.aggs:
+        elif k < 0.30 and self.aggs:
             self.agg_global()
         else:
             self.statement_cell()
@@ -323,10 +326,33 @@ def case_f():
             stmt_cell('printf("%a %a\\n", creal(z), cimag(z));\n')]
 
 
+def case_layouts():
+    """Item 3: one layout per type in every cell (pragma pack, packed and
+    aligned attributes, _Alignas, bit-fields)."""
+    types = ("#pragma pack(push, 2)\nstruct l1 { char c; double d; };\n#pragma pack(pop)\n"
+             "struct l2 { char c; int i : 5; long long b : 40; } __attribute__((packed, aligned(4)));\n"
+             "struct l3 { char c; _Alignas(16) int i; };\n"
+             "typedef union __attribute__((aligned(32))) { char c; double d; } l4;\n")
+    lay = "".join('printf("%%zu %%zu\\n", sizeof(%s), _Alignof(%s));\n' % (t, t) for t in
+                  ("struct l1", "struct l2", "struct l3", "l4"))
+    lay += 'printf("%zu %zu\\n", offsetof(struct l1, d), offsetof(struct l3, i));\n'
+    return [decl_cell(HEADER), Cell(types + lay, decls=types, stmts=lay), stmt_cell(lay),
+            stmt_cell("int unrelated = 1;\n" + lay)]
+
+
+def case_f_bool_atomic():
+    """Item 4: declarators through <stdbool.h>'s and <stdatomic.h>'s names."""
+    inc = "#include <stdbool.h>\n#include <stdatomic.h>\n"
+    return [decl_cell(HEADER + inc), decl_cell("bool flag = true;\natomic_int counter = 5;\n"),
+            decl_cell("atomic_int *cp = &counter;\ndouble complex_part = 0.5;\n"),
+            stmt_cell('*cp += 2; printf("%d %d %a\\n", (int)flag, (int)counter, complex_part);\n')]
+
+
 CASES = {"a_float_global_operand": case_a, "b_struct_through_fnptr": case_b,
          "c_packed_type_later_cell": case_c,
          "c_packed_leading_attribute": case_c_leading_attribute, "d_pragma_pack_later_cell": case_d,
-         "e_file_scope_compound_literal": case_e, "f_complex_macro_declarator": case_f}
+         "e_file_scope_compound_literal": case_e, "f_complex_macro_declarator": case_f,
+         "f_bool_atomic_declarators": case_f_bool_atomic, "layouts_every_cell": case_layouts}
 
 
 # ------------------------------------------------------------ the three runs
@@ -337,6 +363,7 @@ def run_executor(executor, cells, jit, tmp):
     # a work directory of its own: the compile cache would hand the second
     # run the first one's objects (the tag does not name the compiler)
     os.environ["NBFORK_WORKDIR"] = os.path.join(tmp, "cells-jit%d" % jit)
+    os.environ["NBFORK_KEEP_WORKDIR"] = "1"  # tinycc_objects counts them
     proc, pipes = exec_notebook.start_executor(executor)
     outs = []
     try:
@@ -384,15 +411,29 @@ def run_whole(cells, tmp):
     return [p.split("\n", 1)[1] if "\n" in p else "" for p in parts], None
 
 
+def tinycc_objects(workdir):
+    """How many cell objects in `workdir` TinyCC made (GCC's carry a
+    `GCC:` .comment; TinyCC writes none)."""
+    n = 0
+    for root, _, files in os.walk(workdir):
+        for f in files:
+            if f.endswith(".so"):
+                with open(os.path.join(root, f), "rb") as fh:
+                    n += b"GCC: (" not in fh.read()
+    return n
+
+
 def compare(executor, cells, label):
-    """0 when the three runs agree on every cell, else 1 (printed)."""
+    """(1 when the three runs differ on some cell (printed), else 0,
+    cells TinyCC compiled in the first run)."""
     with tempfile.TemporaryDirectory(prefix="nbf-difftest-") as tmp:
         whole, err = run_whole(cells, tmp)
         if whole is None:
             print("%s: the whole program does not compile:\n%s" % (label, err[:2000]))
-            return 1
+            return 1, 0
         jit = run_executor(executor, cells, True, tmp)
         gcc = run_executor(executor, cells, False, tmp)
+        ntcc = tinycc_objects(os.path.join(tmp, "cells-jit1"))
     for i, c in enumerate(cells):
         w = whole[i] if i < len(whole) else "<missing>"
         j = jit[i] if i < len(jit) else "<missing>"
@@ -402,8 +443,8 @@ def compare(executor, cells, label):
                   "--- kernel (JIT on):\n%s--- kernel (NBFORK_JIT=0):\n%s" % (
                       label, i + 1, "".join("[%d]\n%s" % (k + 1, x.text) for k, x in
                                             enumerate(cells[:i])), c.text, w, j, g))
-            return 1
-    return 0
+            return 1, ntcc
+    return 0, ntcc
 
 
 def main():
@@ -413,6 +454,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cells", type=int, default=0, help="cells in all (sequences of --length)")
     ap.add_argument("--length", type=int, default=60, help="cells per sequence")
+    ap.add_argument("--jobs", type=int, default=2, help="sequences run at once")
     ap.add_argument("--case")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args()
@@ -426,17 +468,27 @@ def main():
         if a.case not in CASES:
             print("difftest: no case %s (--list)" % a.case, file=sys.stderr)
             return 2
-        rc = compare(a.executor, CASES[a.case](), a.case)
-        print("%s: %s" % (a.case, "differs" if rc else "the three runs agree"))
+        rc, ntcc = compare(a.executor, CASES[a.case](), a.case)
+        print("%s: %s (%d cells by TinyCC)" % (a.case, "differs" if rc else "the three runs agree",
+                                               ntcc))
         return rc
-    run, diffs, seq = 0, 0, 0
+    jobs, run, seq = [], 0, 0
     while run < a.cells:
-        cells = generate(a.seed * 100003 + seq, min(a.length, a.cells - run))
-        diffs += compare(a.executor, cells, "seed %d sequence %d" % (a.seed, seq))
-        run += len(cells)
+        jobs.append((a.executor, a.seed * 100003 + seq, min(a.length, a.cells - run),
+                     "seed %d sequence %d" % (a.seed, seq)))
+        run += jobs[-1][2]
         seq += 1
-    print("difftest: %d cells in %d sequences, %d with a difference" % (run, seq, diffs))
+    with concurrent.futures.ProcessPoolExecutor(max_workers=a.jobs) as pool:
+        results = list(pool.map(one_sequence, jobs))
+    diffs, ntcc = sum(r[0] for r in results), sum(r[1] for r in results)
+    print("difftest: %d cells in %d sequences (%d compiled by TinyCC), %d sequences with a "
+          "difference" % (run, seq, ntcc, diffs))
     return 1 if diffs else 0
+
+
+def one_sequence(job):
+    executor, seed, n, label = job
+    return compare(executor, generate(seed, n), label)
 
 
 if __name__ == "__main__":
