@@ -66,6 +66,31 @@ static int scalar_decl(const ex_cell_state_t *st, const char *decl, int depth, c
   return 1;
 }
 
+/* The name a parameter's text declares (`v` in `const double *v`), to be
+ * skipped like `self`: its last word when a word comes before it and it
+ * is no scalar word nor a type of an earlier cell (`const real` names
+ * none). The function's own name for its return part. Points into a
+ * static buffer. */
+static const char *param_name(const ex_cell_state_t *st, const char *part, const char *fname) {
+  static char last[128];
+  const char *p = part, *w, *lw = NULL;
+  size_t n, ln = 0;
+  int words = 0;
+  while ((w = ex_cell_next_word(&p, &n)), n) {
+    words++;
+    lw = w;
+    ln = n;
+  }
+  if (words < 2 || ln >= sizeof last || ex_cell_word_in(k_scalar, lw, ln))
+    return fname;
+  memcpy(last, lw, ln);
+  last[ln] = 0;
+  ex_cell_name_t d;
+  if (!strcmp(last, fname) || (st && ex_cell_find(st, last, &d) && !strcmp(d.kind, "type")))
+    return fname;
+  return last;
+}
+
 /* Whether an earlier cell's function `decl` (`double f(int a, float *b)`)
  * takes and returns scalars only: its return type and each parameter
  * pass scalar_decl; `...` is allowed (scalars are promoted alike). */
@@ -84,7 +109,7 @@ static int scalar_function(const ex_cell_state_t *st, const char *decl, const ch
   char *save = NULL;
   for (char *part = strtok_r(buf, ",", &save); part; part = strtok_r(NULL, ",", &save)) {
     if (strstr(part, "...") ? part[strspn(part, " \t\n.")] != 0
-                            : !scalar_decl(st, part, depth + 1, name))
+                            : !scalar_decl(st, part, depth + 1, param_name(st, part, name)))
       return 0;
   }
   return 1;
