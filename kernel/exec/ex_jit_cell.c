@@ -30,6 +30,12 @@ static const char k_scalar[] =
     " extern static register typedef size_t ssize_t ptrdiff_t intptr_t uintptr_t intmax_t"
     " uintmax_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t ";
 
+/* Libraries' `_t` typedefs that are scalars or enums (int-sized in both
+ * compilers); any other `_t` name no cell defined declines the cell. */
+static const char k_scalar_lib[] =
+    " off_t pid_t time_t wchar_t clock_t ssize_t socklen_t mode_t uid_t gid_t useconds_t"
+    " acc_dtype_t acc_op_t acc_precision_t acc_result_t ";
+
 static int safe_text(const ex_cell_state_t *st, const char *text, int depth, const char *self);
 
 /* Whether an earlier cell's declaration `decl` (of `self`) has a scalar
@@ -138,6 +144,11 @@ static int safe_name(const ex_cell_state_t *st, const char *w, size_t n, int dep
   name[n] = 0;
   ex_cell_name_t d;
   if (!ex_cell_find(st, name, &d) || !d.decl || !d.kind) {
+    /* a library's `_t` type may be a struct used by value (div_t,
+     * acc_config_t): only the scalar ones are known */
+    if (n > 2 && w[n - 2] == '_' && w[n - 1] == 't' && !ex_cell_word_in(k_scalar, w, n) &&
+        !ex_cell_word_in(k_scalar_lib, w, n))
+      return 0;
     const char *probe[1] = {name};
     ex_cell_each_name(st, enum_word, probe);
     return probe[0] != NULL;

@@ -191,6 +191,7 @@ class Gen:
     def update(self, members, obj, by):
         r = self.rng
         t, m, b = r.choice(members)
+        t = t.split(") ")[-1]  # `_Alignas(2) char` -> `char`
         if t.startswith("S") or t.startswith("U"):
             return ""
         if t in ("float", "double"):
@@ -204,7 +205,7 @@ class Gen:
             if t.startswith("S") or t.startswith("U"):
                 out += self.print_agg(t, "%s.%s" % (lv, m), depth + 1)
             else:
-                out += print_scalar("unsigned" if b else t, "%s.%s" % (lv, m))
+                out += print_scalar("unsigned" if b else t.split(") ")[-1], "%s.%s" % (lv, m))
         return out
 
     def agg_value(self, tname):
@@ -215,7 +216,7 @@ class Gen:
                 parts.append(".%s = %s" % (m, self.agg_value(t)))
             else:
                 parts.append(".%s = %s" % (m, str(self.rng.randint(0, (1 << b) - 1)) if b
-                                           else scalar_value(self.rng, t)))
+                                           else scalar_value(self.rng, t.split(") ")[-1])))
         return "{ %s }" % ", ".join(parts)
 
     def agg_global(self):
