@@ -106,12 +106,27 @@ typedef enum {
   INIT_RUNTIME /* assigned when the cell runs (may call functions)        */
 } init_kind_t;
 
+/* Whether an initializer contains a compound literal (`(int[]){1, 2}`,
+ * `&(struct p){0}`): a `)` followed by `{`. At file scope C gives it
+ * static storage, so the initializer must stay a static one: assigned in
+ * the run function, the literal would be automatic and dangle. */
+static int has_compound_literal(const char *init) {
+  for (const char *p = strchr(init, ')'); p; p = strchr(p + 1, ')')) {
+    const char *q = p + 1;
+    while (isspace((unsigned char)*q))
+      q++;
+    if (*q == '{')
+      return 1;
+  }
+  return 0;
+}
+
 static init_kind_t init_kind(const ex_chunk_t *k, const ex_declarator_t *d) {
   if (object_is_const(k, d))
     return INIT_CONST;
   if (!d->init)
     return INIT_NONE;
-  if (d->init_braced || strchr(d->declarator, '['))
+  if (d->init_braced || strchr(d->declarator, '[') || has_compound_literal(d->init))
     return INIT_STATIC;
   return INIT_RUNTIME;
 }
@@ -305,7 +320,15 @@ static void emit_variable(gen_t *g, const ex_chunk_t *k) {
     } else if (ik == INIT_NONE && !strstr(dd->declarator, "[]"))
       emit(g, &g->reset, k->line, "__builtin_memset((void *)&%s, 0, sizeof %s);\n", dd->name,
            dd->name);
-    else if (ik == INIT_STATIC) {
+    else if (ik == INIT_STATIC && has_compound_literal(dd->init)) {
+      /* the copy at file scope too: a compound literal in a function is
+       * automatic, and its address no constant */
+      emit(g, &g->src, k->line, "static const __typeof__(%s) __nbf_i_%s =\n", dd->name, dd->name);
+      emit_at(g, &g->src, dd->init_line, dd->init_col, "%s;\n", dd->init);
+      emit(g, &g->reset, k->line,
+           "__builtin_memcpy((void *)&%s, (const void *)&__nbf_i_%s, sizeof %s);\n", dd->name,
+           dd->name, dd->name);
+    } else if (ik == INIT_STATIC) {
       emit(g, &g->reset, k->line, "{ static const __typeof__(%s) __nbf_i =\n", dd->name);
       emit_at(g, &g->reset, dd->init_line, dd->init_col,
               "%s; __builtin_memcpy((void *)&%s, (const void *)&__nbf_i, sizeof %s); }\n", dd->init,

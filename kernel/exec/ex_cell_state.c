@@ -193,15 +193,61 @@ static void drop_prototype(ex_cell_state_t *st, const char *name) {
   free(pk);
 }
 
+/* `#pragma pack` state across a cell's chunks: the alignment in force
+ * (0: none) and the stack `push` saves. */
+typedef struct {
+  int cur, stack[16], depth;
+} pack_state_t;
+
+/* Apply a `#pragma pack(...)` line (`pack(1)`, `pack(push, 2)`,
+ * `pack(push)`, `pack(pop)`, `pack()`) to *ps; other pragmas change
+ * nothing. */
+static void pack_apply(pack_state_t *ps, const char *text) {
+  const char *p = strstr(text, "pragma");
+  p = p ? strstr(p, "pack") : NULL;
+  p = p ? strchr(p, '(') : NULL;
+  if (!p)
+    return;
+  p++;
+  while (isspace((unsigned char)*p))
+    p++;
+  if (!strncmp(p, "pop", 3)) {
+    ps->cur = ps->depth > 0 ? ps->stack[--ps->depth] : 0;
+    return;
+  }
+  if (!strncmp(p, "push", 4)) {
+    if (ps->depth < 16)
+      ps->stack[ps->depth++] = ps->cur;
+    p = strchr(p, ',');
+    if (!p)
+      return;
+    p++;
+  }
+  ps->cur = atoi(p); /* `pack()`: 0, the default */
+}
+
+/* A type's prelude text: under the `#pragma pack` that was in force where
+ * its cell defined it, so it has one layout in every cell. */
+static char *type_text(const pack_state_t *ps, const ex_chunk_t *k, const char *label, int guard) {
+  if (k->kind == EX_CHUNK_TYPE && ps->cur > 0)
+    return nbf_xprintf("#pragma pack(push, %d)\n#line %d \"%s\"\n%s\n#pragma pack(pop)\n", ps->cur,
+                       k->line, label, k->text);
+  return nbf_xprintf("%s#line %d \"%s\"\n%s\n%s", guard ? "#ifdef __cplusplus\n" : "", k->line,
+                     label, k->text, guard ? "#endif\n" : "");
+}
+
 ex_result_t ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
   int rc = 0;
+  pack_state_t ps = {0};
   for (size_t i = 0; i < u->split.count; i++) {
     const ex_chunk_t *k = &u->split.chunks[i];
     switch (k->kind) {
     case EX_CHUNK_PREPROC:
     case EX_CHUNK_TYPE: {
-      if (ex_split_is_pragma(k->text))
+      if (ex_split_is_pragma(k->text)) {
+        pack_apply(&ps, k->text);
         break; /* a pragma acts on its own cell: replayed, one could break every later cell */
+      }
       int named = k->name != NULL;
       /* a C++ cell's #include (<cstdio>, <cuda_runtime.h>) is for later
        * C++ cells only */
@@ -209,10 +255,7 @@ ex_result_t ex_cell_commit(ex_cell_state_t *st, const ex_cell_unit_t *u) {
       while (*p == ' ' || *p == '\t')
         p++;
       int guard = u->cxx && k->kind == EX_CHUNK_PREPROC && !strncmp(p, "include", 7);
-      rc |= put_entry(st, make_entry(chunk_key(k),
-                                     nbf_xprintf("%s#line %d \"%s\"\n%s\n%s",
-                                                 guard ? "#ifdef __cplusplus\n" : "", k->line,
-                                                 u->label, k->text, guard ? "#endif\n" : ""),
+      rc |= put_entry(st, make_entry(chunk_key(k), type_text(&ps, k, u->label, guard),
                                      k->kind == EX_CHUNK_TYPE ? "type" : "macro",
                                      named ? strdup(k->text) : NULL, k, u->label));
       if (k->kind == EX_CHUNK_TYPE && k->name && !strchr(k->name, ' ') &&

@@ -70,18 +70,28 @@ int ex_jit_enabled(void);
  * off with the launch thunks' fast path.
  */
 
-/* Whether `code` (a cell's text) may be compiled by TinyCC: no word of
- * k_declined in ex_jit_cell.c (struct, union, attributes, complex, atomic,
- * thread-local, asm, long double), no quoted include or pragma, and every
- * function, type or macro it names that earlier cells (`st`) defined
- * passes or returns no aggregate by value (looked through two levels of
- * declarations). */
+/* Whether `code` (a cell's text) may be compiled by TinyCC, judged by
+ * the declared types of what it names: no word of k_declined in
+ * ex_jit_cell.c (struct, union, enum, attributes, _Alignas, complex,
+ * atomic, thread-local, asm, __typeof__, _Generic, va_arg, libc's div
+ * family), no `long double`, no quoted include or pragma; every variable
+ * or typedef an earlier cell (`st`) defined that it names has a scalar
+ * type (integers, float, double, pointers to them, arrays of them), every
+ * such function takes and returns only those, every macro's body passes
+ * the same test (three levels deep), and no enumerator of an earlier cell
+ * appears. Aggregates, function pointers and types only an expression
+ * carries thus never reach TinyCC, whose psABI classes and attributes
+ * differ from GCC's. */
 int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code);
 
 /* Compile the unit `source` with TinyCC into the shared object `path`
  * (`incdir` holds nbfork.h). 0, or -1 when TinyCC is absent or off, gave
- * any diagnostic, or could not write `path` (removed then): compile with
- * the system compiler instead. */
+ * any diagnostic, could not write `path`, or wrote an object with a
+ * dynamic relocation GCC's code would not have: a PLT slot for a symbol
+ * that is not a function (TinyCC reaches an external object used as an
+ * SSE/x87 operand, or whose address it takes, through one: issue 20's
+ * class a) or any relocation type but GLOB_DAT, JUMP_SLOT, RELATIVE and
+ * 64 (`path` is removed then): compile with the system compiler instead. */
 int ex_jit_cell_so(const char *source, const char *incdir, const char *path);
 
 #endif

@@ -10,21 +10,132 @@
 #include <unistd.h>
 
 /* Words after which the cell is left to the system compiler: layouts and
- * calling conventions TinyCC may not share with GCC (aggregates passed by
- * value, complex types, attributes), and what TinyCC lacks (thread-local
- * storage, atomics, 128-bit integers, inline asm). */
-static const char k_declined[] = " struct union __attribute__ _Complex complex __int128 _Atomic"
-                                 " __thread _Thread_local thread_local asm __asm__ __asm _Pragma ";
+ * calling conventions TinyCC does not share with GCC (aggregates, whose
+ * mixed int/float eightbytes it classifies differently from the x86-64
+ * psABI and whose attributes it drops; enums, whose underlying type it
+ * may choose differently; types only an expression carries), and what
+ * TinyCC lacks (thread-local storage, atomics, 128-bit integers, inline
+ * asm). */
+static const char k_declined[] =
+    " struct union enum __attribute__ _Complex complex _Imaginary imaginary __int128 _Atomic"
+    " __thread _Thread_local thread_local asm __asm__ __asm _Pragma __typeof__ typeof __typeof"
+    " __auto_type _Generic _Alignas alignas __builtin_va_arg va_arg"
+    " div ldiv lldiv imaxdiv div_t ldiv_t lldiv_t imaxdiv_t ";
+
+/* Words a scalar type (integer, float, double, pointer to one) is made
+ * of in an earlier cell's declaration; anything else there (a struct, a
+ * typedef name that is not itself scalar) declines. */
+static const char k_scalar[] =
+    " void char short int long float double signed unsigned _Bool bool const volatile restrict"
+    " extern static register typedef size_t ssize_t ptrdiff_t intptr_t uintptr_t intmax_t"
+    " uintmax_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t ";
+
+/* Libraries' `_t` typedefs that are scalars or enums (int-sized in both
+ * compilers); any other `_t` name no cell defined declines the cell. */
+static const char k_scalar_lib[] =
+    " off_t pid_t time_t wchar_t clock_t ssize_t socklen_t mode_t uid_t gid_t useconds_t"
+    " acc_dtype_t acc_op_t acc_precision_t acc_result_t ";
 
 static int safe_text(const ex_cell_state_t *st, const char *text, int depth, const char *self);
 
+/* Whether an earlier cell's declaration `decl` (of `self`) has a scalar
+ * type: words of k_scalar, `self`, scalar typedefs and macros of earlier
+ * cells (array bounds); no `long double` (x87, in memory), no function
+ * or function pointer type (`(`: its parameters would need the same
+ * check; a function is judged by scalar_function). */
+static int scalar_decl(const ex_cell_state_t *st, const char *decl, int depth, const char *self) {
+  if (depth > 3 || strchr(decl, '('))
+    return 0;
+  const char *p = decl;
+  size_t n;
+  int after_long = 0;
+  for (const char *w = ex_cell_next_word(&p, &n); n; w = ex_cell_next_word(&p, &n)) {
+    if (isdigit((unsigned char)*w) || (self && strlen(self) == n && !strncmp(self, w, n)))
+      continue;
+    if (after_long && n == 6 && !strncmp(w, "double", 6))
+      return 0;
+    after_long = n == 4 && !strncmp(w, "long", 4);
+    if (ex_cell_word_in(k_scalar, w, n))
+      continue;
+    char name[128];
+    ex_cell_name_t d;
+    if (n >= sizeof name)
+      return 0;
+    memcpy(name, w, n);
+    name[n] = 0;
+    if (!st || !ex_cell_find(st, name, &d) || !d.decl || !d.kind)
+      return 0;
+    if (!strcmp(d.kind, "type") ? !scalar_decl(st, d.decl, depth + 1, name)
+                                : strcmp(d.kind, "macro") || !safe_text(st, d.decl, depth + 1, name))
+      return 0;
+  }
+  return 1;
+}
+
+/* The name a parameter's text declares (`v` in `const double *v`), to be
+ * skipped like `self`: its last word when a word comes before it and it
+ * is no scalar word nor a type of an earlier cell (`const real` names
+ * none). The function's own name for its return part. Points into a
+ * static buffer. */
+static const char *param_name(const ex_cell_state_t *st, const char *part, const char *fname) {
+  static char last[128];
+  const char *p = part, *w, *lw = NULL;
+  size_t n, ln = 0;
+  int words = 0;
+  while ((w = ex_cell_next_word(&p, &n)), n) {
+    words++;
+    lw = w;
+    ln = n;
+  }
+  if (words < 2 || ln >= sizeof last || ex_cell_word_in(k_scalar, lw, ln))
+    return fname;
+  memcpy(last, lw, ln);
+  last[ln] = 0;
+  ex_cell_name_t d;
+  if (!strcmp(last, fname) || (st && ex_cell_find(st, last, &d) && !strcmp(d.kind, "type")))
+    return fname;
+  return last;
+}
+
+/* Whether an earlier cell's function `decl` (`double f(int a, float *b)`)
+ * takes and returns scalars only: its return type and each parameter
+ * pass scalar_decl; `...` is allowed (scalars are promoted alike). */
+static int scalar_function(const ex_cell_state_t *st, const char *decl, const char *name, int depth) {
+  const char *at = ex_cell_find_word(decl, name);
+  const char *open = at ? strchr(at, '(') : NULL;
+  const char *close = open ? strrchr(open, ')') : NULL;
+  if (!open || !close || memchr(open + 1, '(', (size_t)(close - open - 1)))
+    return 0; /* a parameter of function type, or a function returning a pointer to one */
+  char buf[512];
+  if ((size_t)(close - decl) >= sizeof buf)
+    return 0;
+  memcpy(buf, decl, (size_t)(close - decl));
+  buf[close - decl] = 0;
+  buf[open - decl] = ','; /* the return type and name, then the parameters */
+  char *save = NULL;
+  for (char *part = strtok_r(buf, ",", &save); part; part = strtok_r(NULL, ",", &save)) {
+    if (strstr(part, "...") ? part[strspn(part, " \t\n.")] != 0
+                            : !scalar_decl(st, part, depth + 1, param_name(st, part, name)))
+      return 0;
+  }
+  return 1;
+}
+
+/* Whether a word appears in the body of an enum an earlier cell defined
+ * (one of its constants: GCC may give it another type than TinyCC). */
+static void enum_word(const ex_cell_name_t *d, void *ctx) {
+  const char **w = ctx;
+  if (w[0] && !strcmp(d->kind, "type") && ex_cell_find_word(d->decl, "enum") &&
+      ex_cell_find_word(d->decl, w[0]))
+    w[0] = NULL;
+}
+
 /* Whether a name that earlier cells defined may be used from a TinyCC
- * unit: a function whose declaration names no aggregate type (so none is
- * passed or returned by value), a type that is not an aggregate (a
- * pointer to one is fine), a macro whose body passes the same test, and
- * any variable (both compilers lay out plain structs alike; a type with
- * attributes is declined when the cell names it). Names no cell defined
- * are the library's and libc's: none takes an aggregate by value. */
+ * unit, judged by its declared type: a variable or typedef of scalar
+ * type (scalar_decl), a function of scalars (scalar_function), a macro
+ * whose body passes safe_text. A name no cell defined is the library's
+ * or libc's (k_declined lists libc's functions and types that pass
+ * aggregates by value), unless it is an enumerator of an earlier cell. */
 static int safe_name(const ex_cell_state_t *st, const char *w, size_t n, int depth) {
   char name[128];
   if (n >= sizeof name)
@@ -32,21 +143,31 @@ static int safe_name(const ex_cell_state_t *st, const char *w, size_t n, int dep
   memcpy(name, w, n);
   name[n] = 0;
   ex_cell_name_t d;
-  if (!ex_cell_find(st, name, &d) || !d.decl || !d.kind)
-    return 1;
-  if (!strcmp(d.kind, "type"))
-    return strchr(d.decl, '*') != NULL || safe_text(st, d.decl, depth + 1, name);
-  if (!strcmp(d.kind, "function") || !strcmp(d.kind, "macro"))
+  if (!ex_cell_find(st, name, &d) || !d.decl || !d.kind) {
+    /* a library's `_t` type may be a struct used by value (div_t,
+     * acc_config_t): only the scalar ones are known */
+    if (n > 2 && w[n - 2] == '_' && w[n - 1] == 't' && !ex_cell_word_in(k_scalar, w, n) &&
+        !ex_cell_word_in(k_scalar_lib, w, n))
+      return 0;
+    const char *probe[1] = {name};
+    ex_cell_each_name(st, enum_word, probe);
+    return probe[0] != NULL;
+  }
+  if (!strcmp(d.kind, "type") || !strcmp(d.kind, "variable"))
+    return scalar_decl(st, d.decl, depth + 1, name);
+  if (!strcmp(d.kind, "function"))
+    return scalar_function(st, d.decl, name, depth + 1);
+  if (!strcmp(d.kind, "macro"))
     return safe_text(st, d.decl, depth + 1, name);
-  return 1;
+  return 0;
 }
 
 /* Every word of `text` acceptable (k_declined, no `long double`: x87,
- * passed in memory, left to GCC as ex_jit_simple_call does; safe_name),
- * looking through at most two levels of earlier cells' declarations;
- * `self` (the name `text` declares, or NULL) is not looked up again. */
+ * passed in memory; safe_name), looking through at most three levels of
+ * earlier cells' declarations; `self` (the name `text` declares, or
+ * NULL) is not looked up again. */
 static int safe_text(const ex_cell_state_t *st, const char *text, int depth, const char *self) {
-  if (depth > 2)
+  if (depth > 3)
     return 0;
   const char *p = text;
   size_t n;
@@ -72,7 +193,79 @@ int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code) {
 }
 
 #ifdef NBFORK_HAVE_TCC
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <stdlib.h>
 #include <libtcc.h>
+
+/* Whether `name` is a function of the process (earlier cells' objects are
+ * loaded RTLD_GLOBAL): its symbol's ELF type, as the linker knows it. */
+static int is_function(const char *name) {
+  void *addr = dlsym(RTLD_DEFAULT, name);
+  Dl_info info;
+  const ElfW(Sym) *sym = NULL;
+  if (!addr || !dladdr1(addr, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym)
+    return 0;
+  int type = ELF64_ST_TYPE(sym->st_info);
+  return type == STT_FUNC || type == STT_GNU_IFUNC;
+}
+
+/* Whether one dynamic relocation of TinyCC's object is one GCC's code
+ * would agree with: a GOT entry (GLOB_DAT), a relative or absolute data
+ * word, or a PLT slot of a function. TinyCC 0.9.27 reaches an external
+ * object used directly as an SSE or x87 operand (`A + B` with `double
+ * A`), or whose address it takes, PC-relative to a PLT slot: the
+ * instruction then reads the stub's code bytes. Such a slot names an
+ * object, not a function; the cell goes to GCC. */
+static int reloc_ok(const ElfW(Rela) *r, const ElfW(Sym) *syms, size_t nsyms, const char *strs,
+                    size_t strsize) {
+  unsigned type = ELF64_R_TYPE(r->r_info), si = ELF64_R_SYM(r->r_info);
+  if (type == R_X86_64_RELATIVE || type == R_X86_64_GLOB_DAT || type == R_X86_64_64)
+    return 1;
+  if (type != R_X86_64_JUMP_SLOT || si >= nsyms || syms[si].st_name >= strsize)
+    return 0;
+  return is_function(strs + syms[si].st_name);
+}
+
+/* 0 when every dynamic relocation of the shared object `path` passes
+ * reloc_ok, -1 otherwise (or when it cannot be read as ELF64). */
+static int check_relocs(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return -1;
+  char *img = NULL;
+  long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (size > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 && (img = malloc((size_t)size)) &&
+      fread(img, 1, (size_t)size, f) != (size_t)size) {
+    free(img);
+    img = NULL;
+  }
+  fclose(f);
+  if (!img)
+    return -1;
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
+  const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(img + eh->e_shoff);
+  int ok = eh->e_shoff + (size_t)eh->e_shnum * sizeof *sh <= (size_t)size;
+  for (int i = 0; ok && i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_RELA || sh[i].sh_link >= eh->e_shnum)
+      continue;
+    const ElfW(Shdr) *symh = &sh[sh[i].sh_link];
+    const ElfW(Shdr) *strh = symh->sh_link < eh->e_shnum ? &sh[symh->sh_link] : NULL;
+    if (!strh || sh[i].sh_offset + sh[i].sh_size > (size_t)size ||
+        symh->sh_offset + symh->sh_size > (size_t)size ||
+        strh->sh_offset + strh->sh_size > (size_t)size) {
+      ok = 0;
+      break;
+    }
+    const ElfW(Rela) *r = (const ElfW(Rela) *)(img + sh[i].sh_offset);
+    for (size_t j = 0; ok && j < sh[i].sh_size / sizeof *r; j++)
+      ok = reloc_ok(&r[j], (const ElfW(Sym) *)(img + symh->sh_offset),
+                    symh->sh_size / sizeof(ElfW(Sym)), img + strh->sh_offset, strh->sh_size);
+  }
+  free(img);
+  return ok ? 0 : -1;
+}
 
 /* TinyCC's diagnostics are not shown: on any of them the cell goes to the
  * system compiler, which reports its own. */
@@ -102,6 +295,8 @@ int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
   if (rc == 0)
     rc = tcc_output_file(s, path);
   tcc_delete(s);
+  if (rc == 0)
+    rc = check_relocs(path);
   if (rc != 0)
     unlink(path);
   return rc == 0 ? 0 : -1;

@@ -254,7 +254,11 @@ static int in_list(const cx_t *c, size_t i, const char *const *list) {
 
 static const char *const builtin_types[] = {
     "size_t",  "ssize_t",    "FILE",      "va_list", "ptrdiff_t", "wchar_t", "bool",
-    "jmp_buf", "sigjmp_buf", "pthread_t", "DIR",     "time_t",    NULL};
+    "jmp_buf", "sigjmp_buf", "pthread_t", "DIR",     "time_t",
+    /* <stdatomic.h>'s typedefs (no _t suffix) */
+    "atomic_bool", "atomic_char", "atomic_schar", "atomic_uchar", "atomic_short",
+    "atomic_ushort", "atomic_int", "atomic_uint", "atomic_long", "atomic_ulong", "atomic_llong",
+    "atomic_ullong", "atomic_flag", NULL};
 
 static int is_type_name(const cx_t *c, size_t i) {
   if (i >= c->n || c->t[i].kind != TK_IDENT)
@@ -291,6 +295,17 @@ static size_t skip_group(const cx_t *c, size_t i) {
   return c->n;
 }
 
+/* <complex.h>'s `complex` and `imaginary` are macros for _Complex and
+ * _Imaginary: a specifier when a declarator follows (`double complex z`,
+ * `float complex *p`), a name otherwise (`int complex = 3;` without the
+ * header is valid C). */
+static int macro_specifier(const cx_t *c, size_t i, size_t b) {
+  if (!tk_is(c, i, "complex") && !tk_is(c, i, "imaginary"))
+    return 0;
+  return i + 1 <= b && (c->t[i + 1].kind == TK_IDENT || tk_is(c, i + 1, "*") ||
+                        tk_is(c, i + 1, "("));
+}
+
 /* Parse declaration specifiers starting at a. Returns the index of the
  * first declarator token; *is_decl = 1 when what was seen can only start a
  * declaration (a specifier keyword or a known type name). */
@@ -303,6 +318,10 @@ static size_t parse_specifiers(const cx_t *c, size_t a, size_t b, int *is_decl) 
       *is_decl = 1;
       have_base = 1;
       i++;
+      /* `struct __attribute__((packed)) tag`, `struct _Alignas(8) tag` */
+      while (i <= b && (tk_is(c, i, "__attribute__") || tk_is(c, i, "_Alignas") ||
+                        tk_is(c, i, "__declspec")))
+        i = i + 1 <= b && tk_is(c, i + 1, "(") ? skip_group(c, i + 1) : i + 1;
       if (i <= b && c->t[i].kind == TK_IDENT)
         i++;
       if (i <= b && tk_is(c, i, "{"))
@@ -319,7 +338,7 @@ static size_t parse_specifiers(const cx_t *c, size_t a, size_t b, int *is_decl) 
         i = skip_group(c, i);
       continue;
     }
-    if (in_list(c, i, kw_specifier)) {
+    if (in_list(c, i, kw_specifier) || macro_specifier(c, i, b)) {
       *is_decl = 1;
       if (in_list(c, i, kw_base))
         have_base = 1;
@@ -580,10 +599,13 @@ static void classify_typedef(const cx_t *c, size_t a, size_t b, ex_chunk_t *k) {
  * none (its tag was read past the last token: tests/fuzz/fuzz_split). */
 static void classify_tagged_type(const cx_t *c, size_t a, size_t b, ex_chunk_t *k) {
   k->kind = EX_CHUNK_TYPE;
-  if (!(tk_is(c, a, "struct") || tk_is(c, a, "union") || tk_is(c, a, "enum")) || a >= b ||
-      c->t[a + 1].kind != TK_IDENT)
+  size_t t = a + 1; /* the tag, past attributes (`struct __attribute__((packed)) S`) */
+  while (t < b && (tk_is(c, t, "__attribute__") || tk_is(c, t, "_Alignas")))
+    t = t + 1 < b && tk_is(c, t + 1, "(") ? skip_group(c, t + 1) : t + 1;
+  if (!(tk_is(c, a, "struct") || tk_is(c, a, "union") || tk_is(c, a, "enum")) || t >= b ||
+      c->t[t].kind != TK_IDENT)
     return;
-  char *tag = tk_text(c, a), *nm = tk_text(c, a + 1);
+  char *tag = tk_text(c, a), *nm = tk_text(c, t);
   if (tag && nm) {
     size_t l = strlen(tag) + strlen(nm) + 2;
     k->name = malloc(l);

@@ -1442,17 +1442,27 @@ NBF_TEST(jit_cell_safe_rule) {
                          "int ptr_ok(pair_p p) { return p->a; }\n"
                          "#define TWICE(x) (2 * sq(x))\n"
                          "#define MK(a) first(mk(a))\n"
-                         "int counter = 0;",
+                         "int counter = 0;\ndouble rate = 0.1;\n"
+                         "pair_t (*mkp)(int) = mk;\npair_t gp;\nenum color { RED, GREEN };\n"
+                         "long double ldv;",
                          1);
   ex_cell_unit_free(&u);
+  /* issue 20: judged by the declared types of what the cell names */
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "double lr = rate * 2;"), 1);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "int z = mkp(1).a;"), 0); /* a function pointer variable */
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "gp.a = 3;"), 0);         /* an aggregate variable */
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "__typeof__(counter) t = 1;"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "int k = GREEN;"), 0); /* an earlier cell's enumerator */
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "double x = ldv;"), 0);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "div_t q = div(7, 2);"), 0);
   ASSERT_EQ(ex_jit_cell_safe(c.st, "int y = sq(3) + counter;"), 1);
   ASSERT_EQ(ex_jit_cell_safe(c.st, "real r = 2.5f; double d = norm(&d, 1);"), 1);
   ASSERT_EQ(ex_jit_cell_safe(c.st, "#include <stdio.h>\nprintf(\"%d\\n\", TWICE(4));"), 1);
-  ASSERT_EQ(ex_jit_cell_safe(c.st, "pair_p q = 0;"), 1);
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "pair_p q = 0;"), 0); /* a pointer to an aggregate */
   ASSERT_EQ(ex_jit_cell_safe(c.st, "int z = first(mk(1));"), 0);
   ASSERT_EQ(ex_jit_cell_safe(c.st, "pair_t p = {1, 2.0};"), 0);
   ASSERT_EQ(ex_jit_cell_safe(c.st, "int z = MK(2);"), 0);
-  ASSERT_EQ(ex_jit_cell_safe(c.st, "int z = ptr_ok(0);"), 1); /* a pointer: same in both ABIs */
+  ASSERT_EQ(ex_jit_cell_safe(c.st, "int z = ptr_ok(0);"), 0); /* its type names an aggregate */
   ASSERT_EQ(ex_jit_cell_safe(c.st, "struct S { int a; } s;"), 0);
   ASSERT_EQ(ex_jit_cell_safe(c.st, "long  double ld = 1;"), 0);
   ASSERT_EQ(ex_jit_cell_safe(c.st, "int a __attribute__((aligned(64)));"), 0);
