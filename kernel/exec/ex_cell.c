@@ -108,7 +108,7 @@ typedef enum {
 
 /* Whether an initializer contains a compound literal (`(int[]){1, 2}`,
  * `&(struct p){0}`): a `)` followed by `{`. At file scope C gives it
- * static storage, so the initializer must stay a static one: assigned in
+ * static storage, so such an initializer stays a static one: assigned in
  * the run function, the literal would be automatic and dangle. */
 static int has_compound_literal(const char *init) {
   for (const char *p = strchr(init, ')'); p; p = strchr(p + 1, ')')) {
@@ -121,12 +121,40 @@ static int has_compound_literal(const char *init) {
   return 0;
 }
 
+/* Whether an initializer calls a function (a name followed by `(`, other
+ * than the operators sizeof, _Alignof, alignof, offsetof): it can only run
+ * when the cell runs (nbfork's extension of C), and a compound literal in
+ * it is an argument the call consumes. */
+static int has_call(const char *init) {
+  static const char *const operators[] = {"sizeof", "_Alignof", "alignof", "offsetof",
+                                          "__builtin_offsetof", "__alignof__"};
+  for (const char *p = init; *p; p++) {
+    if (!(isalpha((unsigned char)*p) || *p == '_') ||
+        (p > init && (isalnum((unsigned char)p[-1]) || p[-1] == '_')))
+      continue;
+    const char *e = p;
+    while (isalnum((unsigned char)*e) || *e == '_')
+      e++;
+    const char *q = e;
+    while (isspace((unsigned char)*q))
+      q++;
+    int op = 0;
+    for (size_t i = 0; i < sizeof operators / sizeof *operators; i++)
+      op |= strlen(operators[i]) == (size_t)(e - p) && !strncmp(p, operators[i], (size_t)(e - p));
+    if (*q == '(' && !op)
+      return 1;
+    p = e - 1;
+  }
+  return 0;
+}
+
 static init_kind_t init_kind(const ex_chunk_t *k, const ex_declarator_t *d) {
   if (object_is_const(k, d))
     return INIT_CONST;
   if (!d->init)
     return INIT_NONE;
-  if (d->init_braced || strchr(d->declarator, '[') || has_compound_literal(d->init))
+  if (d->init_braced || strchr(d->declarator, '[') ||
+      (has_compound_literal(d->init) && !has_call(d->init)))
     return INIT_STATIC;
   return INIT_RUNTIME;
 }
