@@ -707,6 +707,32 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual(self.value("tv"), "2.5")
         self.assertEqual(self.value("twice(tv)"), "5")
 
+    def test_enum_and_macro_redefinition_refused_clearly(self):
+        # an enum whose values move under a function compiled with them
+        self.ok("enum color { RED, GREEN };")
+        reply, _, _, _ = self.run_cell("int green(void) { return GREEN; }")
+        users_cell = reply["execution_count"]
+        reply = self.error_of("enum color { GREEN, RED };")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]: 'enum color' \(defined by cell\[%d\]\)"
+                         % (users_cell - 1))
+        self.assertIn("green (function, cell[%d])" % users_cell, reply["evalue"])
+        self.assertEqual(self.value("green()"), "1")
+        # a macro behind an array size: before, "'N' undeclared" at an
+        # earlier cell's line; now the macro, its cell and each user
+        self.ok("#define N 4")
+        self.ok("int arr[N];")
+        self.ok("struct P { int c[N]; };")
+        reply = self.error_of("#define N 8")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertIn("the macro 'N' (defined by cell[", reply["evalue"])
+        self.assertIn("arr (variable, cell[", reply["evalue"])
+        self.assertIn("struct P (type, cell[", reply["evalue"])
+        self.assertNotIn("undeclared", reply["evalue"])
+        # a re-run of the same #define is no redefinition
+        self.ok("#define N 4")
+        self.assertEqual(self.value("(int)(sizeof arr + sizeof(struct P))"), "32")
+
     def test_top_level_pragmas(self):
         self.ok("%cflags -fopenmp")
         self.ok("#include <omp.h>\nint hits[4];\nint threads_seen;")

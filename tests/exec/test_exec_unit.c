@@ -1617,6 +1617,67 @@ NBF_TEST(cell_type_redefinition_refused_naming_users) {
   ex_cell_state_destroy(&c.st);
 }
 
+/* The refusal for `code` as the next cell (EX_ERR_REDEFINED), in err. */
+static void refused(cells_t *c, const char *code, char *err, size_t errlen) {
+  ex_cell_unit_t v;
+  ASSERT_EQ(ex_cell_generate(c->st, code, 0, "cell[9]", NULL, NULL, "", &v, err, errlen),
+            EX_ERR_REDEFINED);
+}
+
+NBF_TEST(cell_enum_value_redefinition_refused_naming_users) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u[5];
+  u[0] = gen(&c, "enum color { RED, GREEN };", 1);
+  u[1] = gen(&c, "int green(void) { return GREEN; }\nint red_only = 0;", 1);
+  char err[1024] = "";
+  /* GREEN moves: green() was compiled with GREEN == 1 */
+  refused(&c, "enum color { GREEN, RED };", err, sizeof err);
+  ASSERT_CONTAINS(err, "'enum color' (defined by cell[1])");
+  ASSERT_CONTAINS(err, "through 'GREEN'");
+  ASSERT_CONTAINS(err, "green (function, cell[2])");
+  ASSERT_NOT_CONTAINS(err, "red_only");
+  refused(&c, "enum color { RED, GREEN = 5 };", err, sizeof err);
+  ASSERT_CONTAINS(err, "green (function, cell[2])");
+  /* a value added at the end, or a renamed unused one, changes no user */
+  u[2] = gen(&c, "enum color { RED, GREEN, BLUE };", 1);
+  u[3] = gen(&c, "enum color { CRIMSON, GREEN, BLUE };", 1);
+  /* the users redefined with it */
+  u[4] = gen(&c, "enum color { GREEN, RED };\nint green(void) { return GREEN; }", 0);
+  for (int i = 0; i < 5; i++)
+    ex_cell_unit_free(&u[i]);
+  ex_cell_state_destroy(&c.st);
+}
+
+NBF_TEST(cell_macro_redefinition_refused_naming_users) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u[7];
+  u[0] = gen(&c, "#define N 4\n#define TWICE_N (N * 2)\n#define UNUSED 1", 1);
+  u[1] = gen(&c, "int arr[N];\nint total(void) { return TWICE_N; }", 1);
+  u[2] = gen(&c, "struct P { int c[N]; };\nenum { SLOTS = N };", 1);
+  char err[1024] = "";
+  refused(&c, "#define N 8", err, sizeof err);
+  ASSERT_CONTAINS(err, "the macro 'N' (defined by cell[1])");
+  ASSERT_CONTAINS(err, "arr (variable, cell[2])");
+  ASSERT_CONTAINS(err, "total (function, cell[2])"); /* through TWICE_N */
+  ASSERT_CONTAINS(err, "struct P (type, cell[3])");  /* its array size */
+  ASSERT_CONTAINS(err, "restart the kernel");
+  /* the same text again (a re-run) keeps its place before struct P */
+  u[3] = gen(&c, "#define N  4", 1);
+  ASSERT_CONTAINS(u[3].source, "#define N 4\n");
+  ASSERT_TRUE(strstr(u[3].source, "#define N 4\n") < strstr(u[3].source, "struct P"));
+  /* a macro nothing uses changes freely */
+  u[4] = gen(&c, "#define UNUSED 2", 1);
+  /* a struct's users are refused whatever the struct's own dependency */
+  u[5] = gen(&c, "#define M 3\ntypedef struct { int w[M]; } M_t;", 1);
+  u[6] = gen(&c, "M_t m_user;", 1);
+  refused(&c, "#define M 5", err, sizeof err);
+  ASSERT_CONTAINS(err, "M_t (type, cell[");
+  ASSERT_CONTAINS(err, "m_user (variable, cell[");
+  for (int i = 0; i < 7; i++)
+    ex_cell_unit_free(&u[i]);
+  ex_cell_state_destroy(&c.st);
+}
+
 NBF_TEST(diag_columns_count_characters) {
   /* "é" is 2 bytes: byte column 9 on line 2 is character column 8 */
   char *d = ex_diag_columns("cell[4]:2:9: error: x\nother:2:9: note\n", "cell[4]",
