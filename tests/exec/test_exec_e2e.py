@@ -271,13 +271,15 @@ class ExecutorE2ETest(unittest.TestCase):
         slow = os.path.join(self.workdir, "slow-cc")
         started = os.path.join(self.workdir, "cc-started")
         with open(slow, "w") as f:
-            f.write('#!/bin/sh\ncase "$1" in -print*) ;; *) touch "%s"; sleep 30 ;; esac\n'
+            # (%cflags' probe, cell_flags*, compiles at once)
+            f.write('#!/bin/sh\ncase "$*" in *cell_flags*) exec cc "$@" ;; esac\n'
+                    'case "$1" in -print*) ;; *) touch "%s"; sleep 30 ;; esac\n'
                     'exec cc "$@"\n' % started)
         os.chmod(slow, 0o755)
         self.k.close()
         self.k = Kernel(env={"NBFORK_CC": slow})
         self.kc = self.k.kc
-        self.ok("%cflags -DFAST")  # magics alone compile nothing
+        self.ok("%cflags -DFAST")  # only its probe compiles, not a cell
         # interrupt once the compiler runs (it left a file), not after a guess
         reply, outputs, _, times = self.run_cell(
             "int compiled = 1;", interrupt_when=lambda outputs: os.path.exists(started))
