@@ -43,7 +43,11 @@
  * For execute, an error reply is also published once as iopub `error`.
  * Reply fields per request (offsets in BYTES of the UTF-8 code; the kernel
  * converts from/to Jupyter's code points):
- *   execute:     {"msg":"reply","status":"ok"}
+ *   execute:     {"msg":"reply","status":"ok"} or, for a help request
+ *                (`name?`, `name??`: ex_query.h), with the pager payload
+ *                {"msg":"reply","status":"ok","payload":[{"source":"page",
+ *                 "data":{"text/plain":STR},"start":0}]}, which the
+ *                kernel puts in execute_reply's "payload" as it is
  *   complete:    {..,"status":"ok","matches":[STR..],"cursor_start":INT,
  *                 "cursor_end":INT,"metadata":{}}
  *   inspect:     {..,"status":"ok","found":BOOL,"data":{MIME:..},"metadata":{}}

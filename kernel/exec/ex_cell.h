@@ -49,13 +49,17 @@ int ex_cell_is_type(const char *name, void *st);
 struct nbf_buf;
 int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struct nbf_buf *out);
 
-/* Refuse a cell that redefines a struct, union, enum or typedef with
- * another text while a global or function of an earlier cell (not
- * redefined by this cell too) uses it, directly or through another type:
- * their compiled code would read memory with the old layout (DESIGN.md
- * "Cells"). EX_OK; EX_ERR_REDEFINED with err naming the type, the cell
- * that defined it and each user with its kind and cell; EX_ERR_NOMEM.
- * The check is lexical: a user is code whose text names the type. */
+/* Refuse a cell that redefines a struct, union, enum, typedef or macro
+ * with another text while what an earlier cell compiled (not redefined by
+ * this cell too) uses it: a global or function that names it, directly or
+ * through another type or macro, or names an enumerator whose value the
+ * new text changes; or a type whose array sizes, bit-field widths or
+ * enumerator values name a changed macro or enumerator. Their compiled
+ * code would read memory with the old layout or compute with the old
+ * values (DESIGN.md "Cells"). EX_OK; EX_ERR_REDEFINED with err naming
+ * the type or macro, the cell that defined it and each user with its
+ * kind and cell; EX_ERR_NOMEM. The check is lexical: a user is code whose
+ * text names the type, macro or enumerator. */
 ex_result_t ex_cell_state_check_types(const ex_cell_state_t *st, const ex_split_t *sp, char *err,
                                       size_t errlen);
 
@@ -133,6 +137,8 @@ typedef struct {
                         `float *w`, the typedef or #define text)            */
   const char *doc;   /* the comment above the definition, or NULL           */
   const char *label; /* the cell that defined it (`cell[3]`)                */
+  const char *source; /* the whole definition as written in its cell (a
+                         function with its body, `int x = 5;`)              */
 } ex_cell_name_t;
 
 /* Each name currently defined, in order of first definition (for %who,

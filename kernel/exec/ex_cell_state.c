@@ -25,6 +25,7 @@ static void entry_free(entry_t *e) {
   free(e->doc);
   free(e->label);
   free(e->uses);
+  free(e->source);
 }
 
 void ex_cell_state_destroy(ex_cell_state_t **st_p) {
@@ -116,10 +117,25 @@ int ex_cell_state_defines(const ex_split_t *sp, const char *key) {
 
 /* The prelude of the next cell: what earlier cells defined, minus what
  * the cell (`sp`) redefines. 0, or -1 when memory ran out. */
+/* Does the cell define the macro of entry e again with the same text (a
+ * re-run)? Its prelude line then stays where it was: an earlier type
+ * whose array size names the macro comes after it in the prelude but
+ * before the cell's own #define (C allows an identical redefinition). */
+static int same_macro(const ex_split_t *sp, const entry_t *e) {
+  if (strncmp(e->key, "macro:", 6) || !e->uses)
+    return 0;
+  for (size_t i = 0; i < sp->count; i++) {
+    const ex_chunk_t *k = &sp->chunks[i];
+    if (k->kind == EX_CHUNK_PREPROC && k->name && !strcmp(k->name, e->key + 6))
+      return ex_cell_same_text(k->text, e->uses);
+  }
+  return 0;
+}
+
 int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, nbf_buf_t *out) {
   int bad = 0;
   for (size_t i = 0; i < st->n; i++)
-    if (!ex_cell_state_defines(sp, st->entries[i].key))
+    if (!ex_cell_state_defines(sp, st->entries[i].key) || same_macro(sp, &st->entries[i]))
       bad |= nbf_buf_puts(out, st->entries[i].text);
   return bad ? -1 : 0;
 }
@@ -177,8 +193,11 @@ static char *dup_or_null(const char *s) {
 /* An entry with its display fields filled from chunk k. */
 static entry_t make_entry(char *key, char *text, const char *kind, char *decl, const ex_chunk_t *k,
                           const char *label) {
-  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind, NULL};
-  if (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_TYPE)
+  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind, NULL, NULL};
+  if (kind)
+    e.source = strdup(k->text);
+  if (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_TYPE ||
+      (k->kind == EX_CHUNK_PREPROC && k->name))
     e.uses = strdup(k->text);
   else if (k->kind == EX_CHUNK_VARIABLE && decl)
     e.uses = strdup(decl);
@@ -320,6 +339,7 @@ static int entry_name(const entry_t *e, ex_cell_name_t *out) {
   out->decl = e->decl;
   out->doc = e->doc;
   out->label = e->label;
+  out->source = e->source ? e->source : e->decl;
   return 1;
 }
 

@@ -20,7 +20,9 @@ typedef struct {
   const char *kind;
   char *uses; /* the text whose type names it depends on: a function's whole
                  definition, a variable's type and declarator, a type's
-                 definition (NULL for the rest) */
+                 definition, a macro's #define line (NULL for the rest) */
+  char *source; /* the chunk that defined it, as written (`name??` shows it);
+                   NULL for "pp:" entries */
 } entry_t;
 
 struct ex_cell_state {
@@ -33,5 +35,8 @@ struct ex_cell_state {
 /* Does the cell split as `sp` define `key` ("sym:x", "type:struct S",
  * ...), so that earlier prelude text for it is left out? */
 int ex_cell_state_defines(const ex_split_t *sp, const char *key);
+
+/* Equal but for the amount of white space (ex_cell_types.c). */
+int ex_cell_same_text(const char *a, const char *b);
 
 #endif

@@ -6,10 +6,14 @@
 #include "nbf_param.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "nbf_util.h"
 
 extern char **environ;
 
@@ -90,33 +94,55 @@ typedef struct {
   int any;
 } who_ctx_t;
 
-/* `%timeit [-n N] [-r R] STATEMENT` */
-static int parse_timeit(const char *args, size_t n, ex_magic_result_t *out, char *err,
-                        size_t errlen) {
-  const char *p = args, *end = args + n;
+/* The -n/-r options of `%timeit` and `%%timeit` (IPython's spelling:
+ * `-n 5` or `-n5`) from [*pp, end); *pp moves past them. Any other
+ * `-LETTERS` word is refused (a UsageError, as IPython's getopt). */
+static int parse_timeit_opts(const char **pp, const char *end, const char *magic,
+                             ex_magic_result_t *out, char *err, size_t errlen) {
+  const char *p = *pp;
   out->timeit_repeat = 7;
   for (;;) {
     while (p < end && isspace((unsigned char)*p))
       p++;
-    if (end - p >= 3 && p[0] == '-' && (p[1] == 'n' || p[1] == 'r') &&
-        isspace((unsigned char)p[2])) {
-      char opt = p[1], *stop;
-      long v = strtol(p + 3, &stop, 10);
-      if (stop == p + 3 || v < 1 || v > 1000000000L ||
-          (stop < end && !isspace((unsigned char)*stop))) {
-        snprintf(err, errlen, "%%timeit: -%c needs a positive number, e.g. %%timeit -%c 100 f(x)",
-                 opt, opt);
-        return -1;
-      }
-      if (opt == 'n')
-        out->timeit_loops = v;
-      else
-        out->timeit_repeat = (int)(v > 1000 ? 1000 : v);
-      p = stop;
-      continue;
+    if (end - p < 2 || p[0] != '-' || !isalpha((unsigned char)p[1]))
+      break;
+    const char *w = p + 1;
+    while (w < end && isalnum((unsigned char)*w))
+      w++;
+    if (w < end && !isspace((unsigned char)*w))
+      break; /* `-x;`, `-f(x)`: a statement */
+    char opt = p[1];
+    if (opt != 'n' && opt != 'r') {
+      snprintf(err, errlen, "%s: unknown option -%.*s (options: -n LOOPS, -r RUNS)", magic,
+               (int)(w - p - 1), p + 1);
+      return -1;
     }
-    break;
+    const char *v = p + 2;
+    while (v < end && (*v == ' ' || *v == '\t'))
+      v++;
+    char *stop;
+    long n = strtol(v, &stop, 10);
+    if (stop == v || n < 1 || n > 1000000000L || (stop < end && !isspace((unsigned char)*stop))) {
+      snprintf(err, errlen, "%s: -%c needs a positive number, e.g. %s -%c 100 f(x)", magic, opt,
+               magic, opt);
+      return -1;
+    }
+    if (opt == 'n')
+      out->timeit_loops = n;
+    else
+      out->timeit_repeat = (int)(n > 1000 ? 1000 : n);
+    p = stop;
   }
+  *pp = p;
+  return 0;
+}
+
+/* `%timeit [-n N] [-r R] STATEMENT` */
+static int parse_timeit(const char *args, size_t n, ex_magic_result_t *out, char *err,
+                        size_t errlen) {
+  const char *p = args, *end = args + n;
+  if (parse_timeit_opts(&p, end, "%timeit", out, err, errlen))
+    return -1;
   while (end > p && isspace((unsigned char)end[-1]))
     end--;
   if (p == end) {
@@ -136,19 +162,51 @@ static void who_print(const ex_cell_name_t *n, void *ctx) {
     printf("%-24s %-9s (%s)\n", n->name, n->kind, n->label);
 }
 
-static void set_flags(char **slot, const char *args, size_t n, const char *what) {
+/* The FLAGS of `%cflags`/`%ldflags` (args, n bytes): blanks trimmed,
+ * into *out (caller frees; NULL for none). 1 for `--clear`, 0 else, -1
+ * when memory ran out. */
+static int flags_arg(const char *args, size_t n, char **out) {
   const char *p = skip_ws(args);
   size_t len = n - (size_t)(p - args);
   while (len && isspace((unsigned char)p[len - 1]))
     len--;
-  if (len == 7 && !strncmp(p, "--clear", 7)) {
+  *out = NULL;
+  if (len == 7 && !strncmp(p, "--clear", 7))
+    return 1;
+  if (len && !(*out = strndup(p, len)))
+    return -1;
+  return 0;
+}
+
+/* %cflags / %ldflags: set (test-compiling a trivial unit with the new
+ * flags first, so flags the compiler or linker rejects are refused now,
+ * not on every later cell), clear, or show. */
+static ex_result_t set_flags(ex_flags_t *f, int ld, const char *args, size_t n, char *err,
+                             size_t errlen) {
+  char **slot = ld ? &f->ldflags : &f->cflags;
+  const char *what = ld ? "extra linker flags" : "extra compiler flags";
+  char *v;
+  int clear = flags_arg(args, n, &v);
+  if (clear < 0) {
+    snprintf(err, errlen, "out of memory");
+    return EX_ERR_NOMEM;
+  }
+  if (v && f->check) {
+    char why[1024] = "";
+    if (f->check(f->check_ctx, ld ? f->cflags : v, ld ? v : f->ldflags, why, sizeof why)) {
+      snprintf(err, errlen, "%s %s: the %s rejects these flags, so they are not set (now: %s):\n%s",
+               ld ? "%ldflags" : "%cflags", v, ld ? "linker" : "compiler",
+               *slot && **slot ? *slot : "(none)", why);
+      free(v);
+      return EX_ERR_USAGE;
+    }
+  }
+  if (clear || v) {
     free(*slot);
-    *slot = NULL;
-  } else if (len) {
-    free(*slot);
-    *slot = strndup(p, len);
+    *slot = v;
   }
   printf("%s for the next cells: %s\n", what, *slot && **slot ? *slot : "(none)");
+  return EX_OK;
 }
 
 /* What a magic's handler works on. */
@@ -168,14 +226,43 @@ static ex_result_t magic_timeit(magic_ctx_t *c, const char *args, size_t an) {
   return parse_timeit(args, an, c->out, c->err, c->errlen) ? EX_ERR_USAGE : EX_OK;
 }
 
+/* `%time STATEMENT`: the statement runs once, timed (ex_timeit_once). */
+static ex_result_t magic_time(magic_ctx_t *c, const char *args, size_t an) {
+  const char *p = skip_ws(args), *end = args + an;
+  while (end > p && isspace((unsigned char)end[-1]))
+    end--;
+  if (p == end || (p[0] == '-' && end - p > 1 && isalpha((unsigned char)p[1]) &&
+                   (end - p == 2 || isspace((unsigned char)p[2])))) {
+    snprintf(c->err, c->errlen,
+             p == end ? "%%time needs a statement, e.g. %%time train(10)"
+                      : "%%time takes no options: %%time STATEMENT, e.g. %%time train(10)");
+    return EX_ERR_USAGE;
+  }
+  c->out->timeit_stmt = strndup(p, (size_t)(end - p));
+  c->out->timeit_loops = 1;
+  c->out->timeit_repeat = 1;
+  c->out->time_once = 1;
+  return c->out->timeit_stmt ? EX_OK : EX_ERR_NOMEM;
+}
+
 static ex_result_t magic_cflags(magic_ctx_t *c, const char *args, size_t an) {
-  set_flags(&c->flags->cflags, args, an, "extra compiler flags");
-  return EX_OK;
+  return set_flags(c->flags, 0, args, an, c->err, c->errlen);
 }
 
 static ex_result_t magic_ldflags(magic_ctx_t *c, const char *args, size_t an) {
-  set_flags(&c->flags->ldflags, args, an, "extra linker flags");
-  return EX_OK;
+  return set_flags(c->flags, 1, args, an, c->err, c->errlen);
+}
+
+/* A magic that takes no arguments: `%who x` is a UsageError. */
+static ex_result_t no_args(magic_ctx_t *c, const char *name, const char *args, size_t an) {
+  const char *p = skip_ws(args);
+  size_t len = an - (size_t)(p - args);
+  while (len && isspace((unsigned char)p[len - 1]))
+    len--;
+  if (!len)
+    return EX_OK;
+  snprintf(c->err, c->errlen, "%s takes no arguments (got '%.*s')", name, (int)len, p);
+  return EX_ERR_USAGE;
 }
 
 /* %env: all variables; %env NAME: one; %env NAME=VALUE: set it (workers
@@ -190,6 +277,18 @@ static ex_result_t magic_env(magic_ctx_t *c, const char *args, size_t an) {
   while (al && isspace((unsigned char)a[al - 1]))
     a[--al] = 0;
   char *eq = strchr(a, '=');
+  size_t name_len = eq ? (size_t)(eq - a) : al;
+  int bad = eq && !name_len;
+  for (size_t i = 0; i < name_len && !bad; i++)
+    bad = isspace((unsigned char)a[i]);
+  if (bad) {
+    snprintf(c->err, c->errlen,
+             "%%env: '%s' is not NAME or NAME=VALUE (a name without blanks, e.g. %%env "
+             "OMP_NUM_THREADS=4)",
+             a);
+    free(a);
+    return EX_ERR_USAGE;
+  }
   if (!*a) {
     for (char **e = environ; *e; e++)
       printf("%s\n", *e);
@@ -206,8 +305,7 @@ static ex_result_t magic_env(magic_ctx_t *c, const char *args, size_t an) {
 }
 
 static ex_result_t magic_who(magic_ctx_t *c, const char *args, size_t an) {
-  (void)args;
-  (void)an;
+  EX_CHECK(no_args(c, "%who", args, an));
   who_ctx_t w = {0};
   ex_cell_each_name(c->st, who_print, &w);
   if (!w.any)
@@ -216,11 +314,10 @@ static ex_result_t magic_who(magic_ctx_t *c, const char *args, size_t an) {
 }
 
 static ex_result_t magic_lsmagic(magic_ctx_t *c, const char *args, size_t an) {
-  (void)c;
-  (void)args;
-  (void)an;
-  printf("Line magics: %%launch %%timeit %%cflags %%ldflags %%env %%who %%lsmagic\n"
-         "Cell magics: %%%%cuda\n");
+  EX_CHECK(no_args(c, "%lsmagic", args, an));
+  printf("Line magics: %%launch %%time %%timeit %%cflags %%ldflags %%env %%who %%lsmagic\n"
+         "Cell magics: %%%%cuda %%%%timeit %%%%writefile %%%%file\n"
+         "Help: NAME? (NAME?? for its source), %%MAGIC?\n");
   return EX_OK;
 }
 
@@ -234,12 +331,54 @@ static const struct {
 } magics[] = {
     {"%launch", "LaunchError", offsetof(ex_magic_result_t, launch_call), magic_launch},
     {"%timeit", "UsageError", offsetof(ex_magic_result_t, timeit_stmt), magic_timeit},
+    {"%time", "UsageError", offsetof(ex_magic_result_t, timeit_stmt), magic_time},
     {"%cflags", "UsageError", -1, magic_cflags},
     {"%ldflags", "UsageError", -1, magic_ldflags},
     {"%env", "UsageError", -1, magic_env},
     {"%who", "UsageError", -1, magic_who},
     {"%lsmagic", "UsageError", -1, magic_lsmagic},
 };
+
+/* What `%timeit?` shows: each magic's usage, as IPython's docstrings. */
+static const struct {
+  const char *name, *help;
+} helps[] = {
+    {"%launch", "%launch CALL [key=value ...]\n\nFork num_processes workers that run CALL, a C "
+                "call expression type-checked against its declaration (Accelerate's "
+                "notebook_launcher). The cell's last line. Options: num_processes=N "
+                "mixed_precision=no|fp16|bf16 use_port=29500 master_addr node_rank num_nodes "
+                "max_restarts monitor_interval log_line_prefix_template rdzv_id rdzv_endpoint "
+                "rdzv_timeout."},
+    {"%time", "%time STATEMENT\n\nRun STATEMENT once (compiled like function code, -O2) and "
+              "print IPython's CPU and wall times:\nCPU times: user 1.2 ms, sys: 0 ns, total: 1.2 "
+              "ms\nWall time: 1.5 ms"},
+    {"%timeit", "%timeit [-n N] [-r R] STATEMENT\n\nTime STATEMENT as IPython's %timeit: R runs "
+                "(7) of N loops (chosen so a run takes at least 0.2 s); prints the mean and "
+                "standard deviation per loop."},
+    {"%%timeit", "%%timeit [-n N] [-r R] [SETUP]\n<statements>\n\nTime the cell's other lines "
+                 "as %timeit times a statement; SETUP (C code on the magic's line) runs once "
+                 "first."},
+    {"%cflags", "%cflags [FLAGS | --clear]\n\nExtra compiler flags for later cells (-O3 "
+                "-march=native). A trivial unit is compiled with them first: flags the compiler "
+                "rejects are a UsageError and are not set. Without FLAGS: show them."},
+    {"%ldflags", "%ldflags [FLAGS | --clear]\n\nExtra linker flags for later cells (-lsqlite3), "
+                 "checked by linking a trivial unit first."},
+    {"%env", "%env [NAME[=VALUE]]\n\nShow all environment variables, one, or set one (workers "
+             "inherit it)."},
+    {"%who", "%who\n\nList the functions, globals, types and macros defined so far."},
+    {"%lsmagic", "%lsmagic\n\nList the magics."},
+    {"%%cuda", "%%cuda\n\nThe cell is CUDA C++, compiled by nvcc."},
+    {"%%writefile", "%%writefile [-a] FILE\n<text>\n\nWrite the cell's other lines to FILE "
+                    "(-a: append), as IPython's %%writefile. %%file is the same."},
+    {"%%file", "%%file [-a] FILE\n<text>\n\nThe same as %%writefile."},
+};
+
+const char *ex_magic_help(const char *name) {
+  for (size_t i = 0; i < sizeof helps / sizeof *helps; i++)
+    if (!strcmp(helps[i].name, name))
+      return helps[i].help;
+  return NULL;
+}
 
 const char *ex_magic_name(size_t i) {
   return i < sizeof magics / sizeof magics[0] ? magics[i].name : NULL;
@@ -262,8 +401,9 @@ static ex_result_t run_line_magic(magic_ctx_t *c, const char *line, size_t nl, s
     return r;
   }
   snprintf(c->err, c->errlen,
-           "unknown magic '%.*s'. Available: %%launch, %%timeit, %%cflags, %%ldflags, %%env, "
-           "%%who, %%lsmagic, %%%%cuda (first line only)",
+           "unknown magic '%.*s'. Available: %%launch, %%time, %%timeit, %%cflags, %%ldflags, "
+           "%%env, %%who, %%lsmagic; cell magics (first line): %%%%cuda, %%%%timeit, "
+           "%%%%writefile, %%%%file",
            (int)nl, line);
   return EX_ERR_USAGE;
 }
@@ -389,6 +529,101 @@ static ex_result_t later_magics(magic_ctx_t *c, const char *src, const char *fro
   return out->launch_call ? refuse_code_after(c, src, from) : EX_OK;
 }
 
+/* `%%writefile [-a] FILE` (alias `%%file`), IPython's: the cell's other
+ * lines (with a final newline) go to FILE, created, replaced or (-a)
+ * appended to; prints `Writing FILE`, `Overwriting FILE` or `Appending
+ * to FILE`. FILE may be quoted; `~/` is the home directory. */
+static ex_result_t cell_writefile(magic_ctx_t *c, const char *magic, const char *args, size_t an,
+                                 const char *body, const char **ename) {
+  const char *p = args, *end = args + an;
+  int append = 0;
+  for (;;) {
+    while (p < end && isspace((unsigned char)*p))
+      p++;
+    const char *w = p;
+    while (w < end && !isspace((unsigned char)*w))
+      w++;
+    if (p >= end || *p != '-' || w - p < 2)
+      break;
+    if ((w - p == 2 && p[1] == 'a') || (w - p == 8 && !strncmp(p, "--append", 8))) {
+      append = 1;
+      p = w;
+      continue;
+    }
+    snprintf(c->err, c->errlen, "%s: unknown option %.*s (usage: %s [-a] FILE)", magic,
+             (int)(w - p), p, magic);
+    return EX_ERR_USAGE;
+  }
+  while (end > p && isspace((unsigned char)end[-1]))
+    end--;
+  if (end - p >= 2 && (*p == '"' || *p == '\'') && end[-1] == *p)
+    p++, end--;
+  if (p >= end) {
+    snprintf(c->err, c->errlen, "%s needs a file name: %s [-a] FILE", magic, magic);
+    return EX_ERR_USAGE;
+  }
+  const char *home = end - p >= 2 && p[0] == '~' && p[1] == '/' ? nbf_env_get("HOME") : NULL;
+  char path[4096];
+  snprintf(path, sizeof path, "%s%.*s", home ? home : "", (int)(end - p - (home ? 1 : 0)),
+           p + (home ? 1 : 0));
+  printf("%s %.*s\n", access(path, F_OK) ? "Writing" : append ? "Appending to" : "Overwriting",
+         (int)(end - p), p);
+  size_t bl = strlen(body);
+  FILE *f = fopen(path, append ? "a" : "w");
+  int bad = !f || fwrite(body, 1, bl, f) != bl || (bl && body[bl - 1] != '\n' && fputc('\n', f) < 0);
+  if (f && fclose(f))
+    bad = 1;
+  if (bad) {
+    *ename = "OSError";
+    snprintf(c->err, c->errlen, "[Errno %d] %s: '%s'", errno, NBF_STRERROR(errno), path);
+    return EX_ERR_USAGE;
+  }
+  return EX_OK;
+}
+
+/* `%%timeit [-n N] [-r R] [SETUP]`: the cell's other lines are the timed
+ * statement (a block); SETUP, on the magic's line, runs first as the
+ * cell's own code (its globals are there for the timed block). */
+static ex_result_t cell_timeit(magic_ctx_t *c, const char *src, const char *line, size_t n) {
+  const char *p = line + 8, *end = line + n;
+  if (parse_timeit_opts(&p, end, "%%timeit", c->out, c->err, c->errlen))
+    return EX_ERR_USAGE;
+  const char *body = line[n] ? line + n + 1 : line + n;
+  if (!body[strspn(body, " \t\r\n")]) {
+    snprintf(c->err, c->errlen,
+             "%%%%timeit needs the statements to time on the lines below it, e.g.\n"
+             "%%%%timeit -n 100\nsq(3);");
+    return EX_ERR_USAGE;
+  }
+  if (asprintf(&c->out->timeit_stmt, "{%s\n}", body) < 0) {
+    c->out->timeit_stmt = NULL;
+    return EX_ERR_NOMEM;
+  }
+  /* the setup stays in the code, at its columns; the body is the loop's */
+  memset(c->out->code_buf + (line - src), ' ', (size_t)(p - line));
+  c->out->code_buf[body - src] = 0;
+  return EX_OK;
+}
+
+/* A cell magic on the cell's first line (`line`, n bytes, its name nl
+ * bytes): 1 when it was one (its result in *r), else 0. */
+static int cell_magic(magic_ctx_t *c, const char *src, const char *line, size_t n, size_t nl,
+                      const char **ename, ex_result_t *r) {
+  const char *body = line[n] ? line + n + 1 : line + n;
+  if ((nl == 11 && !strncmp(line, "%%writefile", 11)) || (nl == 6 && !strncmp(line, "%%file", 6))) {
+    char magic[16];
+    snprintf(magic, sizeof magic, "%.*s", (int)nl, line);
+    *r = cell_writefile(c, magic, line + nl, n - nl, body, ename);
+    c->out->code_buf[0] = 0; /* nothing to compile */
+    return 1;
+  }
+  if (nl == 8 && !strncmp(line, "%%timeit", 8)) {
+    *r = cell_timeit(c, src, line, n);
+    return 1;
+  }
+  return 0;
+}
+
 ex_result_t ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state_t *st,
                          ex_magic_result_t *out, const char **ename, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
@@ -410,6 +645,9 @@ ex_result_t ex_magic_run(const char *src, ex_flags_t *flags, const ex_cell_state
     size_t n = eol ? (size_t)(eol - line) : strlen(line);
     const char *next = eol ? eol + 1 : line + n;
     size_t nl = magic_name_len(line, n);
+    ex_result_t cr;
+    if (line == src + strspn(src, " \t\r\n") && cell_magic(&c, src, line, n, nl, ename, &cr))
+      return cr;
     if (!strncmp(line, "%%cuda", 6) && nl == 6) {
       out->cuda = 1;
       blank_line(out, src, line, n);

@@ -131,6 +131,8 @@ static int setup(ex_t *ex) {
   const char *cflags = nbf_param_raw(NBF_P_NBFORK_CFLAGS);
   ex->default_cflags = cflags == NULL;
   ex->base_cflags = strdup(cflags ? cflags : "-O2 " EX_CFLAGS_ALWAYS);
+  ex->flags.check = ex_run_check_flags;
+  ex->flags.check_ctx = ex;
   return ex->cells && ex->objects && ex->base_cflags ? 0 : -1;
 }
 
@@ -140,9 +142,12 @@ static int handle_execute(ex_t *ex, json_t *req) {
   if (!code)
     return ex_event_reply_error("ProtocolError", "execute request without code", NULL);
   ex_run_clear_interrupt();
+  int help = ex_query_help(code, ex->cells);
+  if (help != EX_QUERY_NOT_HELP)
+    return help; /* `name?`: answered through the pager */
   ex_stdin_begin(json_is_true(json_object_get(req, "allow_stdin")));
   ex_magic_result_t m;
-  char err[512] = "";
+  char err[2048] = "";
   const char *ename = "UsageError";
   if (ex_magic_run(code, &ex->flags, ex->cells, &m, &ename, err, sizeof err) != EX_OK) {
     ex_magic_result_free(&m);

@@ -207,7 +207,9 @@ static int complete_line_context(const char *code, size_t pos, cand_t *c, size_t
     c->plen = pos - t;
     for (size_t i = 0; ex_magic_name(i); i++)
       add_match(c, ex_magic_name(i), strlen(ex_magic_name(i)));
-    add_match(c, "%%cuda", 6);
+    static const char *const cell_magics[] = {"%%cuda", "%%timeit", "%%writefile", "%%file"};
+    for (size_t i = 0; i < sizeof cell_magics / sizeof *cell_magics; i++)
+      add_match(c, cell_magics[i], strlen(cell_magics[i]));
     return 1;
   }
   if (t >= pos || code[t] != '#')
@@ -424,6 +426,87 @@ static int handle_inspect(json_t *req, const ex_cell_state_t *cells) {
   json_t *r = json_pack("{s:b, s:{s:s}, s:{}}", "found", 1, "data", "text/plain", text, "metadata");
   free(text);
   return ex_event_reply_ok(r);
+}
+
+/* The name of a help request (`sq?`, `??struct S`, `%timeit?`) into
+ * name, and the number of '?' (1 or 2); 0 when code is not one. */
+static int help_request(const char *code, char *name, size_t cap) {
+  const char *s = code, *e = code + strlen(code);
+  while (s < e && isspace((unsigned char)*s))
+    s++;
+  while (e > s && isspace((unsigned char)e[-1]))
+    e--;
+  int q = 0;
+  while (s < e && *s == '?' && q < 2)
+    s++, q++;
+  if (!q)
+    while (e > s && e[-1] == '?' && q < 2)
+      e--, q++;
+  if (!q || s >= e || (size_t)(e - s) >= cap)
+    return 0;
+  const char *p = s;
+  while (p < e && *p == '%' && p - s < 2)
+    p++;
+  int words = 0;
+  for (const char *w = p; w < e;) {
+    if (!(isalpha((unsigned char)*w) || *w == '_'))
+      return 0;
+    while (w < e && is_ident(*w))
+      w++;
+    words++;
+    if (w < e && *w != ' ')
+      return 0;
+    while (w < e && *w == ' ')
+      w++;
+  }
+  if (words == 0 || words > 2 || (words == 2 && (p != s || !(!strncmp(p, "struct ", 7) ||
+                                                            !strncmp(p, "union ", 6) ||
+                                                            !strncmp(p, "enum ", 5)))))
+    return 0;
+  snprintf(name, cap, "%.*s", (int)(e - s), s);
+  return q;
+}
+
+/* The pager's text for name (`??`: detail 2, the definition's source),
+ * or NULL when nothing defines it. Caller frees. */
+static char *help_text(const ex_cell_state_t *cells, const char *name, int detail) {
+  char *text = NULL;
+  if (name[0] == '%') {
+    const char *h = ex_magic_help(name);
+    return h ? strdup(h) : NULL;
+  }
+  ex_cell_name_t n;
+  if (ex_cell_find(cells, name, &n)) {
+    if (detail < 2)
+      return user_text(cells, name, NULL);
+    if (asprintf(&text, "%s %s, defined in %s:\n%s", n.kind, n.name, n.label,
+                 n.source ? n.source : n.decl) < 0)
+      text = NULL;
+    return text;
+  }
+  for (size_t i = 0; !text && i < sizeof g_headers / sizeof *g_headers; i++) {
+    char *doc = ex_decl_find(g_headers[i].text, name);
+    if (doc && asprintf(&text, "%s (%s):\n%s", name, g_headers[i].name, doc) < 0)
+      text = NULL;
+    free(doc);
+  }
+  return text;
+}
+
+int ex_query_help(const char *code, const ex_cell_state_t *cells) {
+  char name[256];
+  int detail = help_request(code, name, sizeof name);
+  if (!detail)
+    return EX_QUERY_NOT_HELP;
+  char *text = help_text(cells, name, detail);
+  if (!text) {
+    printf("Object `%s` not found.\n", name);
+    return ex_event_reply_ok(NULL);
+  }
+  json_t *payload = json_pack("{s:[{s:s, s:{s:s}, s:i}]}", "payload", "source", "page", "data",
+                              "text/plain", text, "start", 0);
+  free(text);
+  return ex_event_reply_ok(payload);
 }
 
 int ex_query_handle(const char *msg, json_t *req, const ex_cell_state_t *cells) {

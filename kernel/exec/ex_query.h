@@ -25,4 +25,17 @@ void ex_query_init(const char *incdir);
  * reply event. */
 int ex_query_handle(const char *msg, json_t *req, const ex_cell_state_t *cells);
 
+/* ex_query_help's answer for code that is not a help request. */
+#define EX_QUERY_NOT_HELP (-2)
+
+/* IPython's help syntax, a cell that is only `name?`, `?name`, `name??`
+ * or `??name` (name: an identifier, `struct S`, or a magic `%timeit`):
+ * answer the execute request with the text inspect gives (`??`: the
+ * whole definition as its cell wrote it) as a pager payload, Jupyter's
+ * {"source": "page", "data": {"text/plain": ..}, "start": 0} (messaging
+ * spec "Payloads (DEPRECATED)", still what IPython sends); an unknown
+ * name prints "Object `name` not found." as IPython does. Returns what
+ * sending the reply returned, or EX_QUERY_NOT_HELP (nothing sent). */
+int ex_query_help(const char *code, const ex_cell_state_t *cells);
+
 #endif

@@ -168,15 +168,20 @@ typedef struct {
   void (*loop)(long);
   const ex_magic_result_t *m;
   ex_timeit_result_t r;
+  ex_time_result_t once; /* %time */
 } timeit_call_t;
 
 static void timeit_body(void *arg) {
   timeit_call_t *t = arg;
-  ex_timeit_run(t->loop, t->m->timeit_loops, t->m->timeit_repeat, &g_interrupted, &t->r);
+  if (t->m->time_once)
+    ex_time_once(t->loop, &t->once);
+  else
+    ex_timeit_run(t->loop, t->m->timeit_loops, t->m->timeit_repeat, &g_interrupted, &t->r);
 }
 
 /* %timeit: time the compiled loop in this process (ex_timeit.h) and
- * print IPython's line; an interrupt stops it like any statement. */
+ * print IPython's line (%time: run it once, print IPython's CPU and wall
+ * times); an interrupt stops it like any statement. */
 static int run_timeit(ex_t *ex, const ex_magic_result_t *m, int count, void (*loop)(long)) {
   timeit_call_t t = {.loop = loop, .m = m};
   call_interruptible(timeit_body, &t);
@@ -186,7 +191,10 @@ static int run_timeit(ex_t *ex, const ex_magic_result_t *m, int count, void (*lo
   if (g_interrupted || g_exit_called)
     return g_exit_called ? reply_exit() : reply_interrupted();
   char line[256];
-  ex_timeit_format(&t.r, line, sizeof line);
+  if (m->time_once)
+    ex_time_format(&t.once, line, sizeof line);
+  else
+    ex_timeit_format(&t.r, line, sizeof line);
   printf("%s\n", line);
   fflush(stdout);
   return ex_event_reply_ok(NULL);
@@ -480,6 +488,44 @@ static int run_loaded(ex_t *ex, const ex_magic_result_t *m, int count, const ent
   if (!m->launch_call)
     return ex_event_reply_ok(NULL);
   return run_launch(ex, m, ep->launch);
+}
+
+int ex_run_check_flags(void *ctx, const char *cflags, const char *ldflags, char *err,
+                       size_t errlen) {
+  ex_t *ex = ctx;
+  static const char probe[] = "/* nbfork: %cflags/%ldflags probe */\n#include <nbfork.h>\n"
+                              "int __nbf_flags_probe(void) { return 0; }\n";
+  char *all = NULL, *so = NULL, *diag = NULL, tag[32];
+  if (asprintf(&all, "%s %s", ex->base_cflags, cflags ? cflags : "") < 0) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  ex_toolchain_t tc = ex->tc;
+  tc.cflags = all;
+  tc.ldflags = ldflags;
+  tc.tinycc = 0;
+  /* a name of its own per process and call: never a cell's cached object */
+  static unsigned serial;
+  snprintf(tag, sizeof tag, "flags%d_%u", (int)getpid(), ++serial);
+  ex_result_t r = ex_compile(&tc, probe, tag, 0, &so, &diag);
+  free(all);
+  static const char *const left[] = {"so", "c", "warnings"}; /* the probe's files */
+  for (size_t i = 0; i < sizeof left / sizeof *left; i++) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/cell_%s.%s", ex->workdir, tag, left[i]);
+    unlink(path);
+  }
+  free(so);
+  if (r != EX_OK) {
+    char *clean = diag ? ex_diag_clean(diag) : NULL;
+    snprintf(err, errlen, "%s", clean && *clean ? clean : r == EX_ERR_INTERRUPTED ? "interrupted" : "compilation failed");
+    size_t l = strlen(err);
+    while (l && (err[l - 1] == '\n' || err[l - 1] == ' '))
+      err[--l] = 0;
+    free(clean);
+  }
+  free(diag);
+  return r == EX_OK ? 0 : -1;
 }
 
 int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {

@@ -65,4 +65,11 @@ void ex_run_clear_interrupt(void);
  * reply; returns what sending it returned. */
 int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count);
 
+/* ex_flags_t.check for %cflags/%ldflags (ctx: the ex_t): compile and link
+ * a trivial unit with the default flags plus these, through the system
+ * compiler (blocks for that compile, ~50 ms). 0 when accepted, else -1
+ * with the compiler's cleaned diagnostics in err. */
+int ex_run_check_flags(void *ctx, const char *cflags, const char *ldflags, char *err,
+                       size_t errlen);
+
 #endif

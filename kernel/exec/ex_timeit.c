@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <sys/resource.h>
 
 #include "nbf_util.h"
 
@@ -49,10 +50,30 @@ chosen:
   return interrupted && *interrupted ? EX_ERR_INTERRUPTED : EX_OK;
 }
 
-/* IPython's _format_time: 3 significant digits in s, ms, µs or ns. */
+/* IPython's _format_time: 3 significant digits in s, ms, µs or ns (0 is
+ * "0 ns"); a minute or more as "1min 5s", "2h 3min". */
 static void format_time(double s, char *buf, size_t n) {
   static const char *const units[] = {"s", "ms", "\xc2\xb5s", "ns"};
-  int u = 0;
+  if (s >= 60.0) {
+    static const struct {
+      const char *suffix;
+      double len;
+    } parts[] = {{"d", 86400}, {"h", 3600}, {"min", 60}, {"s", 1}};
+    size_t o = 0;
+    buf[0] = 0;
+    double left = s;
+    for (int i = 0; i < 4 && o < n; i++) {
+      long v = (long)(left / parts[i].len);
+      if (v > 0) {
+        left = fmod(left, parts[i].len);
+        o += (size_t)snprintf(buf + o, n - o, "%s%ld%s", o ? " " : "", v, parts[i].suffix);
+      }
+      if (left < 1)
+        break;
+    }
+    return;
+  }
+  int u = s > 0 ? 0 : 3;
   if (s > 0)
     while (u < 3 && s < 1.0) {
       s *= 1000;
@@ -63,6 +84,31 @@ static void format_time(double s, char *buf, size_t n) {
     u--;
   }
   snprintf(buf, n, "%.3g %s", s, units[u]);
+}
+
+static double tv_s(struct timeval tv) {
+  return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
+void ex_time_once(void (*loop)(long), ex_time_result_t *r) {
+  struct rusage a, b;
+  getrusage(RUSAGE_SELF, &a);
+  double t0 = nbf_now_s();
+  loop(1);
+  r->wall_s = nbf_now_s() - t0;
+  getrusage(RUSAGE_SELF, &b);
+  r->user_s = tv_s(b.ru_utime) - tv_s(a.ru_utime);
+  r->sys_s = tv_s(b.ru_stime) - tv_s(a.ru_stime);
+}
+
+void ex_time_format(const ex_time_result_t *r, char *buf, size_t n) {
+  char user[48], sys[48], total[48], wall[48];
+  format_time(r->user_s, user, sizeof user);
+  format_time(r->sys_s, sys, sizeof sys);
+  format_time(r->user_s + r->sys_s, total, sizeof total);
+  format_time(r->wall_s, wall, sizeof wall);
+  snprintf(buf, n, "CPU times: user %s, sys: %s, total: %s\nWall time: %s", user, sys, total,
+           wall);
 }
 
 /* 1000000 -> "1,000,000" */

@@ -31,4 +31,17 @@ ex_result_t ex_timeit_run(void (*loop)(long), long loops, int repeat,
  * each)" into buf (IPython's wording and 3 significant digits). */
 void ex_timeit_format(const ex_timeit_result_t *r, char *buf, size_t n);
 
+/* %time: the times of one call of `loop(1)`, seconds. */
+typedef struct {
+  double user_s, sys_s; /* CPU time of this process (getrusage RUSAGE_SELF) */
+  double wall_s;
+} ex_time_result_t;
+
+/* Run loop(1) once, timed. Blocks while it runs. */
+void ex_time_once(void (*loop)(long), ex_time_result_t *r);
+
+/* IPython's %time lines (IPython/core/magics/execution.py, Linux):
+ * "CPU times: user 1.2 ms, sys: 0 ns, total: 1.2 ms\nWall time: 1.5 ms". */
+void ex_time_format(const ex_time_result_t *r, char *buf, size_t n);
+
 #endif

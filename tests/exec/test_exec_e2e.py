@@ -271,13 +271,15 @@ class ExecutorE2ETest(unittest.TestCase):
         slow = os.path.join(self.workdir, "slow-cc")
         started = os.path.join(self.workdir, "cc-started")
         with open(slow, "w") as f:
-            f.write('#!/bin/sh\ncase "$1" in -print*) ;; *) touch "%s"; sleep 30 ;; esac\n'
+            # (%cflags' probe, cell_flags*, compiles at once)
+            f.write('#!/bin/sh\ncase "$*" in *cell_flags*) exec cc "$@" ;; esac\n'
+                    'case "$1" in -print*) ;; *) touch "%s"; sleep 30 ;; esac\n'
                     'exec cc "$@"\n' % started)
         os.chmod(slow, 0o755)
         self.k.close()
         self.k = Kernel(env={"NBFORK_CC": slow})
         self.kc = self.k.kc
-        self.ok("%cflags -DFAST")  # magics alone compile nothing
+        self.ok("%cflags -DFAST")  # only its probe compiles, not a cell
         # interrupt once the compiler runs (it left a file), not after a guess
         reply, outputs, _, times = self.run_cell(
             "int compiled = 1;", interrupt_when=lambda outputs: os.path.exists(started))
@@ -433,9 +435,18 @@ class ExecutorE2ETest(unittest.TestCase):
         out = self.ok("%ldflags -lssl")
         self.assertIn("-lssl", stream_text(out))
         self.assertEqual(self.value(cell), "1")
+        # flags the linker or compiler rejects are refused when given,
+        # and the flags before them stay: later cells are not broken
         reply, _, _, _ = self.run_cell("%ldflags -lnbfork_no_such_lib\n1")
-        self.assertEqual(reply["ename"], "LinkError")
-        self.assertIn("nbfork_no_such_lib", reply["evalue"])
+        self.assertEqual(reply["ename"], "UsageError")
+        self.assertIn("cannot find -lnbfork_no_such_lib", reply["evalue"])
+        self.assertIn("(now: -lssl)", reply["evalue"])
+        self.assertEqual(self.value(cell), "1")
+        reply, _, _, _ = self.run_cell("%cflags -fnbfork-no-such-flag")
+        self.assertEqual(reply["ename"], "UsageError")
+        self.assertIn("unrecognized command-line option", reply["evalue"])
+        self.assertIn("-DMAGIC_VALUE=31", stream_text(self.ok("%cflags")))
+        self.assertEqual(self.value("MAGIC_VALUE + 2"), "33")
         self.assertIn("(none)", stream_text(self.ok("%ldflags --clear")))
         self.assertEqual(self.value("2"), "2")
         # magics and code in one cell
@@ -453,12 +464,113 @@ class ExecutorE2ETest(unittest.TestCase):
                            ("W_MAC", "macro")]:
             self.assertRegex(who, r"(?m)^%s\s+%s" % (name, kind))
         ls = stream_text(self.ok("%lsmagic"))
-        for magic in ["%launch", "%timeit", "%cflags", "%ldflags", "%env", "%who", "%lsmagic",
-                      "%%cuda"]:
+        for magic in ["%launch", "%time ", "%timeit", "%cflags", "%ldflags", "%env", "%who",
+                      "%lsmagic", "%%cuda", "%%timeit", "%%writefile", "%%file"]:
             self.assertIn(magic, ls)
         reply, outputs, _, _ = self.run_cell("%nosuchmagic")
         self.assertEqual(reply["ename"], "UsageError")
         self.assertEqual(len(errors(outputs)), 1)
+
+    def test_magic_usage_errors(self):
+        # IPython's UsageError for arguments a magic does not take
+        for code, text in [("%timeit -q 1 + 1", "unknown option -q"),
+                           ("%timeit -n 5 -x 1 + 1", "unknown option -x"),
+                           ("%env =x", "'=x' is not NAME or NAME=VALUE"),
+                           ("%env A B", "'A B' is not NAME"),
+                           ("%who int", "%who takes no arguments"),
+                           ("%lsmagic -v", "%lsmagic takes no arguments"),
+                           ("%time -n 3 1", "%time takes no options"),
+                           ("%time", "%time needs a statement"),
+                           ("%%writefile", "needs a file name"),
+                           ("%%writefile -q f.txt\nx", "unknown option -q"),
+                           ("%%timeit -q\n1;", "unknown option -q"),
+                           ("%%timeit -n 2", "needs the statements")]:
+            reply, outputs, _, _ = self.run_cell(code)
+            self.assertEqual(reply["status"], "error", code)
+            self.assertEqual(reply["ename"], "UsageError", code)
+            self.assertIn(text, reply["evalue"], code)
+            self.assertEqual(len(errors(outputs)), 1, code)
+        # an option glued to its value, as IPython's getopt reads it
+        text = stream_text(self.ok("%timeit -n5 -r1 (void)0"))
+        self.assertIn("of 1 run, 5 loops each", text)
+        # a statement that starts with a minus is no option
+        self.ok("int neg_me = 3;")
+        self.assertIn("per loop", stream_text(self.ok("%timeit -n 2 -r 1 -neg_me;")))
+
+    def test_magic_writefile(self):
+        path = os.path.join(self.workdir, "written.h")
+        out = self.ok("%%%%writefile %s\n#define WRITTEN 41\nint written_fn(void);" % path)
+        self.assertEqual(stream_text(out), "Writing %s\n" % path)
+        with open(path) as f:  # IPython's body: the lines after the magic, newline-ended
+            self.assertEqual(f.read(), "#define WRITTEN 41\nint written_fn(void);\n")
+        out = self.ok("%%%%file -a %s\n#define MORE 1\n" % path)
+        self.assertEqual(stream_text(out), "Appending to %s\n" % path)
+        with open(path) as f:
+            self.assertEqual(f.read(),
+                             "#define WRITTEN 41\nint written_fn(void);\n#define MORE 1\n")
+        out = self.ok("%%%%writefile '%s'\n#define WRITTEN 42\n" % path)
+        self.assertEqual(stream_text(out), "Overwriting %s\n" % path)
+        # what was written is C a cell can include; the magic cell compiled nothing
+        self.assertEqual(self.value('#include "%s"\nWRITTEN' % path), "42")
+        reply, _, _, _ = self.run_cell("%%writefile /nonexistent-dir/x.c\nint x;")
+        self.assertEqual(reply["ename"], "OSError")
+        self.assertIn("No such file or directory", reply["evalue"])
+
+    def test_magic_time(self):
+        self.ok("#include <unistd.h>\nlong napped;\nvoid nap_ms(int ms) { usleep(ms * 1000); "
+                "napped++; }")
+        text = stream_text(self.ok("%time nap_ms(300)"))
+        unit = r"[\d.]+ (?:s|ms|\u00b5s|ns)"
+        m = re.fullmatch(r"CPU times: user %s, sys: %s, total: %s\nWall time: ([\d.]+) (s|ms)\n"
+                         % (unit, unit, unit), text)
+        self.assertTrue(m, text)
+        wall = float(m.group(1)) * {"s": 1, "ms": 1e-3}[m.group(2)]
+        self.assertGreaterEqual(wall, 0.3)
+        self.assertEqual(self.value("napped"), "1")  # once, not a %timeit loop
+
+    def test_cell_magic_timeit(self):
+        self.ok("#include <unistd.h>\nlong ticks;")
+        # SETUP on the magic's line runs once first; the body is timed
+        out = self.ok("%%timeit -n 4 -r 2 ticks = 100;\nusleep(1000);\nticks++;")
+        text = stream_text(out)
+        m = re.search(r"^([\d.]+) (ms|s) \u00b1 [\d.]+ (?:s|ms|\u00b5s|ns) per loop \(mean "
+                      r"\u00b1 std\. dev\. of 2 runs, 4 loops each\)$", text.strip())
+        self.assertTrue(m, text)
+        self.assertGreaterEqual(float(m.group(1)) * {"ms": 1e-3, "s": 1}[m.group(2)], 0.001)
+        self.assertEqual(self.value("ticks"), "108")
+        reply, _, _, _ = self.run_cell("%%timeit -n 1 -r 1\nno_such_fn();")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertIn("no_such_fn", reply["evalue"])
+
+    def test_help_through_the_pager(self):
+        self.ok("/* Squares x. */\nint sq(int x) { return x * x; }")
+        for code, detail in [("sq?", 1), ("?sq", 1), ("sq??", 2), ("??sq", 2)]:
+            reply, outputs, _, _ = self.run_cell(code)
+            self.assertEqual(reply["status"], "ok", code)
+            self.assertEqual(len(reply["payload"]), 1, code)
+            page = reply["payload"][0]
+            self.assertEqual((page["source"], page["start"]), ("page", 0), code)
+            text = page["data"]["text/plain"]
+            self.assertIn("function sq, defined in cell[", text)
+            if detail == 1:  # the declaration and its doc comment, as inspect
+                self.assertIn("Squares x.", text)
+                self.assertNotIn("return x * x", text)
+            else:  # the definition's source
+                self.assertIn("int sq(int x) { return x * x; }", text)
+            self.assertEqual(stream_text(outputs), "", code)
+        page = self.run_cell("printf?")[0]["payload"][0]
+        self.assertIn("stdio.h", page["data"]["text/plain"])
+        page = self.run_cell("%timeit?")[0]["payload"][0]
+        self.assertIn("%timeit [-n N] [-r R] STATEMENT", page["data"]["text/plain"])
+        page = self.run_cell("struct Pt { int x, y; };\n")[0]
+        page = self.run_cell("struct Pt??")[0]["payload"][0]
+        self.assertIn("struct Pt { int x, y; };", page["data"]["text/plain"])
+        reply, outputs, _, _ = self.run_cell("no_such_name?")
+        self.assertEqual(reply["status"], "ok")
+        self.assertEqual(reply["payload"], [])
+        self.assertEqual(stream_text(outputs), "Object `no_such_name` not found.\n")
+        # a conditional expression is C, not help
+        self.assertEqual(self.value("1 ? 2 : 3"), "2")
 
     def test_magic_timeit(self):
         self.ok("#include <unistd.h>\nlong calls;\nvoid nap(void) { usleep(2000); calls++; }")
@@ -707,6 +819,32 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual(self.value("tv"), "2.5")
         self.assertEqual(self.value("twice(tv)"), "5")
 
+    def test_enum_and_macro_redefinition_refused_clearly(self):
+        # an enum whose values move under a function compiled with them
+        self.ok("enum color { RED, GREEN };")
+        reply, _, _, _ = self.run_cell("int green(void) { return GREEN; }")
+        users_cell = reply["execution_count"]
+        reply = self.error_of("enum color { GREEN, RED };")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertRegex(reply["evalue"], r"^cell\[\d+\]: 'enum color' \(defined by cell\[%d\]\)"
+                         % (users_cell - 1))
+        self.assertIn("green (function, cell[%d])" % users_cell, reply["evalue"])
+        self.assertEqual(self.value("green()"), "1")
+        # a macro behind an array size: before, "'N' undeclared" at an
+        # earlier cell's line; now the macro, its cell and each user
+        self.ok("#define N 4")
+        self.ok("int arr[N];")
+        self.ok("struct P { int c[N]; };")
+        reply = self.error_of("#define N 8")
+        self.assertEqual(reply["ename"], "CompileError")
+        self.assertIn("the macro 'N' (defined by cell[", reply["evalue"])
+        self.assertIn("arr (variable, cell[", reply["evalue"])
+        self.assertIn("struct P (type, cell[", reply["evalue"])
+        self.assertNotIn("undeclared", reply["evalue"])
+        # a re-run of the same #define is no redefinition
+        self.ok("#define N 4")
+        self.assertEqual(self.value("(int)(sizeof arr + sizeof(struct P))"), "32")
+
     def test_top_level_pragmas(self):
         self.ok("%cflags -fopenmp")
         self.ok("#include <omp.h>\nint hits[4];\nint threads_seen;")
@@ -858,7 +996,8 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual(reply["matches"], ["%cflags"])
         self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (0, 3))
         reply = self.shell(self.kc.complete("int a;\n%", 8))
-        for m in ["%launch", "%timeit", "%who", "%%cuda"]:
+        for m in ["%launch", "%time", "%timeit", "%who", "%%cuda", "%%timeit", "%%writefile",
+                  "%%file"]:
             self.assertIn(m, reply["matches"])
         self.assertEqual(reply["cursor_start"], 7)
         reply = self.shell(self.kc.complete("#include <stdi", 14))

@@ -1517,11 +1517,78 @@ NBF_TEST(timeit_format_as_ipython) {
                    "1,000,000 loops each)");
   ex_timeit_result_t one = {2.5, 0, 1, 1};
   ex_timeit_format(&one, b, sizeof b);
-  ASSERT_EQ_STR(b, "2.5 s \xc2\xb1 0 s per loop (mean \xc2\xb1 std. dev. of 1 run, 1 loop each)");
+  /* IPython's _format_time(0) is "0 ns" */
+  ASSERT_EQ_STR(b, "2.5 s \xc2\xb1 0 ns per loop (mean \xc2\xb1 std. dev. of 1 run, 1 loop each)");
   ex_timeit_result_t edge = {0.9997, 0.0123, 10, 3};
   ex_timeit_format(&edge, b, sizeof b);
   ASSERT_EQ_STR(b,
                 "1 s \xc2\xb1 12.3 ms per loop (mean \xc2\xb1 std. dev. of 3 runs, 10 loops each)");
+}
+
+NBF_TEST(time_format_as_ipython) {
+  char b[200];
+  ex_time_result_t r = {1.2e-3, 0, 1.5e-3};
+  ex_time_format(&r, b, sizeof b);
+  ASSERT_EQ_STR(b, "CPU times: user 1.2 ms, sys: 0 ns, total: 1.2 ms\nWall time: 1.5 ms");
+  ex_time_result_t long_run = {61.5, 0.25, 3725};
+  ex_time_format(&long_run, b, sizeof b);
+  ASSERT_EQ_STR(b, "CPU times: user 1min 1s, sys: 250 ms, total: 1min 1s\nWall time: 1h 2min 5s");
+}
+
+/* Bad magic arguments are UsageErrors (issue 20): unknown options, a
+ * malformed %env, arguments to %who; -n5 is -n 5 as IPython's getopt. */
+NBF_TEST(magic_usage_errors) {
+  ex_magic_result_t m;
+  char err[512];
+  static const struct {
+    const char *src, *why;
+  } bad[] = {{"%timeit -q f()", "unknown option -q"}, {"%env =x", "is not NAME"},
+             {"%who x", "takes no arguments"},      {"%lsmagic all", "takes no arguments"},
+             {"%time -p f()", "takes no options"}, {"%%timeit -z\nf();", "unknown option -z"},
+             {"%%writefile\nx", "needs a file name"}, {"%%file -b f\nx", "unknown option -b"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ASSERT_EQ(magics(bad[i].src, &m, err), EX_ERR_USAGE);
+    ASSERT_CONTAINS(err, bad[i].why);
+    ex_magic_result_free(&m);
+  }
+  ASSERT_EQ(magics("%timeit -n5 -r 2 -x;", &m, err), EX_OK);
+  ASSERT_EQ(m.timeit_loops, 5);
+  ASSERT_EQ(m.timeit_repeat, 2);
+  ASSERT_EQ_STR(m.timeit_stmt, "-x;");
+  ex_magic_result_free(&m);
+  ASSERT_EQ(magics("%time f(1)", &m, err), EX_OK);
+  ASSERT_EQ_STR(m.timeit_stmt, "f(1)");
+  ASSERT_EQ(m.time_once, 1);
+  ex_magic_result_free(&m);
+}
+
+/* %%timeit: SETUP stays the cell's code at its columns, the body is the
+ * timed block; %%writefile writes the body and compiles nothing. */
+NBF_TEST(cell_magics_timeit_and_writefile) {
+  ex_magic_result_t m;
+  char err[512];
+  ASSERT_EQ(magics("%%timeit -n 3 int s = 0;\ns++;\nf(s);", &m, err), EX_OK);
+  ASSERT_EQ(m.timeit_loops, 3);
+  ASSERT_EQ_STR(m.timeit_stmt, "{s++;\nf(s);\n}");
+  ASSERT_EQ_STR(m.code, "              int s = 0;\n");
+  ex_magic_result_free(&m);
+  char path[] = "/tmp/nbf_writefile_XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_TRUE(fd >= 0);
+  close(fd);
+  char src[128];
+  snprintf(src, sizeof src, "%%%%writefile -a %s\nline 1\nline 2", path);
+  ASSERT_EQ(magics(src, &m, err), EX_OK);
+  ASSERT_EQ_STR(m.code, "");
+  ex_magic_result_free(&m);
+  FILE *f = fopen(path, "r");
+  char got[64] = "";
+  ASSERT_TRUE(f != NULL);
+  size_t n = fread(got, 1, sizeof got - 1, f);
+  fclose(f);
+  got[n] = 0;
+  ASSERT_EQ_STR(got, "line 1\nline 2\n");
+  unlink(path);
 }
 
 static long g_timed;
@@ -1624,6 +1691,67 @@ NBF_TEST(cell_type_redefinition_refused_naming_users) {
   ex_cell_unit_free(&f);
   ex_cell_unit_free(&w);
   ex_cell_unit_free(&x);
+  ex_cell_state_destroy(&c.st);
+}
+
+/* The refusal for `code` as the next cell (EX_ERR_REDEFINED), in err. */
+static void refused(cells_t *c, const char *code, char *err, size_t errlen) {
+  ex_cell_unit_t v;
+  ASSERT_EQ(ex_cell_generate(c->st, code, 0, "cell[9]", NULL, NULL, "", &v, err, errlen),
+            EX_ERR_REDEFINED);
+}
+
+NBF_TEST(cell_enum_value_redefinition_refused_naming_users) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u[5];
+  u[0] = gen(&c, "enum color { RED, GREEN };", 1);
+  u[1] = gen(&c, "int green(void) { return GREEN; }\nint red_only = 0;", 1);
+  char err[1024] = "";
+  /* GREEN moves: green() was compiled with GREEN == 1 */
+  refused(&c, "enum color { GREEN, RED };", err, sizeof err);
+  ASSERT_CONTAINS(err, "'enum color' (defined by cell[1])");
+  ASSERT_CONTAINS(err, "through 'GREEN'");
+  ASSERT_CONTAINS(err, "green (function, cell[2])");
+  ASSERT_NOT_CONTAINS(err, "red_only");
+  refused(&c, "enum color { RED, GREEN = 5 };", err, sizeof err);
+  ASSERT_CONTAINS(err, "green (function, cell[2])");
+  /* a value added at the end, or a renamed unused one, changes no user */
+  u[2] = gen(&c, "enum color { RED, GREEN, BLUE };", 1);
+  u[3] = gen(&c, "enum color { CRIMSON, GREEN, BLUE };", 1);
+  /* the users redefined with it */
+  u[4] = gen(&c, "enum color { GREEN, RED };\nint green(void) { return GREEN; }", 0);
+  for (int i = 0; i < 5; i++)
+    ex_cell_unit_free(&u[i]);
+  ex_cell_state_destroy(&c.st);
+}
+
+NBF_TEST(cell_macro_redefinition_refused_naming_users) {
+  cells_t c = cells_new();
+  ex_cell_unit_t u[7];
+  u[0] = gen(&c, "#define N 4\n#define TWICE_N (N * 2)\n#define UNUSED 1", 1);
+  u[1] = gen(&c, "int arr[N];\nint total(void) { return TWICE_N; }", 1);
+  u[2] = gen(&c, "struct P { int c[N]; };\nenum { SLOTS = N };", 1);
+  char err[1024] = "";
+  refused(&c, "#define N 8", err, sizeof err);
+  ASSERT_CONTAINS(err, "the macro 'N' (defined by cell[1])");
+  ASSERT_CONTAINS(err, "arr (variable, cell[2])");
+  ASSERT_CONTAINS(err, "total (function, cell[2])"); /* through TWICE_N */
+  ASSERT_CONTAINS(err, "struct P (type, cell[3])");  /* its array size */
+  ASSERT_CONTAINS(err, "restart the kernel");
+  /* the same text again (a re-run) keeps its place before struct P */
+  u[3] = gen(&c, "#define N  4", 1);
+  ASSERT_CONTAINS(u[3].source, "#define N 4\n");
+  ASSERT_TRUE(strstr(u[3].source, "#define N 4\n") < strstr(u[3].source, "struct P"));
+  /* a macro nothing uses changes freely */
+  u[4] = gen(&c, "#define UNUSED 2", 1);
+  /* a struct's users are refused whatever the struct's own dependency */
+  u[5] = gen(&c, "#define M 3\ntypedef struct { int w[M]; } M_t;", 1);
+  u[6] = gen(&c, "M_t m_user;", 1);
+  refused(&c, "#define M 5", err, sizeof err);
+  ASSERT_CONTAINS(err, "M_t (type, cell[");
+  ASSERT_CONTAINS(err, "m_user (variable, cell[");
+  for (int i = 0; i < 7; i++)
+    ex_cell_unit_free(&u[i]);
   ex_cell_state_destroy(&c.st);
 }
 
