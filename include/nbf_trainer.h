@@ -117,6 +117,9 @@ typedef struct {
   /* get_input_embeddings(): the layer NEFTune adds noise to, or NULL */
   acc_embedding_t *input_embeddings;
   void *owned; /* what acc_mlp_model allocated (acc_model_release frees it); NULL for yours */
+  /* rows forward_loss accepts at most (acc_mlp_new's max_batch); 0 = any.
+   * acc_trainer_new refuses batch sizes above it, naming both. */
+  int max_batch;
 } acc_model_t;
 
 /* Fill `out` with the model interface of `m` (softmax cross-entropy
