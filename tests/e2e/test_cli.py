@@ -365,6 +365,51 @@ class Commands(CliCase):
         self.assertGreaterEqual(redraws, 5, text)  # in place, ~10 per second
         self.assertIn("\x1b[A\r\x1b[Kepoch 0 |██████████| 30/30", text)
 
+    def test_notebook_trainer_messages_that_help(self):
+        # issue 27: an eval batch above max_batch said "NaN ()"; a resume with another
+        # optimizer "saved with opt NULL"; overlapping tensors were accepted
+        out = os.path.join(self.tmp.name, "out")
+        path = self.write_notebook(
+            "msgs.ipynb",
+            "#include <stdio.h>\n"
+            "float xs[64 * 4];\nint64_t ys[64];\n"
+            "acc_dataset_t ds = {xs, ys, 64, 4};\n"
+            "acc_t *acc = acc_new(NULL);\n"
+            "int sizes[] = {4, 8, 3};\n"
+            "acc_mlp_t *mlp = acc_mlp_new(acc, sizes, 2, 16);\n"
+            "acc_model_t model;\n"
+            "acc_mlp_model(mlp, &model);\n",
+            "acc_trainer_t *run(const char *optim, const char *eval_bs, const char *resume) {\n"
+            "  char *argv[] = {\"t\", \"--output_dir\", \"" + out + "\", \"--optim\", (char *)optim,\n"
+            "    \"--per_device_train_batch_size\", \"16\", \"--per_device_eval_batch_size\",\n"
+            "    (char *)eval_bs, \"--max_steps\", \"2\", \"--save_strategy\", \"steps\",\n"
+            "    \"--save_steps\", \"2\", \"--resume_from_checkpoint\", (char *)resume};\n"
+            "  acc_training_args_t args;\n  acc_training_args_init(&args);\n"
+            "  if (acc_training_args_parse(&args, 17, argv)) return NULL;\n"
+            "  return acc_trainer_new(acc, &args, &model, &ds, &ds);\n}\n",
+            "acc_trainer_t *t1 = run(\"sgd\", \"32\", \"\");\n"
+            "printf(\"1: %s\\n\", t1 ? \"accepted\" : acc_last_error(acc));\n",
+            "acc_tensor_info_t bad[2] = {{\"a\", 0, 2, 4}, {\"b\", 4, 2, 1}};\n"
+            "acc_model_t m2 = model;\n"
+            "m2.tensors = bad;\nm2.num_tensors = 2;\n"
+            "acc_training_args_t a2;\nacc_training_args_init(&a2);\n"
+            "a2.per_device_train_batch_size = a2.per_device_eval_batch_size = 16;\n"
+            "acc_trainer_t *t2 = acc_trainer_new(acc, &a2, &m2, &ds, NULL);\n"
+            "printf(\"2: %s\\n\", t2 ? \"accepted\" : acc_last_error(acc));\n",
+            "acc_trainer_t *t3 = run(\"lomo\", \"16\", \"\");\n"
+            "acc_result_t r3 = acc_trainer_train(t3);\n"
+            "acc_trainer_destroy(&t3);\n"
+            "t3 = run(\"adamw\", \"16\", \"true\");\n"
+            "r3 = t3 ? acc_trainer_train(t3) : ACC_ERR_INVALID_ARGUMENT;\n"
+            "printf(\"3: %s\\n\", r3 == ACC_OK ? \"resumed\" : acc_last_error(acc));\n")
+        r = self.nbfork("launch", "--main_process_port", "0", path)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("1: rank 0: acc_trainer_new: --per_device_eval_batch_size 32 is larger than the "
+                      "model's max_batch 16", r.stdout)
+        self.assertIn("2: rank 0: acc_trainer_new: tensor 1 'b' (elements 4..5) overlaps tensor 0 'a' "
+                      "(elements 0..7)", r.stdout)
+        self.assertIn("was saved with --optim lomo; this run has --optim adamw", r.stdout)
+
     def test_fashion_mnist_notebook_headless(self):
         repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
         env = dict(self.env, FMNIST_EPOCHS="1", FMNIST_LIMIT="3000")
