@@ -22,7 +22,8 @@
  *   acc_mlp_model(mlp, &model);
  *   acc_trainer_t *tr = acc_trainer_new(acc, &args, &model, &train, &eval);
  *   acc_trainer_set_compute_metrics(tr, acc_accuracy_metric, NULL);
- *   acc_trainer_train(tr);
+ *   if (!tr || acc_trainer_train(tr) != ACC_OK)      // stop the rank on an error
+ *     fprintf(stderr, "%s\n", acc_last_error(acc));
  *   acc_trainer_destroy(&tr); acc_mlp_destroy(&mlp); acc_destroy(&acc);
  *
  * Errors follow nbfork.h: acc_result_t, the text in acc_last_error(acc)
