@@ -81,5 +81,38 @@ class ReadmeTests(unittest.TestCase):
         self.assertIn("rank 1 of 2 (local rank 1 of 2): sum 3 ok", r.stdout)
 
 
+# Calls that communicate (or drive calls that do): their result says whether a peer failed
+COLLECTIVE = re.compile(r"^\s*(acc_(all_reduce|backward|broadcast|all_gather|reduce_scatter|"
+                        r"wait_for_everyone|save_state|load_state|trainer_train|"
+                        r"gather_for_metrics)\()")
+
+
+def shipped_code():
+    """(where, source) of every notebook code cell, example program and C
+    block of the README."""
+    import glob
+    import json
+    for path in sorted(glob.glob(os.path.join(REPO, "notebooks", "*.ipynb"))):
+        with open(path) as f:
+            for i, c in enumerate(json.load(f)["cells"]):
+                if c["cell_type"] == "code":
+                    yield "%s cell %d" % (os.path.basename(path), i), "".join(c["source"])
+    for path in sorted(glob.glob(os.path.join(REPO, "examples", "**", "*.c"), recursive=True)):
+        with open(path) as f:
+            yield os.path.relpath(path, REPO), f.read()
+    with open(os.path.join(REPO, "README.md")) as f:
+        for i, block in enumerate(re.findall(r"```c\n(.*?)```", f.read(), re.S)):
+            yield "README C block %d" % i, block
+
+
+class ShippedCodeTests(unittest.TestCase):
+    def test_shipped_code_checks_what_communicates(self):
+        # issue 27: fashion_mnist's loop ignored acc_backward's result, so a rank
+        # whose peer had left trained on alone; a statement that drops the result fails
+        bare = ["%s: %s" % (where, line.strip()) for where, src in shipped_code()
+                for line in src.splitlines() if COLLECTIVE.match(line)]
+        self.assertEqual(bare, [])
+
+
 if __name__ == "__main__":
     unittest.main()
