@@ -197,8 +197,8 @@ char *ln_cli_launch_options(const ln_cli_t *c, int which) {
   const ln_options_t *o = &c->o;
   char num[32];
 #define GIVEN(name)                                                                                \
-  (all || (ln_cli_given(c, name) && (which == LN_OPTS_GIVEN ||                                     \
-                                     (which == LN_OPTS_CONFIG) == from_config(c, name))))
+  (all || (ln_cli_given(c, name) &&                                                                \
+           (which == LN_OPTS_GIVEN || (which == LN_OPTS_CONFIG) == from_config(c, name))))
 #define PUT_INT(name, key, value)                                                                  \
   if (GIVEN(name))                                                                                 \
   snprintf(num, sizeof num, "%d", value), put_option(f, key, num)

@@ -123,7 +123,8 @@ static void launch_with(nbf_buf_t *b, const char *line, const char *end, const c
   for (const char *p = call; (t = next_word(&p, end, &n));) {
     if ((o = same_option(t, n, opts, &m))) {
       if ((m != n || memcmp(o, t, n)) && notes)
-        nbf_buf_printf(notes, "nbfork launch: %.*s from the command line replaces the cell's %.*s\n",
+        nbf_buf_printf(notes,
+                       "nbfork launch: %.*s from the command line replaces the cell's %.*s\n",
                        (int)m, o, (int)n, t);
       continue;
     }
@@ -144,8 +145,8 @@ static void launch_with(nbf_buf_t *b, const char *line, const char *end, const c
     }
 }
 
-char *ln_notebook_cell(const char *source, const char *opts, const char *defaults,
-                       const char *call, nbf_buf_t *notes) {
+char *ln_notebook_cell(const char *source, const char *opts, const char *defaults, const char *call,
+                       nbf_buf_t *notes) {
   const char *line = launch_line(source);
   if (!line)
     return strdup(source);

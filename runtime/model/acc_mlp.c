@@ -412,8 +412,8 @@ static int xent_grad(acc_mlp_t *m, const int64_t *labels, float scale, float *dz
  * buffer; with buckets on, each block's all-reduce is started as soon as
  * the block is complete. Returns the first bucket error (later buckets are
  * not started after one fails), else bucket_err as given. */
-static acc_result_t layer_grads(acc_mlp_t *m, int l, const float *dz, const float *in,
-                                int bucketed, acc_result_t bucket_err) {
+static acc_result_t layer_grads(acc_mlp_t *m, int l, const float *dz, const float *in, int bucketed,
+                                acc_result_t bucket_err) {
   const int B = m->batch, nin = m->sizes[l], nout = m->sizes[l + 1];
   float *gw = m->grads + m->w_off[l];
   /* The weight gradient in row blocks when its all-reduce can overlap:
@@ -444,8 +444,8 @@ static acc_result_t layer_grads(acc_mlp_t *m, int l, const float *dz, const floa
 static void input_grad(acc_mlp_t *m, int l, const float *dz, const float *in, float *dprev) {
   const int B = m->batch, nin = m->sizes[l], nout = m->sizes[l + 1];
   const float *w = (m->prec == ACC_PRECISION_NO ? m->params : m->wh) + m->w_off[l];
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout, w, nin,
-              0.0f, dprev, nin);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout, w, nin, 0.0f,
+              dprev, nin);
   size_t n = (size_t)B * (size_t)nin;
   acc__round_half(m->prec, dprev, n);
   for (size_t i = 0; i < n; i++)

@@ -94,8 +94,8 @@ static acc_result_t check_inputs(acc_t *acc, const acc_training_args_t *args, ac
                             "acc_trainer_new: --%s %d is larger than the model's max_batch %d "
                             "(the rows its forward takes at most, acc_mlp_new's last argument): "
                             "give --%s %d or build the model with max_batch >= %d",
-                            bs[i].name, bs[i].value, model->max_batch, bs[i].name,
-                            model->max_batch, bs[i].value);
+                            bs[i].name, bs[i].value, model->max_batch, bs[i].name, model->max_batch,
+                            bs[i].value);
   ACC_CHECK(check_tensors(acc, model));
   if (args->neftune_noise_alpha > 0 && !model->input_embeddings)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,

@@ -176,8 +176,8 @@ static acc_result_t check_optim(acc_trainer_t *tr, const char *dir) {
   return acc__set_error(tr->acc, ACC_ERR_INVALID_ARGUMENT,
                         "%s was saved with --optim %s; this run has --optim %s: resume with "
                         "--optim %s, or start without --resume_from_checkpoint",
-                        dir, saved[0] ? saved : "(another, see the main process)",
-                        tr->args.optim, saved[0] ? saved : "as saved");
+                        dir, saved[0] ? saved : "(another, see the main process)", tr->args.optim,
+                        saved[0] ? saved : "as saved");
 }
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {

@@ -351,8 +351,8 @@ NBF_TEST(notebook_launch_cells_take_the_command_line_options) {
   /* the cell's own options the command line does not give stay; a
    * quoted value with spaces is one option */
   cell = CELL("%launch f(\") x\", 2) num_processes=2 log_line_prefix_template='[r "
-                          "{rank}] ' use_port=29600\n",
-                          given, NULL);
+              "{rank}] ' use_port=29600\n",
+              given, NULL);
   ASSERT_EQ_STR(cell, "%launch f(\") x\", 2) log_line_prefix_template='[r {rank}] ' use_port=29600 "
                       "num_processes=3 mixed_precision=bf16");
   free(cell);
@@ -383,7 +383,8 @@ NBF_TEST(notebook_launch_cells_take_the_command_line_options) {
  * cell, the cell beats the config file, and each is said. */
 NBF_TEST(notebook_precedence_command_line_cell_config) {
   isolate();
-  char *cfg = write_file("c.yaml", "num_processes: 1\nmixed_precision: bf16\nmain_process_port: 29700\n");
+  char *cfg =
+      write_file("c.yaml", "num_processes: 1\nmixed_precision: bf16\nmain_process_port: 29700\n");
   ln_cli_t c;
   char err[512];
   ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", cfg, "--main_process_port", "29800",
