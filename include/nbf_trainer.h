@@ -22,7 +22,8 @@
  *   acc_mlp_model(mlp, &model);
  *   acc_trainer_t *tr = acc_trainer_new(acc, &args, &model, &train, &eval);
  *   acc_trainer_set_compute_metrics(tr, acc_accuracy_metric, NULL);
- *   acc_trainer_train(tr);
+ *   if (!tr || acc_trainer_train(tr) != ACC_OK)      // stop the rank on an error
+ *     fprintf(stderr, "%s\n", acc_last_error(acc));
  *   acc_trainer_destroy(&tr); acc_mlp_destroy(&mlp); acc_destroy(&acc);
  *
  * Errors follow nbfork.h: acc_result_t, the text in acc_last_error(acc)
@@ -117,6 +118,9 @@ typedef struct {
   /* get_input_embeddings(): the layer NEFTune adds noise to, or NULL */
   acc_embedding_t *input_embeddings;
   void *owned; /* what acc_mlp_model allocated (acc_model_release frees it); NULL for yours */
+  /* rows forward_loss accepts at most (acc_mlp_new's max_batch); 0 = any.
+   * acc_trainer_new refuses batch sizes above it, naming both. */
+  int max_batch;
 } acc_model_t;
 
 /* Fill `out` with the model interface of `m` (softmax cross-entropy

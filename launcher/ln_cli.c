@@ -145,11 +145,37 @@ int ln_cli_given(const ln_cli_t *c, const char *name) {
   return strstr(c->given, word) != NULL;
 }
 
-void ln_cli_mark(ln_cli_t *c, const char *name) {
-  size_t n = strlen(c->given);
-  if (ln_cli_given(c, name) || n + strlen(name) + 3 > sizeof c->given)
+/* Add ` name ` to the word list `set` (cap bytes) unless there. */
+static void words_add(char *set, size_t cap, const char *name) {
+  char word[80];
+  snprintf(word, sizeof word, " %s ", name);
+  size_t n = strlen(set);
+  if (strstr(set, word) || n + strlen(name) + 3 > cap)
     return;
-  snprintf(c->given + n, sizeof c->given - n, "%s%s ", n ? "" : " ", name);
+  snprintf(set + n, cap - n, "%s%s ", n ? "" : " ", name);
+}
+
+static void words_remove(char *set, const char *name) {
+  char word[80];
+  snprintf(word, sizeof word, " %s ", name);
+  char *at = strstr(set, word);
+  if (at)
+    memmove(at, at + strlen(word) - 1, strlen(at + strlen(word) - 1) + 1);
+}
+
+void ln_cli_mark(ln_cli_t *c, const char *name) {
+  words_add(c->given, sizeof c->given, name);
+  /* a notebook's cell overrides what only the config file gave */
+  if (c->loading_config)
+    words_add(c->from_config, sizeof c->from_config, name);
+  else
+    words_remove(c->from_config, name);
+}
+
+static int from_config(const ln_cli_t *c, const char *name) {
+  char word[80];
+  snprintf(word, sizeof word, " %s ", name);
+  return strstr(c->from_config, word) != NULL;
 }
 
 /* key=value, quoted when the value holds a space. */
@@ -161,7 +187,8 @@ static void put_option(FILE *f, const char *key, const char *v) {
     fprintf(f, " %s=%s", key, v);
 }
 
-char *ln_cli_launch_options(const ln_cli_t *c, int all) {
+char *ln_cli_launch_options(const ln_cli_t *c, int which) {
+  int all = which == LN_OPTS_ALL;
   char *text = NULL;
   size_t cap = 0;
   FILE *f = open_memstream(&text, &cap);
@@ -169,7 +196,9 @@ char *ln_cli_launch_options(const ln_cli_t *c, int all) {
     return NULL;
   const ln_options_t *o = &c->o;
   char num[32];
-#define GIVEN(name) (all || ln_cli_given(c, name))
+#define GIVEN(name)                                                                                \
+  (all || (ln_cli_given(c, name) &&                                                                \
+           (which == LN_OPTS_GIVEN || (which == LN_OPTS_CONFIG) == from_config(c, name))))
 #define PUT_INT(name, key, value)                                                                  \
   if (GIVEN(name))                                                                                 \
   snprintf(num, sizeof num, "%d", value), put_option(f, key, num)
@@ -258,7 +287,12 @@ static int load_config(ln_cli_t *c, const char *named, char *err, size_t errlen)
     snprintf(path, sizeof path, "%s", named);
   else if (ln_cli_default_config_path(path, sizeof path) != 0 || access(path, F_OK) != 0)
     return 0;
-  return ln_config_load(c, path, err, errlen);
+  c->loading_config = 1;
+  int rc = ln_config_load(c, path, err, errlen);
+  c->loading_config = 0;
+  /* named in messages that say a setting of it was not used */
+  snprintf(c->config_file, sizeof c->config_file, "%s", path);
+  return rc;
 }
 
 int ln_cli_parse(ln_cli_t *c, int argc, char **argv, char *err, size_t errlen) {

@@ -6,6 +6,10 @@
  * Precedence, as Accelerate: defaults < config file < command line.
  * The same setter serves both (ln_cli_set): a command-line option
  * `--num_processes 4` and a config key `num_processes: 4` are one thing.
+ * A notebook's `%launch` line sits between the two (ln_notebook): the
+ * command line > the cell's options > the config file > defaults, as
+ * `accelerate launch` puts explicit arguments over the config file and a
+ * notebook_launcher call's own arguments are what the notebook asked for.
  *
  * | name (option / key)      | default           | meaning                                |
  * |--------------------------|-------------------|----------------------------------------|
@@ -47,7 +51,9 @@ typedef struct {
   char mpirun_hostfile[PATH_MAX];
   char config_file[PATH_MAX];
   char main_training_function[128];
-  char given[512]; /* " name name ": settings set by config or command line */
+  char given[512];       /* " name name ": settings set by config or command line */
+  char from_config[512]; /* " name ": given by the config file only (not by a flag or Slurm) */
+  int loading_config;    /* 1 while the config file is applied (ln_cli_mark) */
 } ln_cli_t;
 
 /* Defaults (table above). */
@@ -64,12 +70,20 @@ int ln_cli_given(const ln_cli_t *c, const char *name);
 /* Record that setting `name` was given. */
 void ln_cli_mark(ln_cli_t *c, const char *name);
 
-/* The %launch options (text for ln_options_parse) that carry the given
- * settings onto a notebook's %launch line: per-node num_processes,
- * num_nodes, node_rank, master_addr, use_port, ... `all` = every launch
- * option, given or not (for a launch line nbfork writes itself).
+/* Which settings ln_cli_launch_options writes. */
+enum {
+  LN_OPTS_GIVEN = 0,  /* given by the config file or the command line      */
+  LN_OPTS_ALL = 1,    /* every launch option, given or not                 */
+  LN_OPTS_FLAGS = 2,  /* given by the command line (or Slurm): over a cell */
+  LN_OPTS_CONFIG = 3, /* given by the config file only: under a cell       */
+};
+
+/* The %launch options (text for ln_options_parse) that carry the
+ * settings `which` selects (LN_OPTS_*) onto a notebook's %launch line:
+ * per-node num_processes, num_nodes, node_rank, master_addr, use_port,
+ * ... (LN_OPTS_ALL for a launch line nbfork writes itself).
  * Returns a malloc'd string (caller frees), NULL when out of memory. */
-char *ln_cli_launch_options(const ln_cli_t *c, int all);
+char *ln_cli_launch_options(const ln_cli_t *c, int which);
 
 /* 1 when `name` is a setting ln_cli_set knows. */
 int ln_cli_known(const char *name);

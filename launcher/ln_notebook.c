@@ -20,6 +20,7 @@
 
 #include "nbf_wire.h"
 #include "ln_cmd.h"
+#include "ln_display_view.h"
 #include "nbf_buf.h"
 #include "nbf_param.h"
 #include "nbf_util.h"
@@ -74,44 +75,78 @@ static const char *call_end(const char *p) {
   return NULL;
 }
 
-/* Whether the option `key=...` at p (whitespace-ended) is one `opts` gives. */
-static int given_option(const char *p, size_t n, const char *opts) {
+/* The next option word of [*p, end) (a quoted value with spaces is one
+ * word): its start, its length in *n, *p moved past it; NULL at the end. */
+static const char *next_word(const char **p, const char *end, size_t *n) {
+  const char *q = *p;
+  while (q < end && isspace((unsigned char)*q))
+    q++;
+  const char *t = q;
+  char quote = 0;
+  while (q < end && (quote || !isspace((unsigned char)*q))) {
+    if (quote ? *q == quote : (*q == '"' || *q == '\''))
+      quote = quote ? 0 : *q;
+    q++;
+  }
+  *p = q;
+  *n = (size_t)(q - t);
+  return *n ? t : NULL;
+}
+
+/* The word of `opts` that sets the same option as `key=...` at p (n
+ * bytes), or NULL; its length in *len. */
+static const char *same_option(const char *p, size_t n, const char *opts, size_t *len) {
   const char *eq = memchr(p, '=', n);
   if (!eq || !opts)
-    return 0;
-  char *key = nbf_xprintf(" %.*s=", (int)(eq - p), p);
-  int given = key && strstr(opts, key) != NULL;
-  free(key);
-  return given;
+    return NULL;
+  const char *end = opts + strlen(opts), *w;
+  for (const char *q = opts; (w = next_word(&q, end, len));)
+    if (*len > (size_t)(eq - p) && !strncmp(w, p, (size_t)(eq - p) + 1))
+      return w;
+  return NULL;
 }
 
 /* The %launch line [line, end) with the options `opts` gives removed,
  * then `opts` (the command line's replace the cell's: a repeated option
- * is an error, ln_options_parse), into b. */
-static void launch_with(nbf_buf_t *b, const char *line, const char *end, const char *opts) {
+ * is an error, ln_options_parse), then the options of `defaults` the
+ * cell does not give (the config file's: the cell's own win). Each value
+ * of the cell that is replaced, and each of the config file's that is
+ * not used, gets a line in `notes`. */
+static void launch_with(nbf_buf_t *b, const char *line, const char *end, const char *opts,
+                        const char *defaults, nbf_buf_t *notes) {
   const char *call = call_end(line);
   if (!call || call > end)
     call = end;
   nbf_buf_append(b, line, (size_t)(call - line));
-  for (const char *p = call; p < end;) {
-    while (p < end && isspace((unsigned char)*p))
-      p++;
-    const char *t = p;
-    char quote = 0;
-    while (p < end && (quote || !isspace((unsigned char)*p))) {
-      if (quote ? *p == quote : (*p == '"' || *p == '\''))
-        quote = quote ? 0 : *p;
-      p++;
+  size_t n, m;
+  const char *t, *o;
+  for (const char *p = call; (t = next_word(&p, end, &n));) {
+    if ((o = same_option(t, n, opts, &m))) {
+      if ((m != n || memcmp(o, t, n)) && notes)
+        nbf_buf_printf(notes,
+                       "nbfork launch: %.*s from the command line replaces the cell's %.*s\n",
+                       (int)m, o, (int)n, t);
+      continue;
     }
-    if (p > t && !given_option(t, (size_t)(p - t), opts)) {
-      nbf_buf_puts(b, " ");
-      nbf_buf_append(b, t, (size_t)(p - t));
-    }
+    nbf_buf_puts(b, " ");
+    nbf_buf_append(b, t, n);
+    if ((o = same_option(t, n, defaults, &m)) && (m != n || memcmp(o, t, n)) && notes)
+      nbf_buf_printf(notes,
+                     "nbfork launch: the cell's %.*s is used, not %.*s from the config file "
+                     "(precedence: command line > cell > config file)\n",
+                     (int)n, t, (int)m, o);
   }
   nbf_buf_puts(b, opts ? opts : "");
+  const char *dend = defaults ? defaults + strlen(defaults) : NULL;
+  for (const char *p = defaults; p && (t = next_word(&p, dend, &n));)
+    if (!same_option(t, n, b->data + (call - line), &m)) {
+      nbf_buf_puts(b, " ");
+      nbf_buf_append(b, t, n);
+    }
 }
 
-char *ln_notebook_cell(const char *source, const char *opts, const char *call) {
+char *ln_notebook_cell(const char *source, const char *opts, const char *defaults, const char *call,
+                       nbf_buf_t *notes) {
   const char *line = launch_line(source);
   if (!line)
     return strdup(source);
@@ -123,7 +158,10 @@ char *ln_notebook_cell(const char *source, const char *opts, const char *call) {
     return alone ? NULL : nbf_xprintf("%.*s%s", (int)(line - source), source, rest);
   nbf_buf_t b = {0};
   nbf_buf_append(&b, source, (size_t)(line - source));
-  launch_with(&b, line, end, opts);
+  nbf_buf_t l = {0}; /* the launch line alone: launch_with reads its options back */
+  launch_with(&l, line, end, opts, defaults, notes);
+  nbf_buf_append(&b, l.data ? l.data : "", l.len);
+  nbf_buf_free(&l);
   if (!blank(rest, rest + strlen(rest)))
     nbf_buf_puts(&b, rest);
   return nbf_buf_take(&b);
@@ -198,12 +236,17 @@ static int executor_start(executor_t *x, const char *path) {
   return 0;
 }
 
+/* Display events (progress bars redrawn in place) go to the view
+ * (ln_display_view.c): this hook is the only coupling. */
+static ln_display_view_t *g_view;
+
 /* Show an event: outputs' text/plain; an error's traceback. Returns 1
  * for the reply (2 when it is an error), 0 otherwise. */
 static int show_event(json_t *e) {
   const char *msg = json_string_value(json_object_get(e, "msg"));
-  if (!msg)
+  if (!msg || ln_display_view_event(g_view, e, nbf_now_ms()))
     return 0;
+  ln_display_view_end_cell(g_view); /* final states before other output */
   if (!strcmp(msg, "reply")) {
     if (strcmp(json_string_value(json_object_get(e, "status")) ?: "", "error"))
       return 1;
@@ -289,15 +332,23 @@ static int executor_stop(executor_t *x) {
 }
 
 /* Run every code cell, then (with CALL) the launch. */
-static int run_cells(executor_t *x, json_t *cells, const char *opts, const char *call) {
+static int run_cells(executor_t *x, json_t *cells, const ln_cli_t *c, const char *opts,
+                     const char *defaults, const char *call) {
   size_t i;
   json_t *cell;
   int count = 0, rc = 0;
   json_array_foreach(cells, i, cell) {
     if (strcmp(json_string_value(json_object_get(cell, "cell_type")) ?: "", "code"))
       continue;
-    char *src = cell_source(cell), *code = ln_notebook_cell(src, opts, call);
+    nbf_buf_t notes = {0};
+    char *src = cell_source(cell), *code = ln_notebook_cell(src, opts, defaults, call, &notes);
     free(src);
+    if (notes.len) { /* which value won, before the launch's own output */
+      fprintf(stderr, "%s", notes.data);
+      if (strstr(notes.data, "config file"))
+        fprintf(stderr, "nbfork launch: the config file is %s\n", c->config_file);
+    }
+    nbf_buf_free(&notes);
     if (code)
       rc = executor_execute(x, code, ++count);
     free(code);
@@ -345,7 +396,10 @@ int ln_notebook_launch(ln_cli_t *c, const char *path, const char *call, int next
     json_decref(cells);
     return LN_EXIT_USAGE;
   }
-  char *opts = ln_cli_launch_options(c, call != NULL);
+  /* with CALL every setting in effect; else the command line's over the
+   * cells' own, the config file's under them (ln_cli.h) */
+  char *opts = ln_cli_launch_options(c, call ? LN_OPTS_ALL : LN_OPTS_FLAGS);
+  char *defaults = call ? NULL : ln_cli_launch_options(c, LN_OPTS_CONFIG);
   ln_cli_export_env(c);
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
@@ -354,8 +408,9 @@ int ln_notebook_launch(ln_cli_t *c, const char *path, const char *call, int next
   signal(SIGPIPE, SIG_IGN); /* a dead executor is an EPIPE here, then reported */
   executor_t x = {0};
   int rc = LN_EXIT_FAILED;
+  g_view = ln_display_view_new(stdout, isatty(STDOUT_FILENO), 2000);
   if (executor_start(&x, exe) == 0) {
-    int r = run_cells(&x, cells, opts ? opts : "", call);
+    int r = run_cells(&x, cells, c, opts ? opts : "", defaults, call);
     int st = executor_stop(&x);
     rc = g_stop ? LN_EXIT_INTERRUPTED : r == 0 ? 0 : LN_EXIT_FAILED;
     if (r < 0)
@@ -365,7 +420,9 @@ int ln_notebook_launch(ln_cli_t *c, const char *path, const char *call, int next
   } else {
     fprintf(stderr, "nbfork launch: cannot start %s: %s\n", exe, NBF_STRERROR(errno));
   }
+  ln_display_view_destroy(&g_view);
   free(opts);
+  free(defaults);
   json_decref(cells);
   return rc;
 }

@@ -4,20 +4,28 @@
  * kernel's own cell engine, spoken to over common/nbf_wire.h: requests on
  * its fd 3, events on its fd 4; its stdout and stderr are ours).
  *
- * A `%launch` cell runs with the command line's settings appended to its
- * options (later options win in ln_options_parse, so a given setting
- * replaces the cell's own). With CALL the notebook's `%launch` cells are
- * skipped and `%launch CALL OPTIONS` runs after the last cell, OPTIONS
- * being every launch setting in effect.
+ * A `%launch` cell runs with the command line's settings in place of its
+ * own options of the same names, and the config file's settings for the
+ * options it does not give: command line > cell > config file. Each
+ * value replaced, and each config value not used, is said on stderr. With CALL the notebook's
+ * `%launch` cells are skipped and `%launch CALL OPTIONS` runs after the last cell, OPTIONS being
+ * every launch setting in effect.
  */
 #ifndef LN_NOTEBOOK_H
 #define LN_NOTEBOOK_H
 
 #include "ln_cli.h"
 
+#include "nbf_buf.h"
+
 /* The cell text to run for `source` (a code cell), or NULL to skip it;
- * caller frees. `opts` = ln_cli_launch_options text; call = CALL or NULL. */
-char *ln_notebook_cell(const char *source, const char *opts, const char *call);
+ * caller frees. `opts` = ln_cli_launch_options text that replaces the
+ * cell's options (LN_OPTS_FLAGS), `defaults` the text for the options
+ * the cell does not give (LN_OPTS_CONFIG; may be NULL); call = CALL or
+ * NULL. `notes` (may be NULL) gets one line per cell value replaced and
+ * per config value not used. */
+char *ln_notebook_cell(const char *source, const char *opts, const char *defaults, const char *call,
+                       nbf_buf_t *notes);
 
 /* Run the notebook; nextra = words after NOTEBOOK (CALL and any more:
  * more than one is a usage error). Returns an exit code (ln_cmd.h). */

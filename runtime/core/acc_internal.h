@@ -214,6 +214,8 @@ void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
 void acc__unregister_for_checkpointing(acc_t *acc, const char *name);
 /* Layer sizes of `m`: *nlayers layers, sizes[0..nlayers]. */
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
+/* The rows acc_mlp_forward accepts at most (acc_mlp_new's max_batch). */
+int acc__mlp_max_batch(const acc_mlp_t *m);
 /* A per-layer hook of acc_mlp_backward_xent on the host (LOMO's fused
  * update, acc_lomo.c): called once per layer, last layer first, when the
  * layer's gradient (weight then bias: `n` elements from `offset` of the

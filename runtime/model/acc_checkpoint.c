@@ -539,7 +539,10 @@ static acc_result_t use_shared(acc_t *acc, const rfile_t *f, acc_mlp_t *model, a
     optim_rec_t o_copy;
     const optim_rec_t *o = find_rec(f, "optim", &o_copy, sizeof o_copy, &b);
     if (!o || b != sizeof *o)
-      return acc__set_error(acc, ACC_ERR_IO, "%s holds no optimizer (saved with opt NULL)", path);
+      return acc__set_error(acc, ACC_ERR_IO,
+                            "%s holds no optimizer state (saved with opt NULL: LOMO, GaLore or "
+                            "no optimizer); the one given is %s of %zu parameters",
+                            path, v.kind ? "AdamW" : "SGD", v.n);
     if (o->kind != v.kind || o->n != v.n || o->has_m != (v.m != NULL) || o->has_v != (v.v != NULL))
       return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                             "%s holds a %s optimizer of %llu parameters%s; the one given is %s "

@@ -542,6 +542,10 @@ acc_result_t acc__mlp_upload(acc_mlp_t *m, int what) {
   return ACC_OK;
 }
 
+int acc__mlp_max_batch(const acc_mlp_t *m) {
+  return m->max_batch;
+}
+
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers) {
   *nlayers = m->nlayers;
   return m->sizes;

@@ -96,7 +96,8 @@ acc_result_t acc_mlp_model(acc_mlp_t *m, acc_model_t *out) {
                        .backward = mlp_backward,
                        .predict = mlp_predict,
                        .mlp = m,
-                       .owned = a};
+                       .owned = a,
+                       .max_batch = acc__mlp_max_batch(m)};
   return ACC_OK;
 }
 

@@ -39,6 +39,32 @@ static acc_optim_t *make_optimizer(acc_trainer_t *tr) {
                        (float)a->weight_decay);
 }
 
+/* The named tensors lie in the flat buffer, in order, without overlap
+ * (GaLore, checkpoints and the documentation read them as a partition). */
+static acc_result_t check_tensors(acc_t *acc, const acc_model_t *model) {
+  if (model->num_tensors > 0 && !model->tensors)
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                          "acc_trainer_new: num_tensors is %d but tensors is NULL",
+                          model->num_tensors);
+  for (int i = 0; i < model->num_tensors; i++) {
+    const acc_tensor_info_t *t = &model->tensors[i], *p = i ? t - 1 : NULL;
+    size_t n = (size_t)(t->rows > 0 ? t->rows : 0) * (size_t)(t->cols > 0 ? t->cols : 0);
+    if (t->rows < 1 || t->cols < 1 || t->offset + n > model->num_params)
+      return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                            "acc_trainer_new: tensor %d '%s' (%d x %d at offset %zu) does not lie "
+                            "inside the %zu parameters",
+                            i, t->name, t->rows, t->cols, t->offset, model->num_params);
+    if (p && t->offset < p->offset + (size_t)p->rows * (size_t)p->cols)
+      return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                            "acc_trainer_new: tensor %d '%s' (elements %zu..%zu) overlaps tensor "
+                            "%d '%s' (elements %zu..%zu): each parameter belongs to one tensor, "
+                            "in order of offset",
+                            i, t->name, t->offset, t->offset + n - 1, i - 1, p->name, p->offset,
+                            p->offset + (size_t)p->rows * (size_t)p->cols - 1);
+  }
+  return ACC_OK;
+}
+
 static acc_result_t check_inputs(acc_t *acc, const acc_training_args_t *args, acc_model_t *model,
                                  const acc_dataset_t *train, const acc_dataset_t *eval) {
   if (!acc || !args || !model || !train)
@@ -58,6 +84,20 @@ static acc_result_t check_inputs(acc_t *acc, const acc_training_args_t *args, ac
                             "acc_trainer_new: the %s dataset is empty or its dim (%d) is not the "
                             "model's input_dim (%d)",
                             i ? "eval" : "train", ds[i]->dim, model->input_dim);
+  const struct {
+    const char *name;
+    int value;
+  } bs[2] = {{"per_device_train_batch_size", args->per_device_train_batch_size},
+             {"per_device_eval_batch_size", args->per_device_eval_batch_size}};
+  for (int i = 0; i < 2; i++)
+    if (model->max_batch > 0 && bs[i].value > model->max_batch)
+      return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                            "acc_trainer_new: --%s %d is larger than the model's max_batch %d "
+                            "(the rows its forward takes at most, acc_mlp_new's last argument): "
+                            "give --%s %d or build the model with max_batch >= %d",
+                            bs[i].name, bs[i].value, model->max_batch, bs[i].name, model->max_batch,
+                            bs[i].value);
+  ACC_CHECK(check_tensors(acc, model));
   if (args->neftune_noise_alpha > 0 && !model->input_embeddings)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                           "--neftune_noise_alpha %g: the model has no input_embeddings (NEFTune "
@@ -132,6 +172,13 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
        acc_register_for_checkpointing(acc, "trainer.params", model->params,
                                       model->num_params * sizeof(float))) ||
       (args->early_stopping_patience > 0 && tr_add_early_stopping(tr)))
+    goto fail;
+  /* every rank starts from rank 0's parameters, as DDP broadcasts
+   * module states at construction: a model initialized per rank (another
+   * seed, rand()) would otherwise train as N different models whose
+   * averaged gradients fit none of them */
+  if (acc_world_size(acc) > 1 &&
+      acc_broadcast(acc, model->params, model->num_params, ACC_F32, 0) != ACC_OK)
     goto fail;
   tr->lr = args->learning_rate;
   return tr;

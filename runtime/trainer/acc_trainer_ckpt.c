@@ -141,6 +141,45 @@ static acc_result_t write_json(acc_trainer_t *tr, const char *dir) {
   return ACC_OK;
 }
 
+/* The optimizer a checkpoint was saved with (--optim), in OPTIM_FILE
+ * beside trainer_state.json, so a resume with another one names both
+ * (acc_save_state alone only knows "no optimizer state"). */
+#define OPTIM_FILE "nbfork_optim.txt"
+
+static acc_result_t write_optim(acc_trainer_t *tr, const char *dir) {
+  char path[PATH_MAX + 32];
+  snprintf(path, sizeof path, "%s/" OPTIM_FILE, dir);
+  FILE *f = fopen(path, "w");
+  int bad = !f || fprintf(f, "%s\n", tr->args.optim) < 0;
+  if (f && fclose(f) != 0)
+    bad = 1;
+  return bad ? acc__set_error(tr->acc, ACC_ERR_IO, "cannot write %s", path) : ACC_OK;
+}
+
+/* Every rank agrees whether the checkpoint's optimizer is this run's:
+ * a mismatch seen by any rank (the main process reads the file; others
+ * may not see it) fails all, before acc_load_state's collectives. */
+static acc_result_t check_optim(acc_trainer_t *tr, const char *dir) {
+  char path[PATH_MAX + 32], saved[64] = "";
+  snprintf(path, sizeof path, "%s/" OPTIM_FILE, dir);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    if (!fgets(saved, sizeof saved, f))
+      saved[0] = 0;
+    fclose(f);
+    saved[strcspn(saved, "\r\n")] = 0;
+  }
+  int64_t bad = saved[0] && strcmp(saved, tr->args.optim) != 0;
+  ACC_CHECK(acc_all_reduce(tr->acc, &bad, 1, ACC_I64, ACC_MAX));
+  if (!bad)
+    return ACC_OK;
+  return acc__set_error(tr->acc, ACC_ERR_INVALID_ARGUMENT,
+                        "%s was saved with --optim %s; this run has --optim %s: resume with "
+                        "--optim %s, or start without --resume_from_checkpoint",
+                        dir, saved[0] ? saved : "(another, see the main process)", tr->args.optim,
+                        saved[0] ? saved : "as saved");
+}
+
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb, (void)flag, (void)ftw;
   return remove(p);
@@ -212,6 +251,8 @@ acc_result_t acc_trainer_save_checkpoint(acc_trainer_t *tr) {
   if (acc_is_main_process(tr->acc)) {
     r = write_json(tr, dir);
     if (r == ACC_OK)
+      r = write_optim(tr, dir);
+    if (r == ACC_OK)
       r = rotate(tr);
   }
   /* every rank learns the main process's result */
@@ -277,6 +318,7 @@ acc_result_t tr_resume(acc_trainer_t *tr, const char *spec) {
   } else {
     snprintf(dir, sizeof dir, "%s", spec);
   }
+  ACC_CHECK(check_optim(tr, dir));
   ACC_CHECK(acc_load_state(tr->acc, dir, tr->model->mlp, tr->opt));
   loop_to_state(tr, tr->args.output_dir);
   acc_trainer_log(tr, ACC_LOG_INFO, "Continuing training from checkpoint %s (global step %ld)", dir,

@@ -8,6 +8,8 @@ events (process exit) with generous bounds; nothing asserts a duration.
 """
 import json
 import os
+import pty
+import re
 import signal
 import socket
 import subprocess
@@ -285,6 +287,128 @@ class Commands(CliCase):
         self.assertIn("KeyboardInterrupt", err)
         for pid in procs:
             self.assertFalse(os.path.exists(f"/proc/{pid}"), pid)
+
+    def write_notebook(self, name, *sources):
+        nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+             "source": src} for src in sources]}
+        path = os.path.join(self.tmp.name, name)
+        with open(path, "w") as f:
+            json.dump(nb, f)
+        return path
+
+    def test_notebook_precedence_command_line_cell_config(self):
+        # issue 27: after `nbfork config default` (num_processes: 1) the cell's
+        # num_processes=2 was silently replaced by the config file's 1
+        r = self.nbfork("config", "default")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.config) as f:
+            self.assertIn("num_processes: 1", f.read())
+        path = self.write_notebook(
+            "ws.ipynb",
+            "#include <stdio.h>\nint ws(void) {\n  acc_t *acc = acc_new(NULL);\n"
+            "  printf(\"rank %d of %d\\n\", acc_rank(acc), acc_world_size(acc));\n"
+            "  acc_destroy(&acc);\n  return 0;\n}\n",
+            "%launch ws() num_processes=2")
+        r = self.nbfork("launch", "--main_process_port", "0", path)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("Launching training on 2 CPU processes.", r.stdout)  # the cell's
+        self.assertIn("rank 1 of 2", r.stdout)
+        self.assertIn("the cell's num_processes=2 is used, not num_processes=1 from the config "
+                      "file", r.stderr)
+        self.assertIn("the config file is " + self.config, r.stderr)
+        # an explicit flag beats the cell, and says so
+        r = self.nbfork("launch", "--num_processes", "3", "--main_process_port", "0", path)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("rank 2 of 3", r.stdout)
+        self.assertIn("num_processes=3 from the command line replaces the cell's "
+                      "num_processes=2", r.stderr)
+
+    BAR_CELLS = ("#include <unistd.h>\nint bar(void) {\n  acc_t *acc = acc_new(NULL);\n"
+                 "  acc_progress_t *p = acc_progress_new(acc, \"epoch 0\", 30);\n"
+                 "  for (int i = 0; i < 30; i++) {\n    usleep(100000);\n"
+                 "    acc_progress_update(p, 1, NULL);\n  }\n"
+                 "  acc_progress_destroy(&p);\n  acc_destroy(&acc);\n  return 0;\n}\n",
+                 "%launch bar() num_processes=1")
+
+    def test_notebook_progress_bar_in_a_pipe(self):
+        # issue 27: every bar stayed at 0/375; in a log: a line every 2 s and the final state
+        path = self.write_notebook("bar.ipynb", *self.BAR_CELLS)
+        r = self.nbfork("launch", "--main_process_port", "0", path)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        bars = [l for l in r.stdout.splitlines() if l.startswith("epoch 0 |")]
+        self.assertIn("0/30", bars[0])
+        self.assertIn("30/30", bars[-1])
+        self.assertTrue(any(re.search(r" ([1-9]|[12][0-9])/30 ", l) for l in bars[1:-1]), bars)
+        self.assertLessEqual(len(bars), 5, bars)  # ~3 s of updates: not one line per step
+
+    def test_notebook_progress_bar_on_a_terminal(self):
+        path = self.write_notebook("bar.ipynb", *self.BAR_CELLS)
+        master, slave = pty.openpty()
+        p = subprocess.Popen([NBFORK, "launch", "--main_process_port", "0", path],
+                             stdout=slave, stderr=subprocess.PIPE, env=self.env)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other side closed
+                break
+            if not chunk:
+                break
+            out += chunk
+        p.wait(timeout=TIMEOUT)
+        os.close(master)
+        self.assertEqual(p.returncode, 0, out)
+        text = out.decode()
+        redraws = text.count("\x1b[A\r\x1b[Kepoch 0 |")
+        self.assertGreaterEqual(redraws, 5, text)  # in place, ~10 per second
+        self.assertIn("\x1b[A\r\x1b[Kepoch 0 |██████████| 30/30", text)
+
+    def test_notebook_trainer_messages_that_help(self):
+        # issue 27: an eval batch above max_batch said "NaN ()"; a resume with another
+        # optimizer "saved with opt NULL"; overlapping tensors were accepted
+        out = os.path.join(self.tmp.name, "out")
+        path = self.write_notebook(
+            "msgs.ipynb",
+            "#include <stdio.h>\n"
+            "float xs[64 * 4];\nint64_t ys[64];\n"
+            "acc_dataset_t ds = {xs, ys, 64, 4};\n"
+            "acc_t *acc = acc_new(NULL);\n"
+            "int sizes[] = {4, 8, 3};\n"
+            "acc_mlp_t *mlp = acc_mlp_new(acc, sizes, 2, 16);\n"
+            "acc_model_t model;\n"
+            "acc_mlp_model(mlp, &model);\n",
+            "acc_trainer_t *run(const char *optim, const char *eval_bs, const char *resume) {\n"
+            "  char *argv[] = {\"t\", \"--output_dir\", \"" + out + "\", \"--optim\", (char *)optim,\n"
+            "    \"--per_device_train_batch_size\", \"16\", \"--per_device_eval_batch_size\",\n"
+            "    (char *)eval_bs, \"--max_steps\", \"2\", \"--save_strategy\", \"steps\",\n"
+            "    \"--save_steps\", \"2\", \"--resume_from_checkpoint\", (char *)resume};\n"
+            "  acc_training_args_t args;\n  acc_training_args_init(&args);\n"
+            "  if (acc_training_args_parse(&args, 17, argv)) return NULL;\n"
+            "  return acc_trainer_new(acc, &args, &model, &ds, &ds);\n}\n",
+            "acc_trainer_t *t1 = run(\"sgd\", \"32\", \"\");\n"
+            "printf(\"1: %s\\n\", t1 ? \"accepted\" : acc_last_error(acc));\n",
+            "acc_tensor_info_t bad[2] = {{\"a\", 0, 2, 4}, {\"b\", 4, 2, 1}};\n"
+            "acc_model_t m2 = model;\n"
+            "m2.tensors = bad;\nm2.num_tensors = 2;\n"
+            "acc_training_args_t a2;\nacc_training_args_init(&a2);\n"
+            "a2.per_device_train_batch_size = a2.per_device_eval_batch_size = 16;\n"
+            "acc_trainer_t *t2 = acc_trainer_new(acc, &a2, &m2, &ds, NULL);\n"
+            "printf(\"2: %s\\n\", t2 ? \"accepted\" : acc_last_error(acc));\n",
+            "acc_trainer_t *t3 = run(\"lomo\", \"16\", \"\");\n"
+            "acc_result_t r3 = acc_trainer_train(t3);\n"
+            "acc_trainer_destroy(&t3);\n"
+            "t3 = run(\"adamw\", \"16\", \"true\");\n"
+            "r3 = t3 ? acc_trainer_train(t3) : ACC_ERR_INVALID_ARGUMENT;\n"
+            "printf(\"3: %s\\n\", r3 == ACC_OK ? \"resumed\" : acc_last_error(acc));\n")
+        r = self.nbfork("launch", "--main_process_port", "0", path)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("1: rank 0: acc_trainer_new: --per_device_eval_batch_size 32 is larger than the "
+                      "model's max_batch 16", r.stdout)
+        self.assertIn("2: rank 0: acc_trainer_new: tensor 1 'b' (elements 4..5) overlaps tensor 0 'a' "
+                      "(elements 0..7)", r.stdout)
+        self.assertIn("was saved with --optim lomo; this run has --optim adamw", r.stdout)
 
     def test_fashion_mnist_notebook_headless(self):
         repo = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))

@@ -65,6 +65,20 @@ class NotebookTests(unittest.TestCase):
         # the bar ends full: "N/N"
         self.assertRegex(bars[-1].data["text/plain"], r"\b(\d+)/\1\b")
 
+    def test_your_own_model(self):
+        # issue 27: a CNN of the notebook's own, by hand and through the Trainer
+        nb = run_notebook("your_own_model.ipynb", env={"OWN_MODEL_LIMIT": "6000"})
+        text = "\n".join(cell_text(c) for c in nb.cells if c.cell_type == "code")
+        err = float(re.search(r"largest relative error (\d+\.\d+)", text).group(1))
+        self.assertLess(err, 0.05, text)
+        acc = float(re.search(r"by hand, epoch 0: accuracy (\d+\.\d+)%", text).group(1))
+        self.assertGreaterEqual(acc, ACCURACY_FLOOR, text)
+        # ranks seeded differently: the Trainer broadcast rank 0's weights
+        self.assertIn("every rank starts from rank 0's weights: yes", text)
+        evals = [float(a) for a in re.findall(r"'eval_accuracy': (\d\.\d+)", text)]
+        self.assertTrue(evals and evals[-1] * 100 >= ACCURACY_FLOOR, text)
+        self.assertIn("removed /tmp/nbfork-own-model-", text)
+
 
 if __name__ == "__main__":
     unittest.main()

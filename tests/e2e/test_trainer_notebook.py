@@ -7,6 +7,7 @@ import re
 import shutil
 import unittest
 
+import nbformat
 from nbclient.exceptions import CellExecutionError
 
 import nbf_harness as h
@@ -27,6 +28,11 @@ class TrainerNotebookTests(unittest.TestCase):
                 for c in nb.cells:
                     if c.cell_type == "code" and c.source.startswith("%launch"):
                         c.source += " use_port=%d" % port
+                # before the last cell removes output_dir: which checkpoints it holds
+                nb.cells.insert(len(nb.cells) - 1, nbformat.v4.new_code_cell(
+                    'char ck[200];\nfor (int s = 94; s <= 141; s += 47) {\n'
+                    '    snprintf(ck, sizeof ck, "%s/checkpoint-%d/trainer_state.json", output_dir, s);\n'
+                    '    printf("checkpoint-%d: %s\\n", s, access(ck, F_OK) == 0 ? "saved" : "missing");\n}'))
             try:
                 nb = run_notebook("trainer.ipynb", env={"TRAINER_LIMIT": "6000"}, patch=patch)
                 break
@@ -51,12 +57,16 @@ class TrainerNotebookTests(unittest.TestCase):
                                 r"'learning_rate': [0-9.e-]+, 'epoch': [0-9.]+\}")
         self.assertEqual(first.count("'train_runtime'"), 1, first)
         # 6000 images, 2 processes of batch 64: 47 steps per epoch
-        self.assertTrue(os.path.isfile(os.path.join(out_dir, "checkpoint-94", "trainer_state.json")))
+        checks = cell_text(nb.cells[-2])
+        self.assertIn("checkpoint-94: saved", checks)
         # resumed: only the third epoch is evaluated
         evals2 = re.findall(r"^\{'eval_loss': .*'epoch': ([0-9.]+)\}$", second, re.M)
         self.assertEqual(evals2, ["3.0"], second)
         self.assertIn("best checkpoint: " + out_dir + "/checkpoint-", second)
-        self.assertTrue(os.path.isfile(os.path.join(out_dir, "checkpoint-141", "trainer_state.json")))
+        self.assertIn("checkpoint-141: saved", checks)
+        # the notebook's last cell removes its output folder (issue 27)
+        self.assertIn("removed " + out_dir, cell_text(nb.cells[-1]))
+        self.assertFalse(os.path.exists(out_dir))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@
 
 #include "ln_cli.h"
 #include "ln_config.h"
+#include "ln_display_view.h"
 #include "ln_mpirun.h"
 #include "ln_notebook.h"
 #include "ln_slurm.h"
@@ -331,6 +332,9 @@ NBF_TEST(srun_nbfork_launch_takes_the_node_from_slurm) {
   ASSERT_EQ(c.num_machines, 0); /* outside a step: nothing from Slurm */
 }
 
+/* ln_notebook_cell with the command line's options only */
+#define CELL(src, opts, call) ln_notebook_cell(src, opts, NULL, call, NULL)
+
 NBF_TEST(notebook_launch_cells_take_the_command_line_options) {
   isolate();
   ln_cli_t c;
@@ -341,27 +345,27 @@ NBF_TEST(notebook_launch_cells_take_the_command_line_options) {
   ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), 0);
   char *given = ln_cli_launch_options(&c, 0);
   ASSERT_EQ_STR(given, " num_processes=3 mixed_precision=bf16");
-  char *cell = ln_notebook_cell("%launch f(1) num_processes=2\n", given, NULL);
+  char *cell = CELL("%launch f(1) num_processes=2\n", given, NULL);
   ASSERT_EQ_STR(cell, "%launch f(1) num_processes=3 mixed_precision=bf16");
   free(cell);
   /* the cell's own options the command line does not give stay; a
    * quoted value with spaces is one option */
-  cell = ln_notebook_cell("%launch f(\") x\", 2) num_processes=2 log_line_prefix_template='[r "
-                          "{rank}] ' use_port=29600\n",
-                          given, NULL);
+  cell = CELL("%launch f(\") x\", 2) num_processes=2 log_line_prefix_template='[r "
+              "{rank}] ' use_port=29600\n",
+              given, NULL);
   ASSERT_EQ_STR(cell, "%launch f(\") x\", 2) log_line_prefix_template='[r {rank}] ' use_port=29600 "
                       "num_processes=3 mixed_precision=bf16");
   free(cell);
-  ASSERT_NULL(ln_notebook_cell("  %launch f(1) num_processes=2", given, "g()"));
+  ASSERT_NULL(CELL("  %launch f(1) num_processes=2", given, "g()"));
   /* a %launch line after comments and code (the executor accepts it
    * there): the same, the code above kept */
-  cell = ln_notebook_cell("// go\nint n = 2;\n%launch f(n) num_processes=2\n", given, NULL);
+  cell = CELL("// go\nint n = 2;\n%launch f(n) num_processes=2\n", given, NULL);
   ASSERT_EQ_STR(cell, "// go\nint n = 2;\n%launch f(n) num_processes=3 mixed_precision=bf16");
   free(cell);
-  cell = ln_notebook_cell("// go\nint n = 2;\n%launch f(n) num_processes=2\n", given, "g()");
+  cell = CELL("// go\nint n = 2;\n%launch f(n) num_processes=2\n", given, "g()");
   ASSERT_EQ_STR(cell, "// go\nint n = 2;\n\n");
   free(cell);
-  cell = ln_notebook_cell("int x = 1;\n", given, "g()");
+  cell = CELL("int x = 1;\n", given, "g()");
   ASSERT_EQ_STR(cell, "int x = 1;\n");
   free(cell);
   char *all = ln_cli_launch_options(&c, 1);
@@ -372,6 +376,86 @@ NBF_TEST(notebook_launch_cells_take_the_command_line_options) {
   ASSERT_EQ(o.num_processes, 3);
   free(all);
   free(given);
+}
+
+/* Issue 27: after `nbfork config default` (num_processes: 1), a notebook's
+ * `%launch ... num_processes=2` ran 1 process. The command line beats the
+ * cell, the cell beats the config file, and each is said. */
+NBF_TEST(notebook_precedence_command_line_cell_config) {
+  isolate();
+  char *cfg =
+      write_file("c.yaml", "num_processes: 1\nmixed_precision: bf16\nmain_process_port: 29700\n");
+  ln_cli_t c;
+  char err[512];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", cfg, "--main_process_port", "29800",
+                  "nb.ipynb", NULL),
+            4);
+  ASSERT_EQ(ln_cli_finish(&c, 0, err, sizeof err), 0);
+  char *flags = ln_cli_launch_options(&c, LN_OPTS_FLAGS);
+  char *config = ln_cli_launch_options(&c, LN_OPTS_CONFIG);
+  ASSERT_EQ_STR(flags, " use_port=29800");
+  ASSERT_EQ_STR(config, " num_processes=1 mixed_precision=bf16");
+  nbf_buf_t notes = {0};
+  char *cell = ln_notebook_cell("%launch f(1) num_processes=2 use_port=29500\n", flags, config,
+                                NULL, &notes);
+  /* the cell's 2 processes; the flag's port; the config's precision */
+  ASSERT_EQ_STR(cell, "%launch f(1) num_processes=2 use_port=29800 mixed_precision=bf16");
+  ASSERT_CONTAINS(notes.data, "use_port=29800 from the command line replaces the cell's "
+                              "use_port=29500");
+  ASSERT_CONTAINS(notes.data, "the cell's num_processes=2 is used, not num_processes=1 from the "
+                              "config file");
+  free(cell);
+  nbf_buf_free(&notes);
+  /* the same value from the config file: nothing to say */
+  cell = ln_notebook_cell("%launch f(1) num_processes=1\n", flags, config, NULL, &notes);
+  ASSERT_EQ(notes.len, 0);
+  free(cell);
+  free(flags);
+  free(config);
+  free(cfg);
+}
+
+/* One display event as the executor sends it (common/nbf_wire.h). */
+static void view_event(ln_display_view_t *v, const char *msg, const char *text, int64_t ms) {
+  json_t *e = json_pack("{s:s,s:{s:s},s:{},s:{s:s}}", "msg", msg, "data", "text/plain", text,
+                        "metadata", "transient", "display_id", "nbf-1-1");
+  ASSERT_EQ(ln_display_view_event(v, e, ms), 1);
+  json_decref(e);
+}
+
+/* Issue 27: `nbfork launch NOTEBOOK` left every bar at 0/375. In a log:
+ * a line per 2 s, the complete state at once, the last state at the end
+ * of the cell; on a terminal: each update redrawn over the bar's line. */
+NBF_TEST(display_view_progress_in_a_log_and_on_a_terminal) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ln_display_view_t *v = ln_display_view_new(f, 0, 2000);
+  view_event(v, "display_data", "e |  | 0/10", 0);
+  view_event(v, "update_display_data", "e |  | 1/10", 100);   /* throttled */
+  view_event(v, "update_display_data", "e |  | 5/10", 2100);  /* 2 s on */
+  view_event(v, "update_display_data", "e |  | 6/10", 2200);  /* throttled */
+  view_event(v, "update_display_data", "e |  | 10/10", 2300); /* complete */
+  view_event(v, "update_display_data", "e |  | 10/10", 2400); /* the same */
+  view_event(v, "display_data", "f |  | 0/100", 2500);
+  view_event(v, "update_display_data", "f |  | 30/100", 2600); /* stopped early */
+  ln_display_view_end_cell(v);
+  fflush(f);
+  ASSERT_EQ_STR(text, "e |  | 0/10\ne |  | 5/10\ne |  | 10/10\nf |  | 0/100\nf |  | 30/100\n");
+  ln_display_view_destroy(&v);
+  fclose(f);
+  free(text);
+  f = open_memstream(&text, &len);
+  v = ln_display_view_new(f, 1, 2000);
+  view_event(v, "display_data", "a 0/2", 0);
+  view_event(v, "update_display_data", "a 1/2", 1);
+  view_event(v, "update_display_data", "a 2/2", 2);
+  ln_display_view_end_cell(v);
+  fflush(f);
+  ASSERT_EQ_STR(text, "a 0/2\n\x1b[A\r\x1b[Ka 1/2\n\x1b[A\r\x1b[Ka 2/2\n");
+  ln_display_view_destroy(&v);
+  fclose(f);
+  free(text);
 }
 
 NBF_TEST_MAIN()
