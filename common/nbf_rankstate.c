@@ -140,6 +140,7 @@ void nbf_rankstate_end(nbf_rankstate_t *rs) {
     return;
   write_begin(rs);
   rs->done_seq = rs->call.seq;
+  rs->done_op = rs->call.op;
   rs->phase = NBF_RS_RUNNING;
   rs->phase_ms = nbf_now_ms();
   write_end(rs);

@@ -27,7 +27,9 @@
  *    24   4  phase      nbf_rs_phase_t
  *    28   4  err_code   acc_result_t of the last error; 0 = none
  *    32   4  err_peer   the rank a failed collective lost; -1 = unknown
- *    36   4  flags      NBF_RS_FATAL: the error ended the rank
+ *    36   2  flags      NBF_RS_FATAL: the error ended the rank
+ *    38   1  done_op    nbf_rs_op_t of the last collective completed
+ *    39   1  reserved  0
  *    40  32  call       the collective in flight, or the last one begun
  *    72   8  done_seq   sequence number of the last collective completed
  *    80  32  err_call   the collective of the last error (seq 0: none)
@@ -83,7 +85,8 @@ typedef struct {
 typedef struct {
   uint32_t magic, version, size, gen;
   int32_t rank, pid, phase, err_code, err_peer;
-  uint32_t flags;
+  uint16_t flags;
+  uint8_t done_op, reserved;
   nbf_rs_call_t call;
   uint64_t done_seq;
   nbf_rs_call_t err_call;

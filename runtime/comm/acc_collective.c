@@ -125,8 +125,7 @@ static acc_result_t verify_call(acc_t *acc, const nbf_rs_call_t *c) {
   }
   char msg[768];
   size_t at = (size_t)snprintf(msg, sizeof msg,
-                               "the ranks called different collectives (ACCELERATE_DEBUG_MODE): "
-                               "Operation: %s #%llu.",
+                               "the ranks' calls differ: Operation: %s #%llu.",
                                nbf_rs_op_name(c->op), (unsigned long long)c->seq);
   for (int i = 0; i < acc->world && at < sizeof msg; i++) {
     char one[96];
@@ -369,6 +368,20 @@ acc_result_t acc_wait_for_everyone(acc_t *acc) {
   if (r == ACC_OK)
     r = barrier_run(acc);
   return coll_end(acc, &k, r);
+}
+
+acc_result_t acc__final_barrier(acc_t *acc) {
+  coll_t k;
+  acc_result_t r = coll_begin(acc, &k, NBF_RS_BARRIER, 0, ACC_F32, ACC_SUM, -1, 0);
+  if (r == ACC_OK) {
+    char err[512];
+    r = acc_gloo_barrier(acc->gloo, err, sizeof err);
+  }
+  if (r == ACC_OK)
+    nbf_rankstate_end(acc->rankstate);
+  else
+    nbf_rankstate_phase(acc->rankstate, NBF_RS_RUNNING);
+  return r;
 }
 
 void acc__set_allreduce_algo(acc_t *acc, int algo) {

@@ -379,10 +379,8 @@ void acc_destroy(acc_t **acc_p) {
   acc_store_client_destroy(&acc->store);
   acc_store_server_stop(&acc->store_server);
   /* Leave together, so nobody tears down a connection a peer still reads. */
-  if (acc->gloo && !acc->broken) {
-    char err[512];
-    acc_gloo_barrier(acc->gloo, err, sizeof err);
-  }
+  if (acc->gloo && !acc->broken)
+    acc__final_barrier(acc);
   acc_nccl_destroy(acc);
   if (acc->gloo) /* this rank left its group: its peers' report says so */
     nbf_rankstate_phase(acc->rankstate, NBF_RS_EXITED);

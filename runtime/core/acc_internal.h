@@ -176,6 +176,12 @@ void acc__set_allreduce_algo(acc_t *acc, int algo);
 acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n);
 acc_result_t acc__wait_buckets(acc_t *acc);
 
+/* acc_destroy's barrier (every rank leaves together): numbered and
+ * recorded like acc_wait_for_everyone, so that a rank waiting in it
+ * while its peers are in another collective shows as such in the
+ * launcher's report; its failure is returned, never fatal. */
+acc_result_t acc__final_barrier(acc_t *acc);
+
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
 
