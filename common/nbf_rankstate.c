@@ -162,6 +162,14 @@ void nbf_rankstate_error(nbf_rankstate_t *rs, int code, int peer, const nbf_rs_c
   write_end(rs);
 }
 
+void nbf_rankstate_leaving(nbf_rankstate_t *rs) {
+  if (!rs)
+    return;
+  write_begin(rs);
+  rs->flags |= NBF_RS_LEAVING;
+  write_end(rs);
+}
+
 void nbf_rankstate_fatal(nbf_rankstate_t *rs) {
   if (!rs)
     return;

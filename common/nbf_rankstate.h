@@ -27,7 +27,8 @@
  *    24   4  phase      nbf_rs_phase_t
  *    28   4  err_code   acc_result_t of the last error; 0 = none
  *    32   4  err_peer   the rank a failed collective lost; -1 = unknown
- *    36   2  flags      NBF_RS_FATAL: the error ended the rank
+ *    36   2  flags      NBF_RS_FATAL: the error ended the rank;
+ *                       NBF_RS_LEAVING: in acc_destroy (leaving the group)
  *    38   1  done_op    nbf_rs_op_t of the last collective completed
  *    39   1  reserved  0
  *    40  32  call       the collective in flight, or the last one begun
@@ -72,7 +73,8 @@ typedef enum {
   NBF_RS_BARRIER
 } nbf_rs_op_t;
 
-#define NBF_RS_FATAL 1u
+#define NBF_RS_FATAL 1u   /* the recorded error ended the rank           */
+#define NBF_RS_LEAVING 2u /* in acc_destroy: `call` is its final barrier */
 
 typedef struct {
   uint8_t op, dtype, device, reduce;
@@ -119,6 +121,8 @@ void nbf_rankstate_end(nbf_rankstate_t *rs);
  * `c` the collective (NULL: none), text `msg`. Phase unchanged. */
 void nbf_rankstate_error(nbf_rankstate_t *rs, int code, int peer, const nbf_rs_call_t *c,
                          const char *msg);
+/* The rank is leaving its group (acc_destroy): set NBF_RS_LEAVING. */
+void nbf_rankstate_leaving(nbf_rankstate_t *rs);
 /* Mark the record's error as the one that ended the rank; phase EXITED. */
 void nbf_rankstate_fatal(nbf_rankstate_t *rs);
 

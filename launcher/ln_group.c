@@ -350,14 +350,20 @@ static void describe_cause(const ln_group_t *g, const ln_worker_t *w, ln_cause_t
     ln_report_record_line(rec, f);
     return;
   }
+  char when[96];
+  if (w->exited && WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0)
+    snprintf(when, sizeof when, "it exited with code 0 (it returned or called exit(0)) %.2f s",
+             (double)(w->exited_ms - g->started_ms) / 1000.0);
+  else /* still in acc_destroy's barrier when the group was stopped */
+    snprintf(when, sizeof when, "it was leaving the group (acc_destroy) %.2f s",
+             (double)(rec->phase_ms - g->started_ms) / 1000.0);
   fprintf(f,
-          "rank %d (local rank %d, pid %d) %s: it exited with code 0 (it returned or called "
-          "exit(0)) %.2f s into the run, after %s #%llu, while its peers were still in "
-          "collectives (see why rank %d returned early)\n",
+          "rank %d (local rank %d, pid %d) %s: %s into the run, after %s #%llu, while its peers "
+          "were still in collectives (see why rank %d returned early)\n",
           base + w->local_rank, w->local_rank, (int)w->pid,
-          first_left ? "left first" : "also left early",
-          (double)(w->exited_ms - g->started_ms) / 1000.0, nbf_rs_op_name(rec ? rec->done_op : 0),
-          (unsigned long long)(rec ? rec->done_seq : 0), base + w->local_rank);
+          first_left ? "left first" : "also left early", when,
+          nbf_rs_op_name(rec ? rec->done_op : 0), (unsigned long long)(rec ? rec->done_seq : 0),
+          base + w->local_rank);
 }
 
 /* The failure report: the nodes this one cannot reach (`lost`, from

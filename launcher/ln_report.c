@@ -39,9 +39,12 @@ static uint64_t max_seq(const nbf_rankstate_t *const *recs, int n) {
  * a collective this rank never completed. */
 static int left_early(const ln_worker_t *w, const nbf_rankstate_t *rec,
                       const nbf_rankstate_t *const *recs, int n) {
-  if (!rec || !w->exited || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0 || rec->err_code ||
+  int exited_0 = w->exited && WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0;
+  if (!rec || !(exited_0 || (rec->flags & NBF_RS_LEAVING)) || rec->err_code ||
       rec->phase < NBF_RS_RUNNING)
     return 0;
+  /* a rank in acc_destroy's barrier while a peer is in another call of
+   * the same number is leaving early too: they wait for each other */
   return max_seq(recs, n) > rec->done_seq;
 }
 
@@ -119,7 +122,10 @@ static void position_line(const ln_worker_t *w, int rank, int64_t now, FILE *f) 
     fprintf(f, "stopped by signal %d (SIG%s) %s %s; ", w->stopped_by, a ? a : "?",
             r->phase == NBF_RS_COLLECTIVE ? "in" : "after", r->phase == NBF_RS_COLLECTIVE ? call : done);
   }
-  if (r->err_code && r->err_call.seq) {
+  if (r->phase == NBF_RS_COLLECTIVE && (r->flags & NBF_RS_LEAVING)) {
+    fprintf(f, "in acc_destroy's %s for %.1f s (leaving the group)", call,
+            (double)(now - r->call.start_ms) / 1000.0);
+  } else if (r->err_code && r->err_call.seq) {
     char ecall[160];
     nbf_rs_call_text(&r->err_call, ecall, sizeof ecall);
     fprintf(f, "%s failed after %.1f s (%s)", ecall,
@@ -199,6 +205,21 @@ static void verdict(const ln_worker_t *w, int n, int base, int64_t now, FILE *f)
     return;
   char want[160], done[96];
   nbf_rs_call_text(call_at(recs[waiter], m), want, sizeof want);
+  for (int i = 0; i < n; i++) {
+    const nbf_rankstate_t *r = recs[i];
+    if (!r || !(r->flags & NBF_RS_LEAVING) || r->err_code || r->done_seq >= m)
+      continue;
+    done_text(r, done, sizeof done);
+    for (int j = 0; j < n; j++)
+      if (j != i && recs[j] && call_at(recs[j], m) && recs[j]->call.op != NBF_RS_BARRIER) {
+        nbf_rs_call_text(call_at(recs[j], m), want, sizeof want);
+        fprintf(f,
+                "  -> rank %d left early: it is leaving the group (acc_destroy's barrier) after "
+                "%s while rank %d waits in %s\n",
+                base + i, done, base + j, want);
+        return;
+      }
+  }
   for (int i = 0; i < n; i++) {
     const nbf_rankstate_t *r = recs[i];
     if (!r || r->done_seq >= m || r->err_code || call_at(r, m) || r->phase == NBF_RS_COLLECTIVE)

@@ -371,6 +371,7 @@ acc_result_t acc_wait_for_everyone(acc_t *acc) {
 }
 
 acc_result_t acc__final_barrier(acc_t *acc) {
+  nbf_rankstate_leaving(acc->rankstate);
   coll_t k;
   acc_result_t r = coll_begin(acc, &k, NBF_RS_BARRIER, 0, ACC_F32, ACC_SUM, -1, 0);
   if (r == ACC_OK) {
