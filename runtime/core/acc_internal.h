@@ -105,10 +105,11 @@ struct acc {
  *   NULL-returning helpers (acc_idx_read, acc_mlp_*) which have nowhere
  *   else to put them, and acc_new's one-line warning when rank 0 hosts
  *   a store without a secret on every interface (it is no error, and
- *   the user must see it before anyone joins), and the Gloo shim's one
- *   line per group when a collective lost its connection to a named rank
- *   (the launcher reads it in the worker's stderr tail to name the rank
- *   that left first, even when the caller ignores the error).
+ *   the user must see it before anyone joins), and the two lines of a
+ *   failed collective that ends its rank (ACC_ERRORS_ARE_FATAL, the
+ *   default: acc_collective.c's coll_fatal). What the launcher needs to
+ *   know travels in the rank's state record (nbf_rankstate.h), never as
+ *   text.
  *
  * ACC_CHECK(expr): evaluate `expr` (an acc_result_t) once; if it is not
  * ACC_OK, return it from the enclosing function unchanged. It adds no
