@@ -87,6 +87,25 @@ int nbf_param_bool(nbf_param_id_t id, int dflt) {
   return s ? nbf_truthy(s) : dflt;
 }
 
+int nbf_param_bool_strict(nbf_param_id_t id, int dflt, int *out) {
+  static const char *const no[] = {"0", "false", "no", "off", "n"};
+  const char *s = nbf_param_str(id);
+  if (!s) {
+    *out = dflt;
+    return 0;
+  }
+  if (nbf_truthy(s)) {
+    *out = 1;
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+    if (strcasecmp(s, no[i]) == 0) {
+      *out = 0;
+      return 0;
+    }
+  return -1;
+}
+
 int nbf_param_set(nbf_param_id_t id, const char *value) {
   if ((unsigned)id >= NBF_P_COUNT || !value) {
     errno = EINVAL;

@@ -61,6 +61,12 @@ int nbf_param_long(nbf_param_id_t id, long dflt, long *out);
 int nbf_param_double(nbf_param_id_t id, double dflt, double *out);
 /* Truth value (nbf_truthy) as set, else the table's default, else `dflt`. */
 int nbf_param_bool(nbf_param_id_t id, int dflt);
+/* Accelerate's str_to_bool, strictly: 1 for its true words, 0 for "0",
+ * "false", "no", "off", "n" (any case), the table's default (else `dflt`)
+ * when unset or empty; -1 for anything else (*out untouched: the caller
+ * names the variable and NBF_BOOL_WORDS, the accepted values). */
+int nbf_param_bool_strict(nbf_param_id_t id, int dflt, int *out);
+#define NBF_BOOL_WORDS "1, true, yes, on, y or 0, false, no, off, n (any case)"
 
 /* Accelerate's str_to_bool: 1 for "1", "true", "yes", "on", "y" in any
  * case, 0 for anything else and for NULL. The only table of true words. */

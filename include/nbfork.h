@@ -51,7 +51,8 @@ typedef enum {
   ACC_ERR_BACKEND = 6,          /* Gloo / NCCL / CUDA reported an error    */
   ACC_ERR_UNSUPPORTED = 7,      /* not built in (e.g. NCCL without CUDA)   */
   ACC_ERR_IO = 8,               /* file read/write/format error            */
-  ACC_ERR_NO_MEMORY = 9
+  ACC_ERR_NO_MEMORY = 9,
+  ACC_ERR_MISMATCH = 10 /* the ranks called different collectives (debug mode) */
 } acc_result_t;
 
 /* A static English description of `r`; never NULL. */
@@ -191,7 +192,11 @@ size_t acc_dtype_size(acc_dtype_t dtype);
 /* In-place all-reduce of `count` elements of `buf` across all ranks.
  * AVG divides the sum by the world size (integers: truncating).
  * Blocks; every rank must call it with the same count/dtype/op.
- * Errors: INVALID_ARGUMENT, TIMEOUT, PEER, BACKEND. */
+ * With ACCELERATE_DEBUG_MODE on, every collective first compares op,
+ * dtype, count, root and sequence number across ranks (Accelerate's
+ * verify_operation): a difference is MISMATCH on every rank, naming each
+ * rank's call. Errors: INVALID_ARGUMENT, TIMEOUT, PEER, BACKEND, MISMATCH
+ * (fatal by default: acc_set_errhandler). */
 acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, acc_op_t op);
 
 /* Broadcast `count` elements from rank `root` into every rank's `buf`. */
@@ -209,6 +214,23 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
 
 /* Barrier (Accelerate's wait_for_everyone). */
 acc_result_t acc_wait_for_everyone(acc_t *acc);
+
+/* What a failed collective does (MPI's error handlers,
+ * MPI_Comm_set_errhandler). A collective fails when the group does:
+ * TIMEOUT, PEER, BACKEND, MISMATCH, or any call on a group an earlier
+ * failure broke; argument errors (INVALID_ARGUMENT: nothing was sent)
+ * are always returned.
+ *   ACC_ERRORS_ARE_FATAL (the default, MPI_ERRORS_ARE_FATAL): the rank
+ *     writes one line on stderr naming the collective, its sequence
+ *     number and the cause, records it for the launcher's report
+ *     (NBFORK_RANKSTATE_FD) and ends with _exit(1) — C code that ignores
+ *     a return code no longer trains on alone (PyTorch raises).
+ *   ACC_ERRORS_RETURN (MPI_ERRORS_RETURN): the collective returns the
+ *     error; the caller must check every result.
+ * NBFORK_COLLECTIVE_ERRORS=fatal|return sets the default of acc_new.
+ * Errors: INVALID_ARGUMENT (acc NULL or an unknown handler). */
+typedef enum { ACC_ERRORS_ARE_FATAL = 0, ACC_ERRORS_RETURN = 1 } acc_errhandler_t;
+acc_result_t acc_set_errhandler(acc_t *acc, acc_errhandler_t handler);
 
 /* ------------------------------------------------------------------ */
 /* Seeding and printing                                                 */

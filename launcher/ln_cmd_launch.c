@@ -22,9 +22,13 @@
 static volatile sig_atomic_t g_interrupted;
 static char **g_program; /* argv of PROGRAM, for the worker body */
 
+static volatile sig_atomic_t g_status; /* SIGQUIT: print where every rank is */
+
 static void on_signal(int sig) {
-  (void)sig;
-  g_interrupted = 1;
+  if (sig == SIGQUIT)
+    g_status = 1;
+  else
+    g_interrupted = 1;
 }
 
 /* Worker body: the environment is set (ln_worker_export_env); become
@@ -74,16 +78,18 @@ int ln_cmd_settings(const char *cmd, ln_cli_t *c, int argc, char **argv) {
 
 int ln_cmd_run(const ln_cli_t *c, int (*fn)(void)) {
   ln_cli_export_env(c);
-  struct sigaction sa = {0}, old[3];
+  struct sigaction sa = {0}, old[4];
   sa.sa_handler = on_signal; /* no SA_RESTART: the monitor's poll returns */
   sigemptyset(&sa.sa_mask);
-  const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-  for (int i = 0; i < 3; i++)
+  /* SIGQUIT (Ctrl-\\, kill -QUIT): where every rank is, as a JVM's thread
+   * dump; the run goes on */
+  const int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+  for (int i = 0; i < 4; i++)
     sigaction(sigs[i], &sa, &old[i]);
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, &g_status};
   ln_error_t err;
   int rc = ln_launch(&c->o, fn, &ctx, &err);
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 4; i++)
     sigaction(sigs[i], &old[i], NULL);
   if (rc == 0)
     return 0;

@@ -18,6 +18,7 @@
 #include "acc_store.h"
 #include "ln_leftover.h"
 #include "ln_probe.h"
+#include "ln_report.h"
 #include "ln_rdzv.h"
 #include "ln_worker.h"
 #include "nbf_cluster.h"
@@ -43,6 +44,7 @@ typedef struct {
   int64_t drain_until_ms;
   ln_leftovers_t left; /* what the workers started (ln_leftover.h)     */
   int64_t started_ms; /* for "left N s into the run"                   */
+  int64_t seen_ms;    /* when the records were read into w[i].seen      */
 } ln_group_t;
 
 /* Stop the group: TERM now, KILL those still alive after the grace. */
@@ -74,9 +76,18 @@ static void mark_stopped(ln_group_t *g) {
 /* The first cause of a stop wins; the workers get SIGTERM once, and
  * SIGCONT after it: a stopped worker would hold a TERM pending (and its
  * port, memory, GPU) until the KILL after the grace time. */
+/* Read every worker's state record into w[i].seen: where each rank was
+ * at this moment (the report's positions). */
+static void group_read_states(ln_group_t *g) {
+  g->seen_ms = nbf_now_ms();
+  for (int i = 0; i < g->started; i++)
+    g->w[i].seen_ok = nbf_rankstate_read(g->w[i].rs, &g->w[i].seen) == 0;
+}
+
 static void group_stop(ln_group_t *g, ln_run_result_t why) {
   if (g->stopping)
     return;
+  group_read_states(g); /* before the stop changes anything */
   g->result = why;
   g->stopping = 1;
   g->stop_at_ms = nbf_now_ms();
@@ -169,12 +180,13 @@ static int group_pollset(ln_group_t *g, int *alive) {
 
 /* Reap the workers that exited. Every exit of one pass is collected
  * before anything is stopped, so that a worker reaped in the pass is
- * never taken for a victim of a SIGTERM the pass itself sent: all the
- * non-zero exits and signals of the first failing pass are failures (the
- * report orders them: group_failures); later ones are victims of the
- * stop. A worker that exits 0 is no failure, but its exit time is kept:
- * a rank that returned while its peers were still in collectives is
- * what made them fail, and the report leads with it. */
+ * never taken for a victim of a SIGTERM the pass itself sent. Failures:
+ * every non-zero exit and signal of the first failing pass, and every
+ * non-zero exit code after it (a worker the stop's SIGTERM or SIGKILL
+ * ended dies of that signal: an exit code is the worker's own end, e.g.
+ * a collective that failed at the same time). The report orders them by
+ * what their records say (group_failures). A worker that exits 0 is no
+ * failure, but its exit time is kept for the report. */
 static void group_reap(ln_group_t *g) {
   int failing = 0, was_stopping = g->stopping;
   int64_t now = nbf_now_ms();
@@ -186,6 +198,8 @@ static void group_reap(ln_group_t *g) {
     w->exited = 1;
     w->status = st;
     w->exited_ms = now;
+    if (WIFEXITED(st) && WEXITSTATUS(st) != 0 && was_stopping)
+      w->failed = 1; /* its own end, not the stop's signal */
     if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !was_stopping) {
       w->failed = 1; /* a cause (or a peer's first consequence), not a victim of the stop */
       failing = 1;
@@ -235,6 +249,37 @@ static void group_end_leftovers(ln_group_t *g) {
   }
 }
 
+/* Where every rank is (ln_report_positions of the records last read),
+ * as a string the caller frees; NULL when no record says anything. */
+static char *group_positions(const ln_group_t *g, const char *title) {
+  char *text = NULL;
+  size_t cap = 0;
+  FILE *f = open_memstream(&text, &cap);
+  if (!f)
+    return NULL;
+  ln_report_positions(g->w, g->started, g->o->node_rank * g->o->num_processes, g->seen_ms, title,
+                      f);
+  fclose(f);
+  if (text && !*text) {
+    free(text);
+    text = NULL;
+  }
+  return text;
+}
+
+/* SIGQUIT to `nbfork launch` (ctx->status_requested): print where every
+ * rank is now on stderr, and go on. */
+static void group_status(ln_group_t *g) {
+  if (!g->ctx->status_requested || !*g->ctx->status_requested)
+    return;
+  *g->ctx->status_requested = 0;
+  group_read_states(g);
+  char *text = group_positions(g, "nbfork: where each rank is (SIGQUIT; their state records):");
+  fprintf(stderr, "%s", text ? text : "nbfork: no rank has a state record yet\n");
+  fflush(stderr);
+  free(text);
+}
+
 /* Forward output, reap, watch the rendezvous and the interrupt flag
  * until every worker is reaped and its pipes drained (or the drain time
  * ran out). */
@@ -261,6 +306,7 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
       group_stop(g, LN_RUN_SETUP_FAILED); /* a node did not join in time */
     if (g->ctx->interrupted && *g->ctx->interrupted)
       group_stop(g, LN_RUN_INTERRUPTED);
+    group_status(g);
     if (g->stopping && g->stop_at_ms >= 0 && nbf_now_ms() - g->stop_at_ms > LN_GRACE_MS) {
       signal_group(g->w, g->started, SIGKILL);
       g->stop_at_ms = -1; /* KILL sent once; reaping follows */
@@ -269,105 +315,65 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
   ln_rdzv_end(&rdzv); /* its client's threads go before any re-fork */
 }
 
-/* Which failed worker the report names first: one found stopped (the
- * others failed waiting for it), then the earlier; at the same time a
- * signal (a crash, a kill from outside), which is a cause, before an exit
- * code, often a peer's consequence; then the lower rank. */
-static int failure_before(const ln_worker_t *a, const ln_worker_t *b) {
-  if ((a->stopped_by != 0) != (b->stopped_by != 0))
-    return a->stopped_by != 0;
-  int sa = WIFSIGNALED(a->status), sb = WIFSIGNALED(b->status);
-  if (a->exited_ms != b->exited_ms)
-    return a->exited_ms < b->exited_ms;
-  if (sa != sb)
-    return sa;
-  return a->local_rank < b->local_rank;
-}
-
-/* Whether a failed worker's stderr tail says it lost its connection to
- * global rank `rank` (the runtime's words, acc_gloo.cc). */
-static int peer_blames(const ln_group_t *g, int rank) {
-  char needle[64];
-  snprintf(needle, sizeof needle, "the connection to rank %d was lost", rank);
-  for (int i = 0; i < g->started; i++)
-    for (int l = 0; g->w[i].failed && l < LN_TAIL_LINES; l++)
-      if (g->w[i].tail[l] && strstr(g->w[i].tail[l], needle))
-        return 1;
-  return 0;
-}
-
-/* Whether every failed worker's stderr tail has the runtime's line of a
- * collective that lost a peer (acc_gloo.cc): then every failure is a
- * consequence, and the cause is a rank that did not fail. */
-static int all_lost_a_peer(const ln_group_t *g) {
-  int any = 0;
-  for (int i = 0; i < g->started; i++) {
-    if (!g->w[i].failed)
-      continue;
-    int lost = 0;
-    for (int l = 0; l < LN_TAIL_LINES && !lost; l++)
-      lost = g->w[i].tail[l] && !strncmp(g->w[i].tail[l], "nbfork: rank ", 13) &&
-             (strstr(g->w[i].tail[l], "lost its connection to a peer") ||
-              strstr(g->w[i].tail[l], "was lost (rank "));
-    if (!lost)
-      return 0;
-    any = 1;
-  }
-  return any;
-}
-
-/* The rank that left its peers in the middle of their collectives: a
- * worker that exited 0 while the group ran and that a failed peer's
- * error names as the connection it lost; or, when every failed worker
- * lost a peer without naming it (more than two ranks), the first that
- * exited 0 no later than the first failure. Exit order alone cannot
- * tell: a peer that ignores its failed final barrier exits 0 too, often
- * before the rank whose failure broke it is reaped. NULL when none. */
-static const ln_worker_t *first_leaver(const ln_group_t *g, const ln_worker_t *first_failed) {
-  const ln_worker_t *leaver = NULL;
-  int base = g->o->node_rank * g->o->num_processes;
-  int consequences = first_failed && all_lost_a_peer(g);
-  for (int i = 0; i < g->started; i++) {
-    const ln_worker_t *w = &g->w[i];
-    if (!w->exited || w->failed || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0)
-      continue;
-    if (!peer_blames(g, base + w->local_rank) &&
-        !(consequences && w->exited_ms <= first_failed->exited_ms))
-      continue;
-    if (!leaver || w->exited_ms < leaver->exited_ms)
-      leaver = w;
-  }
-  return leaver;
-}
-
-/* A worker that exited 0 before the first failure (or in its reap pass)
- * without a peer naming it: said after the failures, as a possible cause. */
-static const ln_worker_t *early_exit(const ln_group_t *g, const ln_worker_t *first_failed) {
+/* A worker exited 0 before the first failure (or in its reap pass),
+ * for workers without a state record (a program that does not use
+ * libnbfork): said after the failures, as a possible cause. */
+static const ln_worker_t *early_exit(const ln_group_t *g, int64_t first_failed_ms) {
   const ln_worker_t *early = NULL;
-  for (int i = 0; first_failed && i < g->started; i++) {
+  for (int i = 0; i < g->started; i++) {
     const ln_worker_t *w = &g->w[i];
-    if (w->exited && !w->failed && WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0 &&
-        w->exited_ms <= first_failed->exited_ms && (!early || w->exited_ms < early->exited_ms))
+    if (!w->rs && w->exited && !w->failed && WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0 &&
+        w->exited_ms <= first_failed_ms && (!early || w->exited_ms < early->exited_ms))
       early = w;
   }
   return early;
 }
 
-/* A failed worker lost its connection to a rank of another node: that
- * rank's node reports why it left. -1 when none. */
-static int remote_loss(const ln_group_t *g) {
+/* The first rank of another node that a failed rank's record says it
+ * lost, or -1. */
+static int remote_loss(const ln_group_t *g, const nbf_rankstate_t *const *fin) {
   int base = g->o->node_rank * g->o->num_processes;
-  int world = g->o->num_nodes * g->o->num_processes;
-  for (int r = 0; r < world; r++)
-    if ((r < base || r >= base + g->o->num_processes) && peer_blames(g, r))
-      return r;
+  for (int i = 0; i < g->started; i++) {
+    int p = fin[i] && g->w[i].failed && fin[i]->err_code ? fin[i]->err_peer : -1;
+    if (p >= 0 && (p < base || p >= base + g->o->num_processes))
+      return p;
+  }
   return -1;
 }
 
+/* One cause of the report, as its class says. */
+static void describe_cause(const ln_group_t *g, const ln_worker_t *w, ln_cause_t c, int first_left,
+                           const nbf_rankstate_t *rec, FILE *f) {
+  int base = g->o->node_rank * g->o->num_processes;
+  if (c != LN_CAUSE_LEFT) {
+    ln_worker_describe(w, base + w->local_rank, f);
+    ln_report_record_line(rec, f);
+    return;
+  }
+  char when[96];
+  if (w->exited && WIFEXITED(w->status) && WEXITSTATUS(w->status) == 0)
+    snprintf(when, sizeof when, "it exited with code 0 (it returned or called exit(0)) %.2f s",
+             (double)(w->exited_ms - g->started_ms) / 1000.0);
+  else /* still in acc_destroy's barrier when the group was stopped */
+    snprintf(when, sizeof when, "it was leaving the group (acc_destroy) %.2f s",
+             (double)(rec->phase_ms - g->started_ms) / 1000.0);
+  fprintf(f,
+          "rank %d (local rank %d, pid %d) %s: %s into the run, after %s #%llu, while its peers "
+          "were still in collectives (see why rank %d returned early)\n",
+          base + w->local_rank, w->local_rank, (int)w->pid,
+          first_left ? "left first" : "also left early", when,
+          nbf_rs_op_name(rec ? rec->done_op : 0), (unsigned long long)(rec ? rec->done_seq : 0),
+          base + w->local_rank);
+}
+
 /* The failure report: the nodes this one cannot reach (`lost`, from
- * ln_probe_lost_nodes, or NULL), the rank that left first (when one did),
- * then one ln_worker_describe per failed worker, the first cause first.
- * Its first line is the WorkerFailed summary (ln_launch.c). */
+ * ln_probe_lost_nodes, or NULL); then every failed rank and every rank
+ * that left early, each with its cause, in the order of ln_cause_t
+ * (stopped, killed by a signal, its own failure, left early, lost a
+ * peer), by global rank within a class; then where every rank was when
+ * the group failed, naming the odd one. Its first line is the
+ * WorkerFailed summary (ln_launch.c). The classes come from the exit
+ * statuses and the ranks' state records, never from their output. */
 static char *group_failures(const ln_group_t *g, const char *lost) {
   char *text = NULL;
   size_t cap = 0;
@@ -376,36 +382,30 @@ static char *group_failures(const ln_group_t *g, const char *lost) {
     return NULL;
   if (lost)
     fputs(lost, f);
-  int base = g->o->node_rank * g->o->num_processes;
-  const ln_worker_t **order = calloc((size_t)g->started + 1, sizeof *order);
-  int n = 0;
-  for (int i = 0; order && i < g->started; i++)
-    if (g->w[i].failed) {
-      int j = n++;
-      for (; j > 0 && failure_before(&g->w[i], order[j - 1]); j--)
-        order[j] = order[j - 1];
-      order[j] = &g->w[i];
-    }
-  const ln_worker_t *leaver = first_leaver(g, n ? order[0] : NULL);
-  int remote = leaver ? -1 : remote_loss(g);
+  int n = g->started, base = g->o->node_rank * g->o->num_processes;
+  nbf_rankstate_t fin_buf[n + 1];
+  const nbf_rankstate_t *fin[n + 1];
+  for (int i = 0; i < n; i++)
+    fin[i] = nbf_rankstate_read(g->w[i].rs, &fin_buf[i]) == 0 ? &fin_buf[i] : NULL;
+  int remote = remote_loss(g, fin);
   if (remote >= 0)
     fprintf(f,
-            "rank %d (node %d) was lost first: the failure%s below lost the connection to it (it "
+            "rank %d (node %d) was lost first: the failures below lost the connection to it (it "
             "exited or failed on node %d: see that node's error)\n",
-            remote, remote / g->o->num_processes, n > 1 ? "s" : "", remote / g->o->num_processes);
-  if (leaver)
-    fprintf(f,
-            "rank %d (local rank %d, pid %d) left first: it exited with code 0 (it returned or "
-            "called exit(0)) %.2f s into the run, while its peers were still in collectives: "
-            "the failure%s below lost %s connection to %s (see why rank %d returned early)\n",
-            base + leaver->local_rank, leaver->local_rank, (int)leaver->pid,
-            (leaver->exited_ms - g->started_ms) / 1000.0, n > 1 ? "s" : "",
-            n > 1 ? "their" : "its",
-            peer_blames(g, base + leaver->local_rank) ? "it" : "a peer, and no other rank had left",
-            base + leaver->local_rank);
-  for (int k = 0; k < n; k++)
-    ln_worker_describe(order[k], base + order[k]->local_rank, f);
-  const ln_worker_t *early = leaver ? NULL : early_exit(g, n ? order[0] : NULL);
+            remote, remote / g->o->num_processes, remote / g->o->num_processes);
+  int64_t first_failed_ms = INT64_MAX, first_left = 1;
+  for (int c = LN_CAUSE_STOPPED; c < LN_CAUSE_NONE; c++)
+    for (int i = 0; i < n; i++) {
+      const ln_worker_t *w = &g->w[i];
+      if (ln_report_cause(w, fin[i], fin, n, g->seen_ms) != (ln_cause_t)c)
+        continue;
+      describe_cause(g, w, (ln_cause_t)c, (int)first_left, fin[i], f);
+      if (c == LN_CAUSE_LEFT)
+        first_left = 0;
+      if (w->failed && w->exited_ms < first_failed_ms)
+        first_failed_ms = w->exited_ms;
+    }
+  const ln_worker_t *early = first_left ? early_exit(g, first_failed_ms) : NULL;
   if (early)
     fprintf(f,
             "rank %d (local rank %d, pid %d) had exited with code 0 %.2f s into the run, before "
@@ -413,7 +413,8 @@ static char *group_failures(const ln_group_t *g, const char *lost) {
             "collectives, their collectives failed because of it\n",
             base + early->local_rank, early->local_rank, (int)early->pid,
             (early->exited_ms - g->started_ms) / 1000.0);
-  free(order);
+  ln_report_positions(g->w, n, base, g->seen_ms,
+                      "Where each rank was when the group failed (their state records):", f);
   fclose(f);
   return text;
 }
@@ -440,6 +441,8 @@ ln_run_result_t ln_run_group(const ln_options_t *o, ln_entry_fn fn, ln_context_t
   acc_store_server_stop(&srv);
   if (g.result == LN_RUN_FAILED)
     *failures = group_failures(&g, lost);
+  else if (g.result == LN_RUN_INTERRUPTED)
+    *failures = group_positions(&g, "Where each rank was when interrupted (their state records):");
   free(lost);
   ln_run_result_t result = g.result;
   group_free(&g);

@@ -15,8 +15,9 @@ typedef enum {
 
 /* Fork o->num_processes workers running fn, host the store when
  * node_rank is 0, forward output until every worker is reaped.
- * On LN_RUN_FAILED, *failures describes each failed worker (caller
- * frees); on LN_RUN_SETUP_FAILED, *setup_error. */
+ * On LN_RUN_FAILED, *failures describes each failed worker and where
+ * every rank was (caller frees); on LN_RUN_INTERRUPTED, *failures is
+ * where every rank was, or NULL; on LN_RUN_SETUP_FAILED, *setup_error. */
 ln_run_result_t ln_run_group(const ln_options_t *o, int (*fn)(void), ln_context_t *ctx,
                              int restart, int use_gpu, char **failures, char **setup_error);
 

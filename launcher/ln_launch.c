@@ -44,7 +44,8 @@ void ln_error_free(ln_error_t *err) {
 }
 
 int ln_debug_mode(void) {
-  return nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 0);
+  int on = 0;
+  return nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, 0, &on) != 0 ? -1 : on;
 }
 
 /* Binding the port ourselves is the only answer that holds (connect()
@@ -155,7 +156,15 @@ static int check_port(const ln_options_t *o, ln_error_t *err) {
 /* ACCELERATE_DEBUG_MODE: a test launch before the real one. */
 static int check_debug_launch(const ln_options_t *o, ln_context_t *ctx, int use_gpu,
                               ln_error_t *err) {
-  if (!ln_debug_mode())
+  int mode = ln_debug_mode();
+  if (mode < 0) {
+    set_error(err, "LaunchError",
+              nbf_xprintf("ACCELERATE_DEBUG_MODE='%s' is not one of " NBF_BOOL_WORDS,
+                          nbf_param_raw(NBF_P_ACCELERATE_DEBUG_MODE)),
+              nbf_xprintf("Set it to one of these, or unset it (off)."));
+    return -1;
+  }
+  if (!mode)
     return 0;
   char *diag = NULL;
   if (ln_debug_check(o, ctx, use_gpu, &diag) == 0) {
@@ -193,7 +202,7 @@ static int run_with_restarts(const ln_options_t *o, ln_entry_fn fn, ln_context_t
     }
     char *failures = NULL, *setup_error = NULL;
     ln_run_result_t r = ln_run_group(o, fn, ctx, restart, use_gpu, &failures, &setup_error);
-    if (r != LN_RUN_FAILED)
+    if (r != LN_RUN_FAILED && r != LN_RUN_INTERRUPTED)
       free(failures);
     if (r != LN_RUN_SETUP_FAILED)
       free(setup_error);
@@ -204,7 +213,7 @@ static int run_with_restarts(const ln_options_t *o, ln_entry_fn fn, ln_context_t
       set_error(err, "KeyboardInterrupt",
                 nbf_xprintf("the launch was interrupted: all %d workers were stopped and reaped",
                             o->num_processes),
-                NULL);
+                failures); /* where each rank was, or NULL */
       return -1;
     case LN_RUN_SETUP_FAILED:
       set_error(err, "LaunchError", setup_error, NULL);

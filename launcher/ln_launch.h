@@ -51,6 +51,9 @@ typedef struct {
    * request pipe): replaced by /dev/null in each worker. */
   const int *private_fds;
   int nprivate;
+  /* Set to non-zero by the caller's SIGQUIT handler (`nbfork launch`):
+   * print where every rank is on stderr, then clear it. NULL = never. */
+  volatile sig_atomic_t *status_requested;
 } ln_context_t;
 
 typedef struct {
@@ -79,7 +82,8 @@ int ln_port_check(const char *addr, int port);
  * /proc/self/task), or -1 when /proc cannot be read. */
 int ln_thread_count(void);
 
-/* 1 when ACCELERATE_DEBUG_MODE is true: 1, true, yes, on, y (any case). */
+/* 1 when ACCELERATE_DEBUG_MODE is true (1, true, yes, on, y, any case),
+ * 0 when unset or false (0, false, no, off, n), -1 for anything else. */
 int ln_debug_mode(void);
 
 #endif

@@ -31,6 +31,9 @@ static void child_descriptors(const ln_worker_env_t *env, int pipes[3][2], ln_wo
         close(siblings[i].fd[s]);
     if (siblings[i].pidfd >= 0)
       close(siblings[i].pidfd);
+    if (siblings[i].rs_fd >= 0)
+      close(siblings[i].rs_fd);
+    nbf_rankstate_unmap(&siblings[i].rs);
   }
   int devnull = open("/dev/null", O_RDWR);
   for (int i = 0; i < env->nprivate; i++)
@@ -95,8 +98,8 @@ void ln_worker_export_env(const ln_worker_env_t *env, int local_rank) {
 
 /* The child side: never returns. */
 static void __attribute__((noreturn))
-worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pipes[3][2],
-             ln_worker_t *siblings, int nsiblings, pid_t parent) {
+worker_child(ln_worker_t *self, int local_rank, const ln_worker_env_t *env, int (*fn)(void),
+             int pipes[3][2], ln_worker_t *siblings, int nsiblings, pid_t parent) {
   setpgid(0, 0); /* own group: a stop signal reaches its children too */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent)
@@ -114,6 +117,15 @@ worker_child(int local_rank, const ln_worker_env_t *env, int (*fn)(void), int pi
   sigprocmask(SIG_SETMASK, &none, NULL);
   child_descriptors(env, pipes, siblings, nsiblings);
   ln_worker_export_env(env, local_rank);
+  if (self->rs_fd >= 0) { /* F_DUPFD: a copy without close-on-exec, for PROGRAM too */
+    int fd = fcntl(self->rs_fd, F_DUPFD, 10);
+    close(self->rs_fd);
+    if (fd >= 0)
+      nbf_param_set_long(NBF_P_NBFORK_RANKSTATE_FD, fd);
+  } else {
+    nbf_param_unset(NBF_P_NBFORK_RANKSTATE_FD); /* not the launcher's own, if it is a rank */
+  }
+  nbf_rankstate_unmap(&self->rs); /* the runtime maps its page itself */
 
   /* stdio buffers are shared state copied by fork: start clean */
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -140,6 +152,8 @@ int ln_worker_start(ln_worker_t *w, int local_rank, const ln_worker_env_t *env, 
       return -1;
     }
   }
+  /* without a record the report falls back to exit statuses: no error */
+  w->rs_fd = nbf_rankstate_create(rank, &w->rs);
   fflush(stdout);
   fflush(stderr);
   pid_t parent = getpid();
@@ -154,9 +168,11 @@ int ln_worker_start(ln_worker_t *w, int local_rank, const ln_worker_env_t *env, 
     return -1;
   }
   if (pid == 0)
-    worker_child(local_rank, env, fn, pipes, siblings, nsiblings, parent);
+    worker_child(w, local_rank, env, fn, pipes, siblings, nsiblings, parent);
   setpgid(pid, pid); /* also here: no race with an early stop signal */
   w->pid = pid;
+  if (w->rs)
+    w->rs->pid = (int32_t)pid; /* before the worker maps it: its children are not it */
   /* A pidfd turns "the worker exited" into a poll event, so the launcher
    * reaps at once instead of at its next monitor tick. */
   w->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
@@ -179,7 +195,7 @@ static void remember_stderr(ln_worker_t *w, const char *line, size_t n) {
 void ln_worker_init(ln_worker_t *w, int local_rank) {
   memset(w, 0, sizeof *w);
   w->local_rank = local_rank;
-  w->fd[0] = w->fd[1] = w->fd[2] = w->pidfd = -1;
+  w->fd[0] = w->fd[1] = w->fd[2] = w->pidfd = w->rs_fd = -1;
   w->out_fd[LN_STDOUT] = 1;
   w->out_fd[LN_STDERR] = 2;
 }
@@ -320,6 +336,9 @@ void ln_worker_describe(const ln_worker_t *w, int rank, FILE *out) {
 }
 
 void ln_worker_free(ln_worker_t *w) {
+  nbf_rankstate_unmap(&w->rs);
+  if (w->rs_fd >= 0)
+    close(w->rs_fd);
   for (int s = 0; s < 3; s++)
     nbf_buf_free(&w->line[s]);
   for (int i = 0; i < LN_TAIL_LINES; i++)

@@ -11,6 +11,7 @@
 
 #include "ln_options.h"
 #include "nbf_buf.h"
+#include "nbf_rankstate.h"
 
 #define LN_TAIL_LINES 12
 
@@ -31,6 +32,13 @@ typedef struct {
   int exited, status, failed;
   long long exited_ms; /* when the launcher reaped it (nbf_now_ms), for the failure report */
   int stopped_by; /* the signal that had stopped it when the group failed, or 0 */
+  /* its state record (nbf_rankstate.h), mapped here before the fork, and
+   * the page's descriptor (close-on-exec; the child gets a dup of it as
+   * NBFORK_RANKSTATE_FD); NULL / -1 when it could not be made */
+  nbf_rankstate_t *rs;
+  int rs_fd;
+  nbf_rankstate_t seen; /* the record as read when the group failed or hung */
+  int seen_ok;          /* `seen` holds a record */
 } ln_worker_t;
 
 /* What every worker of one group run shares. */
@@ -75,6 +83,7 @@ void ln_worker_close(ln_worker_t *w);
 /* Describe a failed worker: rank, pid, exit code or signal, stderr tail. */
 void ln_worker_describe(const ln_worker_t *w, int rank, FILE *out);
 
+/* Unmap the state record and close its page (ln_worker_free does it). */
 void ln_worker_free(ln_worker_t *w);
 
 #endif

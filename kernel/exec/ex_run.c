@@ -461,7 +461,7 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
     return ex_event_reply_error("LinkError", "the launch thunk was not found in the cell", NULL);
   static const int private_fds[] = {NBF_WIRE_FD_REQUESTS};
   ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
-                      private_fds, 1};
+                      private_fds, 1, NULL};
   ln_error_t le;
   if (ln_launch(&o, launch, &ctx, &le) == 0)
     return ex_event_reply_ok(NULL);

@@ -88,11 +88,9 @@ struct acc_gloo {
   acc_store_client_t *store = nullptr;
   std::string sync_prefix;
   bool sync_tried = false;
-  bool told_lost = false;            /* the one stderr line about a lost peer was written */
+  int lost_peer = -1;                /* rank of the connection the last failure lost */
   std::vector<acc_gloo_cached> seen; /* sizes all-reduced/gathered before sctx */
   std::chrono::milliseconds timeout{300000};
-  std::string host;        /* the address this rank listens on */
-  bool multi_host = false; /* some ranks run on other hosts (acc_gloo_set_multi_host) */
   std::vector<acc_gloo_cached> cache; /* most recently used last */
   /* Tag of the next AllreduceOptions-style operation: each gets its own,
    * as ProcessGroupGloo does (every rank issues the same sequence). */
@@ -175,27 +173,6 @@ int peer_rank_in(const std::vector<std::string> &addrs, const std::string &what)
   return -1;
 }
 
-/* How long a rank holds back a timeout on a peer of its own host (see
- * hold_local_timeout). Every rank of a group that lost a node times out
- * within some tens of milliseconds of the others (the same timeout since
- * the same collective step). */
-static const int kLocalTimeoutHoldMs = 1000;
-
-/* A timeout waiting for a peer on this very host, in a group spanning
- * several hosts: no link between the two can have been cut, so that peer
- * is most likely waiting itself, for a lost or stuck node, and its own
- * error names that node. The launcher reports the rank that failed first:
- * let the peer's error come first by holding ours back a moment (cut
- * short when the launcher stops the group). Measured with a veth deleted
- * between two namespaces: without this, the rank whose error led named
- * its own node in 1 trial of 5. */
-void hold_local_timeout(const acc_gloo_t *g, acc_result_t r, const std::string &msg) {
-  if (!g || !g->multi_host || r != ACC_ERR_TIMEOUT || g->host.empty())
-    return;
-  if (msg.find("[" + g->host + "]:") != std::string::npos)
-    std::this_thread::sleep_for(std::chrono::milliseconds(kLocalTimeoutHoldMs));
-}
-
 /* Run `f`, catching everything; on failure fill err and close the group's
  * connections so that the other ranks fail fast too. A lost peer is named
  * by its rank when its address tells (peer_rank_in). */
@@ -223,33 +200,22 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
     msg = "unknown C++ exception";
     r = ACC_ERR_BACKEND;
   }
-  int lost = r == ACC_ERR_PEER && g ? peer_rank_in(g->peer_addr, msg) : -1;
+  /* The rank whose connection failed, for the rank's state record
+   * (acc_gloo_lost_peer): the launcher's report names it from there. A
+   * timeout names one too when its address tells: on several hosts, a
+   * timeout on a peer of another host points at that host. */
+  int lost = (r == ACC_ERR_PEER || r == ACC_ERR_TIMEOUT) && g ? peer_rank_in(g->peer_addr, msg) : -1;
   if (r == ACC_ERR_PEER && lost < 0 && g && g->ctx && g->ctx->size == 2)
     lost = 1 - g->ctx->rank; /* the only peer */
-  if (r == ACC_ERR_PEER && g && !g->told_lost) {
-    /* one line, whatever the caller does with the error: a launcher reads
-     * it in the stderr tail to name the rank that left (ln_group.c) */
-    g->told_lost = true;
-    if (lost >= 0)
-      std::fprintf(stderr,
-                   "nbfork: rank %d: the connection to rank %d was lost (rank %d exited or "
-                   "failed during a collective)\n",
-                   g->ctx ? g->ctx->rank : -1, lost, lost);
-    else
-      std::fprintf(stderr,
-                   "nbfork: rank %d: a collective lost its connection to a peer (it exited or "
-                   "failed): %s\n",
-                   g->ctx ? g->ctx->rank : -1, msg.c_str());
-  }
-  if (err && errlen && lost >= 0)
+  if (g)
+    g->lost_peer = lost;
+  if (err && errlen && lost >= 0 && r == ACC_ERR_PEER)
     std::snprintf(err, errlen,
                   "%s failed: %s (the connection to rank %d was lost: rank %d exited or failed "
                   "while this rank still needed it; see rank %d's own error)",
                   what, msg.c_str(), lost, lost, lost);
   else if (err && errlen)
     std::snprintf(err, errlen, "%s failed: %s%s", what, msg.c_str(), from_store ? "" : advice(r));
-  if (!from_store)
-    hold_local_timeout(g, r, msg);
   if (g && g->ctx) {
     try {
       g->ctx->closeConnections();
@@ -324,7 +290,6 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
     return ACC_ERR_NO_MEMORY;
   }
   g->timeout = std::chrono::milliseconds(timeout_ms > 0 ? timeout_ms : 300000);
-  g->host = hostname ? hostname : "";
   std::string where = std::string("Gloo rendezvous (rank ") + std::to_string(rank) + " of " +
                       std::to_string(size) + ", listening on " + (hostname ? hostname : "?") + ")";
   acc_result_t r = guard(nullptr, where.c_str(), err, errlen, [&] {
@@ -394,9 +359,8 @@ void acc_gloo_destroy(acc_gloo_t **g_p) {
   }
 }
 
-void acc_gloo_set_multi_host(acc_gloo_t *g, int multi_host) {
-  if (g)
-    g->multi_host = multi_host != 0;
+int acc_gloo_lost_peer(const acc_gloo_t *g) {
+  return g ? g->lost_peer : -1;
 }
 
 void acc_gloo_release_store(acc_gloo_t *g) {

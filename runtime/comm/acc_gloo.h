@@ -39,11 +39,10 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
                               acc_store_client_t *store, const char *key_prefix, int timeout_ms,
                               int busy_poll, char *err, size_t errlen);
 
-/* Tell the group whether some ranks run on other hosts (local world
- * smaller than the world): a timeout on a peer of this host is then held
- * back a moment, so that the error of the rank that waited on the lost
- * host comes first (acc_gloo.cc, hold_local_timeout). */
-void acc_gloo_set_multi_host(acc_gloo_t *g, int multi_host);
+/* The rank whose connection the group's last failed collective lost
+ * (a closed or reset connection; a timeout when the peer's address
+ * tells), or -1 when unknown. For the rank's state record. */
+int acc_gloo_lost_peer(const acc_gloo_t *g);
 
 /* The store given to acc_gloo_connect is about to go: no second mesh
  * will be connected through it any more. */

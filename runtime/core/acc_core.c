@@ -21,6 +21,9 @@
  *   NBFORK_GLOO_BUSY_POLL        1 = busy-poll small all-reduces (1 when
  *                                ranks <= CPUs)
  *   NBFORK_GRAD_BUCKETS          0/1/2: gradient buckets of the MLP (0)
+ *   NBFORK_COLLECTIVE_ERRORS     fatal | return (acc_set_errhandler)
+ *   ACCELERATE_DEBUG_MODE        compare each collective's call first
+ *   NBFORK_RANKSTATE_FD          this rank's state page (nbf_rankstate.h)
  *   SLURM_*, OMPI_COMM_WORLD_*,  a program started by srun or mpirun,
  *   PMI_*, MPI_LOCAL*            with RANK unset (from_cluster_engine)
  */
@@ -38,6 +41,7 @@
 #include "acc_nccl.h"
 #include "nbf_cluster.h"
 #include "nbf_param.h"
+#include "nbf_rankstate.h"
 
 /* Defaults (NBFORK_TIMEOUT_S 300, MASTER_PORT 29500, NBFORK_GRAD_BUCKETS 0:
  * see acc_mlp_backward_xent in nbfork.h for the measurements) live in
@@ -144,6 +148,26 @@ static void from_cluster_engine(void) {
   }
 }
 
+/* NBFORK_COLLECTIVE_ERRORS and ACCELERATE_DEBUG_MODE, strictly: a value
+ * that is none of the accepted ones is an error naming them (a typo must
+ * not turn a check off). 0 or -1. */
+static int read_error_env(acc_t *acc) {
+  const char *e = nbf_param_str(NBF_P_NBFORK_COLLECTIVE_ERRORS);
+  if (e && strcasecmp(e, "fatal") && strcasecmp(e, "return")) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                   "NBFORK_COLLECTIVE_ERRORS='%s' is not one of fatal, return", e);
+    return -1;
+  }
+  acc->errors_return = e && !strcasecmp(e, "return");
+  if (nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, 0, &acc->debug_ops) != 0) {
+    acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                   "ACCELERATE_DEBUG_MODE='%s' is not one of " NBF_BOOL_WORDS,
+                   nbf_param_raw(NBF_P_ACCELERATE_DEBUG_MODE));
+    return -1;
+  }
+  return 0;
+}
+
 static int read_env(acc_t *acc, const acc_config_t *c) {
   int timeout_s = c->timeout_s;
   from_cluster_engine();
@@ -184,7 +208,7 @@ static int read_env(acc_t *acc, const acc_config_t *c) {
                    "mixed precision '%s' is not one of no, fp16, bf16", mp);
     return -1;
   }
-  return 0;
+  return read_error_env(acc);
 }
 
 /* NBFORK_GLOO_BUSY_POLL: 1 = the all-reduces and gathers of the
@@ -286,7 +310,6 @@ static int join_group(acc_t *acc) {
                    acc->master_addr, acc->master_port, acc->timeout_ms / 1000, err);
     return -1;
   }
-  acc_gloo_set_multi_host(acc->gloo, acc->local_world < acc->world);
   /* Every rank is past its store reads once this returns, so rank 0 may
    * stop hosting the store at any time after. */
   r = acc_gloo_barrier(acc->gloo, err, sizeof err);
@@ -331,8 +354,14 @@ acc_t *acc_new(const acc_config_t *cfg) {
     acc_set_seed(acc, (unsigned long long)c.seed, 0);
   if (acc__select_device(acc) != 0)
     return fail(acc, "selecting the device");
-  if (acc->world > 1 && join_group(acc) != 0)
+  nbf_rankstate_t *rs = acc->world > 1 ? nbf_rankstate_self() : NULL;
+  acc->rankstate = rs;
+  nbf_rankstate_phase(rs, NBF_RS_RENDEZVOUS);
+  if (acc->world > 1 && join_group(acc) != 0) {
+    nbf_rankstate_error(rs, ACC_ERR_STORE, -1, NULL, acc->err);
     return fail(acc, "rendezvous");
+  }
+  nbf_rankstate_phase(rs, NBF_RS_RUNNING);
   return acc;
 }
 
@@ -350,16 +379,26 @@ void acc_destroy(acc_t **acc_p) {
   acc_store_client_destroy(&acc->store);
   acc_store_server_stop(&acc->store_server);
   /* Leave together, so nobody tears down a connection a peer still reads. */
-  if (acc->gloo && !acc->broken) {
-    char err[512];
-    acc_gloo_barrier(acc->gloo, err, sizeof err);
-  }
+  if (acc->gloo && !acc->broken)
+    acc__final_barrier(acc);
   acc_nccl_destroy(acc);
+  if (acc->gloo) /* this rank left its group: its peers' report says so */
+    nbf_rankstate_phase(acc->rankstate, NBF_RS_EXITED);
   acc_gloo_destroy(&acc->gloo);
   free(acc->accum_prev);
   acc__device_free(acc);
   free(acc->ckpt_items);
   free(acc);
+}
+
+acc_result_t acc_set_errhandler(acc_t *acc, acc_errhandler_t handler) {
+  if (!acc || (handler != ACC_ERRORS_ARE_FATAL && handler != ACC_ERRORS_RETURN))
+    return acc ? acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_set_errhandler: unknown "
+                                "handler %d (ACC_ERRORS_ARE_FATAL or ACC_ERRORS_RETURN)",
+                                (int)handler)
+               : ACC_ERR_INVALID_ARGUMENT;
+  acc->errors_return = handler == ACC_ERRORS_RETURN;
+  return ACC_OK;
 }
 
 int acc_rank(const acc_t *acc) {

@@ -30,6 +30,8 @@ const char *acc_strerror(acc_result_t r) {
     return "file read/write or format error";
   case ACC_ERR_NO_MEMORY:
     return "out of memory";
+  case ACC_ERR_MISMATCH:
+    return "the ranks called different collectives (ACCELERATE_DEBUG_MODE)";
   }
   return "unknown nbfork result code";
 }

@@ -10,6 +10,7 @@
 
 #include "acc_rng.h"
 #include "acc_store.h"
+#include "nbf_rankstate.h"
 #include "nbfork.h"
 
 typedef struct acc_gloo acc_gloo_t;
@@ -58,6 +59,13 @@ struct acc {
   acc_gloo_t *gloo;
   acc_nccl_t *nccl;
   int broken;         /* a collective failed: the group cannot be used again */
+  /* issue 21/27: collectives are numbered (1 = the first; every rank
+   * counts alike), recorded in this rank's state page (nbf_rankstate.h)
+   * and, by default, fatal when they fail (acc_set_errhandler) */
+  uint64_t coll_seq;
+  int errors_return; /* ACC_ERRORS_RETURN */
+  int debug_ops;     /* ACCELERATE_DEBUG_MODE: compare each call first */
+  nbf_rankstate_t *rankstate; /* this rank's record (NULL: not launched by nbfork) */
   int allreduce_algo; /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
   /* gradient buckets of the model toolkit (acc_mlp_backward_xent):
    * 0 = none (acc_backward all-reduces the flat buffer), 1 = per bucket,
@@ -98,10 +106,11 @@ struct acc {
  *   NULL-returning helpers (acc_idx_read, acc_mlp_*) which have nowhere
  *   else to put them, and acc_new's one-line warning when rank 0 hosts
  *   a store without a secret on every interface (it is no error, and
- *   the user must see it before anyone joins), and the Gloo shim's one
- *   line per group when a collective lost its connection to a named rank
- *   (the launcher reads it in the worker's stderr tail to name the rank
- *   that left first, even when the caller ignores the error).
+ *   the user must see it before anyone joins), and the two lines of a
+ *   failed collective that ends its rank (ACC_ERRORS_ARE_FATAL, the
+ *   default: acc_collective.c's coll_fatal). What the launcher needs to
+ *   know travels in the rank's state record (nbf_rankstate.h), never as
+ *   text.
  *
  * ACC_CHECK(expr): evaluate `expr` (an acc_result_t) once; if it is not
  * ACC_OK, return it from the enclosing function unchanged. It adds no
@@ -172,6 +181,12 @@ void acc__set_allreduce_algo(acc_t *acc, int algo);
  * queued buckets. Errors as acc_all_reduce. */
 acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n);
 acc_result_t acc__wait_buckets(acc_t *acc);
+
+/* acc_destroy's barrier (every rank leaves together): numbered and
+ * recorded like acc_wait_for_everyone, so that a rank waiting in it
+ * while its peers are in another collective shows as such in the
+ * launcher's report; its failure is returned, never fatal. */
+acc_result_t acc__final_barrier(acc_t *acc);
 
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);

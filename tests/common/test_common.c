@@ -336,3 +336,65 @@ NBF_TEST(workdir_sweep_dead_owners_only) {
   ASSERT_EQ(rmdir(tmp), 0);
   free(tmp);
 }
+
+/* ---- nbf_rankstate: the per-rank state record (issue 21) ---------------- */
+
+#include "nbf_rankstate.h"
+
+/* The documented layout (docs/ARCHITECTURE.md), a writer's calls as a
+ * reader sees them, and the call's text the reports print. */
+NBF_TEST(rankstate_record_round_trip) {
+  ASSERT_EQ(sizeof(nbf_rankstate_t), 640);
+  nbf_rankstate_t *rs = NULL;
+  int fd = nbf_rankstate_create(3, &rs);
+  ASSERT_TRUE(fd >= 0);
+  ASSERT_NOT_NULL(rs);
+  nbf_rankstate_t r;
+  ASSERT_EQ(nbf_rankstate_read(rs, &r), 0);
+  ASSERT_EQ(r.magic, NBF_RANKSTATE_MAGIC);
+  ASSERT_EQ(r.version, 1);
+  ASSERT_EQ(r.rank, 3);
+  ASSERT_EQ(r.phase, NBF_RS_STARTING);
+  ASSERT_EQ(r.err_peer, -1);
+  nbf_rs_call_t c = {.op = NBF_RS_ALL_REDUCE, .dtype = 0, .root = -1, .count = 4096, .seq = 58,
+                     .start_ms = 1000};
+  nbf_rankstate_begin(rs, &c);
+  ASSERT_EQ(nbf_rankstate_read(rs, &r), 0);
+  ASSERT_EQ(r.phase, NBF_RS_COLLECTIVE);
+  ASSERT_EQ(r.call.seq, 58);
+  char text[160];
+  ASSERT_EQ_STR(nbf_rs_call_text(&r.call, text, sizeof text), "all_reduce #58 (f32 x 4096)");
+  nbf_rankstate_end(rs);
+  nbf_rankstate_error(rs, 4, 1, &c, "rank 3: lost");
+  nbf_rankstate_fatal(rs);
+  ASSERT_EQ(nbf_rankstate_read(rs, &r), 0);
+  ASSERT_EQ(r.done_seq, 58);
+  ASSERT_EQ(r.done_op, NBF_RS_ALL_REDUCE);
+  ASSERT_EQ(r.err_code, 4);
+  ASSERT_EQ(r.err_peer, 1);
+  ASSERT_EQ(r.phase, NBF_RS_EXITED);
+  ASSERT_TRUE(r.flags & NBF_RS_FATAL);
+  ASSERT_EQ_STR(r.err_msg, "rank 3: lost");
+  ASSERT_EQ(r.gen % 2, 0);
+  nbf_rs_call_t b = {.op = NBF_RS_BROADCAST, .dtype = 5, .root = 0, .count = 7, .seq = 2,
+                     .device = 1};
+  ASSERT_EQ_STR(nbf_rs_call_text(&b, text, sizeof text), "broadcast #2 (i64 x 7, root 0, device)");
+  nbf_rs_call_t z = {.op = NBF_RS_BARRIER, .dtype = 255, .seq = 9};
+  ASSERT_EQ_STR(nbf_rs_call_text(&z, text, sizeof text), "barrier #9");
+  nbf_rankstate_unmap(&rs);
+  ASSERT_NULL(rs);
+  close(fd);
+}
+
+/* A record in the middle of a write (odd gen) is not returned as
+ * consistent; no record at all is -1. */
+NBF_TEST(rankstate_torn_or_absent_record_is_refused) {
+  nbf_rankstate_t *rs = NULL, r;
+  int fd = nbf_rankstate_create(0, &rs);
+  ASSERT_TRUE(fd >= 0);
+  rs->gen = 7; /* a writer died mid-write */
+  ASSERT_EQ(nbf_rankstate_read(rs, &r), -1);
+  ASSERT_EQ(nbf_rankstate_read(NULL, &r), -1);
+  nbf_rankstate_unmap(&rs);
+  close(fd);
+}

@@ -31,6 +31,8 @@
 #include "ln_probe.h"
 #include "ln_rdzv.h"
 #include "ln_worker.h"
+#include "nbf_rankstate.h"
+#include "nbfork.h"
 #include "nbf_param.h"
 #include "nbf_test.h"
 #include "nbf_util.h"
@@ -470,20 +472,33 @@ static int fn_forever(void) {
   return 0;
 }
 
-/* Rank 1 returns 0 at once; rank 0 fails only once rank 1 is gone (its
- * pid, from a file rank 1 wrote, no longer in /proc or a zombie): the
- * order of a peer failing because a rank left in the middle. */
-static char g_leaver_file[64];
-static int g_leaver_named;
-static int fn_rank1_leaves(void) {
-  if (my_rank() == 1) {
-    FILE *f = fopen(g_leaver_file, "w");
-    fprintf(f, "%d\n", (int)getpid());
-    fclose(f);
-    return 0;
+/* What the runtime writes in a rank's state record (nbf_rankstate.h),
+ * written here by hand: `n` completed all-reduces of 4096 f32. */
+static void record_done(nbf_rankstate_t *rs, int n) {
+  for (int i = 1; i <= n; i++) {
+    nbf_rs_call_t c = {.op = NBF_RS_ALL_REDUCE, .dtype = ACC_F32, .root = -1, .count = 4096,
+                       .seq = (uint64_t)i, .start_ms = nbf_now_ms()};
+    nbf_rankstate_begin(rs, &c);
+    nbf_rankstate_end(rs);
   }
+}
+
+/* Enter collective #seq (op) and fail it with `code`, losing `peer`. */
+static void record_failed(nbf_rankstate_t *rs, nbf_rs_op_t op, uint64_t seq, int code, int peer,
+                          const char *msg) {
+  nbf_rs_call_t c = {.op = op, .dtype = op == NBF_RS_BARRIER ? 255 : ACC_F32, .root = -1,
+                     .count = op == NBF_RS_BARRIER ? 0 : 4096, .seq = seq,
+                     .start_ms = nbf_now_ms()};
+  nbf_rankstate_begin(rs, &c);
+  nbf_rankstate_error(rs, code, peer, &c, msg);
+}
+
+/* Wait (30 s at most) until the process whose pid rank 1 wrote in
+ * g_leaver_file is gone (no longer in /proc, or a zombie). */
+static char g_leaver_file[64];
+static void wait_for_rank1_gone(void) {
   int pid = 0;
-  for (int i = 0; i < 3000 && pid <= 0; i++) { /* 30 s at most */
+  for (int i = 0; i < 3000 && pid <= 0; i++) {
     FILE *f = fopen(g_leaver_file, "r");
     if (!f || fscanf(f, "%d", &pid) != 1)
       pid = 0, usleep(10000);
@@ -502,10 +517,57 @@ static int fn_rank1_leaves(void) {
     if (state && state != 'Z')
       usleep(10000);
   }
-  if (g_leaver_named) /* the runtime's line when a collective lost rank 1 */
-    fprintf(stderr, "nbfork: rank 0: the connection to rank 1 was lost (rank 1 exited or failed "
-                    "during a collective)\n");
+}
+
+static void write_my_pid(void) {
+  FILE *f = fopen(g_leaver_file, "w");
+  fprintf(f, "%d\n", (int)getpid());
+  fclose(f);
+}
+
+/* Rank 1 completes 57 all-reduces and leaves the group (exit 0); rank 0
+ * enters all-reduce #58 and fails once rank 1 is gone, its record naming
+ * rank 1 as the connection it lost: the order of a peer failing because
+ * a rank left in the middle. Nothing is written on stderr that the
+ * launcher could read. */
+static int fn_rank1_leaves(void) {
+  nbf_rankstate_t *rs = nbf_rankstate_self();
+  if (!rs)
+    return 99; /* the launcher gave no record */
+  nbf_rankstate_phase(rs, NBF_RS_RUNNING);
+  record_done(rs, 57);
+  if (my_rank() == 1) {
+    nbf_rankstate_phase(rs, NBF_RS_EXITED);
+    write_my_pid();
+    return 0;
+  }
+  nbf_rs_call_t c = {.op = NBF_RS_ALL_REDUCE, .dtype = ACC_F32, .root = -1, .count = 4096,
+                     .seq = 58, .start_ms = nbf_now_ms()};
+  nbf_rankstate_begin(rs, &c);
+  wait_for_rank1_gone();
+  nbf_rankstate_error(rs, ACC_ERR_PEER, 1, &c, "rank 0: all-reduce of 4096 elements failed");
   fprintf(stderr, "rank 0: my peer is gone\n");
+  return 1;
+}
+
+/* Rank 1's barrier #58 failed (it lost rank 0) and it ignored that and
+ * exited 0; rank 0 failed on its own in all-reduce #58 (a backend error),
+ * after rank 1 had exited. An exit 0 with an error of its own is no
+ * leaving early. */
+static int fn_rank1_ignores_its_error(void) {
+  nbf_rankstate_t *rs = nbf_rankstate_self();
+  if (!rs)
+    return 99;
+  nbf_rankstate_phase(rs, NBF_RS_RUNNING);
+  record_done(rs, 57);
+  if (my_rank() == 1) {
+    record_failed(rs, NBF_RS_BARRIER, 58, ACC_ERR_PEER, 0, "rank 1: barrier failed");
+    nbf_rankstate_phase(rs, NBF_RS_RUNNING);
+    write_my_pid();
+    return 0;
+  }
+  wait_for_rank1_gone();
+  record_failed(rs, NBF_RS_ALL_REDUCE, 58, ACC_ERR_BACKEND, -1, "rank 0: enforce fail");
   return 1;
 }
 
@@ -518,7 +580,7 @@ static ln_run_result_t run_group(int n, ln_entry_fn fn, char **failures, char **
   o.num_processes = n;
   o.use_port = 0;
   o.monitor_interval_s = 0.02;
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL};
   *failures = *setup_error = NULL;
   return ln_run_group(&o, fn, &ctx, 0, 0, failures, setup_error);
 }
@@ -555,40 +617,47 @@ NBF_TEST(run_group_failure_stops_blocked_peer) {
 }
 
 /* The report leads with the rank that left first (exit 0 while its peer
- * ran) when the peer's error names it, then the peer's failure. */
+ * waited in a collective it never completed: their records say so),
+ * then the peer's failure with its record, then every rank's position
+ * naming the odd one. */
 NBF_TEST(run_group_rank_that_left_first_leads) {
   char *failures, *setup_error;
   snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
   unlink(g_leaver_file);
-  g_leaver_named = 1;
   ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
   unlink(g_leaver_file);
   printf("%s", failures);
   ASSERT_TRUE(strncmp(failures, "rank 1 (local rank 1, pid ", 26) == 0);
   ASSERT_CONTAINS(failures, "left first: it exited with code 0 (it returned or called exit(0))");
-  ASSERT_CONTAINS(failures, "while its peers were still in collectives");
+  ASSERT_CONTAINS(failures, "after all_reduce #57, while its peers were still in collectives");
   const char *peer = strstr(failures, "\nrank 0 (local rank 0, pid ");
   ASSERT_NOT_NULL(peer);
   ASSERT_CONTAINS(peer, "exited with code 1");
   ASSERT_CONTAINS(peer, "    rank 0: my peer is gone\n");
+  ASSERT_CONTAINS(peer, "  its all_reduce #58 (f32 x 4096) failed after ");
+  ASSERT_CONTAINS(peer, "lost rank 1): all-reduce of 4096 elements failed\n");
+  ASSERT_CONTAINS(failures, "Where each rank was when the group failed");
+  ASSERT_CONTAINS(failures, "  rank 1: left the process group after all_reduce #57; exited 0\n");
+  ASSERT_CONTAINS(failures, "  -> rank 1 left early: it left after all_reduce #57 while rank 0 "
+                            "waited in all_reduce #58 (f32 x 4096)\n");
   ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
   free(failures);
 }
 
-/* Without a peer naming it, an earlier exit 0 is no proof (a peer that
- * ignores its failed final barrier exits 0 too): the failure leads, the
- * earlier exit follows as a possible cause. */
-NBF_TEST(run_group_unnamed_early_exit_follows) {
+/* An exit 0 after an error of its own (a peer that ignored its failed
+ * barrier) is no proof of leaving early: the failure leads, and nothing
+ * is called "left first". */
+NBF_TEST(run_group_exit_0_after_own_error_is_no_leaver) {
   char *failures, *setup_error;
   snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
   unlink(g_leaver_file);
-  g_leaver_named = 0;
-  ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
+  ASSERT_EQ(run_group(2, fn_rank1_ignores_its_error, &failures, &setup_error), LN_RUN_FAILED);
   unlink(g_leaver_file);
   printf("%s", failures);
   ASSERT_TRUE(strncmp(failures, "rank 0 (local rank 0, pid ", 26) == 0);
-  ASSERT_CONTAINS(failures, "rank 1 (local rank 1, pid ");
-  ASSERT_CONTAINS(failures, ") had exited with code 0 ");
+  ASSERT_CONTAINS(failures, "its all_reduce #58 (f32 x 4096) failed after ");
+  ASSERT_NOT_CONTAINS(failures, "left first");
+  ASSERT_NOT_CONTAINS(failures, "left early");
   free(failures);
 }
 
@@ -732,7 +801,7 @@ NBF_TEST(launch_refuses_a_multithreaded_process) {
   ln_options_init(&o);
   o.num_processes = 1;
   o.use_port = 0;
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL};
   int p[2];
   ASSERT_EQ(pipe(p), 0);
   pthread_t t;

@@ -1,0 +1,180 @@
+"""End-to-end tests of what every rank is doing (issue 21) and of failed
+collectives (issue 27, item 1), through `nbfork launch` and
+nbfork-rank-faults (rank_faults.c), whose loop ignores the return codes
+of acc_all_reduce as a newcomer's training loop does.
+
+- a failed collective ends its rank by default, and the report leads with
+  the rank that left; NBFORK_COLLECTIVE_ERRORS=return hands it back;
+- a hang past NBFORK_TIMEOUT_S reports every rank's position and names
+  the odd one, within the timeout plus a margin;
+- SIGQUIT prints where every rank is while the run goes on;
+- several failed ranks are all listed, in the stated order, every run;
+- ACCELERATE_DEBUG_MODE: a length mismatch is an error on every rank
+  naming each rank's call; without it, an error (no SIGABRT); an
+  unrecognised value is an error naming the accepted ones.
+
+Each test method is its own ctest entry, e2e.rankstate.METHOD.
+"""
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from nbf_harness import BUILD_DIR
+
+NBFORK = os.path.abspath(os.path.join(BUILD_DIR, "bin", "nbfork"))
+PROG = os.path.abspath(os.path.join(BUILD_DIR, "bin", "nbfork-rank-faults"))
+TIMEOUT = 120  # s: upper bound of any one command
+HANG_TIMEOUT_S = 4  # NBFORK_TIMEOUT_S of the hang tests
+MARGIN_S = 6.0  # start-up and the report, on a loaded 2-core machine
+
+
+class RankState(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="nbf-rs-")
+        self.env = dict(os.environ, NBFORK_CONFIG_FILE=os.path.join(self.tmp.name, "c.yaml"))
+        for k in list(self.env):
+            if k.startswith(("SLURM_", "OMPI_", "PMI_", "NBFORK_COLLECTIVE", "ACCELERATE_")) or \
+                    k in ("RANK", "WORLD_SIZE", "NBFORK_TIMEOUT_S"):
+                del self.env[k]
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def launch(self, n, *args, **env):
+        e = dict(self.env, **env)
+        t0 = time.monotonic()
+        r = subprocess.run([NBFORK, "launch", "--num_processes", str(n), "--main_process_port",
+                            "0", PROG, *args], capture_output=True, text=True, env=e,
+                           timeout=TIMEOUT)
+        r.secs = time.monotonic() - t0
+        return r
+
+    def report(self, r):
+        """The launcher's WorkerFailed report: from its summary line on."""
+        i = r.stderr.find("nbfork launch: WorkerFailed: ")
+        self.assertGreaterEqual(i, 0, r.stderr)
+        return r.stderr[i + len("nbfork launch: WorkerFailed: "):]
+
+    def test_failed_collective_ends_its_rank_by_default(self):
+        # rank 1 leaves before all-reduce #58; rank 0 ignores the return
+        # codes: before, it ran 200 steps alone and the run ended 0
+        # (rank 1 waits in acc_destroy's barrier while rank 0 waits in
+        # all-reduce #58: both wait until NBFORK_TIMEOUT_S)
+        r = self.launch(2, "leave", NBFORK_TIMEOUT_S=str(HANG_TIMEOUT_S))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertNotIn("rank 0 finished", r.stdout)
+        rep = self.report(r)
+        print(rep)
+        self.assertRegex(rep, r"^rank 1 \(local rank 1, pid \d+\) left first: it (exited with "
+                              r"code 0|was leaving the group \(acc_destroy\)) .* after "
+                              r"all_reduce #57, while its peers")
+        self.assertIn("nbfork: rank 0: all_reduce #58 (f32 x 4096) failed", r.stderr)
+        self.assertIn("a failed collective is fatal (ACC_ERRORS_ARE_FATAL)", r.stderr)
+        self.assertIn("NBFORK_COLLECTIVE_ERRORS=return", r.stderr)
+        self.assertRegex(rep, r"  -> rank 1 left early: it (left|is leaving the group \(acc_destroy's "
+                              r"barrier\)) after all_reduce #57 while rank 0 wait(ed|s) in "
+                              r"all_reduce #58 \(f32 x 4096\)")
+        self.assertLess(r.secs, HANG_TIMEOUT_S + MARGIN_S)
+
+    def test_errors_return_opt_in_hands_the_error_back(self):
+        r = self.launch(2, "leave", NBFORK_TIMEOUT_S=str(HANG_TIMEOUT_S),
+                        NBFORK_COLLECTIVE_ERRORS="return")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("rank 0 finished", r.stdout)  # the caller's choice: it ignored them
+        bad = self.launch(2, "leave", NBFORK_COLLECTIVE_ERRORS="maybe")
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("NBFORK_COLLECTIVE_ERRORS='maybe' is not one of fatal, return", bad.stderr)
+
+    def test_hang_reports_every_rank_and_the_odd_one(self):
+        t0 = time.monotonic()
+        r = self.launch(3, "hang", NBFORK_TIMEOUT_S=str(HANG_TIMEOUT_S))
+        self.assertEqual(r.returncode, 1, r.stderr)
+        rep = self.report(r)
+        print(rep)
+        self.assertIn("Where each rank was when the group failed", rep)
+        self.assertRegex(rep, r"  rank 0: (all_reduce #58 \(f32 x 4096\) failed after \d+\.\d s "
+                              r"\(timed out|in all_reduce #58 \(f32 x 4096\) for \d+\.\d s)")
+        self.assertRegex(rep, r"  rank 1: running its own code for \d+\.\d s, after all_reduce "
+                              r"#57\n")
+        self.assertRegex(rep, r"  -> rank 1 did not reach all_reduce #58 \(f32 x 4096\): it ran "
+                              r"its own code for \d+\.\d s after all_reduce #57")
+        self.assertLess(time.monotonic() - t0, HANG_TIMEOUT_S + MARGIN_S)
+
+    def test_sigquit_prints_where_every_rank_is(self):
+        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
+                              "0", PROG, "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(self.env, NBFORK_TIMEOUT_S="60"))
+        try:
+            time.sleep(3)  # rank 1 reaches step 58 at once; rank 0 then waits in #58
+            p.send_signal(signal.SIGQUIT)
+            time.sleep(1)
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=TIMEOUT)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        self.assertEqual(p.returncode, 130, err)
+        self.assertIn("nbfork: where each rank is (SIGQUIT; their state records):", err)
+        self.assertRegex(err, r"  rank 0: in all_reduce #58 \(f32 x 4096\) for \d+\.\d s\n")
+        self.assertIn("  -> rank 1 did not reach all_reduce #58", err)
+        # and the interrupt's report says it again
+        self.assertIn("Where each rank was when interrupted", err)
+
+    def test_every_failed_rank_is_listed_in_order(self):
+        # ranks 1, 2, 3 exit(3) at once; rank 0's all-reduce then loses
+        # them. Before: 1-2 of the 4 appeared, varying by run.
+        for trial in range(3):
+            r = self.launch(4, "own3", NBFORK_TIMEOUT_S="30")
+            self.assertEqual(r.returncode, 1, r.stderr)
+            rep = self.report(r)
+            heads = re.findall(r"^rank (\d) \(local rank \d, pid \d+\) (.*)$", rep, re.M)
+            ranks = [int(k) for k, _ in heads]
+            self.assertEqual(ranks[:3], [1, 2, 3], rep)  # own failures first, by rank
+            for k, how in heads[:3]:
+                self.assertIn("exited with code 3", how)
+            if len(ranks) == 4:  # rank 0 failed too (it lost them), after them
+                self.assertEqual(ranks[3], 0)
+
+    def test_debug_mode_names_each_ranks_call(self):
+        r = self.launch(2, "mismatch", ACCELERATE_DEBUG_MODE="1", NBFORK_TIMEOUT_S="30")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        call = ("Operation: all_reduce #4. Process 0: f32 x 4096, sum; Process 1: f32 x 4095, "
+                "sum")
+        # fatal (the default): the first rank to fail leads, naming both calls
+        self.assertRegex(r.stderr, r"nbfork: rank [01]: all_reduce #4 \(f32 x 409[56]\) failed "
+                                   r"\(the ranks called different collectives")
+        self.assertIn(call, self.report(r))
+        self.assertIn("  -> rank 0 called all_reduce #4 (f32 x 4096) where rank 1 called "
+                      "all_reduce #4 (f32 x 4095)", self.report(r))
+        self.assertLess(r.secs, 30)  # never a hang
+        # errors returned: the error is on every rank, and the group goes on
+        r = self.launch(2, "mismatch", ACCELERATE_DEBUG_MODE="1", NBFORK_TIMEOUT_S="30",
+                        NBFORK_COLLECTIVE_ERRORS="return")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for rank in (0, 1):
+            self.assertIn("error: rank %d: %s" % (rank, "the ranks' calls differ: " + call),
+                          r.stderr)
+        self.assertIn("rank 0 finished", r.stdout)
+
+    def test_length_mismatch_without_debug_mode_is_an_error(self):
+        r = self.launch(2, "mismatch", NBFORK_TIMEOUT_S="10")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertNotIn("SIGABRT", r.stderr)
+        self.assertRegex(r.stderr, r"nbfork: rank [01]: all_reduce #4 \(f32 x 409[56]\) failed")
+        rep = self.report(r)
+        self.assertIn("  -> rank 0 called all_reduce #4 (f32 x 4096) where rank 1 called "
+                      "all_reduce #4 (f32 x 4095)", rep)
+
+    def test_unrecognised_debug_mode_is_an_error(self):
+        r = self.launch(2, "leave", ACCELERATE_DEBUG_MODE="verbose")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("ACCELERATE_DEBUG_MODE='verbose' is not one of 1, true, yes, on, y or 0, "
+                      "false, no, off, n", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
