@@ -691,9 +691,14 @@ void ln_ranks_status(const ln_ranks_t *r, FILE *out) {
       fprintf(out, "%s\n", state);
       continue;
     }
-    fprintf(out, "exited%s: ", r->died_in[i] ? " in a cell" : "");
+    fprintf(out, "exited");
     if (r->died_in[i])
-      fprintf(out, "(cell [%d]) ", r->died_in[i]);
-    ln_worker_describe(w, r->first + i, out);
+      fprintf(out, " in cell [%d]", r->died_in[i]);
+    if (WIFSIGNALED(w->status))
+      fprintf(out, ": killed by signal %d (SIG%s)\n", WTERMSIG(w->status),
+              sigabbrev_np(WTERMSIG(w->status)) ? sigabbrev_np(WTERMSIG(w->status)) : "?");
+    else
+      fprintf(out, " with code %d%s\n", WEXITSTATUS(w->status),
+              r->died_in[i] ? " (exit() in the cell)" : "");
   }
 }

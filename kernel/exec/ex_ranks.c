@@ -303,6 +303,7 @@ typedef struct {
   size_t size;
   ex_cell_name_t def;
   size_t have; /* pull into keep: the kernel's block size, or 0 */
+  int pointer;  /* a global holding a pointer: only its acc_keep block can go */
 } value_t;
 
 /* Resolve `name`: 0, or -1 after replying (*rc). */
@@ -320,14 +321,11 @@ static int resolve(ex_t *ex, const char *name, value_t *v, int *rc) {
                 name);
     return -1;
   }
-  if (strchr(v->def.decl, '*')) {
-    char ev[600];
-    snprintf(ev, sizeof ev,
-             "'%s' (%s) holds pointers: its bytes mean nothing in another process. Copy the "
-             "data it points to: keep it in an array global or an acc_keep block",
-             name, v->def.decl);
-    *rc = ex_event_reply_error("TypeError", ev, NULL);
-    return -1;
+  if (strchr(v->def.decl, '*')) { /* `float *w = acc_keep("w", ...)`: the block */
+    snprintf(v->kind, sizeof v->kind, "keep");
+    v->addr = acc_keep_find(name, &v->size);
+    v->pointer = 1;
+    return 0;
   }
   snprintf(v->kind, sizeof v->kind, "sym");
   const ElfW(Sym) *s = NULL;
@@ -413,8 +411,15 @@ static int magic_pull(ex_t *ex, const char *args) {
     return mismatch(&v, rank, n, "pull");
   if (r < 0 && le.evalue && strstr(le.evalue, "not found")) {
     ln_error_free(&le);
-    char ev[400];
-    snprintf(ev, sizeof ev, "rank %d has no global or acc_keep block named '%s'", rank, name);
+    char ev[1200];
+    if (v.pointer)
+      snprintf(ev, sizeof ev,
+               "'%s' (%s) holds a pointer, whose value means nothing in another process, and "
+               "rank %d has no acc_keep block named '%s' to copy instead: keep the data with "
+               "acc_keep(\"%s\", size, NULL), or in an array global",
+               name, v.def.decl, rank, name, name);
+    else
+      snprintf(ev, sizeof ev, "rank %d has no global or acc_keep block named '%s'", rank, name);
     return ex_event_reply_error("NameError", ev, NULL);
   }
   if (r < 0)
@@ -444,7 +449,10 @@ static int magic_push(ex_t *ex, const char *args) {
   }
   if (!v.addr) {
     free(t);
-    return usage("the kernel has no global or acc_keep block named '%s'", name);
+    return usage(v.pointer ? "'%s' holds a pointer and the kernel has no acc_keep block of that "
+                             "name to copy instead"
+                           : "the kernel has no global or acc_keep block named '%s'",
+                 name);
   }
   int64_t t0 = nbf_now_ms();
   ln_error_t le;
