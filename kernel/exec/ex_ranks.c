@@ -219,6 +219,10 @@ void ex_ranks_loaded(ex_t *ex, void (*run)(void)) {
   ln_error_free(&le);
 }
 
+int ex_ranks_running(const ex_t *ex) {
+  return ex->ranks && ex->ranks->group;
+}
+
 void ex_ranks_shutdown(ex_t *ex) {
   if (ex->ranks)
     ln_ranks_stop(&ex->ranks->group);

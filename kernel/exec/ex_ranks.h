@@ -44,6 +44,9 @@ int ex_ranks_run_loaded(ex_t *ex, int count, void (*run)(void));
  * Nothing when no ranks run or for a %%ranks cell. */
 void ex_ranks_loaded(ex_t *ex, void (*run)(void));
 
+/* Whether rank workers are running (then %launch is refused). */
+int ex_ranks_running(const ex_t *ex);
+
 /* Stop the ranks (the executor ends). */
 void ex_ranks_shutdown(ex_t *ex);
 

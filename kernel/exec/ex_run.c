@@ -452,6 +452,11 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
                                 "[rdzv_endpoint=HOST:PORT] [rdzv_timeout=300]");
   if (!launch)
     return ex_event_reply_error("LinkError", "the launch thunk was not found in the cell", NULL);
+  if (ex_ranks_running(ex)) /* their store is a thread here: the fork guard would refuse */
+    return ex_event_reply_error("LaunchError",
+                                "the rank workers of %ranks are running; %launch forks only from "
+                                "a kernel without them",
+                                "Run %ranks stop first (or train in a %%ranks cell).");
   static const int private_fds[] = {NBF_WIRE_FD_REQUESTS};
   ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
                       private_fds, 1};
