@@ -282,6 +282,10 @@ void acc_idx_destroy(acc_idx_t **idx_p);
 void *acc_keep(const char *name, size_t size, int *fresh);
 /* Free the block kept under `name` (nothing when there is none). */
 void acc_keep_free(const char *name);
+/* The block kept under `name` without creating one: its data, and its
+ * size in bytes in *size (when size is not NULL); NULL when none is kept
+ * (acc_last_error untouched). For `%ranks pull/push` (ex_ranks.c). */
+void *acc_keep_find(const char *name, size_t *size);
 
 /* PyTorch's DistributedSampler with Accelerate's even_batches: the
  * indices 0..n-1, shuffled by (seed + epoch) when shuffle != 0, padded by

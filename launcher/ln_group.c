@@ -48,7 +48,7 @@ typedef struct {
 } ln_group_t;
 
 /* Stop the group: TERM now, KILL those still alive after the grace. */
-static void signal_group(ln_worker_t *w, int n, int sig) {
+void ln_group_signal(ln_worker_t *w, int n, int sig) {
   for (int i = 0; i < n; i++)
     if (w[i].pid > 0 && !w[i].exited) {
       kill(-w[i].pid, sig);
@@ -93,8 +93,8 @@ static void group_stop(ln_group_t *g, ln_run_result_t why) {
   g->stop_at_ms = nbf_now_ms();
   if (why == LN_RUN_FAILED)
     mark_stopped(g);
-  signal_group(g->w, g->started, SIGTERM);
-  signal_group(g->w, g->started, SIGCONT);
+  ln_group_signal(g->w, g->started, SIGTERM);
+  ln_group_signal(g->w, g->started, SIGCONT);
 }
 
 static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) {
@@ -140,18 +140,21 @@ static void group_start(ln_group_t *g, ln_entry_fn fn, int restart, int use_gpu,
     }
     g->started++;
   }
-  if (o->node_rank != 0)
-    return;
+  if (o->node_rank == 0 && ln_group_host_store(o, srv, setup_error) != 0)
+    group_stop(g, LN_RUN_SETUP_FAILED);
+}
+
+int ln_group_host_store(const ln_options_t *o, acc_store_server_t **srv, char **setup_error) {
   char serr[256] = "";
   /* loopback only when every rank is here; other nodes must reach it */
   const char *bind = nbf_loopback_name(o->master_addr) ? "127.0.0.1" : "*";
   *srv = acc_store_server_start_secure(bind, o->use_port, o->rdzv_secret,
                                        serr, sizeof serr);
-  if (!*srv) {
-    *setup_error = nbf_xprintf("cannot host the rendezvous store at %s:%d: %s", o->master_addr,
-                               o->use_port, serr);
-    group_stop(g, LN_RUN_SETUP_FAILED);
-  }
+  if (*srv)
+    return 0;
+  *setup_error = nbf_xprintf("cannot host the rendezvous store at %s:%d: %s", o->master_addr,
+                             o->use_port, serr);
+  return -1;
 }
 
 /* Fill the poll set: every open pipe, and the pidfd of each live worker.
@@ -308,7 +311,7 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
       group_stop(g, LN_RUN_INTERRUPTED);
     group_status(g);
     if (g->stopping && g->stop_at_ms >= 0 && nbf_now_ms() - g->stop_at_ms > LN_GRACE_MS) {
-      signal_group(g->w, g->started, SIGKILL);
+      ln_group_signal(g->w, g->started, SIGKILL);
       g->stop_at_ms = -1; /* KILL sent once; reaping follows */
     }
   }

@@ -4,7 +4,9 @@
 #ifndef LN_GROUP_H
 #define LN_GROUP_H
 
+#include "acc_store.h"
 #include "ln_launch.h"
+#include "ln_worker.h"
 
 typedef enum {
   LN_RUN_OK,           /* every worker exited 0                          */
@@ -20,5 +22,13 @@ typedef enum {
  * where every rank was, or NULL; on LN_RUN_SETUP_FAILED, *setup_error. */
 ln_run_result_t ln_run_group(const ln_options_t *o, int (*fn)(void), ln_context_t *ctx,
                              int restart, int use_gpu, char **failures, char **setup_error);
+
+/* Send `sig` to each of the n workers not yet reaped and to its
+ * process group (what the group's stop does; ln_ranks.c too). */
+void ln_group_signal(ln_worker_t *w, int n, int sig);
+
+/* Start node 0's rendezvous store for the options (loopback only when
+ * master_addr is): 0, or -1 with *setup_error (caller frees). */
+int ln_group_host_store(const ln_options_t *o, acc_store_server_t **srv, char **setup_error);
 
 #endif

@@ -246,14 +246,21 @@ static void warn_open_store(const ln_options_t *o) {
   fflush(stderr);
 }
 
-int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err) {
+int ln_launch_check(const ln_options_t *o, ln_context_t *ctx, int *use_gpu, ln_error_t *err) {
   memset(err, 0, sizeof *err);
   int gpus = ln_cuda_visible_gpus();
-  int use_gpu = gpus > 0;
+  *use_gpu = gpus > 0;
   if (check_cuda(ctx, err) || check_threads(err) || check_gpus(o, gpus, err) ||
-      check_port(o, err) || check_debug_launch(o, ctx, use_gpu, err))
+      check_port(o, err) || check_debug_launch(o, ctx, *use_gpu, err))
     return -1;
   warn_open_store(o);
+  return 0;
+}
+
+int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err) {
+  int use_gpu = 0;
+  if (ln_launch_check(o, ctx, &use_gpu, err))
+    return -1;
   if (o->quiet)
     ; /* the command line's -q: the workers' output only */
   else if (use_gpu)

@@ -71,6 +71,13 @@ typedef struct {
  * reaped). Never returns with a worker alive or unreaped. */
 int ln_launch(const ln_options_t *o, ln_entry_fn fn, ln_context_t *ctx, ln_error_t *err);
 
+/* The checks ln_launch makes before it forks (CUDA initialized here,
+ * threads, GPUs, the store's port, ACCELERATE_DEBUG_MODE's test launch),
+ * and the open-store warning: 0 with *use_gpu set (GPUs visible), or -1
+ * with `err` filled (LaunchError). `%ranks start` forks after the same
+ * checks (ln_ranks.h). */
+int ln_launch_check(const ln_options_t *o, ln_context_t *ctx, int *use_gpu, ln_error_t *err);
+
 void ln_error_free(ln_error_t *err);
 
 /* Is TCP `port` free to bind on `addr` (the store's check, node_rank 0)?

@@ -149,4 +149,9 @@ void ex_cell_each_name(const ex_cell_state_t *st, void (*fn)(const ex_cell_name_
 /* The newest definition of `name`, or 0 when there is none. */
 int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *out);
 
+/* The assembler name of the newest definition of the function or global
+ * `name` (`w__c<tag>`) into sym[n]: 1, or 0 when the registry has none
+ * (a type, a macro, an unknown name). For %ranks pull/push (ex_ranks.c). */
+int ex_cell_find_symbol(const ex_cell_state_t *st, const char *name, char *sym, size_t n);
+
 #endif

@@ -366,6 +366,21 @@ int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *ou
   return found;
 }
 
+int ex_cell_find_symbol(const ex_cell_state_t *st, const char *name, char *sym, size_t n) {
+  char key[300];
+  snprintf(key, sizeof key, "sym:%s", name);
+  for (size_t i = st->n; i-- > 0;) {
+    const entry_t *e = &st->entries[i];
+    const char *a = strcmp(e->key, key) == 0 && e->text ? strstr(e->text, "__asm__(\"") : NULL;
+    const char *end = a ? strchr(a + 9, '"') : NULL;
+    if (!end || (size_t)(end - (a + 9)) >= n)
+      continue;
+    snprintf(sym, n, "%.*s", (int)(end - (a + 9)), a + 9);
+    return 1;
+  }
+  return 0;
+}
+
 const char *ex_cell_find_word(const char *text, const char *word) {
   size_t n = strlen(word);
   for (const char *p = text; n && (p = strstr(p, word)) != NULL; p += n) {

@@ -26,6 +26,7 @@
 #include "nbf_wire.h"
 #include "ex_events.h"
 #include "ex_query.h"
+#include "ex_ranks.h"
 #include "ex_run.h"
 #include "ex_stdin.h"
 #include "nbf_buf.h"
@@ -146,6 +147,11 @@ static int handle_execute(ex_t *ex, json_t *req) {
   if (help != EX_QUERY_NOT_HELP)
     return help; /* `name?`: answered through the pager */
   ex_stdin_begin(json_is_true(json_object_get(req, "allow_stdin")));
+  int rc;
+  if (ex_ranks_handle(ex, code, count, &rc)) { /* %ranks, %%ranks, %autoranks */
+    ex_stdin_end();
+    return rc;
+  }
   ex_magic_result_t m;
   char err[2048] = "";
   const char *ename = "UsageError";
@@ -157,7 +163,6 @@ static int handle_execute(ex_t *ex, json_t *req) {
   const char *p = m.code;
   while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
     p++;
-  int rc;
   if (m.launch_call && m.timeit_stmt)
     rc = ex_event_reply_error("UsageError", "%launch and %timeit cannot share a cell", NULL);
   else if (!*p && !m.launch_call && !m.timeit_stmt)
@@ -235,5 +240,6 @@ int main(int argc, char **argv) {
       ex_event_reply_error("ProtocolError", "unknown request", msg);
     json_decref(req);
   }
+  ex_ranks_shutdown(&ex); /* the kernel closed the pipe: no worker outlives it */
   return 0;
 }

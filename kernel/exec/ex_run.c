@@ -17,6 +17,7 @@
 #include "ex_diag.h"
 #include "ex_events.h"
 #include "ex_jit.h"
+#include "ex_ranks.h"
 #include "ex_timeit.h"
 #include "ln_cuda.h"
 #include "ln_launch.h"
@@ -459,6 +460,11 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
                                 "[rdzv_endpoint=HOST:PORT] [rdzv_timeout=300]");
   if (!launch)
     return ex_event_reply_error("LinkError", "the launch thunk was not found in the cell", NULL);
+  if (ex_ranks_running(ex)) /* their store is a thread here: the fork guard would refuse */
+    return ex_event_reply_error("LaunchError",
+                                "the rank workers of %ranks are running; %launch forks only from "
+                                "a kernel without them",
+                                "Run %ranks stop first (or train in a %%ranks cell).");
   static const int private_fds[] = {NBF_WIRE_FD_REQUESTS};
   ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
                       private_fds, 1, NULL};
@@ -473,6 +479,8 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
 /* Run the loaded cell: its statements, then its %timeit loop or its
  * %launch. Returns what sending the reply returned. */
 static int run_loaded(ex_t *ex, const ex_magic_result_t *m, int count, const entry_points_t *ep) {
+  if (ex_ranks_cell_active(ex)) /* a %%ranks cell: its ranks run it */
+    return g_interrupted ? reply_interrupted() : ex_ranks_run_loaded(ex, count, ep->run);
   if (g_interrupted) {
     check_cuda(ex, count);
     return reply_interrupted();
@@ -541,8 +549,10 @@ int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
     replied = ex_event_reply_error("MemoryError", "out of memory", NULL);
   int loaded = cflags && load_entry_points(ex, m, &u, label, cflags, &ep, &replied) == 0;
   free(cflags);
-  if (loaded)
+  if (loaded) {
     ex_cell_commit(ex->cells, &u);
+    ex_ranks_loaded(ex, ep.run); /* the ranks see its definitions too */
+  }
   ex_cell_unit_free(&u);
   if (!loaded)
     return replied;

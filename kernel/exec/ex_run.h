@@ -48,6 +48,7 @@ typedef struct {
   char libdir[PATH_MAX];
   int cuda_cell; /* execution count of the cell that initialized CUDA */
   char *nvcc;    /* CUDA compiler found at start, or NULL */
+  struct ex_ranks *ranks; /* %ranks' workers and %%ranks cells (ex_ranks.h); NULL until used */
 } ex_t;
 
 /* Install the SIGINT handler (see ex_run.c for what an interrupt does,

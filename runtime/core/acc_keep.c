@@ -81,3 +81,15 @@ void acc_keep_free(const char *name) {
     drop(p);
   pthread_mutex_unlock(&g_lock);
 }
+
+void *acc_keep_find(const char *name, size_t *size) {
+  if (!name)
+    return NULL;
+  pthread_mutex_lock(&g_lock);
+  keep_t *k = *find(name);
+  void *data = k ? k->data : NULL;
+  if (k && size)
+    *size = k->size;
+  pthread_mutex_unlock(&g_lock);
+  return data;
+}

@@ -37,6 +37,23 @@ def cell_text(cell):
 
 
 class NotebookTests(unittest.TestCase):
+    def test_interactive_ranks(self):
+        """notebooks/interactive_ranks.ipynb (issue 22): two persistent ranks
+        train two epochs over two %%ranks cells (the model stays), rank 1's
+        loss is shown, the parameters are pulled and score in the kernel."""
+        nb = run_notebook("interactive_ranks.ipynb", env={"FMNIST_LIMIT": "8000"})
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        text = "\n".join(cell_text(c) for c in code)
+        for rank in (0, 1):
+            for epoch in (0, 1):
+                self.assertRegex(text, r"\[rank %d\] epoch %d: loss \d+\.\d+, grad norm" % (rank, epoch))
+        self.assertIn("lr 0.05", text)
+        self.assertRegex(text, r"\[rank 1\] \d+\.\d+")  # one rank's mean loss
+        self.assertRegex(text, r"pulled trained \(\d+ bytes\) from rank 0")
+        acc = float(re.search(r"test accuracy: (\d+\.\d\d)%", text).group(1))
+        self.assertGreaterEqual(acc, ACCURACY_FLOOR, text)
+        self.assertIn("Stopped 2 rank workers", text)
+
     def test_gradient_accumulation(self):
         nb = run_notebook("gradient_accumulation.ipynb")
         launches = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%launch")]

@@ -1,0 +1,244 @@
+#!/usr/bin/python3
+"""End-to-end tests of interactive ranks (`%ranks`, `%%ranks`, `%autoranks`;
+issue 22) through the REAL kernel and executor (jupyter_client). Each test
+method is its own ctest test, exec.e2e.ranks.NAME (tests/exec/CMakeLists.txt).
+
+  NBFORK_BUILD_DIR=build PYTHONPATH=tests/e2e:tests/exec \\
+    .venv/bin/python -m unittest test_ranks_e2e.RanksE2ETest.test_globals_live_in_the_ranks
+"""
+import os
+import re
+import shutil
+import tempfile
+import time
+import unittest
+
+import nbf_harness
+from nbf_harness import Kernel, errors, results, stream_text
+
+TIMEOUT = 60
+
+
+def alive(pid):
+    """The process exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class RanksE2ETest(unittest.TestCase):
+
+    def setUp(self):
+        if not os.access(nbf_harness.KERNEL, os.X_OK):
+            self.skipTest("no built nbfork-kernel at %s" % nbf_harness.KERNEL)
+        self.workdir = tempfile.mkdtemp(prefix="nbfork-ranks-e2e-")
+        self.k = Kernel(env={"TMPDIR": self.workdir})
+
+    def tearDown(self):
+        self.k.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def run_cell(self, code, **kw):
+        try:
+            return self.k.run(code, timeout=TIMEOUT, **kw)
+        except TimeoutError as e:
+            self.fail(str(e))
+
+    def ok(self, code, **kw):
+        reply, outputs, _, _ = self.run_cell(code, **kw)
+        self.assertEqual(reply["status"], "ok",
+                         "cell failed: %r\n%s" % (code, reply.get("traceback")))
+        return outputs
+
+    def fail_with(self, code, ename, **kw):
+        reply, outputs, _, times = self.run_cell(code, **kw)
+        self.assertEqual(reply["status"], "error", code)
+        self.assertEqual(reply["ename"], ename, reply)
+        return reply, outputs, times
+
+    def start(self, n=2):
+        for attempt in range(3):
+            reply, outputs, _, _ = self.run_cell(
+                "%%ranks start num_processes=%d use_port=%d" % (n, nbf_harness.free_port()))
+            if reply["status"] == "ok" or nbf_harness.PORT_IN_USE not in str(reply):
+                break
+        self.assertEqual(reply["status"], "ok", reply)
+        # an ordinary cell after the start: its function reaches the ranks
+        self.ok('#include <stdlib.h>\n'
+                'int my_rank(void) { const char *r = getenv("RANK"); return r ? atoi(r) : -1; }')
+        return self.pids()
+
+    def pids(self):
+        text = stream_text(self.ok("%ranks status"))
+        return [int(m.group(1)) for m in re.finditer(r"^\d+\s+(\d+)\s", text, re.M)]
+
+    # ------------------------------------------------------------ tests
+
+    def test_start_status_stop(self):
+        pids = self.start(2)
+        self.assertEqual(len(pids), 2)
+        self.assertTrue(all(alive(p) for p in pids))
+        status = stream_text(self.ok("%ranks status"))
+        self.assertEqual(len(re.findall(r"\bidle\b", status)), 2, status)
+        self.assertIn("MiB", status)
+        self.ok("%ranks stop")
+        self.assertTrue(nbf_harness.wait_until(lambda: not any(alive(p) for p in pids), 5))
+        self.assertIn("No rank workers", stream_text(self.ok("%ranks status")))
+
+    def test_globals_live_in_the_ranks(self):
+        self.start(2)
+        self.ok("%%ranks\nint x = 5;")
+        self.ok("%%ranks 1\nx += 10;")
+        out = self.ok("%%ranks\nx")
+        self.assertEqual(sorted(results(out)), ["[rank 0] 5", "[rank 1] 15"])
+        out = self.ok('%%ranks 0-1\n#include <stdio.h>\nprintf("x=%d\\n", x);')
+        self.assertEqual(sorted(stream_text(out).splitlines()),
+                         ["[rank 0] x=5", "[rank 1] x=15"])
+        # the kernel's x is its own: the cell's statements (its initializer
+        # among them) ran on the ranks only
+        self.assertEqual(results(self.ok("x")), ["0"])
+        self.assertIn("pulled x (4 bytes) from rank 1", stream_text(self.ok("%ranks pull x from=1")))
+        self.assertEqual(results(self.ok("x")), ["15"])
+
+    def test_ordinary_definitions_reach_the_ranks(self):
+        self.start(2)
+        self.ok("typedef struct { int a, b; } pair_t;\n"
+                "int add(pair_t p) { return p.a + p.b; }\nint k = 3;\nk = 100;")
+        out = self.ok("%%ranks\npair_t p;\np.a = my_rank();\np.b = 2;\nadd(p) + k")
+        # functions and types are usable; k is 0 there (its initializer and
+        # the statement `k = 100` ran in the kernel only)
+        self.assertEqual(sorted(results(out)), ["[rank 0] 2", "[rank 1] 3"])
+        self.ok("%ranks push k")
+        self.assertEqual(sorted(results(self.ok("%%ranks\nk"))), ["[rank 0] 100", "[rank 1] 100"])
+
+    def test_accelerator_across_cells(self):
+        self.start(2)
+        self.ok("%%ranks\nacc_t *acc = acc_new(NULL);")
+        out = self.ok("%%ranks\nfloat v = acc_rank(acc) + 1;\n"
+                      "acc_all_reduce(acc, &v, 1, ACC_F32, ACC_SUM);\nv")
+        self.assertEqual(sorted(results(out)), ["[rank 0] 3", "[rank 1] 3"])
+        out = self.ok("%%ranks\nacc_world_size(acc)")
+        self.assertEqual(sorted(results(out)), ["[rank 0] 2", "[rank 1] 2"])
+
+    def test_compile_error_runs_nothing(self):
+        self.start(2)
+        reply, outputs, _ = self.fail_with(
+            '%%ranks\n#include <stdio.h>\nprintf("ran\\n");\nint z = ;', "CompileError")
+        self.assertIn("cell[", reply["evalue"])
+        self.assertIn(":4:", reply["evalue"])  # the cell's own line
+        self.assertNotIn("ran", stream_text(outputs))
+
+    def test_crash_reports_the_rank_and_restart_recovers(self):
+        pids = self.start(2)
+        self.ok("%%ranks\nint alive_x = 1;")
+        reply, _, _ = self.fail_with("%%ranks\nif (my_rank() == 1) *(volatile int *)0 = 1;",
+                                     "RankFailed")
+        self.assertIn("rank 1", reply["evalue"])
+        self.assertIn("SIGSEGV", reply["evalue"])
+        status = stream_text(self.ok("%ranks status"))
+        self.assertRegex(status, r"(?m)^1\s+%d\s.*exited in cell \[\d+\]: killed by signal 11"
+                         % pids[1])
+        self.assertRegex(status, r"(?m)^0\s+%d\s.*idle" % pids[0])
+        reply, _, _ = self.fail_with("%%ranks\nalive_x", "LaunchError")
+        self.assertIn("rank 1 is dead", reply["evalue"])
+        # rank 0 alone still runs cells, with its state
+        self.assertEqual(results(self.ok("%%ranks 0\nalive_x")), ["[rank 0] 1"])
+        self.ok("%ranks restart")
+        self.assertEqual(len(re.findall(r"\bidle\b", stream_text(self.ok("%ranks status")))), 2)
+        # forked again from the kernel's state: the ranks' values are gone
+        self.assertEqual(sorted(results(self.ok("%%ranks\nalive_x + my_rank()"))),
+                         ["[rank 0] 0", "[rank 1] 1"])
+
+    def test_interrupt_ends_the_cell_and_keeps_state(self):
+        self.start(2)
+        self.ok("%%ranks\nint kept = 7;")
+        reply, _, times = self.fail_with(
+            '%%ranks\n#include <stdio.h>\nkept = 8;\nprintf("looping\\n"); fflush(stdout);\n'
+            "for (volatile long i = 0;; i++) ;", "KeyboardInterrupt",
+            interrupt_when=lambda out: stream_text(out).count("looping") == 2)
+        self.assertLess(times["idle"] - times["interrupt"], 2.0)
+        out = self.ok("%%ranks\nkept")
+        self.assertEqual(sorted(results(out)), ["[rank 0] 8", "[rank 1] 8"])
+
+    def test_pull_push_sizes(self):
+        self.start(2)
+        self.ok("%%ranks\nsize_t n = 25u << 20;\nfloat *w = acc_keep(\"w\", n * 4, NULL);\n"
+                "for (size_t i = 0; i < n; i++) w[i] = i + my_rank();")
+        t = time.monotonic()
+        out = self.ok("%ranks pull w from=1")
+        self.assertLess(time.monotonic() - t, 1.0)  # 100 MB
+        self.assertIn("104857600 bytes", stream_text(out))
+        # another name in the kernel: redefining w in an ordinary cell would
+        # give the ranks a new w too (README, "Interactive ranks")
+        self.assertEqual(results(self.ok('float *wk = acc_keep("w", (25u << 20) * 4, NULL);\n'
+                                         'wk[5]')), ["6"])
+        self.ok("wk[5] = -1;")
+        self.ok("%ranks push w to=0")
+        self.assertEqual(sorted(results(self.ok("%%ranks\nw[5]"))), ["[rank 0] -1", "[rank 1] 6"])
+        # sizes must match: the error names both sides
+        self.ok('%%ranks\nfloat *small = acc_keep("small", 16, NULL);')
+        self.ok('float *small_k = acc_keep("small", 32, NULL);')
+        reply, _, _ = self.fail_with("%ranks pull small", "ValueError")
+        self.assertIn("16 bytes", reply["evalue"])
+        self.assertIn("32 bytes", reply["evalue"])
+        reply, _, _ = self.fail_with("%ranks push small", "ValueError")
+        self.assertIn("16 bytes", reply["evalue"])
+        self.assertIn("32 bytes", reply["evalue"])
+        self.fail_with("%ranks pull nothing_here", "NameError")
+
+    def test_group_output_and_prefix(self):
+        self.start(2)
+        out = self.ok('%%ranks --group\n#include <stdio.h>\n'
+                      'printf("a%d\\n", my_rank()); printf("b%d\\n", my_rank());')
+        self.assertEqual(stream_text(out), "[rank 0]\na0\nb0\n[rank 1]\na1\nb1\n")
+        out = self.ok('%%ranks 1\n#include <stdio.h>\nprintf("one\\n");')
+        self.assertEqual(stream_text(out), "[rank 1] one\n")
+
+    def test_display_from_a_rank(self):
+        self.start(2)
+        out = self.ok('%%ranks 0\nacc_progress_t *pb = acc_progress_new(NULL, "train", 3);\n'
+                      "for (int i = 0; i < 3; i++) acc_progress_update(pb, 1, NULL);\n"
+                      "acc_progress_destroy(&pb);")
+        kinds = [m["msg_type"] for m in out]
+        self.assertIn("display_data", kinds)
+        self.assertIn("update_display_data", kinds)
+
+    def test_autoranks(self):
+        self.start(2)
+        self.ok("%autoranks on")
+        self.ok("int ar = 4;")
+        self.assertEqual(sorted(results(self.ok("ar * 2"))), ["[rank 0] 8", "[rank 1] 8"])
+        self.ok("%autoranks off")
+        self.assertEqual(results(self.ok("2 + 2")), ["4"])
+
+    def test_usage_errors(self):
+        reply, _, _ = self.fail_with("%%ranks\nint q;", "UsageError")
+        self.assertIn("%ranks start", reply["evalue"])
+        self.start(2)
+        reply, _, _ = self.fail_with("%%ranks 5\nint q;", "UsageError")
+        self.assertIn("0-1", reply["evalue"])
+        self.fail_with("%ranks start num_processes=2", "UsageError")
+        self.fail_with("%ranks frobnicate", "UsageError")
+
+    def test_shutdown_leaves_no_worker_and_no_file(self):
+        pids = self.start(2)
+        self.ok("%%ranks\nint q = 1;")
+        self.k.close()
+        self.assertTrue(nbf_harness.wait_until(lambda: not any(alive(p) for p in pids), 10),
+                        "rank workers outlived the kernel")
+        self.assertTrue(nbf_harness.wait_until(lambda: os.listdir(self.workdir) == [], 10),
+                        os.listdir(self.workdir))
+        self.k = Kernel(env={"TMPDIR": self.workdir})  # for tearDown
+
+    def test_executor_death_kills_the_ranks(self):
+        pids = self.start(2)
+        self.run_cell("#include <signal.h>\n#include <unistd.h>\nkill(getpid(), SIGKILL);")
+        self.assertTrue(nbf_harness.wait_until(lambda: not any(alive(p) for p in pids), 10),
+                        "rank workers outlived their executor")
+        self.assertIn("No rank workers", stream_text(self.ok("%ranks status")))
+
+
+if __name__ == "__main__":
+    unittest.main()
