@@ -209,9 +209,21 @@ static void emit(ln_worker_t *w, int s, const char *p, size_t n, int complete,
     return;
   }
   int fd = w->out_fd[s];
-  if (!w->midline[s] && w->prefix[0])
-    nbf_write_all(fd, w->prefix, strlen(w->prefix));
-  nbf_write_all(fd, p, n);
+  size_t np = !w->midline[s] && w->prefix[0] ? strlen(w->prefix) : 0;
+  char joined[4096];
+  if (np && np + n <= sizeof joined) {
+    /* prefix and line in one write: the kernel reads a pipe and makes a
+     * stream message of what one read returns, so two writes could reach
+     * the front end as "[rank 1] " and the line in two outputs, with a
+     * display update between them */
+    memcpy(joined, w->prefix, np);
+    memcpy(joined + np, p, n);
+    nbf_write_all(fd, joined, np + n);
+  } else {
+    if (np)
+      nbf_write_all(fd, w->prefix, np);
+    nbf_write_all(fd, p, n);
+  }
   w->midline[s] = !complete;
   if (s == LN_STDERR && complete)
     remember_stderr(w, p, n);

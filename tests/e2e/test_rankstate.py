@@ -125,19 +125,26 @@ class RankState(unittest.TestCase):
         self.assertIn("Where each rank was when interrupted", err)
 
     def test_every_failed_rank_is_listed_in_order(self):
-        # ranks 1, 2, 3 exit(3) at once; rank 0's all-reduce then loses
-        # them. Before: 1-2 of the 4 appeared, varying by run.
+        # ranks 1, 2, 3 exit(3) at nearly the same time; rank 0's all-reduce
+        # then loses them. Before: 1-2 of the failed ranks appeared, varying
+        # by run. A rank the launcher stopped before its own exit(3) ran (a
+        # loaded machine) is no cause; every rank whose record says it
+        # exited 3 is listed, those first, by rank.
         for trial in range(3):
             r = self.launch(4, "own3", NBFORK_TIMEOUT_S="30")
             self.assertEqual(r.returncode, 1, r.stderr)
             rep = self.report(r)
             heads = re.findall(r"^rank (\d) \(local rank \d, pid \d+\) (.*)$", rep, re.M)
             ranks = [int(k) for k, _ in heads]
-            self.assertEqual(ranks[:3], [1, 2, 3], rep)  # own failures first, by rank
-            for k, how in heads[:3]:
-                self.assertIn("exited with code 3", how)
-            if len(ranks) == 4:  # rank 0 failed too (it lost them), after them
-                self.assertEqual(ranks[3], 0)
+            own = [int(k) for k, how in heads if "exited with code 3" in how]
+            exited3 = sorted(int(k) for k in re.findall(r"^  rank (\d): .*; exited 3$", rep, re.M))
+            self.assertTrue(own, rep)
+            self.assertTrue(set(exited3) <= set(own), rep)  # every own failure is listed
+            self.assertEqual(own, sorted(own), rep)
+            self.assertEqual(ranks[:len(own)], own, rep)  # first, by rank
+            self.assertTrue(set(own) <= {1, 2, 3}, rep)
+            if 0 in ranks:  # rank 0 failed too (it lost them), after them
+                self.assertGreater(ranks.index(0), len(own) - 1, rep)
 
     def test_debug_mode_names_each_ranks_call(self):
         r = self.launch(2, "mismatch", ACCELERATE_DEBUG_MODE="1", NBFORK_TIMEOUT_S="30")
