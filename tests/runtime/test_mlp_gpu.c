@@ -644,7 +644,7 @@ static void ddp_compare(const char *precision, double rel) {
   char dir[] = "/tmp/nbf_gpu_ddp_XXXXXX";
   ASSERT_NOT_NULL(mkdtemp(dir));
   ddp_arg_t cpu = {precision, dir, 0}, gpu = {precision, dir, 1};
-  rt_spawn_opts_t o = {.world = DDP_WORLD, .deadline_s = 180, .timeout_s = "90"};
+  rt_spawn_opts_t o = {.world = DDP_WORLD, .deadline_s = 120, .timeout_s = "60"};
   unsetenv("NBFORK_TEST_GPU"); /* rt_spawn: ACCELERATE_USE_CPU=1 */
   ASSERT_EQ(rt_spawn(&o, ddp_rank, &cpu, NULL), 0);
   setenv("NBFORK_TEST_GPU", "1", 1);
