@@ -282,8 +282,8 @@ acc_result_t alloc_all(acc_mlp_dev_t *d, char *err, size_t errlen) {
       acc_cuda_check(cudaMallocHost(&d->h_x, nx * sizeof(float)), "cudaMallocHost", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_logits, B * C * sizeof(float)), "cudaMallocHost",
                            err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_loss, B * sizeof(float)), "cudaMallocHost", err,
-                           errlen));
+  DEV_CHECK(
+      acc_cuda_check(cudaMallocHost(&d->h_loss, B * sizeof(float)), "cudaMallocHost", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_labels, B * sizeof(int64_t)), "cudaMallocHost", err,
                            errlen));
   DEV_CHECK(acc_cuda_check(cudaEventCreateWithFlags(&d->x_staged, cudaEventDisableTiming),
@@ -401,9 +401,9 @@ extern "C" acc_result_t acc_mlp_dev_zero_grad(acc_mlp_dev_t *d, void *stream, ch
  * `stage` (recorded in `ev`; normally long done, since it started the
  * previous step), then copy and record. The caller's buffer is free
  * again on return; the device copy is asynchronous. */
-static acc_result_t stage_upload(void *dst, void *stage, const void *src, size_t n,
-                                 cudaEvent_t ev, int *pending, cudaStream_t st, const char *what,
-                                 char *err, size_t errlen) {
+static acc_result_t stage_upload(void *dst, void *stage, const void *src, size_t n, cudaEvent_t ev,
+                                 int *pending, cudaStream_t st, const char *what, char *err,
+                                 size_t errlen) {
   if (*pending)
     DEV_CHECK(acc_cuda_check(cudaEventSynchronize(ev), what, err, errlen));
   *pending = 0;
@@ -462,8 +462,8 @@ extern "C" acc_result_t acc_mlp_dev_logits(acc_mlp_dev_t *d, float *logits, char
 
 /* The loss gradient: labels staged, k_xent (per-row losses stay on the
  * device until acc_mlp_dev_loss). */
-static acc_result_t loss_grad(acc_mlp_dev_t *d, const int64_t *labels, float scale,
-                              cudaStream_t st, char *err, size_t errlen) {
+static acc_result_t loss_grad(acc_mlp_dev_t *d, const int64_t *labels, float scale, cudaStream_t st,
+                              char *err, size_t errlen) {
   const int B = d->batch, C = d->sizes[d->nlayers];
   DEV_CHECK(stage_upload(d->labels, d->h_labels, labels, (size_t)B * sizeof(int64_t),
                          d->labels_staged, &d->labels_pending, st, "staging the labels", err,
@@ -526,8 +526,7 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
   return acc_cuda_check(cudaGetLastError(), "backward kernels", err, errlen);
 }
 
-extern "C" acc_result_t acc_mlp_dev_loss(acc_mlp_dev_t *d, float *loss, char *err,
-                                         size_t errlen) {
+extern "C" acc_result_t acc_mlp_dev_loss(acc_mlp_dev_t *d, float *loss, char *err, size_t errlen) {
   const int B = d->loss_batch;
   DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(d->h_loss, d->row_loss, (size_t)B * sizeof(float),
                                            cudaMemcpyDeviceToHost, d->bwd_stream),

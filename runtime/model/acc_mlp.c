@@ -319,7 +319,8 @@ acc_result_t acc_mlp_forward_async(acc_mlp_t *m, const float *x, int batch) {
 
 const float *acc_mlp_logits(acc_mlp_t *m) {
   if (!m || !m->x) {
-    mlp_error(m ? m->acc : NULL, ACC_ERR_INVALID_ARGUMENT, "acc_mlp_logits: call acc_mlp_forward first");
+    mlp_error(m ? m->acc : NULL, ACC_ERR_INVALID_ARGUMENT,
+              "acc_mlp_logits: call acc_mlp_forward first");
     return NULL;
   }
   float *logits = m->act[m->nlayers];
