@@ -452,8 +452,15 @@ typedef struct acc_mlp acc_mlp_t;
  * one (tests/runtime/test_mlp_gpu.c). acc_mlp_params/acc_mlp_grads then
  * return DEVICE pointers (for acc_backward, acc_sgd_new, cudaMemcpy;
  * never dereference them on the host); acc_mlp_forward still returns
- * host logits (copied back; synchronous). Checkpoints copy the device
- * state to and from the host. */
+ * host logits and acc_mlp_backward_xent the loss (each copied back: one
+ * synchronization of the stream), while acc_mlp_forward_async and
+ * acc_mlp_backward_xent_async (below) keep both on the device until
+ * acc_mlp_logits / acc_mlp_loss asks for them. Checkpoints copy the
+ * device state to and from the host. A device model needs cuBLAS
+ * (libcublas.so of the toolkit nbfork was built with, opened on the
+ * first model): without it acc_mlp_new fails (ACC_ERR_BACKEND, naming
+ * the library; no host fallback), and ACCELERATE_USE_CPU=1 trains on
+ * the CPU instead. */
 acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch);
 void acc_mlp_destroy(acc_mlp_t **m_p);
 size_t acc_mlp_num_params(const acc_mlp_t *m);
@@ -492,6 +499,35 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels);
  * Does nothing before the first forward. */
 void acc_mlp_predict(const acc_mlp_t *m, int64_t *pred);
 void acc_mlp_zero_grad(acc_mlp_t *m);
+
+/* A training step that waits for nothing (a device model): as
+ * acc_mlp_forward and acc_mlp_backward_xent, but the logits and the loss
+ * stay where the model is, so a loop that reads the loss only when it
+ * logs it (as PyTorch's loss.item()) does not synchronize with the
+ * device each step. On the host they are the same computation.
+ *
+ * acc_mlp_forward_async: forward `batch` rows of x (batch × sizes[0]
+ * f32; the caller may reuse x on return: a device model stages it).
+ * Errors: INVALID_ARGUMENT (NULL, batch not in 1..max_batch), NO_MEMORY,
+ * BACKEND (a CUDA/cuBLAS failure); the text in acc_last_error.
+ * acc_mlp_logits: the last forward's logits (batch × sizes[nlayers],
+ * host memory owned by the model, valid until the next forward); a
+ * device model copies them back at the first call after a forward (one
+ * stream synchronization). NULL before any forward or on a failed copy.
+ * acc_mlp_backward_xent_async: ADDS d(loss)/d(params) of the last
+ * forward into the gradient buffer (with fp16, of the loss times
+ * acc_loss_scale); the labels are checked on the host first (a label not
+ * in 0..sizes[nlayers]-1: INVALID_ARGUMENT naming its row, gradients
+ * untouched). Errors also BACKEND; a failed bucket all-reduce as
+ * acc_mlp_backward_xent.
+ * acc_mlp_loss: the mean loss of the last backward (either kind); a
+ * device model reads it back at the first call after a backward (one
+ * stream synchronization). NaN before any backward or after a failed
+ * one. */
+acc_result_t acc_mlp_forward_async(acc_mlp_t *m, const float *x, int batch);
+const float *acc_mlp_logits(acc_mlp_t *m);
+acc_result_t acc_mlp_backward_xent_async(acc_mlp_t *m, const int64_t *labels);
+float acc_mlp_loss(acc_mlp_t *m);
 
 /* SGD with momentum (PyTorch torch.optim.SGD semantics) or AdamW
  * (Loshchilov & Hutter 2019; torch.optim.AdamW semantics) over `n`

@@ -47,15 +47,24 @@ acc_result_t acc_mlp_dev_zero_grad(acc_mlp_dev_t *d, void *stream, char *err, si
 }
 
 acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, int batch, acc_precision_t prec,
-                                 float *logits, void *stream, char *err, size_t errlen) {
-  (void)d, (void)x, (void)batch, (void)prec, (void)logits, (void)stream;
+                                 void *stream, char *err, size_t errlen) {
+  (void)d, (void)x, (void)batch, (void)prec, (void)stream;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_mlp_dev_logits(acc_mlp_dev_t *d, float *logits, char *err, size_t errlen) {
+  (void)d, (void)logits;
   return unsupported(err, errlen);
 }
 
 acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_t *labels, float scale,
-                                       float *loss, int *bad_row, void *stream, char *err,
-                                       size_t errlen) {
-  (void)d, (void)labels, (void)scale, (void)loss, (void)bad_row, (void)stream;
+                                       int *bad_row, void *stream, char *err, size_t errlen) {
+  (void)d, (void)labels, (void)scale, (void)bad_row, (void)stream;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_mlp_dev_loss(acc_mlp_dev_t *d, float *loss, char *err, size_t errlen) {
+  (void)d, (void)loss;
   return unsupported(err, errlen);
 }
 

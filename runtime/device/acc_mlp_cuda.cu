@@ -39,10 +39,17 @@ struct acc_mlp_dev {
   /* the half copies (2 bytes per element) under mixed precision */
   void *wh, *xh, **acth, *dzh_a, *dzh_b;
   int64_t *labels;
-  float *row_loss; /* max_batch + 1: per-row loss, then the bad-row flag */
-  /* pinned host staging */
+  float *row_loss; /* max_batch: the last backward's per-row loss */
+  /* pinned host staging; x_staged / labels_staged are recorded after
+   * each upload from h_x / h_labels, which the next upload waits for
+   * before it overwrites them (the copy is asynchronous: no step waits
+   * for the device otherwise) */
   float *h_x, *h_logits, *h_loss;
   int64_t *h_labels;
+  cudaEvent_t x_staged, labels_staged;
+  int x_pending, labels_pending;
+  cudaStream_t fwd_stream, bwd_stream; /* of the last forward / backward */
+  int loss_batch;                      /* rows of row_loss (the last backward's batch) */
 };
 
 namespace {
@@ -83,10 +90,11 @@ __global__ void k_bias_act(float *out, const float *b, size_t rows, int nout, in
 }
 
 /* One thread per row: dz = scale (softmax(z) - onehot(y)) / B, rounded
- * to the half type, and the row's loss (f32, autocast's fp32 list). A bad
- * label writes its row + 1 into *bad and leaves the row's dz zero. */
+ * to the half type, and the row's loss (f32, autocast's fp32 list). The
+ * labels were checked on the host; a label out of range all the same
+ * leaves its row's dz and loss zero rather than read outside z. */
 __global__ void k_xent(const float *z, const int64_t *y, int B, int C, float scale, int prec,
-                       float *dz, void *dzh, float *row_loss, float *bad) {
+                       float *dz, void *dzh, float *row_loss) {
   int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= B)
     return;
@@ -94,7 +102,6 @@ __global__ void k_xent(const float *z, const int64_t *y, int B, int C, float sca
   float *d = dz + (size_t)r * C;
   const int64_t label = y[r];
   if (label < 0 || label >= C) {
-    *bad = (float)(r + 1);
     for (int c = 0; c < C; c++)
       d[c] = 0.0f;
     row_loss[r] = 0.0f;
@@ -179,7 +186,9 @@ void blas_open(void) {
   const char *lib = "libcublas.so." NBF_STR(CUBLAS_VER_MAJOR);
   void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
-    std::snprintf(g_blas_error, sizeof g_blas_error, "cannot open %s: %s", lib, dlerror());
+    const char *why = dlerror();
+    std::snprintf(g_blas_error, sizeof g_blas_error, "cannot open %s: %s", lib,
+                  why ? why : "not found");
     return;
   }
   const char *names[] = {"cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2",
@@ -262,8 +271,7 @@ acc_result_t alloc_all(acc_mlp_dev_t *d, char *err, size_t errlen) {
   DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_a, half_bytes(wide)), "cudaMalloc", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_b, half_bytes(wide)), "cudaMalloc", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMalloc(&d->labels, B * sizeof(int64_t)), "cudaMalloc", err, errlen));
-  DEV_CHECK(
-      acc_cuda_check(cudaMalloc(&d->row_loss, (B + 1) * sizeof(float)), "cudaMalloc", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->row_loss, B * sizeof(float)), "cudaMalloc", err, errlen));
   for (int l = 1; l <= d->nlayers; l++) {
     DEV_CHECK(acc_cuda_check(cudaMalloc(&d->act[l], B * (size_t)d->sizes[l] * sizeof(float)),
                              "cudaMalloc", err, errlen));
@@ -274,10 +282,14 @@ acc_result_t alloc_all(acc_mlp_dev_t *d, char *err, size_t errlen) {
       acc_cuda_check(cudaMallocHost(&d->h_x, nx * sizeof(float)), "cudaMallocHost", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_logits, B * C * sizeof(float)), "cudaMallocHost",
                            err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_loss, (B + 1) * sizeof(float)), "cudaMallocHost",
-                           err, errlen));
+  DEV_CHECK(
+      acc_cuda_check(cudaMallocHost(&d->h_loss, B * sizeof(float)), "cudaMallocHost", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_labels, B * sizeof(int64_t)), "cudaMallocHost", err,
                            errlen));
+  DEV_CHECK(acc_cuda_check(cudaEventCreateWithFlags(&d->x_staged, cudaEventDisableTiming),
+                           "cudaEventCreate", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaEventCreateWithFlags(&d->labels_staged, cudaEventDisableTiming),
+                           "cudaEventCreate", err, errlen));
   DEV_CHECK(acc_cuda_check(cudaMemset(d->grads, 0, d->nparams * sizeof(float)), "cudaMemset", err,
                            errlen));
   DEV_CHECK(blas_ready(err, errlen));
@@ -308,6 +320,10 @@ extern "C" void acc_mlp_dev_destroy(acc_mlp_dev_t **d_p) {
   void *pinned[] = {d->h_x, d->h_logits, d->h_loss, d->h_labels};
   for (void *p : pinned)
     cudaFreeHost(p);
+  if (d->x_staged)
+    cudaEventDestroy(d->x_staged);
+  if (d->labels_staged)
+    cudaEventDestroy(d->labels_staged);
   delete[] d->act;
   delete[] d->acth;
   delete[] d->sizes;
@@ -380,20 +396,38 @@ extern "C" acc_result_t acc_mlp_dev_zero_grad(acc_mlp_dev_t *d, void *stream, ch
       "cudaMemsetAsync", err, errlen);
 }
 
+/* Copy n bytes of host memory `src` to device `dst` on `st` through the
+ * pinned staging buffer `stage`: first wait for the previous upload from
+ * `stage` (recorded in `ev`; normally long done, since it started the
+ * previous step), then copy and record. The caller's buffer is free
+ * again on return; the device copy is asynchronous. */
+static acc_result_t stage_upload(void *dst, void *stage, const void *src, size_t n, cudaEvent_t ev,
+                                 int *pending, cudaStream_t st, const char *what, char *err,
+                                 size_t errlen) {
+  if (*pending)
+    DEV_CHECK(acc_cuda_check(cudaEventSynchronize(ev), what, err, errlen));
+  *pending = 0;
+  std::memcpy(stage, src, n);
+  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, st), what, err,
+                           errlen));
+  DEV_CHECK(acc_cuda_check(cudaEventRecord(ev, st), what, err, errlen));
+  *pending = 1;
+  return ACC_OK;
+}
+
 extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, int batch,
-                                            acc_precision_t prec, float *logits, void *stream,
-                                            char *err, size_t errlen) {
+                                            acc_precision_t prec, void *stream, char *err,
+                                            size_t errlen) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const int B = batch, L = d->nlayers, p = (int)prec;
   const size_t nx = (size_t)B * (size_t)d->sizes[0];
   d->batch = B;
   d->prec = prec;
+  d->fwd_stream = st;
   DEV_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
   /* pinned staging: the copy is a DMA, not a pageable bounce */
-  std::memcpy(d->h_x, x, nx * sizeof(float));
-  DEV_CHECK(
-      acc_cuda_check(cudaMemcpyAsync(d->x, d->h_x, nx * sizeof(float), cudaMemcpyHostToDevice, st),
-                     "staging the batch", err, errlen));
+  DEV_CHECK(stage_upload(d->x, d->h_x, x, nx * sizeof(float), d->x_staged, &d->x_pending, st,
+                         "staging the batch", err, errlen));
   const bool half = prec != ACC_PRECISION_NO;
   if (half) {
     k_to_half<<<acc_blocks_for(d->nparams), 256, 0, st>>>(d->wh, d->params, d->nparams, p);
@@ -412,53 +446,50 @@ extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, in
                                                   nout, l < L - 1, p, d->acth[l + 1]);
     in = half ? d->acth[l + 1] : static_cast<const void *>(d->act[l + 1]);
   }
-  DEV_CHECK(acc_cuda_check(cudaGetLastError(), "forward kernels", err, errlen));
-  const size_t nl = (size_t)B * (size_t)d->sizes[L];
-  DEV_CHECK(acc_cuda_check(
-      cudaMemcpyAsync(d->h_logits, d->act[L], nl * sizeof(float), cudaMemcpyDeviceToHost, st),
-      "copying the logits", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaStreamSynchronize(st), "forward", err, errlen));
+  return acc_cuda_check(cudaGetLastError(), "forward kernels", err, errlen);
+}
+
+extern "C" acc_result_t acc_mlp_dev_logits(acc_mlp_dev_t *d, float *logits, char *err,
+                                           size_t errlen) {
+  const size_t nl = (size_t)d->batch * (size_t)d->sizes[d->nlayers];
+  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(d->h_logits, d->act[d->nlayers], nl * sizeof(float),
+                                           cudaMemcpyDeviceToHost, d->fwd_stream),
+                           "copying the logits", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaStreamSynchronize(d->fwd_stream), "forward", err, errlen));
   std::memcpy(logits, d->h_logits, nl * sizeof(float));
   return ACC_OK;
 }
 
-/* The loss gradient: labels staged, k_xent, the per-row losses and the
- * bad-label flag back (synchronous: the loss is the call's result). */
-static acc_result_t loss_grad(acc_mlp_dev_t *d, const int64_t *labels, float scale, float *loss,
-                              int *bad_row, cudaStream_t st, char *err, size_t errlen) {
+/* The loss gradient: labels staged, k_xent (per-row losses stay on the
+ * device until acc_mlp_dev_loss). */
+static acc_result_t loss_grad(acc_mlp_dev_t *d, const int64_t *labels, float scale, cudaStream_t st,
+                              char *err, size_t errlen) {
   const int B = d->batch, C = d->sizes[d->nlayers];
-  std::memcpy(d->h_labels, labels, (size_t)B * sizeof(int64_t));
-  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(d->labels, d->h_labels, (size_t)B * sizeof(int64_t),
-                                           cudaMemcpyHostToDevice, st),
-                           "staging the labels", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMemsetAsync(d->row_loss + B, 0, sizeof(float), st),
-                           "cudaMemsetAsync", err, errlen));
+  DEV_CHECK(stage_upload(d->labels, d->h_labels, labels, (size_t)B * sizeof(int64_t),
+                         d->labels_staged, &d->labels_pending, st, "staging the labels", err,
+                         errlen));
   k_xent<<<(B + 127) / 128, 128, 0, st>>>(d->act[d->nlayers], d->labels, B, C, scale, (int)d->prec,
-                                          d->dz_a, d->dzh_a, d->row_loss, d->row_loss + B);
-  DEV_CHECK(acc_cuda_check(cudaGetLastError(), "cross-entropy kernel", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(d->h_loss, d->row_loss, ((size_t)B + 1) * sizeof(float),
-                                           cudaMemcpyDeviceToHost, st),
-                           "copying the loss", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaStreamSynchronize(st), "cross-entropy", err, errlen));
-  if (d->h_loss[B] != 0.0f) {
-    *bad_row = (int)d->h_loss[B] - 1;
-    set_err(err, errlen, "acc_mlp_backward_xent", "a label is not a class index");
-    return ACC_ERR_INVALID_ARGUMENT;
-  }
-  double s = 0.0;
-  for (int r = 0; r < B; r++)
-    s += d->h_loss[r];
-  *loss = (float)(s / B);
-  return ACC_OK;
+                                          d->dz_a, d->dzh_a, d->row_loss);
+  return acc_cuda_check(cudaGetLastError(), "cross-entropy kernel", err, errlen);
 }
 
 extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_t *labels,
-                                                  float scale, float *loss, int *bad_row,
-                                                  void *stream, char *err, size_t errlen) {
+                                                  float scale, int *bad_row, void *stream,
+                                                  char *err, size_t errlen) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const int B = d->batch, p = (int)d->prec, C = d->sizes[d->nlayers];
+  /* the labels are host memory: checked here, so that no step reads a
+   * flag back from the device */
+  for (int r = 0; r < B; r++)
+    if (labels[r] < 0 || labels[r] >= C) {
+      *bad_row = r;
+      set_err(err, errlen, "acc_mlp_backward_xent", "a label is not a class index");
+      return ACC_ERR_INVALID_ARGUMENT;
+    }
+  d->bwd_stream = st;
+  d->loss_batch = B;
   DEV_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
-  DEV_CHECK(loss_grad(d, labels, scale, loss, bad_row, st, err, errlen));
-  const int B = d->batch, p = (int)d->prec;
+  DEV_CHECK(loss_grad(d, labels, scale, st, err, errlen));
   const bool half = d->prec != ACC_PRECISION_NO;
   const size_t esz = half ? 2 : 4;
   float *dz = d->dz_a, *dprev = d->dz_b;
@@ -493,6 +524,19 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
     dzh = dprevh, dprevh = th;
   }
   return acc_cuda_check(cudaGetLastError(), "backward kernels", err, errlen);
+}
+
+extern "C" acc_result_t acc_mlp_dev_loss(acc_mlp_dev_t *d, float *loss, char *err, size_t errlen) {
+  const int B = d->loss_batch;
+  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(d->h_loss, d->row_loss, (size_t)B * sizeof(float),
+                                           cudaMemcpyDeviceToHost, d->bwd_stream),
+                           "copying the loss", err, errlen));
+  DEV_CHECK(acc_cuda_check(cudaStreamSynchronize(d->bwd_stream), "cross-entropy", err, errlen));
+  double s = 0.0; /* the mean as the CPU model takes it: a double sum */
+  for (int r = 0; r < B; r++)
+    s += d->h_loss[r];
+  *loss = (float)(s / B);
+  return ACC_OK;
 }
 
 extern "C" acc_result_t acc_mlp_dev_copy(acc_mlp_dev_t *d, int what, float *host, int to_device,

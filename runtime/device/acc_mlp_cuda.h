@@ -16,6 +16,14 @@
  * cross-entropy (f32) and the bias gradient are small kernels. Inputs
  * and labels are staged host -> device through pinned buffers.
  *
+ * A training step waits for nothing (issue 25): forward and backward
+ * only enqueue work; the logits and the loss stay on the device until
+ * acc_mlp_dev_logits / acc_mlp_dev_loss bring them back (one stream
+ * synchronization each), and the labels are checked on the host. The
+ * only host wait of a step is for the previous step's upload out of a
+ * pinned staging buffer before it is refilled (an event, normally long
+ * complete).
+ *
  * Every call runs on `stream` (a cudaStream_t; NULL = the default
  * stream: the accelerator's acc_get_stream), so the gradient all-reduce
  * of acc_backward is ordered after it (nbfork.h's stream contract).
@@ -43,7 +51,8 @@ int acc_mlp_dev_available(void);
 
 /* ACC_OK when cuBLAS (libcublas.so.<major>, opened on first use) is
  * there, else ACC_ERR_BACKEND / ACC_ERR_UNSUPPORTED with the reason in
- * err: acc_mlp_new then keeps the model on the host. */
+ * err (the library's name and dlerror's text): acc_mlp_new then fails
+ * (a model on a device has no host fallback). */
 acc_result_t acc_mlp_dev_blas(char *err, size_t errlen);
 /* A device model of layer sizes sizes[0..nlayers] for up to max_batch
  * rows, its parameters copied from the host buffer `params` (nparams
@@ -59,19 +68,26 @@ float *acc_mlp_dev_grads(acc_mlp_dev_t *d);
 /* grads = 0 (asynchronous on `stream`). */
 acc_result_t acc_mlp_dev_zero_grad(acc_mlp_dev_t *d, void *stream, char *err, size_t errlen);
 /* Forward `batch` host rows x (batch × sizes[0] floats) with precision
- * `prec`; the logits (batch × sizes[nlayers]) are copied into the host
- * buffer `logits`. Synchronous (returns when the logits are there). */
+ * `prec`, asynchronously on `stream`: x is staged (the caller may reuse
+ * it on return), the logits (batch × sizes[nlayers]) stay on the
+ * device. */
 acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, int batch, acc_precision_t prec,
-                                 float *logits, void *stream, char *err, size_t errlen);
+                                 void *stream, char *err, size_t errlen);
+/* The last forward's logits into the host buffer `logits` (batch ×
+ * sizes[nlayers] floats). Synchronizes the forward's stream. */
+acc_result_t acc_mlp_dev_logits(acc_mlp_dev_t *d, float *logits, char *err, size_t errlen);
 /* Softmax cross-entropy of the last forward against host `labels`
- * (batch int64); *loss = the batch mean. The loss gradient is multiplied
- * by `scale` (GradScaler). Adds d(loss)/d(params) into the gradient
- * buffer, asynchronously on `stream` (the loss itself is synchronous). A
- * label outside 0..sizes[nlayers]-1: ACC_ERR_INVALID_ARGUMENT,
- * *bad_row = its row, gradients untouched. */
+ * (batch int64), its gradient multiplied by `scale` (GradScaler), added
+ * into the gradient buffer asynchronously on `stream`; the per-row
+ * losses stay on the device (acc_mlp_dev_loss). A label outside
+ * 0..sizes[nlayers]-1 (checked on the host, before anything is
+ * enqueued): ACC_ERR_INVALID_ARGUMENT, *bad_row = its row, gradients
+ * untouched. */
 acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_t *labels, float scale,
-                                       float *loss, int *bad_row, void *stream, char *err,
-                                       size_t errlen);
+                                       int *bad_row, void *stream, char *err, size_t errlen);
+/* *loss = the mean over the batch of the last backward's loss (summed
+ * in double, as acc_mlp.c does). Synchronizes the backward's stream. */
+acc_result_t acc_mlp_dev_loss(acc_mlp_dev_t *d, float *loss, char *err, size_t errlen);
 /* Copy the device parameters (what = 0) or gradients (1) into a host
  * buffer of nparams floats, or (to_device = 1) the host buffer into them.
  * Synchronous. For checkpoints and tests. */

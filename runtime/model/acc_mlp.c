@@ -28,7 +28,11 @@
  * On a device (acc_device(acc) >= 0, built with a CUDA compiler) the
  * model is the device model of acc_mlp_cuda.h once initialized: params
  * and grads are device buffers, forward/backward run there, and the host
- * buffers here keep only the logits (copied back for acc_mlp_predict).
+ * buffers here keep only the logits, copied back when asked for
+ * (acc_mlp_logits, acc_mlp_forward, acc_mlp_predict), as the loss is
+ * (acc_mlp_loss, acc_mlp_backward_xent): acc_mlp_forward_async and
+ * acc_mlp_backward_xent_async wait for nothing (issue 25 item 4). A
+ * device requested without cuBLAS is an error, not a host model.
  */
 #include <cblas.h>
 #include <math.h>
@@ -58,6 +62,9 @@ struct acc_mlp {
   float *xh;                   /* input rounded: max_batch × sizes[0] */
   float *gtmp;                 /* one layer's weight gradient: max(nout × nin) */
   acc_mlp_dev_t *dev;          /* the device model, or NULL (on the host) */
+  int logits_host;             /* act[nlayers] holds the last forward's logits */
+  int loss_host;               /* `loss` is the last backward's (else still on the device) */
+  float loss;                  /* NaN before the first backward and after a failed one */
   acc__mlp_layer_hook_fn hook; /* called per layer in backward (LOMO), or NULL */
   void *hook_user;
 };
@@ -174,8 +181,23 @@ acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch)
     acc_mlp_destroy(&m);
     return NULL;
   }
+  m->loss = NAN;
+  m->loss_host = 1;
   if (acc && acc->device >= 0 && acc_mlp_dev_available()) {
     char err[512];
+    /* no host fallback: the accelerator, its NCCL communicator and the
+     * optimizers all expect device buffers, and a rank training on the
+     * host beside ranks on GPUs would be a slow surprise */
+    if (acc_mlp_dev_blas(err, sizeof err) != ACC_OK) {
+      mlp_error(acc, ACC_ERR_BACKEND,
+                "acc_mlp_new: a model on device %d needs cuBLAS, which could not be opened "
+                "(%s): install cuBLAS of the CUDA toolkit nbfork was built with (on "
+                "LD_LIBRARY_PATH or in ldconfig's cache), or set ACCELERATE_USE_CPU=1 to "
+                "train on the CPU",
+                acc->device, err);
+      acc_mlp_destroy(&m);
+      return NULL;
+    }
     m->dev = acc_mlp_dev_new(sizes, nlayers, max_batch, m->params, m->nparams, err, sizeof err);
     if (!m->dev) {
       mlp_error(acc, ACC_ERR_BACKEND, "acc_mlp_new: the model on device %d: %s", acc->device, err);
@@ -230,33 +252,14 @@ static int half_buffers(acc_mlp_t *m) {
   return 0;
 }
 
-const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
-  if (!m || !x || batch < 1 || batch > m->max_batch) {
-    if (m)
-      mlp_error(m->acc, ACC_ERR_INVALID_ARGUMENT,
-                "acc_mlp_forward: batch %d not in 1..%d (max_batch)", batch, m->max_batch);
-    return NULL;
-  }
-  m->x = x;
-  m->batch = batch;
-  m->prec = acc_mixed_precision(m->acc);
-  if (m->dev) {
-    char err[512];
-    float *logits = m->act[m->nlayers];
-    acc_result_t r =
-        acc_mlp_dev_forward(m->dev, x, batch, m->prec, logits, m->acc->stream, err, sizeof err);
-    if (r != ACC_OK) {
-      mlp_error(m->acc, r, "acc_mlp_forward on device %d: %s", m->acc->device, err);
-      return NULL;
-    }
-    return logits;
-  }
+/* The forward of a host model: the logits into act[nlayers]. */
+static acc_result_t host_forward(acc_mlp_t *m, const float *x, int batch) {
   const float *in = x, *params = m->params;
   if (m->prec != ACC_PRECISION_NO) {
     if (half_buffers(m) != 0) {
       mlp_error(m->acc, ACC_ERR_NO_MEMORY,
                 "acc_mlp_forward: out of memory for the half-precision buffers");
-      return NULL;
+      return ACC_ERR_NO_MEMORY;
     }
     memcpy(m->wh, m->params, m->nparams * sizeof(float));
     acc__round_half(m->prec, m->wh, m->nparams);
@@ -283,7 +286,58 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
     }
     in = out;
   }
-  return m->act[m->nlayers];
+  return ACC_OK;
+}
+
+acc_result_t acc_mlp_forward_async(acc_mlp_t *m, const float *x, int batch) {
+  if (!m || !x || batch < 1 || batch > m->max_batch) {
+    if (m)
+      mlp_error(m->acc, ACC_ERR_INVALID_ARGUMENT,
+                "acc_mlp_forward: batch %d not in 1..%d (max_batch)", batch, m->max_batch);
+    else
+      mlp_error(NULL, ACC_ERR_INVALID_ARGUMENT, "acc_mlp_forward: NULL model");
+    return ACC_ERR_INVALID_ARGUMENT;
+  }
+  m->x = NULL; /* until this forward succeeds: no backward of a failed one */
+  m->logits_host = 0;
+  m->batch = batch;
+  m->prec = acc_mixed_precision(m->acc);
+  acc_result_t r;
+  if (m->dev) {
+    char err[512];
+    r = acc_mlp_dev_forward(m->dev, x, batch, m->prec, m->acc->stream, err, sizeof err);
+    if (r != ACC_OK)
+      mlp_error(m->acc, r, "acc_mlp_forward on device %d: %s", m->acc->device, err);
+  } else {
+    r = host_forward(m, x, batch);
+    m->logits_host = r == ACC_OK;
+  }
+  if (r == ACC_OK)
+    m->x = x;
+  return r;
+}
+
+const float *acc_mlp_logits(acc_mlp_t *m) {
+  if (!m || !m->x) {
+    mlp_error(m ? m->acc : NULL, ACC_ERR_INVALID_ARGUMENT,
+              "acc_mlp_logits: call acc_mlp_forward first");
+    return NULL;
+  }
+  float *logits = m->act[m->nlayers];
+  if (!m->logits_host) {
+    char err[512];
+    acc_result_t r = acc_mlp_dev_logits(m->dev, logits, err, sizeof err);
+    if (r != ACC_OK) {
+      mlp_error(m->acc, r, "acc_mlp_forward: the logits from device %d: %s", m->acc->device, err);
+      return NULL;
+    }
+    m->logits_host = 1;
+  }
+  return logits;
+}
+
+const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
+  return acc_mlp_forward_async(m, x, batch) == ACC_OK ? acc_mlp_logits(m) : NULL;
 }
 
 /* Gradient buckets of about this size when they overlap the backward
@@ -347,24 +401,19 @@ static void bias_grad(acc_mlp_t *m, acc_precision_t prec, const float *dz, int B
     gb[c] += t[c];
 }
 
-/* acc_mlp_backward_xent of a device model (no gradient buckets there:
- * acc_backward all-reduces the device buffer through NCCL). */
-static float backward_on_device(acc_mlp_t *m, const int64_t *labels, float scale) {
+/* acc_mlp_backward_xent_async of a device model (no gradient buckets
+ * there: acc_backward all-reduces the device buffer through NCCL). */
+static acc_result_t backward_on_device(acc_mlp_t *m, const int64_t *labels, float scale) {
   char err[512];
-  float loss = NAN;
   int bad = -1;
-  acc_result_t r = acc_mlp_dev_backward_xent(m->dev, labels, scale, &loss, &bad, m->acc->stream,
-                                             err, sizeof err);
-  if (r == ACC_ERR_INVALID_ARGUMENT && bad >= 0) {
+  acc_result_t r =
+      acc_mlp_dev_backward_xent(m->dev, labels, scale, &bad, m->acc->stream, err, sizeof err);
+  if (r == ACC_ERR_INVALID_ARGUMENT && bad >= 0)
     mlp_error(m->acc, r, "acc_mlp_backward_xent: label %lld of row %d is not in 0..%d",
               (long long)labels[bad], bad, m->sizes[m->nlayers] - 1);
-    return NAN;
-  }
-  if (r != ACC_OK) {
+  else if (r != ACC_OK)
     mlp_error(m->acc, r, "acc_mlp_backward_xent on device %d: %s", m->acc->device, err);
-    return NAN;
-  }
-  return loss;
+  return r;
 }
 
 /* dz (B × C) = (softmax(logits) - onehot(label)) / B × scale, rounded to
@@ -466,23 +515,15 @@ static void finish_buckets(acc_mlp_t *m, acc_result_t bucket_err) {
   }
 }
 
-float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
-  if (!m || !labels || !m->x) {
-    mlp_error(m ? m->acc : NULL, ACC_ERR_INVALID_ARGUMENT,
-              "acc_mlp_backward_xent: call acc_mlp_forward first");
-    return NAN;
-  }
+/* The backward of a host model; *loss_out = the batch's mean loss. */
+static acc_result_t host_backward(acc_mlp_t *m, const int64_t *labels, float scale,
+                                  float *loss_out) {
   const int B = m->batch, L = m->nlayers;
   const acc_precision_t prec = m->prec;
-  /* GradScaler.scale(loss): with fp16 the loss gradient is multiplied by
-   * the loss scale (the returned loss is not). */
-  const float scale = prec == ACC_PRECISION_FP16 ? acc_loss_scale(m->acc) : 1.0f;
-  if (m->dev)
-    return backward_on_device(m, labels, scale);
   float *dz = m->dz_a, *dprev = m->dz_b;
   double loss = 0.0;
   if (xent_grad(m, labels, scale, dz, &loss) != 0)
-    return NAN;
+    return ACC_ERR_INVALID_ARGUMENT;
   const int bucketed = buckets_on(m);
   acc_result_t bucket_err = ACC_OK;
   for (int l = L - 1; l >= 0; l--) {
@@ -494,21 +535,63 @@ float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
     /* layer l's gradient is complete and W_l no longer needed by this
      * backward (as a PyTorch hook on AccumulateGrad sees it) */
     if (m->hook && m->hook(m->hook_user, l, m->w_off[l], (size_t)nout * (size_t)(nin + 1)) != 0)
-      return NAN;
+      return ACC_ERR_BACKEND; /* the hook's error is in acc_last_error */
     float *t = dz;
     dz = dprev;
     dprev = t;
   }
   if (bucketed)
     finish_buckets(m, bucket_err);
-  return (float)(loss / B);
+  *loss_out = (float)(loss / B);
+  return ACC_OK;
+}
+
+acc_result_t acc_mlp_backward_xent_async(acc_mlp_t *m, const int64_t *labels) {
+  if (!m || !labels || !m->x) {
+    mlp_error(m ? m->acc : NULL, ACC_ERR_INVALID_ARGUMENT,
+              "acc_mlp_backward_xent: call acc_mlp_forward first");
+    return ACC_ERR_INVALID_ARGUMENT;
+  }
+  /* GradScaler.scale(loss): with fp16 the loss gradient is multiplied by
+   * the loss scale (the returned loss is not). */
+  const float scale = m->prec == ACC_PRECISION_FP16 ? acc_loss_scale(m->acc) : 1.0f;
+  m->loss = NAN;
+  m->loss_host = 1;
+  if (!m->dev)
+    return host_backward(m, labels, scale, &m->loss);
+  acc_result_t r = backward_on_device(m, labels, scale);
+  m->loss_host = r != ACC_OK; /* after a success the loss is on the device */
+  return r;
+}
+
+float acc_mlp_loss(acc_mlp_t *m) {
+  if (!m)
+    return NAN;
+  if (!m->loss_host) {
+    char err[512];
+    acc_result_t r = acc_mlp_dev_loss(m->dev, &m->loss, err, sizeof err);
+    if (r != ACC_OK) {
+      mlp_error(m->acc, r, "acc_mlp_loss: the loss from device %d: %s", m->acc->device, err);
+      m->loss = NAN;
+    }
+    m->loss_host = 1;
+  }
+  return m->loss;
+}
+
+float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels) {
+  return acc_mlp_backward_xent_async(m, labels) == ACC_OK ? acc_mlp_loss(m) : NAN;
 }
 
 void acc_mlp_predict(const acc_mlp_t *m, int64_t *pred) {
   if (!m || !pred || !m->x)
     return;
   const int C = m->sizes[m->nlayers];
-  const float *z = m->act[m->nlayers];
+  /* a device model's logits come back on first use: the host copy is a
+   * cache, which a const model may fill (no model is defined const) */
+  const float *z = acc_mlp_logits((acc_mlp_t *)m);
+  if (!z)
+    return;
   for (int r = 0; r < m->batch; r++, z += C) {
     int best = 0;
     for (int c = 1; c < C; c++)

@@ -9,6 +9,17 @@
  * real device pointer dereferenced on the host. cudaMalloc fails, so no
  * kernel is ever launched here: what is checked is that the runtime
  * never touches device memory on the host and reports errors as errors.
+ *
+ * Two cases (g_rw) go further and let the device MLP run its host code:
+ * cudaMalloc then hands out a second, readable region (also "device"),
+ * copies and memsets are memcpy/memset, kernel launches and cuBLAS
+ * products are counted and do nothing (cuBLAS is "opened" by a dlopen
+ * defined here, which returns this executable, whose cublas* functions
+ * are the fakes, or fails as a machine without cuBLAS). Values are
+ * meaningless there; what is checked is which calls the runtime makes:
+ * how often a step waits for the device, and that no device memory is
+ * allocated for a model that cannot run.
+ *
  * Built only with CUDA (NBFORK_WITH_CUDA); runs with or without a GPU.
  */
 #define _GNU_SOURCE
@@ -18,7 +29,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include "nbf_trainer.h"
 #include "nbfork.h"
@@ -38,18 +51,196 @@ cudaError_t cudaSetDevice(int device) {
   return cudaSuccess;
 }
 
+/* g_rw: the readable fake device (see the top of the file); the
+ * counters of what the runtime asked of it. */
+static int g_rw, g_cublas_ok;
+static char *g_rw_dev;
+static size_t g_rw_used;
+static const size_t g_rw_bytes = 16 << 20;
+static int g_allocs, g_syncs, g_event_waits, g_d2h, g_launches, g_gemms, g_cublas_opens;
+
+static int in_rw(const void *p) {
+  return g_rw_dev && (const char *)p >= g_rw_dev && (const char *)p < g_rw_dev + g_rw_bytes;
+}
+
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *ptr) {
   memset(a, 0, sizeof *a);
   const char *p = ptr;
-  a->type = g_dev && p >= g_dev && p < g_dev + g_dev_bytes ? cudaMemoryTypeDevice
-                                                           : cudaMemoryTypeUnregistered;
+  a->type = (g_dev && p >= g_dev && p < g_dev + g_dev_bytes) || in_rw(p)
+                ? cudaMemoryTypeDevice
+                : cudaMemoryTypeUnregistered;
   return cudaSuccess;
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
-  (void)bytes;
   *p = NULL;
-  return cudaErrorMemoryAllocation;
+  if (!g_rw)
+    return cudaErrorMemoryAllocation;
+  if (!g_rw_dev) {
+    g_rw_dev = mmap(NULL, g_rw_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_TRUE(g_rw_dev != MAP_FAILED);
+  }
+  bytes = (bytes + 255) & ~(size_t)255;
+  if (g_rw_used + bytes > g_rw_bytes)
+    return cudaErrorMemoryAllocation;
+  *p = g_rw_dev + g_rw_used;
+  g_rw_used += bytes;
+  g_allocs++;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+  (void)p;
+  return cudaSuccess;
+}
+
+/* C++'s cudaMallocHost(T **, size) is cudaHostAlloc (cuda_runtime.h) */
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags) {
+  (void)flags;
+  *p = malloc(bytes ? bytes : 1);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeHost(void *p) {
+  free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+  if (!in_rw(p))
+    return cudaErrorInvalidValue;
+  memset(p, v, n);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
+  (void)st;
+  return cudaMemset(p, v, n);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
+                            cudaStream_t st) {
+  (void)st;
+  if (!g_rw)
+    return cudaErrorInvalidValue;
+  g_d2h += k == cudaMemcpyDeviceToHost;
+  memcpy(dst, src, n);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k) {
+  g_syncs++; /* a blocking copy waits for the device */
+  return cudaMemcpyAsync(dst, src, n, k, NULL);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+  (void)st;
+  g_syncs++;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  g_syncs++;
+  return cudaSuccess;
+}
+
+static int g_event;
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+  (void)flags;
+  *e = (cudaEvent_t)(void *)&g_event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st) {
+  (void)e, (void)st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  (void)e;
+  g_event_waits++;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  (void)e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+  return cudaSuccess;
+}
+
+/* What nvcc's kernel launch calls (crt/host_runtime.h, CUDA 12.x/13):
+ * counted, nothing runs. */
+unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, struct CUstream_st *st) {
+  (void)grid, (void)block, (void)shmem, (void)st;
+  return 0;
+}
+
+cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shmem, void *st) {
+  *grid = (dim3){1, 1, 1};
+  *block = (dim3){1, 1, 1};
+  *shmem = 0;
+  *(cudaStream_t *)st = NULL;
+  return cudaSuccess;
+}
+
+cudaError_t __cudaGetKernel(cudaKernel_t *k, const void *fn) {
+  *k = (cudaKernel_t)(void *)fn;
+  return cudaSuccess;
+}
+
+cudaError_t __cudaLaunchKernel(cudaKernel_t k, dim3 grid, dim3 block, void **args, size_t shmem,
+                               cudaStream_t st) {
+  (void)k, (void)grid, (void)block, (void)args, (void)shmem, (void)st;
+  g_launches++;
+  return cudaSuccess;
+}
+
+/* cuBLAS as acc_mlp_cuda.cu opens it: libcublas.so.<major> through
+ * dlopen. g_cublas_ok: this executable (its fakes below), else no
+ * library, as on a machine without cuBLAS. */
+void *dlopen(const char *file, int mode) {
+  void *(*real)(const char *, int) = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
+  if (file && strstr(file, "libcublas")) {
+    g_cublas_opens++;
+    return g_cublas_ok ? real(NULL, mode) : NULL;
+  }
+  return real(file, mode);
+}
+
+static int g_blas_handle;
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
+  *h = (cublasHandle_t)(void *)&g_blas_handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+  (void)h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t st) {
+  (void)h, (void)st;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType at,
+                            int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
+                            void *C, cudaDataType ct, int ldc, cublasComputeType_t comp,
+                            cublasGemmAlgo_t algo) {
+  (void)h, (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)alpha, (void)A, (void)at;
+  (void)lda, (void)B, (void)bt, (void)ldb, (void)beta, (void)C, (void)ct, (void)ldc, (void)comp;
+  (void)algo;
+  g_gemms++;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasGetStatusString(cublasStatus_t s) {
+  (void)s;
+  return "fake cuBLAS";
 }
 
 /* An accelerator on the fake device 0. */
@@ -187,6 +378,86 @@ NBF_TEST(failed_unscale_is_an_error) {
   ASSERT_EQ(acc_optimizer_step_was_skipped(acc), 0);
   ASSERT_EQ(acc_unscale_gradients(acc, g, NPARAM), -1);
   acc_optim_destroy(&o);
+  acc_destroy(&acc);
+}
+
+static const int MLP_SIZES[3] = {8, 16, 4};
+enum { MLP_BATCH = 4, MLP_STEPS = 5 };
+
+/* Issue 26 item 11: cuBLAS that cannot be opened. acc_mlp_new did not
+ * check it before it allocated the device model, and then failed with
+ * "cuBLAS: cannot open ..." and no word of what to do. Now: no device
+ * memory allocated, an error naming the library and the two ways out. */
+NBF_TEST(device_model_without_cublas_is_an_error) {
+  g_rw = 1, g_cublas_ok = 0;
+  acc_t *acc = fake_acc("no");
+  acc_mlp_t *m = acc_mlp_new(acc, MLP_SIZES, 2, MLP_BATCH);
+  ASSERT_TRUE(m == NULL);
+  const char *e = acc_last_error(acc);
+  printf("acc_mlp_new: %s\n", e);
+  ASSERT_EQ(g_cublas_opens, 1);
+  ASSERT_TRUE(strstr(e, "libcublas.so.") != NULL);
+  ASSERT_TRUE(strstr(e, "install cuBLAS") != NULL);
+  ASSERT_TRUE(strstr(e, "ACCELERATE_USE_CPU=1") != NULL);
+  ASSERT_EQ(g_allocs, 0);
+  acc_destroy(&acc);
+}
+
+/* Issue 25 item 4: each step of the device MLP synchronized twice (the
+ * logits copied back in forward, the loss in backward). Now a step of
+ * acc_mlp_forward_async + acc_mlp_backward_xent_async enqueues its work
+ * and waits for nothing but the previous step's uploads out of the two
+ * pinned staging buffers (an event each); the loss and the logits come
+ * back only when asked for, once each; the public acc_mlp_forward /
+ * acc_mlp_backward_xent still synchronize once each, as before. */
+NBF_TEST(mlp_step_waits_for_nothing) {
+  g_rw = 1, g_cublas_ok = 1;
+  acc_t *acc = fake_acc("no");
+  acc_mlp_t *m = acc_mlp_new(acc, MLP_SIZES, 2, MLP_BATCH);
+  if (!m)
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
+  ASSERT_TRUE(in_rw(acc_mlp_params(m))); /* the device model */
+  float x[MLP_BATCH * 8] = {0};
+  int64_t y[MLP_BATCH] = {0, 1, 2, 3};
+  g_syncs = g_event_waits = g_d2h = g_launches = g_gemms = 0;
+  for (int step = 0; step < MLP_STEPS; step++) {
+    acc_mlp_zero_grad(m);
+    ASSERT_EQ(acc_mlp_forward_async(m, x, MLP_BATCH), ACC_OK);
+    ASSERT_EQ(acc_mlp_backward_xent_async(m, y), ACC_OK);
+  }
+  printf("%d steps: %d synchronizations, %d staging waits, %d copies back, %d kernels, "
+         "%d products\n",
+         MLP_STEPS, g_syncs, g_event_waits, g_d2h, g_launches, g_gemms);
+  ASSERT_EQ(g_syncs, 0);
+  ASSERT_EQ(g_d2h, 0);
+  ASSERT_EQ(g_event_waits, 2 * (MLP_STEPS - 1)); /* x and labels, from the second step on */
+  ASSERT_EQ(g_gemms, MLP_STEPS * 5);             /* 2 layers: 2 forward, 3 backward */
+  ASSERT_TRUE(g_launches >= MLP_STEPS * 5);
+  /* the loss when logged: one copy, one synchronization, then cached */
+  ASSERT_TRUE(acc_mlp_loss(m) == 0.0f); /* the fake device's row losses are zeros */
+  ASSERT_TRUE(acc_mlp_loss(m) == 0.0f);
+  ASSERT_EQ(g_syncs, 1);
+  ASSERT_EQ(g_d2h, 1);
+  ASSERT_NOT_NULL(acc_mlp_logits(m));
+  ASSERT_NOT_NULL(acc_mlp_logits(m));
+  int64_t pred[MLP_BATCH];
+  acc_mlp_predict(m, pred); /* the host copy already there */
+  ASSERT_EQ(g_syncs, 2);
+  ASSERT_EQ(g_d2h, 2);
+  /* the public calls keep their behaviour: one synchronization each */
+  ASSERT_NOT_NULL(acc_mlp_forward(m, x, MLP_BATCH));
+  ASSERT_EQ(g_syncs, 3);
+  ASSERT_TRUE(!isnan(acc_mlp_backward_xent(m, y)));
+  ASSERT_EQ(g_syncs, 4);
+  /* a bad label is found on the host: nothing enqueued, nothing read */
+  const int launches = g_launches;
+  y[2] = 9;
+  ASSERT_EQ(acc_mlp_backward_xent_async(m, y), ACC_ERR_INVALID_ARGUMENT);
+  ASSERT_TRUE(strstr(acc_last_error(acc), "row 2") != NULL);
+  ASSERT_TRUE(isnan(acc_mlp_loss(m)));
+  ASSERT_EQ(g_launches, launches);
+  ASSERT_EQ(g_syncs, 4);
+  acc_mlp_destroy(&m);
   acc_destroy(&acc);
 }
 

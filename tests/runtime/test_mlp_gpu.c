@@ -16,7 +16,14 @@
  * Also (issue 26): fp16/bf16 optimizer steps, an fp16 overflow seen as
  * on the CPU, the AdamW state and a checkpoint's upload on a
  * non-blocking stream, a checkpoint resumed in the middle of an
- * accumulation window, and the Trainer on the device.
+ * accumulation window, the Trainer on the device, two ranks training on
+ * one GPU through NCCL against two CPU ranks through Gloo, and steps that
+ * wait for nothing (issue 25 item 4) against the CPU.
+ *
+ * One case runs on every machine: fp16_overflow_sweep_is_weight_only
+ * checks on the CPU that fp16_overflow_matches_cpu's sweep meets a loss
+ * scale where only weight gradients overflow (the case the old device
+ * code missed), so that test cannot pass without testing it.
  */
 #define _GNU_SOURCE
 #include <math.h>
@@ -29,6 +36,7 @@
 #include "nbf_trainer.h"
 #include "nbfork.h"
 #include "rt_cudart.h"
+#include "rt_spawn.h"
 #include "rt_test.h"
 
 enum { NL = 3, BATCH = 48 };
@@ -236,18 +244,27 @@ NBF_TEST(accumulate) {
  * PyTorch). A large input feature makes the first layer's weight
  * gradient overflow long before the bias gradient or the loss gradient:
  * over a sweep of loss scales both sides must find inf at the same ones. */
+enum { SWEEP_MAX = 24 }; /* loss scales 2^0 .. 2^SWEEP_MAX */
+
+/* The sweep's batch: feature 0 of every row is 1000 (so layer 0's weight
+ * gradient column 0 is 1000 x its bias gradient), the rest N(0, 1) from
+ * the CPU side's generator. */
+static void overflow_batch(acc_t *cpu, float *x, int64_t *y) {
+  for (size_t i = 0; i < (size_t)BATCH * SIZES[0]; i++)
+    x[i] = i % SIZES[0] == 0 ? 1000.0f : (float)acc_rand_normal(cpu);
+  for (int r = 0; r < BATCH; r++)
+    y[r] = r % SIZES[NL];
+}
+
 NBF_TEST(fp16_overflow_matches_cpu) {
   need_gpu();
   side_t s[2] = {make("fp16", 1), make("fp16", 0)};
   const size_t n = acc_mlp_num_params(s[0].m);
   float *x = malloc((size_t)BATCH * SIZES[0] * sizeof(float));
   int64_t y[BATCH];
-  for (size_t i = 0; i < (size_t)BATCH * SIZES[0]; i++)
-    x[i] = i % SIZES[0] == 0 ? 1000.0f : (float)acc_rand_normal(s[0].acc);
-  for (int r = 0; r < BATCH; r++)
-    y[r] = r % SIZES[NL];
+  overflow_batch(s[0].acc, x, y);
   int cpu_inf = 0;
-  for (int k = 0; k <= 24; k++) {
+  for (int k = 0; k <= SWEEP_MAX; k++) {
     int found[2];
     for (int j = 0; j < 2; j++) {
       ASSERT_OK(s[j].acc, acc_set_grad_scaler(s[j].acc, ldexpf(1.0f, k), 2.0f, 0.5f, 2000));
@@ -269,6 +286,66 @@ NBF_TEST(fp16_overflow_matches_cpu) {
   ASSERT_TRUE(cpu_inf); /* the sweep reached an overflow */
   free(x);
   drop(&s[0]), drop(&s[1]);
+}
+
+/* Item 5's test, checked where it can be (any machine): before the fix
+ * the device added each weight gradient in f32 unrounded, so it found
+ * inf only where an fp16-rounded value overflowed — the loss gradient,
+ * a layer's input gradient, a bias gradient, all of which reach the
+ * bias gradients (a column sum of an inf is inf or NaN). So the old code
+ * failed fp16_overflow_matches_cpu iff the sweep has a scale where the
+ * CPU (same data: fp16_overflow_matches_cpu's CPU side) finds an inf
+ * weight gradient while every bias gradient is finite. Required here
+ * with a margin: the largest bias gradient below 2^15 (a device
+ * rounding the other way cannot double it), and the largest weight
+ * gradient at the scale before at least 1% away from 2^15 (so the
+ * device overflows at the same scale, not one later). */
+NBF_TEST(fp16_overflow_sweep_is_weight_only) {
+  setenv("ACCELERATE_USE_CPU", "1", 1);
+  side_t c = make("fp16", 1);
+  const size_t n = acc_mlp_num_params(c.m);
+  float *x = malloc((size_t)BATCH * SIZES[0] * sizeof(float));
+  int64_t y[BATCH];
+  overflow_batch(c.acc, x, y);
+  int weight_only = -1;
+  double prev_w = 0;
+  for (int k = 0; k <= SWEEP_MAX; k++) {
+    ASSERT_OK(c.acc, acc_set_grad_scaler(c.acc, ldexpf(1.0f, k), 2.0f, 0.5f, 2000));
+    acc_mlp_zero_grad(c.m);
+    ASSERT_NOT_NULL(acc_mlp_forward(c.m, x, BATCH));
+    ASSERT_TRUE(!isnan(acc_mlp_backward_xent(c.m, y)));
+    const float *g = acc_mlp_grads(c.m);
+    double max_w = 0, max_b = 0;
+    size_t off = 0;
+    for (int l = 0; l < NL; l++) {
+      const size_t nw = (size_t)SIZES[l + 1] * SIZES[l];
+      for (size_t i = 0; i < nw + (size_t)SIZES[l + 1]; i++) {
+        double v = isfinite(g[off + i]) ? fabs(g[off + i]) : INFINITY;
+        if (i < nw)
+          max_w = fmax(max_w, v);
+        else
+          max_b = fmax(max_b, v);
+      }
+      off += nw + (size_t)SIZES[l + 1];
+    }
+    ASSERT_EQ(off, n);
+    printf("scale 2^%d: max |weight grad| %.6g, max |bias grad| %.6g\n", k, max_w, max_b);
+    if (weight_only < 0 && isinf(max_w) && max_b < 32768.0) {
+      weight_only = k;
+      if (k > 0 && fabs(prev_w / 32768.0 - 1.0) < 0.01)
+        NBF_TEST_FAIL("scale 2^%d: the weight gradient at the scale before (%.6g) is within 1%% "
+                      "of 2^15: the device may overflow one scale later",
+                      k, prev_w);
+    }
+    prev_w = max_w;
+  }
+  if (weight_only < 0)
+    NBF_TEST_FAIL("no loss scale in 2^0..2^%d overflows only weight gradients: "
+                  "fp16_overflow_matches_cpu would pass on the old device code",
+                  SWEEP_MAX);
+  printf("scale 2^%d: only weight gradients overflow\n", weight_only);
+  free(x);
+  drop(&c);
 }
 
 /* Issue 26, item 2: AdamW's moments were zeroed by cudaMemset on the
@@ -463,6 +540,203 @@ NBF_TEST(trainer_on_device) {
   expect_close("parameters after 6 Trainer steps (clipped)", pg, pc, n, 1e-4);
   free(pc), free(pg);
   ASSERT_TRUE(train(0, "galore_adamw") == NULL);
+}
+
+/* ---- Issue 26 item 10: two ranks on one GPU through NCCL ---------- */
+
+enum { DDP_WORLD = 2, DDP_STEPS = 8 };
+
+typedef struct {
+  const char *precision;
+  const char *dir; /* where each rank writes its run */
+  int gpu;
+} ddp_arg_t;
+
+/* What a rank writes: its loss and whether the optimizer stepped at each
+ * step, the final loss scale, then the final parameters. */
+typedef struct {
+  float loss[DDP_STEPS];
+  int stepped[DDP_STEPS];
+  float scale;
+} ddp_head_t;
+
+static void ddp_path(char *path, size_t len, const ddp_arg_t *a, int rank) {
+  snprintf(path, len, "%s/%s.%d", a->dir, a->gpu ? "gpu" : "cpu", rank);
+}
+
+/* A rank of a DDP run: the same MLP on every rank (rank 0's broadcast),
+ * batch step * world + rank of the shared data, SGD with momentum,
+ * acc_backward's average (NCCL on device buffers, Gloo on host ones). */
+static int ddp_rank(int rank, int world, void *arg) {
+  const ddp_arg_t *a = arg;
+  acc_config_t cfg = ACC_CONFIG_INIT;
+  cfg.mixed_precision = a->precision;
+  acc_t *acc = acc_new(&cfg);
+  ASSERT_NOT_NULL(acc);
+  ASSERT_EQ(acc_device(acc) >= 0, a->gpu);
+  acc_set_seed(acc, 7, 0);
+  acc_mlp_t *m = acc_mlp_new(acc, SIZES, NL, BATCH);
+  if (!m)
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
+  const size_t n = acc_mlp_num_params(m), rows = (size_t)DDP_STEPS * world * BATCH;
+  acc_optim_t *o = acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), n, 0.1f, 0.9f, 1e-4f);
+  ASSERT_NOT_NULL(o);
+  float *x = malloc(rows * SIZES[0] * sizeof(float));
+  int64_t *y = malloc(rows * sizeof(int64_t));
+  rt_make_data(x, y, (int)rows, SIZES[0], SIZES[NL]);
+  ddp_head_t h = {0};
+  for (int step = 0; step < DDP_STEPS; step++) {
+    const size_t b = ((size_t)step * world + rank) * BATCH;
+    acc_optim_zero_grad(acc, o);
+    ASSERT_NOT_NULL(acc_mlp_forward(m, x + b * SIZES[0], BATCH));
+    h.loss[step] = acc_mlp_backward_xent(m, y + b);
+    ASSERT_TRUE(!isnan(h.loss[step]));
+    ASSERT_OK(acc, acc_backward(acc, acc_mlp_grads(m), n));
+    h.stepped[step] = acc_optim_step(acc, o);
+    ASSERT_TRUE(h.stepped[step] >= 0);
+  }
+  h.scale = acc_loss_scale(acc);
+  float *p = a->gpu ? download(acc_mlp_params(m), n) : malloc(n * sizeof(float));
+  if (!a->gpu)
+    memcpy(p, acc_mlp_params(m), n * sizeof(float));
+  char path[512];
+  ddp_path(path, sizeof path, a, rank);
+  FILE *f = fopen(path, "wb");
+  ASSERT_NOT_NULL(f);
+  ASSERT_EQ(fwrite(&h, sizeof h, 1, f), 1);
+  ASSERT_EQ(fwrite(p, sizeof(float), n, f), n);
+  ASSERT_EQ(fclose(f), 0);
+  free(p), free(x), free(y);
+  acc_optim_destroy(&o);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+  return 0;
+}
+
+static float *ddp_read(const ddp_arg_t *a, int rank, ddp_head_t *h, size_t n) {
+  char path[512];
+  ddp_path(path, sizeof path, a, rank);
+  FILE *f = fopen(path, "rb");
+  ASSERT_NOT_NULL(f);
+  float *p = malloc(n * sizeof(float));
+  ASSERT_EQ(fread(h, sizeof *h, 1, f), 1);
+  ASSERT_EQ(fread(p, sizeof(float), n, f), n);
+  fclose(f);
+  return p;
+}
+
+/* Two CPU ranks (Gloo), then two ranks on ONE GPU (NBFORK_SHARE_GPU: a
+ * NCCL_HOSTID each, NCCL's socket transport; the first visible GPU even
+ * where there are more), same data and seed: per rank the losses, the
+ * steps taken and the loss scale match, and so do the final parameters,
+ * within `rel` of the largest (the single-process tolerances above: the
+ * all-reduce of two ranks is one exact f32 sum and a halving on both
+ * sides, so only the model's arithmetic differs). On each side both
+ * ranks end with the same parameters, bit for bit. */
+static void ddp_compare(const char *precision, double rel) {
+  rt_gpu_ranks(DDP_WORLD);
+  setenv("NBFORK_SHARE_GPU", "1", 1);
+  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+  char first[64] = "0";
+  if (vis && *vis)
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(vis, ","), vis);
+  setenv("CUDA_VISIBLE_DEVICES", first, 1);
+  char dir[] = "/tmp/nbf_gpu_ddp_XXXXXX";
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  ddp_arg_t cpu = {precision, dir, 0}, gpu = {precision, dir, 1};
+  rt_spawn_opts_t o = {.world = DDP_WORLD, .deadline_s = 120, .timeout_s = "60"};
+  unsetenv("NBFORK_TEST_GPU"); /* rt_spawn: ACCELERATE_USE_CPU=1 */
+  ASSERT_EQ(rt_spawn(&o, ddp_rank, &cpu, NULL), 0);
+  setenv("NBFORK_TEST_GPU", "1", 1);
+  ASSERT_EQ(rt_spawn(&o, ddp_rank, &gpu, NULL), 0);
+  size_t n = 0;
+  for (int l = 0; l < NL; l++)
+    n += (size_t)SIZES[l + 1] * (SIZES[l] + 1);
+  float *first_p[2] = {NULL, NULL};
+  for (int r = 0; r < DDP_WORLD; r++) {
+    ddp_head_t hc, hg;
+    float *pc = ddp_read(&cpu, r, &hc, n), *pg = ddp_read(&gpu, r, &hg, n);
+    char what[96];
+    snprintf(what, sizeof what, "rank %d: losses of %d steps", r, DDP_STEPS);
+    expect_close(what, hg.loss, hc.loss, DDP_STEPS, rel);
+    for (int s = 0; s < DDP_STEPS; s++)
+      if (hg.stepped[s] != hc.stepped[s])
+        NBF_TEST_FAIL("rank %d step %d: the CPU run %s, the GPU run %s", r, s,
+                      hc.stepped[s] ? "stepped" : "skipped", hg.stepped[s] ? "stepped" : "skipped");
+    ASSERT_TRUE(hg.scale == hc.scale);
+    snprintf(what, sizeof what, "rank %d: parameters after %d steps", r, DDP_STEPS);
+    expect_close(what, pg, pc, n, rel);
+    if (r == 0) {
+      first_p[0] = pc, first_p[1] = pg;
+      continue;
+    }
+    ASSERT_EQ(memcmp(pc, first_p[0], n * sizeof(float)), 0); /* the ranks agree */
+    ASSERT_EQ(memcmp(pg, first_p[1], n * sizeof(float)), 0);
+    free(pc), free(pg);
+  }
+  free(first_p[0]), free(first_p[1]);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  ASSERT_EQ(system(cmd), 0);
+}
+
+NBF_TEST(ddp_share_gpu_f32) {
+  ddp_compare("no", 1e-4);
+}
+
+NBF_TEST(ddp_share_gpu_fp16) {
+  ddp_compare("fp16", 5e-3);
+}
+
+/* ---- Issue 25 item 4: steps that wait for nothing ------------------ */
+
+/* Eight steps (SGD, a new batch each) with acc_mlp_forward_async and
+ * acc_mlp_backward_xent_async, the loss read only every third step and
+ * after the last, on a non-blocking stream: the losses read and the
+ * final parameters match the CPU's. A staging buffer refilled before
+ * its upload ran, or a loss read before its kernel, would not. */
+NBF_TEST(async_steps_match_cpu) {
+  need_gpu();
+  enum { STEPS = 8 };
+  side_t s[2] = {make("no", 1), make("no", 0)};
+  const size_t n = acc_mlp_num_params(s[0].m);
+  float *x = malloc((size_t)STEPS * BATCH * SIZES[0] * sizeof(float));
+  int64_t *y = malloc((size_t)STEPS * BATCH * sizeof(int64_t));
+  rt_make_data(x, y, STEPS * BATCH, SIZES[0], SIZES[NL]);
+  float *xb = malloc((size_t)BATCH * SIZES[0] * sizeof(float)); /* reused, as a loader's */
+  int64_t yb[BATCH];
+  float logged[2][STEPS];
+  void *stream = NULL;
+  ASSERT_EQ(p_stream_create(&stream, 1 /* cudaStreamNonBlocking */), 0);
+  ASSERT_OK(s[1].acc, acc_set_stream(s[1].acc, stream));
+  for (int k = 0; k < 2; k++) {
+    acc_mlp_t *m = s[k].m;
+    acc_optim_t *o = acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), n, 0.1f, 0.9f, 0.0f);
+    ASSERT_NOT_NULL(o);
+    for (int step = 0; step < STEPS; step++) {
+      memcpy(xb, x + (size_t)step * BATCH * SIZES[0], (size_t)BATCH * SIZES[0] * sizeof(float));
+      memcpy(yb, y + (size_t)step * BATCH, sizeof yb);
+      acc_optim_zero_grad(s[k].acc, o);
+      ASSERT_OK(s[k].acc, acc_mlp_forward_async(m, xb, BATCH));
+      ASSERT_OK(s[k].acc, acc_mlp_backward_xent_async(m, yb));
+      ASSERT_OK(s[k].acc, acc_backward(s[k].acc, acc_mlp_grads(m), n));
+      ASSERT_EQ(acc_optim_step(s[k].acc, o), 1);
+      logged[k][step] = step % 3 == 2 || step == STEPS - 1 ? acc_mlp_loss(m) : 0.0f;
+    }
+    acc_optim_destroy(&o);
+  }
+  expect_close("losses read when logged", logged[1], logged[0], STEPS, 1e-4);
+  float *pg = download(acc_mlp_params(s[1].m), n);
+  expect_close("parameters after 8 steps that waited for nothing", pg, acc_mlp_params(s[0].m), n,
+               1e-4);
+  /* the logits of the last forward, when asked for */
+  const float *zc = acc_mlp_logits(s[0].m), *zg = acc_mlp_logits(s[1].m);
+  ASSERT_NOT_NULL(zg);
+  expect_close("logits of the last forward", zg, zc, (size_t)BATCH * SIZES[NL], 1e-4);
+  ASSERT_OK(s[1].acc, acc_set_stream(s[1].acc, NULL));
+  p_stream_destroy(stream);
+  free(pg), free(xb), free(x), free(y);
+  drop(&s[0]), drop(&s[1]);
 }
 
 NBF_TEST_MAIN()
