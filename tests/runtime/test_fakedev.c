@@ -28,9 +28,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <dlfcn.h>
 
 #include "nbf_trainer.h"
@@ -118,11 +121,19 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
   return cudaMemset(p, v, n);
 }
 
+/* g_fail_d2h_at >= 0: device-to-host copies number g_fail_d2h_at (from 0)
+ * and on fail, as a copy after a kernel's illegal address would. */
+static int g_fail_d2h_at = -1;
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
                             cudaStream_t st) {
   (void)st;
   if (!g_rw)
     return cudaErrorInvalidValue;
+  if (k == cudaMemcpyDeviceToHost && g_fail_d2h_at >= 0 && g_d2h >= g_fail_d2h_at) {
+    g_d2h++;
+    return cudaErrorIllegalAddress;
+  }
   g_d2h += k == cudaMemcpyDeviceToHost;
   memcpy(dst, src, n);
   return cudaSuccess;
@@ -459,6 +470,86 @@ NBF_TEST(mlp_step_waits_for_nothing) {
   ASSERT_EQ(g_syncs, 4);
   acc_mlp_destroy(&m);
   acc_destroy(&acc);
+}
+
+/* The files in `dir` (not . and ..), their names joined into `names`. */
+static int dir_files(const char *dir, char *names, size_t len) {
+  DIR *d = opendir(dir);
+  ASSERT_NOT_NULL(d);
+  int n = 0;
+  names[0] = '\0';
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      n++;
+      snprintf(names + strlen(names), len - strlen(names), "%s ", e->d_name);
+    }
+  closedir(d);
+  return n;
+}
+
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  char path[512];
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+  closedir(d);
+  rmdir(dir);
+}
+
+/* Issue 26 item 7: acc_save_state of a device model copies its gradients
+ * (into the rank file), then its parameters (into the shared file) to the
+ * host; a failed copy left acc__mlp_host's NULL to be memcpy'd into the
+ * file (SIGSEGV). Now the failed copy is the error, named, and no file is
+ * written that acc_load_state would take: the copy of the gradients (the
+ * first device-to-host copy) failing writes nothing; the parameters' (the
+ * second) failing writes the rank file but no shared file. */
+static void save_with_failed_copy(int fail_at) {
+  g_rw = 1, g_cublas_ok = 1;
+  acc_t *acc = fake_acc("no");
+  acc_mlp_t *m = acc_mlp_new(acc, MLP_SIZES, 2, MLP_BATCH);
+  if (!m)
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
+  ASSERT_TRUE(in_rw(acc_mlp_params(m))); /* the device model */
+  char dir[] = "/tmp/nbfork_fakedev_ckpt_XXXXXX", names[512];
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  g_d2h = 0;
+  g_fail_d2h_at = fail_at;
+  acc_result_t r = acc_save_state(acc, dir, m, NULL);
+  g_fail_d2h_at = -1;
+  const char *e = acc_last_error(acc);
+  printf("acc_save_state, device-to-host copy %d failing: %d: %s\n", fail_at, (int)r, e);
+  ASSERT_EQ(r, ACC_ERR_BACKEND);
+  ASSERT_EQ(g_d2h, fail_at + 1); /* it stopped at the failed copy */
+  ASSERT_TRUE(strstr(e, "copying the model from device 0") != NULL);
+  ASSERT_TRUE(strstr(e, "cudaMemcpy") != NULL);
+  const int n = dir_files(dir, names, sizeof names);
+  printf("left in %s: %s\n", dir, n ? names : "nothing");
+  if (fail_at == 0)
+    ASSERT_EQ(n, 0);
+  else
+    ASSERT_TRUE(n == 1 && strstr(names, "nbfork_rank0.bin") != NULL);
+  ASSERT_TRUE(acc_load_state(acc, dir, m, NULL) != ACC_OK);
+  printf("acc_load_state: %s\n", acc_last_error(acc));
+  ASSERT_TRUE(strstr(acc_last_error(acc), "nbfork_state.bin") != NULL);
+  /* with the copies working again, the same call saves a checkpoint that loads */
+  ASSERT_OK(acc, acc_save_state(acc, dir, m, NULL));
+  ASSERT_OK(acc, acc_load_state(acc, dir, m, NULL));
+  remove_dir(dir);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+}
+
+NBF_TEST(save_state_with_failed_grads_copy_is_an_error) {
+  save_with_failed_copy(0);
+}
+
+NBF_TEST(save_state_with_failed_params_copy_is_an_error) {
+  save_with_failed_copy(1);
 }
 
 NBF_TEST_MAIN()
