@@ -21,9 +21,15 @@ void kn_kernel_drain_output(kn_kernel_t *k) {
   for (int w = 0; w < 2; w++) {
     size_t total = 0;
     while (k->ex.fd_out[w] >= 0 && total < KN_DRAIN_LIMIT) {
-      nbf_buf_t text = {0};
+      nbf_buf_t raw = {0}, text = {0};
       int fd_before = k->ex.fd_out[w];
-      kn_result_t r = kn_executor_read_stream(&k->ex, (kn_exec_stream_t)w, &text, KN_STREAM_CHUNK);
+      int r = nbf_executor_read_stream(&k->ex, w, &raw, KN_STREAM_CHUNK);
+      /* valid UTF-8 only: a split character waits for the next read; at
+       * EOF a dangling partial one becomes U+FFFD */
+      if (kn_utf8_decode(&k->dec[w], (const unsigned char *)raw.data, raw.len, r != 0, &text) !=
+          KN_OK)
+        r = -1;
+      nbf_buf_free(&raw);
       if (text.len && !kn_kernel_output_muted(k))
         kn_kernel_publish(
             k, kn_kernel_output_parent(k), "stream",
@@ -31,7 +37,7 @@ void kn_kernel_drain_output(kn_kernel_t *k) {
       total += text.len;
       size_t got = text.len;
       nbf_buf_free(&text);
-      if (r != KN_OK || got == 0 || k->ex.fd_out[w] != fd_before)
+      if (r != 0 || got == 0 || k->ex.fd_out[w] != fd_before)
         break;
     }
   }
@@ -80,10 +86,15 @@ static void on_event(void *arg, json_t *ev) {
 void kn_kernel_read_events(kn_kernel_t *k) {
   if (k->ex.fd_ev < 0)
     return;
-  if (kn_executor_read_events(&k->ex, on_event, k) == KN_ERR_EOF) {
+  unsigned ignored = k->ex.ignored_events;
+  int r = nbf_executor_read_events(&k->ex, on_event, k);
+  if (k->ex.ignored_events != ignored)
+    kn_log(KN_LOG_WARN, "executor: ignored %u event line(s) that are not JSON objects with \"msg\"",
+           k->ex.ignored_events - ignored);
+  if (r == NBF_EXECUTOR_EOF) {
     /* fd 4 closed: the executor is exiting (or closed it: same thing). */
     kn_kernel_drain_output(k);
-    int st = kn_executor_kill(&k->ex);
+    int st = nbf_executor_kill(&k->ex);
     kn_kernel_executor_died(k, st, false);
   }
 }

@@ -82,7 +82,7 @@ kn_kernel_t *kn_kernel_new(kn_io_t io, const char *executor_path) {
   if (!k)
     return NULL;
   k->io = io;
-  kn_executor_init(&k->ex);
+  nbf_executor_init(&k->ex);
   k->interrupt_grace_ms = NBF_WIRE_INTERRUPT_GRACE_MS;
   if (kn_uuid4(k->session) != KN_OK || !(k->history = kn_history_new())) {
     kn_history_destroy(&k->history);
@@ -104,7 +104,7 @@ void kn_kernel_destroy(kn_kernel_t **self_p) {
   if (!self_p || !*self_p)
     return;
   kn_kernel_t *k = *self_p;
-  kn_executor_stop(&k->ex, 1000);
+  nbf_executor_stop(&k->ex, 1000);
   free_pending(&k->pending);
   while (k->queue_head) {
     kn_queued_t *q = k->queue_head;
@@ -226,7 +226,7 @@ void kn_kernel_set_pending(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, kn_fi
   k->pending.msg = req;
   k->pending.channel = ch;
   k->pending.finish = finish;
-  if (kn_executor_send(&k->ex, wire_request) != KN_OK)
+  if (nbf_executor_send(&k->ex, wire_request) != 0)
     /* The pipe is closed: the executor is dying; its EOF/exit will be
      * seen by the loop and answered through kn_kernel_executor_died. */
     kn_log(KN_LOG_WARN, "could not send the %s request to the executor",

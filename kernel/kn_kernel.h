@@ -20,7 +20,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kn_executor.h"
+#include "kn_utf8.h"
+#include "nbf_executor.h"
 #include "kn_history.h"
 #include "kn_io.h"
 #include "kn_message.h"
@@ -68,7 +69,8 @@ struct kn_kernel {
   int execution_count;
   kn_history_t *history;
 
-  kn_executor_t ex;
+  nbf_executor_t ex;
+  kn_utf8_decoder_t dec[2];     /* UTF-8 state of its stdout and stderr */
   unsigned generation;          /* +1 each time an executor is given up */
   char executor_path[PATH_MAX]; /* "" = no executor available */
   char executor_error[512];     /* why the last spawn failed */
@@ -87,7 +89,7 @@ struct kn_kernel {
  * start the executor (kn_kernel_ensure_executor does). NULL on failure. */
 kn_kernel_t *kn_kernel_new(kn_io_t io, const char *executor_path);
 
-/* Stop the executor (kn_executor_stop), free the queue and state. */
+/* Stop the executor (nbf_executor_stop), free the queue and state. */
 void kn_kernel_destroy(kn_kernel_t **self_p);
 
 /* A message arrived on ch (ownership passes). shell: queued; control:

@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
     kn_log(KN_LOG_WARN, "cannot install signal handlers; SIGINT will not interrupt cells");
 
   char exec_path[PATH_MAX];
-  if (kn_executor_find(exec_path, sizeof exec_path) != KN_OK)
+  if (nbf_executor_find(exec_path, sizeof exec_path) != 0)
     exec_path[0] = '\0';
   kn_kernel_t *k = kn_kernel_new(kn_transport_io(t), exec_path);
   if (!k) {

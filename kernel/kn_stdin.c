@@ -34,8 +34,8 @@ void kn_stdin_on_reply(kn_kernel_t *k, kn_msg_t *msg) {
     const char *value = json_is_string(v) ? json_string_value(v) : "";
     size_t len = json_is_string(v) ? json_string_length(v) : 0;
     k->pending.waiting_input = false;
-    kn_executor_write_stdin(&k->ex, value, len);
-    kn_executor_write_stdin(&k->ex, "\n", 1);
+    nbf_executor_write_stdin(&k->ex, value, len);
+    nbf_executor_write_stdin(&k->ex, "\n", 1);
   }
   kn_msg_destroy(&msg);
 }
