@@ -21,6 +21,7 @@
 #include "ln_rdzv.h"
 #include "ln_worker.h"
 #include "nbf_cluster.h"
+#include "nbf_proc.h"
 #include "nbf_util.h"
 
 /* Time a worker gets between SIGTERM and SIGKILL when the group stops. */
@@ -45,13 +46,14 @@ typedef struct {
   int64_t started_ms; /* for "left N s into the run"                   */
 } ln_group_t;
 
-/* Stop the group: TERM now, KILL those still alive after the grace. */
-static void signal_group(ln_worker_t *w, int n, int sig) {
+/* Stop the group: TERM now (nbf_proc_term), KILL (nbf_proc_kill) those
+ * still alive after the grace. The workers are many and the monitor must
+ * keep forwarding their output, so the grace is timed by group_monitor
+ * rather than by a blocking nbf_proc_stop. */
+static void signal_group(ln_worker_t *w, int n, void (*send)(pid_t)) {
   for (int i = 0; i < n; i++)
-    if (w[i].pid > 0 && !w[i].exited) {
-      kill(-w[i].pid, sig);
-      kill(w[i].pid, sig);
-    }
+    if (w[i].pid > 0 && !w[i].exited)
+      send(w[i].pid);
 }
 
 /* A worker stopped by a signal (SIGSTOP, SIGTSTP, a debugger's) when
@@ -82,8 +84,7 @@ static void group_stop(ln_group_t *g, ln_run_result_t why) {
   g->stop_at_ms = nbf_now_ms();
   if (why == LN_RUN_FAILED)
     mark_stopped(g);
-  signal_group(g->w, g->started, SIGTERM);
-  signal_group(g->w, g->started, SIGCONT);
+  signal_group(g->w, g->started, nbf_proc_term);
 }
 
 static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) {
@@ -262,7 +263,7 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
     if (g->ctx->interrupted && *g->ctx->interrupted)
       group_stop(g, LN_RUN_INTERRUPTED);
     if (g->stopping && g->stop_at_ms >= 0 && nbf_now_ms() - g->stop_at_ms > LN_GRACE_MS) {
-      signal_group(g->w, g->started, SIGKILL);
+      signal_group(g->w, g->started, nbf_proc_kill);
       g->stop_at_ms = -1; /* KILL sent once; reaping follows */
     }
   }
