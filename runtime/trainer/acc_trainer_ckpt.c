@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "acc_callbacks.h"
 #include "acc_trainer_internal.h"
 #include "nbf_util.h"
 

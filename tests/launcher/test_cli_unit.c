@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ln_cli.h"
+#include "ln_cli_parse.h"
 #include "ln_config.h"
 #include "ln_mpirun.h"
 #include "ln_notebook.h"
