@@ -36,11 +36,12 @@ bool kn_kernel_ensure_executor(kn_kernel_t *k) {
 }
 
 void kn_kernel_interrupt(kn_kernel_t *k) {
-  if (!k->pending.msg || !nbf_executor_running(&k->ex)) {
+  if (!kn_pending_msg(k->pending) || !nbf_executor_running(&k->ex)) {
     kn_log(KN_LOG_DEBUG, "interrupt: nothing is running");
     return;
   }
-  k->pending.interrupt_deadline_ms = nbf_executor_interrupt(&k->ex, k->interrupt_grace_ms);
+  nbf_executor_interrupt(&k->ex, k->interrupt_grace_ms);
+  kn_pending_mark_interrupted(k->pending);
 }
 
 void kn_kernel_tick(kn_kernel_t *k) {
@@ -56,13 +57,16 @@ void kn_kernel_tick(kn_kernel_t *k) {
   if (nbf_executor_running(&k->ex) && nbf_executor_reap(&k->ex, &st)) {
     /* Exited, but its pipes may still be open (a forked worker holds
      * them): take what it wrote, then give it up. */
-    unsigned gen = k->generation;
     kn_kernel_drain_output(k);
-    kn_kernel_read_events(k); /* may see EOF and handle the death itself */
-    if (gen == k->generation) {
-      nbf_executor_kill(&k->ex);
-      kn_kernel_executor_died(k, st, false);
-    }
+    kn_kernel_read_events(k);
+    nbf_executor_kill(&k->ex);
+    kn_kernel_executor_died(k, st, false);
+  } else if (nbf_executor_running(&k->ex) && k->ex.fd_ev < 0) {
+    /* fd 4 closed (kn_kernel_read_events saw EOF): the executor is
+     * exiting, or closed it, which is the same thing. */
+    kn_kernel_drain_output(k);
+    st = nbf_executor_kill(&k->ex);
+    kn_kernel_executor_died(k, st, false);
   }
 }
 
@@ -75,7 +79,7 @@ static void death_error(const kn_kernel_t *k, int wstatus, bool interrupt_timeou
                         size_t evalue_len) {
   static const char lost[] = "Its state (variables, functions, types and includes defined by "
                              "earlier cells) was lost: re-run the cells that define what you need.";
-  bool interrupted = interrupt_timeout || (k->pending.interrupt_deadline_ms &&
+  bool interrupted = interrupt_timeout || (kn_pending_interrupted(k->pending) &&
                                            WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGINT);
   if (interrupt_timeout) {
     snprintf(ename, ename_len, "KeyboardInterrupt");
@@ -97,10 +101,9 @@ void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout
   if (k->ex.fd_ev >= 0 || k->ex.fd_out[0] >= 0 || k->ex.fd_out[1] >= 0)
     kn_kernel_drain_output(k);
   nbf_executor_kill(&k->ex); /* reaps if needed, closes every fd */
-  k->generation++;
   nbf_executor_describe_exit(wstatus, ename, sizeof ename, how, sizeof how);
 
-  if (!k->pending.msg) {
+  if (!kn_pending_msg(k->pending)) {
     kn_log(KN_LOG_WARN, "the executor %s while idle; %s", how,
            lived_ms >= KN_EAGER_RESPAWN_MS ? "starting a fresh one"
                                            : "a fresh one starts with the next request");
@@ -123,7 +126,7 @@ void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout
   json_t *reply = json_pack("{s:s, s:s, s:s, s:s, s:[s]}", "msg", "reply", "status", "error",
                             "ename", ename, "evalue", evalue, "traceback", line);
   if (reply) {
-    k->pending.finish(k, reply);
+    kn_pending_complete(k->pending, k, reply);
     json_decref(reply);
   } else
     kn_kernel_finish_pending(k);
