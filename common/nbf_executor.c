@@ -15,10 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "nbf_wire.h"
 #include "nbf_param.h"
 #include "nbf_proc.h"
 #include "nbf_util.h"
+#include "nbf_wire.h"
 #include "nbf_workdir.h"
 
 extern char **environ;
@@ -449,7 +449,7 @@ static const struct {
 };
 
 void nbf_executor_describe_exit(int wstatus, char *ename, size_t ename_len, char *how,
-                               size_t how_len) {
+                                size_t how_len) {
   if (WIFSIGNALED(wstatus)) {
     int sig = WTERMSIG(wstatus);
     const char *abbrev = NULL, *desc = NULL;

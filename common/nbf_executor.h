@@ -34,15 +34,15 @@ typedef enum nbf_executor_stdio {
 } nbf_executor_stdio_t;
 
 typedef struct nbf_executor {
-  pid_t pid;             /* > 0 while running (also its process group id) */
-  int fd_in;             /* our write end of its fd 0, or -1 */
-  int fd_req;            /* write end of fd 3 (requests), or -1 */
-  int fd_out[2];         /* read ends of its fds 1 and 2, or -1 (EOF, or inherited) */
-  int fd_ev;             /* read end of fd 4 (events), or -1 after EOF */
-  nbf_buf_t req_pending; /* request bytes not yet written */
-  nbf_buf_t in_pending;  /* stdin bytes not yet written */
-  nbf_buf_t ev_line;     /* an event line not yet complete */
-  int64_t started_ms;    /* nbf_now_ms() at spawn */
+  pid_t pid;                     /* > 0 while running (also its process group id) */
+  int fd_in;                     /* our write end of its fd 0, or -1 */
+  int fd_req;                    /* write end of fd 3 (requests), or -1 */
+  int fd_out[2];                 /* read ends of its fds 1 and 2, or -1 (EOF, or inherited) */
+  int fd_ev;                     /* read end of fd 4 (events), or -1 after EOF */
+  nbf_buf_t req_pending;         /* request bytes not yet written */
+  nbf_buf_t in_pending;          /* stdin bytes not yet written */
+  nbf_buf_t ev_line;             /* an event line not yet complete */
+  int64_t started_ms;            /* nbf_now_ms() at spawn */
   int64_t interrupt_deadline_ms; /* kill after this (nbf_executor_interrupt), or 0 */
   unsigned ignored_events;       /* event lines that were not JSON objects with "msg" */
   int wstatus;                   /* wait status once reaped */

@@ -19,17 +19,7 @@
 
 #include <stddef.h>
 
-/* ACC_API marks the library's exported functions (as NCCL's NCCL_API):
- * libnbfork is built with -fvisibility=hidden and NBFORK_BUILDING, so
- * only what these public headers declare is exported; for users the
- * macro is empty. */
-#ifndef ACC_API
-#ifdef NBFORK_BUILDING
-#define ACC_API __attribute__((visibility("default")))
-#else
-#define ACC_API
-#endif
-#endif
+#include "nbf_api.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -50,8 +50,8 @@ extern "C" {
  * max_tokens bounds the tokens of one forward. `acc` may be NULL. NULL on
  * bad sizes or no memory (the reason in acc_last_error(acc)). */
 typedef struct acc_embedding acc_embedding_t;
-ACC_API acc_embedding_t *acc_embedding_new(acc_t *acc, float *weight, float *grad, int num_embeddings,
-                                   int embedding_dim, int max_tokens);
+ACC_API acc_embedding_t *acc_embedding_new(acc_t *acc, float *weight, float *grad,
+                                           int num_embeddings, int embedding_dim, int max_tokens);
 ACC_API void acc_embedding_destroy(acc_embedding_t **e_p);
 /* The rows of `tokens` ids (int64, sequences of seq_len tokens each) into
  * an output of tokens × embedding_dim f32 owned by the layer (valid until
@@ -59,8 +59,8 @@ ACC_API void acc_embedding_destroy(acc_embedding_t **e_p);
  * noise in [-alpha/sqrt(seq_len × dim), +alpha/sqrt(seq_len × dim)] is
  * added (transformers' neftune_post_forward_hook; Jain et al. 2023) from
  * the accelerator's RNG. NULL on an id out of range or too many tokens. */
-ACC_API const float *acc_embedding_forward(acc_embedding_t *e, const int64_t *ids, int tokens, int seq_len,
-                                   int training);
+ACC_API const float *acc_embedding_forward(acc_embedding_t *e, const int64_t *ids, int tokens,
+                                           int seq_len, int training);
 /* ADD the gradient of the last forward's output (`dout`, tokens × dim)
  * into the weight gradient rows of its ids (the noise is additive: its
  * gradient is the identity). */
@@ -144,9 +144,10 @@ ACC_API void acc_model_release(acc_model_t *model);
  * checkpointing. NULL on bad arguments, no target found, or no memory
  * (the reason in acc_last_error(acc)). */
 typedef struct acc_galore acc_galore_t;
-ACC_API acc_galore_t *acc_galore_new(acc_t *acc, const acc_model_t *model, const char *target_modules,
-                             int rank, int update_proj_gap, float scale, float lr, float beta1,
-                             float beta2, float eps, float weight_decay);
+ACC_API acc_galore_t *acc_galore_new(acc_t *acc, const acc_model_t *model,
+                                     const char *target_modules, int rank, int update_proj_gap,
+                                     float scale, float lr, float beta1, float beta2, float eps,
+                                     float weight_decay);
 /* One step from the model's gradient buffer (already averaged and
  * unscaled). Errors: BACKEND (sgesvd failed). */
 ACC_API acc_result_t acc_galore_step(acc_galore_t *g);
@@ -179,7 +180,7 @@ ACC_API void acc_galore_destroy(acc_galore_t **g_p);
  * reason in acc_last_error(acc)). */
 typedef struct acc_lomo acc_lomo_t;
 ACC_API acc_lomo_t *acc_lomo_new(acc_t *acc, acc_model_t *model, int adaptive, float lr,
-                         float max_grad_norm, float weight_decay);
+                                 float max_grad_norm, float weight_decay);
 /* After model->forward_loss: backward with the fused update (one or two
  * passes, see above). Collective with several ranks. Errors:
  * INVALID_ARGUMENT (backward failed: no forward, bad label), BACKEND (an
@@ -260,7 +261,8 @@ ACC_API void acc_training_args_init(acc_training_args_t *args);
  * INVALID_ARGUMENT with "unknown argument 'NAME'" or "--NAME: bad value
  * 'VALUE' (expected ...)" in acc_last_error(NULL); the field is then
  * unchanged. */
-ACC_API acc_result_t acc_training_args_set(acc_training_args_t *args, const char *name, const char *value);
+ACC_API acc_result_t acc_training_args_set(acc_training_args_t *args, const char *name,
+                                           const char *value);
 
 /* Parse a command line of `--name value` or `--name=value` pairs
  * (argv[0] is the program and skipped), as HfArgumentParser does. A flag
@@ -290,7 +292,8 @@ enum {
 /* TrainingArguments.get_process_log_level: log_level on the main process
  * (local rank 0 with log_on_each_node, else global rank 0), log_level_replica
  * on the others; "passive" gives the library default, warning (30). */
-ACC_API int acc_training_args_process_log_level(const acc_training_args_t *args, int rank, int local_rank);
+ACC_API int acc_training_args_process_log_level(const acc_training_args_t *args, int rank,
+                                                int local_rank);
 
 /* An Accelerator for these arguments: acc_new with mixed_precision,
  * gradient_accumulation_steps and seed (set_seed(args.seed) as the
@@ -345,8 +348,8 @@ ACC_API double acc_metrics_get(const acc_metrics_t *m, const char *name);
 typedef void (*acc_compute_metrics_fn)(const int64_t *preds, const int64_t *labels, size_t n,
                                        acc_metrics_t *out, void *user);
 /* A compute_metrics giving "accuracy". */
-ACC_API void acc_accuracy_metric(const int64_t *preds, const int64_t *labels, size_t n, acc_metrics_t *out,
-                         void *user);
+ACC_API void acc_accuracy_metric(const int64_t *preds, const int64_t *labels, size_t n,
+                                 acc_metrics_t *out, void *user);
 
 /* ------------------------------------------------------------------ */
 /* TrainerState, TrainerControl, callbacks                              */
@@ -406,15 +409,17 @@ typedef struct {
  * early_stopping_patience > 0, an EarlyStoppingCallback. NULL on failure, the reason in
  * acc_last_error(acc). Everything borrowed must outlive the Trainer; the
  * Trainer must be destroyed before `acc`. */
-ACC_API acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_model_t *model,
-                               const acc_dataset_t *train, const acc_dataset_t *eval);
+ACC_API acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args,
+                                       acc_model_t *model, const acc_dataset_t *train,
+                                       const acc_dataset_t *eval);
 ACC_API void acc_trainer_destroy(acc_trainer_t **tr_p);
 
 /* Trainer.add_callback (copied; at most 16). The callback's on_init_end
  * fires at once: it joins a Trainer whose __init__ has ended. Errors:
  * INVALID_ARGUMENT (NULL, too many). */
 ACC_API acc_result_t acc_trainer_add_callback(acc_trainer_t *tr, const acc_trainer_callback_t *cb);
-ACC_API void acc_trainer_set_compute_metrics(acc_trainer_t *tr, acc_compute_metrics_fn fn, void *user);
+ACC_API void acc_trainer_set_compute_metrics(acc_trainer_t *tr, acc_compute_metrics_fn fn,
+                                             void *user);
 
 /* Overridable steps (Trainer.compute_loss, training_step,
  * prediction_step): NULL restores the default. compute_loss returns the * mean loss of the batch
@@ -431,14 +436,15 @@ typedef float (*acc_training_step_fn)(acc_trainer_t *tr, const float *x, const i
 typedef float (*acc_prediction_step_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,
                                         int batch, int64_t *preds, void *user);
 ACC_API void acc_trainer_set_steps(acc_trainer_t *tr, acc_compute_loss_fn compute_loss,
-                           acc_training_step_fn training_step,
-                           acc_prediction_step_fn prediction_step, void *user);
+                                   acc_training_step_fn training_step,
+                                   acc_prediction_step_fn prediction_step, void *user);
 /* The default steps, for an override to call. */
-ACC_API float acc_trainer_compute_loss(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
-                               int training);
-ACC_API float acc_trainer_training_step(acc_trainer_t *tr, const float *x, const int64_t *y, int batch);
-ACC_API float acc_trainer_prediction_step(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
-                                  int64_t *preds);
+ACC_API float acc_trainer_compute_loss(acc_trainer_t *tr, const float *x, const int64_t *y,
+                                       int batch, int training);
+ACC_API float acc_trainer_training_step(acc_trainer_t *tr, const float *x, const int64_t *y,
+                                        int batch);
+ACC_API float acc_trainer_prediction_step(acc_trainer_t *tr, const float *x, const int64_t *y,
+                                          int batch, int64_t *preds);
 
 /* Trainer.train: the loop (resuming from args.resume_from_checkpoint
  * when set), logging, evaluation, checkpoints, callbacks, early stopping,

@@ -31,17 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ACC_API marks the library's exported functions (as NCCL's NCCL_API):
- * libnbfork is built with -fvisibility=hidden and NBFORK_BUILDING, so
- * only what these public headers declare is exported; for users the
- * macro is empty. */
-#ifndef ACC_API
-#ifdef NBFORK_BUILDING
-#define ACC_API __attribute__((visibility("default")))
-#else
-#define ACC_API
-#endif
-#endif
+#include "nbf_api.h"
 
 #include "nbf_display.h"
 
@@ -204,20 +194,22 @@ ACC_API size_t acc_dtype_size(acc_dtype_t dtype);
  * AVG divides the sum by the world size (integers: truncating).
  * Blocks; every rank must call it with the same count/dtype/op.
  * Errors: INVALID_ARGUMENT, TIMEOUT, PEER, BACKEND. */
-ACC_API acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, acc_op_t op);
+ACC_API acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                    acc_op_t op);
 
 /* Broadcast `count` elements from rank `root` into every rank's `buf`. */
-ACC_API acc_result_t acc_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root);
+ACC_API acc_result_t acc_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                   int root);
 
 /* Gather `count` elements from each rank: `recv` holds world*count
  * elements, rank r's contribution at offset r*count. */
 ACC_API acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
-                            acc_dtype_t dtype);
+                                    acc_dtype_t dtype);
 
 /* Reduce world*count elements of `send` across ranks and leave rank r
  * with block r (count elements) in `recv`. */
 ACC_API acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
-                                acc_dtype_t dtype, acc_op_t op);
+                                        acc_dtype_t dtype, acc_op_t op);
 
 /* Barrier (Accelerate's wait_for_everyone). */
 ACC_API acc_result_t acc_wait_for_everyone(acc_t *acc);
@@ -285,7 +277,7 @@ ACC_API void acc_keep_free(const char *name);
 typedef struct acc_sampler acc_sampler_t;
 
 ACC_API acc_sampler_t *acc_sampler_new(const acc_t *acc, size_t n, size_t batch_size, int shuffle,
-                               unsigned long long seed);
+                                       unsigned long long seed);
 ACC_API void acc_sampler_destroy(acc_sampler_t **s_p);
 /* Reshuffle for `epoch` (same result on every rank). */
 ACC_API void acc_sampler_set_epoch(acc_sampler_t *s, int epoch);
@@ -310,7 +302,7 @@ ACC_API size_t acc_sampler_dataset_size(const acc_sampler_t *s);
  * acc NULL, a NULL buffer, or the all-gather failed (then its reason is
  * in acc_last_error). */
 ACC_API size_t acc_gather_for_metrics(acc_t *acc, const int64_t *values, size_t count, int64_t *out,
-                              int is_last_batch, size_t dataset_size);
+                                      int is_last_batch, size_t dataset_size);
 
 /* ------------------------------------------------------------------ */
 /* Gradient accumulation (Accelerate's accumulate / sync_gradients)     */
@@ -377,7 +369,7 @@ ACC_API float acc_loss_scale(const acc_t *acc);
  * Errors: INVALID_ARGUMENT unless init_scale > 0, growth_factor > 1,
  * 0 < backoff_factor < 1, growth_interval >= 1. */
 ACC_API acc_result_t acc_set_grad_scaler(acc_t *acc, float init_scale, float growth_factor,
-                                 float backoff_factor, int growth_interval);
+                                         float backoff_factor, int growth_interval);
 
 /* GradScaler.unscale_ (Accelerate's unscale_gradients): multiply the `n`
  * f32 gradients (host, or device when acc_device >= 0) by 1/S. Returns 1
@@ -486,9 +478,9 @@ ACC_API void acc_mlp_zero_grad(acc_mlp_t *m);
  * [0, 1), or out of memory. */
 typedef struct acc_optim acc_optim_t;
 ACC_API acc_optim_t *acc_sgd_new(float *params, float *grads, size_t n, float lr, float momentum,
-                         float weight_decay);
+                                 float weight_decay);
 ACC_API acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, float beta1,
-                           float beta2, float eps, float weight_decay);
+                                   float beta2, float eps, float weight_decay);
 /* One optimizer step (Accelerate's AcceleratedOptimizer.step). Returns 1
  * when the parameters were updated, 0 when the step was skipped: on a
  * micro-step that does not sync gradients (acc_sync_gradients == 0), or
@@ -527,7 +519,8 @@ ACC_API void acc_optim_destroy(acc_optim_t **opt_p);
  * (every rank calls it; it returns when all files are written, with the
  * same result on every rank). Errors: INVALID_ARGUMENT, IO (the message
  * names the path and the system error), NO_MEMORY, and the collectives'. */
-ACC_API acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt);
+ACC_API acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model,
+                                    acc_optim_t *opt);
 
 /* Restore what acc_save_state saved in `dir` into the accelerator,
  * `model` and `opt` (each may be NULL: not restored), and the registered
@@ -540,7 +533,8 @@ ACC_API acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *mode
  * Collective with world size > 1. Errors: IO (missing, truncated or
  * corrupt file: the message names it), INVALID_ARGUMENT (the checkpoint
  * is of another model/optimizer), NO_MEMORY, the collectives'. */
-ACC_API acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt);
+ACC_API acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model,
+                                    acc_optim_t *opt);
 
 /* Accelerate's register_for_checkpointing: save `bytes` bytes at `data`
  * under `name` (1..24 characters) with every acc_save_state and restore
@@ -548,7 +542,8 @@ ACC_API acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *mode
  * on load). Use it for loop counters (epoch, batch), a custom model's
  * parameters, a scheduler's state. Registering a name again replaces it.
  * The memory is borrowed until acc_destroy. At most 64 objects. */
-ACC_API acc_result_t acc_register_for_checkpointing(acc_t *acc, const char *name, void *data, size_t bytes);
+ACC_API acc_result_t acc_register_for_checkpointing(acc_t *acc, const char *name, void *data,
+                                                    size_t bytes);
 
 /* ------------------------------------------------------------------ */
 /* Progress and live charts (through the display API)                   */

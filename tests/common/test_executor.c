@@ -16,8 +16,8 @@
 
 #include "nbf_executor.h"
 #include "nbf_proc.h"
-#include "nbf_util.h"
 #include "nbf_test.h"
+#include "nbf_util.h"
 
 /* A fake executor: the shell script body into a new file; caller frees. */
 static char *fake_executor(const char *body) {
@@ -32,12 +32,20 @@ static char *fake_executor(const char *body) {
   return path;
 }
 
-static void spawn(nbf_executor_t *ex, const char *path) {
-  char err[256] = "";
+/* Spawn the fake executor `body` into ex; returns its script's path
+ * (remove_fake removes it). */
+static char *spawn(nbf_executor_t *ex, const char *body) {
+  char err[256] = "", *path = fake_executor(body);
   nbf_executor_init(ex);
   if (nbf_executor_spawn(ex, path, NBF_EXECUTOR_PIPES, err, sizeof err) != 0)
     NBF_TEST_FAIL("spawn %s: %s", path, err);
   ASSERT_TRUE(nbf_executor_running(ex));
+  return path;
+}
+
+static void remove_fake(char *path) {
+  unlink(path);
+  free(path);
 }
 
 typedef struct {
@@ -79,16 +87,14 @@ static void send_execute(nbf_executor_t *ex, const char *code) {
  * not an event is counted and skipped, stdout comes through its pipe, and
  * EOF on fd 3 makes it exit (status 0, nothing forced). */
 NBF_TEST(executor_request_events_reply_and_polite_exit) {
-  char *path = fake_executor(
-      "while read -r line <&3; do\n"
-      "  echo out\n"
-      "  echo '{\"msg\":\"display_data\",\"data\":{}}' >&4\n"
-      "  echo 'not json' >&4\n"
-      "  echo '{\"msg\":\"reply\",\"status\":\"ok\"}' >&4\n"
-      "done\n"
-      "exit 0");
   nbf_executor_t ex;
-  spawn(&ex, path);
+  char *path = spawn(&ex, "while read -r line <&3; do\n"
+                          "  echo out\n"
+                          "  echo '{\"msg\":\"display_data\",\"data\":{}}' >&4\n"
+                          "  echo 'not json' >&4\n"
+                          "  echo '{\"msg\":\"reply\",\"status\":\"ok\"}' >&4\n"
+                          "done\n"
+                          "exit 0");
   send_execute(&ex, "int x;");
   seen_t s = {0};
   ASSERT_EQ(wait_reply(&ex, &s, 5000), 0);
@@ -102,22 +108,19 @@ NBF_TEST(executor_request_events_reply_and_polite_exit) {
   int st = nbf_executor_stop(&ex, 5000);
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   ASSERT_TRUE(!nbf_executor_running(&ex));
-  unlink(path);
-  free(path);
+  remove_fake(path);
 }
 
 /* An interrupt is one SIGINT to the executor; its reply answers the
  * request and clears the kill deadline. */
 NBF_TEST(executor_interrupt_is_answered_and_clears_the_deadline) {
-  char *path = fake_executor(
-      "trap 'echo \"{\\\"msg\\\":\\\"reply\\\",\\\"status\\\":\\\"error\\\","
-      "\\\"ename\\\":\\\"KeyboardInterrupt\\\"}\" >&4' INT\n"
-      "read -r line <&3\n"
-      "echo '{\"msg\":\"display_data\",\"data\":{}}' >&4\n"
-      "sleep 30 & wait $!\n"
-      "while read -r line <&3; do :; done");
   nbf_executor_t ex;
-  spawn(&ex, path);
+  char *path = spawn(&ex, "trap 'echo \"{\\\"msg\\\":\\\"reply\\\",\\\"status\\\":\\\"error\\\","
+                          "\\\"ename\\\":\\\"KeyboardInterrupt\\\"}\" >&4' INT\n"
+                          "read -r line <&3\n"
+                          "echo '{\"msg\":\"display_data\",\"data\":{}}' >&4\n"
+                          "sleep 30 & wait $!\n"
+                          "while read -r line <&3; do :; done");
   send_execute(&ex, "for (;;);");
   seen_t s = {0};
   for (int64_t end = nbf_now_ms() + 5000; !s.displays && nbf_now_ms() < end; usleep(5000))
@@ -130,15 +133,13 @@ NBF_TEST(executor_interrupt_is_answered_and_clears_the_deadline) {
   ASSERT_EQ(ex.interrupt_deadline_ms, 0);
   ASSERT_TRUE(!nbf_executor_interrupt_expired(&ex));
   nbf_executor_stop(&ex, 5000);
-  unlink(path);
-  free(path);
+  remove_fake(path);
 }
 
 /* An unanswered interrupt expires after its grace; kill then reaps it. */
 NBF_TEST(executor_unanswered_interrupt_expires_and_is_killed) {
-  char *path = fake_executor("trap '' INT TERM\nwhile :; do sleep 1; done");
   nbf_executor_t ex;
-  spawn(&ex, path);
+  char *path = spawn(&ex, "trap '' INT TERM\nwhile :; do sleep 1; done");
   usleep(100000); /* the trap is set */
   nbf_executor_interrupt(&ex, 100);
   ASSERT_TRUE(!nbf_executor_interrupt_expired(&ex));
@@ -147,24 +148,21 @@ NBF_TEST(executor_unanswered_interrupt_expires_and_is_killed) {
   int st = nbf_executor_kill(&ex);
   ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
   ASSERT_TRUE(!nbf_executor_running(&ex) && !nbf_executor_interrupt_expired(&ex));
-  unlink(path);
-  free(path);
+  remove_fake(path);
 }
 
 /* Shutdown keeps nbf_wire.h's promise: an executor that does not exit on
  * EOF gets SIGTERM (it exits 7 on TERM here) before any SIGKILL. */
 NBF_TEST(executor_stop_sends_term_after_the_grace) {
-  char *path = fake_executor("trap 'exit 7' TERM\nwhile :; do sleep 0.05; done");
   nbf_executor_t ex;
-  spawn(&ex, path);
+  char *path = spawn(&ex, "trap 'exit 7' TERM\nwhile :; do sleep 0.05; done");
   usleep(100000);
   int64_t t0 = nbf_now_ms();
   int st = nbf_executor_stop(&ex, 200);
   ASSERT_TRUE(WIFEXITED(st));
   ASSERT_EQ(WEXITSTATUS(st), 7);
   ASSERT_GE(nbf_now_ms() - t0, 200);
-  unlink(path);
-  free(path);
+  remove_fake(path);
 }
 
 /* nbf_proc_stop: a stopped process still gets its TERM (SIGCONT follows
