@@ -4,8 +4,9 @@ CPU, nbfork vs torch.distributed over Gloo, side by side in one run, with a
 memcpy bandwidth reference.
 
 - nbfork: bench/allreduce.c (compiled here against the build tree's
-  nbfork_internal, the runtime's objects as a static library) forks the ranks and times acc_all_reduce, i.e. the algorithm
-  the runtime picks for each size (with --algos all, every Gloo algorithm
+  nbfork_internal, the runtime's objects as a static library) forks the
+  ranks and times acc_all_reduce, i.e. the algorithm the runtime picks for
+  each size (with --algos all, every Gloo algorithm
   the runtime has, forced, to show why it picks what it picks).
 - PyTorch (.venv, `scripts/deps.sh --bench`: PyPI, pinned): torch.multiprocessing.start_processes
   (fork) + init_process_group("gloo") + dist.all_reduce on a float32 tensor,
