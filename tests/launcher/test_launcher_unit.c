@@ -554,16 +554,23 @@ NBF_TEST(run_group_failure_stops_blocked_peer) {
   free(failures);
 }
 
-/* The report leads with the rank that left first (exit 0 while its peer
- * ran) when the peer's error names it, then the peer's failure. */
-NBF_TEST(run_group_rank_that_left_first_leads) {
+/* Run 2 ranks where rank 1 leaves first (fn_rank1_leaves), its peer
+ * naming it in its error when `named`; the failure report (caller frees). */
+static char *run_with_leaver(int named) {
   char *failures, *setup_error;
   snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
   unlink(g_leaver_file);
-  g_leaver_named = 1;
+  g_leaver_named = named;
   ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
   unlink(g_leaver_file);
   printf("%s", failures);
+  return failures;
+}
+
+/* The report leads with the rank that left first (exit 0 while its peer
+ * ran) when the peer's error names it, then the peer's failure. */
+NBF_TEST(run_group_rank_that_left_first_leads) {
+  char *failures = run_with_leaver(1);
   ASSERT_TRUE(strncmp(failures, "rank 1 (local rank 1, pid ", 26) == 0);
   ASSERT_CONTAINS(failures, "left first: it exited with code 0 (it returned or called exit(0))");
   ASSERT_CONTAINS(failures, "while its peers were still in collectives");
@@ -579,13 +586,7 @@ NBF_TEST(run_group_rank_that_left_first_leads) {
  * ignores its failed final barrier exits 0 too): the failure leads, the
  * earlier exit follows as a possible cause. */
 NBF_TEST(run_group_unnamed_early_exit_follows) {
-  char *failures, *setup_error;
-  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
-  unlink(g_leaver_file);
-  g_leaver_named = 0;
-  ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
-  unlink(g_leaver_file);
-  printf("%s", failures);
+  char *failures = run_with_leaver(0);
   ASSERT_TRUE(strncmp(failures, "rank 0 (local rank 0, pid ", 26) == 0);
   ASSERT_CONTAINS(failures, "rank 1 (local rank 1, pid ");
   ASSERT_CONTAINS(failures, ") had exited with code 0 ");
