@@ -122,6 +122,17 @@ typedef struct {
   const char *text, *expect;
 } rejection_t;
 
+/* Each case's text is refused by ln_options_parse with its message. */
+static void expect_rejections(const rejection_t *cases, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    ln_options_t o;
+    char err[512];
+    if (parse(cases[i].text, &o, err, sizeof err) != -1)
+      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
+    ASSERT_CONTAINS(err, cases[i].expect);
+  }
+}
+
 /* Every rejection names the option, the value and what is accepted. */
 NBF_TEST(options_bad_values) {
   static const rejection_t cases[] = {
@@ -159,13 +170,7 @@ NBF_TEST(options_bad_values) {
       {"num_processes=2 stray", "expected key=value after the call, got 'stray'"},
       {"num_processes=2 use_port='29500", "option use_port: the quoted value is not closed"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    ln_options_t o;
-    char err[512];
-    if (parse(cases[i].text, &o, err, sizeof err) != -1)
-      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
-    ASSERT_CONTAINS(err, cases[i].expect);
-  }
+  expect_rejections(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* issue 14: `num_processes=2 num_processes=4` launched 4 workers (the
@@ -180,13 +185,7 @@ NBF_TEST(options_duplicate_is_refused) {
       {"log_line_prefix_template='[r]' num_processes=1 log_line_prefix_template=x",
        "option log_line_prefix_template is given twice"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    ln_options_t o;
-    char err[512];
-    if (parse(cases[i].text, &o, err, sizeof err) != -1)
-      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
-    ASSERT_CONTAINS(err, cases[i].expect);
-  }
+  expect_rejections(cases, sizeof cases / sizeof cases[0]);
 }
 
 NBF_TEST(options_long_values_are_refused) {
