@@ -124,6 +124,6 @@ int nbf_workdir_sweep(const char *tmp, pid_t owner) {
 int nbf_workdir_reaped(pid_t pid) {
   if (nbf_param_raw(NBF_P_NBFORK_WORKDIR))
     return 0;
-  int n = nbf_workdir_sweep(nbf_param_str(NBF_P_TMPDIR), pid);
+  int n = nbf_workdir_sweep(nbf_param_TMPDIR(), pid);
   return n > 0 ? n : 0;
 }

@@ -90,7 +90,7 @@ kn_kernel_t *kn_kernel_new(kn_io_t io, const char *executor_path) {
     free(k);
     return NULL;
   }
-  snprintf(k->username, sizeof k->username, "%s", nbf_param_str(NBF_P_USER));
+  snprintf(k->username, sizeof k->username, "%s", nbf_param_USER());
   snprintf(k->executor_path, sizeof k->executor_path, "%s", executor_path ? executor_path : "");
   return k;
 }

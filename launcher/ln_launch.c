@@ -44,7 +44,7 @@ void ln_error_free(ln_error_t *err) {
 }
 
 int ln_debug_mode(void) {
-  return nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 0);
+  return nbf_param_ACCELERATE_DEBUG_MODE();
 }
 
 /* Binding the port ourselves is the only answer that holds (connect()

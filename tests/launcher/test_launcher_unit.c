@@ -442,7 +442,7 @@ NBF_TEST(describe_signal_names_it) {
 
 static int my_rank(void) {
   long r = -1;
-  nbf_param_long(NBF_P_RANK, -1, &r);
+  nbf_param_RANK(&r);
   return (int)r;
 }
 
