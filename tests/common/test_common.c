@@ -305,6 +305,30 @@ static pid_t wd_dead_pid(void) {
   return p;
 }
 
+/* nbf_rmtree removes a whole tree, does not follow a symbolic link out
+ * of it, and succeeds on a path that is already gone. */
+NBF_TEST(rmtree_removes_the_tree_not_what_links_point_to) {
+  char root[] = "/tmp/nbf-rmtree-XXXXXX", outside[] = "/tmp/nbf-rmtree-out-XXXXXX";
+  ASSERT_NOT_NULL(mkdtemp(root));
+  int fd = mkstemp(outside);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  char *sub = nbf_xprintf("%s/a/b", root), *a = nbf_xprintf("%s/a", root);
+  char *file = nbf_xprintf("%s/a/b/f", root), *link = nbf_xprintf("%s/a/l", root);
+  ASSERT_EQ(mkdir(a, 0700), 0);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  FILE *f = fopen(file, "w");
+  ASSERT_NOT_NULL(f);
+  fclose(f);
+  ASSERT_EQ(symlink(outside, link), 0);
+  ASSERT_EQ(nbf_rmtree(root), 0);
+  ASSERT_TRUE(access(root, F_OK) != 0);
+  ASSERT_EQ(access(outside, F_OK), 0); /* the link went, not its target */
+  ASSERT_EQ(nbf_rmtree(root), 0);      /* nothing there: done */
+  unlink(outside);
+  free(sub), free(a), free(file), free(link);
+}
+
 NBF_TEST(workdir_private_and_locked) {
   char *tmp = wd_tmp(), dir[512];
   int fd;
