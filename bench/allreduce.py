@@ -4,8 +4,9 @@ CPU, nbfork vs torch.distributed over Gloo, side by side in one run, with a
 memcpy bandwidth reference.
 
 - nbfork: bench/allreduce.c (compiled here against the build tree's
-  libnbfork) forks the ranks and times acc_all_reduce, i.e. the algorithm
-  the runtime picks for each size (with --algos all, every Gloo algorithm
+  nbfork_internal, the runtime's objects as a static library) forks the
+  ranks and times acc_all_reduce, i.e. the algorithm the runtime picks for
+  each size (with --algos all, every Gloo algorithm
   the runtime has, forced, to show why it picks what it picks).
 - PyTorch (.venv, `scripts/deps.sh --bench`: PyPI, pinned): torch.multiprocessing.start_processes
   (fork) + init_process_group("gloo") + dist.all_reduce on a float32 tensor,
@@ -70,9 +71,19 @@ def build_c(build):
                  (lib, build))
     exe = os.path.join(build, "bench_allreduce")
     src = os.path.join(HERE, "allreduce.c")
-    cmd = ["cc", "-O2", "-Wall", "-Wextra", src, "-I", os.path.join(ROOT, "include"),
-           "-I", os.path.join(ROOT, "runtime"), "-L", lib, "-lnbfork",
-           "-Wl,-rpath," + os.path.abspath(lib), "-o", exe]
+    # It forces Gloo algorithms through internal hooks (acc__set_allreduce_algo),
+    # which libnbfork.so does not export: link the same objects as the static
+    # nbfork_internal, with the libraries the .so's pkg-config file names.
+    pc = subprocess.run(["pkg-config", "--static", "--libs", "nbfork-uninstalled"],
+                        env=dict(os.environ, PKG_CONFIG_PATH=os.path.join(lib, "pkgconfig")),
+                        check=True, stdout=subprocess.PIPE, text=True).stdout.split()
+    libs = [w for w in pc if w != "-lnbfork"]
+    runtime = os.path.join(ROOT, "runtime")
+    subsystems = [os.path.join(runtime, d) for d in sorted(os.listdir(runtime))
+                  if os.path.isdir(os.path.join(runtime, d))]
+    cmd = (["cc", "-O2", "-Wall", "-Wextra", src, "-I", os.path.join(ROOT, "include"),
+            "-I", os.path.join(ROOT, "common")] + [f for d in subsystems for f in ("-I", d)] +
+           ["-L", lib, "-lnbfork_internal", "-lnbfork_store", "-lnbfork_common"] + libs + ["-o", exe])
     subprocess.run(cmd, check=True)
     return exe
 

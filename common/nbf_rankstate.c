@@ -85,7 +85,7 @@ nbf_rankstate_t *nbf_rankstate_self(void) {
   g_self = NULL;
   long fd = -1;
   if (!nbf_param_raw(NBF_P_NBFORK_RANKSTATE_FD) ||
-      nbf_param_long(NBF_P_NBFORK_RANKSTATE_FD, -1, &fd) != 0 || fd < 0 || fd > INT_MAX)
+      nbf_param_long(NBF_P_NBFORK_RANKSTATE_FD, &fd) != 0 || fd < 0 || fd > INT_MAX)
     return NULL;
   struct stat st;
   if (fstat((int)fd, &st) != 0 || st.st_size < NBF_RANKSTATE_PAGE)

@@ -88,15 +88,10 @@ char *ln_cli_launch_options(const ln_cli_t *c, int which);
 /* 1 when `name` is a setting ln_cli_set knows. */
 int ln_cli_known(const char *name);
 
-/* Parse `nbfork launch` arguments argv[0..argc-1] (after "launch"):
- * options first, then PROGRAM and its arguments, which are left alone.
- * Options take their value as the next word or after '='; flags
- * (--cpu, --debug, -q/--quiet, --same_network) take none. A config file
- * (--config_file, else $NBFORK_CONFIG_FILE, else the default path when
- * it exists) is loaded before the command line's settings are applied.
- * Returns the index of PROGRAM in argv, or -1 with a one-line message in
- * err (unknown option, missing value, no PROGRAM, bad config). */
-int ln_cli_parse(ln_cli_t *c, int argc, char **argv, char *err, size_t errlen);
+/* The message for a name that is no setting, into err[errlen]:
+ * "LEAD 'NAME'; known: " and every setting's name. */
+void ln_cli_unknown_message(const char *lead, const char *name, char *err, size_t errlen);
+
 
 /* Turn the settings into per-node launch options: num_processes divided
  * by num_machines (an error when it does not divide), port 0 replaced by

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ln_cmd.h"
+#include "ln_cli_parse.h"
 #include "ln_cuda.h"
 #include "ln_launch.h"
 #include "ln_mpirun.h"

@@ -22,6 +22,7 @@
 #include "ln_rdzv.h"
 #include "ln_worker.h"
 #include "nbf_cluster.h"
+#include "nbf_proc.h"
 #include "nbf_util.h"
 
 /* Time a worker gets between SIGTERM and SIGKILL when the group stops. */
@@ -47,13 +48,14 @@ typedef struct {
   int64_t seen_ms;    /* when the records were read into w[i].seen      */
 } ln_group_t;
 
-/* Stop the group: TERM now, KILL those still alive after the grace. */
-void ln_group_signal(ln_worker_t *w, int n, int sig) {
+/* Stop the group: TERM now (nbf_proc_term), KILL (nbf_proc_kill) those
+ * still alive after the grace. The workers are many and the monitor must
+ * keep forwarding their output, so the grace is timed by group_monitor
+ * rather than by a blocking nbf_proc_stop. */
+void ln_group_signal(ln_worker_t *w, int n, void (*send)(pid_t)) {
   for (int i = 0; i < n; i++)
-    if (w[i].pid > 0 && !w[i].exited) {
-      kill(-w[i].pid, sig);
-      kill(w[i].pid, sig);
-    }
+    if (w[i].pid > 0 && !w[i].exited)
+      send(w[i].pid);
 }
 
 /* A worker stopped by a signal (SIGSTOP, SIGTSTP, a debugger's) when
@@ -93,8 +95,7 @@ static void group_stop(ln_group_t *g, ln_run_result_t why) {
   g->stop_at_ms = nbf_now_ms();
   if (why == LN_RUN_FAILED)
     mark_stopped(g);
-  ln_group_signal(g->w, g->started, SIGTERM);
-  ln_group_signal(g->w, g->started, SIGCONT);
+  ln_group_signal(g->w, g->started, nbf_proc_term);
 }
 
 static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) {
@@ -311,7 +312,7 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
       group_stop(g, LN_RUN_INTERRUPTED);
     group_status(g);
     if (g->stopping && g->stop_at_ms >= 0 && nbf_now_ms() - g->stop_at_ms > LN_GRACE_MS) {
-      ln_group_signal(g->w, g->started, SIGKILL);
+      ln_group_signal(g->w, g->started, nbf_proc_kill);
       g->stop_at_ms = -1; /* KILL sent once; reaping follows */
     }
   }

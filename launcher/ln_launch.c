@@ -45,7 +45,7 @@ void ln_error_free(ln_error_t *err) {
 
 int ln_debug_mode(void) {
   int on = 0;
-  return nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, 0, &on) != 0 ? -1 : on;
+  return nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, &on) != 0 ? -1 : on;
 }
 
 /* Binding the port ourselves is the only answer that holds (connect()

@@ -23,6 +23,7 @@
 #include "ln_ranks_wire.h"
 #include "ln_rdzv.h"
 #include "ln_worker.h"
+#include "nbf_proc.h"
 #include "nbf_util.h"
 
 /* A worker that has not answered an interrupt within this is killed. */
@@ -384,10 +385,9 @@ void ln_ranks_stop(ln_ranks_t **rp) {
   while (started < r->n && r->w[started].pid > 0)
     started++;
   wait_exits(r, LN_RANKS_GRACE_MS);
-  ln_group_signal(r->w, started, SIGTERM);
-  ln_group_signal(r->w, started, SIGCONT);
+  ln_group_signal(r->w, started, nbf_proc_term);
   wait_exits(r, LN_RANKS_GRACE_MS);
-  ln_group_signal(r->w, started, SIGKILL);
+  ln_group_signal(r->w, started, nbf_proc_kill);
   for (int i = 0; i < started; i++) {
     reap(r, i, 1);
     ln_worker_close(&r->w[i]);

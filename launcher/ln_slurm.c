@@ -60,8 +60,8 @@ int ln_slurm_node_addr(const char *name, char *out, size_t outlen) {
 
 int ln_slurm_apply(ln_cli_t *c) {
   long nnodes, nodeid;
-  if (!nbf_param_raw(NBF_P_SLURM_STEP_ID) || nbf_param_long(NBF_P_SLURM_NNODES, -1, &nnodes) ||
-      nbf_param_long(NBF_P_SLURM_NODEID, -1, &nodeid) || nnodes < 1 || nodeid < 0 ||
+  if (!nbf_param_raw(NBF_P_SLURM_STEP_ID) || nbf_param_SLURM_NNODES(&nnodes) ||
+      nbf_param_SLURM_NODEID(&nodeid) || nnodes < 1 || nodeid < 0 ||
       nodeid >= nnodes)
     return 0;
   if (!c->num_machines)

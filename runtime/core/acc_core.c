@@ -45,7 +45,7 @@
 
 /* Defaults (NBFORK_TIMEOUT_S 300, MASTER_PORT 29500, NBFORK_GRAD_BUCKETS 0:
  * see acc_mlp_backward_xent in nbfork.h for the measurements) live in
- * nbf_params.def; the 0 passed to nbf_param_long below is never used. */
+ * nbf_params.def, and only there. */
 
 /* Successive process groups of one process use fresh store keys: every
  * rank joins them in the same order, so the counter agrees across ranks.
@@ -78,11 +78,12 @@ static acc_t *fail(acc_t *acc, const char *step) {
   return NULL;
 }
 
-/* An integer parameter (nbf_param_long) in [INT_MIN, INT_MAX]; a bad
+/* An integer parameter (nbf_param_long) in [INT_MIN, INT_MAX]; *out is
+ * untouched when it is unset and has no default (nbf_params.def). A bad
  * value becomes acc's error, naming the variable. 0 or -1. */
-static int env_int(acc_t *acc, nbf_param_id_t id, long dflt, int *out) {
-  long v;
-  if (nbf_param_long(id, dflt, &v) != 0 || v < INT_MIN || v > INT_MAX) {
+static int env_int(acc_t *acc, nbf_param_id_t id, int *out) {
+  long v = *out;
+  if (nbf_param_long(id, &v) < 0 || v < INT_MIN || v > INT_MAX) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "environment variable %s='%s' is not an integer",
                    nbf_param_name(id), nbf_param_raw(id));
     return -1;
@@ -159,7 +160,7 @@ static int read_error_env(acc_t *acc) {
     return -1;
   }
   acc->errors_return = e && !strcasecmp(e, "return");
-  if (nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, 0, &acc->debug_ops) != 0) {
+  if (nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, &acc->debug_ops) != 0) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "ACCELERATE_DEBUG_MODE='%s' is not one of " NBF_BOOL_WORDS,
                    nbf_param_raw(NBF_P_ACCELERATE_DEBUG_MODE));
@@ -171,11 +172,14 @@ static int read_error_env(acc_t *acc) {
 static int read_env(acc_t *acc, const acc_config_t *c) {
   int timeout_s = c->timeout_s;
   from_cluster_engine();
-  if (env_int(acc, NBF_P_RANK, 0, &acc->rank) || env_int(acc, NBF_P_WORLD_SIZE, 1, &acc->world) ||
-      env_int(acc, NBF_P_LOCAL_RANK, acc->rank, &acc->local_rank) ||
-      env_int(acc, NBF_P_LOCAL_WORLD_SIZE, acc->world, &acc->local_world) ||
-      env_int(acc, NBF_P_MASTER_PORT, 0, &acc->master_port) ||
-      (timeout_s <= 0 && env_int(acc, NBF_P_NBFORK_TIMEOUT_S, 0, &timeout_s)))
+  if (env_int(acc, NBF_P_RANK, &acc->rank) || env_int(acc, NBF_P_WORLD_SIZE, &acc->world))
+    return -1;
+  acc->local_rank = acc->rank; /* LOCAL_RANK unset: RANK (nbf_params.def) */
+  acc->local_world = acc->world;
+  if (env_int(acc, NBF_P_LOCAL_RANK, &acc->local_rank) ||
+      env_int(acc, NBF_P_LOCAL_WORLD_SIZE, &acc->local_world) ||
+      env_int(acc, NBF_P_MASTER_PORT, &acc->master_port) ||
+      (timeout_s <= 0 && env_int(acc, NBF_P_NBFORK_TIMEOUT_S, &timeout_s)))
     return -1;
   if (acc->world < 1 || acc->rank < 0 || acc->rank >= acc->world) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
@@ -199,10 +203,10 @@ static int read_env(acc_t *acc, const acc_config_t *c) {
     return -1;
   }
   acc->timeout_ms = (int)(timeout_s * 1000L > 2000000000L ? 2000000000L : timeout_s * 1000L);
-  snprintf(acc->master_addr, sizeof acc->master_addr, "%s", nbf_param_str(NBF_P_MASTER_ADDR));
-  snprintf(acc->run_id, sizeof acc->run_id, "%s", nbf_param_str(NBF_P_NBFORK_RUN_ID));
+  snprintf(acc->master_addr, sizeof acc->master_addr, "%s", nbf_param_MASTER_ADDR());
+  snprintf(acc->run_id, sizeof acc->run_id, "%s", nbf_param_NBFORK_RUN_ID());
   const char *mp =
-      c->mixed_precision ? c->mixed_precision : nbf_param_str(NBF_P_ACCELERATE_MIXED_PRECISION);
+      c->mixed_precision ? c->mixed_precision : nbf_param_ACCELERATE_MIXED_PRECISION();
   if (parse_precision(mp, &acc->precision) != 0) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "mixed precision '%s' is not one of no, fp16, bf16", mp);
@@ -226,8 +230,8 @@ static int read_env(acc_t *acc, const acc_config_t *c) {
  * load had 1 MiB all-reduces 20x slower. Set it to 0 on shared nodes. */
 static int busy_poll(const acc_t *acc) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  const char *set = nbf_param_raw(NBF_P_NBFORK_GLOO_BUSY_POLL);
-  return set ? nbf_truthy(set) : cpus > 0 && acc->local_world <= cpus;
+  int set = nbf_param_NBFORK_GLOO_BUSY_POLL(); /* -1: unset */
+  return set >= 0 ? set : cpus > 0 && acc->local_world <= cpus;
 }
 
 /* NBFORK_RDZV_GATE (launches on several nodes): wait until node 0's
@@ -261,7 +265,7 @@ static int join_group(acc_t *acc) {
     signal(SIGPIPE, SIG_IGN);
 
   const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
-  if (!nbf_param_bool(NBF_P_NBFORK_STORE_HOSTED, 0) && acc->rank == 0) {
+  if (!nbf_param_NBFORK_STORE_HOSTED() && acc->rank == 0) {
     char err[512];
     /* as the launcher (ln_group.c): loopback only when every rank is here */
     int local = nbf_loopback_name(acc->master_addr);
@@ -339,7 +343,7 @@ acc_t *acc_new(const acc_config_t *cfg) {
   acc->accum_steps = c.gradient_accumulation_steps > 1 ? c.gradient_accumulation_steps : 1;
   {
     long b;
-    if (nbf_param_long(NBF_P_NBFORK_GRAD_BUCKETS, 0, &b) || b < 0 || b > 2) {
+    if (nbf_param_NBFORK_GRAD_BUCKETS(&b) || b < 0 || b > 2) {
       acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                      "NBFORK_GRAD_BUCKETS must be 0 (one all-reduce of the whole gradient), 1 "
                      "(per bucket) or 2 (per bucket, overlapping the backward pass)");

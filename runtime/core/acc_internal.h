@@ -198,7 +198,8 @@ void acc__scaler_init(acc_t *acc);
 void acc__round_half(acc_precision_t p, float *x, size_t n);
 /* g *= inv for `n` host floats in one pass; 1 when any element of the
  * SCALED gradients was inf/NaN (exponent bits all ones), else 0
- * (acc_scaler.c; also the host-staging fallback of device gradients). */
+ * (acc_half.c, the host kernels; acc_scaler.c and the host-staging
+ * fallback of device gradients use it). */
 int acc__unscale_host(float *restrict g, size_t n, float inv);
 
 /* Checkpoints (acc_checkpoint.c) reach into the model, the optimizer

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "acc_optim_cuda.h"
+#include "acc_callbacks.h"
 #include "acc_trainer_internal.h"
 #include "nbf_util.h"
 

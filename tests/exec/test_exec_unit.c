@@ -9,7 +9,6 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "ex_compile.h"
 #include "ex_decl.h"
 #include "ex_diag.h"
+#include "nbf_util.h"
 #include "ex_jit.h"
 #include "ex_magic.h"
 #include "ex_objects.h"
@@ -963,13 +963,6 @@ typedef struct {
   char workdir[64];
 } engine_t;
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
 static void engine_init(engine_t *e) {
   memset(e, 0, sizeof *e);
   e->cells = cells_new();
@@ -984,7 +977,7 @@ static void engine_init(engine_t *e) {
 }
 
 static void engine_destroy(engine_t *e) {
-  nftw(e->workdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+  nbf_rmtree(e->workdir);
   ex_cell_state_destroy(&e->cells.st);
 }
 

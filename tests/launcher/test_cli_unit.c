@@ -8,7 +8,6 @@
  * %launch cells.
  */
 #define _GNU_SOURCE
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include <unistd.h>
 
 #include "ln_cli.h"
+#include "ln_cli_parse.h"
 #include "ln_config.h"
 #include "ln_display_view.h"
 #include "ln_mpirun.h"
@@ -23,20 +23,16 @@
 #include "ln_slurm.h"
 #include "nbf_cluster.h"
 #include "nbf_param.h"
+#include "nbf_util.h"
 #include "nbf_test.h"
 
 /* A private config path, so no ~/.cache config of the machine applies;
  * the directory goes when the case ends. */
 static char g_dir[64];
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 static void remove_dir(void) {
   if (g_dir[0])
-    nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    nbf_rmtree(g_dir);
 }
 
 static void isolate(void) {

@@ -124,6 +124,17 @@ typedef struct {
   const char *text, *expect;
 } rejection_t;
 
+/* Each case's text is refused by ln_options_parse with its message. */
+static void expect_rejections(const rejection_t *cases, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    ln_options_t o;
+    char err[512];
+    if (parse(cases[i].text, &o, err, sizeof err) != -1)
+      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
+    ASSERT_CONTAINS(err, cases[i].expect);
+  }
+}
+
 /* Every rejection names the option, the value and what is accepted. */
 NBF_TEST(options_bad_values) {
   static const rejection_t cases[] = {
@@ -161,13 +172,7 @@ NBF_TEST(options_bad_values) {
       {"num_processes=2 stray", "expected key=value after the call, got 'stray'"},
       {"num_processes=2 use_port='29500", "option use_port: the quoted value is not closed"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    ln_options_t o;
-    char err[512];
-    if (parse(cases[i].text, &o, err, sizeof err) != -1)
-      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
-    ASSERT_CONTAINS(err, cases[i].expect);
-  }
+  expect_rejections(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* issue 14: `num_processes=2 num_processes=4` launched 4 workers (the
@@ -182,13 +187,7 @@ NBF_TEST(options_duplicate_is_refused) {
       {"log_line_prefix_template='[r]' num_processes=1 log_line_prefix_template=x",
        "option log_line_prefix_template is given twice"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    ln_options_t o;
-    char err[512];
-    if (parse(cases[i].text, &o, err, sizeof err) != -1)
-      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
-    ASSERT_CONTAINS(err, cases[i].expect);
-  }
+  expect_rejections(cases, sizeof cases / sizeof cases[0]);
 }
 
 NBF_TEST(options_long_values_are_refused) {
@@ -445,7 +444,7 @@ NBF_TEST(describe_signal_names_it) {
 
 static int my_rank(void) {
   long r = -1;
-  nbf_param_long(NBF_P_RANK, -1, &r);
+  nbf_param_RANK(&r);
   return (int)r;
 }
 
@@ -616,17 +615,24 @@ NBF_TEST(run_group_failure_stops_blocked_peer) {
   free(failures);
 }
 
+/* Run 2 ranks of fn (fn_rank1_leaves, fn_rank1_ignores_its_error); the
+ * failure report (caller frees). */
+static char *run_with_leaver(int (*fn)(void)) {
+  char *failures, *setup_error;
+  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
+  unlink(g_leaver_file);
+  ASSERT_EQ(run_group(2, fn, &failures, &setup_error), LN_RUN_FAILED);
+  unlink(g_leaver_file);
+  printf("%s", failures);
+  return failures;
+}
+
 /* The report leads with the rank that left first (exit 0 while its peer
  * waited in a collective it never completed: their records say so),
  * then the peer's failure with its record, then every rank's position
  * naming the odd one. */
 NBF_TEST(run_group_rank_that_left_first_leads) {
-  char *failures, *setup_error;
-  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
-  unlink(g_leaver_file);
-  ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
-  unlink(g_leaver_file);
-  printf("%s", failures);
+  char *failures = run_with_leaver(fn_rank1_leaves);
   ASSERT_TRUE(strncmp(failures, "rank 1 (local rank 1, pid ", 26) == 0);
   ASSERT_CONTAINS(failures, "left first: it exited with code 0 (it returned or called exit(0))");
   ASSERT_CONTAINS(failures, "after all_reduce #57, while its peers were still in collectives");
@@ -648,12 +654,7 @@ NBF_TEST(run_group_rank_that_left_first_leads) {
  * barrier) is no proof of leaving early: the failure leads, and nothing
  * is called "left first". */
 NBF_TEST(run_group_exit_0_after_own_error_is_no_leaver) {
-  char *failures, *setup_error;
-  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
-  unlink(g_leaver_file);
-  ASSERT_EQ(run_group(2, fn_rank1_ignores_its_error, &failures, &setup_error), LN_RUN_FAILED);
-  unlink(g_leaver_file);
-  printf("%s", failures);
+  char *failures = run_with_leaver(fn_rank1_ignores_its_error);
   ASSERT_TRUE(strncmp(failures, "rank 0 (local rank 0, pid ", 26) == 0);
   ASSERT_CONTAINS(failures, "its all_reduce #58 (f32 x 4096) failed after ");
   ASSERT_NOT_CONTAINS(failures, "left first");
