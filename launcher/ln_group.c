@@ -22,6 +22,7 @@
 #include "ln_rdzv.h"
 #include "ln_worker.h"
 #include "nbf_cluster.h"
+#include "nbf_param.h"
 #include "nbf_util.h"
 
 /* Time a worker gets between SIGTERM and SIGKILL when the group stops. */
@@ -45,6 +46,7 @@ typedef struct {
   ln_leftovers_t left; /* what the workers started (ln_leftover.h)     */
   int64_t started_ms; /* for "left N s into the run"                   */
   int64_t seen_ms;    /* when the records were read into w[i].seen      */
+  int leaving;        /* local rank whose early leave stopped the group, or -1 */
 } ln_group_t;
 
 /* Stop the group: TERM now, KILL those still alive after the grace. */
@@ -103,6 +105,7 @@ static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) 
   g->ctx = ctx;
   g->result = LN_RUN_OK;
   g->stop_at_ms = g->drain_until_ms = -1;
+  g->leaving = -1;
   g->started_ms = nbf_now_ms();
   size_t n = (size_t)o->num_processes, npoll = n * 4 + 1;
   g->w = calloc(n, sizeof *g->w);
@@ -283,6 +286,18 @@ static void group_status(ln_group_t *g) {
   free(text);
 }
 
+/* A rank leaving its group while a peer waits in another collective
+ * (ln_report_leaving) would hang them all until NBFORK_TIMEOUT_S: stop
+ * the group as soon as the records show it (one monitor tick). */
+static void group_watch_leaving(ln_group_t *g) {
+  group_read_states(g);
+  int waiter, i = ln_report_leaving(g->w, g->started, &waiter);
+  if (i < 0)
+    return;
+  g->leaving = i;
+  group_stop(g, LN_RUN_FAILED);
+}
+
 /* Forward output, reap, watch the rendezvous and the interrupt flag
  * until every worker is reaped and its pipes drained (or the drain time
  * ran out). */
@@ -309,6 +324,8 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
       group_stop(g, LN_RUN_SETUP_FAILED); /* a node did not join in time */
     if (g->ctx->interrupted && *g->ctx->interrupted)
       group_stop(g, LN_RUN_INTERRUPTED);
+    if (!g->stopping)
+      group_watch_leaving(g);
     group_status(g);
     if (g->stopping && g->stop_at_ms >= 0 && nbf_now_ms() - g->stop_at_ms > LN_GRACE_MS) {
       ln_group_signal(g->w, g->started, SIGKILL);
@@ -408,6 +425,14 @@ static char *group_failures(const ln_group_t *g, const char *lost) {
       if (w->failed && w->exited_ms < first_failed_ms)
         first_failed_ms = w->exited_ms;
     }
+  if (g->leaving >= 0) {
+    long t = 0;
+    nbf_param_long(NBF_P_NBFORK_TIMEOUT_S, 300, &t);
+    fprintf(f,
+            "nbfork stopped the group when rank %d's record showed it leaving: its peers would "
+            "have waited in their collectives until NBFORK_TIMEOUT_S (%ld s)\n",
+            base + g->leaving, t);
+  }
   const ln_worker_t *early = first_left ? early_exit(g, first_failed_ms) : NULL;
   if (early)
     fprintf(f,

@@ -571,6 +571,32 @@ static int fn_rank1_ignores_its_error(void) {
   return 1;
 }
 
+/* Rank 1 completes 57 all-reduces and enters acc_destroy's barrier #58
+ * (leaving); rank 0 enters all-reduce #58: as the runtime records them.
+ * With `errors_return`, rank 0 handles failed collectives itself. Each
+ * then waits `wait_ms` (0: until killed) and returns 0. */
+static int g_errors_return, g_wait_ms;
+static int fn_leaving_barrier(void) {
+  nbf_rankstate_t *rs = nbf_rankstate_self();
+  if (!rs)
+    return 99;
+  nbf_rankstate_flag(rs, NBF_RS_ERRORS_RETURN, g_errors_return);
+  nbf_rankstate_phase(rs, NBF_RS_RUNNING);
+  record_done(rs, 57);
+  int leaver = my_rank() == 1;
+  if (leaver)
+    nbf_rankstate_leaving(rs);
+  nbf_rs_call_t c = {.op = leaver ? NBF_RS_BARRIER : NBF_RS_ALL_REDUCE,
+                     .dtype = leaver ? 255 : ACC_F32, .root = -1, .count = leaver ? 0 : 4096,
+                     .seq = 58, .start_ms = nbf_now_ms()};
+  nbf_rankstate_begin(rs, &c);
+  if (!g_wait_ms)
+    for (;;)
+      pause();
+  usleep((useconds_t)g_wait_ms * 1000);
+  return 0;
+}
+
 static volatile sig_atomic_t g_interrupted;
 
 /* Port 0: the store binds whatever port is free; no worker connects. */
@@ -642,6 +668,38 @@ NBF_TEST(run_group_rank_that_left_first_leads) {
                             "waited in all_reduce #58 (f32 x 4096)\n");
   ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
   free(failures);
+}
+
+/* A rank in acc_destroy's barrier #58 while its peer waits in all-reduce
+ * #58: the group would hang until NBFORK_TIMEOUT_S; it is stopped within
+ * a few monitor ticks (0.02 s here) and the leaver leads the report.
+ * Before: the launcher waited for a worker to exit. */
+NBF_TEST(run_group_leaving_rank_stops_the_group_at_once) {
+  char *failures, *setup_error;
+  g_errors_return = 0, g_wait_ms = 0;
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(run_group(2, fn_leaving_barrier, &failures, &setup_error), LN_RUN_FAILED);
+  int64_t ms = nbf_now_ms() - t0;
+  printf("%s(%lld ms)\n", failures, (long long)ms);
+  ASSERT_TRUE(strncmp(failures, "rank 1 (local rank 1, pid ", 26) == 0);
+  ASSERT_CONTAINS(failures, "left first: it was leaving the group (acc_destroy)");
+  ASSERT_CONTAINS(failures, "nbfork stopped the group when rank 1's record showed it leaving");
+  ASSERT_CONTAINS(failures, "  -> rank 1 left early: it is leaving the group (acc_destroy's "
+                            "barrier) after all_reduce #57 while rank 0 waits in all_reduce #58 "
+                            "(f32 x 4096)\n");
+  ASSERT_TRUE(ms < 5000); /* start, one tick, SIGTERM, reap; the drain ends with the pipes */
+  ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  free(failures);
+}
+
+/* The same positions with a peer that handles failed collectives itself
+ * (ACC_ERRORS_RETURN): the launcher leaves the group alone, as chosen. */
+NBF_TEST(run_group_leaving_rank_left_to_a_peer_that_handles_errors) {
+  char *failures, *setup_error;
+  g_errors_return = 1, g_wait_ms = 600;
+  ASSERT_EQ(run_group(2, fn_leaving_barrier, &failures, &setup_error), LN_RUN_OK);
+  ASSERT_NULL(failures);
+  g_errors_return = 0, g_wait_ms = 0;
 }
 
 /* An exit 0 after an error of its own (a peer that ignored its failed
