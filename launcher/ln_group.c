@@ -27,6 +27,8 @@
 
 /* Time a worker gets between SIGTERM and SIGKILL when the group stops. */
 #define LN_GRACE_MS 1000
+/* How often ctx->status_file is rewritten while a group runs. */
+#define LN_STATUS_EVERY_MS 1000
 /* After every worker exited, how long to wait for output still in pipes. */
 #define LN_DRAIN_MS 1000
 
@@ -47,6 +49,7 @@ typedef struct {
   int64_t started_ms; /* for "left N s into the run"                   */
   int64_t seen_ms;    /* when the records were read into w[i].seen      */
   int leaving;        /* local rank whose early leave stopped the group, or -1 */
+  int64_t status_ms;  /* when ctx->status_file was last written            */
 } ln_group_t;
 
 /* Stop the group: TERM now, KILL those still alive after the grace. */
@@ -273,16 +276,49 @@ static char *group_positions(const ln_group_t *g, const char *title) {
   return text;
 }
 
-/* SIGQUIT to `nbfork launch` (ctx->status_requested): print where every
- * rank is now on stderr, and go on. */
+/* Replace ctx->status_file with `text` (write a sibling, then rename:
+ * a reader never sees half a view). */
+static void group_write_status(const ln_group_t *g, const char *text) {
+  char *tmp = nbf_xprintf("%s.tmp", g->ctx->status_file);
+  FILE *f = tmp ? fopen(tmp, "w") : NULL;
+  if (f) {
+    fputs(text, f);
+    if (fclose(f) == 0)
+      rename(tmp, g->ctx->status_file);
+    else
+      unlink(tmp);
+  }
+  free(tmp);
+}
+
+/* SIGQUIT (ctx->status_requested): print where every rank is now on
+ * stderr, and go on; every LN_STATUS_EVERY_MS and at SIGQUIT, the same
+ * view into ctx->status_file. */
 static void group_status(ln_group_t *g) {
-  if (!g->ctx->status_requested || !*g->ctx->status_requested)
+  int asked = g->ctx->status_requested && *g->ctx->status_requested;
+  int64_t now = nbf_now_ms();
+  int file_due = g->ctx->status_file && (asked || now - g->status_ms >= LN_STATUS_EVERY_MS);
+  if (!asked && !file_due)
     return;
-  *g->ctx->status_requested = 0;
+  if (asked)
+    *g->ctx->status_requested = 0;
   group_read_states(g);
-  char *text = group_positions(g, "nbfork: where each rank is (SIGQUIT; their state records):");
-  fprintf(stderr, "%s", text ? text : "nbfork: no rank has a state record yet\n");
-  fflush(stderr);
+  char title[160];
+  snprintf(title, sizeof title, "nbfork: where each rank is, %.1f s into the run (%s; their "
+           "state records):", (double)(now - g->started_ms) / 1000.0,
+           asked ? "SIGQUIT" : g->stopping ? "stopping" : "running");
+  char *text = group_positions(g, title);
+  if (!text)
+    text = nbf_xprintf("%s\n  no rank has a state record yet (starting, or a program without "
+                       "libnbfork)\n", title);
+  if (asked) {
+    fprintf(stderr, "%s", text ? text : "");
+    fflush(stderr);
+  }
+  if (file_due && text) {
+    group_write_status(g, text);
+    g->status_ms = now;
+  }
   free(text);
 }
 
@@ -333,6 +369,8 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
     }
   }
   ln_rdzv_end(&rdzv); /* its client's threads go before any re-fork */
+  if (g->ctx->status_file) /* no group runs: no view that could be taken for current */
+    unlink(g->ctx->status_file);
 }
 
 /* A worker exited 0 before the first failure (or in its reap pass),
