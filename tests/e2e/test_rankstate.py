@@ -149,7 +149,8 @@ class RankState(unittest.TestCase):
             if p.poll() is None:
                 p.kill()
         self.assertEqual(p.returncode, 130, err)
-        self.assertIn("nbfork: where each rank is (SIGQUIT; their state records):", err)
+        self.assertRegex(err, r"nbfork: where each rank is, \d+\.\d s into the run \(SIGQUIT; "
+                              r"their state records\):")
         self.assertRegex(err, r"  rank 0: in all_reduce #58 \(f32 x 4096\) for \d+\.\d s\n")
         self.assertIn("  -> rank 1 did not reach all_reduce #58", err)
         # and the interrupt's report says it again
