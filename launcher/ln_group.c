@@ -481,6 +481,12 @@ static char *group_failures(const ln_group_t *g, const char *lost) {
             (early->exited_ms - g->started_ms) / 1000.0);
   ln_report_positions(g->w, n, base, g->seen_ms,
                       "Where each rank was when the group failed (their state records):", f);
+  if (g->o->num_nodes > 1) /* records are per host: the others' are in their nodes' reports */
+    fprintf(f,
+            "  ranks of the other %d node%s: their records are on those nodes (see their "
+            "reports); the probe: %s\n",
+            g->o->num_nodes - 1, g->o->num_nodes == 2 ? "" : "s",
+            lost ? "a node does not answer (first line)" : "every node answered");
   fclose(f);
   return text;
 }
