@@ -898,6 +898,11 @@ NBF_TEST(rdzv_compare_names_each_difference) {
   ASSERT_EQ_STR(diff, "rdzv_id: node 0 has alpha, node 2 has beta; num_processes: node 0 has 2, "
                       "node 2 has 3");
   free(diff);
+  /* `nbfork launch`'s words: its flags, per machine (issue 21 item 6) */
+  diff = ln_rdzv_compare_for(two, 3, 1);
+  ASSERT_EQ_STR(diff, "rdzv_id alpha on machine 0, beta on machine 2; --num_processes 4 on "
+                      "machine 0, 6 on machine 2"); /* the flag counts both machines' processes */
+  free(diff);
   snprintf(b.rdzv_id, sizeof b.rdzv_id, "alpha");
   b.num_processes = 2, b.num_nodes = 3;
   snprintf(b.mixed_precision, sizeof b.mixed_precision, "bf16");
