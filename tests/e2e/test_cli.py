@@ -103,6 +103,32 @@ class Launch(CliCase):
         self.assertIn("exited with code 3", r.stderr)
         self.assertIn("rank 1 fails on purpose", r.stderr)  # its stderr tail
 
+    def test_sigterm_is_reported_as_terminated(self):
+        # issue 21 item 6: a kill or a scheduler's SIGTERM is no KeyboardInterrupt
+        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
+                              "0", PROG, "sleep"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.env)
+        seen = ""
+        while seen.count("sum 3 ok") < 2:
+            line = p.stdout.readline()
+            self.assertTrue(line, "nbfork ended before the workers printed")
+            seen += line
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=TIMEOUT)
+        self.assertEqual(p.returncode, 143, err)
+        self.assertIn("nbfork launch: terminated by SIGTERM: every worker was stopped", err)
+        self.assertNotIn("KeyboardInterrupt", err)
+
+    def test_non_executable_program_is_told_from_a_missing_one(self):
+        script = os.path.join(self.tmp.name, "train.py")
+        with open(script, "w") as f:
+            f.write("print('hi')\n")
+        r = self.nbfork("launch", "--num_processes", "2", script)
+        self.assert_usage_error(r, "program '%s' exists but is not executable" % script,
+                                "chmod +x")
+        r = self.nbfork("launch", "--num_processes", "2", script + ".missing")
+        self.assert_usage_error(r, "not found")
+
     def test_max_restarts_runs_the_group_again(self):
         r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0",
                         "--max_restarts", "1", PROG, "fail", "0")
