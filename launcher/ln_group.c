@@ -18,8 +18,8 @@
 #include "acc_store.h"
 #include "ln_leftover.h"
 #include "ln_probe.h"
-#include "ln_report.h"
 #include "ln_rdzv.h"
+#include "ln_report.h"
 #include "ln_worker.h"
 #include "nbf_cluster.h"
 #include "nbf_param.h"
@@ -304,13 +304,18 @@ static void group_status(ln_group_t *g) {
     *g->ctx->status_requested = 0;
   group_read_states(g);
   char title[160];
-  snprintf(title, sizeof title, "nbfork: where each rank is, %.1f s into the run (%s; their "
-           "state records):", (double)(now - g->started_ms) / 1000.0,
-           asked ? "SIGQUIT" : g->stopping ? "stopping" : "running");
+  snprintf(title, sizeof title,
+           "nbfork: where each rank is, %.1f s into the run (%s; their "
+           "state records):",
+           (double)(now - g->started_ms) / 1000.0,
+           asked         ? "SIGQUIT"
+           : g->stopping ? "stopping"
+                         : "running");
   char *text = group_positions(g, title);
   if (!text)
     text = nbf_xprintf("%s\n  no rank has a state record yet (starting, or a program without "
-                       "libnbfork)\n", title);
+                       "libnbfork)\n",
+                       title);
   if (asked) {
     fprintf(stderr, "%s", text ? text : "");
     fflush(stderr);

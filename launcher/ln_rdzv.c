@@ -83,8 +83,7 @@ char *ln_rdzv_compare_for(const char *const *desc, int n, int cli) {
           fprintf(f, "%s %ld on machine %d", j++ ? "," : "", atol(v) * atol(nodes), i);
         } else if (cli) {
           fprintf(f, "%s %s on machine %d", j++ ? "," : "", v, i);
-        }
-        else
+        } else
           fprintf(f, "%s node %d has %s", j++ ? "," : "", i, v);
       }
   }

@@ -478,8 +478,9 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
    * output) */
   char status_file[sizeof ex->workdir + 16];
   snprintf(status_file, sizeof status_file, "%s/ranks-status", ex->workdir);
-  ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
-                      private_fds, 1, &g_status_requested, status_file};
+  ln_context_t ctx = {
+      send_event_line,     &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0, private_fds, 1,
+      &g_status_requested, status_file};
   struct sigaction sa = {0}, old_quit;
   sa.sa_handler = on_sigquit;
   sigemptyset(&sa.sa_mask);

@@ -274,9 +274,10 @@ NBF_TEST(mpirun_config_and_command_as_accelerate_builds_it) {
   line[0] = 0;
   for (int i = 0; a[i]; i++)
     strcat(strcat(line, a[i]), " ");
-  ASSERT_EQ_STR(line, "mpirun -f /etc/hosts.mpi -ppn 2 -n 4 -genv MASTER_ADDR 127.0.0.1 -genv "
-                      "MASTER_PORT 29500 -genv ACCELERATE_MIXED_PRECISION no -genv OMP_NUM_THREADS 1 "
-                      "train --x ");
+  ASSERT_EQ_STR(line,
+                "mpirun -f /etc/hosts.mpi -ppn 2 -n 4 -genv MASTER_ADDR 127.0.0.1 -genv "
+                "MASTER_PORT 29500 -genv ACCELERATE_MIXED_PRECISION no -genv OMP_NUM_THREADS 1 "
+                "train --x ");
   ln_mpirun_free(a);
   free(path);
 }

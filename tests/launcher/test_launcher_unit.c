@@ -587,8 +587,11 @@ static int fn_leaving_barrier(void) {
   if (leaver)
     nbf_rankstate_leaving(rs);
   nbf_rs_call_t c = {.op = leaver ? NBF_RS_BARRIER : NBF_RS_ALL_REDUCE,
-                     .dtype = leaver ? 255 : ACC_F32, .root = -1, .count = leaver ? 0 : 4096,
-                     .seq = 58, .start_ms = nbf_now_ms()};
+                     .dtype = leaver ? 255 : ACC_F32,
+                     .root = -1,
+                     .count = leaver ? 0 : 4096,
+                     .seq = 58,
+                     .start_ms = nbf_now_ms()};
   nbf_rankstate_begin(rs, &c);
   if (!g_wait_ms)
     for (;;)
