@@ -170,6 +170,14 @@ void nbf_rankstate_leaving(nbf_rankstate_t *rs) {
   write_end(rs);
 }
 
+void nbf_rankstate_flag(nbf_rankstate_t *rs, unsigned flag, int on) {
+  if (!rs)
+    return;
+  write_begin(rs);
+  rs->flags = (uint16_t)(on ? rs->flags | flag : rs->flags & ~flag);
+  write_end(rs);
+}
+
 void nbf_rankstate_fatal(nbf_rankstate_t *rs) {
   if (!rs)
     return;

@@ -19,6 +19,7 @@
 void ln_cli_init(ln_cli_t *c) {
   memset(c, 0, sizeof *c);
   ln_options_init(&c->o);
+  c->o.cli = 1;
   c->machine_rank = -1;
   c->same_network = 1;
 }

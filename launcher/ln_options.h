@@ -46,6 +46,7 @@ typedef struct {
   double monitor_interval_s;
   char log_line_prefix_template[256];
   int quiet; /* no "Launching training on ..." line (`nbfork launch -q`) */
+  int cli;   /* set by `nbfork launch`: messages name its flags, not %launch's options */
 } ln_options_t;
 
 /* Defaults as in the table above. */

@@ -44,7 +44,15 @@ static void field(const char *desc, const char *name, char *out, size_t n) {
   snprintf(out, n, "?");
 }
 
+/* FIELDS as `nbfork launch` spells them. */
+static const char *const CLI_FIELDS[] = {"rdzv_id", "--num_machines", "--num_processes",
+                                         "--mixed_precision", NULL};
+
 char *ln_rdzv_compare(const char *const *desc, int n) {
+  return ln_rdzv_compare_for(desc, n, 0);
+}
+
+char *ln_rdzv_compare_for(const char *const *desc, int n, int cli) {
   char *text = NULL;
   size_t cap = 0;
   FILE *f = open_memstream(&text, &cap);
@@ -65,11 +73,18 @@ char *ln_rdzv_compare(const char *const *desc, int n) {
     }
     if (same)
       continue;
-    fprintf(f, "%s%s:", differ++ ? "; " : "", FIELDS[k]);
+    fprintf(f, "%s%s%s", differ++ ? "; " : "", cli ? CLI_FIELDS[k] : FIELDS[k], cli ? "" : ":");
     for (int i = 0, j = 0; i < n; i++)
       if (desc[i]) {
         field(desc[i], FIELDS[k], v, sizeof v);
-        fprintf(f, "%s node %d has %s", j++ ? "," : "", i, v);
+        if (cli && !strcmp(FIELDS[k], "num_processes")) { /* the flag counts every machine's */
+          char nodes[32];
+          field(desc[i], "num_nodes", nodes, sizeof nodes);
+          fprintf(f, "%s %ld on machine %d", j++ ? "," : "", atol(v) * atol(nodes), i);
+        } else if (cli) {
+          fprintf(f, "%s %s on machine %d", j++ ? "," : "", v, i);
+        } else
+          fprintf(f, "%s node %d has %s", j++ ? "," : "", i, v);
       }
   }
   fclose(f);
@@ -209,14 +224,18 @@ static char *missing_message(ln_rdzv_t *r) {
   char **desc = calloc((size_t)o->num_nodes, sizeof *desc);
   if (desc) {
     gather(r, desc);
-    char *diff = ln_rdzv_compare((const char *const *)desc, o->num_nodes);
+    char *diff = ln_rdzv_compare_for((const char *const *)desc, o->num_nodes, o->cli);
     if (diff)
       fprintf(f, " The nodes that arrived were launched with different settings: %s.", diff);
     free(diff);
     free_descs(desc, o->num_nodes);
   }
-  fprintf(f, " Start their launch cells with the same master_addr, use_port, num_nodes and "
-             "rdzv_id.");
+  if (o->cli)
+    fprintf(f, " Start `nbfork launch` on those machines with the same --main_process_ip, "
+               "--main_process_port and --num_machines.");
+  else
+    fprintf(f, " Start their launch cells with the same master_addr, use_port, num_nodes and "
+               "rdzv_id.");
   fclose(f);
   return text;
 }
@@ -234,8 +253,17 @@ static void judge(ln_rdzv_t *r) {
       free_descs(desc, o->num_nodes);
       return; /* a GET timed out: again at the next poll */
     }
-  char *diff = ln_rdzv_compare((const char *const *)desc, o->num_nodes);
+  char *diff = ln_rdzv_compare_for((const char *const *)desc, o->num_nodes, o->cli);
   free_descs(desc, o->num_nodes);
+  if (diff && o->cli) {
+    refuse(r, nbf_xprintf("rendezvous refused: the machines were launched with different "
+                          "settings: %s. Every machine's `nbfork launch` needs the same "
+                          "--num_machines, --num_processes (processes per machine) and "
+                          "--mixed_precision: fix the commands that differ and run them again.",
+                          diff));
+    free(diff);
+    return;
+  }
   if (diff) {
     refuse(r, nbf_xprintf("rendezvous refused: the nodes were launched with different settings: "
                           "%s. Every node's launch needs the same num_nodes, num_processes "

@@ -68,6 +68,13 @@ static void on_sigint(int sig) {
   }
 }
 
+/* SIGQUIT while %launch runs: the launcher prints where every rank is. */
+static volatile sig_atomic_t g_status_requested;
+static void on_sigquit(int sig) {
+  (void)sig;
+  g_status_requested = 1;
+}
+
 int ex_run_install_sigint(void) {
   struct sigaction sa = {0};
   sa.sa_handler = on_sigint;
@@ -466,10 +473,22 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
                                 "a kernel without them",
                                 "Run %ranks stop first (or train in a %%ranks cell).");
   static const int private_fds[] = {NBF_WIRE_FD_REQUESTS};
-  ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
-                      private_fds, 1, NULL};
+  /* where every rank is, while the cell runs: `cat <workdir>/ranks-status`
+   * from a terminal, or SIGQUIT to this process (the view in the cell's
+   * output) */
+  char status_file[sizeof ex->workdir + 16];
+  snprintf(status_file, sizeof status_file, "%s/ranks-status", ex->workdir);
+  ln_context_t ctx = {
+      send_event_line,     &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0, private_fds, 1,
+      &g_status_requested, status_file};
+  struct sigaction sa = {0}, old_quit;
+  sa.sa_handler = on_sigquit;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGQUIT, &sa, &old_quit);
   ln_error_t le;
-  if (ln_launch(&o, launch, &ctx, &le) == 0)
+  int rc = ln_launch(&o, launch, &ctx, &le);
+  sigaction(SIGQUIT, &old_quit, NULL);
+  if (rc == 0)
     return ex_event_reply_ok(NULL);
   int r = ex_event_reply_error(le.ename, le.evalue, le.traceback);
   ln_error_free(&le);

@@ -360,6 +360,7 @@ acc_t *acc_new(const acc_config_t *cfg) {
     return fail(acc, "selecting the device");
   nbf_rankstate_t *rs = acc->world > 1 ? nbf_rankstate_self() : NULL;
   acc->rankstate = rs;
+  nbf_rankstate_flag(rs, NBF_RS_ERRORS_RETURN, acc->errors_return);
   nbf_rankstate_phase(rs, NBF_RS_RENDEZVOUS);
   if (acc->world > 1 && join_group(acc) != 0) {
     nbf_rankstate_error(rs, ACC_ERR_STORE, -1, NULL, acc->err);
@@ -402,6 +403,7 @@ acc_result_t acc_set_errhandler(acc_t *acc, acc_errhandler_t handler) {
                                 (int)handler)
                : ACC_ERR_INVALID_ARGUMENT;
   acc->errors_return = handler == ACC_ERRORS_RETURN;
+  nbf_rankstate_flag(acc->rankstate, NBF_RS_ERRORS_RETURN, acc->errors_return);
   return ACC_OK;
 }
 

@@ -79,6 +79,22 @@ class Launch(CliCase):
         self.assertIn("rank 0 of 4 (local rank 0 of 2): sum 10 ok", r0.stdout)
         self.assertIn("rank 3 of 4 (local rank 1 of 2): sum 10 ok", out1)
 
+    def test_machines_that_differ_are_named_in_the_commands_words(self):
+        # issue 21 item 6: `--num_processes 4 on machine 0, 2 on machine 1`,
+        # not %launch's `num_processes: node 0 has 2` and "launch cells"
+        port = str(free_port())
+        common = ["launch", "--num_machines", "2", "--main_process_port", port]
+        node1 = subprocess.Popen([NBFORK, *common, "--num_processes", "2", "--machine_rank", "1",
+                                  PROG], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=self.env)
+        r0 = self.nbfork(*common, "--num_processes", "4", "--machine_rank", "0", PROG)
+        node1.communicate(timeout=TIMEOUT)
+        self.assertEqual(r0.returncode, 1, r0.stderr)
+        self.assertIn("--num_processes 4 on machine 0, 2 on machine 1", r0.stderr)
+        self.assertIn("`nbfork launch` needs the same --num_machines, --num_processes", r0.stderr)
+        self.assertNotIn("launch cell", r0.stderr)
+        self.assertNotIn("node 0 has", r0.stderr)
+
     def test_failed_worker_stops_the_others_and_exits_1(self):
         r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0", PROG,
                         "fail", "1")
@@ -86,6 +102,32 @@ class Launch(CliCase):
         self.assertIn("nbfork launch: WorkerFailed: rank 1", r.stderr)
         self.assertIn("exited with code 3", r.stderr)
         self.assertIn("rank 1 fails on purpose", r.stderr)  # its stderr tail
+
+    def test_sigterm_is_reported_as_terminated(self):
+        # issue 21 item 6: a kill or a scheduler's SIGTERM is no KeyboardInterrupt
+        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
+                              "0", PROG, "sleep"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.env)
+        seen = ""
+        while seen.count("sum 3 ok") < 2:
+            line = p.stdout.readline()
+            self.assertTrue(line, "nbfork ended before the workers printed")
+            seen += line
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=TIMEOUT)
+        self.assertEqual(p.returncode, 143, err)
+        self.assertIn("nbfork launch: terminated by SIGTERM: every worker was stopped", err)
+        self.assertNotIn("KeyboardInterrupt", err)
+
+    def test_non_executable_program_is_told_from_a_missing_one(self):
+        script = os.path.join(self.tmp.name, "train.py")
+        with open(script, "w") as f:
+            f.write("print('hi')\n")
+        r = self.nbfork("launch", "--num_processes", "2", script)
+        self.assert_usage_error(r, "program '%s' exists but is not executable" % script,
+                                "chmod +x")
+        r = self.nbfork("launch", "--num_processes", "2", script + ".missing")
+        self.assert_usage_error(r, "not found")
 
     def test_max_restarts_runs_the_group_again(self):
         r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0",

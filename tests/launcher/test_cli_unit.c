@@ -248,6 +248,7 @@ NBF_TEST(config_writer_output_reads_back) {
 
 NBF_TEST(mpirun_config_and_command_as_accelerate_builds_it) {
   isolate();
+  unsetenv("OMP_NUM_THREADS"); /* one thread per rank: passed on by mpirun, as the others set it */
   char *path = write_file("mpi.yaml", "distributed_type: MULTI_CPU\nnum_processes: 4\n"
                                       "num_machines: 2\nmpirun_config:\n"
                                       "  mpirun_ccl: '1'\n  mpirun_hostfile: /etc/hosts.mpi\n");
@@ -263,14 +264,16 @@ NBF_TEST(mpirun_config_and_command_as_accelerate_builds_it) {
     strcat(strcat(line, a[i]), " ");
   ASSERT_EQ_STR(line, "mpirun --allow-run-as-root --hostfile /etc/hosts.mpi --map-by ppr:2:node "
                       "-np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 -x "
-                      "ACCELERATE_MIXED_PRECISION=no train --x ");
+                      "ACCELERATE_MIXED_PRECISION=no -x OMP_NUM_THREADS=1 train --x ");
   ln_mpirun_free(a);
   a = ln_mpirun_argv(&c, prog, 0, 0);
   line[0] = 0;
   for (int i = 0; a[i]; i++)
     strcat(strcat(line, a[i]), " ");
-  ASSERT_EQ_STR(line, "mpirun -f /etc/hosts.mpi -ppn 2 -n 4 -genv MASTER_ADDR 127.0.0.1 -genv "
-                      "MASTER_PORT 29500 -genv ACCELERATE_MIXED_PRECISION no train --x ");
+  ASSERT_EQ_STR(line,
+                "mpirun -f /etc/hosts.mpi -ppn 2 -n 4 -genv MASTER_ADDR 127.0.0.1 -genv "
+                "MASTER_PORT 29500 -genv ACCELERATE_MIXED_PRECISION no -genv OMP_NUM_THREADS 1 "
+                "train --x ");
   ln_mpirun_free(a);
   free(path);
 }

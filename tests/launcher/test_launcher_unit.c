@@ -570,6 +570,35 @@ static int fn_rank1_ignores_its_error(void) {
   return 1;
 }
 
+/* Rank 1 completes 57 all-reduces and enters acc_destroy's barrier #58
+ * (leaving); rank 0 enters all-reduce #58: as the runtime records them.
+ * With `errors_return`, rank 0 handles failed collectives itself. Each
+ * then waits `wait_ms` (0: until killed) and returns 0. */
+static int g_errors_return, g_wait_ms;
+static int fn_leaving_barrier(void) {
+  nbf_rankstate_t *rs = nbf_rankstate_self();
+  if (!rs)
+    return 99;
+  nbf_rankstate_flag(rs, NBF_RS_ERRORS_RETURN, g_errors_return);
+  nbf_rankstate_phase(rs, NBF_RS_RUNNING);
+  record_done(rs, 57);
+  int leaver = my_rank() == 1;
+  if (leaver)
+    nbf_rankstate_leaving(rs);
+  nbf_rs_call_t c = {.op = leaver ? NBF_RS_BARRIER : NBF_RS_ALL_REDUCE,
+                     .dtype = leaver ? 255 : ACC_F32,
+                     .root = -1,
+                     .count = leaver ? 0 : 4096,
+                     .seq = 58,
+                     .start_ms = nbf_now_ms()};
+  nbf_rankstate_begin(rs, &c);
+  if (!g_wait_ms)
+    for (;;)
+      pause();
+  usleep((useconds_t)g_wait_ms * 1000);
+  return 0;
+}
+
 static volatile sig_atomic_t g_interrupted;
 
 /* Port 0: the store binds whatever port is free; no worker connects. */
@@ -579,7 +608,7 @@ static ln_run_result_t run_group(int n, ln_entry_fn fn, char **failures, char **
   o.num_processes = n;
   o.use_port = 0;
   o.monitor_interval_s = 0.02;
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL, NULL};
   *failures = *setup_error = NULL;
   return ln_run_group(&o, fn, &ctx, 0, 0, failures, setup_error);
 }
@@ -648,6 +677,38 @@ NBF_TEST(run_group_rank_that_left_first_leads) {
                             "waited in all_reduce #58 (f32 x 4096)\n");
   ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
   free(failures);
+}
+
+/* A rank in acc_destroy's barrier #58 while its peer waits in all-reduce
+ * #58: the group would hang until NBFORK_TIMEOUT_S; it is stopped within
+ * a few monitor ticks (0.02 s here) and the leaver leads the report.
+ * Before: the launcher waited for a worker to exit. */
+NBF_TEST(run_group_leaving_rank_stops_the_group_at_once) {
+  char *failures, *setup_error;
+  g_errors_return = 0, g_wait_ms = 0;
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(run_group(2, fn_leaving_barrier, &failures, &setup_error), LN_RUN_FAILED);
+  int64_t ms = nbf_now_ms() - t0;
+  printf("%s(%lld ms)\n", failures, (long long)ms);
+  ASSERT_TRUE(strncmp(failures, "rank 1 (local rank 1, pid ", 26) == 0);
+  ASSERT_CONTAINS(failures, "left first: it was leaving the group (acc_destroy)");
+  ASSERT_CONTAINS(failures, "nbfork stopped the group when rank 1's record showed it leaving");
+  ASSERT_CONTAINS(failures, "  -> rank 1 left early: it is leaving the group (acc_destroy's "
+                            "barrier) after all_reduce #57 while rank 0 waits in all_reduce #58 "
+                            "(f32 x 4096)\n");
+  ASSERT_TRUE(ms < 5000); /* start, one tick, SIGTERM, reap; the drain ends with the pipes */
+  ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  free(failures);
+}
+
+/* The same positions with a peer that handles failed collectives itself
+ * (ACC_ERRORS_RETURN): the launcher leaves the group alone, as chosen. */
+NBF_TEST(run_group_leaving_rank_left_to_a_peer_that_handles_errors) {
+  char *failures, *setup_error;
+  g_errors_return = 1, g_wait_ms = 600;
+  ASSERT_EQ(run_group(2, fn_leaving_barrier, &failures, &setup_error), LN_RUN_OK);
+  ASSERT_NULL(failures);
+  g_errors_return = 0, g_wait_ms = 0;
 }
 
 /* An exit 0 after an error of its own (a peer that ignored its failed
@@ -802,7 +863,7 @@ NBF_TEST(launch_refuses_a_multithreaded_process) {
   ln_options_init(&o);
   o.num_processes = 1;
   o.use_port = 0;
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL, NULL};
   int p[2];
   ASSERT_EQ(pipe(p), 0);
   pthread_t t;
@@ -840,6 +901,11 @@ NBF_TEST(rdzv_compare_names_each_difference) {
   ASSERT_NOT_NULL(diff);
   ASSERT_EQ_STR(diff, "rdzv_id: node 0 has alpha, node 2 has beta; num_processes: node 0 has 2, "
                       "node 2 has 3");
+  free(diff);
+  /* `nbfork launch`'s words: its flags, per machine (issue 21 item 6) */
+  diff = ln_rdzv_compare_for(two, 3, 1);
+  ASSERT_EQ_STR(diff, "rdzv_id alpha on machine 0, beta on machine 2; --num_processes 4 on "
+                      "machine 0, 6 on machine 2"); /* the flag counts both machines' processes */
   free(diff);
   snprintf(b.rdzv_id, sizeof b.rdzv_id, "alpha");
   b.num_processes = 2, b.num_nodes = 3;
