@@ -243,6 +243,14 @@ class RanksE2ETest(unittest.TestCase):
         self.ok("%autoranks off")
         self.assertEqual(results(self.ok("2 + 2")), ["4"])
 
+    def test_help_lists_the_ranks_magics(self):
+        for name, usage in [("%ranks", "%ranks start num_processes=N"),
+                            ("%%ranks", "%%ranks [all | 0 | 1,3 | 0-2] [--group]"),
+                            ("%autoranks", "%autoranks on|off")]:
+            reply = self.run_cell(name + "?")[0]
+            self.assertEqual(reply["status"], "ok", reply)
+            self.assertIn(usage, reply["payload"][0]["data"]["text/plain"], name)
+
     def test_usage_errors(self):
         reply, _, _ = self.fail_with("%%ranks\nint q;", "UsageError")
         self.assertIn("%ranks start", reply["evalue"])
