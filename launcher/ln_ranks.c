@@ -795,11 +795,14 @@ static void record_note(const ln_ranks_t *r, int i, nbf_rankstate_t *rec, int *r
   int64_t now = r->state[i] == RK_DEAD ? w->exited_ms : nbf_now_ms();
   if (rec->phase == NBF_RS_COLLECTIVE && r->state[i] == RK_DEAD)
     snprintf(out, n, "; it was in %s for %.1f s", call, (double)(now - rec->call.start_ms) / 1e3);
-  else if (rec->phase == NBF_RS_COLLECTIVE)
-    snprintf(out, n, "; cut inside %s %.1f s ago (%s)", call,
-             (double)(now - rec->call.start_ms) / 1e3,
+  else if (rec->phase == NBF_RS_COLLECTIVE) {
+    char after[48] = ""; /* the last stop's snapshot says after how long */
+    if (r->snap_ms >= rec->call.start_ms)
+      snprintf(after, sizeof after, " after %.1f s", (double)(r->snap_ms - rec->call.start_ms) / 1e3);
+    snprintf(out, n, "; cut inside %s%s (%s)", call, after,
              r->rebuild_epoch ? "its process group is rebuilt at its next collective"
                               : "run %ranks restart");
+  }
   else if (rec->phase == NBF_RS_RENDEZVOUS)
     snprintf(out, n, "; in acc_new's rendezvous for %.1f s", (double)(now - rec->phase_ms) / 1e3);
   else if (rec->phase == NBF_RS_EXITED)
