@@ -192,6 +192,21 @@ class RanksE2ETest(unittest.TestCase):
         self.assertEqual(len(re.findall(r"process group: last all_reduce #2\b", status)), 2,
                          status)
 
+    def test_crash_mid_collective_reports_positions(self):
+        self.start(2)
+        self.ok("%%ranks\nacc_t *acc = acc_new(NULL);")
+        reply, _, _ = self.fail_with(
+            "%%ranks\n#include <unistd.h>\nfloat v = 1;\n"
+            "if (my_rank() == 1) { usleep(300000); *(volatile int *)0 = 1; }\n"
+            "acc_all_reduce(acc, &v, 1, ACC_F32, ACC_SUM);", "RankFailed")
+        self.assertIn("rank 1", reply["evalue"])
+        tb = "\n".join(reply["traceback"])
+        # rank 0 waited in the all-reduce rank 1 never reached (still in it
+        # at the stop, or already failed in it: its peer was lost)
+        self.assertIn("Where each rank was when the cell stopped:", tb)
+        self.assertRegex(tb, r"rank 0: (in all_reduce #1 \(f32 x 1\) for|"
+                         r"all_reduce #1 \(f32 x 1\) failed after)")
+
     def test_pull_push_sizes(self):
         self.start(2)
         self.ok("%%ranks\nsize_t n = 25u << 20;\nfloat *w = acc_keep(\"w\", n * 4, NULL);\n"
