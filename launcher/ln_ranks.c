@@ -186,11 +186,20 @@ static int take_reply(ln_ranks_t *r, int i, rk_answer_t *a, void *(*dest)(void *
   return 0;
 }
 
-/* Flush every stream's complete lines and partial ones. */
+/* Flush every stream's complete lines and partial ones: one poll finds
+ * the streams with output left (a worker wrote it before its reply), so
+ * the empty ones cost no read. */
 static void drain_output(ln_ranks_t *r) {
-  for (int i = 0; i < r->n; i++) {
+  struct pollfd pfd[3 * r->n + 1];
+  int np = 0;
+  for (int i = 0; i < r->n; i++)
     for (int s = 0; s < 3; s++)
       if (r->w[i].fd[s] >= 0)
+        pfd[np++] = (struct pollfd){r->w[i].fd[s], POLLIN, 0};
+  int ready = np ? poll(pfd, (nfds_t)np, 0) : 0;
+  for (int i = 0, k = 0; i < r->n; i++) {
+    for (int s = 0; s < 3; s++)
+      if (r->w[i].fd[s] >= 0 && (ready < 0 || (pfd[k++].revents & (POLLIN | POLLHUP | POLLERR))))
         read_worker(r, i, s);
     ln_worker_flush_stale(&r->w[i]);
     ln_worker_flush_stale(&r->w[i]);
@@ -224,7 +233,9 @@ static void collect(ln_ranks_t *r, rk_answer_t *ans, void *(*dest)(void *, size_
   for (;;) {
     int pending = 0, died = 0;
     for (int i = 0; i < r->n; i++) {
-      if (ans[i].pending && reap(r, i, 0)) {
+      /* with a pidfd, pump reaps the worker when it exits: no wait4 here */
+      int gone = r->w[i].exited || (r->w[i].pidfd < 0 && reap(r, i, 0));
+      if (ans[i].pending && gone) {
         ans[i].pending = 0;
         ans[i].status = -1;
       }
@@ -260,16 +271,28 @@ static void collect(ln_ranks_t *r, rk_answer_t *ans, void *(*dest)(void *, size_
   drain_output(r);
 }
 
-/* Send a command to rank i: 0, or -1 (it is gone). */
+/* Send a command to rank i: 0, or -1 (it is gone). The header and the
+ * names go in one write (one wake-up of the rank; three writes per rank
+ * were on every cell's round trip), push data after them. */
 static int send_cmd(ln_ranks_t *r, int i, uint32_t op, int cell, const char *a, const char *b,
                     const void *data, size_t n) {
   size_t la = strlen(a) + 1, lb = b ? strlen(b) + 1 : 0;
   ln_rk_cmd_t c = {op, cell, la + lb, n};
-  if (r->ctl[i] < 0 || ln_rk_write_all(r->ctl[i], &c, sizeof c) ||
-      ln_rk_write_all(r->ctl[i], a, la) || (lb && ln_rk_write_all(r->ctl[i], b, lb)) ||
-      (n && ln_rk_write_all(r->ctl[i], data, n)))
+  char small[1024], *msg = sizeof c + la + lb <= sizeof small ? small : malloc(sizeof c + la + lb);
+  if (!msg || r->ctl[i] < 0) {
+    if (msg != small)
+      free(msg);
     return -1;
-  return 0;
+  }
+  memcpy(msg, &c, sizeof c);
+  memcpy(msg + sizeof c, a, la);
+  if (lb)
+    memcpy(msg + sizeof c + la, b, lb);
+  int rc = ln_rk_write_all(r->ctl[i], msg, sizeof c + la + lb) ||
+           (n && ln_rk_write_all(r->ctl[i], data, n));
+  if (msg != small)
+    free(msg);
+  return rc ? -1 : 0;
 }
 
 /* Start one worker and its control channel. */
