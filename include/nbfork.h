@@ -236,6 +236,23 @@ ACC_API acc_result_t acc_wait_for_everyone(acc_t *acc);
 typedef enum { ACC_ERRORS_ARE_FATAL = 0, ACC_ERRORS_RETURN = 1 } acc_errhandler_t;
 ACC_API acc_result_t acc_set_errhandler(acc_t *acc, acc_errhandler_t handler);
 
+/* Have every accelerator of this process rebuild its process group at
+ * its next collective: a new Gloo full mesh through the same rendezvous
+ * store, its keys under "<run id>/<acc's generation>/rebuild-<epoch>/",
+ * then one all-reduce (MAX) that agrees on the sequence numbers. For a
+ * group whose collective was cut short (an interrupted `%%ranks` cell:
+ * the executor's rank workers call this on every rank with the same
+ * `epoch`, 1, 2, ... as the cuts happen), so that the next collective
+ * does not meet its peers' half-sent messages. Every rank of the group
+ * must call it with the same epoch before its next collective.
+ * The old connections are abandoned, not closed (the cut call may hold
+ * their locks): each rebuild leaks their sockets, Gloo's thread and its
+ * cached buffers. A rebuilt group that had failed (ACC_ERR_PEER) is
+ * usable again once every peer rebuilt. A device (NCCL) communicator
+ * is aborted (ncclCommAbort) and made anew, under the new keys, at the
+ * next device collective. Cheap: no I/O until the next collective. */
+ACC_API void acc_rebuild_process_groups(unsigned epoch);
+
 /* ------------------------------------------------------------------ */
 /* Seeding and printing                                                 */
 /* ------------------------------------------------------------------ */

@@ -207,7 +207,9 @@ static int complete_line_context(const char *code, size_t pos, cand_t *c, size_t
     c->plen = pos - t;
     for (size_t i = 0; ex_magic_name(i); i++)
       add_match(c, ex_magic_name(i), strlen(ex_magic_name(i)));
-    static const char *const cell_magics[] = {"%%cuda", "%%timeit", "%%writefile", "%%file"};
+    /* the cell magics, and the ranks' magics ex_ranks.c runs */
+    static const char *const cell_magics[] = {"%%cuda",  "%%timeit", "%%writefile", "%%file",
+                                              "%%ranks", "%ranks",   "%autoranks"};
     for (size_t i = 0; i < sizeof cell_magics / sizeof *cell_magics; i++)
       add_match(c, cell_magics[i], strlen(cell_magics[i]));
     return 1;

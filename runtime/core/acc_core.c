@@ -294,11 +294,11 @@ static int join_group(acc_t *acc) {
   }
   if (wait_for_gate(acc) != 0)
     return -1;
-  char host[256];
+  char *host = acc->gloo_host;
   const char *h = nbf_param_raw(NBF_P_NBFORK_GLOO_HOSTNAME);
   if (h) {
-    snprintf(host, sizeof host, "%s", h);
-  } else if (acc__local_addr_for(acc->master_addr, host, sizeof host) != 0) {
+    snprintf(host, sizeof acc->gloo_host, "%s", h);
+  } else if (acc__local_addr_for(acc->master_addr, host, sizeof acc->gloo_host) != 0) {
     acc__set_error(acc, ACC_ERR_SYSTEM,
                    "cannot find the local address that reaches MASTER_ADDR=%s (set "
                    "NBFORK_GLOO_HOSTNAME to this host's address)",
@@ -322,6 +322,54 @@ static int join_group(acc_t *acc) {
     return -1;
   }
   return 0;
+}
+
+/* The epoch acc_rebuild_process_groups asked for last (0: none). */
+static _Atomic unsigned g_rebuild_epoch;
+
+void acc_rebuild_process_groups(unsigned epoch) {
+  g_rebuild_epoch = epoch;
+}
+
+/* A new Gloo mesh under "<key_prefix>rebuild-<epoch>/": the old one is
+ * abandoned, not destroyed (a collective cut by siglongjmp may hold its
+ * locks, and its worker thread may never finish its job); then one
+ * all-reduce (MAX) of the sequence numbers, so that every rank numbers
+ * the next collective alike (one had finished the cut call, another not). */
+static acc_result_t rebuild(acc_t *acc, unsigned epoch) {
+  char *cut = strstr(acc->key_prefix, "rebuild-"); /* "<run>/<gen>/" stays */
+  if (cut)
+    *cut = 0;
+  size_t at = strlen(acc->key_prefix);
+  snprintf(acc->key_prefix + at, sizeof acc->key_prefix - at, "rebuild-%u/", epoch);
+  char prefix[256], err[1024];
+  snprintf(prefix, sizeof prefix, "%sgloo/", acc->key_prefix);
+  acc_nccl_destroy(acc); /* ncclCommAbort; made again at the next device collective */
+  acc_gloo_t *g = NULL;
+  acc_result_t r = acc_gloo_connect(&g, acc->rank, acc->world, acc->gloo_host, acc->store, prefix,
+                                    acc->timeout_ms, busy_poll(acc), err, sizeof err);
+  int64_t seq = (int64_t)acc->coll_seq;
+  if (r == ACC_OK)
+    r = acc_gloo_all_reduce_algo(g, &seq, 1, ACC_I64, ACC_MAX, ACC_GLOO_AUTO, err, sizeof err);
+  acc->rebuilt_epoch = epoch; /* tried once: a failure is not retried at every call */
+  if (r != ACC_OK) {
+    acc_gloo_destroy(&g);
+    acc->broken = 1;
+    return acc__set_error(acc, r, "rebuilding the process group (epoch %u, keys %s): %s", epoch,
+                          prefix, err);
+  }
+  acc->gloo = g; /* the old one leaks on purpose (above) */
+  acc->coll_seq = (uint64_t)seq;
+  acc->broken = 0;
+  nbf_rankstate_phase(acc->rankstate, NBF_RS_RUNNING);
+  return ACC_OK;
+}
+
+acc_result_t acc__rebuild_if_due(acc_t *acc) {
+  unsigned epoch = g_rebuild_epoch;
+  if (!acc || acc->world < 2 || !acc->store || epoch == acc->rebuilt_epoch)
+    return ACC_OK;
+  return rebuild(acc, epoch);
 }
 
 acc_t *acc_new(const acc_config_t *cfg) {
@@ -367,6 +415,7 @@ acc_t *acc_new(const acc_config_t *cfg) {
     return fail(acc, "rendezvous");
   }
   nbf_rankstate_phase(rs, NBF_RS_RUNNING);
+  acc->rebuilt_epoch = g_rebuild_epoch; /* a group made after the cut is in step */
   return acc;
 }
 

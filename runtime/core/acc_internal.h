@@ -59,6 +59,8 @@ struct acc {
   acc_gloo_t *gloo;
   acc_nccl_t *nccl;
   int broken;         /* a collective failed: the group cannot be used again */
+  unsigned rebuilt_epoch; /* the last acc_rebuild_process_groups epoch it rebuilt for */
+  char gloo_host[256];    /* the address its Gloo device listens on (join_group)       */
   /* issue 21/27: collectives are numbered (1 = the first; every rank
    * counts alike), recorded in this rank's state page (nbf_rankstate.h)
    * and, by default, fatal when they fail (acc_set_errhandler) */
@@ -187,6 +189,10 @@ acc_result_t acc__wait_buckets(acc_t *acc);
  * while its peers are in another collective shows as such in the
  * launcher's report; its failure is returned, never fatal. */
 acc_result_t acc__final_barrier(acc_t *acc);
+/* Rebuild the group when acc_rebuild_process_groups asked for an epoch
+ * it has not rebuilt for yet (every collective calls this first). ACC_OK
+ * when nothing was due or the new group is up; else the error (stored). */
+acc_result_t acc__rebuild_if_due(acc_t *acc);
 
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);

@@ -465,7 +465,8 @@ class ExecutorE2ETest(unittest.TestCase):
             self.assertRegex(who, r"(?m)^%s\s+%s" % (name, kind))
         ls = stream_text(self.ok("%lsmagic"))
         for magic in ["%launch", "%time ", "%timeit", "%cflags", "%ldflags", "%env", "%who",
-                      "%lsmagic", "%%cuda", "%%timeit", "%%writefile", "%%file"]:
+                      "%lsmagic", "%%cuda", "%%timeit", "%%writefile", "%%file", "%ranks",
+                      "%autoranks", "%%ranks"]:
             self.assertIn(magic, ls)
         reply, outputs, _, _ = self.run_cell("%nosuchmagic")
         self.assertEqual(reply["ename"], "UsageError")
@@ -997,7 +998,7 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (0, 3))
         reply = self.shell(self.kc.complete("int a;\n%", 8))
         for m in ["%launch", "%time", "%timeit", "%who", "%%cuda", "%%timeit", "%%writefile",
-                  "%%file"]:
+                  "%%file", "%ranks", "%%ranks", "%autoranks"]:
             self.assertIn(m, reply["matches"])
         self.assertEqual(reply["cursor_start"], 7)
         reply = self.shell(self.kc.complete("#include <stdi", 14))
