@@ -353,7 +353,7 @@ double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, in
   switch (stage) {
   case 0: b = (8.0 + k) * P; break;
   case 1: b = 8.0 * P + k * P / N; break;
-  case 2: b = 4.0 * P + (4.0 + k) * P / N + 4.0 * L; break;
+  case 2: b = 4.0 * P + (4.0 + k) * P / N + 4.0 * L * (N - 1.0) / N; break;
   case 3: return (8.0 + k) * P / N + 8.0 * L + (mixed ? 4.0 * L : 0.0);
   default: return NAN;
   }
