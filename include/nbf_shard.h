@@ -76,7 +76,7 @@
 
 #include <stddef.h>
 
-#include "nbfork.h"
+#include "nbf_trainer.h" /* acc_model_t (nbf_trainer.h includes this file last) */
 
 #ifdef __cplusplus
 extern "C" {

@@ -492,4 +492,7 @@ int acc_trainer_last_checkpoint(const char *dir, char *out, size_t outlen);
 }
 #endif
 
+/* Sharded data parallel (ZeRO stages, FSDP strategies) on acc_model_t. */
+#include "nbf_shard.h"
+
 #endif /* NBF_TRAINER_H */

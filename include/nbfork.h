@@ -630,7 +630,5 @@ void acc_log_flush(acc_t *acc);
 
 /* The Trainer (Transformers' names) on the API above. */
 #include "nbf_trainer.h"
-/* Sharded data parallel (ZeRO stages, FSDP strategies) on acc_model_t. */
-#include "nbf_shard.h"
 
 #endif /* NBFORK_H */
