@@ -98,9 +98,9 @@ typedef struct {
    * (0..3) and ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE (none|cpu);
    * neither: stage 0. */
   int stage;
-  int offload;    /* keep the sharded state in host memory (see above)   */
-  int adamw;      /* 1 = AdamW (lr, beta1, beta2, eps, weight_decay),
-                     0 = SGD (lr, momentum, weight_decay)                 */
+  int offload; /* keep the sharded state in host memory (see above)   */
+  int adamw;   /* 1 = AdamW (lr, beta1, beta2, eps, weight_decay),
+                  0 = SGD (lr, momentum, weight_decay)                 */
   float lr, beta1, beta2, eps, weight_decay, momentum;
   double max_grad_norm; /* > 0: clip by global norm; 0 = no clipping    */
 } acc_shard_config_t;
@@ -172,8 +172,8 @@ size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);
  * plus 4Ψ for the half shadow with mixed precision below stage 3.
  * The ZeRO paper's mixed-precision figures (fp16 parameters and
  * gradients, f32 master and moments) are acc_shard_paper_bytes. */
-double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage,
-                                int adamw, int mixed);
+double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage, int adamw,
+                                int mixed);
 /* Rajbhandari et al. 2020, Adam with mixed precision: 16Ψ, 4Ψ + 12Ψ/N,
  * 2Ψ + 14Ψ/N, 16Ψ/N for stages 0..3. */
 double acc_shard_paper_bytes(size_t num_params, int world, int stage);

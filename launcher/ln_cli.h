@@ -59,9 +59,9 @@ typedef struct {
   char mpirun_hostfile[PATH_MAX];
   char config_file[PATH_MAX];
   char main_training_function[128];
-  char given[512];       /* " name name ": settings set by config or command line */
-  char from_config[512]; /* " name ": given by the config file only (not by a flag or Slurm) */
-  int loading_config;    /* 1 while the config file is applied (ln_cli_mark) */
+  char given[512];           /* " name name ": settings set by config or command line */
+  char from_config[512];     /* " name ": given by the config file only (not by a flag or Slurm) */
+  int loading_config;        /* 1 while the config file is applied (ln_cli_mark) */
   char distributed_type[16]; /* the config file's (FSDP / DEEPSPEED read their sections) */
 } ln_cli_t;
 

@@ -5,13 +5,13 @@
 #include "ln_config.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <jansson.h>
 #include <yaml.h>
 
 #include "nbf_util.h"
@@ -254,9 +254,11 @@ static int apply_document(ln_cli_t *c, yaml_document_t *d, const char *path, cha
   }
   char msg[256];
   /* Accelerate's defaults: FSDP shards fully, DeepSpeed at ZeRO stage 2 */
-  if (!strcmp(c->distributed_type, "FSDP") && ln_cli_set(c, "sharding", "FULL_SHARD", msg, sizeof msg))
+  if (!strcmp(c->distributed_type, "FSDP") &&
+      ln_cli_set(c, "sharding", "FULL_SHARD", msg, sizeof msg))
     return at(path, &root->start_mark, err, errlen, msg);
-  if (!strcmp(c->distributed_type, "DEEPSPEED") && ln_cli_set(c, "sharding", "zero2", msg, sizeof msg))
+  if (!strcmp(c->distributed_type, "DEEPSPEED") &&
+      ln_cli_set(c, "sharding", "zero2", msg, sizeof msg))
     return at(path, &root->start_mark, err, errlen, msg);
   for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
        p++) {

@@ -29,28 +29,18 @@ void ln_options_init(ln_options_t *o) {
     memcpy(o->rdzv_secret, secret, strlen(secret) + 1);
 }
 
-static const char *const known[] = {"num_processes",
-                                    "mixed_precision",
-                                    "use_port",
-                                    "master_addr",
-                                    "node_rank",
-                                    "num_nodes",
-                                    "rdzv_backend",
-                                    "rdzv_endpoint",
-                                    "rdzv_id",
-                                    "rdzv_timeout",
-                                    "rdzv_conf",
-                                    "max_restarts",
-                                    "monitor_interval",
-                                    "log_line_prefix_template",
-                                    "sharding",
-                                    "offload",
-                                    "state_dict_type",
-                                    NULL};
+static const char *const known[] = {"num_processes",    "mixed_precision",
+                                    "use_port",         "master_addr",
+                                    "node_rank",        "num_nodes",
+                                    "rdzv_backend",     "rdzv_endpoint",
+                                    "rdzv_id",          "rdzv_timeout",
+                                    "rdzv_conf",        "max_restarts",
+                                    "monitor_interval", "log_line_prefix_template",
+                                    "sharding",         "offload",
+                                    "state_dict_type",  NULL};
 
 /* FSDP's strategies by number (Accelerate's config writes 1..4) and name. */
-static const char *const fsdp_names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD",
-                                         "HYBRID_SHARD"};
+static const char *const fsdp_names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
 
 /* The sharding options; -2 when `key` is not one of them, else 0/-1 with
  * *accepted set (the caller words the error). */

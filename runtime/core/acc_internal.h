@@ -58,15 +58,15 @@ struct acc {
   acc_store_client_t *store;
   acc_gloo_t *gloo;
   acc_nccl_t *nccl;
-  int broken;         /* a collective failed: the group cannot be used again */
+  int broken; /* a collective failed: the group cannot be used again */
   /* issue 21/27: collectives are numbered (1 = the first; every rank
    * counts alike), recorded in this rank's state page (nbf_rankstate.h)
    * and, by default, fatal when they fail (acc_set_errhandler) */
   uint64_t coll_seq;
-  int errors_return; /* ACC_ERRORS_RETURN */
-  int debug_ops;     /* ACCELERATE_DEBUG_MODE: compare each call first */
+  int errors_return;          /* ACC_ERRORS_RETURN */
+  int debug_ops;              /* ACCELERATE_DEBUG_MODE: compare each call first */
   nbf_rankstate_t *rankstate; /* this rank's record (NULL: not launched by nbfork) */
-  int allreduce_algo; /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
+  int allreduce_algo;         /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
   /* gradient buckets of the model toolkit (acc_mlp_backward_xent):
    * 0 = none (acc_backward all-reduces the flat buffer), 1 = per bucket,
    * blocking, 2 = per bucket on the worker thread, overlapping the rest

@@ -81,7 +81,8 @@ static int count_units(const acc_model_t *m, size_t *off, size_t *len) {
       const acc_tensor_info_t *p = &m->tensors[i - 1];
       const char *pdot = strrchr(p->name, '.');
       size_t pplen = pdot ? (size_t)(pdot - p->name) : strlen(p->name);
-      if (pplen == plen && !strncmp(p->name, t->name, plen) && off[k - 1] + len[k - 1] == t->offset) {
+      if (pplen == plen && !strncmp(p->name, t->name, plen) &&
+          off[k - 1] + len[k - 1] == t->offset) {
         len[k - 1] += n;
         continue;
       }
@@ -125,8 +126,8 @@ static acc_result_t layout(acc_shard_t *sh) {
   free(off), free(len);
   sh->buf_n = sh->stage == 0 ? 0 : N * maxs;
   if ((sh->buf_n && !(sh->buf = calloc(sh->buf_n, sizeof(float)))) ||
-      (sh->stage == 3 && (!(sh->P = calloc(sh->S, sizeof(float))) ||
-                          !(sh->G = calloc(sh->S, sizeof(float))))))
+      (sh->stage == 3 &&
+       (!(sh->P = calloc(sh->S, sizeof(float))) || !(sh->G = calloc(sh->S, sizeof(float))))))
     return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_new: no memory for the shards");
   return ACC_OK;
 }
@@ -231,8 +232,13 @@ acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_confi
     acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_shard_new: no memory");
     return NULL;
   }
-  *sh = (acc_shard_t){.acc = acc, .model = model, .cfg = c, .stage = c.stage,
-                      .rank = acc_rank(acc), .world = acc_world_size(acc), .grad_norm = NAN,
+  *sh = (acc_shard_t){.acc = acc,
+                      .model = model,
+                      .cfg = c,
+                      .stage = c.stage,
+                      .rank = acc_rank(acc),
+                      .world = acc_world_size(acc),
+                      .grad_norm = NAN,
                       .gathered = 1};
   if (layout(sh) != ACC_OK || make_optimizers(sh) != ACC_OK) {
     acc_shard_destroy(&sh);
@@ -351,11 +357,19 @@ double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, in
   const double k = adamw ? 8.0 : 4.0;
   double b;
   switch (stage) {
-  case 0: b = (8.0 + k) * P; break;
-  case 1: b = 8.0 * P + k * P / N; break;
-  case 2: b = 4.0 * P + (4.0 + k) * P / N + 4.0 * L * (N - 1.0) / N; break;
-  case 3: return (8.0 + k) * P / N + 8.0 * L + (mixed ? 4.0 * L : 0.0);
-  default: return NAN;
+  case 0:
+    b = (8.0 + k) * P;
+    break;
+  case 1:
+    b = 8.0 * P + k * P / N;
+    break;
+  case 2:
+    b = 4.0 * P + (4.0 + k) * P / N + 4.0 * L * (N - 1.0) / N;
+    break;
+  case 3:
+    return (8.0 + k) * P / N + 8.0 * L + (mixed ? 4.0 * L : 0.0);
+  default:
+    return NAN;
   }
   return b + (mixed ? 4.0 * P : 0.0);
 }

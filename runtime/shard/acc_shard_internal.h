@@ -10,10 +10,10 @@
 #include "nbf_shard.h"
 
 typedef struct {
-  size_t off, n; /* the unit in the model's flat buffers (elements) */
-  size_t s;      /* elements per rank after padding to N·s (stage 0: n) */
-  size_t own;    /* owned elements of this rank: clamp(n - r·s, 0, s) */
-  size_t soff;   /* offset of the owned block in P, G (stage 3) */
+  size_t off, n;    /* the unit in the model's flat buffers (elements) */
+  size_t s;         /* elements per rank after padding to N·s (stage 0: n) */
+  size_t own;       /* owned elements of this rank: clamp(n - r·s, 0, s) */
+  size_t soff;      /* offset of the owned block in P, G (stage 3) */
   acc_optim_t *opt; /* over the owned elements; NULL when own == 0 */
 } acc__shard_unit_t;
 
@@ -24,13 +24,13 @@ struct acc_shard {
   int stage, rank, world;
   int nunits;
   acc__shard_unit_t *units;
-  float *P, *G;    /* stage 3: the owned parameters and gradients, S each */
+  float *P, *G; /* stage 3: the owned parameters and gradients, S each */
   size_t S;
-  float *buf;      /* communication staging: N · max s_u */
+  float *buf; /* communication staging: N · max s_u */
   size_t buf_n;
-  int hooked;      /* the toolkit MLP's layer hooks are installed */
-  int reduced;     /* this backward's hooks reduced every unit */
-  int gathered;    /* stage 3: every unit is in the model's buffer */
+  int hooked;   /* the toolkit MLP's layer hooks are installed */
+  int reduced;  /* this backward's hooks reduced every unit */
+  int gathered; /* stage 3: every unit is in the model's buffer */
   double grad_norm;
   size_t peak;
   char desc[256];

@@ -212,8 +212,9 @@ NBF_TEST(config_errors_name_the_key_line_and_column) {
   assert_config_error("num_processes: [2\nfoo: 1\n", "bad.yaml:2:4: not valid YAML");
   assert_config_error("a: b: c\n", "bad.yaml:1:5: not valid YAML");
   assert_config_error("distributed_type: XLA\n", "1:19: distributed_type: XLA");
-  assert_config_error("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n",
-                      "fsdp_activation_checkpointing: activation checkpointing is not supported");
+  assert_config_error(
+      "distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n",
+      "fsdp_activation_checkpointing: activation checkpointing is not supported");
   assert_config_error("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 5\n",
                       "bad value for zero_stage: '5'");
   assert_config_error("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 7\n",

@@ -65,9 +65,10 @@ static void run_ddp(acc_t *acc, const case_t *c, float *loss, float *params) {
   acc_mlp_t *m = acc_mlp_new(acc, SIZES, NL, B);
   ASSERT_NOT_NULL(m);
   size_t n = acc_mlp_num_params(m);
-  acc_optim_t *o = is(c, "sgd") ? acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), n, 0.05f, 0.9f, 0.01f)
-                                : acc_adamw_new(acc_mlp_params(m), acc_mlp_grads(m), n, 0.01f,
-                                                0.9f, 0.999f, 1e-8f, 0.01f);
+  acc_optim_t *o = is(c, "sgd")
+                       ? acc_sgd_new(acc_mlp_params(m), acc_mlp_grads(m), n, 0.05f, 0.9f, 0.01f)
+                       : acc_adamw_new(acc_mlp_params(m), acc_mlp_grads(m), n, 0.01f, 0.9f, 0.999f,
+                                       1e-8f, 0.01f);
   ASSERT_NOT_NULL(o);
   float x[B * 21];
   int64_t y[B];
@@ -254,12 +255,9 @@ NBF_TEST(stage_from_environment) {
   static const struct {
     const char *fsdp, *strategy, *ds, *zero;
     int stage;
-  } t[] = {{"true", "1", NULL, NULL, 3},
-           {"true", "SHARD_GRAD_OP", NULL, NULL, 2},
-           {"true", "NO_SHARD", NULL, NULL, 0},
-           {NULL, NULL, "true", "1", 1},
-           {NULL, NULL, "true", "3", 3},
-           {NULL, NULL, NULL, NULL, 0}};
+  } t[] = {{"true", "1", NULL, NULL, 3},        {"true", "SHARD_GRAD_OP", NULL, NULL, 2},
+           {"true", "NO_SHARD", NULL, NULL, 0}, {NULL, NULL, "true", "1", 1},
+           {NULL, NULL, "true", "3", 3},        {NULL, NULL, NULL, NULL, 0}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     t[i].fsdp ? setenv("ACCELERATE_USE_FSDP", t[i].fsdp, 1) : unsetenv("ACCELERATE_USE_FSDP");
     t[i].strategy ? setenv("FSDP_SHARDING_STRATEGY", t[i].strategy, 1)
