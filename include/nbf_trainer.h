@@ -498,4 +498,7 @@ ACC_API int acc_trainer_last_checkpoint(const char *dir, char *out, size_t outle
 }
 #endif
 
+/* Sharded data parallel (ZeRO stages, FSDP strategies) on acc_model_t. */
+#include "nbf_shard.h"
+
 #endif /* NBF_TRAINER_H */

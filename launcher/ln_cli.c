@@ -48,6 +48,12 @@ static const struct {
     {"rdzv_backend", "rdzv_backend"},
     {"rdzv_conf", "rdzv_conf"},
     {"log_line_prefix_template", "log_line_prefix_template"},
+    /* sharding (the config file's fsdp_config / deepspeed_config set them) */
+    {"sharding", "sharding"},
+    {"fsdp_sharding_strategy", "sharding"},
+    {"fsdp_offload_params", "offload"},
+    {"offload_optimizer_device", "offload"},
+    {"fsdp_state_dict_type", "state_dict_type"},
 };
 
 static const char *const names[] = {"config_file",
@@ -69,6 +75,12 @@ static const char *const names[] = {"config_file",
                                     "mpirun_hostfile",
                                     "quiet",
                                     "log_line_prefix_template",
+                                    "sharding",
+                                    "fsdp_sharding_strategy",
+                                    "fsdp_offload_params",
+                                    "offload_optimizer_device",
+                                    "fsdp_state_dict_type",
+                                    "zero_stage",
                                     NULL};
 
 void ln_cli_unknown_message(const char *lead, const char *name, char *err, size_t errlen) {
@@ -90,7 +102,7 @@ int ln_cli_set(ln_cli_t *c, const char *name, const char *v, char *err, size_t e
         return 0;
       }
       /* the message names the %launch option: say it with this name */
-      if (strcmp(name, renamed[i].launch_name))
+      if (!strcmp(name, "main_process_ip"))
         snprintf(err, errlen, "bad value for %s: '%s' (accepted: a host name or IP address)", name,
                  v);
       return -1;
@@ -124,6 +136,12 @@ int ln_cli_set(ln_cli_t *c, const char *name, const char *v, char *err, size_t e
     accepted = "the path of an mpirun hostfile";
   } else if (!strcmp(name, "config_file")) {
     bad = !*v || ln_copy_text(c->config_file, sizeof c->config_file, v), accepted = "a path";
+  } else if (!strcmp(name, "zero_stage")) { /* DeepSpeed's ZeRO stage: sharding=zeroN */
+    char z[8];
+    bad = strlen(v) != 1 || v[0] < '0' || v[0] > '3', accepted = "0, 1, 2 or 3";
+    snprintf(z, sizeof z, "zero%s", v);
+    if (!bad && ln_options_set(&c->o, "sharding", z, err, errlen) == 0)
+      ln_cli_mark(c, "sharding");
   } else if (!strcmp(name, "main_training_function")) {
     bad = ln_copy_text(c->main_training_function, sizeof c->main_training_function, v);
     accepted = "a function name";
@@ -215,6 +233,12 @@ char *ln_cli_launch_options(const ln_cli_t *c, int which) {
     fprintf(f, " rdzv_conf=\"secret=%s\"", o->rdzv_secret);
   if (GIVEN("rdzv_conf"))
     fprintf(f, " rdzv_timeout=%d", o->rdzv_timeout_s);
+  if (GIVEN("sharding") || GIVEN("fsdp_sharding_strategy"))
+    put_option(f, "sharding", o->sharding);
+  if (GIVEN("fsdp_offload_params") || GIVEN("offload_optimizer_device"))
+    put_option(f, "offload", o->offload ? "true" : "false");
+  if (GIVEN("fsdp_state_dict_type"))
+    put_option(f, "state_dict_type", o->state_dict_type);
   if (GIVEN("log_line_prefix_template") && o->log_line_prefix_template[0])
     put_option(f, "log_line_prefix_template", o->log_line_prefix_template);
 #undef PUT_INT

@@ -30,7 +30,15 @@
  * | mpirun_hostfile          | (none)            | start the ranks through mpirun         |
  * | log_line_prefix_template | (none)            | {rank}, {local_rank}, {node_rank}      |
  * | quiet (-q)               | false             | no banner, failure summary only        |
- * | distributed_type (key)   | -                 | NO, MULTI_CPU (= use_cpu), MULTI_GPU   |
+ * | distributed_type (key)   | -                 | NO, MULTI_CPU (= use_cpu), MULTI_GPU,  |
+ * |                          |                   | FSDP (fsdp_config), DEEPSPEED          |
+ * |                          |                   | (deepspeed_config): sharding below     |
+ * | sharding                 | no                | %launch's sharding (ln_options.h)      |
+ * | fsdp_sharding_strategy   | FULL_SHARD        | 1..4 or names: sharding                |
+ * | zero_stage               | 2 (DEEPSPEED)     | 0..3: sharding=zeroN                   |
+ * | fsdp_offload_params,     | false / none      | offload (a no-op on CPU runs)          |
+ * | offload_optimizer_device |                   |                                        |
+ * | fsdp_state_dict_type     | FULL_STATE_DICT   | state_dict_type                        |
  */
 #ifndef LN_CLI_H
 #define LN_CLI_H
@@ -51,9 +59,10 @@ typedef struct {
   char mpirun_hostfile[PATH_MAX];
   char config_file[PATH_MAX];
   char main_training_function[128];
-  char given[512];       /* " name name ": settings set by config or command line */
-  char from_config[512]; /* " name ": given by the config file only (not by a flag or Slurm) */
-  int loading_config;    /* 1 while the config file is applied (ln_cli_mark) */
+  char given[512];           /* " name name ": settings set by config or command line */
+  char from_config[512];     /* " name ": given by the config file only (not by a flag or Slurm) */
+  int loading_config;        /* 1 while the config file is applied (ln_cli_mark) */
+  char distributed_type[16]; /* the config file's (FSDP / DEEPSPEED read their sections) */
 } ln_cli_t;
 
 /* Defaults (table above). */

@@ -81,6 +81,7 @@ void ln_worker_export_env(const ln_worker_env_t *env, int local_rank) {
   nbf_param_set(NBF_P_MASTER_ADDR, o->master_addr);
   nbf_param_set_long(NBF_P_MASTER_PORT, o->use_port);
   nbf_param_set(NBF_P_ACCELERATE_MIXED_PRECISION, o->mixed_precision);
+  ln_options_sharding_env(o);
   nbf_param_set_long(NBF_P_TORCHELASTIC_RESTART_COUNT, env->restart);
   nbf_param_set_long(NBF_P_NBFORK_RESTART_COUNT, env->restart);
   nbf_param_set(NBF_P_NBFORK_STORE_HOSTED, "1");

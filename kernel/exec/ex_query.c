@@ -30,7 +30,7 @@ typedef struct {
 } ex_header_t;
 
 static ex_header_t g_headers[] = {
-    {"nbfork.h", 1, NULL}, {"nbf_display.h", 1, NULL}, {"nbf_trainer.h", 1, NULL},
+    {"nbfork.h", 1, NULL}, {"nbf_display.h", 1, NULL}, {"nbf_trainer.h", 1, NULL}, {"nbf_shard.h", 1, NULL},
     {"stdio.h", 0, NULL},  {"stdlib.h", 0, NULL},      {"string.h", 0, NULL},
     {"unistd.h", 0, NULL}, {"time.h", 0, NULL},        {"ctype.h", 0, NULL},
     {"stdint.h", 0, NULL}, {"pthread.h", 0, NULL},

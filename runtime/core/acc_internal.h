@@ -65,10 +65,10 @@ struct acc {
    * counts alike), recorded in this rank's state page (nbf_rankstate.h)
    * and, by default, fatal when they fail (acc_set_errhandler) */
   uint64_t coll_seq;
-  int errors_return; /* ACC_ERRORS_RETURN */
-  int debug_ops;     /* ACCELERATE_DEBUG_MODE: compare each call first */
+  int errors_return;          /* ACC_ERRORS_RETURN */
+  int debug_ops;              /* ACCELERATE_DEBUG_MODE: compare each call first */
   nbf_rankstate_t *rankstate; /* this rank's record (NULL: not launched by nbfork) */
-  int allreduce_algo; /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
+  int allreduce_algo;         /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
   /* gradient buckets of the model toolkit (acc_mlp_backward_xent):
    * 0 = none (acc_backward all-reduces the flat buffer), 1 = per bucket,
    * blocking, 2 = per bucket on the worker thread, overlapping the rest
@@ -231,6 +231,19 @@ typedef struct {
 acc_result_t acc__optim_view(acc_t *acc, acc_optim_t *o, acc__optim_view_t *v);
 /* Set the scalars of `o` (lr, ..., t). */
 void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
+/* The update alone (host or device), whatever the accumulation position
+ * and the precision: the caller unscaled and checked the gradients
+ * (sharding). 1, or -1 on a device error (in acc). */
+int acc__optim_step_raw(acc_t *acc, acc_optim_t *o);
+/* The sum of squares of n host floats in f64 (eight lanes, then
+ * pairwise): clip_grad_norm's, the Trainer's and sharding's. */
+double acc__sumsq(const float *g, size_t n);
+/* Bytes of state the optimizer holds (momentum, moments). */
+size_t acc__optim_state_bytes(const acc_optim_t *o);
+/* acc_backward's scaling of this micro-step's contribution by
+ * 1/gradient_accumulation_steps, without the all-reduce (sharding
+ * reduce-scatters instead). Errors: NO_MEMORY, a device error. */
+acc_result_t acc__accumulate_scale(acc_t *acc, float *grads, size_t n);
 /* Forget the registered object `name` (the Trainer's state, when the
  * Trainer is destroyed before the accelerator); no-op when absent. */
 void acc__unregister_for_checkpointing(acc_t *acc, const char *name);
@@ -250,7 +263,19 @@ void acc__mlp_set_layer_hook(acc_mlp_t *m, acc__mlp_layer_hook_fn fn, void *user
  * refreshed from the device model when it has one (synchronous); NULL on
  * a device error (in acc_last_error). For checkpoints. */
 float *acc__mlp_host(acc_mlp_t *m, int what);
-/* The model's host buffer (params what = 0, grads 1) without copying
+/* Hooks around each layer's use in a host acc_mlp_t (sharding,
+ * runtime/shard/acc_shard.c): FWD_BEGIN before layer l's forward reads
+ * its parameters (weight then bias: `n` elements from `offset`), FWD_END
+ * after, BWD_BEGIN before its backward reads them, BWD_END when its
+ * gradient is complete (after the LOMO layer hook). Nonzero stops the
+ * pass (the hook sets the error). Under mixed precision the layer's half
+ * shadow is refreshed after FWD_BEGIN and BWD_BEGIN. NULL removes it;
+ * gradient buckets are off while it is set. */
+enum { ACC__UNIT_FWD_BEGIN = 0, ACC__UNIT_FWD_END, ACC__UNIT_BWD_BEGIN, ACC__UNIT_BWD_END };
+typedef int (*acc__mlp_unit_hook_fn)(void *user, int phase, int layer, size_t offset, size_t n);
+void acc__mlp_set_unit_hook(acc_mlp_t *m, acc__mlp_unit_hook_fn fn, void *user);
+/* The model's host buffer (params what = 0, grads 1, the half shadow 2:
+ * NULL before the first half-precision forward) without copying
  * from the device: to fill before acc__mlp_upload. */
 float *acc__mlp_host_buffer(acc_mlp_t *m, int what);
 /* After writing acc__mlp_host's buffer: copy it to the device model

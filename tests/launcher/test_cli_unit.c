@@ -207,10 +207,16 @@ NBF_TEST(config_errors_name_the_key_line_and_column) {
                       "bad.yaml:2:1: unknown config key 'num_procs'");
   assert_config_error("num_processes: [2\nfoo: 1\n", "bad.yaml:2:4: not valid YAML");
   assert_config_error("a: b: c\n", "bad.yaml:1:5: not valid YAML");
-  assert_config_error("distributed_type: DEEPSPEED\n", "1:19: distributed_type: DEEPSPEED");
-  assert_config_error("fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n",
-                      "1:1: fsdp_config: FSDP is not supported by nbfork");
-  assert_config_error("deepspeed_config:\n  zero_stage: 2\n", "DeepSpeed is not supported");
+  assert_config_error("distributed_type: XLA\n", "1:19: distributed_type: XLA");
+  assert_config_error(
+      "distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n",
+      "fsdp_activation_checkpointing: activation checkpointing is not supported");
+  assert_config_error("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 5\n",
+                      "bad value for zero_stage: '5'");
+  assert_config_error("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 7\n",
+                      "bad value for sharding: '7'");
+  assert_config_error("distributed_type: FSDP\nfsdp_config:\n  fsdp_bogus: 1\n",
+                      "unknown key 'fsdp_bogus' in fsdp_config");
   assert_config_error("tpu_use_cluster: true\n", "TPU is not supported");
   assert_config_error("dynamo_backend: INDUCTOR\n", "torch dynamo is not supported");
   assert_config_error("compute_environment: AMAZON_SAGEMAKER\n", "only LOCAL_MACHINE");
@@ -244,6 +250,78 @@ NBF_TEST(config_writer_output_reads_back) {
   ASSERT_EQ(c.num_processes, 3);
   ASSERT_EQ(c.cpu, 1); /* MULTI_CPU */
   ASSERT_EQ_STR(c.o.mixed_precision, "no");
+}
+
+/* The Transformers guide's FSDP and DeepSpeed configs (issue 23): the
+ * sharding choice reaches the workers' environment under Accelerate's
+ * names. */
+NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
+  isolate();
+  char *fsdp = write_file("fsdp.yaml", "compute_environment: LOCAL_MACHINE\n"
+                                       "distributed_type: FSDP\n"
+                                       "fsdp_config:\n"
+                                       "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                                       "  fsdp_backward_prefetch_policy: BACKWARD_PRE\n"
+                                       "  fsdp_forward_prefetch: true\n"
+                                       "  fsdp_offload_params: true\n"
+                                       "  fsdp_sharding_strategy: 2\n"
+                                       "  fsdp_state_dict_type: SHARDED_STATE_DICT\n"
+                                       "  fsdp_sync_module_states: true\n"
+                                       "  fsdp_transformer_layer_cls_to_wrap: BertLayer\n"
+                                       "  fsdp_use_orig_params: true\n"
+                                       "num_processes: 2\n");
+  ln_cli_t c;
+  char err[512];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", fsdp, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "SHARD_GRAD_OP");
+  ASSERT_EQ(c.o.offload, 1);
+  ASSERT_EQ_STR(c.o.state_dict_type, "SHARDED_STATE_DICT");
+  ln_options_sharding_env(&c.o);
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_ACCELERATE_USE_FSDP), "true");
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_SHARDING_STRATEGY), "SHARD_GRAD_OP");
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_OFFLOAD_PARAMS), "true");
+  char *opts = ln_cli_launch_options(&c, LN_OPTS_GIVEN);
+  ASSERT_CONTAINS(opts, "sharding=SHARD_GRAD_OP");
+  free(opts);
+  /* FSDP without a strategy: FULL_SHARD, as Accelerate */
+  char *plain = write_file("fsdp1.yaml", "distributed_type: FSDP\nnum_processes: 2\n");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", plain, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "FULL_SHARD");
+  /* DeepSpeed: zero_stage and the offload device; the JSON file's
+   * zero_optimization section */
+  char *json = write_file("ds.json", "{\"zero_optimization\": {\"stage\": 3, "
+                                     "\"offload_optimizer\": {\"device\": \"cpu\"}}}");
+  char yaml[600];
+  snprintf(yaml, sizeof yaml,
+           "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: %s\n"
+           "  zero3_init_flag: true\nnum_processes: 2\n",
+           json);
+  char *ds = write_file("ds.yaml", yaml);
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", ds, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "zero3");
+  ASSERT_EQ(c.o.offload, 1);
+  char *ds1 = write_file("ds1.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                                     "  zero_stage: 1\n  offload_optimizer_device: none\n");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", ds1, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "zero1");
+  ln_options_sharding_env(&c.o);
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_ACCELERATE_USE_DEEPSPEED), "true");
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_ACCELERATE_DEEPSPEED_ZERO_STAGE), "1");
+  /* a section of another distributed_type is ignored, as Accelerate does */
+  char *other = write_file("o.yaml", "distributed_type: MULTI_GPU\nfsdp_config:\n"
+                                     "  fsdp_sharding_strategy: 1\n");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", other, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "no");
+  /* %launch's option */
+  ln_options_t o;
+  ln_options_init(&o);
+  ASSERT_EQ(ln_options_parse("num_processes=2 sharding=1 offload=true", &o, err, sizeof err), 0);
+  ASSERT_EQ_STR(o.sharding, "FULL_SHARD");
+  ASSERT_EQ(ln_options_parse("num_processes=2 sharding=zero9", &o, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "sharding");
+  const char *files[] = {fsdp, plain, json, ds, ds1, other};
+  for (int i = 0; i < 6; i++)
+    unlink(files[i]), free((void *)files[i]);
 }
 
 NBF_TEST(mpirun_config_and_command_as_accelerate_builds_it) {
