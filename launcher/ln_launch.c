@@ -92,11 +92,14 @@ static int check_cuda(const ln_context_t *ctx, ln_error_t *err) {
   int cell = ctx->cuda_initialized_by_cell;
   if (cell <= 0)
     return 0;
+  char cellname[32];
+  snprintf(cellname, sizeof cellname, "cell [%d]", cell);
+  const char *by = ctx->cuda_initialized_by ? ctx->cuda_initialized_by : cellname;
   set_error(err, "LaunchError",
-            nbf_xprintf("CUDA was initialized in the kernel process by cell [%d]; workers forked "
+            nbf_xprintf("CUDA was initialized in the kernel process by %s; workers forked "
                         "now could not use the GPU (every CUDA call would fail with "
                         "'initialization error').",
-                        cell),
+                        by),
             nbf_xprintf("To fix it: restart the kernel, move the CUDA calls of cell [%d] into the "
                         "launched function (or a function it calls), and run the cells again.",
                         cell));
