@@ -17,10 +17,4 @@
  * spans several nodes. Returns 1 when Slurm supplied something, else 0. */
 int ln_slurm_apply(ln_cli_t *c);
 
-/* The address of Slurm node `name`: the name itself when it resolves,
- * else its NodeAddr from `scontrol show node NAME` (node names of a test
- * cluster, or of multiple slurmd on one host, need not be in DNS).
- * Returns 0, or -1 when neither answers. */
-int ln_slurm_node_addr(const char *name, char *out, size_t outlen);
-
 #endif
