@@ -91,6 +91,21 @@ class CudaInitTests(unittest.TestCase):
             finally:
                 k.close()
 
+    def test_cell_calling_cuinit_itself_is_named_with_its_line(self):
+        # the cell declares the driver's entry and calls it: no -lcuda needed,
+        # it binds to the executor's cuInit, which loads the driver
+        k = h.Kernel(env=fake_env())
+        try:
+            self.assertEqual(k.execute(WORK)[0]["status"], "ok")
+            reply, out = k.execute("int cuInit(unsigned flags);\nint r = 1;\nr = cuInit(0);\nr")
+            self.assertEqual(reply["status"], "ok", h.errors(out))
+            reply, out = k.execute_with_port("%%launch work() num_processes=2 use_port=%d")
+            errs = h.errors(out)
+            self.assertEqual(errs[0]["ename"], "LaunchError")
+            self.assertIn("by cell [2], line 3, which called cuInit;", errs[0]["evalue"])
+        finally:
+            k.close()
+
     def test_too_many_processes_for_gpus(self):
         k = h.Kernel(env=fake_env())
         try:
