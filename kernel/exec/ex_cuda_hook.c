@@ -29,6 +29,14 @@ void ex_cuda_hook_cell(int count, const char *code) {
   g_cell_code = code;
 }
 
+/* backtrace() loads libgcc_s at its first call: done here, at start, not
+ * inside the first cuInit (which a library constructor may make while the
+ * loader is busy loading it). */
+__attribute__((constructor)) static void warm_backtrace(void) {
+  void *f[2];
+  backtrace(f, 2);
+}
+
 typedef int (*cu_init_fn)(unsigned);
 
 /* libcuda's own cuInit: the next definition after this executable's, or
