@@ -139,8 +139,19 @@ static int check_gpus(const ln_options_t *o, int gpus, ln_error_t *err) {
   return -1;
 }
 
-/* node_rank 0 hosts the store on use_port: say now when it cannot. */
+/* node_rank 0 hosts the store on use_port: say now when it cannot. A
+ * master_addr that does not resolve is named as such, on every node (it
+ * would show as a port that cannot be bound, or a store that never answers). */
 static int check_port(const ln_options_t *o, ln_error_t *err) {
+  int gai = nbf_resolve(o->master_addr);
+  if (gai) {
+    set_error(err, "LaunchError",
+              nbf_xprintf("master_addr=%s does not resolve: %s.", o->master_addr,
+                          gai_strerror(gai)),
+              nbf_xprintf("Give node 0's IP address as master_addr, or a name this machine "
+                          "resolves."));
+    return -1;
+  }
   int e = o->node_rank == 0 ? ln_port_check(o->master_addr, o->use_port) : 0;
   if (!e)
     return 0;
