@@ -11,7 +11,7 @@
 #include "nbf_cluster.h"
 #include "nbf_param.h"
 
-int ln_slurm_apply(ln_cli_t *c) {
+int ln_slurm_apply(ln_cli_t *c, char *err, size_t errlen) {
   long nnodes, nodeid;
   if (!nbf_param_raw(NBF_P_SLURM_STEP_ID) || nbf_param_SLURM_NNODES(&nnodes) ||
       nbf_param_SLURM_NODEID(&nodeid) || nnodes < 1 || nodeid < 0 ||
@@ -26,8 +26,15 @@ int ln_slurm_apply(ln_cli_t *c) {
     list = nbf_param_raw(NBF_P_SLURM_JOB_NODELIST);
   char first[256], addr[256];
   if (c->num_machines > 1 && !strcmp(c->o.master_addr, "127.0.0.1") &&
-      nbf_slurm_first_node(list, first, sizeof first) == 0 &&
-      nbf_slurm_node_addr(first, addr, sizeof addr) == 0) {
+      nbf_slurm_first_node(list, first, sizeof first) == 0) {
+    if (nbf_slurm_node_addr(first, addr, sizeof addr) != 0) {
+      /* 127.0.0.1 would send every machine to its own loopback */
+      snprintf(err, errlen,
+               "Slurm's first node %s does not resolve here and `scontrol show node %s` gave no "
+               "NodeAddr: give --main_process_ip (machine 0's address)",
+               first, first);
+      return -1;
+    }
     snprintf(c->o.master_addr, sizeof c->o.master_addr, "%s", addr);
     ln_cli_mark(c, "main_process_ip");
   }

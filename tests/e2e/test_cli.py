@@ -251,6 +251,23 @@ class BadInput(CliCase):
                         "nbf-no-such-host.invalid", PROG),
             "nbfork launch: error: --main_process_ip nbf-no-such-host.invalid does not resolve: ")
 
+    def test_srun_launch_with_unresolvable_first_node_asks_for_main_process_ip(self):
+        # `srun nbfork launch` whose first node neither resolves nor is known
+        # to scontrol: a usage error, not every machine on its own loopback
+        bindir = os.path.join(self.tmp.name, "bin")
+        os.mkdir(bindir)
+        with open(os.path.join(bindir, "scontrol"), "w") as f:
+            f.write("#!/bin/sh\nexit 1\n")
+        os.chmod(os.path.join(bindir, "scontrol"), 0o755)
+        env = dict(self.env, SLURM_STEP_ID="0", SLURM_NNODES="2", SLURM_NODEID="1",
+                   SLURM_JOB_NODELIST="nbf-no-such-node[1-2]",
+                   PATH=bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin"))
+        self.assert_usage_error(
+            self.nbfork("launch", "--num_processes", "2", "--main_process_port", "29999", PROG,
+                        env=env),
+            "Slurm's first node nbf-no-such-node1 does not resolve here",
+            "give --main_process_ip")
+
     def test_port_in_use(self):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
