@@ -89,7 +89,7 @@ static int declares(const char *bol, const char *p) {
 /* 1-based line of the first call of `name` (the identifier followed by
  * `(`, not a declaration of it) in a cell's code, or 0: the line is
  * read from the code, as the cells' objects carry no line tables. */
-static int call_line(const char *code, const char *name) {
+int ex_cuda_hook_call_line(const char *code, const char *name) {
   size_t n = strlen(name);
   int line = 1;
   const char *bol = code;
@@ -164,7 +164,7 @@ char *ex_cuda_hook_describe(const char *workdir) {
   hook_stack_t s;
   read_stack(workdir, &s);
   const char *name = s.cell_called_direct ? "cuInit" : s.have_entry ? s.entry.dli_sname : NULL;
-  int line = name && g_code ? call_line(g_code, name) : 0;
+  int line = name && g_code ? ex_cuda_hook_call_line(g_code, name) : 0;
   char where[64];
   if (g_count > 0 && line > 0)
     snprintf(where, sizeof where, "cell [%d], line %d", g_count, line);

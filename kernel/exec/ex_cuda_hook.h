@@ -26,4 +26,10 @@ void ex_cuda_hook_cell(int count, const char *code);
  * NULL when none was seen. Freshly allocated on each call; caller frees. */
 char *ex_cuda_hook_describe(const char *workdir);
 
+/* 1-based line of the first call of function `name` in a cell's code
+ * (the identifier followed by `(`, where only words and '*' before it on
+ * its line would make it a declaration, `return` excepted), or 0. Text
+ * only: a call in a comment or string counts. Exposed for its tests. */
+int ex_cuda_hook_call_line(const char *code, const char *name);
+
 #endif
