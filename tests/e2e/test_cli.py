@@ -207,9 +207,9 @@ class BadInput(CliCase):
             f.write("num_processes: 2\nnum_gpus: 2\n")
         self.assert_usage_error(self.nbfork("launch", PROG), ":2:1: unknown config key 'num_gpus'")
         with open(self.config, "w") as f:
-            f.write("distributed_type: FSDP\n")
+            f.write("distributed_type: MEGATRON_LM\n")
         self.assert_usage_error(self.nbfork("launch", PROG),
-                                "distributed_type: FSDP is not supported by nbfork")
+                                "distributed_type: MEGATRON_LM is not supported by nbfork")
 
     def test_unknown_command(self):
         self.assert_usage_error(self.nbfork("lunch"), "unknown command 'lunch'")
