@@ -57,6 +57,19 @@ class CliCase(unittest.TestCase):
 
 
 class Launch(CliCase):
+    def launch_sleepers(self):
+        """`nbfork launch` of two workers that sleep once their all-reduce
+        printed; returns the Popen once both printed."""
+        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
+                              "0", PROG, "sleep"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.env)
+        seen = ""
+        while seen.count("sum 3 ok") < 2:
+            line = p.stdout.readline()
+            self.assertTrue(line, "nbfork ended before the workers printed")
+            seen += line
+        return p
+
     def test_launch_program_sets_the_world_and_forwards_output(self):
         r = self.nbfork("launch", "--num_processes", "3", "--main_process_port", "0",
                         "--log_line_prefix_template", "[{rank}] ", PROG)
@@ -162,14 +175,7 @@ class Launch(CliCase):
 
     def test_sigterm_is_reported_as_terminated(self):
         # issue 21 item 6: a kill or a scheduler's SIGTERM is no KeyboardInterrupt
-        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
-                              "0", PROG, "sleep"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=self.env)
-        seen = ""
-        while seen.count("sum 3 ok") < 2:
-            line = p.stdout.readline()
-            self.assertTrue(line, "nbfork ended before the workers printed")
-            seen += line
+        p = self.launch_sleepers()
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=TIMEOUT)
         self.assertEqual(p.returncode, 143, err)
@@ -194,14 +200,7 @@ class Launch(CliCase):
         self.assertEqual(r.stdout.count("\nrank 0 of 2 (local"), 2, r.stdout)
 
     def test_ctrl_c_stops_every_worker_and_leaves_none(self):
-        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
-                              "0", PROG, "sleep"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=self.env)
-        seen = ""
-        while seen.count("sum 3 ok") < 2:
-            line = p.stdout.readline()
-            self.assertTrue(line, "nbfork ended before the workers printed")
-            seen += line
+        p = self.launch_sleepers()
         workers = [int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)],
                                                   capture_output=True, text=True).stdout.split()]
         self.assertEqual(len(workers), 2)
@@ -287,9 +286,9 @@ class BadInput(CliCase):
             f.write("num_processes: 2\nnum_gpus: 2\n")
         self.assert_usage_error(self.nbfork("launch", PROG), ":2:1: unknown config key 'num_gpus'")
         with open(self.config, "w") as f:
-            f.write("distributed_type: FSDP\n")
+            f.write("distributed_type: MEGATRON_LM\n")
         self.assert_usage_error(self.nbfork("launch", PROG),
-                                "distributed_type: FSDP is not supported by nbfork")
+                                "distributed_type: MEGATRON_LM is not supported by nbfork")
 
     def test_unknown_command(self):
         self.assert_usage_error(self.nbfork("lunch"), "unknown command 'lunch'")

@@ -309,7 +309,10 @@ class LauncherTests(KernelWithDefs):
                             view = f.read()
                     except FileNotFoundError:
                         return False
-                    return "rank 0: in all_reduce #4 (f32 x 16) for" in view
+                    # the file is rewritten each second: one written before
+                    # rank 1's all_reduce #3 returned shows it still there
+                    return ("rank 0: in all_reduce #4 (f32 x 16) for" in view and
+                            "rank 1: running its own code" in view)
                 h.wait_until(current, timeout=30)
                 os.kill(ex, signal.SIGQUIT)
                 time.sleep(1.0)  # the monitor's next tick prints it

@@ -289,6 +289,7 @@ class CommandLine(unittest.TestCase):
         res = self.both(["--num_processes", "4", *conf], ["--num_processes", "2", *conf])
         for rc, err, secs in res:
             self.assertEqual(rc, 1, err)
+            # in the command line's words (issue 21 item 6)
             self.assertIn("--num_processes 4 on machine 0, 2 on machine 1", err)
             self.assertNotIn("launch cell", err)
             self.assertNotIn("enforce", err)

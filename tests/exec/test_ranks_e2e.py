@@ -8,8 +8,6 @@ method is its own ctest test, exec.e2e.ranks.NAME (tests/exec/CMakeLists.txt).
 """
 import os
 import re
-import shutil
-import tempfile
 import time
 import unittest
 
@@ -28,29 +26,15 @@ def alive(pid):
         return False
 
 
-class RanksE2ETest(unittest.TestCase):
+class RanksE2ETest(nbf_harness.KernelTestCase):
+    workdir_prefix = "nbfork-ranks-e2e-"
+    cell_timeout = TIMEOUT
 
-    def setUp(self):
-        if not os.access(nbf_harness.KERNEL, os.X_OK):
-            self.skipTest("no built nbfork-kernel at %s" % nbf_harness.KERNEL)
-        self.workdir = tempfile.mkdtemp(prefix="nbfork-ranks-e2e-")
-        self.k = Kernel(env={"TMPDIR": self.workdir})
-
-    def tearDown(self):
-        self.k.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def run_cell(self, code, **kw):
-        try:
-            return self.k.run(code, timeout=TIMEOUT, **kw)
-        except TimeoutError as e:
-            self.fail(str(e))
+    def kernel_environ(self, workdir):
+        return {"TMPDIR": workdir}
 
     def ok(self, code, **kw):
-        reply, outputs, _, _ = self.run_cell(code, **kw)
-        self.assertEqual(reply["status"], "ok",
-                         "cell failed: %r\n%s" % (code, reply.get("traceback")))
-        return outputs
+        return self.run_ok(code, **kw)[1]
 
     def fail_with(self, code, ename, **kw):
         reply, outputs, _, times = self.run_cell(code, **kw)

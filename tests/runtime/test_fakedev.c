@@ -469,6 +469,17 @@ NBF_TEST(device_model_without_cublas_is_an_error) {
   acc_destroy(&acc);
 }
 
+/* The MLP on the fake device with cuBLAS working (*acc its accelerator). */
+static acc_mlp_t *device_mlp(acc_t **acc) {
+  g_rw = 1, g_cublas_ok = 1;
+  *acc = fake_acc("no");
+  acc_mlp_t *m = acc_mlp_new(*acc, MLP_SIZES, 2, MLP_BATCH);
+  if (!m)
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(*acc));
+  ASSERT_TRUE(in_rw(acc_mlp_params(m))); /* the device model */
+  return m;
+}
+
 /* Issue 25 item 4: each step of the device MLP synchronized twice (the
  * logits copied back in forward, the loss in backward). Now a step of
  * acc_mlp_forward_async + acc_mlp_backward_xent_async enqueues its work
@@ -477,12 +488,8 @@ NBF_TEST(device_model_without_cublas_is_an_error) {
  * back only when asked for, once each; the public acc_mlp_forward /
  * acc_mlp_backward_xent still synchronize once each, as before. */
 NBF_TEST(mlp_step_waits_for_nothing) {
-  g_rw = 1, g_cublas_ok = 1;
-  acc_t *acc = fake_acc("no");
-  acc_mlp_t *m = acc_mlp_new(acc, MLP_SIZES, 2, MLP_BATCH);
-  if (!m)
-    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
-  ASSERT_TRUE(in_rw(acc_mlp_params(m))); /* the device model */
+  acc_t *acc;
+  acc_mlp_t *m = device_mlp(&acc);
   float x[MLP_BATCH * 8] = {0};
   int64_t y[MLP_BATCH] = {0, 1, 2, 3};
   g_syncs = g_event_waits = g_d2h = g_launches = g_gemms = 0;
@@ -564,12 +571,8 @@ static void remove_dir(const char *dir) {
  * first device-to-host copy) failing writes nothing; the parameters' (the
  * second) failing writes the rank file but no shared file. */
 static void save_with_failed_copy(int fail_at) {
-  g_rw = 1, g_cublas_ok = 1;
-  acc_t *acc = fake_acc("no");
-  acc_mlp_t *m = acc_mlp_new(acc, MLP_SIZES, 2, MLP_BATCH);
-  if (!m)
-    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
-  ASSERT_TRUE(in_rw(acc_mlp_params(m))); /* the device model */
+  acc_t *acc;
+  acc_mlp_t *m = device_mlp(&acc);
   char dir[] = "/tmp/nbfork_fakedev_ckpt_XXXXXX", names[512];
   ASSERT_NOT_NULL(mkdtemp(dir));
   g_d2h = 0;
