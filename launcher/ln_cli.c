@@ -6,6 +6,7 @@
 #include "ln_cli.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "nbf_cluster.h"
 #include "nbf_param.h"
 
 void ln_cli_init(ln_cli_t *c) {
@@ -304,6 +306,16 @@ int ln_cli_finish(ln_cli_t *c, int gpus, char *err, size_t errlen) {
       snprintf(err, errlen, "no free TCP port found for main_process_port=0");
       return -1;
     }
+  }
+  /* a name that does not resolve would only show as a store that never
+   * answers (or a port that "cannot be bound") minutes later */
+  int gai = nbf_resolve(c->o.master_addr);
+  if (gai) {
+    snprintf(err, errlen,
+             "--main_process_ip %s does not resolve: %s; give machine 0's IP address or a "
+             "name this machine resolves",
+             c->o.master_addr, gai_strerror(gai));
+    return -1;
   }
   return ln_options_validate(&c->o, err, errlen);
 }

@@ -113,6 +113,7 @@ int ln_cli_parse(ln_cli_t *c, int argc, char **argv, char *err, size_t errlen) {
     if (ln_cli_set(c, name, v, err, errlen))
       return -1;
   }
-  ln_slurm_apply(c);
+  if (ln_slurm_apply(c, err, errlen) < 0)
+    return -1;
   return prog;
 }

@@ -92,7 +92,7 @@ int ln_cmd_run(const ln_cli_t *c, int (*fn)(void)) {
   const int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
   for (int i = 0; i < 4; i++)
     sigaction(sigs[i], &sa, &old[i]);
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, &g_status, NULL};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, &g_status, NULL, NULL};
   ln_error_t err;
   int rc = ln_launch(&c->o, fn, &ctx, &err);
   for (int i = 0; i < 4; i++)

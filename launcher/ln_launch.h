@@ -59,6 +59,11 @@ typedef struct {
    * group runs and at each SIGQUIT, removed when the group ends. NULL =
    * none. %launch: <work directory>/ranks-status. */
   const char *status_file;
+  /* Who initialized CUDA in this process, when known ("cell [3], line
+   * 2: it called gpu_setup() of libgpuinit.so, whose ... called
+   * cuInit"): the refusal names it instead of the cell alone. NULL =
+   * cuda_initialized_by_cell only. */
+  const char *cuda_initialized_by;
 } ln_context_t;
 
 typedef struct {

@@ -99,6 +99,45 @@ static void adopt(nbf_param_id_t to, nbf_param_id_t from) {
     nbf_param_set(to, v);
 }
 
+/* Where MASTER_ADDR came from when a cluster engine's variables chose it
+ * (the store client's error points there); "" when the user set it. */
+static char g_master_origin[600];
+
+/* The hint around g_master_origin in the errors of a MASTER_ADDR that
+ * does not work ("" twice when the user set it). */
+static const char *master_hint_a(void) {
+  return g_master_origin[0] ? ". MASTER_ADDR was not set: it was taken from " : "";
+}
+
+static const char *master_hint_b(void) {
+  return g_master_origin[0] ? "; set MASTER_ADDR to an address of rank 0's node that every node "
+                              "reaches"
+                            : "";
+}
+
+/* MASTER_ADDR unset under bare `srun prog`: the job's first node, as
+ * Lightning does; by its NodeAddr (`scontrol show node`) when its name
+ * does not resolve here, as `srun nbfork launch` does (nbf_cluster.h). */
+static void slurm_master_addr(void) {
+  char first[256], addr[256];
+  if (nbf_param_raw(NBF_P_MASTER_ADDR) ||
+      nbf_slurm_first_node(nbf_param_raw(NBF_P_SLURM_JOB_NODELIST), first, sizeof first) != 0)
+    return;
+  if (nbf_slurm_node_addr(first, addr, sizeof addr) == 0) {
+    nbf_param_set(NBF_P_MASTER_ADDR, addr);
+    snprintf(g_master_origin, sizeof g_master_origin,
+             strcmp(addr, first) ? "the NodeAddr of node %s, the first of SLURM_JOB_NODELIST"
+                                 : "%s, the first node of SLURM_JOB_NODELIST",
+             first);
+    return;
+  }
+  nbf_param_set(NBF_P_MASTER_ADDR, first);
+  snprintf(g_master_origin, sizeof g_master_origin,
+           "%s, the first node of SLURM_JOB_NODELIST, whose name does not resolve here and which "
+           "`scontrol show node` did not answer for",
+           first);
+}
+
 /* The first integer of Slurm's SLURM_TASKS_PER_NODE ("2(x3),1" -> 2). */
 static void slurm_local_world(void) {
   adopt(NBF_P_LOCAL_WORLD_SIZE, NBF_P_SLURM_NTASKS_PER_NODE);
@@ -139,10 +178,7 @@ static void from_cluster_engine(void) {
     adopt(NBF_P_LOCAL_RANK, NBF_P_SLURM_LOCALID);
     adopt(NBF_P_NODE_RANK, NBF_P_SLURM_NODEID);
     slurm_local_world();
-    char first[256];
-    if (!nbf_param_raw(NBF_P_MASTER_ADDR) &&
-        nbf_slurm_first_node(nbf_param_raw(NBF_P_SLURM_JOB_NODELIST), first, sizeof first) == 0)
-      nbf_param_set(NBF_P_MASTER_ADDR, first);
+    slurm_master_addr();
     int port = nbf_slurm_port(nbf_param_raw(NBF_P_SLURM_JOB_ID));
     if (!nbf_param_raw(NBF_P_MASTER_PORT) && port > 0)
       nbf_param_set_long(NBF_P_MASTER_PORT, port);
@@ -287,9 +323,9 @@ static int join_group(acc_t *acc) {
   acc->store = acc_store_client_open(acc->master_addr, acc->master_port, acc->timeout_ms, secret,
                                      err, sizeof err);
   if (!acc->store) {
-    acc__set_error(acc, ACC_ERR_STORE, "cannot create a%s client of the store at %s:%d: %s",
+    acc__set_error(acc, ACC_ERR_STORE, "cannot create a%s client of the store at %s:%d: %s%s%s%s",
                    secret ? " secure (NBFORK_RDZV_SECRET)" : "", acc->master_addr, acc->master_port,
-                   err);
+                   err, master_hint_a(), g_master_origin, master_hint_b());
     return -1;
   }
   if (wait_for_gate(acc) != 0)
@@ -299,10 +335,14 @@ static int join_group(acc_t *acc) {
   if (h) {
     snprintf(host, sizeof acc->gloo_host, "%s", h);
   } else if (acc__local_addr_for(acc->master_addr, host, sizeof acc->gloo_host) != 0) {
-    acc__set_error(acc, ACC_ERR_SYSTEM,
-                   "cannot find the local address that reaches MASTER_ADDR=%s (set "
-                   "NBFORK_GLOO_HOSTNAME to this host's address)",
-                   acc->master_addr);
+    if (nbf_resolve(acc->master_addr) != 0)
+      acc__set_error(acc, ACC_ERR_SYSTEM, "MASTER_ADDR=%s does not resolve here%s%s%s",
+                     acc->master_addr, master_hint_a(), g_master_origin, master_hint_b());
+    else
+      acc__set_error(acc, ACC_ERR_SYSTEM,
+                     "cannot find the local address that reaches MASTER_ADDR=%s (set "
+                     "NBFORK_GLOO_HOSTNAME to this host's address)%s%s%s",
+                     acc->master_addr, master_hint_a(), g_master_origin, master_hint_b());
     return -1;
   }
   char gloo_prefix[256];

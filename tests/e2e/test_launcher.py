@@ -397,6 +397,15 @@ class LauncherTests(KernelWithDefs):
         self.assertEqual(reply["status"], "ok", h.errors(out))
         self.assertIn("Launching training on 2 CPU processes.", h.stream_text(out))
 
+    def test_unresolvable_master_addr_is_named(self):
+        reply, out = self.k.execute("%launch show() num_processes=2 num_nodes=2 node_rank=1 "
+                                    "master_addr=nbf-no-such-host.invalid use_port=29999")
+        errs = h.errors(out)
+        self.assertEqual(errs[0]["ename"], "LaunchError")
+        self.assertIn("master_addr=nbf-no-such-host.invalid does not resolve: ",
+                      errs[0]["evalue"])
+        self.assertIn("Give node 0's IP address", "\n".join(errs[0]["traceback"]))
+
     def test_port_in_use(self):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))

@@ -19,6 +19,7 @@
 #include "../common/nbf_test.h"
 #include "ex_cell.h"
 #include "ex_compile.h"
+#include "ex_cuda_hook.h"
 #include "ex_decl.h"
 #include "ex_diag.h"
 #include "nbf_util.h"
@@ -1282,6 +1283,22 @@ NBF_TEST(compile_cxx_unit_with_host_compiler) {
   engine_destroy(&e);
 }
 
+/* Who initialized CUDA: the line of the cell's call of the function that
+ * led to cuInit (ex_cuda_hook.h), declarations skipped. */
+NBF_TEST(cuda_hook_call_line_skips_declarations) {
+  const char *cell = "int gpu_setup(void);\n"
+                     "extern int *gpu_setup_ptr(void);\n"
+                     "int my_gpu_setup(void) { return 0; }\n"
+                     "int rc = gpu_setup ();\n"
+                     "gpu_setup();\n";
+  ASSERT_EQ(ex_cuda_hook_call_line(cell, "gpu_setup"), 4);
+  ASSERT_EQ(ex_cuda_hook_call_line("if (gpu_setup())\n  return 1;", "gpu_setup"), 1);
+  ASSERT_EQ(ex_cuda_hook_call_line("int f(void) {\n  return gpu_setup();\n}", "gpu_setup"), 2);
+  ASSERT_EQ(ex_cuda_hook_call_line("static int *gpu_setup(void);\n", "gpu_setup"), 0);
+  ASSERT_EQ(ex_cuda_hook_call_line("x = my_gpu_setup();", "gpu_setup"), 0);
+  ASSERT_EQ(ex_cuda_hook_call_line("", "gpu_setup"), 0);
+}
+
 NBF_TEST_MAIN()
 
 /* ------------------------------------------- launch thunks in memory */
@@ -1837,3 +1854,4 @@ NBF_TEST(objects_sweep_closes_what_nothing_names) {
   ex_cell_unit_free(&v);
   ex_cell_state_destroy(&c.st);
 }
+

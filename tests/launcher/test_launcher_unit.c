@@ -608,7 +608,7 @@ static ln_run_result_t run_group(int n, ln_entry_fn fn, char **failures, char **
   o.num_processes = n;
   o.use_port = 0;
   o.monitor_interval_s = 0.02;
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL, NULL};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL, NULL, NULL};
   *failures = *setup_error = NULL;
   return ln_run_group(&o, fn, &ctx, 0, 0, failures, setup_error);
 }
@@ -863,7 +863,7 @@ NBF_TEST(launch_refuses_a_multithreaded_process) {
   ln_options_init(&o);
   o.num_processes = 1;
   o.use_port = 0;
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL, NULL};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL, NULL, NULL};
   int p[2];
   ASSERT_EQ(pipe(p), 0);
   pthread_t t;
