@@ -91,7 +91,7 @@ acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
 }
 
 /* Stage 3 after a forward/backward that gathered every unit. */
-static void release_all(acc_shard_t *sh) {
+void acc__shard_release_all(acc_shard_t *sh) {
   if (sh->stage < 3 || !sh->gathered)
     return;
   for (int i = 0; i < sh->nunits; i++)
@@ -132,7 +132,7 @@ acc_result_t acc_shard_backward(acc_shard_t *sh) {
       r = reduce_unit(sh, &sh->units[i]);
   }
   if (!sh->hooked)
-    release_all(sh);
+    acc__shard_release_all(sh);
   acc__shard_sample(sh);
   return r;
 }
@@ -217,7 +217,7 @@ int acc_shard_step(acc_shard_t *sh) {
     if (sh->units[i].opt && acc__optim_step_raw(acc, sh->units[i].opt) < 0)
       return -1;
   zero_grads(sh);
-  release_all(sh); /* stage 3: the gathered parameters are stale now */
+  acc__shard_release_all(sh); /* stage 3: the gathered parameters are stale now */
   for (int i = 0; sh->stage == 1 || sh->stage == 2 ? i < sh->nunits : 0; i++)
     if (acc__shard_gather_unit(sh, &sh->units[i]) != ACC_OK)
       return -1;
