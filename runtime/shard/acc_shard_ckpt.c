@@ -403,7 +403,7 @@ static acc_result_t apply_shard(acc_shard_t *sh, const acc__ckpt_file_t *f) {
   size_t b;
   static const char *const names[] = {"shard.params", "shard.m", "shard.v"};
   acc__ckpt_optim_rec_t o;
-  memcpy(&o, acc__ckpt_find(f, "optim", &b), sizeof o);
+  memcpy(&o, acc__ckpt_find(f, "optim", &b), sizeof o); /* checked by check_shard */
   acc__optim_hparams_t hp = {o.lr, o.momentum, o.weight_decay, o.beta1, o.beta2, o.eps, o.t};
   for (int w = 0; w < 3; w++) {
     const unsigned char *src = acc__ckpt_find(f, names[w], &b);
@@ -418,7 +418,8 @@ static acc_result_t apply_shard(acc_shard_t *sh, const acc__ckpt_file_t *f) {
   for (int i = 0; i < sh->nunits; i++)
     if (sh->units[i].opt)
       acc__optim_restore(sh->units[i].opt, &hp);
-  memcpy(sh->model->grads, acc__ckpt_find(f, "model.grads", &b), b);
+  const void *g = acc__ckpt_find(f, "model.grads", &b); /* b set before the copy */
+  memcpy(sh->model->grads, g, b);
   if (sh->stage == 3) {
     sh->gathered = 1;
     acc__shard_release_all(sh);
