@@ -277,6 +277,9 @@ const void *acc__ckpt_find(const acc__ckpt_file_t *f, const char *name, size_t *
 /* The section at *off (advanced past it), its name (NUL-terminated) and
  * size; NULL at the end. */
 const void *acc__ckpt_next(const acc__ckpt_file_t *f, size_t *off, char name[33], size_t *bytes);
+/* acc_shard_backward after the model's backward ran (the Trainer's
+ * training_step): the stage's reduction (runtime/shard/acc_shard_run.c). */
+acc_result_t acc__shard_reduce(acc_shard_t *sh);
 /* acc_load_state; rank_file 0 skips the per-rank files (RNG states,
  * accumulation position, gradients: resuming at another world size). */
 acc_result_t acc__load_state_ex(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt,

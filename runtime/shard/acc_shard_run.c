@@ -122,11 +122,19 @@ acc_result_t acc_shard_backward(acc_shard_t *sh) {
       return ACC_ERR_INVALID_ARGUMENT; /* the model's or the hook's error is kept */
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_backward: backward failed");
   }
+  return acc__shard_reduce(sh);
+}
+
+acc_result_t acc__shard_reduce(acc_shard_t *sh) {
+  acc_model_t *m = sh->model;
+  acc_t *acc = sh->acc;
+  int reduced = sh->reduced; /* by this backward's hooks */
+  sh->reduced = 0;
   acc__shard_sample(sh);
   acc_result_t r = ACC_OK;
   if (sh->stage < 2) {
     r = acc_backward(acc, m->grads, m->num_params);
-  } else if (!sh->reduced) {
+  } else if (!reduced) {
     r = acc__accumulate_scale(acc, m->grads, m->num_params);
     for (int i = 0; r == ACC_OK && acc->sync_gradients && i < sh->nunits; i++)
       r = reduce_unit(sh, &sh->units[i]);
