@@ -127,9 +127,10 @@ static void print_row(const est_model_t *m, int d, int world, int adamw) {
   printf("\n");
 }
 
+/* one line: errors are one line on stderr (ln_cmd.h) */
 static const char ESTIMATE_USAGE[] =
-    "usage: nbfork estimate-memory (MODEL | --layers N0,N1,...,Nk) [--dtypes D ...]\n"
-    "                              [--num_processes N] [--optimizer adamw|sgd]\n";
+    "usage: nbfork estimate-memory MODEL|--layers N0,N1,... [--dtypes D ...] "
+    "[--num_processes N] [--optimizer adamw|sgd]";
 
 /* The options; -1 on bad input (printed). */
 static int estimate_args(int argc, char **argv, est_model_t *m, const char **name, int *dt,
@@ -170,12 +171,12 @@ static int estimate_args(int argc, char **argv, est_model_t *m, const char **nam
         return -1;
       }
     } else {
-      fprintf(stderr, "nbfork estimate-memory: error: unexpected '%s'\n%s", a, ESTIMATE_USAGE);
+      fprintf(stderr, "nbfork estimate-memory: error: unexpected '%s' (%s)\n", a, ESTIMATE_USAGE);
       return -1;
     }
   }
   if (!have) {
-    fprintf(stderr, "nbfork estimate-memory: error: no model given\n%s", ESTIMATE_USAGE);
+    fprintf(stderr, "nbfork estimate-memory: error: no model given (%s)\n", ESTIMATE_USAGE);
     return -1;
   }
   if (!ndt) /* Accelerate's default: every dtype */
