@@ -127,8 +127,8 @@ ACC_API void acc_shard_destroy(acc_shard_t **sh_p);
 
 /* model->forward_loss with the parameters gathered as the stage needs;
  * the loss of this rank's batch (NaN on failure: acc_last_error). */
-ACC_API float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *labels, int batch,
-                             int training);
+ACC_API float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *labels,
+                                     int batch, int training);
 /* model->backward, then Accelerate's backward for the stage: the
  * accumulation scaling, and on sync micro-steps the reduction (all-reduce
  * for stages 0/1, reduce-scatter per unit for 2/3). Call once per
@@ -224,8 +224,8 @@ ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);
  * plus 4Ψ for the half shadow with mixed precision below stage 3.
  * The ZeRO paper's mixed-precision figures (fp16 parameters and
  * gradients, f32 master and moments) are acc_shard_paper_bytes. */
-ACC_API double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage, int adamw,
-                                int mixed);
+ACC_API double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage,
+                                        int adamw, int mixed);
 /* Rajbhandari et al. 2020, Adam with mixed precision: 16Ψ, 4Ψ + 12Ψ/N,
  * 2Ψ + 14Ψ/N, 16Ψ/N for stages 0..3. */
 ACC_API double acc_shard_paper_bytes(size_t num_params, int world, int stage);

@@ -21,7 +21,7 @@ int ln_cmd_launch(int argc, char **argv);
 int ln_cmd_config(int argc, char **argv);
 int ln_cmd_env(int argc, char **argv);
 int ln_cmd_test(int argc, char **argv);
-int ln_cmd_merge_weights(int argc, char **argv);   /* ln_cmd_shard.c */
+int ln_cmd_merge_weights(int argc, char **argv); /* ln_cmd_shard.c */
 int ln_cmd_estimate_memory(int argc, char **argv);
 
 /* The launch itself, shared by launch and test: settings parsed and

@@ -141,16 +141,20 @@ static int estimate_args(int argc, char **argv, est_model_t *m, const char **nam
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--layers") && v) {
       if (parse_layers(v, m) != 0) {
-        fprintf(stderr, "nbfork estimate-memory: error: --layers %s: expected at least two "
-                        "positive sizes separated by commas (784,512,10)\n", v);
+        fprintf(stderr,
+                "nbfork estimate-memory: error: --layers %s: expected at least two "
+                "positive sizes separated by commas (784,512,10)\n",
+                v);
         return -1;
       }
       *name = v, have = 1, i++;
     } else if (!strcmp(a, "--dtypes")) {
       for (; i + 1 < argc && argv[i + 1][0] != '-'; i++) {
         if (ndt == 5 || (dt[ndt] = dtype_index(argv[i + 1])) < 0) {
-          fprintf(stderr, "nbfork estimate-memory: error: --dtypes %s: expected float32, "
-                          "float16, bfloat16, int8 or int4\n", argv[i + 1]);
+          fprintf(stderr,
+                  "nbfork estimate-memory: error: --dtypes %s: expected float32, "
+                  "float16, bfloat16, int8 or int4\n",
+                  argv[i + 1]);
           return -1;
         }
         ndt++;

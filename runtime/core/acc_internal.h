@@ -58,7 +58,7 @@ struct acc {
   acc_store_client_t *store;
   acc_gloo_t *gloo;
   acc_nccl_t *nccl;
-  int broken;         /* a collective failed: the group cannot be used again */
+  int broken;             /* a collective failed: the group cannot be used again */
   unsigned rebuilt_epoch; /* the last acc_rebuild_process_groups epoch it rebuilt for */
   char gloo_host[256];    /* the address its Gloo device listens on (join_group)       */
   /* issue 21/27: collectives are numbered (1 = the first; every rank

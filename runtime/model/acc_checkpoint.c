@@ -713,8 +713,7 @@ acc_result_t acc__ckpt_write(acc_t *acc, const char *dir, const char *file, uint
   unsigned char *f = w.oom ? NULL : finish(&w, kind, rank, &flen);
   nbf_buf_free(&w.b);
   if (!f)
-    return acc__set_error(acc, ACC_ERR_NO_MEMORY, "no memory for checkpoint file %s/%s", dir,
-                          file);
+    return acc__set_error(acc, ACC_ERR_NO_MEMORY, "no memory for checkpoint file %s/%s", dir, file);
   acc_result_t r = write_atomic(acc, dir, file, f, flen);
   free(f);
   return r;

@@ -84,27 +84,37 @@ static size_t slice_start(int stage, int r, size_t s) {
 static acc_optim_t *full_optim(acc_shard_t *sh) {
   const acc_shard_config_t *c = &sh->cfg;
   acc_model_t *m = sh->model;
-  return c->adamw ? acc_adamw_new(m->params, m->grads, m->num_params, c->lr, c->beta1, c->beta2,
-                                  c->eps, c->weight_decay)
-                  : acc_sgd_new(m->params, m->grads, m->num_params, c->lr, c->momentum,
-                                c->weight_decay);
+  return c->adamw
+             ? acc_adamw_new(m->params, m->grads, m->num_params, c->lr, c->beta1, c->beta2, c->eps,
+                             c->weight_decay)
+             : acc_sgd_new(m->params, m->grads, m->num_params, c->lr, c->momentum, c->weight_decay);
 }
 
 /* The optimizer record of this rank (hyper-parameters, step count) with
  * n = all parameters; from the first unit it owns part of. */
 static acc_result_t optim_rec(acc_shard_t *sh, acc__ckpt_optim_rec_t *o) {
   const acc_shard_config_t *c = &sh->cfg;
-  *o = (acc__ckpt_optim_rec_t){c->adamw, c->adamw || c->momentum > 0, c->adamw, 0,
-                               sh->model->num_params, c->lr, c->momentum, c->weight_decay,
-                               c->beta1, c->beta2, c->eps, 0};
+  *o = (acc__ckpt_optim_rec_t){c->adamw,
+                               c->adamw || c->momentum > 0,
+                               c->adamw,
+                               0,
+                               sh->model->num_params,
+                               c->lr,
+                               c->momentum,
+                               c->weight_decay,
+                               c->beta1,
+                               c->beta2,
+                               c->eps,
+                               0};
   for (int i = 0; i < sh->nunits; i++) {
     if (!sh->units[i].opt)
       continue;
     acc__optim_view_t v;
     ACC_CHECK(acc__optim_view(sh->acc, sh->units[i].opt, &v));
-    *o = (acc__ckpt_optim_rec_t){v.kind, v.m != NULL, v.v != NULL, 0, sh->model->num_params,
-                                 v.hp.lr, v.hp.momentum, v.hp.weight_decay, v.hp.beta1,
-                                 v.hp.beta2, v.hp.eps, v.hp.t};
+    *o = (acc__ckpt_optim_rec_t){
+        v.kind,   v.m != NULL,   v.v != NULL,       0,          sh->model->num_params,
+        v.hp.lr,  v.hp.momentum, v.hp.weight_decay, v.hp.beta1, v.hp.beta2,
+        v.hp.eps, v.hp.t};
     break;
   }
   return ACC_OK;
@@ -210,8 +220,8 @@ static acc_result_t gather_optim(acc_shard_t *sh, const acc__ckpt_optim_rec_t *o
     if (!(*full = full_optim(sh)))
       return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_save_state: no memory");
     ACC_CHECK(acc__optim_view(sh->acc, *full, &fv));
-    acc__optim_hparams_t hp = {o->lr, o->momentum, o->weight_decay, o->beta1, o->beta2, o->eps,
-                               o->t};
+    acc__optim_hparams_t hp = {o->lr,  o->momentum, o->weight_decay, o->beta1, o->beta2,
+                               o->eps, o->t};
     acc__optim_restore(*full, &hp);
   }
   for (int w = 1; w <= 2; w++) {
@@ -373,11 +383,12 @@ static acc_result_t check_shard(acc_shard_t *sh, const acc__ckpt_file_t *f, cons
     unit_rec_t u, l = {sh->units[i].off, sh->units[i].n, sh->units[i].s, sh->units[i].own};
     memcpy(&u, (const unsigned char *)ur + (size_t)i * sizeof u, sizeof u);
     if (memcmp(&u, &l, sizeof u))
-      return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
-                            "%s: unit %d is elements [%llu, +%llu) there, [%zu, +%zu) here (another "
-                            "model)",
-                            path, i, (unsigned long long)u.off, (unsigned long long)u.n,
-                            sh->units[i].off, sh->units[i].n);
+      return acc__set_error(
+          acc, ACC_ERR_INVALID_ARGUMENT,
+          "%s: unit %d is elements [%llu, +%llu) there, [%zu, +%zu) here (another "
+          "model)",
+          path, i, (unsigned long long)u.off, (unsigned long long)u.n, sh->units[i].off,
+          sh->units[i].n);
   }
   acc__ckpt_optim_rec_t o, live;
   ACC_CHECK(optim_rec(sh, &live));

@@ -48,8 +48,8 @@ static acc_result_t merge_one(acc_t *acc, const char *ckpt, int r, merged_t *m) 
   const unsigned char *ur = acc__ckpt_find(&f, "shard.units", &bu);
   if (d && b == sizeof mk)
     memcpy(&mk, d, sizeof mk);
-  if (!d || b != sizeof mk || mk.world != m->mk.world || mk.num_params != m->mk.num_params ||
-      !ur || bu != (size_t)mk.nunits * sizeof(unit_rec_t)) {
+  if (!d || b != sizeof mk || mk.world != m->mk.world || mk.num_params != m->mk.num_params || !ur ||
+      bu != (size_t)mk.nunits * sizeof(unit_rec_t)) {
     free(f.buf);
     return acc__set_error(acc, ACC_ERR_IO, "%s does not belong to the checkpoint in %s", path,
                           ckpt);

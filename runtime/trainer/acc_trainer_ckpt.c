@@ -331,9 +331,9 @@ acc_result_t tr_load_best(acc_trainer_t *tr) {
   tr_loop_t keep = tr->loop;
   acc_trainer_log(tr, ACC_LOG_INFO, "Loading best model from %s (score: %g).",
                   tr->state.best_model_checkpoint, tr->state.best_metric);
-  acc_result_t r = tr->shard ? acc_shard_load_state(tr->shard, tr->state.best_model_checkpoint)
-                             : acc_load_state(tr->acc, tr->state.best_model_checkpoint,
-                                              tr->model->mlp, NULL);
+  acc_result_t r =
+      tr->shard ? acc_shard_load_state(tr->shard, tr->state.best_model_checkpoint)
+                : acc_load_state(tr->acc, tr->state.best_model_checkpoint, tr->model->mlp, NULL);
   tr->loop = keep; /* the parameters change, not where the loop is */
   return r;
 }

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "acc_optim_cuda.h"
 #include "acc_callbacks.h"
+#include "acc_optim_cuda.h"
 #include "acc_trainer_internal.h"
 #include "nbf_util.h"
 

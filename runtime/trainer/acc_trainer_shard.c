@@ -23,8 +23,11 @@ static acc_result_t fsdp_words(acc_t *acc, const char *s, acc_shard_config_t *c)
     const char *word;
     int stage; /* -1: no stage change */
     int offload;
-  } W[] = {{"full_shard", 3, 0}, {"shard_grad_op", 2, 0}, {"no_shard", 0, 0},
-           {"offload", -1, 1},   {"auto_wrap", -1, 0}};
+  } W[] = {{"full_shard", 3, 0},
+           {"shard_grad_op", 2, 0},
+           {"no_shard", 0, 0},
+           {"offload", -1, 1},
+           {"auto_wrap", -1, 0}};
   char buf[128];
   snprintf(buf, sizeof buf, "%s", s);
   c->stage = 3; /* Accelerate's default strategy: FULL_SHARD */
@@ -68,11 +71,11 @@ static int truthy(const json_t *v) {
 
 /* --fsdp_config's keys. */
 static acc_result_t fsdp_config(acc_t *acc, const char *v, acc_shard_config_t *c, int *sdt) {
-  static const char *const hints[] = {"min_num_params",    "transformer_layer_cls_to_wrap",
-                                      "backward_prefetch", "forward_prefetch",
-                                      "limit_all_gathers", "use_orig_params",
+  static const char *const hints[] = {"min_num_params",     "transformer_layer_cls_to_wrap",
+                                      "backward_prefetch",  "forward_prefetch",
+                                      "limit_all_gathers",  "use_orig_params",
                                       "sync_module_states", "cpu_ram_efficient_loading",
-                                      "auto_wrap_policy",  "version"};
+                                      "auto_wrap_policy",   "version"};
   json_t *o = load_json(acc, "fsdp_config", v), *val;
   const char *key;
   if (!o)
@@ -89,7 +92,7 @@ static acc_result_t fsdp_config(acc_t *acc, const char *v, acc_shard_config_t *c
                (!strcmp(json_string_value(val), "FULL_STATE_DICT") ||
                 !strcmp(json_string_value(val), "SHARDED_STATE_DICT"))) {
       *sdt = strcmp(json_string_value(val), "FULL_STATE_DICT") ? ACC_SHARDED_STATE_DICT
-                                                                : ACC_FULL_STATE_DICT;
+                                                               : ACC_FULL_STATE_DICT;
     } else if ((!strcmp(k, "activation_checkpointing") || !strcmp(k, "xla")) && truthy(val)) {
       r = acc__set_error(acc, ACC_ERR_UNSUPPORTED,
                          "--fsdp_config: %s is not implemented in nbfork (set it false)", key);
@@ -174,8 +177,9 @@ acc_result_t tr_shard_config(acc_t *acc, const acc_training_args_t *a, acc_shard
   if (a->deepspeed[0])
     ACC_CHECK(deepspeed(acc, a, c));
   if (strcmp(a->optim, "sgd") && strcmp(a->optim, "adamw"))
-    return bad(acc, "--optim %s: sharded training (--fsdp, --deepspeed or the launcher's FSDP/"
-                    "DeepSpeed) runs sgd or adamw only",
+    return bad(acc,
+               "--optim %s: sharded training (--fsdp, --deepspeed or the launcher's FSDP/"
+               "DeepSpeed) runs sgd or adamw only",
                a->optim);
   c->adamw = !strcmp(a->optim, "adamw");
   c->lr = (float)a->learning_rate;

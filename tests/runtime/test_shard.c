@@ -28,10 +28,10 @@
  * DDP resumed from either (acc_load_state) trains alike bit for bit.
  */
 #define _GNU_SOURCE /* nftw, mkdtemp */
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <ftw.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -366,7 +366,7 @@ static void ck_end(acc_shard_t **sh, acc_model_t *model, acc_mlp_t **m, float *p
   acc_mlp_destroy(m);
 }
 
-static int ck_k1(const ck_t *c) { /* where the first run saves */
+static int ck_k1(const ck_t *c) {              /* where the first run saves */
   return !strcmp(c->variant, "accum") ? 5 : 3; /* accum: inside a window */
 }
 

@@ -58,17 +58,20 @@ static void shard_args(acc_training_args_t *a, const char *v) {
     set(a, "fsdp", "shard_grad_op");
   else if (!strcmp(v, "fsdp_config")) {
     set(a, "fsdp", "full_shard");
-    set(a, "fsdp_config", "{\"fsdp_offload_params\": false, \"backward_prefetch\": "
-                          "\"backward_pre\", \"transformer_layer_cls_to_wrap\": [\"Linear\"]}");
+    set(a, "fsdp_config",
+        "{\"fsdp_offload_params\": false, \"backward_prefetch\": "
+        "\"backward_pre\", \"transformer_layer_cls_to_wrap\": [\"Linear\"]}");
   } else if (!strcmp(v, "sharded_ckpt")) {
     set(a, "fsdp", "full_shard");
     set(a, "fsdp_config", "{\"state_dict_type\": \"SHARDED_STATE_DICT\"}");
   } else if (!strcmp(v, "zero1"))
-    set(a, "deepspeed", "{\"zero_optimization\": {\"stage\": 1}, "
-                        "\"gradient_accumulation_steps\": \"auto\"}");
+    set(a, "deepspeed",
+        "{\"zero_optimization\": {\"stage\": 1}, "
+        "\"gradient_accumulation_steps\": \"auto\"}");
   else if (!strcmp(v, "zero3"))
-    set(a, "deepspeed", "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
-                        "{\"device\": \"cpu\"}}, \"train_micro_batch_size_per_gpu\": 8}");
+    set(a, "deepspeed",
+        "{\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
+        "{\"device\": \"cpu\"}}, \"train_micro_batch_size_per_gpu\": 8}");
 }
 
 static void stop_cb(const acc_training_args_t *a, acc_trainer_state_t *s, acc_trainer_control_t *c,
