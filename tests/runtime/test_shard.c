@@ -19,7 +19,8 @@
  * resume STAGE NP TYPE VARIANT: a run saved (TYPE full|sharded) after
  * some micro-steps (VARIANT accum: inside an accumulation window) and
  * resumed by new processes from a model of another seed continues bit
- * for bit as the uninterrupted run (1e-5 at NP 4, as above).
+ * for bit as the uninterrupted run (1e-5 at NP 4, as above); generic:
+ * an acc_model_t without the MLP's layer sizes and hooks.
  * resume_other_world STAGE NP_SAVE NP_LOAD: a FULL_STATE_DICT saved on
  * NP_SAVE ranks, resumed on NP_LOAD at STAGE, against stage 0 from the
  * same checkpoint (at NP_LOAD 1: against DDP's acc_load_state).
@@ -327,6 +328,8 @@ static acc_t *ck_acc(const char *variant) {
   return acc;
 }
 
+static int ck_generic; /* resume VARIANT generic: no layer sizes, no hooks */
+
 /* A fresh MLP (from `seed`) sharded at `stage`, AdamW lr 0.01. */
 static acc_shard_t *ck_new(acc_t *acc, int stage, unsigned seed, acc_mlp_t **m,
                            acc_model_t *model) {
@@ -334,6 +337,8 @@ static acc_shard_t *ck_new(acc_t *acc, int stage, unsigned seed, acc_mlp_t **m,
   *m = acc_mlp_new(acc, SIZES, NL, B);
   ASSERT_NOT_NULL(*m);
   ASSERT_EQ(acc_mlp_model(*m, model), ACC_OK);
+  if (ck_generic)
+    model->mlp = NULL; /* checkpointed as another acc_model_t's */
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = stage;
   cfg.lr = 0.01f;
@@ -468,6 +473,7 @@ NBF_TEST_P(resume) {
   int world = atoi(nbf_test_arg(1));
   c.type = nbf_test_arg(2);
   c.variant = nbf_test_arg(3);
+  ck_generic = !strcmp(c.variant, "generic");
   ck_tmpdir(&c);
   rt_spawn_opts_t o = {.world = world, .deadline_s = 90};
   ASSERT_EQ(rt_spawn(&o, ck_save_body, &c, NULL), 0);
