@@ -127,8 +127,8 @@ ACC_API void acc_shard_destroy(acc_shard_t **sh_p);
 
 /* model->forward_loss with the parameters gathered as the stage needs;
  * the loss of this rank's batch (NaN on failure: acc_last_error). */
-ACC_API float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *labels, int batch,
-                             int training);
+ACC_API float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *labels,
+                                     int batch, int training);
 /* model->backward, then Accelerate's backward for the stage: the
  * accumulation scaling, and on sync micro-steps the reduction (all-reduce
  * for stages 0/1, reduce-scatter per unit for 2/3). Call once per
@@ -149,6 +149,58 @@ ACC_API void acc_shard_set_lr(acc_shard_t *sh, float lr);
  * view: for acc_save_state, evaluation by hand); a no-op below stage 3.
  * Collective. The pages stay until the next forward releases them. */
 ACC_API acc_result_t acc_shard_gather_params(acc_shard_t *sh);
+
+/* Checkpoints (Accelerate's save_state under FSDP; FSDP's
+ * StateDictType). `type`:
+ *   ACC_FULL_STATE_DICT: the parameters (stage 3: gathered) and the
+ *     optimizer state (each unit's owned slices all-gathered) are written
+ *     by rank 0 as acc_save_state writes a DDP run's: DIR/nbfork_state.bin
+ *     holds model.params and one optimizer over all parameters, so a
+ *     plain acc_mlp + acc_adamw_new (or acc_sgd_new) over
+ *     acc_mlp_num_params loads it with acc_load_state; rank R writes
+ *     DIR/nbfork_rank<R>.bin (RNG, accumulation position, gradients).
+ *     Peak extra memory on rank 0: the full parameters and optimizer
+ *     state (as FSDP's rank0_only gather).
+ *   ACC_SHARDED_STATE_DICT: nbfork_state.bin holds no parameters; rank R
+ *     writes DIR/nbfork_shard<R>.bin: its owned parameter and optimizer
+ *     slices, the unit table, its gradient buffer (a save inside an
+ *     accumulation window resumes exactly). `nbfork merge-weights`
+ *     (acc_shard_merge_weights) turns it into a FULL_STATE_DICT one.
+ *   ACC_STATE_DICT_FROM_ENV: FSDP_STATE_DICT_TYPE (FULL_STATE_DICT, the
+ *     default, or SHARDED_STATE_DICT; set by the launcher from
+ *     fsdp_state_dict_type or %launch state_dict_type=).
+ * Registered objects (acc_register_for_checkpointing) and the loss
+ * scaler are saved either way. Collective. Errors: acc_save_state's;
+ * INVALID_ARGUMENT (type or FSDP_STATE_DICT_TYPE not understood). */
+typedef enum {
+  ACC_STATE_DICT_FROM_ENV = -1,
+  ACC_FULL_STATE_DICT = 0,
+  ACC_SHARDED_STATE_DICT = 1
+} acc_state_dict_type_t;
+ACC_API acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type);
+/* Restore a checkpoint of either type (recognized from its files) into
+ * `sh`, collective. A SHARDED one needs the same world size, stage and
+ * model (INVALID_ARGUMENT naming both setups otherwise: resume from a
+ * FULL one, or merge it first); a FULL one loads at any world size and
+ * stage (each rank takes its owned slices) — at the saving world size
+ * with the per-rank RNG states, accumulation position and gradients,
+ * else without them (resume at a step boundary). At the same world size
+ * a CPU run continues bit for bit. A plain acc_save_state checkpoint of
+ * the same MLP and optimizer kind is a FULL one. Nothing changes unless
+ * every rank can load. Errors: acc_load_state's. */
+ACC_API acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir);
+/* `nbfork merge-weights CKPT OUT` (Accelerate's merge-weights): read the
+ * SHARDED_STATE_DICT checkpoint CKPT (every nbfork_shard<R>.bin) and
+ * write into directory OUT the FULL_STATE_DICT checkpoint that
+ * acc_shard_save_state would have written at the same point:
+ * OUT/nbfork_state.bin (parameters, optimizer state, loss scaler,
+ * registered objects) and OUT/nbfork_rank0.bin (rank 0's RNG states,
+ * accumulation position and gradients), loadable by acc_load_state at
+ * world size 1 or acc_shard_load_state at any. Not collective (`acc`
+ * only carries the error). Errors: IO (a missing, corrupt or
+ * inconsistent file, named), INVALID_ARGUMENT (CKPT is not sharded),
+ * NO_MEMORY. */
+ACC_API acc_result_t acc_shard_merge_weights(acc_t *acc, const char *ckpt, const char *out);
 
 ACC_API int acc_shard_stage(const acc_shard_t *sh);
 /* One line describing the setup ("ZeRO stage 3 (FULL_SHARD) on 4 ranks,
@@ -172,8 +224,8 @@ ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);
  * plus 4Ψ for the half shadow with mixed precision below stage 3.
  * The ZeRO paper's mixed-precision figures (fp16 parameters and
  * gradients, f32 master and moments) are acc_shard_paper_bytes. */
-ACC_API double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage, int adamw,
-                                int mixed);
+ACC_API double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage,
+                                        int adamw, int mixed);
 /* Rajbhandari et al. 2020, Adam with mixed precision: 16Ψ, 4Ψ + 12Ψ/N,
  * 2Ψ + 14Ψ/N, 16Ψ/N for stages 0..3. */
 ACC_API double acc_shard_paper_bytes(size_t num_params, int world, int stage);

@@ -259,6 +259,27 @@ typedef struct {
                                      * scripts read them) */
   char report_to[16];               /* none | all; "none" (no integration is built in: the
                                      * log lines and trainer_state.json are written anyway) */
+  /* Sharded data parallel (nbf_shard.h; README "Sharding"), Transformers'
+   * names. fsdp: space-separated FSDPOption words: full_shard (ZeRO 3),
+   * shard_grad_op (2), no_shard (0), offload, auto_wrap (the wrap units
+   * are the model's layers / named tensor groups already); hybrid_shard
+   * is refused. fsdp_config: a JSON file or inline JSON object (keys with
+   * or without "fsdp_"): offload_params and state_dict_type
+   * (FULL_STATE_DICT | SHARDED_STATE_DICT) honoured; min_num_params,
+   * transformer_layer_cls_to_wrap, backward_prefetch, forward_prefetch,
+   * limit_all_gathers, use_orig_params, sync_module_states,
+   * cpu_ram_efficient_loading accepted as hints; activation_checkpointing
+   * and xla refused when true; others refused by name. deepspeed: a
+   * DeepSpeed JSON file or inline object: zero_optimization.stage 0..3
+   * and offload_optimizer/offload_param.device (cpu | none) honoured;
+   * gradient_accumulation_steps, train_micro_batch_size_per_gpu and
+   * gradient_clipping must be "auto" or equal the arguments' (as
+   * HfTrainerDeepSpeedConfig checks). Without any of them the launcher's
+   * environment decides (ACCELERATE_USE_FSDP / ACCELERATE_USE_DEEPSPEED,
+   * as acc_shard_new reads it); optim must then be sgd or adamw. */
+  char fsdp[128];
+  char fsdp_config[1024];
+  char deepspeed[1024];
 } acc_training_args_t;
 
 /* Transformers' defaults (listed above). Cannot fail. */

@@ -21,6 +21,8 @@ int ln_cmd_launch(int argc, char **argv);
 int ln_cmd_config(int argc, char **argv);
 int ln_cmd_env(int argc, char **argv);
 int ln_cmd_test(int argc, char **argv);
+int ln_cmd_merge_weights(int argc, char **argv); /* ln_cmd_shard.c */
+int ln_cmd_estimate_memory(int argc, char **argv);
 
 /* The launch itself, shared by launch and test: settings parsed and
  * finished (ln_cli_finish), fn run in each forked worker; signals

@@ -1,6 +1,7 @@
 /*
- * nbfork_main.c — the `nbfork` command line: launch, config, env, test
- * (Accelerate's `accelerate launch|config|env|test`, with its names).
+ * nbfork_main.c — the `nbfork` command line: launch, config, env, test,
+ * merge-weights, estimate-memory (Accelerate's `accelerate
+ * launch|config|env|test|merge-weights|estimate-memory`, with its names).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -14,7 +15,7 @@
 #include "nbf_util.h"
 
 static const char USAGE[] =
-    "usage: nbfork {launch,config,env,test} [options]\n"
+    "usage: nbfork {launch,config,env,test,merge-weights,estimate-memory} [options]\n"
     "\n"
     "  launch [options] PROGRAM [ARGS...]     run PROGRAM as training workers\n"
     "  launch [options] NOTEBOOK.ipynb [CALL] run a notebook's cells headless\n"
@@ -22,9 +23,31 @@ static const char USAGE[] =
     "  config default [--mixed_precision M]   write the config for this machine\n"
     "  env                                    print versions and hardware for a bug report\n"
     "  test [launch options]                  check rendezvous and collectives\n"
+    "  merge-weights CKPT OUT                 a SHARDED_STATE_DICT checkpoint into a full one\n"
+    "  estimate-memory MODEL|--layers N,...   memory per dtype and ZeRO stage\n"
     "\n"
     "`nbfork COMMAND --help` explains a command. Exit codes: 0 success, 1 the run failed,\n"
     "2 bad input (nothing started), 130 interrupted.\n";
+
+static const char MERGE_HELP[] =
+    "usage: nbfork merge-weights CKPT OUT\n"
+    "\n"
+    "Consolidate the SHARDED_STATE_DICT checkpoint in directory CKPT (nbfork_shard<R>.bin of\n"
+    "every rank, written by acc_shard_save_state) into directory OUT: the FULL_STATE_DICT\n"
+    "checkpoint of one rank (nbfork_state.bin: parameters, optimizer state, loss scaler,\n"
+    "registered objects; nbfork_rank0.bin), loadable by acc_load_state or by\n"
+    "acc_shard_load_state at any world size. Accelerate's `accelerate merge-weights`.\n";
+
+static const char ESTIMATE_HELP[] =
+    "usage: nbfork estimate-memory (MODEL | --layers N0,N1,...,Nk) [--dtypes D ...]\n"
+    "                              [--num_processes N] [--optimizer adamw|sgd]\n"
+    "\n"
+    "Print Accelerate's `estimate-memory` table (dtype, largest layer, total size, training\n"
+    "using Adam) for an MLP of the given layer sizes, plus the model-state bytes per rank of\n"
+    "ZeRO stages 0-3 on N processes (default 2) as nbfork keeps them (acc_shard_estimate_bytes;\n"
+    "with float16/bfloat16 the ZeRO paper's figure in brackets: acc_shard_paper_bytes).\n"
+    "MODEL: fashion_mnist (784,256,10), mnist_mlp (784,512,512,10), mlp_50m\n"
+    "(4096,4096,4096,4096,1000). --dtypes: float32 float16 bfloat16 int8 int4 (default all).\n";
 
 static const char LAUNCH_HELP[] =
     "usage: nbfork launch [options] PROGRAM [ARGS...]\n"
@@ -110,7 +133,9 @@ int main(int argc, char **argv) {
   } cmds[] = {{"launch", LAUNCH_HELP, ln_cmd_launch},
               {"config", CONFIG_HELP, ln_cmd_config},
               {"env", ENV_HELP, ln_cmd_env},
-              {"test", TEST_HELP, ln_cmd_test}};
+              {"test", TEST_HELP, ln_cmd_test},
+              {"merge-weights", MERGE_HELP, ln_cmd_merge_weights},
+              {"estimate-memory", ESTIMATE_HELP, ln_cmd_estimate_memory}};
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
     fputs(USAGE, argc < 2 ? stderr : stdout);
     return argc < 2 ? LN_EXIT_USAGE : 0;
@@ -124,7 +149,8 @@ int main(int argc, char **argv) {
       return cmds[i].fn(argc - 1, argv + 1);
     }
   fprintf(stderr,
-          "nbfork: error: unknown command '%s' (known: launch, config, env, test; "
+          "nbfork: error: unknown command '%s' (known: launch, config, env, test, merge-weights, "
+          "estimate-memory; "
           "nbfork --help)\n",
           argv[1]);
   return LN_EXIT_USAGE;

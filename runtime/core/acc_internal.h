@@ -58,7 +58,7 @@ struct acc {
   acc_store_client_t *store;
   acc_gloo_t *gloo;
   acc_nccl_t *nccl;
-  int broken;         /* a collective failed: the group cannot be used again */
+  int broken;             /* a collective failed: the group cannot be used again */
   unsigned rebuilt_epoch; /* the last acc_rebuild_process_groups epoch it rebuilt for */
   char gloo_host[256];    /* the address its Gloo device listens on (join_group)       */
   /* issue 21/27: collectives are numbered (1 = the first; every rank
@@ -247,6 +247,43 @@ acc_result_t acc__accumulate_scale(acc_t *acc, float *grads, size_t n);
 /* Forget the registered object `name` (the Trainer's state, when the
  * Trainer is destroyed before the accelerator); no-op when absent. */
 void acc__unregister_for_checkpointing(acc_t *acc, const char *name);
+/* Checkpoint file I/O for the sharded checkpoints (acc_checkpoint.c's
+ * format: header, CRC-32, named sections). kind: 0 shared, 1 rank,
+ * 2 shard (acc_shard_ckpt.c). */
+typedef struct {
+  int32_t kind, has_m, has_v, pad;
+  uint64_t n;
+  float lr, momentum, weight_decay, beta1, beta2, eps;
+  int64_t t;
+} acc__ckpt_optim_rec_t; /* the "optim" section */
+typedef struct {
+  unsigned char *buf; /* whole file (owned: free it) */
+  size_t len;
+  const unsigned char *payload;
+  size_t plen;
+} acc__ckpt_file_t;
+typedef struct {
+  const char *name;
+  const void *data;
+  size_t bytes;
+} acc__ckpt_sec_t;
+/* DIR (created) / FILE written atomically with the sections in order. */
+acc_result_t acc__ckpt_write(acc_t *acc, const char *dir, const char *file, uint32_t kind,
+                             uint32_t rank, const acc__ckpt_sec_t *s, int n);
+/* Read and check (magic, version, kind, CRC, section table) PATH. */
+acc_result_t acc__ckpt_read(acc_t *acc, const char *path, uint32_t kind, acc__ckpt_file_t *f);
+/* The section `name`, or NULL (unaligned: memcpy records out). */
+const void *acc__ckpt_find(const acc__ckpt_file_t *f, const char *name, size_t *bytes);
+/* The section at *off (advanced past it), its name (NUL-terminated) and
+ * size; NULL at the end. */
+const void *acc__ckpt_next(const acc__ckpt_file_t *f, size_t *off, char name[33], size_t *bytes);
+/* acc_shard_backward after the model's backward ran (the Trainer's
+ * training_step): the stage's reduction (runtime/shard/acc_shard_run.c). */
+acc_result_t acc__shard_reduce(acc_shard_t *sh);
+/* acc_load_state; rank_file 0 skips the per-rank files (RNG states,
+ * accumulation position, gradients: resuming at another world size). */
+acc_result_t acc__load_state_ex(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt,
+                                int rank_file);
 /* Layer sizes of `m`: *nlayers layers, sizes[0..nlayers]. */
 const int *acc__mlp_sizes(const acc_mlp_t *m, int *nlayers);
 /* The rows acc_mlp_forward accepts at most (acc_mlp_new's max_batch). */

@@ -177,12 +177,7 @@ static acc_result_t write_atomic(acc_t *acc, const char *dir, const char *name, 
 
 /* ---------------------------------------------------------------- reader */
 
-typedef struct {
-  unsigned char *buf; /* whole file (owned) */
-  size_t len;
-  const unsigned char *payload;
-  size_t plen;
-} rfile_t;
+typedef acc__ckpt_file_t rfile_t;
 
 /* Read PATH into memory. */
 static acc_result_t read_file(acc_t *acc, const char *path, unsigned char **out, size_t *len) {
@@ -306,12 +301,7 @@ typedef struct {
   int32_t growth_interval, growth_tracker;
 } scaler_rec_t;
 
-typedef struct {
-  int32_t kind, has_m, has_v, pad;
-  uint64_t n;
-  float lr, momentum, weight_decay, beta1, beta2, eps;
-  int64_t t;
-} optim_rec_t;
+typedef acc__ckpt_optim_rec_t optim_rec_t;
 
 typedef struct {
   uint64_t s[4];
@@ -642,6 +632,11 @@ static acc_result_t use_rank(acc_t *acc, const rfile_t *f, acc_mlp_t *model, int
 }
 
 acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt) {
+  return acc__load_state_ex(acc, dir, model, opt, 1);
+}
+
+acc_result_t acc__load_state_ex(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt,
+                                int rank_file) {
   if (!acc)
     return ACC_ERR_INVALID_ARGUMENT;
   if (!dir || !*dir)
@@ -688,20 +683,66 @@ acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
   }
   if (r == ACC_OK)
     r = parse(acc, &sf, 0, spath);
-  if (r == ACC_OK)
+  if (r == ACC_OK && rank_file)
     r = read_file(acc, rpath, &rf.buf, &rf.len);
-  if (r == ACC_OK)
+  if (r == ACC_OK && rank_file)
     r = parse(acc, &rf, 1, rpath);
   if (r == ACC_OK)
     r = use_shared(acc, &sf, model, opt, 0, spath);
-  if (r == ACC_OK)
+  if (r == ACC_OK && rank_file)
     r = use_rank(acc, &rf, model, 0, rpath);
   r = agree(acc, r, "acc_load_state");
   if (r == ACC_OK) /* every rank checked everything: apply */
     r = use_shared(acc, &sf, model, opt, 1, spath);
-  if (r == ACC_OK)
+  if (r == ACC_OK && rank_file)
     r = use_rank(acc, &rf, model, 1, rpath);
   free(sf.buf);
   free(rf.buf);
   return r;
+}
+
+/* ---------------------------------------------------------------- for sharding */
+
+acc_result_t acc__ckpt_write(acc_t *acc, const char *dir, const char *file, uint32_t kind,
+                             uint32_t rank, const acc__ckpt_sec_t *s, int n) {
+  ACC_CHECK(make_dirs(acc, dir));
+  wbuf_t w = {0};
+  for (int i = 0; i < n; i++)
+    section(&w, s[i].name, s[i].data, s[i].bytes);
+  size_t flen = 0;
+  unsigned char *f = w.oom ? NULL : finish(&w, kind, rank, &flen);
+  nbf_buf_free(&w.b);
+  if (!f)
+    return acc__set_error(acc, ACC_ERR_NO_MEMORY, "no memory for checkpoint file %s/%s", dir, file);
+  acc_result_t r = write_atomic(acc, dir, file, f, flen);
+  free(f);
+  return r;
+}
+
+acc_result_t acc__ckpt_read(acc_t *acc, const char *path, uint32_t kind, acc__ckpt_file_t *f) {
+  memset(f, 0, sizeof *f);
+  ACC_CHECK(read_file(acc, path, &f->buf, &f->len));
+  acc_result_t r = parse(acc, f, kind, path);
+  if (r != ACC_OK) {
+    free(f->buf);
+    memset(f, 0, sizeof *f);
+  }
+  return r;
+}
+
+const void *acc__ckpt_find(const acc__ckpt_file_t *f, const char *name, size_t *bytes) {
+  return find(f, name, bytes);
+}
+
+const void *acc__ckpt_next(const acc__ckpt_file_t *f, size_t *off, char name[33], size_t *bytes) {
+  if (*off + CKPT_NAME + 8 > f->plen)
+    return NULL;
+  uint64_t b;
+  memcpy(name, f->payload + *off, CKPT_NAME);
+  name[CKPT_NAME] = 0;
+  memcpy(&b, f->payload + *off + CKPT_NAME, 8);
+  const void *p = f->payload + *off + CKPT_NAME + 8;
+  *bytes = (size_t)b;
+  *off += CKPT_NAME + 8 + (size_t)b;
+  return p;
 }

@@ -36,6 +36,17 @@ struct acc_shard {
   char desc[256];
 };
 
+/* Checkpoints (acc_shard_ckpt.c, acc_shard_merge.c): the registered
+ * object "nbfork.state_dict" of the shared file, and a unit's record in
+ * a shard file. */
+typedef struct {
+  int32_t type, world, stage, nunits; /* acc_state_dict_type_t, ... */
+  uint64_t num_params;
+} acc__shard_mark_t;
+typedef struct {
+  uint64_t off, n, s, own;
+} acc__shard_unit_rec_t;
+
 /* The owned parameters / gradients of unit u (own elements). */
 float *acc__shard_own_params(acc_shard_t *sh, const acc__shard_unit_t *u);
 float *acc__shard_own_grads(acc_shard_t *sh, const acc__shard_unit_t *u);
@@ -45,6 +56,8 @@ void acc__shard_release(float *p, size_t n);
 void acc__shard_sample(acc_shard_t *sh);
 /* All-gather unit u into the model's parameter buffer. */
 acc_result_t acc__shard_gather_unit(acc_shard_t *sh, const acc__shard_unit_t *u);
+/* Stage 3: release every unit's parameter pages when gathered. */
+void acc__shard_release_all(acc_shard_t *sh);
 /* The layer hook of a toolkit MLP (acc__mlp_unit_hook_fn). */
 int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t n);
 

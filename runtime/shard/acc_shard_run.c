@@ -91,7 +91,7 @@ acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
 }
 
 /* Stage 3 after a forward/backward that gathered every unit. */
-static void release_all(acc_shard_t *sh) {
+void acc__shard_release_all(acc_shard_t *sh) {
   if (sh->stage < 3 || !sh->gathered)
     return;
   for (int i = 0; i < sh->nunits; i++)
@@ -122,17 +122,25 @@ acc_result_t acc_shard_backward(acc_shard_t *sh) {
       return ACC_ERR_INVALID_ARGUMENT; /* the model's or the hook's error is kept */
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_backward: backward failed");
   }
+  return acc__shard_reduce(sh);
+}
+
+acc_result_t acc__shard_reduce(acc_shard_t *sh) {
+  acc_model_t *m = sh->model;
+  acc_t *acc = sh->acc;
+  int reduced = sh->reduced; /* by this backward's hooks */
+  sh->reduced = 0;
   acc__shard_sample(sh);
   acc_result_t r = ACC_OK;
   if (sh->stage < 2) {
     r = acc_backward(acc, m->grads, m->num_params);
-  } else if (!sh->reduced) {
+  } else if (!reduced) {
     r = acc__accumulate_scale(acc, m->grads, m->num_params);
     for (int i = 0; r == ACC_OK && acc->sync_gradients && i < sh->nunits; i++)
       r = reduce_unit(sh, &sh->units[i]);
   }
   if (!sh->hooked)
-    release_all(sh);
+    acc__shard_release_all(sh);
   acc__shard_sample(sh);
   return r;
 }
@@ -217,7 +225,7 @@ int acc_shard_step(acc_shard_t *sh) {
     if (sh->units[i].opt && acc__optim_step_raw(acc, sh->units[i].opt) < 0)
       return -1;
   zero_grads(sh);
-  release_all(sh); /* stage 3: the gathered parameters are stale now */
+  acc__shard_release_all(sh); /* stage 3: the gathered parameters are stale now */
   for (int i = 0; sh->stage == 1 || sh->stage == 2 ? i < sh->nunits : 0; i++)
     if (acc__shard_gather_unit(sh, &sh->units[i]) != ACC_OK)
       return -1;

@@ -75,6 +75,9 @@ static const arg_def_t ARGS[] = {
     F(do_train, T_BOOL, NULL, 0),
     F(do_eval, T_BOOL, NULL, 0),
     F(report_to, T_STR, "none|all", 0),
+    F(fsdp, T_STR, NULL, 0),
+    F(fsdp_config, T_STR, NULL, 0),
+    F(deepspeed, T_STR, NULL, 0),
 };
 #define NARGS (sizeof ARGS / sizeof ARGS[0])
 

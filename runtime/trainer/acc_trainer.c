@@ -145,7 +145,13 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
                    "its params/grads on the host, or use the toolkit MLP");
     goto fail;
   }
-  if (!strcmp(args->optim, "galore_adamw")) {
+  acc_shard_config_t shard_cfg;
+  int shard = tr_shard_wanted(acc, args);
+  if (shard && tr_shard_config(acc, args, &shard_cfg, &tr->state_dict_type) != ACC_OK)
+    goto fail;
+  if (shard) {
+    /* acc_shard_new below, once every rank holds rank 0's parameters */
+  } else if (!strcmp(args->optim, "galore_adamw")) {
     /* Transformers' defaults: rank 128, update_proj_gap 200, scale 0.25 */
     double rank = tr_kwarg(args->optim_args, "rank"),
            gap = tr_kwarg(args->optim_args, "update_proj_gap"),
@@ -180,6 +186,10 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
   if (acc_world_size(acc) > 1 &&
       acc_broadcast(acc, model->params, model->num_params, ACC_F32, 0) != ACC_OK)
     goto fail;
+  if (shard && !(tr->shard = acc_shard_new(acc, model, &shard_cfg)))
+    goto fail;
+  if (shard)
+    acc_trainer_log(tr, ACC_LOG_INFO, "Sharding: %s", acc_shard_describe(tr->shard));
   tr->lr = args->learning_rate;
   return tr;
 oom:
@@ -197,6 +207,7 @@ void acc_trainer_destroy(acc_trainer_t **tr_p) {
   if (!tr->model->mlp)
     acc__unregister_for_checkpointing(tr->acc, "trainer.params");
   acc_optim_destroy(&tr->opt);
+  acc_shard_destroy(&tr->shard); /* collective at stage 3: leaves the model whole */
   acc_galore_destroy(&tr->galore);
   acc_lomo_destroy(&tr->lomo);
   acc_progress_destroy(&tr->bar);
@@ -247,6 +258,8 @@ double acc_trainer_learning_rate(const acc_trainer_t *tr) {
 
 float acc_trainer_compute_loss(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
                                int training) {
+  if (tr->shard) /* the parameters gathered as the stage needs */
+    return acc_shard_forward_loss(tr->shard, x, y, batch, training);
   return tr->model->forward_loss(tr->model->self, x, y, batch, training);
 }
 
@@ -257,6 +270,9 @@ float acc_trainer_training_step(acc_trainer_t *tr, const float *x, const int64_t
     return NAN;
   /* LOMO: Accelerate's lomo_backward (fused_backward with the learning rate) */
   if (tr->lomo ? acc_lomo_backward(tr->lomo) != ACC_OK : tr->model->backward(tr->model->self) != 0)
+    return NAN;
+  /* sharded: acc_shard_backward's reduction, without a second backward */
+  if (tr->shard && acc__shard_reduce(tr->shard) != ACC_OK)
     return NAN;
   return loss;
 }

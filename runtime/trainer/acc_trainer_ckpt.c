@@ -238,7 +238,10 @@ acc_result_t acc_trainer_save_checkpoint(acc_trainer_t *tr) {
   ACC_CHECK(acc_all_reduce(tr->acc, sums, 2, ACC_F64, ACC_AVG));
   tr->loop.tr_loss = sums[0];
   tr->loop.total_loss = sums[1];
-  ACC_CHECK(acc_save_state(tr->acc, dir, tr->model->mlp, tr->opt));
+  if (tr->shard)
+    ACC_CHECK(acc_shard_save_state(tr->shard, dir, tr->state_dict_type));
+  else
+    ACC_CHECK(acc_save_state(tr->acc, dir, tr->model->mlp, tr->opt));
   if (tr->state.best_global_step > 0) /* the best one is on disk: saved now or earlier */
     snprintf(tr->state.best_model_checkpoint, sizeof tr->state.best_model_checkpoint,
              "%s/checkpoint-%ld", tr->args.output_dir, tr->state.best_global_step);
@@ -314,7 +317,10 @@ acc_result_t tr_resume(acc_trainer_t *tr, const char *spec) {
     snprintf(dir, sizeof dir, "%s", spec);
   }
   ACC_CHECK(check_optim(tr, dir));
-  ACC_CHECK(acc_load_state(tr->acc, dir, tr->model->mlp, tr->opt));
+  if (tr->shard)
+    ACC_CHECK(acc_shard_load_state(tr->shard, dir));
+  else
+    ACC_CHECK(acc_load_state(tr->acc, dir, tr->model->mlp, tr->opt));
   loop_to_state(tr, tr->args.output_dir);
   acc_trainer_log(tr, ACC_LOG_INFO, "Continuing training from checkpoint %s (global step %ld)", dir,
                   tr->state.global_step);
@@ -325,7 +331,9 @@ acc_result_t tr_load_best(acc_trainer_t *tr) {
   tr_loop_t keep = tr->loop;
   acc_trainer_log(tr, ACC_LOG_INFO, "Loading best model from %s (score: %g).",
                   tr->state.best_model_checkpoint, tr->state.best_metric);
-  acc_result_t r = acc_load_state(tr->acc, tr->state.best_model_checkpoint, tr->model->mlp, NULL);
+  acc_result_t r =
+      tr->shard ? acc_shard_load_state(tr->shard, tr->state.best_model_checkpoint)
+                : acc_load_state(tr->acc, tr->state.best_model_checkpoint, tr->model->mlp, NULL);
   tr->loop = keep; /* the parameters change, not where the loop is */
   return r;
 }

@@ -57,6 +57,8 @@ struct acc_trainer {
   int64_t *yb, *preds;  /* max batch */
   acc_progress_t *bar;
   int grads_on_device; /* the model's params/grads are device memory (a GPU model) */
+  acc_shard_t *shard;  /* --fsdp / --deepspeed / the launcher's FSDP or DeepSpeed */
+  int state_dict_type; /* of the shard's checkpoints (acc_state_dict_type_t) */
 };
 
 /* The model's gradients are device memory: never read them on the host. */
@@ -91,6 +93,13 @@ typedef struct {
 json_t *tr_json_real(tr_reals_t *r, double v);
 char *tr_json_dumps(const json_t *o, const tr_reals_t *r);
 void tr_reals_free(tr_reals_t *r);
+
+/* Sharding (acc_trainer_shard.c): whether the arguments or the
+ * launcher's environment ask for it (0/1; -1 on a bad setting: the error
+ * is in acc), and the acc_shard_config_t and state dict type they give. */
+int tr_shard_wanted(acc_t *acc, const acc_training_args_t *a);
+acc_result_t tr_shard_config(acc_t *acc, const acc_training_args_t *a, acc_shard_config_t *c,
+                             int *state_dict_type);
 
 /* Checkpoints (acc_trainer_ckpt.c). */
 acc_result_t tr_resume(acc_trainer_t *tr, const char *spec);

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "acc_optim_cuda.h"
 #include "acc_callbacks.h"
+#include "acc_optim_cuda.h"
 #include "acc_trainer_internal.h"
 #include "nbf_util.h"
 
@@ -85,6 +85,7 @@ static void apply_lr(acc_trainer_t *tr) {
   acc_optim_set_lr(tr->opt, (float)tr->lr);
   acc_galore_set_lr(tr->galore, (float)tr->lr);
   acc_lomo_set_lr(tr->lomo, (float)tr->lr);
+  acc_shard_set_lr(tr->shard, (float)tr->lr);
 }
 
 /* scheduler.step() after an optimizer step that was taken. */
@@ -97,6 +98,13 @@ static acc_result_t advance_schedule(acc_trainer_t *tr) {
 /* The optimizer step of a sync micro-step. */
 static acc_result_t optimizer_step(acc_trainer_t *tr) {
   acc_model_t *m = tr->model;
+  if (tr->shard) { /* unscale, clip and the owned update: acc_shard_step */
+    int stepped = acc_shard_step(tr->shard);
+    if (stepped < 0)
+      return ACC_ERR_BACKEND; /* the error is in acc_last_error */
+    tr->loop.grad_norm = stepped ? acc_shard_grad_norm(tr->shard) : tr->loop.grad_norm;
+    return stepped ? advance_schedule(tr) : ACC_OK;
+  }
   if (tr->lomo) { /* updated in backward already */
     tr->loop.grad_norm = acc_lomo_grad_norm(tr->lomo);
     return advance_schedule(tr);
@@ -211,7 +219,7 @@ static acc_result_t micro_step(acc_trainer_t *tr, acc_sampler_t *s, size_t b) {
                           (long long)tr->loop.epoch_index, b, acc_last_error(NULL));
   tr->loop.tr_loss += (double)loss / accum;
   tr->loop.total_loss += (double)loss / accum;
-  if (!tr->lomo) /* LOMO all-reduced each layer inside backward */
+  if (!tr->lomo && !tr->shard) /* LOMO all-reduced inside backward; sharding in training_step */
     ACC_CHECK(acc_backward(tr->acc, tr->model->grads, tr->model->num_params));
   int sync = acc_sync_gradients(tr->acc);
   if (sync)

@@ -285,10 +285,16 @@ class BadInput(CliCase):
         with open(self.config, "w") as f:
             f.write("num_processes: 2\nnum_gpus: 2\n")
         self.assert_usage_error(self.nbfork("launch", PROG), ":2:1: unknown config key 'num_gpus'")
+        # FSDP and DeepSpeed are supported since issue 23; what is not is named
         with open(self.config, "w") as f:
             f.write("distributed_type: MEGATRON_LM\n")
         self.assert_usage_error(self.nbfork("launch", PROG),
                                 "distributed_type: MEGATRON_LM is not supported by nbfork")
+        with open(self.config, "w") as f:
+            f.write("distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n")
+        self.assert_usage_error(self.nbfork("launch", PROG),
+                                ":3:3: fsdp_activation_checkpointing: activation checkpointing is "
+                                "not supported by nbfork")
 
     def test_unknown_command(self):
         self.assert_usage_error(self.nbfork("lunch"), "unknown command 'lunch'")
@@ -297,10 +303,25 @@ class BadInput(CliCase):
 class Commands(CliCase):
     def test_help_of_every_command(self):
         for cmd, word in (("launch", "--num_processes"), ("config", "default"),
-                          ("env", "NVML"), ("test", "Test is a success!")):
+                          ("env", "NVML"), ("test", "Test is a success!"),
+                          ("merge-weights", "SHARDED_STATE_DICT"),
+                          ("estimate-memory", "--num_processes")):
             r = self.nbfork(cmd, "--help")
             self.assertEqual(r.returncode, 0, r.stderr)
             self.assertIn(word, r.stdout)
+
+    def test_estimate_memory_table_and_errors(self):
+        r = self.nbfork("estimate-memory", "--layers", "784,512,512,10", "--dtypes", "float32",
+                        "int8")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("669706 parameters, largest layer 401920", r.stdout)
+        self.assertRegex(r.stdout, r"\| float32 +\| +1\.53 MB \| +2\.55 MB \| +10\.22 MB \|")
+        self.assertRegex(r.stdout, r"\| int8 +\| .*N/A")
+        self.assert_usage_error(self.nbfork("estimate-memory", "no_such_model"),
+                                "unknown model 'no_such_model'")
+        self.assert_usage_error(self.nbfork("estimate-memory", "--layers", "784"),
+                                "--layers 784: expected at least two")
+        self.assert_usage_error(self.nbfork("merge-weights", "only-one"), "usage")
 
     def test_config_default_then_launch_reads_it(self):
         r = self.nbfork("config", "default", "--mixed_precision", "bf16")

@@ -15,9 +15,17 @@ through jupyter_client and the real kernel.
 - a worker reading stdin gets end-of-file at once and no input_request
   reaches the front end (one per rank arrived, answers discarded).
 
+Issue 23: `%launch ... sharding=FULL_SHARD state_dict_type=SHARDED_STATE_DICT`
+trains through acc_shard at ZeRO stage 3 in the workers (Accelerate's FSDP
+environment), with the losses of `sharding=NO_SHARD` (DDP), and writes one
+shard file per rank, which `nbfork merge-weights` consolidates.
+
 Each test waits on the cell's reply; the only bounds say "it ends"."""
 import os
 import queue
+import shutil
+import subprocess
+import tempfile
 import unittest
 
 import nbf_harness as h
@@ -140,6 +148,73 @@ class LaunchCellTest(h.KernelTestCase):
                                       allow_stdin=True, answers=["hello"])
         self.assertEqual(len(stdin_reqs), 1)
         self.assertIn("[hello", h.stream_text(outputs))
+
+    SHARD_CELL = r"""
+#include <nbfork.h>
+int shard_train(const char *dir) {
+    acc_t *acc = acc_new(NULL);
+    const int sizes[] = {8, 16, 4};
+    acc_set_seed(acc, 7, 0);
+    acc_mlp_t *m = acc_mlp_new(acc, sizes, 2, 4);
+    acc_model_t model;
+    acc_mlp_model(m, &model);
+    acc_shard_t *sh = acc_shard_new(acc, &model, NULL); /* the stage from the launcher */
+    if (!sh) { printf("error: %s\n", acc_last_error(acc)); return 1; }
+    if (acc_is_main_process(acc)) printf("%s\n", acc_shard_describe(sh));
+    float x[32];
+    int64_t y[4];
+    for (int k = 0; k < 4; k++) {
+        for (int i = 0; i < 32; i++) x[i] = (float)((i * 7 + k * 3 + acc_rank(acc)) % 11) / 11.0f;
+        for (int i = 0; i < 4; i++) y[i] = (i + k) % 4;
+        acc_accumulate_begin(acc, 0);
+        double l = acc_shard_forward_loss(sh, x, y, 4, 1);
+        acc_shard_backward(sh);
+        acc_accumulate_end(acc);
+        acc_shard_step(sh);
+        acc_all_reduce(acc, &l, 1, ACC_F64, ACC_AVG);
+        if (acc_is_main_process(acc)) printf("step %d loss %.9g\n", k, l);
+    }
+    if (acc_shard_save_state(sh, dir, ACC_STATE_DICT_FROM_ENV) != ACC_OK)
+        printf("save: %s\n", acc_last_error(acc));
+    acc_shard_destroy(&sh);
+    acc_model_release(&model);
+    acc_mlp_destroy(&m);
+    acc_destroy(&acc);
+    return 0;
+}
+"""
+
+    def test_sharding_full_shard_trains_as_ddp_and_saves_shards(self):
+        self.ok(self.SHARD_CELL)
+        full, ddp = os.path.join(self.tmp, "full"), os.path.join(self.tmp, "ddp")
+        outputs, _ = self.ok('%%launch shard_train("%s") num_processes=2 sharding=FULL_SHARD '
+                             'state_dict_type=SHARDED_STATE_DICT' % full)
+        sharded = h.stream_text(outputs)
+        self.assertIn("ZeRO stage 3 (FULL_SHARD) on 2 ranks", sharded)
+        self.assertNotIn("error", sharded)
+        for r in (0, 1):
+            self.assertTrue(os.path.exists(os.path.join(full, "nbfork_shard%d.bin" % r)), r)
+        outputs, _ = self.ok('%%launch shard_train("%s") num_processes=2 sharding=NO_SHARD' % ddp)
+        plain = h.stream_text(outputs)
+        self.assertIn("ZeRO stage 0 (NO_SHARD) on 2 ranks", plain)
+        losses = [l for l in sharded.splitlines() if l.startswith("step ")]
+        self.assertEqual(len(losses), 4, sharded)
+        self.assertEqual(losses, [l for l in plain.splitlines() if l.startswith("step ")])
+        # a FULL_STATE_DICT (the default) of DDP: no shard files
+        self.assertTrue(os.path.exists(os.path.join(ddp, "nbfork_state.bin")))
+        self.assertFalse(os.path.exists(os.path.join(ddp, "nbfork_shard0.bin")))
+        # `nbfork merge-weights` makes the shards one checkpoint; a full one is refused
+        nbfork = os.path.join(h.BUILD_DIR, "bin", "nbfork")
+        merged = os.path.join(self.tmp, "merged")
+        run = subprocess.run([nbfork, "merge-weights", full, merged], capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        for f in ("nbfork_state.bin", "nbfork_rank0.bin"):
+            self.assertTrue(os.path.exists(os.path.join(merged, f)), f)
+        run = subprocess.run([nbfork, "merge-weights", ddp, merged], capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("is not a SHARDED_STATE_DICT checkpoint", run.stderr)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,26 @@
  *
  * memory STAGE NP: the measured peak model-state bytes of a rank
  * (acc_shard_state_bytes) within 10% of acc_shard_estimate_bytes.
+ *
+ * resume STAGE NP TYPE VARIANT: a run saved (TYPE full|sharded) after
+ * some micro-steps (VARIANT accum: inside an accumulation window) and
+ * resumed by new processes from a model of another seed continues bit
+ * for bit as the uninterrupted run (1e-5 at NP 4, as above); generic:
+ * an acc_model_t without the MLP's layer sizes and hooks.
+ * resume_other_world STAGE NP_SAVE NP_LOAD: a FULL_STATE_DICT saved on
+ * NP_SAVE ranks, resumed on NP_LOAD at STAGE, against stage 0 from the
+ * same checkpoint (at NP_LOAD 1: against DDP's acc_load_state).
+ * merge_weights STAGE NP: `nbfork merge-weights` of a SHARDED checkpoint
+ * equals the FULL one saved at the same step: the same rank-0 file, and
+ * DDP resumed from either (acc_load_state) trains alike bit for bit.
  */
+#define _GNU_SOURCE /* nftw, mkdtemp */
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nbf_test.h"
 #include "nbfork.h"
@@ -291,6 +306,297 @@ NBF_TEST(stage_from_environment) {
   acc_destroy(&acc);
   unsetenv("ACCELERATE_USE_FSDP");
   unsetenv("FSDP_SHARDING_STRATEGY");
+}
+
+/* ---- checkpoints ------------------------------------------------------ */
+
+typedef struct {
+  int stage, np_load;
+  const char *type, *variant;
+  char dir[128];
+} ck_t;
+
+enum { CK_NP = 33 * 21 + 33 + 17 * 33 + 17 + 5 * 17 + 5, CK_NK = STEPS * 2 };
+
+static acc_t *ck_acc(const char *variant) {
+  acc_config_t ac = ACC_CONFIG_INIT;
+  ac.gradient_accumulation_steps = !strcmp(variant, "accum") ? 2 : 1;
+  ac.mixed_precision = !strcmp(variant, "fp16") ? "fp16" : "no";
+  acc_t *acc = acc_new(&ac);
+  ASSERT_NOT_NULL(acc);
+  ASSERT_EQ(acc_set_grad_scaler(acc, 65536.0f, 2.0f, 0.5f, 2000), ACC_OK);
+  return acc;
+}
+
+static int ck_generic; /* resume VARIANT generic: no layer sizes, no hooks */
+
+/* A fresh MLP (from `seed`) sharded at `stage`, AdamW lr 0.01. */
+static acc_shard_t *ck_new(acc_t *acc, int stage, unsigned seed, acc_mlp_t **m,
+                           acc_model_t *model) {
+  acc_set_seed(acc, seed, 0);
+  *m = acc_mlp_new(acc, SIZES, NL, B);
+  ASSERT_NOT_NULL(*m);
+  ASSERT_EQ(acc_mlp_model(*m, model), ACC_OK);
+  if (ck_generic)
+    model->mlp = NULL; /* checkpointed as another acc_model_t's */
+  acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+  cfg.stage = stage;
+  cfg.lr = 0.01f;
+  acc_shard_t *sh = acc_shard_new(acc, model, &cfg);
+  ASSERT_NOT_NULL(sh);
+  return sh;
+}
+
+/* Micro-steps k0..k1-1 (batch k of this rank); losses into loss[k]. */
+static void ck_train(acc_t *acc, acc_shard_t *sh, int k0, int k1, float *loss) {
+  float x[B * 21];
+  int64_t y[B];
+  for (int k = k0; k < k1; k++) {
+    batch(acc_rank(acc), k, x, y);
+    acc_accumulate_begin(acc, 0);
+    loss[k] = acc_shard_forward_loss(sh, x, y, B, 1);
+    ASSERT_EQ(acc_shard_backward(sh), ACC_OK);
+    acc_accumulate_end(acc);
+    ASSERT_TRUE(acc_shard_step(sh) >= 0);
+  }
+}
+
+/* Final parameters into p, then free everything. */
+static void ck_end(acc_shard_t **sh, acc_model_t *model, acc_mlp_t **m, float *p) {
+  ASSERT_EQ(acc_shard_gather_params(*sh), ACC_OK);
+  if (p)
+    memcpy(p, model->params, model->num_params * sizeof(float));
+  acc_shard_destroy(sh);
+  acc_model_release(model);
+  acc_mlp_destroy(m);
+}
+
+static int ck_k1(const ck_t *c) {              /* where the first run saves */
+  return !strcmp(c->variant, "accum") ? 5 : 3; /* accum: inside a window */
+}
+
+static int ck_total(const ck_t *c) {
+  return STEPS * (!strcmp(c->variant, "accum") ? 2 : 1);
+}
+
+static int ck_type(const ck_t *c) {
+  return !strcmp(c->type, "sharded") ? ACC_SHARDED_STATE_DICT : ACC_FULL_STATE_DICT;
+}
+
+/* First processes: train to k1 and save. */
+static int ck_save_body(int rank, int world, void *arg) {
+  (void)rank, (void)world;
+  const ck_t *c = arg;
+  acc_t *acc = ck_acc(c->variant);
+  acc_mlp_t *m;
+  acc_model_t model;
+  static float l[CK_NK];
+  acc_shard_t *sh = ck_new(acc, c->stage, 1234, &m, &model);
+  ck_train(acc, sh, 0, ck_k1(c), l);
+  acc_result_t r = acc_shard_save_state(sh, c->dir, ck_type(c));
+  if (r != ACC_OK)
+    fprintf(stderr, "save: %s\n", acc_last_error(acc));
+  ASSERT_EQ(r, ACC_OK);
+  if (!strcmp(c->type, "both")) { /* merge_weights: the same step twice */
+    char d[160];
+    snprintf(d, sizeof d, "%s/sharded", c->dir);
+    ASSERT_EQ(acc_shard_save_state(sh, d, ACC_SHARDED_STATE_DICT), ACC_OK);
+  }
+  ck_end(&sh, &model, &m, NULL);
+  acc_destroy(&acc);
+  return 0;
+}
+
+static void ck_compare(const float *l0, const float *l1, int k0, int k1, const float *p0,
+                       const float *p1, int exact, const char *what) {
+  double worst = 0, pmax = 0, pdiff = 0;
+  for (int k = k0; k < k1; k++)
+    worst = fmax(worst, rel(l0[k], l1[k]));
+  for (int i = 0; i < CK_NP; i++) {
+    pmax = fmax(pmax, fabs((double)p0[i]));
+    pdiff = fmax(pdiff, fabs((double)p0[i] - (double)p1[i]));
+  }
+  worst = fmax(worst, pdiff / pmax);
+  printf("%s: largest relative difference %.3g (%s expected)\n", what, worst,
+         exact ? "bitwise" : "1e-5");
+  fflush(stdout);
+  if (exact) {
+    ASSERT_EQ(memcmp(l0 + k0, l1 + k0, sizeof(float) * (size_t)(k1 - k0)), 0);
+    ASSERT_EQ(memcmp(p0, p1, sizeof(float) * CK_NP), 0);
+  } else {
+    ASSERT_TRUE(worst <= 1e-5);
+  }
+}
+
+/* New processes: the uninterrupted run, then the resumed one. */
+static int ck_resume_body(int rank, int world, void *arg) {
+  const ck_t *c = arg;
+  static float la[CK_NK], lb[CK_NK], pa[CK_NP], pb[CK_NP];
+  acc_t *acc = ck_acc(c->variant);
+  acc_mlp_t *m;
+  acc_model_t model;
+  acc_shard_t *sh = ck_new(acc, c->stage, 1234, &m, &model);
+  ck_train(acc, sh, 0, ck_total(c), la);
+  ck_end(&sh, &model, &m, pa);
+  acc_destroy(&acc);
+  acc = ck_acc(c->variant);
+  sh = ck_new(acc, c->stage, 999, &m, &model); /* the load must set everything */
+  acc_result_t r = acc_shard_load_state(sh, c->dir);
+  if (r != ACC_OK)
+    fprintf(stderr, "load: %s\n", acc_last_error(acc));
+  ASSERT_EQ(r, ACC_OK);
+  ck_train(acc, sh, ck_k1(c), ck_total(c), lb);
+  ck_end(&sh, &model, &m, pb);
+  if (rank == 0) {
+    char what[96];
+    snprintf(what, sizeof what, "resume stage %d np %d %s %s", c->stage, world, c->type,
+             c->variant);
+    ck_compare(la, lb, ck_k1(c), ck_total(c), pa, pb, world <= 2, what);
+  }
+  acc_destroy(&acc);
+  return 0;
+}
+
+static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)st, (void)flag, (void)f;
+  return remove(p);
+}
+
+static void ck_tmpdir(ck_t *c) {
+  snprintf(c->dir, sizeof c->dir, "/tmp/nbfork-shardck-XXXXXX");
+  ASSERT_NOT_NULL(mkdtemp(c->dir));
+}
+
+NBF_TEST_P(resume) {
+  static ck_t c;
+  c.stage = atoi(nbf_test_arg(0));
+  int world = atoi(nbf_test_arg(1));
+  c.type = nbf_test_arg(2);
+  c.variant = nbf_test_arg(3);
+  ck_generic = !strcmp(c.variant, "generic");
+  ck_tmpdir(&c);
+  rt_spawn_opts_t o = {.world = world, .deadline_s = 90};
+  ASSERT_EQ(rt_spawn(&o, ck_save_body, &c, NULL), 0);
+  ASSERT_EQ(rt_spawn(&o, ck_resume_body, &c, NULL), 0);
+  nftw(c.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* DDP from a checkpoint through acc_load_state: micro-steps k0..k1. */
+static void ck_ddp(acc_t *acc, const char *dir, int k0, int k1, float *loss, float *params) {
+  acc_set_seed(acc, 999, 0);
+  acc_mlp_t *m = acc_mlp_new(acc, SIZES, NL, B);
+  size_t n = acc_mlp_num_params(m);
+  acc_optim_t *o =
+      acc_adamw_new(acc_mlp_params(m), acc_mlp_grads(m), n, 0.01f, 0.9f, 0.999f, 1e-8f, 0.01f);
+  acc_result_t r = acc_load_state(acc, dir, m, o);
+  if (r != ACC_OK)
+    fprintf(stderr, "acc_load_state: %s\n", acc_last_error(acc));
+  ASSERT_EQ(r, ACC_OK);
+  float x[B * 21];
+  int64_t y[B];
+  for (int k = k0; k < k1; k++) {
+    batch(acc_rank(acc), k, x, y);
+    acc_accumulate_begin(acc, 0);
+    ASSERT_NOT_NULL(acc_mlp_forward(m, x, B));
+    loss[k] = acc_mlp_backward_xent(m, y);
+    ASSERT_EQ(acc_backward(acc, acc_mlp_grads(m), n), ACC_OK);
+    acc_accumulate_end(acc);
+    ASSERT_TRUE(acc_optim_step(acc, o) >= 0);
+    acc_optim_zero_grad(acc, o);
+  }
+  memcpy(params, acc_mlp_params(m), n * sizeof(float));
+  acc_optim_destroy(&o);
+  acc_mlp_destroy(&m);
+}
+
+/* A FULL checkpoint of another world size: STAGE against the reference
+ * (world 1: DDP's acc_load_state; else stage 0). */
+static int ck_other_body(int rank, int world, void *arg) {
+  const ck_t *c = arg;
+  static float l0[CK_NK], l1[CK_NK], p0[CK_NP], p1[CK_NP];
+  acc_t *acc = ck_acc("f32");
+  acc_mlp_t *m;
+  acc_model_t model;
+  acc_shard_t *sh;
+  if (world == 1) {
+    ck_ddp(acc, c->dir, 3, STEPS, l0, p0);
+  } else {
+    sh = ck_new(acc, 0, 999, &m, &model);
+    ASSERT_EQ(acc_shard_load_state(sh, c->dir), ACC_OK);
+    ck_train(acc, sh, 3, STEPS, l0);
+    ck_end(&sh, &model, &m, p0);
+  }
+  sh = ck_new(acc, c->stage, 999, &m, &model);
+  acc_result_t r = acc_shard_load_state(sh, c->dir);
+  if (r != ACC_OK)
+    fprintf(stderr, "load: %s\n", acc_last_error(acc));
+  ASSERT_EQ(r, ACC_OK);
+  ck_train(acc, sh, 3, STEPS, l1);
+  ck_end(&sh, &model, &m, p1);
+  if (rank == 0) {
+    char what[96];
+    snprintf(what, sizeof what, "full checkpoint resumed at stage %d np %d", c->stage, world);
+    ck_compare(l0, l1, 3, STEPS, p0, p1, world <= 2, what);
+  }
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST_P(resume_other_world) {
+  static ck_t c;
+  c.stage = atoi(nbf_test_arg(0));
+  c.type = "full";
+  c.variant = "f32";
+  ck_tmpdir(&c);
+  rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(1)), .deadline_s = 90};
+  ASSERT_EQ(rt_spawn(&o, ck_save_body, &c, NULL), 0);
+  o.world = atoi(nbf_test_arg(2));
+  ASSERT_EQ(rt_spawn(&o, ck_other_body, &c, NULL), 0);
+  nftw(c.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static size_t ck_read(const char *path, unsigned char *buf, size_t cap) {
+  FILE *f = fopen(path, "rb");
+  ASSERT_NOT_NULL(f);
+  size_t n = fread(buf, 1, cap, f);
+  fclose(f);
+  return n;
+}
+
+NBF_TEST_P(merge_weights) {
+  static ck_t c;
+  c.stage = atoi(nbf_test_arg(0));
+  c.type = "both"; /* FULL into dir, SHARDED into dir/sharded */
+  c.variant = "f32";
+  ck_tmpdir(&c);
+  rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(1)), .deadline_s = 90};
+  ASSERT_EQ(rt_spawn(&o, ck_save_body, &c, NULL), 0);
+  char sharded[160], merged[160], a[200], b[200];
+  snprintf(sharded, sizeof sharded, "%s/sharded", c.dir);
+  snprintf(merged, sizeof merged, "%s/merged", c.dir);
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  /* a FULL checkpoint is refused by name */
+  ASSERT_EQ(acc_shard_merge_weights(acc, c.dir, merged), ACC_ERR_INVALID_ARGUMENT);
+  ASSERT_NOT_NULL(strstr(acc_last_error(acc), "SHARDED_STATE_DICT"));
+  acc_result_t r = acc_shard_merge_weights(acc, sharded, merged);
+  if (r != ACC_OK)
+    fprintf(stderr, "merge: %s\n", acc_last_error(acc));
+  ASSERT_EQ(r, ACC_OK);
+  /* rank 0's file: byte for byte the FULL one's */
+  static unsigned char fa[1 << 16], fb[1 << 16];
+  snprintf(a, sizeof a, "%s/nbfork_rank0.bin", c.dir);
+  snprintf(b, sizeof b, "%s/nbfork_rank0.bin", merged);
+  size_t na = ck_read(a, fa, sizeof fa), nb = ck_read(b, fb, sizeof fb);
+  ASSERT_EQ(na, nb);
+  ASSERT_EQ(memcmp(fa, fb, na), 0);
+  /* the state: DDP resumed from either trains alike */
+  static float l0[CK_NK], l1[CK_NK], p0[CK_NP], p1[CK_NP];
+  ck_ddp(acc, c.dir, 3, STEPS, l0, p0);
+  ck_ddp(acc, merged, 3, STEPS, l1, p1);
+  ck_compare(l0, l1, 3, STEPS, p0, p1, 1, "merged against full");
+  acc_destroy(&acc);
+  nftw(c.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 NBF_TEST_MAIN()
