@@ -17,7 +17,8 @@
 #define KN_DATE_LEN 32 /* "2024-05-01T12:34:56.123456Z" + NUL fits */
 
 /* Random (version 4) UUID, lowercase hex, into out[KN_UUID_LEN + 1]. Uses
- * OpenSSL's RAND_bytes. Returns KN_ERR_SYSTEM if the RNG fails. */
+ * OpenSSL's RAND_bytes (drawn for 64 ids at a time, per thread). Returns
+ * KN_ERR_SYSTEM if the RNG fails. */
 kn_result_t kn_uuid4(char out[KN_UUID_LEN + 1]);
 
 /* Current UTC time as ISO 8601 with microseconds and a "Z" timezone (the
