@@ -67,6 +67,32 @@ NBF_TEST(auth_vectors) {
   kn_auth_destroy(&a);
 }
 
+/* kn_auth_sign reuses its context (re-initialised per message): many
+ * signatures in a row, of different parts, of a failed verify between,
+ * each equal to the one a fresh kn_auth_t gives. */
+NBF_TEST(auth_sign_reused_context_equals_fresh) {
+  const char *key = "secret-key";
+  kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)key, strlen(key));
+  ASSERT_TRUE(a);
+  const char *texts[] = {"{\"msg_id\":\"1\"}", "", "{}", "\xe2\x82\xac", "{\"code\":\"1\"}"};
+  for (int round = 0; round < 20; round++) {
+    kn_span_t p[4];
+    for (int i = 0; i < 4; i++) {
+      const char *t = texts[(round + i * 3) % 5];
+      p[i] = span(t, strlen(t));
+    }
+    char got[KN_AUTH_HEX_LEN + 1], want[KN_AUTH_HEX_LEN + 1];
+    ASSERT_EQ(kn_auth_sign(a, p, (size_t)(1 + round % 4), got), KN_OK);
+    kn_auth_t *fresh = kn_auth_new("hmac-sha256", (const unsigned char *)key, strlen(key));
+    ASSERT_EQ(kn_auth_sign(fresh, p, (size_t)(1 + round % 4), want), KN_OK);
+    kn_auth_destroy(&fresh);
+    ASSERT_EQ_STR(got, want);
+    if (round % 3 == 0) /* a rejected signature leaves nothing behind */
+      ASSERT_EQ(kn_auth_verify(a, p, 4, (const unsigned char *)want, 63), KN_ERR_AUTH);
+  }
+  kn_auth_destroy(&a);
+}
+
 NBF_TEST(auth_verify) {
   const char *key = "secret-key";
   kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)key, strlen(key));
