@@ -21,6 +21,7 @@ struct kn_transport {
   int fd[KN_CH_COUNT];        /* ZMQ_FD of each socket */
   bool unknown[KN_CH_COUNT];  /* used or signalled since ZMQ_EVENTS was last read */
   bool readable[KN_CH_COUNT]; /* ZMQ_EVENTS had ZMQ_POLLIN, when !unknown */
+  kn_dump_cache_t parent;     /* the last parent header's JSON (kn_message.h) */
   kn_heartbeat_t *hb;
   kn_auth_t *auth;
 };
@@ -127,6 +128,7 @@ void kn_transport_destroy(kn_transport_t **self_p) {
     zmq_ctx_term(t->ctx); /* waits up to the linger for queued replies */
   }
   kn_auth_destroy(&t->auth);
+  kn_dump_cache_clear(&t->parent);
   free(t);
   *self_p = NULL;
 }
@@ -176,7 +178,7 @@ static kn_result_t io_send(void *self, kn_channel_t ch, const kn_msg_t *m) {
     if ((r = kn_frames_push(&frames, topic, strlen(topic))) != KN_OK)
       return r;
   }
-  if ((r = kn_msg_serialize(m, t->auth, &frames)) != KN_OK) {
+  if ((r = kn_msg_serialize_cached(m, t->auth, &t->parent, &frames)) != KN_OK) {
     kn_frames_clear(&frames);
     return r;
   }

@@ -129,6 +129,37 @@ static kn_span_t *spans_of(const kn_frames_t *f) {
   return s;
 }
 
+/* kn_msg_serialize_cached gives the frames kn_msg_serialize gives, for
+ * messages sharing a parent header, after the parent changes, with no
+ * parent, and back to the first (a new text, not a stale one). */
+NBF_TEST(message_serialize_cached_equals_uncached) {
+  kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)"k", 1);
+  json_t *p1 = json_pack("{s:s, s:s, s:s}", "msg_id", "p-1", "msg_type", "execute_request",
+                         "date", "2024-01-01T00:00:00.000000Z");
+  json_t *p2 = json_pack("{s:s, s:s}", "msg_id", "p-2", "msg_type", "kernel_info_request");
+  json_t *parents[] = {p1, p1, p2, NULL, p2, p1, p1};
+  kn_dump_cache_t cache = {0};
+  for (size_t i = 0; i < sizeof parents / sizeof parents[0]; i++) {
+    kn_msg_t *m = kn_msg_new("status", "sess", "user", parents[i],
+                             json_pack("{s:s, s:i}", "execution_state", "busy", "i", (int)i));
+    ASSERT_TRUE(m);
+    kn_frames_t want = {0}, got = {0};
+    ASSERT_EQ(kn_msg_serialize(m, a, &want), KN_OK);
+    ASSERT_EQ(kn_msg_serialize_cached(m, a, &cache, &got), KN_OK);
+    ASSERT_EQ(got.n, want.n);
+    for (size_t j = 0; j < want.n; j++)
+      ASSERT_EQ_MEM(got.v[j].data, got.v[j].len, want.v[j].data, want.v[j].len);
+    kn_frames_clear(&want);
+    kn_frames_clear(&got);
+    kn_msg_destroy(&m);
+  }
+  kn_dump_cache_clear(&cache);
+  ASSERT_TRUE(cache.obj == NULL && cache.text == NULL);
+  json_decref(p1);
+  json_decref(p2);
+  kn_auth_destroy(&a);
+}
+
 NBF_TEST(message_roundtrip) {
   kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)"k", 1);
   json_t *parent = json_pack("{s:s, s:s}", "msg_id", "p-1", "msg_type", "execute_request");
