@@ -2,9 +2,9 @@
  * kn_kernel.h). Its death (EOF here included) and restarts are
  * kn_supervise.c's.
  *
- * Ordering (nbf_wire.h): the stdout/stderr pipes are drained before each
- * event is published, so text printed before a display or the reply is
- * shown before it. */
+ * Ordering (nbf_wire.h): the stdout/stderr pipes are drained before the
+ * events of each read of fd 4 are published, so text printed before a
+ * display or the reply is shown before it. */
 #define _GNU_SOURCE
 #include <poll.h>
 #include <stdio.h>
