@@ -8,11 +8,13 @@
  *        test_kernel_unit        (all cases)
  */
 #include <jansson.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "../common/nbf_test.h"
 #include "kn_auth.h"
@@ -21,6 +23,7 @@
 #include "kn_history.h"
 #include "kn_kernel.h"
 #include "kn_message.h"
+#include "kn_transport.h"
 #include "kn_utf8.h"
 
 /* ------------------------------------------------------------------ auth */
@@ -683,3 +686,82 @@ NBF_TEST(handler_shutdown) {
 /* --------------------------------------------------------------- registry */
 
 NBF_TEST_MAIN()
+
+/* Send one unsigned kernel_info_request from a DEALER. */
+static void dealer_send(void *d) {
+  const char *frames[] = {"<IDS|MSG>", "", "{\"msg_id\":\"m\",\"msg_type\":\"kernel_info_request\"}",
+                          "{}", "{}", "{}"};
+  for (int i = 0; i < 6; i++)
+    zmq_send(d, frames[i], strlen(frames[i]), i < 5 ? ZMQ_SNDMORE : 0);
+}
+
+/* Answer req on shell through io (a send on the socket). */
+static kn_result_t reply_on_shell(kn_io_t io, const kn_msg_t *req) {
+  kn_msg_t *r = kn_msg_new("kernel_info_reply", "sess", "user", req->header, json_object());
+  kn_result_t res = r ? kn_msg_copy_ids(r, req) : KN_ERR_NOMEM;
+  if (res == KN_OK)
+    res = io.send(io.self, KN_CH_SHELL, r);
+  kn_msg_destroy(&r);
+  return res;
+}
+
+/* Wait as kn_server.c does: poll the channel's ZMQ_FD, mark it signalled,
+ * ask kn_transport_readable; true once it says a message waits (5 s). */
+static bool wait_readable(kn_transport_t *t, kn_channel_t ch) {
+  for (int i = 0; i < 50; i++) {
+    if (kn_transport_readable(t, ch))
+      return true;
+    struct pollfd p = {.fd = kn_transport_fd(t, ch), .events = POLLIN};
+    if (poll(&p, 1, 100) > 0)
+      kn_transport_signalled(t, ch);
+  }
+  return false;
+}
+
+/* The kernel's loop sleeps on the sockets' edge-triggered ZMQ_FD and asks
+ * ZMQ_EVENTS only after the fd fired or the socket was used: a message
+ * that arrives after a receive found the socket empty, and one that
+ * arrives around a send on it, must still wake it. */
+NBF_TEST(transport_readable_never_misses_a_message) {
+  char dir[] = "/tmp/kn-transport-XXXXXX";
+  ASSERT_TRUE(mkdtemp(dir) != NULL);
+  kn_connection_t c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.transport, sizeof c.transport, "ipc");
+  snprintf(c.ip, sizeof c.ip, "%s/k", dir);
+  for (int i = 0; i < KN_PORT_COUNT; i++)
+    c.ports[i] = i + 1;
+  snprintf(c.signature_scheme, sizeof c.signature_scheme, "hmac-sha256");
+  char err[256], ep[600];
+  kn_transport_t *t = kn_transport_new(&c, err, sizeof err);
+  ASSERT_TRUE(t != NULL);
+  ASSERT_TRUE(kn_transport_fd(t, KN_CH_SHELL) >= 0);
+  kn_io_t io = kn_transport_io(t);
+  void *ctx = zmq_ctx_new(), *d = zmq_socket(ctx, ZMQ_DEALER);
+  ASSERT_EQ(kn_connection_endpoint(&c, KN_PORT_SHELL, ep, sizeof ep), KN_OK);
+  ASSERT_EQ(zmq_connect(d, ep), 0);
+  kn_msg_t *m = NULL;
+  for (int round = 0; round < 3; round++) {
+    dealer_send(d);
+    ASSERT_TRUE(wait_readable(t, KN_CH_SHELL));
+    ASSERT_EQ(io.recv(io.self, KN_CH_SHELL, &m), KN_OK);
+    kn_msg_t *none = NULL;
+    ASSERT_EQ(io.recv(io.self, KN_CH_SHELL, &none), KN_ERR_AGAIN);
+    ASSERT_TRUE(!kn_transport_readable(t, KN_CH_SHELL)); /* known empty */
+    if (round == 1) { /* a reply sent while the next request is on its way */
+      dealer_send(d);
+      ASSERT_EQ(reply_on_shell(io, m), KN_OK);
+      ASSERT_TRUE(wait_readable(t, KN_CH_SHELL));
+      kn_msg_t *m2 = NULL;
+      ASSERT_EQ(io.recv(io.self, KN_CH_SHELL, &m2), KN_OK);
+      kn_msg_destroy(&m2);
+    }
+    kn_msg_destroy(&m);
+  }
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  kn_transport_destroy(&t);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  ASSERT_EQ(system(cmd), 0);
+}
