@@ -25,6 +25,7 @@
 #include "kn_message.h"
 #include "kn_transport.h"
 #include "kn_utf8.h"
+#include "kn_util.h"
 
 /* ------------------------------------------------------------------ auth */
 
@@ -764,4 +765,46 @@ NBF_TEST(transport_readable_never_misses_a_message) {
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   ASSERT_EQ(system(cmd), 0);
+}
+
+/* kn_iso8601_at (digits by hand) equals strftime + snprintf, the way it
+ * was made before, over dates that stress the calendar and the fraction. */
+NBF_TEST(iso8601_by_hand_equals_strftime) {
+  const time_t secs[] = {0,          951782400 /* 2000-02-29 */, 1709251199, 1735689599,
+                         2147483647, 4102444800 /* 2100-01-01 */, 253402041599 /* 9999-12-28 */};
+  const long nsecs[] = {0, 999, 1000, 123456789, 999999999};
+  for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++)
+    for (size_t j = 0; j < sizeof nsecs / sizeof nsecs[0]; j++)
+      for (time_t d = 0; d < 3 * 86400; d += 86400 / 4 + 1) {
+        struct timespec ts = {secs[i] + d, nsecs[j]};
+        char got[KN_DATE_LEN], want[KN_DATE_LEN], base[24];
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(want, sizeof want, "%.19s.%06dZ", base, (int)(ts.tv_nsec / 1000) % 1000000);
+        kn_iso8601_at(&ts, got);
+        ASSERT_EQ_STR(got, want);
+      }
+}
+
+/* kn_uuid4: RFC 4122 version 4 text, lowercase hex, and no repeats over
+ * several refills of its pool of random bytes. */
+NBF_TEST(uuid4_format_and_unique) {
+  enum { N = 300 };
+  static char ids[N][KN_UUID_LEN + 1];
+  for (int i = 0; i < N; i++) {
+    ASSERT_EQ(kn_uuid4(ids[i]), KN_OK);
+    ASSERT_EQ(strlen(ids[i]), KN_UUID_LEN);
+    for (int c = 0; c < KN_UUID_LEN; c++) {
+      char ch = ids[i][c];
+      if (c == 8 || c == 13 || c == 18 || c == 23)
+        ASSERT_TRUE(ch == '-');
+      else
+        ASSERT_TRUE((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'));
+    }
+    ASSERT_TRUE(ids[i][14] == '4');
+    ASSERT_TRUE(strchr("89ab", ids[i][19]) != NULL);
+    for (int j = 0; j < i; j++)
+      ASSERT_TRUE(strcmp(ids[i], ids[j]) != 0);
+  }
 }
