@@ -286,6 +286,8 @@ int nbf_executor_read_stream(nbf_executor_t *ex, int which, nbf_buf_t *out, size
       total += (size_t)n;
       if (nbf_buf_append(out, chunk, (size_t)n) != 0)
         return -1;
+      if ((size_t)n < sizeof chunk) /* drained: skip the read that would say EAGAIN */
+        return 0;
       continue;
     }
     if (n < 0 && errno == EINTR)
@@ -316,6 +318,7 @@ int nbf_executor_read_events(nbf_executor_t *ex, nbf_executor_event_fn fn, void 
     }
     if (nbf_buf_append(&ex->ev_line, chunk, (size_t)n) != 0)
       return -1;
+    ex->event_reads++;
     size_t start = 0;
     for (size_t i = 0; i < ex->ev_line.len; i++) {
       if (ex->ev_line.data[i] != '\n')
@@ -339,6 +342,8 @@ int nbf_executor_read_events(nbf_executor_t *ex, nbf_executor_event_fn fn, void 
         return NBF_EXECUTOR_EOF;
     }
     nbf_buf_consume(&ex->ev_line, start);
+    if ((size_t)n < sizeof chunk) /* drained: skip the read that would say EAGAIN */
+      return 0;
   }
   return NBF_EXECUTOR_EOF;
 }

@@ -45,6 +45,7 @@ typedef struct nbf_executor {
   int64_t started_ms;            /* nbf_now_ms() at spawn */
   int64_t interrupt_deadline_ms; /* kill after this (nbf_executor_interrupt), or 0 */
   unsigned ignored_events;       /* event lines that were not JSON objects with "msg" */
+  unsigned event_reads;          /* read(2)s of fd 4 that returned bytes (wraps) */
   int wstatus;                   /* wait status once reaped */
 } nbf_executor_t;
 
@@ -88,13 +89,17 @@ bool nbf_executor_wants_in_write(const nbf_executor_t *ex);
 
 /* Append what its stdout (which 0) or stderr (1) holds now, at most
  * max_bytes, raw, to out. 0, or NBF_EXECUTOR_EOF once the pipe closed
- * (the fd is then closed and set to -1). */
+ * (the fd is then closed and set to -1). A read shorter than asked means
+ * the pipe was empty: it stops there rather than read again for EAGAIN,
+ * so EOF may be seen only by the next call (after poll says so). */
 int nbf_executor_read_stream(nbf_executor_t *ex, int which, nbf_buf_t *out, size_t max_bytes);
 
 /* Read the events fd and call fn for every complete JSON line (a line
  * that is not a JSON object with a string "msg" is counted in
  * ignored_events and skipped). 0, or NBF_EXECUTOR_EOF once the executor
- * closed fd 4 or fn killed it (fd 4 is then closed and set to -1). */
+ * closed fd 4 or fn killed it (fd 4 is then closed and set to -1). Like
+ * nbf_executor_read_stream, it stops after a short read. fn may compare
+ * event_reads to tell the events of one read(2) from the next. */
 int nbf_executor_read_events(nbf_executor_t *ex, nbf_executor_event_fn fn, void *arg);
 
 /* Interrupt the request in flight (nbf_wire.h): one SIGINT to the

@@ -10,7 +10,7 @@
 
 struct kn_auth {
   EVP_MAC *mac;      /* NULL when disabled */
-  EVP_MAC_CTX *base; /* initialised with the key; duplicated per message */
+  EVP_MAC_CTX *base; /* initialised with the key; re-initialised per message */
   bool enabled;
 };
 
@@ -59,8 +59,11 @@ kn_result_t kn_auth_sign(const kn_auth_t *a, const kn_span_t *parts, size_t n,
   hex[0] = '\0';
   if (!kn_auth_enabled(a))
     return KN_OK;
-  EVP_MAC_CTX *ctx = EVP_MAC_CTX_dup(a->base);
-  if (!ctx)
+  /* Re-initialised with the key it holds (NULL key: OpenSSL keeps it),
+   * not duplicated: EVP_MAC_CTX_dup allocated and freed a context per
+   * message. The kernel signs from its main thread only. */
+  EVP_MAC_CTX *ctx = a->base;
+  if (EVP_MAC_init(ctx, NULL, 0, NULL) != 1)
     return KN_ERR_SYSTEM;
   unsigned char md[EVP_MAX_MD_SIZE];
   size_t mdlen = 0;
@@ -78,7 +81,6 @@ kn_result_t kn_auth_sign(const kn_auth_t *a, const kn_span_t *parts, size_t n,
   hex[KN_AUTH_HEX_LEN] = '\0';
   r = KN_OK;
 out:
-  EVP_MAC_CTX_free(ctx);
   return r;
 }
 

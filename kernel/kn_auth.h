@@ -40,7 +40,8 @@ bool kn_auth_enabled(const kn_auth_t *a);
 
 /* Sign n parts (normally the 4 JSON frames) into hex[KN_AUTH_HEX_LEN + 1],
  * NUL-terminated lowercase hex; hex = "" when signing is disabled. Returns
- * KN_ERR_SYSTEM if OpenSSL fails. */
+ * KN_ERR_SYSTEM if OpenSSL fails. Reuses one OpenSSL context: a kn_auth_t
+ * signs and verifies from one thread at a time (the kernel's main loop). */
 kn_result_t kn_auth_sign(const kn_auth_t *a, const kn_span_t *parts, size_t n,
                          char hex[KN_AUTH_HEX_LEN + 1]);
 

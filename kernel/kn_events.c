@@ -2,10 +2,11 @@
  * kn_kernel.h). Its death (EOF here included) and restarts are
  * kn_supervise.c's.
  *
- * Ordering (nbf_wire.h): the stdout/stderr pipes are drained before each
- * event is published, so text printed before a display or the reply is
- * shown before it. */
+ * Ordering (nbf_wire.h): the stdout/stderr pipes are drained before the
+ * events of each read of fd 4 are published, so text printed before a
+ * display or the reply is shown before it. */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -44,10 +45,27 @@ void kn_kernel_drain_output(kn_kernel_t *k) {
   }
 }
 
+/* Before the events of one read of fd 4 are published: what the executor
+ * printed before writing them is in the pipes by now, so publish it first.
+ * Once per read, not per event: text written before any event of that read
+ * was written before the read. One poll tells whether there is any. */
+static void drain_before_events(kn_kernel_t *k) {
+  if (k->drained_reads == k->ex.event_reads)
+    return;
+  k->drained_reads = k->ex.event_reads;
+  struct pollfd p[2];
+  nfds_t n = 0;
+  for (int w = 0; w < 2; w++)
+    if (k->ex.fd_out[w] >= 0)
+      p[n++] = (struct pollfd){.fd = k->ex.fd_out[w], .events = POLLIN};
+  if (n && poll(p, n, 0) != 0) /* ready, or poll failed: read to be sure */
+    kn_kernel_drain_output(k);
+}
+
 static void on_event(void *arg, json_t *ev) {
   kn_kernel_t *k = arg;
   const char *type = json_string_value(json_object_get(ev, "msg"));
-  kn_kernel_drain_output(k);
+  drain_before_events(k);
   if (strcmp(type, "reply") == 0) {
     if (!kn_pending_msg(k->pending)) {
       kn_log(KN_LOG_WARN, "executor sent a reply while no request was pending; ignored");

@@ -26,6 +26,18 @@ static void reply_error_now(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, bool
                             count, "ename", ename, "evalue", evalue, "traceback", line));
 }
 
+/* execute_input (not when silent); its parent becomes the one of output
+ * that arrives outside any request. */
+static void publish_input(kn_kernel_t *k, json_t *header, json_t *code_v, int count,
+                          bool silent) {
+  if (silent)
+    return;
+  kn_kernel_publish(k, header, "execute_input",
+                    json_pack("{s:O, s:i}", "code", code_v, "execution_count", count));
+  json_decref(k->last_parent);
+  k->last_parent = json_incref(header);
+}
+
 bool kn_execute_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
   json_t *code_v = json_object_get(req->content, "code");
   const char *code = json_string_value(code_v);
@@ -51,13 +63,8 @@ bool kn_execute_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
     kn_history_add(k->history, k->execution_count, code);
   }
   int count = k->execution_count;
-  if (!silent) {
-    kn_kernel_publish(k, req->header, "execute_input",
-                      json_pack("{s:O, s:i}", "code", code_v, "execution_count", count));
-    json_decref(k->last_parent);
-    k->last_parent = json_incref(req->header);
-  }
   if (!kn_kernel_ensure_executor(k)) {
+    publish_input(k, req->header, code_v, count, silent);
     reply_error_now(k, ch, req, silent, count, "ExecutorUnavailable", k->executor_error);
     if (stop_on_error)
       kn_kernel_abort_queued(k);
@@ -71,8 +78,16 @@ bool kn_execute_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
                           .allow_stdin = allow_stdin,
                           .stop_on_error = stop_on_error,
                           .execution_count = count};
+  /* The request goes to the executor before execute_input is published,
+   * so that it starts meanwhile: its output is read only when this
+   * returns to the loop, after execute_input, so the order on iopub is
+   * the same. */
+  json_t *header = json_incref(req->header), *code_ref = json_incref(code_v);
   kn_kernel_set_pending(k, ch, req, execute_finish, &exec, wire);
   json_decref(wire);
+  publish_input(k, header, code_ref, count, silent);
+  json_decref(header);
+  json_decref(code_ref);
   return false;
 }
 

@@ -58,6 +58,8 @@ struct kn_kernel {
   char executor_path[PATH_MAX]; /* "" = no executor available */
   char executor_error[512];     /* why the last spawn failed */
   int64_t interrupt_grace_ms;   /* NBF_WIRE_INTERRUPT_GRACE_MS */
+  int64_t next_reap_ms;         /* kn_kernel_tick's next waitpid, unless fd 4 closed */
+  unsigned drained_reads;       /* ex.event_reads when output was last drained (kn_events.c) */
 
   kn_pending_t *pending; /* the in-flight executor request (kn_pending.h) */
   kn_queued_t *queue_head, *queue_tail;
@@ -122,7 +124,10 @@ bool kn_kernel_ensure_executor(kn_kernel_t *k);
 void kn_kernel_interrupt(kn_kernel_t *k);
 
 /* Periodic work (each loop turn): the interrupt deadline, the executor
- * exiting, or closing its events (EOF seen by kn_kernel_read_events). */
+ * exiting, or closing its events (EOF seen by kn_kernel_read_events).
+ * Its exit is checked (waitpid) at once when fd 4 is closed, otherwise at
+ * most every KN_REAP_EVERY_MS: an exit closes fd 4 unless a worker it
+ * forked still holds it, the one case that waits for the next check. */
 void kn_kernel_tick(kn_kernel_t *k);
 
 /* The executor ended with wait status wstatus (already reaped or about

@@ -98,17 +98,49 @@ kn_result_t kn_msg_copy_ids(kn_msg_t *dst, const kn_msg_t *src) {
   return KN_OK;
 }
 
+void kn_dump_cache_clear(kn_dump_cache_t *c) {
+  json_decref(c->obj);
+  free(c->text);
+  memset(c, 0, sizeof *c);
+}
+
+/* A malloc'd copy of obj's compact JSON (its length in *len), from the
+ * cache when it holds obj; NULL when out of memory. */
+static char *dump(json_t *obj, kn_dump_cache_t *cache, size_t *len) {
+  if (!cache || cache->obj != obj) {
+    char *text = json_dumps(obj, JSON_COMPACT);
+    if (text)
+      *len = strlen(text);
+    if (!cache || !text)
+      return text;
+    kn_dump_cache_clear(cache);
+    cache->obj = json_incref(obj);
+    cache->text = text;
+    cache->len = *len;
+  }
+  char *copy = malloc(cache->len + 1);
+  if (copy) {
+    memcpy(copy, cache->text, cache->len + 1);
+    *len = cache->len;
+  }
+  return copy;
+}
+
 kn_result_t kn_msg_serialize(const kn_msg_t *m, const kn_auth_t *auth, kn_frames_t *out) {
+  return kn_msg_serialize_cached(m, auth, NULL, out);
+}
+
+kn_result_t kn_msg_serialize_cached(const kn_msg_t *m, const kn_auth_t *auth,
+                                    kn_dump_cache_t *cache, kn_frames_t *out) {
   json_t *objs[4] = {m->header, m->parent_header, m->metadata, m->content};
   char *text[4] = {0};
   kn_span_t parts[4];
   kn_result_t r = KN_ERR_NOMEM;
   for (int i = 0; i < 4; i++) {
-    text[i] = json_dumps(objs[i], JSON_COMPACT);
+    text[i] = dump(objs[i], i == 1 ? cache : NULL, &parts[i].len);
     if (!text[i])
       goto out;
     parts[i].data = (const unsigned char *)text[i];
-    parts[i].len = strlen(text[i]);
   }
   char sig[KN_AUTH_HEX_LEN + 1];
   if ((r = kn_auth_sign(auth, parts, 4, sig)) != KN_OK)

@@ -71,6 +71,25 @@ kn_result_t kn_msg_copy_ids(kn_msg_t *dst, const kn_msg_t *src);
  * compact JSON frames, buffers. */
 kn_result_t kn_msg_serialize(const kn_msg_t *m, const kn_auth_t *auth, kn_frames_t *out);
 
+/* The compact JSON of the last parent header serialized, with the object
+ * it came from (a reference held, so its address is not reused): every
+ * message a request causes (status busy and idle, execute_input, outputs,
+ * the reply) has that request's header as parent, dumped once instead of
+ * per message. Valid because headers are never modified once built or
+ * parsed. Zero-initialise; kn_dump_cache_clear frees. */
+typedef struct kn_dump_cache {
+  json_t *obj;
+  char *text;
+  size_t len;
+} kn_dump_cache_t;
+
+void kn_dump_cache_clear(kn_dump_cache_t *c);
+
+/* kn_msg_serialize, taking the parent header's text from cache (NULL: no
+ * cache) when m's parent header is the object it holds. The same frames. */
+kn_result_t kn_msg_serialize_cached(const kn_msg_t *m, const kn_auth_t *auth,
+                                    kn_dump_cache_t *cache, kn_frames_t *out);
+
 /* Parse n received frames. The signature is checked over the exact bytes
  * received. Returns KN_OK and a new message in *out (caller owns), or
  * KN_ERR_AUTH (bad/missing signature) or KN_ERR_PROTOCOL (no delimiter,

@@ -3,9 +3,9 @@
 #include "kn_server.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "kn_log.h"
 #include "kn_signals.h"
@@ -50,52 +50,100 @@ static void check_parent(kn_kernel_t *k, pid_t parent) {
   }
 }
 
+/* Where each source of one loop turn sits in p[] (-1: not polled). The
+ * sockets are polled on their ZMQ_FD with poll(2), not zmq_poll: zmq_poll
+ * asks every socket for ZMQ_EVENTS before and after sleeping (two system
+ * calls each, idle ones included); kn_transport_readable asks only the
+ * sockets whose fd fired or that were used. */
+typedef struct {
+  struct pollfd p[10];
+  int n;
+  int ch[3]; /* POLLED[i] */
+  int sig, out[2], ev, req, in;
+} kn_pollset_t;
+
+static const kn_channel_t POLLED[3] = {KN_CH_CONTROL, KN_CH_SHELL, KN_CH_STDIN};
+
+static int add_fd(kn_pollset_t *s, int fd, short events) {
+  if (fd < 0)
+    return -1;
+  s->p[s->n] = (struct pollfd){.fd = fd, .events = events};
+  return s->n++;
+}
+
+static bool fired(const kn_pollset_t *s, int at) {
+  return at >= 0 && s->p[at].revents != 0;
+}
+
+static void build_pollset(kn_pollset_t *s, kn_kernel_t *k, kn_transport_t *t, int sig_fd) {
+  nbf_executor_t *ex = &k->ex;
+  s->n = 0;
+  for (int i = 0; i < 3; i++)
+    s->ch[i] = add_fd(s, kn_transport_fd(t, POLLED[i]), POLLIN);
+  s->sig = add_fd(s, sig_fd, POLLIN);
+  s->out[0] = add_fd(s, ex->fd_out[0], POLLIN);
+  s->out[1] = add_fd(s, ex->fd_out[1], POLLIN);
+  s->ev = add_fd(s, ex->fd_ev, POLLIN);
+  s->req = nbf_executor_wants_req_write(ex) ? add_fd(s, ex->fd_req, POLLOUT) : -1;
+  s->in = nbf_executor_wants_in_write(ex) ? add_fd(s, ex->fd_in, POLLOUT) : -1;
+}
+
+/* Sleep until something is ready (at most KN_TICK_MS, or until the
+ * interrupt deadline); not at all while a socket has a message waiting.
+ * 0, or -1 after too many failures in a row. */
+static int wait_ready(kn_kernel_t *k, kn_transport_t *t, kn_pollset_t *s, int *failures) {
+  int timeout = KN_TICK_MS;
+  if (k->ex.interrupt_deadline_ms) {
+    int64_t left = k->ex.interrupt_deadline_ms - nbf_now_ms();
+    timeout = left < 0 ? 0 : (left < timeout ? (int)left : timeout);
+  }
+  for (int i = 0; i < 3 && timeout; i++)
+    if (kn_transport_readable(t, POLLED[i]))
+      timeout = 0;
+  if (poll(s->p, (nfds_t)s->n, timeout) < 0) {
+    for (int i = 0; i < s->n; i++)
+      s->p[i].revents = 0;
+    if (errno != EINTR) {
+      kn_log(KN_LOG_ERROR, "poll: %s", NBF_STRERROR(errno));
+      if (++*failures > 100)
+        return -1;
+    }
+    return 0;
+  }
+  *failures = 0;
+  for (int i = 0; i < 3; i++)
+    if (fired(s, s->ch[i]))
+      kn_transport_signalled(t, POLLED[i]);
+  return 0;
+}
+
 kn_result_t kn_server_run(kn_kernel_t *k, kn_transport_t *t, int sig_fd) {
   pid_t parent = nbf_param_raw(NBF_P_JPY_PARENT_PID) ? getppid() : 0;
   int64_t next_parent_check = 0;
   int failures = 0;
+  kn_pollset_t s;
   while (!k->stop) {
-    zmq_pollitem_t items[10];
-    int n = 0;
-    items[n++] = (zmq_pollitem_t){kn_transport_socket(t, KN_CH_CONTROL), 0, ZMQ_POLLIN, 0};
-    items[n++] = (zmq_pollitem_t){kn_transport_socket(t, KN_CH_SHELL), 0, ZMQ_POLLIN, 0};
-    items[n++] = (zmq_pollitem_t){kn_transport_socket(t, KN_CH_STDIN), 0, ZMQ_POLLIN, 0};
-    if (sig_fd >= 0)
-      items[n++] = (zmq_pollitem_t){NULL, sig_fd, ZMQ_POLLIN, 0};
-    nbf_executor_t *ex = &k->ex;
-    int rfds[3] = {ex->fd_out[0], ex->fd_out[1], ex->fd_ev};
-    for (int i = 0; i < 3; i++)
-      if (rfds[i] >= 0)
-        items[n++] = (zmq_pollitem_t){NULL, rfds[i], ZMQ_POLLIN, 0};
-    if (nbf_executor_wants_req_write(ex))
-      items[n++] = (zmq_pollitem_t){NULL, ex->fd_req, ZMQ_POLLOUT, 0};
-    if (nbf_executor_wants_in_write(ex))
-      items[n++] = (zmq_pollitem_t){NULL, ex->fd_in, ZMQ_POLLOUT, 0};
-
-    long timeout = KN_TICK_MS;
-    if (k->ex.interrupt_deadline_ms) {
-      int64_t left = k->ex.interrupt_deadline_ms - nbf_now_ms();
-      timeout = left < 0 ? 0 : (left < timeout ? (long)left : timeout);
-    }
-    if (zmq_poll(items, n, timeout) < 0) {
-      if (zmq_errno() != EINTR) {
-        kn_log(KN_LOG_ERROR, "zmq_poll: %s", zmq_strerror(zmq_errno()));
-        if (++failures > 100)
-          return KN_ERR_ZMQ;
-      }
-    } else
-      failures = 0;
-
-    handle_signals(k, sig_fd);
-    read_channel(k, KN_CH_CONTROL);
-    /* Executor pipes: read whatever is there (cheap when empty; robust
-     * when a handler above replaced the executor and its fds). */
-    if (nbf_executor_wants_req_write(&k->ex) || nbf_executor_wants_in_write(&k->ex))
+    build_pollset(&s, k, t, sig_fd);
+    if (wait_ready(k, t, &s, &failures) != 0)
+      return KN_ERR_ZMQ;
+    /* Same order as always: signals, control, the executor, stdin, shell.
+     * A source is read when poll saw it ready (a handler that replaced
+     * the executor meanwhile leaves the new pipes to the next turn). */
+    if (fired(&s, s.sig))
+      handle_signals(k, sig_fd);
+    if (kn_transport_readable(t, KN_CH_CONTROL))
+      read_channel(k, KN_CH_CONTROL);
+    if ((fired(&s, s.req) || fired(&s, s.in)) &&
+        (nbf_executor_wants_req_write(&k->ex) || nbf_executor_wants_in_write(&k->ex)))
       nbf_executor_flush(&k->ex);
-    kn_kernel_drain_output(k);
-    kn_kernel_read_events(k);
-    read_channel(k, KN_CH_STDIN);
-    read_channel(k, KN_CH_SHELL);
+    if (fired(&s, s.out[0]) || fired(&s, s.out[1]))
+      kn_kernel_drain_output(k);
+    if (fired(&s, s.ev))
+      kn_kernel_read_events(k);
+    if (kn_transport_readable(t, KN_CH_STDIN))
+      read_channel(k, KN_CH_STDIN);
+    if (kn_transport_readable(t, KN_CH_SHELL))
+      read_channel(k, KN_CH_SHELL);
     kn_kernel_tick(k);
     kn_kernel_process_queue(k);
     if (parent && nbf_now_ms() >= next_parent_check) {

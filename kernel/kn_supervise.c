@@ -14,6 +14,7 @@
 #include "nbf_wire.h"
 
 #define KN_EAGER_RESPAWN_MS 5000 /* an executor that lived this long is restarted at once */
+#define KN_REAP_EVERY_MS 100     /* waitpid at most this often while fd 4 is open */
 
 bool kn_kernel_ensure_executor(kn_kernel_t *k) {
   if (nbf_executor_running(&k->ex))
@@ -54,7 +55,11 @@ void kn_kernel_tick(kn_kernel_t *k) {
     kn_kernel_executor_died(k, st, true);
     return;
   }
-  if (nbf_executor_running(&k->ex) && nbf_executor_reap(&k->ex, &st)) {
+  /* A waitpid per loop turn was a system call per wakeup for nothing. */
+  bool check = k->ex.fd_ev < 0 || nbf_now_ms() >= k->next_reap_ms;
+  if (check)
+    k->next_reap_ms = nbf_now_ms() + KN_REAP_EVERY_MS;
+  if (check && nbf_executor_running(&k->ex) && nbf_executor_reap(&k->ex, &st)) {
     /* Exited, but its pipes may still be open (a forked worker holds
      * them): take what it wrote, then give it up. */
     kn_kernel_drain_output(k);

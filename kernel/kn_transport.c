@@ -2,6 +2,7 @@
 #include "kn_transport.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,10 @@
 struct kn_transport {
   void *ctx;
   void *sock[KN_CH_COUNT];
+  int fd[KN_CH_COUNT];        /* ZMQ_FD of each socket */
+  bool unknown[KN_CH_COUNT];  /* used or signalled since ZMQ_EVENTS was last read */
+  bool readable[KN_CH_COUNT]; /* ZMQ_EVENTS had ZMQ_POLLIN, when !unknown */
+  kn_dump_cache_t parent;     /* the last parent header's JSON (kn_message.h) */
   kn_heartbeat_t *hb;
   kn_auth_t *auth;
 };
@@ -86,9 +91,17 @@ kn_transport_t *kn_transport_new(const kn_connection_t *c, char *err, size_t err
               {KN_CH_CONTROL, ZMQ_ROUTER, KN_PORT_CONTROL},
               {KN_CH_STDIN, ZMQ_ROUTER, KN_PORT_STDIN},
               {KN_CH_IOPUB, ZMQ_PUB, KN_PORT_IOPUB}};
-  for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++)
-    if (!(t->sock[spec[i].ch] = make_socket(t, c, spec[i].type, spec[i].port, err, err_len)))
+  for (size_t i = 0; i < sizeof spec / sizeof spec[0]; i++) {
+    kn_channel_t ch = spec[i].ch;
+    if (!(t->sock[ch] = make_socket(t, c, spec[i].type, spec[i].port, err, err_len)))
       goto fail;
+    size_t fd_len = sizeof t->fd[ch];
+    if (zmq_getsockopt(t->sock[ch], ZMQ_FD, &t->fd[ch], &fd_len) != 0) {
+      snprintf(err, err_len, "ZMQ_FD: %s", zmq_strerror(zmq_errno()));
+      goto fail;
+    }
+    t->unknown[ch] = true;
+  }
   if (!(hb_sock = make_socket(t, c, ZMQ_REP, KN_PORT_HB, err, err_len)))
     goto fail;
   if (!(t->hb = kn_heartbeat_start(hb_sock))) {
@@ -115,6 +128,7 @@ void kn_transport_destroy(kn_transport_t **self_p) {
     zmq_ctx_term(t->ctx); /* waits up to the linger for queued replies */
   }
   kn_auth_destroy(&t->auth);
+  kn_dump_cache_clear(&t->parent);
   free(t);
   *self_p = NULL;
 }
@@ -128,8 +142,32 @@ void *kn_transport_socket(kn_transport_t *t, kn_channel_t ch) {
   return (ch >= 0 && ch < KN_CH_COUNT) ? t->sock[ch] : NULL;
 }
 
+int kn_transport_fd(kn_transport_t *t, kn_channel_t ch) {
+  return (ch >= 0 && ch < KN_CH_COUNT && t->sock[ch]) ? t->fd[ch] : -1;
+}
+
+void kn_transport_signalled(kn_transport_t *t, kn_channel_t ch) {
+  if (ch >= 0 && ch < KN_CH_COUNT)
+    t->unknown[ch] = true;
+}
+
+bool kn_transport_readable(kn_transport_t *t, kn_channel_t ch) {
+  if (ch < 0 || ch >= KN_CH_COUNT || !t->sock[ch])
+    return false;
+  if (t->unknown[ch]) {
+    uint32_t ev = 0; /* ZMQ_EVENTS processes the socket's commands: it resets the fd */
+    size_t len = sizeof ev;
+    if (zmq_getsockopt(t->sock[ch], ZMQ_EVENTS, &ev, &len) != 0)
+      return true; /* let the receive report the error */
+    t->readable[ch] = (ev & ZMQ_POLLIN) != 0;
+    t->unknown[ch] = false;
+  }
+  return t->readable[ch];
+}
+
 static kn_result_t io_send(void *self, kn_channel_t ch, const kn_msg_t *m) {
   kn_transport_t *t = self;
+  t->unknown[ch] = true; /* zmq_send may process commands: the fd's edge with them */
   kn_frames_t frames = {0};
   kn_result_t r;
   if (ch == KN_CH_IOPUB && m->ids.n == 0) {
@@ -140,7 +178,7 @@ static kn_result_t io_send(void *self, kn_channel_t ch, const kn_msg_t *m) {
     if ((r = kn_frames_push(&frames, topic, strlen(topic))) != KN_OK)
       return r;
   }
-  if ((r = kn_msg_serialize(m, t->auth, &frames)) != KN_OK) {
+  if ((r = kn_msg_serialize_cached(m, t->auth, &t->parent, &frames)) != KN_OK) {
     kn_frames_clear(&frames);
     return r;
   }
@@ -180,9 +218,14 @@ static kn_result_t io_recv(void *self, kn_channel_t ch, kn_msg_t **out) {
       int e = zmq_errno();
       zmq_msg_close(&parts[n]);
       r = (n == 0 && (e == EAGAIN || e == EINTR)) ? KN_ERR_AGAIN : KN_ERR_ZMQ;
+      /* EAGAIN: ZeroMQ drained the socket's mailbox and found no message;
+       * the next one signals the fd. Anything else: ask again. */
+      t->unknown[ch] = !(n == 0 && e == EAGAIN);
+      t->readable[ch] = false;
       break;
     }
     n++;
+    t->unknown[ch] = true; /* more may be queued; the receive may have taken the fd's edge */
     if (!zmq_msg_more(&parts[n - 1]))
       break;
   }

@@ -10,6 +10,7 @@
 #ifndef KN_TRANSPORT_H
 #define KN_TRANSPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kn_connection.h"
@@ -29,7 +30,23 @@ void kn_transport_destroy(kn_transport_t **self_p);
 /* The kn_io_t view of this transport (valid while it lives). */
 kn_io_t kn_transport_io(kn_transport_t *t);
 
-/* The raw ZeroMQ socket of a channel, for zmq_poll. Borrowed. */
+/* The raw ZeroMQ socket of a channel. Borrowed. */
 void *kn_transport_socket(kn_transport_t *t, kn_channel_t ch);
+
+/* For an event loop that poll(2)s the sockets itself (kn_server.c):
+ * kn_transport_fd is the channel's ZMQ_FD, which is edge-triggered: it
+ * turns readable when the socket's state may have changed, and any
+ * ZeroMQ call on the socket may consume that signal. So the loop calls
+ * kn_transport_signalled when poll saw the fd readable, and asks
+ * kn_transport_readable whether a message waits: that asks ZeroMQ
+ * (ZMQ_EVENTS, two system calls) only when the fd was signalled or the
+ * socket was used (send, or a receive that got a message) since the last
+ * answer, and otherwise returns the last answer without a system call.
+ * A receive that found nothing leaves the socket known empty: ZeroMQ
+ * drained its command mailbox then, so the next message signals the fd.
+ * kn_transport_fd returns -1 for a channel without a socket. */
+int kn_transport_fd(kn_transport_t *t, kn_channel_t ch);
+void kn_transport_signalled(kn_transport_t *t, kn_channel_t ch);
+bool kn_transport_readable(kn_transport_t *t, kn_channel_t ch);
 
 #endif

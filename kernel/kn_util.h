@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "kn_result.h"
 #include "nbf_buf.h"
@@ -17,12 +18,17 @@
 #define KN_DATE_LEN 32 /* "2024-05-01T12:34:56.123456Z" + NUL fits */
 
 /* Random (version 4) UUID, lowercase hex, into out[KN_UUID_LEN + 1]. Uses
- * OpenSSL's RAND_bytes. Returns KN_ERR_SYSTEM if the RNG fails. */
+ * OpenSSL's RAND_bytes (drawn for 64 ids at a time, per thread). Returns
+ * KN_ERR_SYSTEM if the RNG fails. */
 kn_result_t kn_uuid4(char out[KN_UUID_LEN + 1]);
 
 /* Current UTC time as ISO 8601 with microseconds and a "Z" timezone (the
  * Jupyter messaging spec's header.date), into out[KN_DATE_LEN]. */
 void kn_iso8601_now(char out[KN_DATE_LEN]);
+
+/* The same for the time *ts (CLOCK_REALTIME; years 0-9999), e.g.
+ * "2024-05-01T12:34:56.123456Z". */
+void kn_iso8601_at(const struct timespec *ts, char out[KN_DATE_LEN]);
 
 /* nbf_buf_append in the kernel's result terms: KN_OK, or KN_ERR_NOMEM
  * (the buffer then keeps what it had). */

@@ -8,11 +8,13 @@
  *        test_kernel_unit        (all cases)
  */
 #include <jansson.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "../common/nbf_test.h"
 #include "kn_auth.h"
@@ -21,7 +23,9 @@
 #include "kn_history.h"
 #include "kn_kernel.h"
 #include "kn_message.h"
+#include "kn_transport.h"
 #include "kn_utf8.h"
+#include "kn_util.h"
 
 /* ------------------------------------------------------------------ auth */
 
@@ -67,6 +71,32 @@ NBF_TEST(auth_vectors) {
   kn_auth_destroy(&a);
 }
 
+/* kn_auth_sign reuses its context (re-initialised per message): many
+ * signatures in a row, of different parts, of a failed verify between,
+ * each equal to the one a fresh kn_auth_t gives. */
+NBF_TEST(auth_sign_reused_context_equals_fresh) {
+  const char *key = "secret-key";
+  kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)key, strlen(key));
+  ASSERT_TRUE(a);
+  const char *texts[] = {"{\"msg_id\":\"1\"}", "", "{}", "\xe2\x82\xac", "{\"code\":\"1\"}"};
+  for (int round = 0; round < 20; round++) {
+    kn_span_t p[4];
+    for (int i = 0; i < 4; i++) {
+      const char *t = texts[(round + i * 3) % 5];
+      p[i] = span(t, strlen(t));
+    }
+    char got[KN_AUTH_HEX_LEN + 1], want[KN_AUTH_HEX_LEN + 1];
+    ASSERT_EQ(kn_auth_sign(a, p, (size_t)(1 + round % 4), got), KN_OK);
+    kn_auth_t *fresh = kn_auth_new("hmac-sha256", (const unsigned char *)key, strlen(key));
+    ASSERT_EQ(kn_auth_sign(fresh, p, (size_t)(1 + round % 4), want), KN_OK);
+    kn_auth_destroy(&fresh);
+    ASSERT_EQ_STR(got, want);
+    if (round % 3 == 0) /* a rejected signature leaves nothing behind */
+      ASSERT_EQ(kn_auth_verify(a, p, 4, (const unsigned char *)want, 63), KN_ERR_AUTH);
+  }
+  kn_auth_destroy(&a);
+}
+
 NBF_TEST(auth_verify) {
   const char *key = "secret-key";
   kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)key, strlen(key));
@@ -101,6 +131,37 @@ static kn_span_t *spans_of(const kn_frames_t *f) {
   for (size_t i = 0; i < f->n; i++)
     s[i] = (kn_span_t){f->v[i].data, f->v[i].len};
   return s;
+}
+
+/* kn_msg_serialize_cached gives the frames kn_msg_serialize gives, for
+ * messages sharing a parent header, after the parent changes, with no
+ * parent, and back to the first (a new text, not a stale one). */
+NBF_TEST(message_serialize_cached_equals_uncached) {
+  kn_auth_t *a = kn_auth_new("hmac-sha256", (const unsigned char *)"k", 1);
+  json_t *p1 = json_pack("{s:s, s:s, s:s}", "msg_id", "p-1", "msg_type", "execute_request",
+                         "date", "2024-01-01T00:00:00.000000Z");
+  json_t *p2 = json_pack("{s:s, s:s}", "msg_id", "p-2", "msg_type", "kernel_info_request");
+  json_t *parents[] = {p1, p1, p2, NULL, p2, p1, p1};
+  kn_dump_cache_t cache = {0};
+  for (size_t i = 0; i < sizeof parents / sizeof parents[0]; i++) {
+    kn_msg_t *m = kn_msg_new("status", "sess", "user", parents[i],
+                             json_pack("{s:s, s:i}", "execution_state", "busy", "i", (int)i));
+    ASSERT_TRUE(m);
+    kn_frames_t want = {0}, got = {0};
+    ASSERT_EQ(kn_msg_serialize(m, a, &want), KN_OK);
+    ASSERT_EQ(kn_msg_serialize_cached(m, a, &cache, &got), KN_OK);
+    ASSERT_EQ(got.n, want.n);
+    for (size_t j = 0; j < want.n; j++)
+      ASSERT_EQ_MEM(got.v[j].data, got.v[j].len, want.v[j].data, want.v[j].len);
+    kn_frames_clear(&want);
+    kn_frames_clear(&got);
+    kn_msg_destroy(&m);
+  }
+  kn_dump_cache_clear(&cache);
+  ASSERT_TRUE(cache.obj == NULL && cache.text == NULL);
+  json_decref(p1);
+  json_decref(p2);
+  kn_auth_destroy(&a);
 }
 
 NBF_TEST(message_roundtrip) {
@@ -626,3 +687,124 @@ NBF_TEST(handler_shutdown) {
 /* --------------------------------------------------------------- registry */
 
 NBF_TEST_MAIN()
+
+/* Send one unsigned kernel_info_request from a DEALER. */
+static void dealer_send(void *d) {
+  const char *frames[] = {"<IDS|MSG>", "", "{\"msg_id\":\"m\",\"msg_type\":\"kernel_info_request\"}",
+                          "{}", "{}", "{}"};
+  for (int i = 0; i < 6; i++)
+    zmq_send(d, frames[i], strlen(frames[i]), i < 5 ? ZMQ_SNDMORE : 0);
+}
+
+/* Answer req on shell through io (a send on the socket). */
+static kn_result_t reply_on_shell(kn_io_t io, const kn_msg_t *req) {
+  kn_msg_t *r = kn_msg_new("kernel_info_reply", "sess", "user", req->header, json_object());
+  kn_result_t res = r ? kn_msg_copy_ids(r, req) : KN_ERR_NOMEM;
+  if (res == KN_OK)
+    res = io.send(io.self, KN_CH_SHELL, r);
+  kn_msg_destroy(&r);
+  return res;
+}
+
+/* Wait as kn_server.c does: poll the channel's ZMQ_FD, mark it signalled,
+ * ask kn_transport_readable; true once it says a message waits (5 s). */
+static bool wait_readable(kn_transport_t *t, kn_channel_t ch) {
+  for (int i = 0; i < 50; i++) {
+    if (kn_transport_readable(t, ch))
+      return true;
+    struct pollfd p = {.fd = kn_transport_fd(t, ch), .events = POLLIN};
+    if (poll(&p, 1, 100) > 0)
+      kn_transport_signalled(t, ch);
+  }
+  return false;
+}
+
+/* The kernel's loop sleeps on the sockets' edge-triggered ZMQ_FD and asks
+ * ZMQ_EVENTS only after the fd fired or the socket was used: a message
+ * that arrives after a receive found the socket empty, and one that
+ * arrives around a send on it, must still wake it. */
+NBF_TEST(transport_readable_never_misses_a_message) {
+  char dir[] = "/tmp/kn-transport-XXXXXX";
+  ASSERT_TRUE(mkdtemp(dir) != NULL);
+  kn_connection_t c;
+  memset(&c, 0, sizeof c);
+  snprintf(c.transport, sizeof c.transport, "ipc");
+  snprintf(c.ip, sizeof c.ip, "%s/k", dir);
+  for (int i = 0; i < KN_PORT_COUNT; i++)
+    c.ports[i] = i + 1;
+  snprintf(c.signature_scheme, sizeof c.signature_scheme, "hmac-sha256");
+  char err[256], ep[600];
+  kn_transport_t *t = kn_transport_new(&c, err, sizeof err);
+  ASSERT_TRUE(t != NULL);
+  ASSERT_TRUE(kn_transport_fd(t, KN_CH_SHELL) >= 0);
+  kn_io_t io = kn_transport_io(t);
+  void *ctx = zmq_ctx_new(), *d = zmq_socket(ctx, ZMQ_DEALER);
+  ASSERT_EQ(kn_connection_endpoint(&c, KN_PORT_SHELL, ep, sizeof ep), KN_OK);
+  ASSERT_EQ(zmq_connect(d, ep), 0);
+  kn_msg_t *m = NULL;
+  for (int round = 0; round < 3; round++) {
+    dealer_send(d);
+    ASSERT_TRUE(wait_readable(t, KN_CH_SHELL));
+    ASSERT_EQ(io.recv(io.self, KN_CH_SHELL, &m), KN_OK);
+    kn_msg_t *none = NULL;
+    ASSERT_EQ(io.recv(io.self, KN_CH_SHELL, &none), KN_ERR_AGAIN);
+    ASSERT_TRUE(!kn_transport_readable(t, KN_CH_SHELL)); /* known empty */
+    if (round == 1) { /* a reply sent while the next request is on its way */
+      dealer_send(d);
+      ASSERT_EQ(reply_on_shell(io, m), KN_OK);
+      ASSERT_TRUE(wait_readable(t, KN_CH_SHELL));
+      kn_msg_t *m2 = NULL;
+      ASSERT_EQ(io.recv(io.self, KN_CH_SHELL, &m2), KN_OK);
+      kn_msg_destroy(&m2);
+    }
+    kn_msg_destroy(&m);
+  }
+  zmq_close(d);
+  zmq_ctx_term(ctx);
+  kn_transport_destroy(&t);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  ASSERT_EQ(system(cmd), 0);
+}
+
+/* kn_iso8601_at (digits by hand) equals strftime + snprintf, the way it
+ * was made before, over dates that stress the calendar and the fraction. */
+NBF_TEST(iso8601_by_hand_equals_strftime) {
+  const time_t secs[] = {0,          951782400 /* 2000-02-29 */, 1709251199, 1735689599,
+                         2147483647, 4102444800 /* 2100-01-01 */, 253402041599 /* 9999-12-28 */};
+  const long nsecs[] = {0, 999, 1000, 123456789, 999999999};
+  for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++)
+    for (size_t j = 0; j < sizeof nsecs / sizeof nsecs[0]; j++)
+      for (time_t d = 0; d < 3 * 86400; d += 86400 / 4 + 1) {
+        struct timespec ts = {secs[i] + d, nsecs[j]};
+        char got[KN_DATE_LEN], want[KN_DATE_LEN], base[24];
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(want, sizeof want, "%.19s.%06dZ", base, (int)(ts.tv_nsec / 1000) % 1000000);
+        kn_iso8601_at(&ts, got);
+        ASSERT_EQ_STR(got, want);
+      }
+}
+
+/* kn_uuid4: RFC 4122 version 4 text, lowercase hex, and no repeats over
+ * several refills of its pool of random bytes. */
+NBF_TEST(uuid4_format_and_unique) {
+  enum { N = 300 };
+  static char ids[N][KN_UUID_LEN + 1];
+  for (int i = 0; i < N; i++) {
+    ASSERT_EQ(kn_uuid4(ids[i]), KN_OK);
+    ASSERT_EQ(strlen(ids[i]), KN_UUID_LEN);
+    for (int c = 0; c < KN_UUID_LEN; c++) {
+      char ch = ids[i][c];
+      if (c == 8 || c == 13 || c == 18 || c == 23)
+        ASSERT_TRUE(ch == '-');
+      else
+        ASSERT_TRUE((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'));
+    }
+    ASSERT_TRUE(ids[i][14] == '4');
+    ASSERT_TRUE(strchr("89ab", ids[i][19]) != NULL);
+    for (int j = 0; j < i; j++)
+      ASSERT_TRUE(strcmp(ids[i], ids[j]) != 0);
+  }
+}
