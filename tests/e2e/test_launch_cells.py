@@ -23,9 +23,7 @@ shard file per rank, which `nbfork merge-weights` consolidates.
 Each test waits on the cell's reply; the only bounds say "it ends"."""
 import os
 import queue
-import shutil
 import subprocess
-import tempfile
 import unittest
 
 import nbf_harness as h
@@ -186,7 +184,7 @@ int shard_train(const char *dir) {
 
     def test_sharding_full_shard_trains_as_ddp_and_saves_shards(self):
         self.ok(self.SHARD_CELL)
-        full, ddp = os.path.join(self.tmp, "full"), os.path.join(self.tmp, "ddp")
+        full, ddp = os.path.join(self.workdir, "full"), os.path.join(self.workdir, "ddp")
         outputs, _ = self.ok('%%launch shard_train("%s") num_processes=2 sharding=FULL_SHARD '
                              'state_dict_type=SHARDED_STATE_DICT' % full)
         sharded = h.stream_text(outputs)
@@ -205,7 +203,7 @@ int shard_train(const char *dir) {
         self.assertFalse(os.path.exists(os.path.join(ddp, "nbfork_shard0.bin")))
         # `nbfork merge-weights` makes the shards one checkpoint; a full one is refused
         nbfork = os.path.join(h.BUILD_DIR, "bin", "nbfork")
-        merged = os.path.join(self.tmp, "merged")
+        merged = os.path.join(self.workdir, "merged")
         run = subprocess.run([nbfork, "merge-weights", full, merged], capture_output=True,
                              text=True, timeout=60)
         self.assertEqual(run.returncode, 0, run.stderr)
