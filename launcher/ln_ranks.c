@@ -472,12 +472,32 @@ static void group_end(ln_ranks_t *r, int i, const char *saved_prefix) {
   snprintf(w->prefix, sizeof w->prefix, "%s", saved_prefix);
 }
 
-/* The first rank that failed (died first; then the lower rank), or -1. */
+/* Where dead rank i stands in the order of causes (ln_report_cause: a
+ * crash before an exit of its own before a rank that lost its peer), from
+ * its exit status and its state record. */
+static int failure_class(const ln_ranks_t *r, int i) {
+  ln_worker_t w = r->w[i]; /* a copy, to mark it failed as ln_group does */
+  w.failed = !WIFEXITED(w.status) || WEXITSTATUS(w.status) != 0;
+  nbf_rankstate_t rec;
+  const nbf_rankstate_t *p = nbf_rankstate_read(w.rs, &rec) == 0 ? &rec : NULL;
+  return (int)ln_report_cause(&w, p, &p, 1, INT64_MAX);
+}
+
+/* The rank whose failure leads: the first cause (a crash leads the peer
+ * whose collective lost it, whichever exit was reaped first), then the
+ * rank that died first, then the lower rank; -1 when none died. */
 static int first_failure(const ln_ranks_t *r, const rk_answer_t *ans) {
-  int best = -1;
-  for (int i = 0; i < r->n; i++)
-    if (ans[i].status == -1 && (best < 0 || r->w[i].exited_ms < r->w[best].exited_ms))
+  int best = -1, best_class = 0;
+  for (int i = 0; i < r->n; i++) {
+    if (ans[i].status != -1)
+      continue;
+    int c = failure_class(r, i);
+    if (best < 0 || c < best_class ||
+        (c == best_class && r->w[i].exited_ms < r->w[best].exited_ms)) {
       best = i;
+      best_class = c;
+    }
+  }
   return best;
 }
 
