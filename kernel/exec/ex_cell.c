@@ -464,9 +464,11 @@ static void emit_entry_points(gen_t *g, const ex_launch_site_t *launch, const ch
                              timeit_stmt);
 }
 
-/* Hash the unit into its tag, put the tag in, name the entry points. */
+/* Hash the unit into its tag, put the tag in, name the entry points. The
+ * compiler it is meant for is part of the salt (item 3 of issue 20). */
 static ex_result_t finish_unit(ex_cell_unit_t *out, const char *src, const char *salt) {
-  uint64_t h = unit_hash(src, fnv1a(salt ? salt : "", 14695981039346656037ULL));
+  uint64_t h = fnv1a(out->tinycc ? "|tinycc" : "|cc", fnv1a(salt ? salt : "", 14695981039346656037ULL));
+  h = unit_hash(src, h);
   h = hash_local_includes(src, h);
   snprintf(out->tag, sizeof out->tag, "%016llx", (unsigned long long)h);
   out->source = fill_tag(src, out->tag);
@@ -478,7 +480,8 @@ static ex_result_t finish_unit(ex_cell_unit_t *out, const char *src, const char 
 
 ex_result_t ex_cell_generate_at(ex_cell_state_t *st, const char *code, int cxx, const char *label,
                                 const ex_launch_site_t *launch, const char *timeit_stmt,
-                                const char *salt, ex_cell_unit_t *out, char *err, size_t errlen) {
+                                const char *salt, int tinycc, ex_cell_unit_t *out, char *err,
+                                size_t errlen) {
   const char *launch_call = launch ? launch->call : NULL;
   memset(out, 0, sizeof *out);
   EX_CHECK(ex_split(code, cxx ? EX_SPLIT_CXX : 0, ex_cell_is_type, st, &out->split, err, errlen));
@@ -490,6 +493,7 @@ ex_result_t ex_cell_generate_at(ex_cell_state_t *st, const char *code, int cxx, 
   out->cxx = cxx;
   /* a %timeit loop is compiled with the flags of function code */
   out->straight = is_straight(&out->split) && !timeit_stmt;
+  out->tinycc = tinycc && out->straight && !cxx;
   out->has_launch = launch_call != NULL;
   out->has_timeit = timeit_stmt != NULL;
   snprintf(out->label, sizeof out->label, "%s", label);
@@ -499,6 +503,8 @@ ex_result_t ex_cell_generate_at(ex_cell_state_t *st, const char *code, int cxx, 
                                 "#include <nbfork.h>\n");
   emit_helpers(&g, sp, launch_call);
   g.ok &= !ex_cell_state_prelude(st, sp, &g.src);
+  if (out->tinycc)
+    g.ok &= !ex_cell_state_indirect(st, sp, code, &g.src);
   for (size_t i = 0; i < sp->count; i++)
     emit_chunk(&g, sp, &sp->chunks[i]);
   emit_entry_points(&g, launch, timeit_stmt);
@@ -519,9 +525,17 @@ ex_result_t ex_cell_generate_at(ex_cell_state_t *st, const char *code, int cxx, 
 ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, const char *label,
                              const char *launch_call, const char *timeit_stmt, const char *salt,
                              ex_cell_unit_t *out, char *err, size_t errlen) {
+  return ex_cell_generate_for(st, code, cxx, label, launch_call, timeit_stmt, salt, 0, out, err,
+                              errlen);
+}
+
+ex_result_t ex_cell_generate_for(ex_cell_state_t *st, const char *code, int cxx, const char *label,
+                                 const char *launch_call, const char *timeit_stmt,
+                                 const char *salt, int tinycc, ex_cell_unit_t *out, char *err,
+                                 size_t errlen) {
   ex_launch_site_t site = {launch_call, label, 0, 0};
   return ex_cell_generate_at(st, code, cxx, label, launch_call ? &site : NULL, timeit_stmt, salt,
-                             out, err, errlen);
+                             tinycc, out, err, errlen);
 }
 
 void ex_cell_unit_free(ex_cell_unit_t *u) {

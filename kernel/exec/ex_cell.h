@@ -49,6 +49,20 @@ int ex_cell_is_type(const char *name, void *st);
 struct nbf_buf;
 int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struct nbf_buf *out);
 
+/* Append to `out` what a unit TinyCC compiles reaches earlier cells'
+ * globals through (issue 20, class a): for each variable of the prelude
+ * that `code` (the cell split as `sp`) names, directly or through earlier
+ * macros, and does not redefine,
+ *   static __typeof__(X) *const __nbf_p_X = &X;
+ *   #define X (*__nbf_p_X)
+ * so every access to X (read, write, `&X`, `sizeof X`, `X[i]`) is made
+ * through a pointer the dynamic linker fills (an R_X86_64_64 data
+ * relocation), never a PC-relative operand naming X: TinyCC 0.9.27 points
+ * an SSE/x87 operand that names an external object at a PLT stub. Goes
+ * after the prelude, before the cell's own code. 0, or -1 out of memory. */
+int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                           struct nbf_buf *out);
+
 /* Refuse a cell that redefines a struct, union, enum, typedef or macro
  * with another text while what an earlier cell compiled (not redefined by
  * this cell too) uses it: a global or function that names it, directly or
@@ -95,6 +109,11 @@ typedef struct {
                      while, do, goto) anywhere: nothing here runs
                      long enough for optimization to pay for its
                      compile time                                */
+  int tinycc;     /* generated for TinyCC (straight C, asked for):
+                     earlier globals reached through pointers
+                     (ex_cell_state_indirect), "tinycc" in the
+                     tag's salt, so no object one compiler built
+                     is reused where the other is asked for      */
   ex_split_t split;
 } ex_cell_unit_t;
 
@@ -106,7 +125,8 @@ typedef struct {
  * expression compiled into a thunk returning int (0 for void calls).
  * `timeit_stmt`, when not NULL, is a statement (or expression) run in a
  * loop by `void TIMEIT(long n)` (ex_timeit.h).
- * `salt` (flags, compiler) enters the hash. Caller frees `out`
+ * `salt` (flags, compiler) enters the hash. `tinycc`: the unit is for
+ * TinyCC when it is straight C (ex_cell_unit_t.tinycc). Caller frees `out`
  * (ex_cell_unit_free) after EX_OK. Results: EX_OK; EX_ERR_SPLIT, the cell
  * could not be split (why, in err); EX_ERR_NOMEM ("out of memory" in
  * err); EX_ERR_REDEFINED, see ex_cell_state_check_types. `out` holds
@@ -115,13 +135,20 @@ ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, con
                              const char *launch_call, const char *timeit_stmt, const char *salt,
                              ex_cell_unit_t *out, char *err, size_t errlen);
 
+/* ex_cell_generate for TinyCC (`tinycc` 1) or the system compiler (0). */
+ex_result_t ex_cell_generate_for(ex_cell_state_t *st, const char *code, int cxx, const char *label,
+                                 const char *launch_call, const char *timeit_stmt,
+                                 const char *salt, int tinycc, ex_cell_unit_t *out, char *err,
+                                 size_t errlen);
+
 /* ex_cell_generate with the %launch call's place in the cell (launch
  * may be NULL: no %launch), so its diagnostics name the cell's line.
  * Also EX_ERR_COMPILE: the launched function's return type is refused
  * (ex_launch_thunk.h; why, in err). */
 ex_result_t ex_cell_generate_at(ex_cell_state_t *st, const char *code, int cxx, const char *label,
                                 const ex_launch_site_t *launch, const char *timeit_stmt,
-                                const char *salt, ex_cell_unit_t *out, char *err, size_t errlen);
+                                const char *salt, int tinycc, ex_cell_unit_t *out, char *err,
+                                size_t errlen);
 
 /* Record the unit's definitions after it compiled and loaded. EX_OK, or
  * EX_ERR_NOMEM (some definitions may then be missing for later cells). */

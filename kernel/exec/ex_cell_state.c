@@ -140,6 +140,51 @@ int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, nbf_b
   return bad ? -1 : 0;
 }
 
+/* Append to `words` (" w1 w2 ... ") each word of `text`, and the words
+ * of the bodies of earlier cells' macros it names, three levels deep (as
+ * ex_jit_cell_safe looks). */
+static int collect_words(const ex_cell_state_t *st, const char *text, int depth, nbf_buf_t *words) {
+  int bad = 0;
+  const char *p = text;
+  size_t n;
+  for (const char *w = ex_cell_next_word(&p, &n); n; w = ex_cell_next_word(&p, &n)) {
+    if (isdigit((unsigned char)*w) || (words->len && ex_cell_word_in(words->data, w, n)))
+      continue;
+    bad |= nbf_buf_printf(words, " %.*s", (int)n, w);
+    char key[140];
+    if (depth >= 3 || n + 7 >= sizeof key)
+      continue;
+    snprintf(key, sizeof key, "macro:%.*s", (int)n, w);
+    for (size_t i = 0; i < st->n; i++)
+      if (st->entries[i].uses && !strcmp(st->entries[i].key, key))
+        bad |= collect_words(st, st->entries[i].uses, depth + 1, words);
+  }
+  return bad;
+}
+
+int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                           nbf_buf_t *out) {
+  nbf_buf_t words = {0};
+  int bad = nbf_buf_puts(&words, " ") | collect_words(st, code, 0, &words) |
+            nbf_buf_puts(&words, " ");
+  int any = 0;
+  for (size_t i = 0; !bad && i < st->n; i++) {
+    const entry_t *e = &st->entries[i];
+    const char *name = e->key + 4;
+    if (strncmp(e->key, "sym:", 4) || !e->kind || strcmp(e->kind, "variable") ||
+        !ex_cell_word_in(words.data, name, strlen(name)) || ex_cell_state_defines(sp, e->key))
+      continue;
+    if (!any++)
+      bad |= nbf_buf_puts(out, "#line 1 \"<nbfork>\"\n");
+    bad |= nbf_buf_printf(out,
+                          "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = &%s;\n"
+                          "#define %s (*__nbf_p_%s)\n",
+                          name, name, name, name, name);
+  }
+  nbf_buf_free(&words);
+  return bad ? -1 : 0;
+}
+
 /* Set `e->key` to the entry `e` (its strings are taken): replace in place
  * (types, macros: later entries may use them), or move to the end ("sym:":
  * its new declaration may use types defined after the old one). */

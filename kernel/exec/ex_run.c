@@ -276,15 +276,16 @@ static int blank(const char *s) {
   return !s || !s[strspn(s, " \t\r\n")];
 }
 
-/* A straight-line C cell with the default toolchain and flags may go
- * through TinyCC first (ex_jit.h: ex_jit_cell_so). */
-static int tinycc_fits(const ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u) {
-  return u->straight && !u->cxx && !m->cuda && ex->default_cflags && blank(ex->flags.cflags) &&
+/* A C cell with the default toolchain and flags may go through TinyCC
+ * first (ex_jit.h: ex_jit_cell_so) when it is straight-line too
+ * (ex_cell_unit_t.tinycc, decided by ex_cell_generate_at). */
+static int tinycc_fits(const ex_t *ex, const ex_magic_result_t *m) {
+  return ex_jit_enabled() && !m->cuda && ex->default_cflags && blank(ex->flags.cflags) &&
          blank(ex->flags.ldflags) && !nbf_param_raw(NBF_P_NBFORK_CC) &&
          ex_jit_cell_safe(ex->cells, m->code);
 }
 
-/* Compile `u` (TinyCC where tinycc_fits, else the system compiler) and
+/* Compile `u` (TinyCC where u->tinycc, else the system compiler) and
  * load it (RTLD_GLOBAL: later cells bind to its symbols). Returns the
  * handle, or NULL after replying with the error (*replied = what that
  * reply returned). */
@@ -292,7 +293,7 @@ static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, const ex_cel
                               const char *label, const char *cflags, int *replied) {
   ex->tc.cflags = cflags;
   ex->tc.ldflags = ex->flags.ldflags;
-  ex->tc.tinycc = tinycc_fits(ex, m, u);
+  ex->tc.tinycc = u->tinycc;
   char *so = NULL, *diag = NULL;
   ex_result_t r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
   ex->tc.cflags = NULL;
@@ -342,7 +343,7 @@ static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *la
   ex_launch_site_t site = {m->launch_call, label, m->launch_line, m->launch_col};
   ex_result_t r =
       ex_cell_generate_at(ex->cells, m->code, m->cuda, label, m->launch_call ? &site : NULL,
-                          m->timeit_stmt, salt, u, err, sizeof err);
+                          m->timeit_stmt, salt, tinycc_fits(ex, m), u, err, sizeof err);
   free(salt);
   if (r != EX_OK) {
     char ev[2100];

@@ -689,7 +689,7 @@ static ex_result_t gen_launch_at(cells_t *c, const char *call, int cxx, ex_cell_
   char label[32];
   snprintf(label, sizeof label, "cell[%d]", ++c->count);
   ex_launch_site_t site = {call, label, 2, 9};
-  return ex_cell_generate_at(c->st, "// launch it\n", cxx, label, &site, NULL, "salt", u, err,
+  return ex_cell_generate_at(c->st, "// launch it\n", cxx, label, &site, NULL, "salt", 0, u, err,
                              errlen);
 }
 
