@@ -196,19 +196,45 @@ int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code) {
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <libtcc.h>
 
+/* dl_iterate_phdr's callback: whether the address ctx[0] lies in an
+ * executable loaded segment of this object (ctx[1] set to 1 if so). */
+static int in_code(struct dl_phdr_info *info, size_t size, void *ctx) {
+  (void)size;
+  uintptr_t *c = ctx;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && c[0] >= lo && c[0] < lo + ph->p_memsz) {
+      c[1] = (ph->p_flags & PF_X) != 0;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* Whether `name` is a function of the process (earlier cells' objects are
- * loaded RTLD_GLOBAL): its symbol's ELF type, as the linker knows it. */
+ * loaded RTLD_GLOBAL): its symbol's ELF type, as the linker knows it; for
+ * an IFUNC (memcpy), whose resolved address is a symbol dladdr may not
+ * name, whether that address is in an executable segment (an object's
+ * never is). */
 static int is_function(const char *name) {
   void *addr = dlsym(RTLD_DEFAULT, name);
   Dl_info info;
   const ElfW(Sym) *sym = NULL;
-  if (!addr || !dladdr1(addr, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym)
+  if (!addr)
     return 0;
-  int type = ELF64_ST_TYPE(sym->st_info);
-  return type == STT_FUNC || type == STT_GNU_IFUNC;
+  if (dladdr1(addr, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && info.dli_sname &&
+      !strcmp(info.dli_sname, name)) {
+    int type = ELF64_ST_TYPE(sym->st_info);
+    return type == STT_FUNC || type == STT_GNU_IFUNC;
+  }
+  uintptr_t ctx[2] = {(uintptr_t)addr, 0};
+  dl_iterate_phdr(in_code, ctx);
+  return ctx[1] == 1;
 }
 
 /* Whether one dynamic relocation of TinyCC's object is one GCC's code
