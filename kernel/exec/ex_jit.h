@@ -79,8 +79,10 @@ int ex_jit_enabled(void);
  * type (integers, float, double, pointers to them, arrays of them), every
  * such function takes and returns only those, every macro's body passes
  * the same test (three levels deep), and no enumerator of an earlier cell
- * appears. Aggregates, function pointers and types only an expression
- * carries thus never reach TinyCC, whose psABI classes and attributes
+ * appears; every unary minus (in the cell or such a macro) negates a
+ * number or an earlier integer variable (TinyCC computes a floating `-x`
+ * as `-0.0 - x`, which keeps a NaN's sign). Aggregates, function
+ * pointers and types only an expression carries thus never reach TinyCC, whose psABI classes and attributes
  * differ from GCC's. */
 int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code);
 

@@ -162,12 +162,82 @@ static int safe_name(const ex_cell_state_t *st, const char *w, size_t n, int dep
   return 0;
 }
 
+/* Words an integer variable's declaration may be made of (no typedef
+ * name: `real` may be double). */
+static const char k_integer[] =
+    " char short int long signed unsigned _Bool bool const volatile extern static size_t"
+    " ssize_t ptrdiff_t intptr_t uintptr_t intmax_t uintmax_t int8_t int16_t int32_t int64_t"
+    " uint8_t uint16_t uint32_t uint64_t ";
+
+/* Whether the operand of a unary minus at `p` (just after the `-`) is an
+ * integer for sure: a number, or an earlier cell's variable of integer
+ * type, standing alone (no postfix operator after it). */
+static int integer_operand(const ex_cell_state_t *st, const char *p) {
+  while (isspace((unsigned char)*p))
+    p++;
+  if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1])))
+    return 1; /* a literal: folded, never a NaN */
+  const char *w = p;
+  while (isalnum((unsigned char)*p) || *p == '_')
+    p++;
+  size_t n = (size_t)(p - w);
+  while (isspace((unsigned char)*p))
+    p++;
+  if (!n || n >= 128 || strchr("([.", *p) || (*p == '-' && (p[1] == '>' || p[1] == '-')) ||
+      (*p == '+' && p[1] == '+'))
+    return 0;
+  char name[128];
+  memcpy(name, w, n);
+  name[n] = 0;
+  ex_cell_name_t d;
+  if (!st || !ex_cell_find(st, name, &d) || strcmp(d.kind, "variable") || strchr(d.decl, '*') ||
+      strchr(d.decl, '['))
+    return 0;
+  const char *q = d.decl;
+  size_t wn;
+  for (const char *x = ex_cell_next_word(&q, &wn); wn; x = ex_cell_next_word(&q, &wn))
+    if (!ex_cell_word_in(k_integer, x, wn) && !(wn == n && !strncmp(x, name, n)))
+      return 0;
+  return 1;
+}
+
+/* Whether every unary minus of `text` negates an integer (integer_operand).
+ * TinyCC 0.9.27 computes a floating `-x` as `-0.0 - x`, which keeps the
+ * sign of a NaN where C's negation (GCC's sign-bit flip) changes it
+ * (issue 20, found by difftest: `-g8` of a NaN printed "-nan" by GCC,
+ * "nan" by TinyCC). A `-` is unary after an operator, `(`, `[`, `,`, `;`,
+ * `{`, `}`, `?`, `:`, the start, or the words return, sizeof, case,
+ * else; `--`, `-=` and `->` are other operators. */
+static int unary_minus_ok(const ex_cell_state_t *st, const char *text) {
+  for (const char *p = strchr(text, '-'); p; p = strchr(p + 1, '-')) {
+    if (p[1] == '-' || p[1] == '=' || p[1] == '>') {
+      p++;
+      continue;
+    }
+    const char *b = p;
+    while (b > text && isspace((unsigned char)b[-1]))
+      b--;
+    int unary = b == text || !(isalnum((unsigned char)b[-1]) || b[-1] == '_' || b[-1] == ')' ||
+                               b[-1] == ']' || b[-1] == '.' || b[-1] == '\'' || b[-1] == '"');
+    if (!unary) { /* a word before it: an operand, unless a keyword */
+      const char *e = b;
+      while (b > text && (isalnum((unsigned char)b[-1]) || b[-1] == '_'))
+        b--;
+      static const char k_before[] = " return sizeof case else ";
+      unary = e > b && !isdigit((unsigned char)*b) && ex_cell_word_in(k_before, b, (size_t)(e - b));
+    }
+    if (unary && !integer_operand(st, p + 1))
+      return 0;
+  }
+  return 1;
+}
+
 /* Every word of `text` acceptable (k_declined, no `long double`: x87,
  * passed in memory; safe_name), looking through at most three levels of
  * earlier cells' declarations; `self` (the name `text` declares, or
  * NULL) is not looked up again. */
 static int safe_text(const ex_cell_state_t *st, const char *text, int depth, const char *self) {
-  if (depth > 3)
+  if (depth > 3 || !unary_minus_ok(st, text))
     return 0;
   const char *p = text;
   size_t n;

@@ -394,8 +394,20 @@ def generate(seed, ncells):
 def case_a():
     return [decl_cell(HEADER), decl_cell("double A = 1.5, B = 2.25;\nfloat F = 0.5f;\n"),
             init_cell("double", "C", "A + B", 'printf("%a\\n", C);\n'),
-            stmt_cell('C = -B; printf("%a\\n", C); C = 2 * B; printf("%a\\n", C);\n'
-                      'C += B; printf("%a\\n", C); C = (A < B) + F; printf("%a\\n", C);\n')]
+            stmt_cell('C = 2 * B; printf("%a\\n", C);\n'
+                      'C += B; printf("%a\\n", C); C = (A < B) + F; printf("%a\\n", C);\n'),
+            stmt_cell('C = -B; printf("%a\\n", C);\n')]  # GCC's: a floating negation
+
+
+def case_unary_minus_nan():
+    """Found by the generator (seed 7): TinyCC negates a double as
+    `-0.0 - x`, which keeps a NaN's sign; C (GCC) flips it. A cell
+    negating a floating operand goes to GCC (ex_jit_cell_safe)."""
+    return [decl_cell(HEADER), decl_cell("double Z = 0.0, QN;\nint I = 3;\n"),
+            stmt_cell('QN = Z / Z; printf("%a\\n", QN);\n'),
+            stmt_cell('QN = -QN; printf("%a\\n", QN);\n'),
+            stmt_cell('printf("%a %a\\n", -QN, QN);\n'),
+            stmt_cell('I = -I * 2 + -4; printf("%d\\n", I);\n')]
 
 
 def case_a_indirect_access():
@@ -409,14 +421,14 @@ def case_a_indirect_access():
                       "const double K = 3.0; int N = 4; float FV[2] = {0.25f, 8.0f};\n"),
             decl_cell("double *P = &B;\ndouble *Q = V;\n"),
             decl_cell("#define SUM (A + B * K)\n"),
-            stmt_cell('A = -B; printf("%a\\n", A); V[1] += A * F; printf("%a\\n", V[1]);\n'
+            stmt_cell('A = B * -1.0; printf("%a\\n", A); V[1] += A * F; printf("%a\\n", V[1]);\n'
                       '*P *= 2; printf("%a\\n", B); printf("%zu %zu\\n", sizeof V, sizeof A);\n'
                       'printf("%d %d\\n", &V[2] == V + 2, P == &B); printf("%a\\n", SUM);\n'
                       'B = V[N - 2] / K; printf("%a\\n", B); F += (float)B; printf("%a\\n", F);\n'
-                      'A = (A < B) ? K : -K; printf("%a\\n", A); FV[1] *= F; printf("%a\\n", FV[1]);\n'
+                      'A = (A < B) ? K : 0 - K; printf("%a\\n", A); FV[1] *= F; printf("%a\\n", FV[1]);\n'
                       'Q[2] = A - FV[0]; printf("%a %a\\n", V[2], *Q);\n'),
             init_cell("double", "W", "SUM * V[0] + (double)FV[1]", 'printf("%a\\n", W);\n'),
-            stmt_cell('W -= A * B - F; printf("%a %d\\n", W, (int)(W > A) + (int)(-W < B));\n')]
+            stmt_cell('W -= A * B - F; printf("%a %d\\n", W, (int)(W > A) + (int)(W * 2 < B));\n')]
 
 
 def case_b():
@@ -479,6 +491,7 @@ def case_f_bool_atomic():
 
 
 CASES = {"a_float_global_operand": case_a, "a_indirect_access": case_a_indirect_access,
+         "unary_minus_nan": case_unary_minus_nan,
          "b_struct_through_fnptr": case_b,
          "c_packed_type_later_cell": case_c,
          "c_packed_leading_attribute": case_c_leading_attribute, "d_pragma_pack_later_cell": case_d,
@@ -487,7 +500,7 @@ CASES = {"a_float_global_operand": case_a, "a_indirect_access": case_a_indirect_
 
 # Cases whose cells the fast path must take, all of them: the proof that it
 # is exercised (a case that quietly went to GCC would prove nothing).
-MIN_TINYCC = {"a_float_global_operand": 4, "a_indirect_access": 7}
+MIN_TINYCC = {"a_float_global_operand": 4, "a_indirect_access": 7, "unary_minus_nan": 4}
 
 
 # ------------------------------------------------------------ the three runs
