@@ -602,7 +602,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cells", type=int, default=0, help="cells in all (sequences of --length)")
     ap.add_argument("--length", type=int, default=60, help="cells per sequence")
-    ap.add_argument("--jobs", type=int, default=2, help="sequences run at once")
+    ap.add_argument("--jobs", type=int, default=0,
+                    help="sequences run at once (default: the idle cores, 1 to 4)")
     ap.add_argument("--case")
     ap.add_argument("--list", action="store_true")
     a = ap.parse_args()
@@ -631,7 +632,12 @@ def main():
                      "seed %d sequence %d" % (a.seed, seq)))
         run += jobs[-1][2]
         seq += 1
-    with concurrent.futures.ProcessPoolExecutor(max_workers=a.jobs) as pool:
+    # each sequence is one executor and its compilers, mostly one core's
+    # work: run as many at once as cores are idle (a loaded machine gains
+    # nothing from more, and its other users lose)
+    idle = len(os.sched_getaffinity(0)) - os.getloadavg()[0]
+    jobs = a.jobs or max(1, min(4, int(idle + 0.5)))
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(one_sequence, jobs))
     diffs, ntcc = sum(r[0] for r in results), sum(r[1] for r in results)
     print("difftest: %d cells in %d sequences (%d compiled by TinyCC), %d sequences with a "
