@@ -636,8 +636,8 @@ def main():
     # work: run as many at once as cores are idle (a loaded machine gains
     # nothing from more, and its other users lose)
     idle = len(os.sched_getaffinity(0)) - os.getloadavg()[0]
-    jobs = a.jobs or max(1, min(4, int(idle + 0.5)))
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
+    njobs = a.jobs or max(1, min(4, int(idle + 0.5)))
+    with concurrent.futures.ProcessPoolExecutor(max_workers=njobs) as pool:
         results = list(pool.map(one_sequence, jobs))
     diffs, ntcc = sum(r[0] for r in results), sum(r[1] for r in results)
     print("difftest: %d cells in %d sequences (%d compiled by TinyCC), %d sequences with a "
