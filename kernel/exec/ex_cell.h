@@ -54,12 +54,16 @@ int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struc
  * that `code` (the cell split as `sp`) names, directly or through earlier
  * macros, and does not redefine,
  *   static __typeof__(X) *const __nbf_p_X = &X;
- *   #define X (*__nbf_p_X)
+ *   #define X (*(0, __nbf_p_X))
  * so every access to X (read, write, `&X`, `sizeof X`, `X[i]`) is made
  * through a pointer the dynamic linker fills (an R_X86_64_64 data
  * relocation), never a PC-relative operand naming X: TinyCC 0.9.27 points
- * an SSE/x87 operand that names an external object at a PLT stub. Goes
- * after the prelude, before the cell's own code. 0, or -1 out of memory. */
+ * an SSE/x87 operand that names an external object at a PLT stub. The
+ * comma makes every use of X that is not an expression a syntax error (a
+ * block-scope `int X;`, a member `.X`, a parameter or label X), never a
+ * declaration of another name: such a cell is then generated again for
+ * the system compiler, without these lines (ex_run.c). Goes after the
+ * prelude, before the cell's own code. 0, or -1 out of memory. */
 int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
                            struct nbf_buf *out);
 

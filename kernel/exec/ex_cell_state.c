@@ -178,7 +178,7 @@ int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, cons
       bad |= nbf_buf_puts(out, "#line 1 \"<nbfork>\"\n");
     bad |= nbf_buf_printf(out,
                           "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = &%s;\n"
-                          "#define %s (*__nbf_p_%s)\n",
+                          "#define %s (*(0, __nbf_p_%s))\n",
                           name, name, name, name, name);
   }
   nbf_buf_free(&words);

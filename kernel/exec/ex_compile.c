@@ -383,7 +383,9 @@ ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char 
       replay_warnings(p, &out);
       r = EX_OK;
     } else {
-      r = tinycc_unit(tc, source, cuda, p) == 0 ? EX_OK : compile_unit(tc, source, cuda, p, &out);
+      r = tinycc_unit(tc, source, cuda, p) == 0 ? EX_OK
+          : tc->tinycc == 2                     ? EX_ERR_COMPILE
+                                                : compile_unit(tc, source, cuda, p, &out);
     }
     if (r == EX_OK && !(*so_path = strdup(p->so)))
       r = EX_ERR_NOMEM;

@@ -285,17 +285,33 @@ static int tinycc_fits(const ex_t *ex, const ex_magic_result_t *m) {
          ex_jit_cell_safe(ex->cells, m->code);
 }
 
+static ex_result_t regenerate(ex_t *ex, const ex_magic_result_t *m, const char *label,
+                              ex_cell_unit_t *u, int *replied);
+
 /* Compile `u` (TinyCC where u->tinycc, else the system compiler) and
  * load it (RTLD_GLOBAL: later cells bind to its symbols). Returns the
  * handle, or NULL after replying with the error (*replied = what that
  * reply returned). */
-static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u,
+static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit_t *u,
                               const char *label, const char *cflags, int *replied) {
   ex->tc.cflags = cflags;
   ex->tc.ldflags = ex->flags.ldflags;
-  ex->tc.tinycc = u->tinycc;
   char *so = NULL, *diag = NULL;
-  ex_result_t r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
+  ex_result_t r = EX_ERR_COMPILE;
+  if (u->tinycc) { /* TinyCC's unit is TinyCC's only: see ex_cell_state_indirect */
+    ex->tc.tinycc = 2;
+    r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
+    free(diag);
+    diag = NULL;
+    if (r != EX_OK && regenerate(ex, m, label, u, replied) != EX_OK) {
+      ex->tc.cflags = NULL;
+      ex->tc.tinycc = 0;
+      return NULL;
+    }
+  }
+  ex->tc.tinycc = 0;
+  if (!so)
+    r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
   ex->tc.cflags = NULL;
   ex->tc.tinycc = 0;
   char *clean = diag && r != EX_ERR_INTERRUPTED ? ex_diag_clean(diag) : NULL;
@@ -324,10 +340,11 @@ static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, const ex_cel
   return h;
 }
 
-/* Generate the cell's unit (ex_cell.h). EX_OK, or a failure after
- * replying with the error (*replied = what that reply returned). */
-static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *label,
-                            ex_cell_unit_t *u, int *replied) {
+/* Generate the cell's unit (ex_cell.h), for TinyCC where tinycc_fits
+ * and `fast`. EX_OK, or a failure after replying with the error
+ * (*replied = what that reply returned). */
+static ex_result_t generate_for(ex_t *ex, const ex_magic_result_t *m, const char *label, int fast,
+                                ex_cell_unit_t *u, int *replied) {
   char err[2048] = "";
   const char *user = ex->flags.cflags ? ex->flags.cflags : "";
   /* The salt is what, besides the unit's text, decides the object: the
@@ -343,12 +360,30 @@ static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *la
   ex_launch_site_t site = {m->launch_call, label, m->launch_line, m->launch_col};
   ex_result_t r =
       ex_cell_generate_at(ex->cells, m->code, m->cuda, label, m->launch_call ? &site : NULL,
-                          m->timeit_stmt, salt, tinycc_fits(ex, m), u, err, sizeof err);
+                          m->timeit_stmt, salt, fast && tinycc_fits(ex, m), u, err, sizeof err);
   free(salt);
   if (r != EX_OK) {
     char ev[2100];
     snprintf(ev, sizeof ev, "%s: %s", label, err);
     *replied = ex_event_reply_error("CompileError", ev, NULL);
+  }
+  return r;
+}
+
+static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *label,
+                            ex_cell_unit_t *u, int *replied) {
+  return generate_for(ex, m, label, 1, u, replied);
+}
+
+/* TinyCC declined the unit made for it: the unit for the system compiler
+ * replaces it in *u (another tag; no pointers to earlier globals). */
+static ex_result_t regenerate(ex_t *ex, const ex_magic_result_t *m, const char *label,
+                              ex_cell_unit_t *u, int *replied) {
+  ex_cell_unit_t g;
+  ex_result_t r = generate_for(ex, m, label, 0, &g, replied);
+  if (r == EX_OK) {
+    ex_cell_unit_free(u);
+    *u = g;
   }
   return r;
 }
@@ -425,7 +460,7 @@ typedef struct {
  * (nothing later cells link against): its thunk compiles in memory when
  * TinyCC accepts it (ex_jit.h), else through the system compiler like
  * any cell. 0, or -1 after replying with the error (*replied). */
-static int load_entry_points(ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u,
+static int load_entry_points(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit_t *u,
                              const char *label, const char *cflags, entry_points_t *ep,
                              int *replied) {
   memset(ep, 0, sizeof *ep);
