@@ -23,6 +23,7 @@ import argparse
 import concurrent.futures
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -327,6 +328,13 @@ class Gen:
         elif self.ptrs and k < 0.6:
             t, p = r.choice(self.ptrs)
             lv = "*%s" % p
+        elif k < 0.65:  # a block's local under an earlier global's name
+            t, v = r.choice([s for s in self.scalars if not s[0].endswith("omplex")])
+            if re.search(r"\b%s\b" % v, e):  # in its own initializer: uninitialized
+                e = "1.5"
+            return "{ %s %s = (%s)(long long)CL(%s); %s}\n" % (
+                r.choice(["int", "double", "long"]), v, "double", e,
+                print_scalar("double", v).replace("\n", " "))
         elif self.enums and k < 0.7:
             t, v, ks = r.choice(self.enums)
             return "%s = %s;\nprintf(\"%%lld\\n\", (long long)%s);\n" % (v, r.choice(ks), v)
