@@ -180,6 +180,15 @@ void ex_cell_each_name(const ex_cell_state_t *st, void (*fn)(const ex_cell_name_
 /* The newest definition of `name`, or 0 when there is none. */
 int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *out);
 
+/* The variable `name` (its newest definition) lives at addr, size bytes,
+ * in memory TinyCC relocated (ex_memcells.h): later units reach it by
+ * that address. 0, or -1 when the registry has no such variable. */
+int ex_cell_state_place(ex_cell_state_t *st, const char *name, void *addr, size_t size);
+
+/* Where the variable `name` lives when a cell compiled into memory
+ * defined it: 1 with *addr and *size, else 0 (then its symbol names it). */
+int ex_cell_find_place(const ex_cell_state_t *st, const char *name, void **addr, size_t *size);
+
 /* The assembler name of the newest definition of the function or global
  * `name` (`w__c<tag>`) into sym[n]: 1, or 0 when the registry has none
  * (a type, a macro, an unknown name). For %ranks pull/push (ex_ranks.c). */

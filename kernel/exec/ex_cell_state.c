@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,10 +177,16 @@ int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, cons
       continue;
     if (!any++)
       bad |= nbf_buf_puts(out, "#line 1 \"<nbfork>\"\n");
-    bad |= nbf_buf_printf(out,
-                          "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = &%s;\n"
-                          "#define %s (*(0, __nbf_p_%s))\n",
-                          name, name, name, name, name);
+    if (e->addr) /* in memory: no symbol names it, its address does */
+      bad |= nbf_buf_printf(out,
+                            "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = "
+                            "(__typeof__(%s) *)%#lxUL;\n",
+                            name, name, name, (unsigned long)(uintptr_t)e->addr);
+    else
+      bad |= nbf_buf_printf(out,
+                            "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = &%s;\n",
+                            name, name, name);
+    bad |= nbf_buf_printf(out, "#define %s (*(0, __nbf_p_%s))\n", name, name);
   }
   nbf_buf_free(&words);
   return bad ? -1 : 0;
@@ -238,7 +245,7 @@ static char *dup_or_null(const char *s) {
 /* An entry with its display fields filled from chunk k. */
 static entry_t make_entry(char *key, char *text, const char *kind, char *decl, const ex_chunk_t *k,
                           const char *label) {
-  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind, NULL, NULL};
+  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind, NULL, NULL, NULL, 0};
   if (kind)
     e.source = strdup(k->text);
   if (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_TYPE ||
@@ -471,4 +478,28 @@ void ex_cell_state_each_tag(const ex_cell_state_t *st, void (*fn)(const char *ta
       }
     }
   }
+}
+
+int ex_cell_state_place(ex_cell_state_t *st, const char *name, void *addr, size_t size) {
+  char key[300];
+  snprintf(key, sizeof key, "sym:%s", name);
+  for (size_t i = st->n; i-- > 0;)
+    if (!strcmp(st->entries[i].key, key)) {
+      st->entries[i].addr = addr;
+      st->entries[i].size = size;
+      return 0;
+    }
+  return -1;
+}
+
+int ex_cell_find_place(const ex_cell_state_t *st, const char *name, void **addr, size_t *size) {
+  char key[300];
+  snprintf(key, sizeof key, "sym:%s", name);
+  for (size_t i = st->n; i-- > 0;)
+    if (!strcmp(st->entries[i].key, key) && st->entries[i].addr) {
+      *addr = st->entries[i].addr;
+      *size = st->entries[i].size;
+      return 1;
+    }
+  return 0;
 }

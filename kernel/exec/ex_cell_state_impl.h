@@ -23,6 +23,9 @@ typedef struct {
                  definition, a macro's #define line (NULL for the rest) */
   char *source; /* the chunk that defined it, as written (`name??` shows it);
                    NULL for "pp:" entries */
+  void *addr;   /* a variable of a cell TinyCC compiled into memory: where it
+                   is (no shared object names it; ex_memcells.h), else NULL */
+  size_t size;  /* its size in bytes, with addr */
 } entry_t;
 
 struct ex_cell_state {

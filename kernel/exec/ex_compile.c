@@ -214,6 +214,8 @@ static ex_result_t build_argv(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, 
     return r;
   int bad =
       argv_push(a, "-o") | argv_push(a, p->tmp) | argv_push(a, p->src) | argv_push(a, p->libp);
+  if (tc->memsyms) /* an input file ld reads as a script: PROVIDE(v__cTAG = ADDR); */
+    bad |= (cuda ? argv_push(a, "-Xlinker") : 0) | argv_push(a, tc->memsyms);
   if (cuda)
     bad |= argv_push(a, "-Xlinker");
   bad |= argv_push(a, p->rpath) | argv_push(a, "-lnbfork");

@@ -26,6 +26,8 @@ typedef struct {
   const char *cflags;                 /* C cells: NBFORK_CFLAGS/default, then %cflags     */
   const char *nvccflags;              /* %%cuda cells: NBFORK_NVCCFLAGS or "-O2"        */
   const char *ldflags;                /* %ldflags (words), both kinds of cells            */
+  const char *memsyms;                /* linker script giving the addresses of variables of
+                                         cells in memory (ex_memcells.h), or NULL        */
   volatile sig_atomic_t *interrupted; /* set by SIGINT: stop the compiler  */
   int tinycc;                         /* 1: try TinyCC first (ex_jit_cell_so), a
                                          straight-line C cell, default flags;

@@ -398,12 +398,108 @@ int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
   return rc == 0 ? 0 : -1;
 }
 
+/* The file at `path` read whole (caller frees), its size in *size; NULL
+ * when it cannot be read. */
+static char *read_image(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  char *img = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 && (img = malloc((size_t)n)) &&
+      fread(img, 1, (size_t)n, f) != (size_t)n) {
+    free(img);
+    img = NULL;
+  }
+  fclose(f);
+  *size = (size_t)n;
+  return img;
+}
+
+int ex_jit_dll_sizes(const char *path, const char *const *names, size_t *sizes, size_t n) {
+  size_t size = 0, found = 0;
+  char *img = read_image(path, &size);
+  if (!img)
+    return -1;
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
+  const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(img + eh->e_shoff);
+  int ok = eh->e_shoff + (size_t)eh->e_shnum * sizeof *sh <= size;
+  for (int i = 0; ok && i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh->e_shnum)
+      continue;
+    const ElfW(Shdr) *strh = &sh[sh[i].sh_link];
+    if (sh[i].sh_offset + sh[i].sh_size > size || strh->sh_offset + strh->sh_size > size)
+      break;
+    const ElfW(Sym) *sym = (const ElfW(Sym) *)(img + sh[i].sh_offset);
+    const char *strs = img + strh->sh_offset;
+    for (size_t j = 0; j < sh[i].sh_size / sizeof *sym; j++) {
+      if (sym[j].st_name >= strh->sh_size || sym[j].st_shndx == SHN_UNDEF)
+        continue;
+      for (size_t k = 0; k < n; k++)
+        if (!strcmp(strs + sym[j].st_name, names[k])) {
+          sizes[k] = (size_t)sym[j].st_size;
+          found++;
+        }
+    }
+  }
+  free(img);
+  return found == n ? 0 : -1;
+}
+
+int ex_jit_cell_mem(const char *source, const char *incdir, void *(*alloc)(size_t, void *),
+                    void *ctx, const char *const *names, void **addrs, size_t n) {
+  if (!source || !ex_jit_enabled())
+    return -1;
+  TCCState *s = tcc_new();
+  if (!s)
+    return -1;
+#ifdef NBFORK_TCC_LIB_DIR
+  tcc_set_lib_path(s, NBFORK_TCC_LIB_DIR);
+#endif
+  tcc_set_error_func(s, NULL, quiet);
+  tcc_set_options(s, "-Werror -std=c11");
+  int rc = tcc_set_output_type(s, TCC_OUTPUT_MEMORY);
+  if (rc == 0 && incdir)
+    rc = tcc_add_include_path(s, incdir);
+  if (rc == 0)
+    rc = tcc_compile_string(s, source);
+  int need = rc == 0 ? tcc_relocate(s, NULL) : -1;
+  void *mem = need > 0 ? alloc((size_t)need, ctx) : NULL;
+  rc = mem && tcc_relocate(s, mem) >= 0 ? 0 : -1;
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    if (names[i] && !(addrs[i] = tcc_get_symbol(s, names[i])))
+      rc = -1;
+  /* the code and data live in `mem` (ours); the compiler's state goes */
+  tcc_delete(s);
+  return rc;
+}
+
 #else /* no libtcc: every cell goes to the system compiler */
 
 int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
   (void)source;
   (void)incdir;
   (void)path;
+  return -1;
+}
+
+int ex_jit_dll_sizes(const char *path, const char *const *names, size_t *sizes, size_t n) {
+  (void)path;
+  (void)names;
+  (void)sizes;
+  (void)n;
+  return -1;
+}
+
+int ex_jit_cell_mem(const char *source, const char *incdir, void *(*alloc)(size_t, void *),
+                    void *ctx, const char *const *names, void **addrs, size_t n) {
+  (void)source;
+  (void)incdir;
+  (void)alloc;
+  (void)ctx;
+  (void)names;
+  (void)addrs;
+  (void)n;
   return -1;
 }
 

@@ -17,6 +17,7 @@
 #include "ex_diag.h"
 #include "ex_events.h"
 #include "ex_jit.h"
+#include "ex_memcells.h"
 #include "ex_ranks.h"
 #include "ex_timeit.h"
 #include "ln_cuda.h"
@@ -293,16 +294,29 @@ static ex_result_t regenerate(ex_t *ex, const ex_magic_result_t *m, const char *
  * handle, or NULL after replying with the error (*replied = what that
  * reply returned). */
 static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit_t *u,
-                              const char *label, const char *cflags, int *replied) {
+                              const char *label, const char *cflags, int *replied,
+                              const ex_memcell_t **mem) {
   ex->tc.cflags = cflags;
   ex->tc.ldflags = ex->flags.ldflags;
+  ex->tc.memsyms = ex_memcells_script(ex->memcells);
   char *so = NULL, *diag = NULL;
   ex_result_t r = EX_ERR_COMPILE;
+  /* %ranks workers load each new cell's object by its path: none in memory then */
+  int in_memory = u->tinycc && ex->memcells && !ex_ranks_running(ex);
+  *mem = in_memory ? ex_memcells_find(ex->memcells, u->tag) : NULL;
+  if (*mem)
+    return NULL; /* a re-run: the same code, already in memory */
   if (u->tinycc) { /* TinyCC's unit is TinyCC's only: see ex_cell_state_indirect */
     ex->tc.tinycc = 2;
     r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
     free(diag);
     diag = NULL;
+    if (r == EX_OK && in_memory && (*mem = ex_memcells_load(ex->memcells, u, ex->incdir, so))) {
+      free(so);
+      ex->tc.cflags = NULL;
+      ex->tc.tinycc = 0;
+      return NULL;
+    }
     if (r != EX_OK && regenerate(ex, m, label, u, replied) != EX_OK) {
       ex->tc.cflags = NULL;
       ex->tc.tinycc = 0;
@@ -351,9 +365,11 @@ static ex_result_t generate_for(ex_t *ex, const ex_magic_result_t *m, const char
    * compilers and their flags. The -O0 choice (cell_cflags) follows from
    * the text and these, so it needs no place in it. */
   char *salt = NULL;
-  if (asprintf(&salt, "%s|%s %s|%s|%s|%s|%d", ex->tc.cc, ex->base_cflags, user,
+  /* and the addresses of variables in memory the link may give it */
+  if (asprintf(&salt, "%s|%s %s|%s|%s|%s|%d|%016llx", ex->tc.cc, ex->base_cflags, user,
                ex->tc.nvcc ? ex->tc.nvcc : "", ex->tc.nvccflags,
-               ex->flags.ldflags ? ex->flags.ldflags : "", m->cuda) < 0) {
+               ex->flags.ldflags ? ex->flags.ldflags : "", m->cuda,
+               (unsigned long long)ex_memcells_hash(ex->memcells)) < 0) {
     *replied = ex_event_reply_error("MemoryError", "out of memory", NULL);
     return EX_ERR_NOMEM;
   }
@@ -454,6 +470,7 @@ typedef struct {
   void (*run)(void);
   int (*launch)(void);
   void (*timeit)(long);
+  const ex_memcell_t *mem; /* the cell runs from memory (ex_memcells.h) */
 } entry_points_t;
 
 /* Get the cell's entry points. A cell that holds only `%launch f(...)`
@@ -469,7 +486,12 @@ static int load_entry_points(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit_
                                ex->incdir, cflags);
   if (ep->launch)
     return 0;
-  void *h = compile_and_load(ex, m, u, label, cflags, replied);
+  void *h = compile_and_load(ex, m, u, label, cflags, replied, &ep->mem);
+  if (ep->mem) {
+    ep->run = ep->mem->run;
+    ep->launch = ep->mem->launch;
+    return 0;
+  }
   if (!h)
     return -1;
   ex_objects_add(
@@ -587,6 +609,11 @@ int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   free(cflags);
   if (loaded) {
     ex_cell_commit(ex->cells, &u);
+    if (ep.mem && ex_memcells_publish(ex->memcells, ep.mem, ex->cells)) {
+      fprintf(stderr, "Warning: cannot write %s: later cells may not link\n",
+              ex_memcells_script(ex->memcells));
+      fflush(stderr);
+    }
     ex_ranks_loaded(ex, ep.run); /* the ranks see its definitions too */
   }
   ex_cell_unit_free(&u);
