@@ -108,6 +108,7 @@ class Gen:
         self.ptrs = []      # (ctype, name): pointers to a scalar global or an array element
         self.enums = []     # (tname, name, [enumerators]): enum globals
         self.macros = []    # macros naming globals (expressions of double)
+        self.macro_text = {}
         self.cells = [Cell(HEADER, decls=HEADER)]
         self.complex = False
         self.allow_complex = self.rng.random() < 0.25
@@ -293,6 +294,7 @@ class Gen:
         a, b = r.choice(real), r.choice(real)
         name = self.name("M")
         text = "#define %s ((double)%s * 0.5 + (double)%s)\n" % (name, a[1], b[1])
+        self.macro_text[name] = text
         self.cells.append(decl_cell(text))
         self.macros.append(name)
 
@@ -330,7 +332,8 @@ class Gen:
             lv = "*%s" % p
         elif k < 0.65:  # a block's local under an earlier global's name
             t, v = r.choice([s for s in self.scalars if not s[0].endswith("omplex")])
-            if re.search(r"\b%s\b" % v, e):  # in its own initializer: uninitialized
+            body = e + "".join(self.macro_text[m] for m in self.macros if m in e)
+            if re.search(r"\b%s\b" % v, body):  # in its own initializer: uninitialized
                 e = "1.5"
             return "{ %s %s = (%s)(long long)CL(%s); %s}\n" % (
                 r.choice(["int", "double", "long"]), v, "double", e,
