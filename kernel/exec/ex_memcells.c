@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ex_jit.h"
 
@@ -168,20 +170,27 @@ static uint64_t fnv1a(const char *s, uint64_t h) {
 }
 
 int ex_memcells_publish(ex_memcells_t *m, const ex_memcell_t *c, ex_cell_state_t *st) {
-  if (!c->nvars)
+  for (size_t i = 0; i < c->nvars; i++) /* a re-run defines them again in the registry */
+    ex_cell_state_place(st, c->names[i], c->addrs[i], c->sizes[i]);
+  ex_memcell_t *own = (ex_memcell_t *)ex_memcells_find(m, c->tag);
+  if (!c->nvars || !own || own->published)
     return 0;
+  own->published = 1;
+  if (!m->hash) { /* this process: its addresses mean nothing to another one */
+    char id[96];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(id, sizeof id, "%d.%lld.%ld.%p", (int)getpid(), (long long)ts.tv_sec, ts.tv_nsec,
+             (void *)m->arena);
+    m->hash = fnv1a(id, 14695981039346656037ULL) | 1;
+  }
   FILE *f = fopen(m->script, "a");
   if (!f)
     return -1;
   int bad = 0;
-  for (size_t i = 0; i < c->nvars; i++) {
-    char line[512];
-    snprintf(line, sizeof line, "PROVIDE(%s__c%s = %#lx);\n", c->names[i], c->tag,
-             (unsigned long)(uintptr_t)c->addrs[i]);
-    bad |= fputs(line, f) < 0;
-    m->hash = fnv1a(line, m->hash ? m->hash : 14695981039346656037ULL);
-    ex_cell_state_place(st, c->names[i], c->addrs[i], c->sizes[i]);
-  }
+  for (size_t i = 0; i < c->nvars; i++)
+    bad |= fprintf(f, "PROVIDE(%s__c%s = %#lx);\n", c->names[i], c->tag,
+                   (unsigned long)(uintptr_t)c->addrs[i]) < 0;
   bad |= fclose(f) != 0;
   m->has_script = 1;
   return bad ? -1 : 0;

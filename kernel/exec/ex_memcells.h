@@ -16,9 +16,10 @@
  *  - system-compiled units through the linker script this module keeps
  *    (`PROVIDE(v__cTAG = 0x...);` for every such variable, passed to each
  *    link: ld defines only the names the object uses, as absolute symbols).
- * The addresses are this process's: the script's hash (ex_memcells_hash)
- * enters every unit's salt, so no object linked against them is reused
- * by another executor. Forked workers (%launch, %ranks) inherit the arena
+ * The addresses are this process's: an identity of the process
+ * (ex_memcells_hash, fixed once the first variable is published) enters
+ * every unit's salt, so no object linked against them is reused by
+ * another executor, while a re-run in this one finds its object again. Forked workers (%launch, %ranks) inherit the arena
  * at the same addresses; while %ranks workers run (they load each new
  * cell's object by path) cells keep to shared objects (ex_run.c).
  */
@@ -40,6 +41,7 @@ typedef struct {
   char **names; /* the C names of the variables it defined */
   void **addrs;
   size_t *sizes;
+  int published; /* its variables are in the linker script */
 } ex_memcell_t;
 
 /* `workdir` holds the linker script. NULL when out of memory. */
@@ -63,7 +65,7 @@ int ex_memcells_publish(ex_memcells_t *m, const ex_memcell_t *c, ex_cell_state_t
 /* The linker script's path, or NULL while no variable is in memory. */
 const char *ex_memcells_script(const ex_memcells_t *m);
 
-/* A hash of the script's contents (0 while empty). */
+/* This process's identity once the script has a line (0 before). */
 uint64_t ex_memcells_hash(const ex_memcells_t *m);
 
 /* Cells in memory, and the bytes their arena holds (for tests, benches). */
