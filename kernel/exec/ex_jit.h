@@ -96,14 +96,16 @@ int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code);
  * 64 (`path` is removed then): compile with the system compiler instead. */
 int ex_jit_cell_so(const char *source, const char *incdir, const char *path);
 
-/* Compile the unit `source` (which ex_jit_cell_so accepted) with TinyCC
- * again, into memory: alloc(n, ctx) gives n bytes (readable, writable and
- * executable, never freed), and addrs[i] gets the address of the symbol
- * names[i] (a NULL name is skipped). No shared object, no memory map of
- * its own: 20,000 cells cost no maps (issue 20, item 7). 0, or -1 when
- * TinyCC is absent or off, declined, or a name is not defined. */
-int ex_jit_cell_mem(const char *source, const char *incdir, void *(*alloc)(size_t, void *),
-                    void *ctx, const char *const *names, void **addrs, size_t n);
+/* Load the shared object TinyCC wrote at `path` (which ex_jit_cell_so
+ * accepted: its dynamic relocations are RELATIVE, GLOB_DAT, JUMP_SLOT of
+ * functions and 64 only) into memory from alloc, without dlopen: its
+ * segments copied at their offsets, the relocations applied as ld.so
+ * would (the process's symbols through dlsym), DT_INIT run; addrs[i]
+ * gets the address of symbol names[i] it defines (NULL names skipped).
+ * One compile, no memory map of its own. 0, or -1 (an object it cannot
+ * load this way: dlopen it instead). */
+int ex_jit_dll_load(const char *path, void *(*alloc)(size_t, void *), void *ctx,
+                    const char *const *names, void **addrs, size_t n);
 
 /* The sizes (st_size) of the symbols names[0..n) that the shared object
  * at `path` defines, into sizes[]. 0, or -1 when one is missing. */

@@ -382,7 +382,9 @@ int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
   tcc_set_error_func(s, NULL, quiet);
   /* -Werror: a warning sends the cell to GCC, whose diagnostics (with
    * -Werror=implicit-function-declaration) the user then sees */
-  tcc_set_options(s, "-Werror -std=c11");
+  /* 4 KiB between its segments, not 2 MiB: no gap to map (dlopen), a
+   * small span to copy (ex_jit_dll_load) */
+  tcc_set_options(s, "-Werror -std=c11 -Wl,-section-alignment=0x1000");
   int rc = tcc_set_output_type(s, TCC_OUTPUT_DLL);
   if (rc == 0 && incdir)
     rc = tcc_add_include_path(s, incdir);
@@ -446,32 +448,131 @@ int ex_jit_dll_sizes(const char *path, const char *const *names, size_t *sizes, 
   return found == n ? 0 : -1;
 }
 
-int ex_jit_cell_mem(const char *source, const char *incdir, void *(*alloc)(size_t, void *),
-                    void *ctx, const char *const *names, void **addrs, size_t n) {
-  if (!source || !ex_jit_enabled())
+/* The value of dynamic symbol `si` of the object loaded at `base`: its
+ * own definition, or the process's (dlsym: earlier cells, libnbfork,
+ * libc); 0 for an undefined weak one (__gmon_start__). -1 when unknown. */
+static int symbol_value(const ElfW(Sym) *syms, size_t nsyms, const char *strs, size_t strsize,
+                        unsigned si, char *base, uintptr_t *v) {
+  if (si >= nsyms || syms[si].st_name >= strsize)
     return -1;
-  TCCState *s = tcc_new();
-  if (!s)
+  if (syms[si].st_shndx != SHN_UNDEF) {
+    *v = (uintptr_t)base + syms[si].st_value;
+    return 0;
+  }
+  void *p = dlsym(RTLD_DEFAULT, strs + syms[si].st_name);
+  *v = (uintptr_t)p;
+  return p || ELF64_ST_BIND(syms[si].st_info) == STB_WEAK ? 0 : -1;
+}
+
+/* Apply the allocated (dynamic) relocations of the image to the copy at
+ * `base`: the types check_relocs admits, as ld.so would (bound now). */
+static int apply_relocs(const char *img, size_t size, char *base) {
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
+  const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(img + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_RELA || !(sh[i].sh_flags & SHF_ALLOC))
+      continue;
+    if (sh[i].sh_link >= eh->e_shnum)
+      return -1;
+    const ElfW(Shdr) *symh = &sh[sh[i].sh_link];
+    const ElfW(Shdr) *strh = symh->sh_link < eh->e_shnum ? &sh[symh->sh_link] : NULL;
+    if (!strh || sh[i].sh_offset + sh[i].sh_size > size ||
+        symh->sh_offset + symh->sh_size > size || strh->sh_offset + strh->sh_size > size)
+      return -1;
+    const ElfW(Rela) *r = (const ElfW(Rela) *)(img + sh[i].sh_offset);
+    const ElfW(Sym) *syms = (const ElfW(Sym) *)(img + symh->sh_offset);
+    size_t nsyms = symh->sh_size / sizeof *syms;
+    for (size_t j = 0; j < sh[i].sh_size / sizeof *r; j++) {
+      unsigned type = ELF64_R_TYPE(r[j].r_info);
+      uintptr_t v = 0;
+      if (type == R_X86_64_RELATIVE)
+        v = (uintptr_t)base + (uintptr_t)r[j].r_addend;
+      else if (symbol_value(syms, nsyms, img + strh->sh_offset, strh->sh_size,
+                            ELF64_R_SYM(r[j].r_info), base, &v))
+        return -1;
+      else if (type == R_X86_64_64)
+        v += (uintptr_t)r[j].r_addend;
+      else if (type != R_X86_64_GLOB_DAT && type != R_X86_64_JUMP_SLOT)
+        return -1;
+      memcpy(base + r[j].r_offset, &v, sizeof v);
+    }
+  }
+  return 0;
+}
+
+/* Copy the PT_LOAD segments of the image to memory from alloc (their
+ * span, zero-filled): its base, or NULL. Dynamic entries it cannot honour
+ * (constructors arrays, TLS) refuse the object; DT_INIT is run after the
+ * relocations (TinyCC's crti _init: __gmon_start__ when profiling). */
+static char *place_segments(const char *img, size_t size, void *(*alloc)(size_t, void *),
+                            void *ctx, uintptr_t *init) {
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
+  const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(img + eh->e_phoff);
+  if (eh->e_phoff + (size_t)eh->e_phnum * sizeof *ph > size)
+    return NULL;
+  size_t span = 0;
+  for (int i = 0; i < eh->e_phnum; i++) {
+    if (ph[i].p_type == PT_TLS || ph[i].p_type == PT_INTERP)
+      return NULL;
+    if (ph[i].p_type == PT_LOAD && ph[i].p_vaddr + ph[i].p_memsz > span)
+      span = ph[i].p_vaddr + ph[i].p_memsz;
+  }
+  char *base = span && span < (16u << 20) ? alloc(span, ctx) : NULL;
+  for (int i = 0; base && i < eh->e_phnum; i++) {
+    if (ph[i].p_type == PT_LOAD) {
+      if (ph[i].p_offset + ph[i].p_filesz > size || ph[i].p_filesz > ph[i].p_memsz)
+        return NULL;
+      memcpy(base + ph[i].p_vaddr, img + ph[i].p_offset, ph[i].p_filesz);
+    } else if (ph[i].p_type == PT_DYNAMIC) {
+      const ElfW(Dyn) *d = (const ElfW(Dyn) *)(img + ph[i].p_offset);
+      for (size_t k = 0; (k + 1) * sizeof *d <= ph[i].p_filesz && d[k].d_tag != DT_NULL; k++) {
+        if (d[k].d_tag == DT_INIT_ARRAY || d[k].d_tag == DT_PREINIT_ARRAY)
+          return NULL;
+        if (d[k].d_tag == DT_INIT)
+          *init = d[k].d_un.d_ptr;
+      }
+    }
+  }
+  return base;
+}
+
+int ex_jit_dll_load(const char *path, void *(*alloc)(size_t, void *), void *ctx,
+                    const char *const *names, void **addrs, size_t n) {
+  size_t size = 0;
+  char *img = read_image(path, &size);
+  if (!img)
     return -1;
-#ifdef NBFORK_TCC_LIB_DIR
-  tcc_set_lib_path(s, NBFORK_TCC_LIB_DIR);
-#endif
-  tcc_set_error_func(s, NULL, quiet);
-  tcc_set_options(s, "-Werror -std=c11");
-  int rc = tcc_set_output_type(s, TCC_OUTPUT_MEMORY);
-  if (rc == 0 && incdir)
-    rc = tcc_add_include_path(s, incdir);
-  if (rc == 0)
-    rc = tcc_compile_string(s, source);
-  int need = rc == 0 ? tcc_relocate(s, NULL) : -1;
-  void *mem = need > 0 ? alloc((size_t)need, ctx) : NULL;
-  rc = mem && tcc_relocate(s, mem) >= 0 ? 0 : -1;
-  for (size_t i = 0; rc == 0 && i < n; i++)
-    if (names[i] && !(addrs[i] = tcc_get_symbol(s, names[i])))
-      rc = -1;
-  /* the code and data live in `mem` (ours); the compiler's state goes */
-  tcc_delete(s);
-  return rc;
+  uintptr_t init = 0;
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
+  int ok = eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= size &&
+           eh->e_type == ET_DYN && eh->e_machine == EM_X86_64;
+  char *base = ok ? place_segments(img, size, alloc, ctx, &init) : NULL;
+  ok = base && apply_relocs(img, size, base) == 0;
+  /* the symbols: from the dynamic symbol table, as dlsym would */
+  const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(img + eh->e_shoff);
+  size_t found = 0;
+  for (int i = 0; ok && i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh->e_shnum)
+      continue;
+    const ElfW(Shdr) *strh = &sh[sh[i].sh_link];
+    const ElfW(Sym) *sym = (const ElfW(Sym) *)(img + sh[i].sh_offset);
+    for (size_t j = 0; j < sh[i].sh_size / sizeof *sym; j++)
+      for (size_t k = 0; k < n; k++)
+        if (names[k] && sym[j].st_shndx != SHN_UNDEF && sym[j].st_name < strh->sh_size &&
+            !strcmp(img + strh->sh_offset + sym[j].st_name, names[k])) {
+          addrs[k] = base + sym[j].st_value;
+          found++;
+        }
+  }
+  size_t want = 0;
+  for (size_t k = 0; k < n; k++)
+    want += names[k] != NULL;
+  free(img);
+  if (!ok || found != want)
+    return -1;
+  if (init)
+    ((void (*)(void))(base + init))();
+  return 0;
 }
 
 #else /* no libtcc: every cell goes to the system compiler */
@@ -491,10 +592,9 @@ int ex_jit_dll_sizes(const char *path, const char *const *names, size_t *sizes, 
   return -1;
 }
 
-int ex_jit_cell_mem(const char *source, const char *incdir, void *(*alloc)(size_t, void *),
-                    void *ctx, const char *const *names, void **addrs, size_t n) {
-  (void)source;
-  (void)incdir;
+int ex_jit_dll_load(const char *path, void *(*alloc)(size_t, void *), void *ctx,
+                    const char *const *names, void **addrs, size_t n) {
+  (void)path;
   (void)alloc;
   (void)ctx;
   (void)names;

@@ -64,7 +64,7 @@ const ex_memcell_t *ex_memcells_find(const ex_memcells_t *m, const char *tag) {
   return NULL;
 }
 
-/* ex_jit_cell_mem's allocator: n bytes of the arena (a new arena when the
+/* ex_jit_dll_load's allocator: n bytes of the arena (a new arena when the
  * current one is full), 64-byte aligned. */
 static void *arena_alloc(size_t n, void *ctx) {
   ex_memcells_t *m = ctx;
@@ -118,7 +118,7 @@ static void free_names(char **v, size_t n) {
 }
 
 const ex_memcell_t *ex_memcells_load(ex_memcells_t *m, const ex_cell_unit_t *u,
-                                     const char *incdir, const char *dll_path) {
+                                     const char *dll_path) {
   if (m->n == m->ncap) {
     size_t cap = m->ncap ? m->ncap * 2 : 64;
     ex_memcell_t *v = realloc(m->cells, cap * sizeof *v);
@@ -137,8 +137,7 @@ const ex_memcell_t *ex_memcells_load(ex_memcells_t *m, const ex_cell_unit_t *u,
     void **addrs = calloc(n + 2, sizeof *addrs);
     size_t *sizes = calloc(n + 1, sizeof *sizes);
     if (addrs && sizes && ex_jit_dll_sizes(dll_path, (const char *const *)syms, sizes, n) == 0 &&
-        ex_jit_cell_mem(u->source, incdir, arena_alloc, m, (const char *const *)syms, addrs,
-                        n + 2) == 0) {
+        ex_jit_dll_load(dll_path, arena_alloc, m, (const char *const *)syms, addrs, n + 2) == 0) {
       memcpy(c.tag, u->tag, sizeof c.tag);
       c.run = (void (*)(void))addrs[n];
       c.launch = (int (*)(void))addrs[n + 1];

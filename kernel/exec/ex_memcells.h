@@ -4,11 +4,11 @@
  * vm.max_map_count; a dlopen()ed object costs ~3 maps, a cell here none:
  * its code and data go into one large RWX arena, 64 MiB per map).
  *
- * Such a cell first goes through ex_jit_cell_so as every TinyCC cell does
- * (its shared object is written and passes the relocation check: the
- * safety net), then is compiled again into the arena (ex_jit_cell_mem)
- * and that copy runs; the object file is kept only as the compile cache's
- * record. Nothing names its variables as dynamic symbols, so later cells
+ * Such a cell goes through ex_jit_cell_so as every TinyCC cell does (its
+ * shared object is written and passes the relocation check: the safety
+ * net), then that object is copied into the arena and relocated there
+ * (ex_jit_dll_load) instead of dlopen()ed; the file stays as the compile
+ * cache's record. Nothing names its variables as dynamic symbols, so later cells
  * reach them by address:
  *  - TinyCC units through ex_cell_state_indirect's pointers, which hold
  *    the address as a constant (ex_cell_state_place puts it in the
@@ -55,7 +55,7 @@ const ex_memcell_t *ex_memcells_find(const ex_memcells_t *m, const char *tag);
  * into memory. The cell, or NULL when TinyCC declined or memory ran out
  * (then load `dll_path` instead). */
 const ex_memcell_t *ex_memcells_load(ex_memcells_t *m, const ex_cell_unit_t *u,
-                                     const char *incdir, const char *dll_path);
+                                     const char *dll_path);
 
 /* After ex_cell_commit of the cell: its variables' addresses into the
  * registry and the linker script. 0, or -1 (a write failed: later cells

@@ -311,7 +311,7 @@ static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit
     r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
     free(diag);
     diag = NULL;
-    if (r == EX_OK && in_memory && (*mem = ex_memcells_load(ex->memcells, u, ex->incdir, so))) {
+    if (r == EX_OK && in_memory && (*mem = ex_memcells_load(ex->memcells, u, so))) {
       free(so);
       ex->tc.cflags = NULL;
       ex->tc.tinycc = 0;
