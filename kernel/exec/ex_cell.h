@@ -49,6 +49,16 @@ int ex_cell_is_type(const char *name, void *st);
 struct nbf_buf;
 int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struct nbf_buf *out);
 
+/* The prelude of a unit for TinyCC: types, macros and preprocessor lines
+ * as ex_cell_state_prelude gives them, but only the functions and
+ * variables `code` names (directly, through earlier macros, or through
+ * the declarations kept), so that a cell's unit does not grow with the
+ * notebook (issue 20, item 7: a new cell after 20,000 distinct ones). A
+ * name it misses makes TinyCC fail, and the cell goes to the system
+ * compiler with the whole prelude. 0, or -1 when memory ran out. */
+int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                              struct nbf_buf *out);
+
 /* Append to `out` what a unit TinyCC compiles reaches earlier cells'
  * globals through (issue 20, class a): for each variable of the prelude
  * that `code` (the cell split as `sp`) names, directly or through earlier

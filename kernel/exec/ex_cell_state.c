@@ -141,6 +141,35 @@ int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, nbf_b
   return bad ? -1 : 0;
 }
 
+static int collect_words(const ex_cell_state_t *st, const char *text, int depth, nbf_buf_t *words);
+
+int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                              nbf_buf_t *out) {
+  nbf_buf_t words = {0};
+  char *keep = calloc(st->n + 1, 1);
+  int bad = !keep || nbf_buf_puts(&words, " ") || collect_words(st, code, 0, &words) ||
+            nbf_buf_puts(&words, " ");
+  /* from the newest back: a declaration kept may name older ones
+   * (`__typeof__(x) y`), whose words then count too */
+  for (size_t i = st->n; !bad && i-- > 0;) {
+    const entry_t *e = &st->entries[i];
+    int named = strncmp(e->key, "sym:", 4) && strncmp(e->key, "proto:", 6);
+    if (!named) {
+      const char *name = strchr(e->key, ':') + 1;
+      named = ex_cell_word_in(words.data, name, strlen(name));
+      if (named)
+        bad |= collect_words(st, e->text, 0, &words) | nbf_buf_puts(&words, " ");
+    }
+    keep[i] = named && (!ex_cell_state_defines(sp, e->key) || same_macro(sp, e));
+  }
+  for (size_t i = 0; !bad && i < st->n; i++)
+    if (keep[i])
+      bad |= nbf_buf_puts(out, st->entries[i].text);
+  free(keep);
+  nbf_buf_free(&words);
+  return bad ? -1 : 0;
+}
+
 /* Append to `words` (" w1 w2 ... ") each word of `text`, and the words
  * of the bodies of earlier cells' macros it names, three levels deep (as
  * ex_jit_cell_safe looks). */
