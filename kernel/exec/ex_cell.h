@@ -195,6 +195,10 @@ int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *ou
  * that address. 0, or -1 when the registry has no such variable. */
 int ex_cell_state_place(ex_cell_state_t *st, const char *name, void *addr, size_t size);
 
+/* Whether an earlier cell ever defined an enum type (else no word can be
+ * an enumerator of one). */
+int ex_cell_state_has_enums(const ex_cell_state_t *st);
+
 /* Where the variable `name` lives when a cell compiled into memory
  * defined it: 1 with *addr and *size, else 0 (then its symbol names it). */
 int ex_cell_find_place(const ex_cell_state_t *st, const char *name, void **addr, size_t *size);

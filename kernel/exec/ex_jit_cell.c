@@ -150,7 +150,8 @@ static int safe_name(const ex_cell_state_t *st, const char *w, size_t n, int dep
         !ex_cell_word_in(k_scalar_lib, w, n))
       return 0;
     const char *probe[1] = {name};
-    ex_cell_each_name(st, enum_word, probe);
+    if (ex_cell_state_has_enums(st))
+      ex_cell_each_name(st, enum_word, probe);
     return probe[0] != NULL;
   }
   if (!strcmp(d.kind, "type") || !strcmp(d.kind, "variable"))
