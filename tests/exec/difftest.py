@@ -533,8 +533,8 @@ MIN_TINYCC = {"a_float_global_operand": 4, "a_indirect_access": 7, "unary_minus_
 def run_executor(executor, cells, jit, tmp):
     """Each cell's stdout (or its error) through the executor."""
     os.environ["NBFORK_JIT"] = "1" if jit else "0"
-    # a work directory of its own: the compile cache would hand the second
-    # run the first one's objects (the tag does not name the compiler)
+    # a work directory of its own, so each run's objects can be counted
+    # (the tag names the compiler: one directory would do for correctness)
     os.environ["NBFORK_WORKDIR"] = os.path.join(tmp, "cells-jit%d" % jit)
     os.environ["NBFORK_KEEP_WORKDIR"] = "1"  # tinycc_objects counts them
     proc, pipes = exec_notebook.start_executor(executor)
