@@ -126,8 +126,8 @@ static int has_compound_literal(const char *init) {
  * when the cell runs (nbfork's extension of C), and a compound literal in
  * it is an argument the call consumes. */
 static int has_call(const char *init) {
-  static const char *const operators[] = {"sizeof", "_Alignof", "alignof", "offsetof",
-                                          "__builtin_offsetof", "__alignof__"};
+  static const char *const operators[] = {"sizeof",   "_Alignof",           "alignof",
+                                          "offsetof", "__builtin_offsetof", "__alignof__"};
   for (const char *p = init; *p; p++) {
     if (!(isalpha((unsigned char)*p) || *p == '_') ||
         (p > init && (isalnum((unsigned char)p[-1]) || p[-1] == '_')))
@@ -467,7 +467,8 @@ static void emit_entry_points(gen_t *g, const ex_launch_site_t *launch, const ch
 /* Hash the unit into its tag, put the tag in, name the entry points. The
  * compiler it is meant for is part of the salt (item 3 of issue 20). */
 static ex_result_t finish_unit(ex_cell_unit_t *out, const char *src, const char *salt) {
-  uint64_t h = fnv1a(out->tinycc ? "|tinycc" : "|cc", fnv1a(salt ? salt : "", 14695981039346656037ULL));
+  uint64_t h =
+      fnv1a(out->tinycc ? "|tinycc" : "|cc", fnv1a(salt ? salt : "", 14695981039346656037ULL));
   h = unit_hash(src, h);
   h = hash_local_includes(src, h);
   snprintf(out->tag, sizeof out->tag, "%016llx", (unsigned long long)h);
@@ -503,7 +504,7 @@ ex_result_t ex_cell_generate_at(ex_cell_state_t *st, const char *code, int cxx, 
                                 "#include <nbfork.h>\n");
   emit_helpers(&g, sp, launch_call);
   g.ok &= !(out->tinycc ? ex_cell_state_prelude_for(st, sp, code, &g.src)
-                         : ex_cell_state_prelude(st, sp, &g.src));
+                        : ex_cell_state_prelude(st, sp, &g.src));
   if (out->tinycc)
     g.ok &= !ex_cell_state_indirect(st, sp, code, &g.src);
   for (size_t i = 0; i < sp->count; i++)
@@ -531,9 +532,8 @@ ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, con
 }
 
 ex_result_t ex_cell_generate_for(ex_cell_state_t *st, const char *code, int cxx, const char *label,
-                                 const char *launch_call, const char *timeit_stmt,
-                                 const char *salt, int tinycc, ex_cell_unit_t *out, char *err,
-                                 size_t errlen) {
+                                 const char *launch_call, const char *timeit_stmt, const char *salt,
+                                 int tinycc, ex_cell_unit_t *out, char *err, size_t errlen) {
   ex_launch_site_t site = {launch_call, label, 0, 0};
   return ex_cell_generate_at(st, code, cxx, label, launch_call ? &site : NULL, timeit_stmt, salt,
                              tinycc, out, err, errlen);

@@ -151,9 +151,8 @@ ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, con
 
 /* ex_cell_generate for TinyCC (`tinycc` 1) or the system compiler (0). */
 ex_result_t ex_cell_generate_for(ex_cell_state_t *st, const char *code, int cxx, const char *label,
-                                 const char *launch_call, const char *timeit_stmt,
-                                 const char *salt, int tinycc, ex_cell_unit_t *out, char *err,
-                                 size_t errlen);
+                                 const char *launch_call, const char *timeit_stmt, const char *salt,
+                                 int tinycc, ex_cell_unit_t *out, char *err, size_t errlen);
 
 /* ex_cell_generate with the %launch call's place in the cell (launch
  * may be NULL: no %launch), so its diagnostics name the cell's line.
@@ -172,12 +171,12 @@ void ex_cell_unit_free(ex_cell_unit_t *u);
 
 /* What earlier cells defined under one name (borrowed from the state). */
 typedef struct {
-  const char *name;  /* `sq`, `point_t`, `struct S`, `N`                   */
-  const char *kind;  /* "function", "variable", "type" or "macro"           */
-  const char *decl;  /* declaration as the user wrote it (`int sq(int x)`,
-                        `float *w`, the typedef or #define text)            */
-  const char *doc;   /* the comment above the definition, or NULL           */
-  const char *label; /* the cell that defined it (`cell[3]`)                */
+  const char *name;   /* `sq`, `point_t`, `struct S`, `N`                   */
+  const char *kind;   /* "function", "variable", "type" or "macro"           */
+  const char *decl;   /* declaration as the user wrote it (`int sq(int x)`,
+                         `float *w`, the typedef or #define text)            */
+  const char *doc;    /* the comment above the definition, or NULL           */
+  const char *label;  /* the cell that defined it (`cell[3]`)                */
   const char *source; /* the whole definition as written in its cell (a
                          function with its body, `int x = 5;`)              */
 } ex_cell_name_t;

@@ -196,8 +196,8 @@ static int collect_words(const ex_cell_state_t *st, const char *text, int depth,
 int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
                            nbf_buf_t *out) {
   nbf_buf_t words = {0};
-  int bad = nbf_buf_puts(&words, " ") | collect_words(st, code, 0, &words) |
-            nbf_buf_puts(&words, " ");
+  int bad =
+      nbf_buf_puts(&words, " ") | collect_words(st, code, 0, &words) | nbf_buf_puts(&words, " ");
   int any = 0;
   for (size_t i = 0; !bad && i < st->n; i++) {
     const entry_t *e = &st->entries[i];
@@ -213,9 +213,9 @@ int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, cons
                             "(__typeof__(%s) *)%#lxUL;\n",
                             name, name, name, (unsigned long)(uintptr_t)e->addr);
     else
-      bad |= nbf_buf_printf(out,
-                            "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = &%s;\n",
-                            name, name, name);
+      bad |= nbf_buf_printf(
+          out, "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = &%s;\n", name,
+          name, name);
     bad |= nbf_buf_printf(out, "#define %s (*(0, __nbf_p_%s))\n", name, name);
   }
   nbf_buf_free(&words);

@@ -82,8 +82,8 @@ int ex_jit_enabled(void);
  * appears; every unary minus (in the cell or such a macro) negates a
  * number or an earlier integer variable (TinyCC computes a floating `-x`
  * as `-0.0 - x`, which keeps a NaN's sign). Aggregates, function
- * pointers and types only an expression carries thus never reach TinyCC, whose psABI classes and attributes
- * differ from GCC's. */
+ * pointers and types only an expression carries thus never reach TinyCC, whose psABI classes and
+ * attributes differ from GCC's. */
 int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code);
 
 /* Compile the unit `source` with TinyCC into the shared object `path`

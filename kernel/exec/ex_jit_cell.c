@@ -65,8 +65,9 @@ static int scalar_decl(const ex_cell_state_t *st, const char *decl, int depth, c
     name[n] = 0;
     if (!st || !ex_cell_find(st, name, &d) || !d.decl || !d.kind)
       return 0;
-    if (!strcmp(d.kind, "type") ? !scalar_decl(st, d.decl, depth + 1, name)
-                                : strcmp(d.kind, "macro") || !safe_text(st, d.decl, depth + 1, name))
+    if (!strcmp(d.kind, "type")
+            ? !scalar_decl(st, d.decl, depth + 1, name)
+            : strcmp(d.kind, "macro") || !safe_text(st, d.decl, depth + 1, name))
       return 0;
   }
   return 1;
@@ -100,7 +101,8 @@ static const char *param_name(const ex_cell_state_t *st, const char *part, const
 /* Whether an earlier cell's function `decl` (`double f(int a, float *b)`)
  * takes and returns scalars only: its return type and each parameter
  * pass scalar_decl; `...` is allowed (scalars are promoted alike). */
-static int scalar_function(const ex_cell_state_t *st, const char *decl, const char *name, int depth) {
+static int scalar_function(const ex_cell_state_t *st, const char *decl, const char *name,
+                           int depth) {
   const char *at = ex_cell_find_word(decl, name);
   const char *open = at ? strchr(at, '(') : NULL;
   const char *close = open ? strrchr(open, ')') : NULL;
@@ -266,10 +268,10 @@ int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code) {
 #ifdef NBFORK_HAVE_TCC
 #include <dlfcn.h>
 #include <elf.h>
+#include <libtcc.h>
 #include <link.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <libtcc.h>
 
 /* dl_iterate_phdr's callback: whether the address ctx[0] lies in an
  * executable loaded segment of this object (ctx[1] set to 1 if so). */
@@ -315,7 +317,7 @@ static int is_function(const char *name) {
  * A`), or whose address it takes, PC-relative to a PLT slot: the
  * instruction then reads the stub's code bytes. Such a slot names an
  * object, not a function; the cell goes to GCC. */
-static int reloc_ok(const ElfW(Rela) *r, const ElfW(Sym) *syms, size_t nsyms, const char *strs,
+static int reloc_ok(const ElfW(Rela) * r, const ElfW(Sym) * syms, size_t nsyms, const char *strs,
                     size_t strsize) {
   unsigned type = ELF64_R_TYPE(r->r_info), si = ELF64_R_SYM(r->r_info);
   if (type == R_X86_64_RELATIVE || type == R_X86_64_GLOB_DAT || type == R_X86_64_64)
@@ -333,8 +335,8 @@ static int check_relocs(const char *path) {
     return -1;
   char *img = NULL;
   long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (size > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 && (img = malloc((size_t)size)) &&
-      fread(img, 1, (size_t)size, f) != (size_t)size) {
+  if (size > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 &&
+      (img = malloc((size_t)size)) && fread(img, 1, (size_t)size, f) != (size_t)size) {
     free(img);
     img = NULL;
   }
@@ -452,7 +454,7 @@ int ex_jit_dll_sizes(const char *path, const char *const *names, size_t *sizes, 
 /* The value of dynamic symbol `si` of the object loaded at `base`: its
  * own definition, or the process's (dlsym: earlier cells, libnbfork,
  * libc); 0 for an undefined weak one (__gmon_start__). -1 when unknown. */
-static int symbol_value(const ElfW(Sym) *syms, size_t nsyms, const char *strs, size_t strsize,
+static int symbol_value(const ElfW(Sym) * syms, size_t nsyms, const char *strs, size_t strsize,
                         unsigned si, char *base, uintptr_t *v) {
   if (si >= nsyms || syms[si].st_name >= strsize)
     return -1;
@@ -477,8 +479,8 @@ static int apply_relocs(const char *img, size_t size, char *base) {
       return -1;
     const ElfW(Shdr) *symh = &sh[sh[i].sh_link];
     const ElfW(Shdr) *strh = symh->sh_link < eh->e_shnum ? &sh[symh->sh_link] : NULL;
-    if (!strh || sh[i].sh_offset + sh[i].sh_size > size ||
-        symh->sh_offset + symh->sh_size > size || strh->sh_offset + strh->sh_size > size)
+    if (!strh || sh[i].sh_offset + sh[i].sh_size > size || symh->sh_offset + symh->sh_size > size ||
+        strh->sh_offset + strh->sh_size > size)
       return -1;
     const ElfW(Rela) *r = (const ElfW(Rela) *)(img + sh[i].sh_offset);
     const ElfW(Sym) *syms = (const ElfW(Sym) *)(img + symh->sh_offset);
@@ -505,8 +507,8 @@ static int apply_relocs(const char *img, size_t size, char *base) {
  * span, zero-filled): its base, or NULL. Dynamic entries it cannot honour
  * (constructors arrays, TLS) refuse the object; DT_INIT is run after the
  * relocations (TinyCC's crti _init: __gmon_start__ when profiling). */
-static char *place_segments(const char *img, size_t size, void *(*alloc)(size_t, void *),
-                            void *ctx, uintptr_t *init) {
+static char *place_segments(const char *img, size_t size, void *(*alloc)(size_t, void *), void *ctx,
+                            uintptr_t *init) {
   const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
   const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(img + eh->e_phoff);
   if (eh->e_phoff + (size_t)eh->e_phnum * sizeof *ph > size)
@@ -545,8 +547,8 @@ int ex_jit_dll_load(const char *path, void *(*alloc)(size_t, void *), void *ctx,
     return -1;
   uintptr_t init = 0;
   const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
-  int ok = eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= size &&
-           eh->e_type == ET_DYN && eh->e_machine == EM_X86_64;
+  int ok = eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= size && eh->e_type == ET_DYN &&
+           eh->e_machine == EM_X86_64;
   char *base = ok ? place_segments(img, size, alloc, ctx, &init) : NULL;
   ok = base && apply_relocs(img, size, base) == 0;
   /* the symbols: from the dynamic symbol table, as dlsym would */

@@ -30,7 +30,8 @@ struct ex_memcells {
 
 ex_memcells_t *ex_memcells_new(const char *workdir) {
   ex_memcells_t *m = calloc(1, sizeof *m);
-  if (m && snprintf(m->script, sizeof m->script, "%s/memcells.ld", workdir) >= (int)sizeof m->script) {
+  if (m &&
+      snprintf(m->script, sizeof m->script, "%s/memcells.ld", workdir) >= (int)sizeof m->script) {
     free(m);
     return NULL;
   }

@@ -19,8 +19,8 @@
  * The addresses are this process's: an identity of the process
  * (ex_memcells_hash, fixed once the first variable is published) enters
  * every unit's salt, so no object linked against them is reused by
- * another executor, while a re-run in this one finds its object again. Forked workers (%launch, %ranks) inherit the arena
- * at the same addresses; while %ranks workers run (they load each new
+ * another executor, while a re-run in this one finds its object again. Forked workers (%launch,
+ * %ranks) inherit the arena at the same addresses; while %ranks workers run (they load each new
  * cell's object by path) cells keep to shared objects (ex_run.c).
  */
 #ifndef EX_MEMCELLS_H

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nbf_wire.h"
 #include "ex_diag.h"
 #include "ex_events.h"
 #include "ex_jit.h"
@@ -23,6 +22,7 @@
 #include "ln_cuda.h"
 #include "ln_launch.h"
 #include "nbf_param.h"
+#include "nbf_wire.h"
 
 /* Interrupts. SIGINT while a cell's statements (or its %timeit loop) run
  * jumps back to the cell runner (call_interruptible), so the state of
@@ -305,7 +305,7 @@ static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit
   int in_memory = u->tinycc && ex->memcells && !ex_ranks_running(ex);
   *mem = in_memory ? ex_memcells_find(ex->memcells, u->tag) : NULL;
   if (*mem)
-    return NULL; /* a re-run: the same code, already in memory */
+    return NULL;   /* a re-run: the same code, already in memory */
   if (u->tinycc) { /* TinyCC's unit is TinyCC's only: see ex_cell_state_indirect */
     ex->tc.tinycc = 2;
     r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
@@ -524,8 +524,8 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
                                 "a kernel without them",
                                 "Run %ranks stop first (or train in a %%ranks cell).");
   static const int private_fds[] = {NBF_WIRE_FD_REQUESTS};
-  ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
-                      private_fds, 1, NULL};
+  ln_context_t ctx = {
+      send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0, private_fds, 1, NULL};
   ln_error_t le;
   if (ln_launch(&o, launch, &ctx, &le) == 0)
     return ex_event_reply_ok(NULL);
@@ -584,7 +584,10 @@ int ex_run_check_flags(void *ctx, const char *cflags, const char *ldflags, char 
   free(so);
   if (r != EX_OK) {
     char *clean = diag ? ex_diag_clean(diag) : NULL;
-    snprintf(err, errlen, "%s", clean && *clean ? clean : r == EX_ERR_INTERRUPTED ? "interrupted" : "compilation failed");
+    snprintf(err, errlen, "%s",
+             clean && *clean           ? clean
+             : r == EX_ERR_INTERRUPTED ? "interrupted"
+                                       : "compilation failed");
     size_t l = strlen(err);
     while (l && (err[l - 1] == '\n' || err[l - 1] == ' '))
       err[--l] = 0;
