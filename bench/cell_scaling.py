@@ -9,7 +9,8 @@ one run with the same jupyter_client code (tests/e2e/nbf_harness.py):
   1. a warm-up, then N_SAMPLE new trivial cells (`int x = <i>;` / `x = <i>`,
      each never run before): the time of a new cell at the start;
   2. filler cells up to 1,000 and then 3,000 cells in all (the --filler
-     kind: `define`, `int x = <i>;` that supersedes the one before, or
+     kind: `define`, `int x = <i>;` that supersedes the one before,
+     `distinct`, `int v<i> = <i>;`, a new name each (issue 20, item 7), or
      `print`, `printf("%d\\n", <i>);`, whose string literal keeps its
      object loaded), and after each, N_SAMPLE new trivial cells again.
 
@@ -19,7 +20,7 @@ time per new cell of the executor and its compiler (steadier than wall
 time on a loaded machine), and the executor's memory maps (/proc/PID/maps lines; vm.max_map_count is 65530
 by default). A benchmark, not a test: nothing is asserted.
 
-Usage: bench/cell_scaling.py [--cells 3000] [--sample 20] [--filler define|print]
+Usage: bench/cell_scaling.py [--cells 3000] [--sample 20] [--filler define|print|distinct]
                              [--build-dir DIR]
 """
 import argparse
@@ -129,7 +130,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cells", type=int, default=3000)
     ap.add_argument("--sample", type=int, default=20)
-    ap.add_argument("--filler", choices=["define", "print"], default="define")
+    ap.add_argument("--filler", choices=["define", "print", "distinct"], default="define")
     ap.add_argument("--build-dir", default=os.environ.get("NBFORK_BUILD_DIR",
                                                           os.path.join(REPO, "build")))
     args = ap.parse_args()
@@ -137,8 +138,10 @@ def main():
     points = sorted({0, min(1000, args.cells), args.cells})
     fillers = {
         "nbfork": {"define": lambda i: "int x = %d;" % i,
+                   "distinct": lambda i: "int v%d = %d;" % (i, i),
                    "print": lambda i: '#include <stdio.h>\nprintf("%%d\\n", %d);' % i},
-        "ipykernel": {"define": lambda i: "x = %d" % i, "print": lambda i: "print(%d)" % i},
+        "ipykernel": {"define": lambda i: "x = %d" % i, "print": lambda i: "print(%d)" % i,
+                      "distinct": lambda i: "v%d = %d" % (i, i)},
     }
     results = {}
     try:

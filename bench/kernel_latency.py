@@ -17,14 +17,18 @@ after a warm-up:
   re-run        the same, re-running one identical cell: `int x = 1;` /
                 `x = 1` (nbfork: served by the compile cache)
 
-and prints median and p95 in milliseconds with the ratio nbfork/ipykernel,
+The kernels run at once and take turns request by request (ABAB...), so
+the machine's load (printed before and after) weighs on each alike. It
+prints median and p95 in milliseconds with the ratio nbfork/ipykernel,
 then the project's goals (issue 15): kernel_info median at most 0.5x
 ipykernel's, a re-run's execute round trip below ipykernel's, a new trivial
 C cell under 30 ms median. The goals are reported, not asserted: this is a
 benchmark, not a test.
 
 Usage: bench/kernel_latency.py [-n N] [--build-dir DIR]
-       (build first: scripts/build.sh)
+                                [--xeus-prefix DIR]
+       (build first: scripts/build.sh; DIR: a xeus-python installed with
+       pip install --prefix DIR xeus-python, when not in .venv)
 """
 import argparse
 import os
@@ -91,21 +95,30 @@ def nbfork_kernelspec(build_dir):
     return h.make_kernelspec_dir(kernel, name="nbfork-bench", prefix="nbfork-bench-ks-")
 
 
-def measure(client, new_cell, rerun_cell, n, warmup):
-    """Dict of metric -> list of milliseconds."""
-    out = {"kernel_info": [], "new cell": [], "re-run": []}
-    for _ in range(warmup):
-        client.kernel_info()
-    for i in range(warmup):
-        client.execute(new_cell(10**6 + i))
-    client.execute(rerun_cell)
-    for _ in range(n):
-        out["kernel_info"].append(client.kernel_info() * 1e3)
+def measure(clients, n, warmup):
+    """{kernel: {metric: list of milliseconds}}. The kernels take turns
+    request by request (A B A B ...), so a change in the machine's load
+    falls on all of them alike."""
+    out = {k: {"kernel_info": [], "new cell": [], "re-run": []} for k in clients}
+    for name, (c, new_cell, rerun_cell) in clients.items():
+        for i in range(warmup):
+            c.kernel_info()
+            c.execute(new_cell(10**6 + i))
+        c.execute(rerun_cell)
     for i in range(n):
-        out["new cell"].append(client.execute(new_cell(i + 2)) * 1e3)
-    for _ in range(n):
-        out["re-run"].append(client.execute(rerun_cell) * 1e3)
+        for name, (c, _, _) in clients.items():
+            out[name]["kernel_info"].append(c.kernel_info() * 1e3)
+    for i in range(n):
+        for name, (c, new_cell, _) in clients.items():
+            out[name]["new cell"].append(c.execute(new_cell(i + 2)) * 1e3)
+    for i in range(n):
+        for name, (c, _, rerun_cell) in clients.items():
+            out[name]["re-run"].append(c.execute(rerun_cell) * 1e3)
     return out
+
+
+def load():
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
 
 
 def main():
@@ -114,12 +127,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=5, help="warm-up requests (default 5)")
     ap.add_argument("--build-dir", default=os.environ.get("NBFORK_BUILD_DIR",
                                                           os.path.join(REPO, "build")))
+    ap.add_argument("--xeus-prefix", help="where `pip install --prefix DIR xeus-python` put it")
     args = ap.parse_args()
 
     # debugpy, loaded by ipykernel, would warn about frozen modules
     os.environ["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     ks_dir = nbfork_kernelspec(os.path.abspath(args.build_dir))
-    os.environ["JUPYTER_PATH"] = ks_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    extra = [os.path.join(args.xeus_prefix, "share", "jupyter")] if args.xeus_prefix else []
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(
+        [ks_dir] + extra + [os.environ.get("JUPYTER_PATH", "")])
     kernels = [("ipykernel", "python3", lambda i: "x = %d" % i, "x = 1"),
                ("xeus-python", "xpython", lambda i: "x = %d" % i, "x = 1"),
                ("nbfork", "nbfork-bench", lambda i: "int x = %d;" % i, "int x = 1;")]
@@ -128,16 +144,17 @@ def main():
         if kernel not in have:
             print("%s: kernel %r not installed in %s, left out" % (name, kernel, sys.prefix))
     kernels = [k for k in kernels if k[1] in have]
-    results = {}
+    clients = {}
+    print("before: %s" % load())
     try:
         for name, kernel, new_cell, rerun in kernels:
-            c = Client(kernel)
-            try:
-                results[name] = measure(c, new_cell, rerun, args.n, args.warmup)
-            finally:
-                c.close()
+            clients[name] = (Client(kernel, env=kernel_env(name, args.xeus_prefix)), new_cell, rerun)
+        results = measure(clients, args.n, args.warmup)
     finally:
+        for c, _, _ in clients.values():
+            c.close()
         shutil.rmtree(ks_dir, ignore_errors=True)
+    print("after:  %s (%d cores)" % (load(), os.cpu_count() or 0))
     stats = report(results, args.n)
     print()
     ipyk, nbf = stats["ipykernel"], stats["nbfork"]
@@ -150,6 +167,19 @@ def main():
     for text, value, limit in goals:
         print("goal: %-46s %7.2f ms vs %6.2f ms  %s"
               % (text, value, limit, "met" if value < limit else "NOT met"))
+
+
+def kernel_env(name, prefix):
+    """xeus-python installed under a prefix of its own (--xeus-prefix DIR,
+    `pip install --prefix DIR xeus-python`): its Python packages on the
+    kernel's path. None for the others (the inherited environment)."""
+    if name != "xeus-python" or not prefix:
+        return None
+    env = dict(os.environ)
+    site = os.path.join(prefix, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+    env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
+    env["PATH"] = os.path.join(prefix, "bin") + os.pathsep + env.get("PATH", "")
+    return env
 
 
 def report(results, n):

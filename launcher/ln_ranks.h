@@ -35,6 +35,10 @@ typedef struct {
   /* Forward rank `rank`'s display event line (JSON, no newline) to the
    * kernel; NULL = drop. */
   int (*send_event)(int rank, const char *line, size_t len);
+  /* A global no dynamic symbol names (a cell the executor compiled into
+   * memory, inherited by the fork): its address and size by assembler
+   * name; NULL = none such. */
+  void *(*sym_find)(const char *name, size_t *size);
 } ln_ranks_hooks_t;
 
 /* Fork o->num_processes workers after ln_launch_check's checks, host the

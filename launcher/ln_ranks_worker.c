@@ -137,8 +137,10 @@ static void *find_sym(const char *name, size_t *size) {
 
 static void *find_value(const ln_ranks_hooks_t *hooks, const char *kind, const char *name,
                         size_t *size) {
-  if (!strcmp(kind, "sym"))
-    return find_sym(name, size);
+  if (!strcmp(kind, "sym")) {
+    void *p = find_sym(name, size);
+    return p || !hooks->sym_find ? p : hooks->sym_find(name, size);
+  }
   return hooks->keep_find ? hooks->keep_find(name, size) : NULL;
 }
 

@@ -8,4 +8,4 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 n=${1:-10000}
 seed=${2:-$(date +%s)}
 echo "difftest: $n cells, seed $seed"
-exec python3 "$here/tests/exec/difftest.py" --seed "$seed" --cells "$n" --jobs "${JOBS:-2}"
+exec python3 "$here/tests/exec/difftest.py" --seed "$seed" --cells "$n" --jobs "${JOBS:-0}"

@@ -49,6 +49,34 @@ int ex_cell_is_type(const char *name, void *st);
 struct nbf_buf;
 int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struct nbf_buf *out);
 
+/* The prelude of a unit for TinyCC: types, macros and preprocessor lines
+ * as ex_cell_state_prelude gives them, but only the functions and
+ * variables `code` names (directly, through earlier macros, or through
+ * the declarations kept), so that a cell's unit does not grow with the
+ * notebook (issue 20, item 7: a new cell after 20,000 distinct ones). A
+ * name it misses makes TinyCC fail, and the cell goes to the system
+ * compiler with the whole prelude. 0, or -1 when memory ran out. */
+int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                              struct nbf_buf *out);
+
+/* Append to `out` what a unit TinyCC compiles reaches earlier cells'
+ * globals through (issue 20, class a): for each variable of the prelude
+ * that `code` (the cell split as `sp`) names, directly or through earlier
+ * macros, and does not redefine,
+ *   static __typeof__(X) *const __nbf_p_X = &X;
+ *   #define X (*(0, __nbf_p_X))
+ * so every access to X (read, write, `&X`, `sizeof X`, `X[i]`) is made
+ * through a pointer the dynamic linker fills (an R_X86_64_64 data
+ * relocation), never a PC-relative operand naming X: TinyCC 0.9.27 points
+ * an SSE/x87 operand that names an external object at a PLT stub. The
+ * comma makes every use of X that is not an expression a syntax error (a
+ * block-scope `int X;`, a member `.X`, a parameter or label X), never a
+ * declaration of another name: such a cell is then generated again for
+ * the system compiler, without these lines (ex_run.c). Goes after the
+ * prelude, before the cell's own code. 0, or -1 out of memory. */
+int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                           struct nbf_buf *out);
+
 /* Refuse a cell that redefines a struct, union, enum, typedef or macro
  * with another text while what an earlier cell compiled (not redefined by
  * this cell too) uses it: a global or function that names it, directly or
@@ -95,6 +123,11 @@ typedef struct {
                      while, do, goto) anywhere: nothing here runs
                      long enough for optimization to pay for its
                      compile time                                */
+  int tinycc;     /* generated for TinyCC (straight C, asked for):
+                     earlier globals reached through pointers
+                     (ex_cell_state_indirect), "tinycc" in the
+                     tag's salt, so no object one compiler built
+                     is reused where the other is asked for      */
   ex_split_t split;
 } ex_cell_unit_t;
 
@@ -106,7 +139,8 @@ typedef struct {
  * expression compiled into a thunk returning int (0 for void calls).
  * `timeit_stmt`, when not NULL, is a statement (or expression) run in a
  * loop by `void TIMEIT(long n)` (ex_timeit.h).
- * `salt` (flags, compiler) enters the hash. Caller frees `out`
+ * `salt` (flags, compiler) enters the hash. `tinycc`: the unit is for
+ * TinyCC when it is straight C (ex_cell_unit_t.tinycc). Caller frees `out`
  * (ex_cell_unit_free) after EX_OK. Results: EX_OK; EX_ERR_SPLIT, the cell
  * could not be split (why, in err); EX_ERR_NOMEM ("out of memory" in
  * err); EX_ERR_REDEFINED, see ex_cell_state_check_types. `out` holds
@@ -115,13 +149,19 @@ ex_result_t ex_cell_generate(ex_cell_state_t *st, const char *code, int cxx, con
                              const char *launch_call, const char *timeit_stmt, const char *salt,
                              ex_cell_unit_t *out, char *err, size_t errlen);
 
+/* ex_cell_generate for TinyCC (`tinycc` 1) or the system compiler (0). */
+ex_result_t ex_cell_generate_for(ex_cell_state_t *st, const char *code, int cxx, const char *label,
+                                 const char *launch_call, const char *timeit_stmt, const char *salt,
+                                 int tinycc, ex_cell_unit_t *out, char *err, size_t errlen);
+
 /* ex_cell_generate with the %launch call's place in the cell (launch
  * may be NULL: no %launch), so its diagnostics name the cell's line.
  * Also EX_ERR_COMPILE: the launched function's return type is refused
  * (ex_launch_thunk.h; why, in err). */
 ex_result_t ex_cell_generate_at(ex_cell_state_t *st, const char *code, int cxx, const char *label,
                                 const ex_launch_site_t *launch, const char *timeit_stmt,
-                                const char *salt, ex_cell_unit_t *out, char *err, size_t errlen);
+                                const char *salt, int tinycc, ex_cell_unit_t *out, char *err,
+                                size_t errlen);
 
 /* Record the unit's definitions after it compiled and loaded. EX_OK, or
  * EX_ERR_NOMEM (some definitions may then be missing for later cells). */
@@ -131,12 +171,12 @@ void ex_cell_unit_free(ex_cell_unit_t *u);
 
 /* What earlier cells defined under one name (borrowed from the state). */
 typedef struct {
-  const char *name;  /* `sq`, `point_t`, `struct S`, `N`                   */
-  const char *kind;  /* "function", "variable", "type" or "macro"           */
-  const char *decl;  /* declaration as the user wrote it (`int sq(int x)`,
-                        `float *w`, the typedef or #define text)            */
-  const char *doc;   /* the comment above the definition, or NULL           */
-  const char *label; /* the cell that defined it (`cell[3]`)                */
+  const char *name;   /* `sq`, `point_t`, `struct S`, `N`                   */
+  const char *kind;   /* "function", "variable", "type" or "macro"           */
+  const char *decl;   /* declaration as the user wrote it (`int sq(int x)`,
+                         `float *w`, the typedef or #define text)            */
+  const char *doc;    /* the comment above the definition, or NULL           */
+  const char *label;  /* the cell that defined it (`cell[3]`)                */
   const char *source; /* the whole definition as written in its cell (a
                          function with its body, `int x = 5;`)              */
 } ex_cell_name_t;
@@ -148,6 +188,19 @@ void ex_cell_each_name(const ex_cell_state_t *st, void (*fn)(const ex_cell_name_
 
 /* The newest definition of `name`, or 0 when there is none. */
 int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *out);
+
+/* The variable `name` (its newest definition) lives at addr, size bytes,
+ * in memory TinyCC relocated (ex_memcells.h): later units reach it by
+ * that address. 0, or -1 when the registry has no such variable. */
+int ex_cell_state_place(ex_cell_state_t *st, const char *name, void *addr, size_t size);
+
+/* Whether an earlier cell ever defined an enum type (else no word can be
+ * an enumerator of one). */
+int ex_cell_state_has_enums(const ex_cell_state_t *st);
+
+/* Where the variable `name` lives when a cell compiled into memory
+ * defined it: 1 with *addr and *size, else 0 (then its symbol names it). */
+int ex_cell_find_place(const ex_cell_state_t *st, const char *name, void **addr, size_t *size);
 
 /* The assembler name of the newest definition of the function or global
  * `name` (`w__c<tag>`) into sym[n]: 1, or 0 when the registry has none

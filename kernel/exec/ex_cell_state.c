@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ void ex_cell_state_destroy(ex_cell_state_t **st_p) {
   for (size_t i = 0; i < st->n; i++)
     entry_free(&st->entries[i]);
   free(st->entries);
+  free(st->slots);
   for (size_t i = 0; i < st->ntypedefs; i++)
     free(st->typedefs[i]);
   free(st->typedefs);
@@ -140,15 +142,149 @@ int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, nbf_b
   return bad ? -1 : 0;
 }
 
+static int collect_words(const ex_cell_state_t *st, const char *text, int depth, nbf_buf_t *words);
+
+int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                              nbf_buf_t *out) {
+  nbf_buf_t words = {0};
+  char *keep = calloc(st->n + 1, 1);
+  int bad = !keep || nbf_buf_puts(&words, " ") || collect_words(st, code, 0, &words) ||
+            nbf_buf_puts(&words, " ");
+  /* from the newest back: a declaration kept may name older ones
+   * (`__typeof__(x) y`), whose words then count too */
+  for (size_t i = st->n; !bad && i-- > 0;) {
+    const entry_t *e = &st->entries[i];
+    int named = strncmp(e->key, "sym:", 4) && strncmp(e->key, "proto:", 6);
+    if (!named) {
+      const char *name = strchr(e->key, ':') + 1;
+      named = ex_cell_word_in(words.data, name, strlen(name));
+      if (named)
+        bad |= collect_words(st, e->text, 0, &words) | nbf_buf_puts(&words, " ");
+    }
+    keep[i] = named && (!ex_cell_state_defines(sp, e->key) || same_macro(sp, e));
+  }
+  for (size_t i = 0; !bad && i < st->n; i++)
+    if (keep[i])
+      bad |= nbf_buf_puts(out, st->entries[i].text);
+  free(keep);
+  nbf_buf_free(&words);
+  return bad ? -1 : 0;
+}
+
+/* Append to `words` (" w1 w2 ... ") each word of `text`, and the words
+ * of the bodies of earlier cells' macros it names, three levels deep (as
+ * ex_jit_cell_safe looks). */
+static int collect_words(const ex_cell_state_t *st, const char *text, int depth, nbf_buf_t *words) {
+  int bad = 0;
+  const char *p = text;
+  size_t n;
+  for (const char *w = ex_cell_next_word(&p, &n); n; w = ex_cell_next_word(&p, &n)) {
+    if (isdigit((unsigned char)*w) || (words->len && ex_cell_word_in(words->data, w, n)))
+      continue;
+    bad |= nbf_buf_printf(words, " %.*s", (int)n, w);
+    char key[140];
+    if (depth >= 3 || n + 7 >= sizeof key)
+      continue;
+    snprintf(key, sizeof key, "macro:%.*s", (int)n, w);
+    long at = ex_cell_state_lookup(st, key);
+    if (at >= 0 && st->entries[at].uses)
+      bad |= collect_words(st, st->entries[at].uses, depth + 1, words);
+  }
+  return bad;
+}
+
+int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                           nbf_buf_t *out) {
+  nbf_buf_t words = {0};
+  int bad =
+      nbf_buf_puts(&words, " ") | collect_words(st, code, 0, &words) | nbf_buf_puts(&words, " ");
+  int any = 0;
+  for (size_t i = 0; !bad && i < st->n; i++) {
+    const entry_t *e = &st->entries[i];
+    const char *name = e->key + 4;
+    if (strncmp(e->key, "sym:", 4) || !e->kind || strcmp(e->kind, "variable") ||
+        !ex_cell_word_in(words.data, name, strlen(name)) || ex_cell_state_defines(sp, e->key))
+      continue;
+    if (!any++)
+      bad |= nbf_buf_puts(out, "#line 1 \"<nbfork>\"\n");
+    if (e->addr) /* in memory: no symbol names it, its address does */
+      bad |= nbf_buf_printf(out,
+                            "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = "
+                            "(__typeof__(%s) *)%#lxUL;\n",
+                            name, name, name, (unsigned long)(uintptr_t)e->addr);
+    else
+      bad |= nbf_buf_printf(
+          out, "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = &%s;\n", name,
+          name, name);
+    bad |= nbf_buf_printf(out, "#define %s (*(0, __nbf_p_%s))\n", name, name);
+  }
+  nbf_buf_free(&words);
+  return bad ? -1 : 0;
+}
+
+static size_t key_hash(const char *k) {
+  uint64_t h = 14695981039346656037ULL;
+  for (; *k; k++)
+    h = (h ^ (unsigned char)*k) * 1099511628211ULL;
+  return (size_t)h;
+}
+
+/* Put entry i into the index (which has room). */
+static void index_put(ex_cell_state_t *st, size_t i) {
+  size_t m = st->nslots - 1, s = key_hash(st->entries[i].key) & m;
+  while (st->slots[s])
+    s = (s + 1) & m;
+  st->slots[s] = i + 1;
+}
+
+/* Index every entry again (after entries moved, or to grow): 0 or -1. */
+static int index_rebuild(ex_cell_state_t *st) {
+  size_t want = 64;
+  while (want < 2 * st->n + 2)
+    want *= 2;
+  if (want != st->nslots) {
+    size_t *v = realloc(st->slots, want * sizeof *v);
+    if (!v) {
+      free(st->slots);
+      st->slots = NULL;
+      st->nslots = 0;
+      return -1;
+    }
+    st->slots = v;
+    st->nslots = want;
+  }
+  memset(st->slots, 0, st->nslots * sizeof *st->slots);
+  for (size_t i = 0; i < st->n; i++)
+    index_put(st, i);
+  return 0;
+}
+
+long ex_cell_state_lookup(const ex_cell_state_t *st, const char *key) {
+  if (!st->slots) { /* no index (out of memory once): a pass */
+    for (size_t i = 0; i < st->n; i++)
+      if (!strcmp(st->entries[i].key, key))
+        return (long)i;
+    return -1;
+  }
+  size_t m = st->nslots - 1;
+  for (size_t s = key_hash(key) & m; st->slots[s]; s = (s + 1) & m)
+    if (!strcmp(st->entries[st->slots[s] - 1].key, key))
+      return (long)(st->slots[s] - 1);
+  return -1;
+}
+
 /* Set `e->key` to the entry `e` (its strings are taken): replace in place
  * (types, macros: later entries may use them), or move to the end ("sym:":
  * its new declaration may use types defined after the old one). */
 static int put_entry(ex_cell_state_t *st, entry_t e) {
   if (!e.key || !e.text)
     goto oom;
-  for (size_t i = 0; i < st->n; i++) {
-    if (strcmp(st->entries[i].key, e.key) != 0)
-      continue;
+  if (e.kind && !strcmp(e.kind, "type") && e.decl && ex_cell_find_word(e.decl, "enum"))
+    st->nenums++;
+  long at = ex_cell_state_lookup(st, e.key);
+  int moved = 0;
+  if (at >= 0) {
+    size_t i = (size_t)at;
     if (strncmp(e.key, "sym:", 4) != 0) {
       entry_free(&st->entries[i]);
       st->entries[i] = e;
@@ -157,7 +293,7 @@ static int put_entry(ex_cell_state_t *st, entry_t e) {
     entry_free(&st->entries[i]);
     memmove(&st->entries[i], &st->entries[i + 1], (st->n - i - 1) * sizeof(entry_t));
     st->n--;
-    break;
+    moved = 1;
   }
   if (st->n == st->cap) {
     size_t cap = st->cap ? st->cap * 2 : 32;
@@ -168,6 +304,10 @@ static int put_entry(ex_cell_state_t *st, entry_t e) {
     st->cap = cap;
   }
   st->entries[st->n++] = e;
+  if (moved || !st->slots || 2 * st->n + 2 > st->nslots)
+    index_rebuild(st); /* a failure leaves no index: lookups make a pass */
+  else
+    index_put(st, st->n - 1);
   return 0;
 oom:
   entry_free(&e);
@@ -176,14 +316,13 @@ oom:
 
 /* Remove `key` if present (a prototype superseded by a definition). */
 static void drop_entry(ex_cell_state_t *st, const char *key) {
-  for (size_t i = 0; i < st->n; i++) {
-    if (strcmp(st->entries[i].key, key) == 0) {
-      entry_free(&st->entries[i]);
-      memmove(&st->entries[i], &st->entries[i + 1], (st->n - i - 1) * sizeof(entry_t));
-      st->n--;
-      return;
-    }
-  }
+  long at = ex_cell_state_lookup(st, key);
+  if (at < 0)
+    return;
+  entry_free(&st->entries[at]);
+  memmove(&st->entries[at], &st->entries[at + 1], (st->n - (size_t)at - 1) * sizeof(entry_t));
+  st->n--;
+  index_rebuild(st);
 }
 
 static char *dup_or_null(const char *s) {
@@ -193,7 +332,7 @@ static char *dup_or_null(const char *s) {
 /* An entry with its display fields filled from chunk k. */
 static entry_t make_entry(char *key, char *text, const char *kind, char *decl, const ex_chunk_t *k,
                           const char *label) {
-  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind, NULL, NULL};
+  entry_t e = {key, text, decl, dup_or_null(k->doc), strdup(label), kind, NULL, NULL, NULL, 0};
   if (kind)
     e.source = strdup(k->text);
   if (k->kind == EX_CHUNK_FUNCTION || k->kind == EX_CHUNK_TYPE ||
@@ -353,17 +492,22 @@ void ex_cell_each_name(const ex_cell_state_t *st, void (*fn)(const ex_cell_name_
 }
 
 int ex_cell_find(const ex_cell_state_t *st, const char *name, ex_cell_name_t *out) {
-  int found = 0;
-  for (size_t i = 0; i < st->n; i++) {
+  /* a definition first; else the newest of a prototype, type or macro */
+  static const char *const kinds[] = {"sym:", "proto:", "type:", "macro:"};
+  long best = -1;
+  char key[300];
+  for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+    if (snprintf(key, sizeof key, "%s%s", kinds[k], name) >= (int)sizeof key)
+      return 0;
+    long at = ex_cell_state_lookup(st, key);
     ex_cell_name_t n;
-    if (entry_name(&st->entries[i], &n) && strcmp(n.name, name) == 0) {
-      *out = n;
-      found = 1; /* keep looking: a definition comes after its prototype */
-      if (strncmp(st->entries[i].key, "sym:", 4) == 0)
-        return 1;
+    if (at > best && entry_name(&st->entries[at], &n)) {
+      best = at;
+      if (k == 0)
+        break;
     }
   }
-  return found;
+  return best >= 0 && entry_name(&st->entries[best], out);
 }
 
 int ex_cell_find_symbol(const ex_cell_state_t *st, const char *name, char *sym, size_t n) {
@@ -426,4 +570,30 @@ void ex_cell_state_each_tag(const ex_cell_state_t *st, void (*fn)(const char *ta
       }
     }
   }
+}
+
+int ex_cell_state_place(ex_cell_state_t *st, const char *name, void *addr, size_t size) {
+  char key[300];
+  snprintf(key, sizeof key, "sym:%s", name);
+  long at = ex_cell_state_lookup(st, key);
+  if (at < 0)
+    return -1;
+  st->entries[at].addr = addr;
+  st->entries[at].size = size;
+  return 0;
+}
+
+int ex_cell_find_place(const ex_cell_state_t *st, const char *name, void **addr, size_t *size) {
+  char key[300];
+  snprintf(key, sizeof key, "sym:%s", name);
+  long at = ex_cell_state_lookup(st, key);
+  if (at < 0 || !st->entries[at].addr)
+    return 0;
+  *addr = st->entries[at].addr;
+  *size = st->entries[at].size;
+  return 1;
+}
+
+int ex_cell_state_has_enums(const ex_cell_state_t *st) {
+  return st->nenums > 0;
 }

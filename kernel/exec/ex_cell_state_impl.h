@@ -23,11 +23,18 @@ typedef struct {
                  definition, a macro's #define line (NULL for the rest) */
   char *source; /* the chunk that defined it, as written (`name??` shows it);
                    NULL for "pp:" entries */
+  void *addr;   /* a variable of a cell TinyCC compiled into memory: where it
+                   is (no shared object names it; ex_memcells.h), else NULL */
+  size_t size;  /* its size in bytes, with addr */
 } entry_t;
 
 struct ex_cell_state {
   entry_t *entries; /* prelude, in order of first definition */
   size_t n, cap;
+  size_t *slots;   /* hash index of the keys: entry index + 1, 0 empty (a
+                      long notebook's lookups are not a pass over it) */
+  size_t nslots;   /* a power of two, at least twice n; 0 before the first */
+  size_t nenums;   /* enum types ever defined (0: no enumerator to look for) */
   char **typedefs; /* names that are types, for the splitter */
   size_t ntypedefs;
 };
@@ -35,6 +42,9 @@ struct ex_cell_state {
 /* Does the cell split as `sp` define `key` ("sym:x", "type:struct S",
  * ...), so that earlier prelude text for it is left out? */
 int ex_cell_state_defines(const ex_split_t *sp, const char *key);
+
+/* The index of the entry whose key is `key`, or -1. */
+long ex_cell_state_lookup(const ex_cell_state_t *st, const char *key);
 
 /* Equal but for the amount of white space (ex_cell_types.c). */
 int ex_cell_same_text(const char *a, const char *b);

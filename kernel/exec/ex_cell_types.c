@@ -255,6 +255,8 @@ ex_result_t ex_cell_state_check_types(const ex_cell_state_t *st, const ex_split_
                                       size_t errlen) {
   changes_t c = {0};
   direct_changes(st, sp, &c);
+  if (!c.n && !c.oom)
+    return EX_OK; /* nothing redefined: no user to look for among the entries */
   closure(st, sp, &c);
   nbf_buf_t users = {0};
   const changed_t *why = NULL;

@@ -215,6 +215,8 @@ static ex_result_t build_argv(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, 
     return r;
   int bad =
       argv_push(a, "-o") | argv_push(a, p->tmp) | argv_push(a, p->src) | argv_push(a, p->libp);
+  if (tc->memsyms) /* an input file ld reads as a script: PROVIDE(v__cTAG = ADDR); */
+    bad |= (cuda ? argv_push(a, "-Xlinker") : 0) | argv_push(a, tc->memsyms);
   if (cuda)
     bad |= argv_push(a, "-Xlinker");
   bad |= argv_push(a, p->rpath) | argv_push(a, "-lnbfork");
@@ -384,7 +386,9 @@ ex_result_t ex_compile(const ex_toolchain_t *tc, const char *source, const char 
       replay_warnings(p, &out);
       r = EX_OK;
     } else {
-      r = tinycc_unit(tc, source, cuda, p) == 0 ? EX_OK : compile_unit(tc, source, cuda, p, &out);
+      r = tinycc_unit(tc, source, cuda, p) == 0 ? EX_OK
+          : tc->tinycc == 2                     ? EX_ERR_COMPILE
+                                                : compile_unit(tc, source, cuda, p, &out);
     }
     if (r == EX_OK && !(*so_path = strdup(p->so)))
       r = EX_ERR_NOMEM;

@@ -26,9 +26,14 @@ typedef struct {
   const char *cflags;                 /* C cells: NBFORK_CFLAGS/default, then %cflags     */
   const char *nvccflags;              /* %%cuda cells: NBFORK_NVCCFLAGS or "-O2"        */
   const char *ldflags;                /* %ldflags (words), both kinds of cells            */
+  const char *memsyms;                /* linker script giving the addresses of variables of
+                                         cells in memory (ex_memcells.h), or NULL        */
   volatile sig_atomic_t *interrupted; /* set by SIGINT: stop the compiler  */
-  int tinycc;                         /* try TinyCC first (ex_jit_cell_so): a
-                                         straight-line C cell, default flags */
+  int tinycc;                         /* 1: try TinyCC first (ex_jit_cell_so), a
+                                         straight-line C cell, default flags;
+                                         2: TinyCC only (a unit generated for
+                                         it): EX_ERR_COMPILE, no diagnostics,
+                                         when it declines */
 } ex_toolchain_t;
 
 /* Compile `source` (C, or CUDA when cuda != 0) into WORKDIR/cell_TAG.so.

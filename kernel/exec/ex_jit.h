@@ -79,9 +79,11 @@ int ex_jit_enabled(void);
  * type (integers, float, double, pointers to them, arrays of them), every
  * such function takes and returns only those, every macro's body passes
  * the same test (three levels deep), and no enumerator of an earlier cell
- * appears. Aggregates, function pointers and types only an expression
- * carries thus never reach TinyCC, whose psABI classes and attributes
- * differ from GCC's. */
+ * appears; every unary minus (in the cell or such a macro) negates a
+ * number or an earlier integer variable (TinyCC computes a floating `-x`
+ * as `-0.0 - x`, which keeps a NaN's sign). Aggregates, function
+ * pointers and types only an expression carries thus never reach TinyCC, whose psABI classes and
+ * attributes differ from GCC's. */
 int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code);
 
 /* Compile the unit `source` with TinyCC into the shared object `path`
@@ -93,5 +95,20 @@ int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code);
  * class a) or any relocation type but GLOB_DAT, JUMP_SLOT, RELATIVE and
  * 64 (`path` is removed then): compile with the system compiler instead. */
 int ex_jit_cell_so(const char *source, const char *incdir, const char *path);
+
+/* Load the shared object TinyCC wrote at `path` (which ex_jit_cell_so
+ * accepted: its dynamic relocations are RELATIVE, GLOB_DAT, JUMP_SLOT of
+ * functions and 64 only) into memory from alloc, without dlopen: its
+ * segments copied at their offsets, the relocations applied as ld.so
+ * would (the process's symbols through dlsym), DT_INIT run; addrs[i]
+ * gets the address of symbol names[i] it defines (NULL names skipped).
+ * One compile, no memory map of its own. 0, or -1 (an object it cannot
+ * load this way: dlopen it instead). */
+int ex_jit_dll_load(const char *path, void *(*alloc)(size_t, void *), void *ctx,
+                    const char *const *names, void **addrs, size_t n);
+
+/* The sizes (st_size) of the symbols names[0..n) that the shared object
+ * at `path` defines, into sizes[]. 0, or -1 when one is missing. */
+int ex_jit_dll_sizes(const char *path, const char *const *names, size_t *sizes, size_t n);
 
 #endif

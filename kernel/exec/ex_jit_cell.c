@@ -65,8 +65,9 @@ static int scalar_decl(const ex_cell_state_t *st, const char *decl, int depth, c
     name[n] = 0;
     if (!st || !ex_cell_find(st, name, &d) || !d.decl || !d.kind)
       return 0;
-    if (!strcmp(d.kind, "type") ? !scalar_decl(st, d.decl, depth + 1, name)
-                                : strcmp(d.kind, "macro") || !safe_text(st, d.decl, depth + 1, name))
+    if (!strcmp(d.kind, "type")
+            ? !scalar_decl(st, d.decl, depth + 1, name)
+            : strcmp(d.kind, "macro") || !safe_text(st, d.decl, depth + 1, name))
       return 0;
   }
   return 1;
@@ -100,7 +101,8 @@ static const char *param_name(const ex_cell_state_t *st, const char *part, const
 /* Whether an earlier cell's function `decl` (`double f(int a, float *b)`)
  * takes and returns scalars only: its return type and each parameter
  * pass scalar_decl; `...` is allowed (scalars are promoted alike). */
-static int scalar_function(const ex_cell_state_t *st, const char *decl, const char *name, int depth) {
+static int scalar_function(const ex_cell_state_t *st, const char *decl, const char *name,
+                           int depth) {
   const char *at = ex_cell_find_word(decl, name);
   const char *open = at ? strchr(at, '(') : NULL;
   const char *close = open ? strrchr(open, ')') : NULL;
@@ -150,7 +152,8 @@ static int safe_name(const ex_cell_state_t *st, const char *w, size_t n, int dep
         !ex_cell_word_in(k_scalar_lib, w, n))
       return 0;
     const char *probe[1] = {name};
-    ex_cell_each_name(st, enum_word, probe);
+    if (ex_cell_state_has_enums(st))
+      ex_cell_each_name(st, enum_word, probe);
     return probe[0] != NULL;
   }
   if (!strcmp(d.kind, "type") || !strcmp(d.kind, "variable"))
@@ -162,12 +165,82 @@ static int safe_name(const ex_cell_state_t *st, const char *w, size_t n, int dep
   return 0;
 }
 
+/* Words an integer variable's declaration may be made of (no typedef
+ * name: `real` may be double). */
+static const char k_integer[] =
+    " char short int long signed unsigned _Bool bool const volatile extern static size_t"
+    " ssize_t ptrdiff_t intptr_t uintptr_t intmax_t uintmax_t int8_t int16_t int32_t int64_t"
+    " uint8_t uint16_t uint32_t uint64_t ";
+
+/* Whether the operand of a unary minus at `p` (just after the `-`) is an
+ * integer for sure: a number, or an earlier cell's variable of integer
+ * type, standing alone (no postfix operator after it). */
+static int integer_operand(const ex_cell_state_t *st, const char *p) {
+  while (isspace((unsigned char)*p))
+    p++;
+  if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1])))
+    return 1; /* a literal: folded, never a NaN */
+  const char *w = p;
+  while (isalnum((unsigned char)*p) || *p == '_')
+    p++;
+  size_t n = (size_t)(p - w);
+  while (isspace((unsigned char)*p))
+    p++;
+  if (!n || n >= 128 || strchr("([.", *p) || (*p == '-' && (p[1] == '>' || p[1] == '-')) ||
+      (*p == '+' && p[1] == '+'))
+    return 0;
+  char name[128];
+  memcpy(name, w, n);
+  name[n] = 0;
+  ex_cell_name_t d;
+  if (!st || !ex_cell_find(st, name, &d) || strcmp(d.kind, "variable") || strchr(d.decl, '*') ||
+      strchr(d.decl, '['))
+    return 0;
+  const char *q = d.decl;
+  size_t wn;
+  for (const char *x = ex_cell_next_word(&q, &wn); wn; x = ex_cell_next_word(&q, &wn))
+    if (!ex_cell_word_in(k_integer, x, wn) && !(wn == n && !strncmp(x, name, n)))
+      return 0;
+  return 1;
+}
+
+/* Whether every unary minus of `text` negates an integer (integer_operand).
+ * TinyCC 0.9.27 computes a floating `-x` as `-0.0 - x`, which keeps the
+ * sign of a NaN where C's negation (GCC's sign-bit flip) changes it
+ * (issue 20, found by difftest: `-g8` of a NaN printed "-nan" by GCC,
+ * "nan" by TinyCC). A `-` is unary after an operator, `(`, `[`, `,`, `;`,
+ * `{`, `}`, `?`, `:`, the start, or the words return, sizeof, case,
+ * else; `--`, `-=` and `->` are other operators. */
+static int unary_minus_ok(const ex_cell_state_t *st, const char *text) {
+  for (const char *p = strchr(text, '-'); p; p = strchr(p + 1, '-')) {
+    if (p[1] == '-' || p[1] == '=' || p[1] == '>') {
+      p++;
+      continue;
+    }
+    const char *b = p;
+    while (b > text && isspace((unsigned char)b[-1]))
+      b--;
+    int unary = b == text || !(isalnum((unsigned char)b[-1]) || b[-1] == '_' || b[-1] == ')' ||
+                               b[-1] == ']' || b[-1] == '.' || b[-1] == '\'' || b[-1] == '"');
+    if (!unary) { /* a word before it: an operand, unless a keyword */
+      const char *e = b;
+      while (b > text && (isalnum((unsigned char)b[-1]) || b[-1] == '_'))
+        b--;
+      static const char k_before[] = " return sizeof case else ";
+      unary = e > b && !isdigit((unsigned char)*b) && ex_cell_word_in(k_before, b, (size_t)(e - b));
+    }
+    if (unary && !integer_operand(st, p + 1))
+      return 0;
+  }
+  return 1;
+}
+
 /* Every word of `text` acceptable (k_declined, no `long double`: x87,
  * passed in memory; safe_name), looking through at most three levels of
  * earlier cells' declarations; `self` (the name `text` declares, or
  * NULL) is not looked up again. */
 static int safe_text(const ex_cell_state_t *st, const char *text, int depth, const char *self) {
-  if (depth > 3)
+  if (depth > 3 || !unary_minus_ok(st, text))
     return 0;
   const char *p = text;
   size_t n;
@@ -195,20 +268,46 @@ int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code) {
 #ifdef NBFORK_HAVE_TCC
 #include <dlfcn.h>
 #include <elf.h>
-#include <link.h>
-#include <stdlib.h>
 #include <libtcc.h>
+#include <link.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* dl_iterate_phdr's callback: whether the address ctx[0] lies in an
+ * executable loaded segment of this object (ctx[1] set to 1 if so). */
+static int in_code(struct dl_phdr_info *info, size_t size, void *ctx) {
+  (void)size;
+  uintptr_t *c = ctx;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && c[0] >= lo && c[0] < lo + ph->p_memsz) {
+      c[1] = (ph->p_flags & PF_X) != 0;
+      return 1;
+    }
+  }
+  return 0;
+}
 
 /* Whether `name` is a function of the process (earlier cells' objects are
- * loaded RTLD_GLOBAL): its symbol's ELF type, as the linker knows it. */
+ * loaded RTLD_GLOBAL): its symbol's ELF type, as the linker knows it; for
+ * an IFUNC (memcpy), whose resolved address is a symbol dladdr may not
+ * name, whether that address is in an executable segment (an object's
+ * never is). */
 static int is_function(const char *name) {
   void *addr = dlsym(RTLD_DEFAULT, name);
   Dl_info info;
   const ElfW(Sym) *sym = NULL;
-  if (!addr || !dladdr1(addr, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym)
+  if (!addr)
     return 0;
-  int type = ELF64_ST_TYPE(sym->st_info);
-  return type == STT_FUNC || type == STT_GNU_IFUNC;
+  if (dladdr1(addr, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && info.dli_sname &&
+      !strcmp(info.dli_sname, name)) {
+    int type = ELF64_ST_TYPE(sym->st_info);
+    return type == STT_FUNC || type == STT_GNU_IFUNC;
+  }
+  uintptr_t ctx[2] = {(uintptr_t)addr, 0};
+  dl_iterate_phdr(in_code, ctx);
+  return ctx[1] == 1;
 }
 
 /* Whether one dynamic relocation of TinyCC's object is one GCC's code
@@ -218,7 +317,7 @@ static int is_function(const char *name) {
  * A`), or whose address it takes, PC-relative to a PLT slot: the
  * instruction then reads the stub's code bytes. Such a slot names an
  * object, not a function; the cell goes to GCC. */
-static int reloc_ok(const ElfW(Rela) *r, const ElfW(Sym) *syms, size_t nsyms, const char *strs,
+static int reloc_ok(const ElfW(Rela) * r, const ElfW(Sym) * syms, size_t nsyms, const char *strs,
                     size_t strsize) {
   unsigned type = ELF64_R_TYPE(r->r_info), si = ELF64_R_SYM(r->r_info);
   if (type == R_X86_64_RELATIVE || type == R_X86_64_GLOB_DAT || type == R_X86_64_64)
@@ -236,8 +335,8 @@ static int check_relocs(const char *path) {
     return -1;
   char *img = NULL;
   long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (size > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 && (img = malloc((size_t)size)) &&
-      fread(img, 1, (size_t)size, f) != (size_t)size) {
+  if (size > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 &&
+      (img = malloc((size_t)size)) && fread(img, 1, (size_t)size, f) != (size_t)size) {
     free(img);
     img = NULL;
   }
@@ -286,7 +385,9 @@ int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
   tcc_set_error_func(s, NULL, quiet);
   /* -Werror: a warning sends the cell to GCC, whose diagnostics (with
    * -Werror=implicit-function-declaration) the user then sees */
-  tcc_set_options(s, "-Werror -std=c11");
+  /* 4 KiB between its segments, not 2 MiB: no gap to map (dlopen), a
+   * small span to copy (ex_jit_dll_load) */
+  tcc_set_options(s, "-Werror -std=c11 -Wl,-section-alignment=0x1000");
   int rc = tcc_set_output_type(s, TCC_OUTPUT_DLL);
   if (rc == 0 && incdir)
     rc = tcc_add_include_path(s, incdir);
@@ -302,12 +403,206 @@ int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
   return rc == 0 ? 0 : -1;
 }
 
+/* The file at `path` read whole (caller frees), its size in *size; NULL
+ * when it cannot be read. */
+static char *read_image(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  char *img = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 && (img = malloc((size_t)n)) &&
+      fread(img, 1, (size_t)n, f) != (size_t)n) {
+    free(img);
+    img = NULL;
+  }
+  fclose(f);
+  *size = (size_t)n;
+  return img;
+}
+
+int ex_jit_dll_sizes(const char *path, const char *const *names, size_t *sizes, size_t n) {
+  size_t size = 0, found = 0;
+  char *img = read_image(path, &size);
+  if (!img)
+    return -1;
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
+  const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(img + eh->e_shoff);
+  int ok = eh->e_shoff + (size_t)eh->e_shnum * sizeof *sh <= size;
+  for (int i = 0; ok && i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh->e_shnum)
+      continue;
+    const ElfW(Shdr) *strh = &sh[sh[i].sh_link];
+    if (sh[i].sh_offset + sh[i].sh_size > size || strh->sh_offset + strh->sh_size > size)
+      break;
+    const ElfW(Sym) *sym = (const ElfW(Sym) *)(img + sh[i].sh_offset);
+    const char *strs = img + strh->sh_offset;
+    for (size_t j = 0; j < sh[i].sh_size / sizeof *sym; j++) {
+      if (sym[j].st_name >= strh->sh_size || sym[j].st_shndx == SHN_UNDEF)
+        continue;
+      for (size_t k = 0; k < n; k++)
+        if (!strcmp(strs + sym[j].st_name, names[k])) {
+          sizes[k] = (size_t)sym[j].st_size;
+          found++;
+        }
+    }
+  }
+  free(img);
+  return found == n ? 0 : -1;
+}
+
+/* The value of dynamic symbol `si` of the object loaded at `base`: its
+ * own definition, or the process's (dlsym: earlier cells, libnbfork,
+ * libc); 0 for an undefined weak one (__gmon_start__). -1 when unknown. */
+static int symbol_value(const ElfW(Sym) * syms, size_t nsyms, const char *strs, size_t strsize,
+                        unsigned si, char *base, uintptr_t *v) {
+  if (si >= nsyms || syms[si].st_name >= strsize)
+    return -1;
+  if (syms[si].st_shndx != SHN_UNDEF) {
+    *v = (uintptr_t)base + syms[si].st_value;
+    return 0;
+  }
+  void *p = dlsym(RTLD_DEFAULT, strs + syms[si].st_name);
+  *v = (uintptr_t)p;
+  return p || ELF64_ST_BIND(syms[si].st_info) == STB_WEAK ? 0 : -1;
+}
+
+/* Apply the allocated (dynamic) relocations of the image to the copy at
+ * `base`: the types check_relocs admits, as ld.so would (bound now). */
+static int apply_relocs(const char *img, size_t size, char *base) {
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
+  const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(img + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_RELA || !(sh[i].sh_flags & SHF_ALLOC))
+      continue;
+    if (sh[i].sh_link >= eh->e_shnum)
+      return -1;
+    const ElfW(Shdr) *symh = &sh[sh[i].sh_link];
+    const ElfW(Shdr) *strh = symh->sh_link < eh->e_shnum ? &sh[symh->sh_link] : NULL;
+    if (!strh || sh[i].sh_offset + sh[i].sh_size > size || symh->sh_offset + symh->sh_size > size ||
+        strh->sh_offset + strh->sh_size > size)
+      return -1;
+    const ElfW(Rela) *r = (const ElfW(Rela) *)(img + sh[i].sh_offset);
+    const ElfW(Sym) *syms = (const ElfW(Sym) *)(img + symh->sh_offset);
+    size_t nsyms = symh->sh_size / sizeof *syms;
+    for (size_t j = 0; j < sh[i].sh_size / sizeof *r; j++) {
+      unsigned type = ELF64_R_TYPE(r[j].r_info);
+      uintptr_t v = 0;
+      if (type == R_X86_64_RELATIVE)
+        v = (uintptr_t)base + (uintptr_t)r[j].r_addend;
+      else if (symbol_value(syms, nsyms, img + strh->sh_offset, strh->sh_size,
+                            ELF64_R_SYM(r[j].r_info), base, &v))
+        return -1;
+      else if (type == R_X86_64_64)
+        v += (uintptr_t)r[j].r_addend;
+      else if (type != R_X86_64_GLOB_DAT && type != R_X86_64_JUMP_SLOT)
+        return -1;
+      memcpy(base + r[j].r_offset, &v, sizeof v);
+    }
+  }
+  return 0;
+}
+
+/* Copy the PT_LOAD segments of the image to memory from alloc (their
+ * span, zero-filled): its base, or NULL. Dynamic entries it cannot honour
+ * (constructors arrays, TLS) refuse the object; DT_INIT is run after the
+ * relocations (TinyCC's crti _init: __gmon_start__ when profiling). */
+static char *place_segments(const char *img, size_t size, void *(*alloc)(size_t, void *), void *ctx,
+                            uintptr_t *init) {
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
+  const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(img + eh->e_phoff);
+  if (eh->e_phoff + (size_t)eh->e_phnum * sizeof *ph > size)
+    return NULL;
+  size_t span = 0;
+  for (int i = 0; i < eh->e_phnum; i++) {
+    if (ph[i].p_type == PT_TLS || ph[i].p_type == PT_INTERP)
+      return NULL;
+    if (ph[i].p_type == PT_LOAD && ph[i].p_vaddr + ph[i].p_memsz > span)
+      span = ph[i].p_vaddr + ph[i].p_memsz;
+  }
+  char *base = span && span < (16u << 20) ? alloc(span, ctx) : NULL;
+  for (int i = 0; base && i < eh->e_phnum; i++) {
+    if (ph[i].p_type == PT_LOAD) {
+      if (ph[i].p_offset + ph[i].p_filesz > size || ph[i].p_filesz > ph[i].p_memsz)
+        return NULL;
+      memcpy(base + ph[i].p_vaddr, img + ph[i].p_offset, ph[i].p_filesz);
+    } else if (ph[i].p_type == PT_DYNAMIC) {
+      const ElfW(Dyn) *d = (const ElfW(Dyn) *)(img + ph[i].p_offset);
+      for (size_t k = 0; (k + 1) * sizeof *d <= ph[i].p_filesz && d[k].d_tag != DT_NULL; k++) {
+        if (d[k].d_tag == DT_INIT_ARRAY || d[k].d_tag == DT_PREINIT_ARRAY)
+          return NULL;
+        if (d[k].d_tag == DT_INIT)
+          *init = d[k].d_un.d_ptr;
+      }
+    }
+  }
+  return base;
+}
+
+int ex_jit_dll_load(const char *path, void *(*alloc)(size_t, void *), void *ctx,
+                    const char *const *names, void **addrs, size_t n) {
+  size_t size = 0;
+  char *img = read_image(path, &size);
+  if (!img)
+    return -1;
+  uintptr_t init = 0;
+  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
+  int ok = eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= size && eh->e_type == ET_DYN &&
+           eh->e_machine == EM_X86_64;
+  char *base = ok ? place_segments(img, size, alloc, ctx, &init) : NULL;
+  ok = base && apply_relocs(img, size, base) == 0;
+  /* the symbols: from the dynamic symbol table, as dlsym would */
+  const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(img + eh->e_shoff);
+  size_t found = 0;
+  for (int i = 0; ok && i < eh->e_shnum; i++) {
+    if (sh[i].sh_type != SHT_DYNSYM || sh[i].sh_link >= eh->e_shnum)
+      continue;
+    const ElfW(Shdr) *strh = &sh[sh[i].sh_link];
+    const ElfW(Sym) *sym = (const ElfW(Sym) *)(img + sh[i].sh_offset);
+    for (size_t j = 0; j < sh[i].sh_size / sizeof *sym; j++)
+      for (size_t k = 0; k < n; k++)
+        if (names[k] && sym[j].st_shndx != SHN_UNDEF && sym[j].st_name < strh->sh_size &&
+            !strcmp(img + strh->sh_offset + sym[j].st_name, names[k])) {
+          addrs[k] = base + sym[j].st_value;
+          found++;
+        }
+  }
+  size_t want = 0;
+  for (size_t k = 0; k < n; k++)
+    want += names[k] != NULL;
+  free(img);
+  if (!ok || found != want)
+    return -1;
+  if (init)
+    ((void (*)(void))(base + init))();
+  return 0;
+}
+
 #else /* no libtcc: every cell goes to the system compiler */
 
 int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
   (void)source;
   (void)incdir;
   (void)path;
+  return -1;
+}
+
+int ex_jit_dll_sizes(const char *path, const char *const *names, size_t *sizes, size_t n) {
+  (void)path;
+  (void)names;
+  (void)sizes;
+  (void)n;
+  return -1;
+}
+
+int ex_jit_dll_load(const char *path, void *(*alloc)(size_t, void *), void *ctx,
+                    const char *const *names, void **addrs, size_t n) {
+  (void)path;
+  (void)alloc;
+  (void)ctx;
+  (void)names;
+  (void)addrs;
+  (void)n;
   return -1;
 }
 

@@ -27,6 +27,7 @@
 #include "ex_events.h"
 #include "ex_query.h"
 #include "ex_ranks.h"
+#include "ex_memcells.h"
 #include "ex_run.h"
 #include "ex_stdin.h"
 #include "nbf_buf.h"
@@ -119,6 +120,7 @@ static int setup(ex_t *ex) {
   }
   ex->cells = ex_cell_state_new();
   ex->objects = ex_objects_new();
+  ex->memcells = ex_memcells_new(ex->workdir);
   ex->tc.cc = nbf_param_NBFORK_CC();
   ex->nvcc = ex_compile_find_nvcc();
   ex->tc.nvcc = ex->nvcc;

@@ -108,6 +108,11 @@ static int cmp_tag(const void *a, const void *b) {
 /* The tags the registry names, sorted once per sweep: a sweep costs
  * O((objects + definitions) log definitions), not their product. */
 size_t ex_objects_sweep(ex_objects_t *o, const ex_cell_state_t *st) {
+  size_t candidates = 0;
+  for (size_t i = 0; i < NOBJ(o); i++)
+    candidates += OBJ(o, i).may_unload;
+  if (!candidates) /* nothing could go: no pass over the whole registry */
+    return 0;
   nbf_buf_t named = {0};
   size_t expected = 0;
   ex_cell_state_each_tag(st, count_tag, &expected);

@@ -56,6 +56,23 @@ static void *keep_make(const char *name, size_t size) {
   return acc_keep(name, size, NULL);
 }
 
+/* ln_ranks_hooks_t.sym_find, in a worker: a variable of a cell in memory
+ * (`v__cTAG`) at the address the executor had when it forked it. */
+static ex_t *g_ranks_ex;
+static void *mem_find(const char *sym, size_t *size) {
+  char name[300], found[300];
+  const char *tag = strstr(sym, "__c");
+  void *addr = NULL;
+  if (!g_ranks_ex || !tag || (size_t)(tag - sym) >= sizeof name)
+    return NULL;
+  snprintf(name, sizeof name, "%.*s", (int)(tag - sym), sym);
+  /* the newest definition only: the one whose symbol the kernel sent */
+  if (!ex_cell_find_symbol(g_ranks_ex->cells, name, found, sizeof found) || strcmp(found, sym) ||
+      !ex_cell_find_place(g_ranks_ex->cells, name, &addr, size))
+    return NULL;
+  return addr;
+}
+
 /* A rank's display event to the kernel; its execute_result (a cell's
  * last expression) says which rank it comes from. */
 static int rank_event(int rank, const char *line, size_t len) {
@@ -235,7 +252,8 @@ static int start(ex_t *ex, const ln_options_t *o) {
   static const int private_fds[] = {NBF_WIRE_FD_REQUESTS};
   ln_context_t ctx = {NULL, ex_run_interrupt_flag(), ex->cuda_cell > 0 ? ex->cuda_cell : 0,
                       private_fds, 1, NULL, NULL, ex->cuda_by};
-  ln_ranks_hooks_t hooks = {acc_keep_find, keep_make, rank_event};
+  ln_ranks_hooks_t hooks = {acc_keep_find, keep_make, rank_event, mem_find};
+  g_ranks_ex = ex;
   ln_error_t le;
   if (ln_ranks_start(&rs->group, o, &ctx, &hooks, rs->starts++, &le))
     return reply_ln_error(&le);
@@ -334,7 +352,10 @@ static int resolve(ex_t *ex, const char *name, value_t *v, int *rc) {
   snprintf(v->kind, sizeof v->kind, "sym");
   const ElfW(Sym) *s = NULL;
   Dl_info info;
-  if (ex_cell_find_symbol(ex->cells, name, v->sym, sizeof v->sym))
+  if (ex_cell_find_symbol(ex->cells, name, v->sym, sizeof v->sym) &&
+      ex_cell_find_place(ex->cells, name, &v->addr, &v->size))
+    return 0; /* a cell in memory (ex_memcells.h): no symbol names it */
+  if (v->sym[0])
     v->addr = dlsym(RTLD_DEFAULT, v->sym);
   if (!v->addr || !dladdr1(v->addr, &info, (void **)&s, RTLD_DL_SYMENT) || !s) {
     *rc = usage("'%s' is not loaded in the kernel", name);

@@ -13,16 +13,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "nbf_wire.h"
 #include "ex_diag.h"
 #include "ex_events.h"
 #include "ex_jit.h"
+#include "ex_memcells.h"
 #include "ex_ranks.h"
 #include "ex_timeit.h"
 #include "ex_cuda_hook.h"
 #include "ln_cuda.h"
 #include "ln_launch.h"
 #include "nbf_param.h"
+#include "nbf_wire.h"
 
 /* Interrupts. SIGINT while a cell's statements (or its %timeit loop) run
  * jumps back to the cell runner (call_interruptible), so the state of
@@ -289,25 +290,55 @@ static int blank(const char *s) {
   return !s || !s[strspn(s, " \t\r\n")];
 }
 
-/* A straight-line C cell with the default toolchain and flags may go
- * through TinyCC first (ex_jit.h: ex_jit_cell_so). */
-static int tinycc_fits(const ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u) {
-  return u->straight && !u->cxx && !m->cuda && ex->default_cflags && blank(ex->flags.cflags) &&
+/* A C cell with the default toolchain and flags may go through TinyCC
+ * first (ex_jit.h: ex_jit_cell_so) when it is straight-line too
+ * (ex_cell_unit_t.tinycc, decided by ex_cell_generate_at). */
+static int tinycc_fits(const ex_t *ex, const ex_magic_result_t *m) {
+  return ex_jit_enabled() && !m->cuda && ex->default_cflags && blank(ex->flags.cflags) &&
          blank(ex->flags.ldflags) && !nbf_param_raw(NBF_P_NBFORK_CC) &&
          ex_jit_cell_safe(ex->cells, m->code);
 }
 
-/* Compile `u` (TinyCC where tinycc_fits, else the system compiler) and
+static ex_result_t regenerate(ex_t *ex, const ex_magic_result_t *m, const char *label,
+                              ex_cell_unit_t *u, int *replied);
+
+/* Compile `u` (TinyCC where u->tinycc, else the system compiler) and
  * load it (RTLD_GLOBAL: later cells bind to its symbols). Returns the
  * handle, or NULL after replying with the error (*replied = what that
  * reply returned). */
-static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u,
-                              const char *label, const char *cflags, int *replied) {
+static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit_t *u,
+                              const char *label, const char *cflags, int *replied,
+                              const ex_memcell_t **mem) {
   ex->tc.cflags = cflags;
   ex->tc.ldflags = ex->flags.ldflags;
-  ex->tc.tinycc = tinycc_fits(ex, m, u);
+  ex->tc.memsyms = ex_memcells_script(ex->memcells);
   char *so = NULL, *diag = NULL;
-  ex_result_t r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
+  ex_result_t r = EX_ERR_COMPILE;
+  /* %ranks workers load each new cell's object by its path: none in memory then */
+  int in_memory = u->tinycc && ex->memcells && !ex_ranks_running(ex);
+  *mem = in_memory ? ex_memcells_find(ex->memcells, u->tag) : NULL;
+  if (*mem)
+    return NULL;   /* a re-run: the same code, already in memory */
+  if (u->tinycc) { /* TinyCC's unit is TinyCC's only: see ex_cell_state_indirect */
+    ex->tc.tinycc = 2;
+    r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
+    free(diag);
+    diag = NULL;
+    if (r == EX_OK && in_memory && (*mem = ex_memcells_load(ex->memcells, u, so))) {
+      free(so);
+      ex->tc.cflags = NULL;
+      ex->tc.tinycc = 0;
+      return NULL;
+    }
+    if (r != EX_OK && regenerate(ex, m, label, u, replied) != EX_OK) {
+      ex->tc.cflags = NULL;
+      ex->tc.tinycc = 0;
+      return NULL;
+    }
+  }
+  ex->tc.tinycc = 0;
+  if (!so)
+    r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
   ex->tc.cflags = NULL;
   ex->tc.tinycc = 0;
   char *clean = diag && r != EX_ERR_INTERRUPTED ? ex_diag_clean(diag) : NULL;
@@ -336,31 +367,52 @@ static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, const ex_cel
   return h;
 }
 
-/* Generate the cell's unit (ex_cell.h). EX_OK, or a failure after
- * replying with the error (*replied = what that reply returned). */
-static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *label,
-                            ex_cell_unit_t *u, int *replied) {
+/* Generate the cell's unit (ex_cell.h), for TinyCC where tinycc_fits
+ * and `fast`. EX_OK, or a failure after replying with the error
+ * (*replied = what that reply returned). */
+static ex_result_t generate_for(ex_t *ex, const ex_magic_result_t *m, const char *label, int fast,
+                                ex_cell_unit_t *u, int *replied) {
   char err[2048] = "";
   const char *user = ex->flags.cflags ? ex->flags.cflags : "";
   /* The salt is what, besides the unit's text, decides the object: the
    * compilers and their flags. The -O0 choice (cell_cflags) follows from
    * the text and these, so it needs no place in it. */
   char *salt = NULL;
-  if (asprintf(&salt, "%s|%s %s|%s|%s|%s|%d", ex->tc.cc, ex->base_cflags, user,
+  /* and the addresses of variables in memory the link may give it */
+  if (asprintf(&salt, "%s|%s %s|%s|%s|%s|%d|%016llx", ex->tc.cc, ex->base_cflags, user,
                ex->tc.nvcc ? ex->tc.nvcc : "", ex->tc.nvccflags,
-               ex->flags.ldflags ? ex->flags.ldflags : "", m->cuda) < 0) {
+               ex->flags.ldflags ? ex->flags.ldflags : "", m->cuda,
+               (unsigned long long)ex_memcells_hash(ex->memcells)) < 0) {
     *replied = ex_event_reply_error("MemoryError", "out of memory", NULL);
     return EX_ERR_NOMEM;
   }
   ex_launch_site_t site = {m->launch_call, label, m->launch_line, m->launch_col};
   ex_result_t r =
       ex_cell_generate_at(ex->cells, m->code, m->cuda, label, m->launch_call ? &site : NULL,
-                          m->timeit_stmt, salt, u, err, sizeof err);
+                          m->timeit_stmt, salt, fast && tinycc_fits(ex, m), u, err, sizeof err);
   free(salt);
   if (r != EX_OK) {
     char ev[2100];
     snprintf(ev, sizeof ev, "%s: %s", label, err);
     *replied = ex_event_reply_error("CompileError", ev, NULL);
+  }
+  return r;
+}
+
+static ex_result_t generate(ex_t *ex, const ex_magic_result_t *m, const char *label,
+                            ex_cell_unit_t *u, int *replied) {
+  return generate_for(ex, m, label, 1, u, replied);
+}
+
+/* TinyCC declined the unit made for it: the unit for the system compiler
+ * replaces it in *u (another tag; no pointers to earlier globals). */
+static ex_result_t regenerate(ex_t *ex, const ex_magic_result_t *m, const char *label,
+                              ex_cell_unit_t *u, int *replied) {
+  ex_cell_unit_t g;
+  ex_result_t r = generate_for(ex, m, label, 0, &g, replied);
+  if (r == EX_OK) {
+    ex_cell_unit_free(u);
+    *u = g;
   }
   return r;
 }
@@ -431,13 +483,14 @@ typedef struct {
   void (*run)(void);
   int (*launch)(void);
   void (*timeit)(long);
+  const ex_memcell_t *mem; /* the cell runs from memory (ex_memcells.h) */
 } entry_points_t;
 
 /* Get the cell's entry points. A cell that holds only `%launch f(...)`
  * (nothing later cells link against): its thunk compiles in memory when
  * TinyCC accepts it (ex_jit.h), else through the system compiler like
  * any cell. 0, or -1 after replying with the error (*replied). */
-static int load_entry_points(ex_t *ex, const ex_magic_result_t *m, const ex_cell_unit_t *u,
+static int load_entry_points(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit_t *u,
                              const char *label, const char *cflags, entry_points_t *ep,
                              int *replied) {
   memset(ep, 0, sizeof *ep);
@@ -446,7 +499,12 @@ static int load_entry_points(ex_t *ex, const ex_magic_result_t *m, const ex_cell
                                ex->incdir, cflags);
   if (ep->launch)
     return 0;
-  void *h = compile_and_load(ex, m, u, label, cflags, replied);
+  void *h = compile_and_load(ex, m, u, label, cflags, replied, &ep->mem);
+  if (ep->mem) {
+    ep->run = ep->mem->run;
+    ep->launch = ep->mem->launch;
+    return 0;
+  }
   if (!h)
     return -1;
   ex_objects_add(
@@ -552,7 +610,10 @@ int ex_run_check_flags(void *ctx, const char *cflags, const char *ldflags, char 
   free(so);
   if (r != EX_OK) {
     char *clean = diag ? ex_diag_clean(diag) : NULL;
-    snprintf(err, errlen, "%s", clean && *clean ? clean : r == EX_ERR_INTERRUPTED ? "interrupted" : "compilation failed");
+    snprintf(err, errlen, "%s",
+             clean && *clean           ? clean
+             : r == EX_ERR_INTERRUPTED ? "interrupted"
+                                       : "compilation failed");
     size_t l = strlen(err);
     while (l && (err[l - 1] == '\n' || err[l - 1] == ' '))
       err[--l] = 0;
@@ -577,6 +638,11 @@ int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   free(cflags);
   if (loaded) {
     ex_cell_commit(ex->cells, &u);
+    if (ep.mem && ex_memcells_publish(ex->memcells, ep.mem, ex->cells)) {
+      fprintf(stderr, "Warning: cannot write %s: later cells may not link\n",
+              ex_memcells_script(ex->memcells));
+      fflush(stderr);
+    }
     ex_ranks_loaded(ex, ep.run); /* the ranks see its definitions too */
   }
   ex_cell_unit_free(&u);

@@ -50,6 +50,7 @@ typedef struct {
   char *cuda_by; /* who called cuInit (ex_cuda_hook_describe), or NULL; kept */
   char *nvcc;    /* CUDA compiler found at start, or NULL */
   struct ex_ranks *ranks; /* %ranks' workers and %%ranks cells (ex_ranks.h); NULL until used */
+  struct ex_memcells *memcells; /* cells TinyCC compiled into memory (ex_memcells.h) */
 } ex_t;
 
 /* Install the SIGINT handler (see ex_run.c for what an interrupt does,

@@ -690,7 +690,7 @@ static ex_result_t gen_launch_at(cells_t *c, const char *call, int cxx, ex_cell_
   char label[32];
   snprintf(label, sizeof label, "cell[%d]", ++c->count);
   ex_launch_site_t site = {call, label, 2, 9};
-  return ex_cell_generate_at(c->st, "// launch it\n", cxx, label, &site, NULL, "salt", u, err,
+  return ex_cell_generate_at(c->st, "// launch it\n", cxx, label, &site, NULL, "salt", 0, u, err,
                              errlen);
 }
 
@@ -1512,6 +1512,58 @@ NBF_TEST(jit_cell_object_links_with_system_compiled_cells) {
   ASSERT_EQ(ex_jit_cell_so(u.source, e.tc.incdir, path), -1);
   ASSERT_TRUE(access(path, F_OK) != 0);
   ex_cell_unit_free(&u);
+  dlclose(h2);
+  dlclose(h1);
+  engine_destroy(&e);
+}
+
+/* Issue 20, class a, item 1: a TinyCC unit names an earlier cell's double
+ * `A` as an SSE operand. Declared directly (the system compiler's unit),
+ * TinyCC's object reaches it through a PLT slot: the relocation check
+ * refuses it. Generated for TinyCC, the unit reaches A through a pointer
+ * (__nbf_p_A), TinyCC's object passes the check and computes 3.75. The
+ * compiler is part of the tag: a cell with no earlier global gets another
+ * tag for TinyCC than for the system compiler (item 3). */
+NBF_TEST(jit_cell_reaches_earlier_doubles_through_pointers) {
+  need_jit();
+  engine_t e;
+  engine_init(&e);
+  char tag[17];
+  void *h1 = run_cell(&e, "double A = 1.5, B = 2.25; double V[2] = {0.5, 4.0};", tag);
+  const char *code = "double C = A + B * V[1]; V[0] = -B; C += sizeof V;";
+  ex_cell_unit_t direct = gen(&e.cells, code, 0);
+  char err[256], path[200];
+  ex_cell_unit_t via = {0};
+  ASSERT_EQ(ex_cell_generate_for(e.cells.st, code, 0, "cell[2]", NULL, NULL, "salt", 1, &via, err,
+                                 sizeof err),
+            EX_OK);
+  ASSERT_TRUE(!direct.tinycc && via.tinycc);
+  ASSERT_TRUE(strstr(via.source, "#define A (*(0, __nbf_p_A))") != NULL);
+  ASSERT_TRUE(strstr(via.source, "#define V (*(0, __nbf_p_V))") != NULL);
+  ASSERT_TRUE(strstr(via.source, "__nbf_p_C") == NULL); /* its own global: no pointer */
+  snprintf(path, sizeof path, "%s/direct.so", e.workdir);
+  ASSERT_EQ(ex_jit_cell_so(direct.source, e.tc.incdir, path), -1); /* the safety net */
+  snprintf(path, sizeof path, "%s/via.so", e.workdir);
+  ASSERT_EQ(ex_jit_cell_so(via.source, e.tc.incdir, path), 0);
+  void *h2 = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  ASSERT_TRUE(h2 != NULL);
+  void (*run)(void) = (void (*)(void))dlsym(h2, via.run_symbol);
+  ASSERT_TRUE(run != NULL);
+  run();
+  char cs[64];
+  snprintf(cs, sizeof cs, "C__c%s", via.tag);
+  double *c = dlsym(h2, cs), *v = sym(h1, "V", tag);
+  ASSERT_TRUE(c && v);
+  ASSERT_TRUE(*c == 1.5 + 2.25 * 4.0 + 16 && v[0] == -2.25);
+  ex_cell_unit_t plain = gen(&e.cells, "int z = 1;", 0), fast = {0};
+  ASSERT_EQ(ex_cell_generate_for(e.cells.st, "int z = 1;", 0, "cell[3]", NULL, NULL, "salt", 1,
+                                 &fast, err, sizeof err),
+            EX_OK);
+  ASSERT_TRUE(strcmp(plain.tag, fast.tag) != 0);
+  ex_cell_unit_free(&plain);
+  ex_cell_unit_free(&fast);
+  ex_cell_unit_free(&direct);
+  ex_cell_unit_free(&via);
   dlclose(h2);
   dlclose(h1);
   engine_destroy(&e);
