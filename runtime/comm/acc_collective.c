@@ -1,7 +1,8 @@
 /*
  * acc_collective.c — the public collectives: argument checks, then host
- * buffers go to Gloo (acc_gloo.cc) and device buffers to NCCL
- * (acc_nccl.c). A failed collective leaves the process group unusable
+ * buffers go through shared memory when every rank is on this node
+ * (acc_shm.c; NBFORK_SHM_COLLECTIVES=0 keeps Gloo), else to Gloo
+ * (acc_gloo.cc), and device buffers to NCCL (acc_nccl.c). A failed collective leaves the process group unusable
  * (Gloo closes its pairs after an error, as PyTorch's ProcessGroupGloo
  * does); later calls return ACC_ERR_PEER and acc_last_error keeps the
  * first cause.
@@ -24,6 +25,8 @@
 #include "acc_internal.h"
 #include "acc_nccl.h"
 #include "acc_reduce.h"
+#include "acc_shm.h"
+#include "nbf_param.h"
 #include "nbf_rankstate.h"
 #include "nbf_util.h"
 
@@ -49,6 +52,13 @@ static int on_device(const acc_t *acc, const void *p) {
 static acc_result_t gloo_failed(acc_t *acc, acc_result_t r, const char *err) {
   acc->broken = 1;
   return acc__set_error(acc, r, "%s", err);
+}
+
+/* A shared-memory collective failed: the group is unusable from now on,
+ * and the peers must not wait for this rank any more. */
+static acc_result_t shm_failed(acc_t *acc, acc_result_t r, const char *err) {
+  acc_shm_abort(acc->shm);
+  return gloo_failed(acc, r, err);
 }
 
 static acc_result_t broken(acc_t *acc) {
@@ -184,7 +194,9 @@ static acc_result_t coll_end(acc_t *acc, const coll_t *k, acc_result_t r) {
     return ACC_OK;
   }
   if (!k->was_broken) { /* the first cause, not an echo of it */
-    int peer = r == ACC_ERR_PEER || r == ACC_ERR_TIMEOUT ? acc_gloo_lost_peer(acc->gloo) : -1;
+    int peer = r != ACC_ERR_PEER && r != ACC_ERR_TIMEOUT ? -1
+               : acc->shm                              ? acc_shm_lost_member(acc->shm)
+                                                       : acc_gloo_lost_peer(acc->gloo);
     nbf_rankstate_error(acc->rankstate, (int)r, peer, &k->c, acc->err);
   }
   nbf_rankstate_phase(acc->rankstate, NBF_RS_RUNNING);
@@ -207,12 +219,34 @@ static acc_result_t coll_end(acc_t *acc, const coll_t *k, acc_result_t r) {
       return gloo_failed((acc), gloo_r_, err);                                                     \
   } while (0)
 
+/* The same for a shared-memory call (acc_shm.h), which also aborts the
+ * peers' waits. */
+#define SHM_CHECK(acc, call)                                                                       \
+  do {                                                                                             \
+    if ((acc)->broken)                                                                             \
+      return broken(acc);                                                                          \
+    char err[1024];                                                                                \
+    acc_result_t shm_r_ = (call);                                                                  \
+    if (shm_r_ != ACC_OK)                                                                          \
+      return shm_failed((acc), shm_r_, err);                                                       \
+  } while (0)
+
+/* Host collectives go through shared memory (unless a Gloo all-reduce
+ * algorithm is forced, for benchmarks and their tests). */
+static int use_shm(const acc_t *acc) {
+  return acc->shm != NULL;
+}
+
 static acc_result_t all_reduce_run(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
                                    acc_op_t op, int dev) {
   if (count == 0)
     return ACC_OK;
   if (dev)
     return acc_nccl_collective(acc, ACC_NCCL_ALL_REDUCE, buf, buf, count, dtype, op, 0);
+  if (use_shm(acc) && acc->allreduce_algo == 0) {
+    SHM_CHECK(acc, acc_shm_all_reduce(acc->shm, buf, count, dtype, op, err, sizeof err));
+    return ACC_OK;
+  }
   GLOO_CHECK(acc, acc_gloo_all_reduce_algo(acc->gloo, buf, count, dtype, op,
                                            (acc_gloo_algo_t)acc->allreduce_algo, err, sizeof err));
   if (op == ACC_AVG)
@@ -240,6 +274,11 @@ static acc_result_t broadcast_run(acc_t *acc, void *buf, size_t count, acc_dtype
     return ACC_OK;
   if (dev)
     return acc_nccl_collective(acc, ACC_NCCL_BROADCAST, buf, buf, count, dtype, ACC_SUM, root);
+  if (use_shm(acc)) {
+    SHM_CHECK(acc, acc_shm_broadcast(acc->shm, buf, count * acc_dtype_size(dtype), root, err,
+                                     sizeof err));
+    return ACC_OK;
+  }
   GLOO_CHECK(acc, acc_gloo_broadcast(acc->gloo, buf, count * acc_dtype_size(dtype), root, err,
                                      sizeof err));
   return ACC_OK;
@@ -281,6 +320,10 @@ static acc_result_t all_gather_run(acc_t *acc, const void *send, void *recv, siz
   if (device_call(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM, &r))
     return r;
   size_t bytes = count * acc_dtype_size(dtype);
+  if (use_shm(acc)) {
+    SHM_CHECK(acc, acc_shm_all_gather(acc->shm, send, recv, bytes, err, sizeof err));
+    return ACC_OK;
+  }
   GLOO_CHECK(acc, acc_gloo_all_gather(acc->gloo, send, recv, bytes, err, sizeof err));
   return ACC_OK;
 }
@@ -312,6 +355,11 @@ static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv,
     return ACC_OK;
   if (device_call(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, &r))
     return r;
+  if (use_shm(acc)) {
+    SHM_CHECK(acc,
+              acc_shm_reduce_scatter(acc->shm, send, recv, count, dtype, op, err, sizeof err));
+    return ACC_OK;
+  }
   size_t esz = acc_dtype_size(dtype), bytes = count * esz;
   if (acc->broken)
     return broken(acc);
@@ -354,6 +402,10 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
 }
 
 static acc_result_t barrier_run(acc_t *acc) {
+  if (use_shm(acc)) {
+    SHM_CHECK(acc, acc_shm_barrier(acc->shm, err, sizeof err));
+    return ACC_OK;
+  }
   GLOO_CHECK(acc, acc_gloo_barrier(acc->gloo, err, sizeof err));
   return ACC_OK;
 }
@@ -376,7 +428,8 @@ acc_result_t acc__final_barrier(acc_t *acc) {
   acc_result_t r = coll_begin(acc, &k, NBF_RS_BARRIER, 0, ACC_F32, ACC_SUM, -1, 0);
   if (r == ACC_OK) {
     char err[512];
-    r = acc_gloo_barrier(acc->gloo, err, sizeof err);
+    r = acc->shm ? acc_shm_barrier(acc->shm, err, sizeof err)
+                 : acc_gloo_barrier(acc->gloo, err, sizeof err);
   }
   if (r == ACC_OK)
     nbf_rankstate_end(acc->rankstate);
@@ -393,6 +446,9 @@ void acc__set_allreduce_algo(acc_t *acc, int algo) {
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
   if (!acc || acc->world == 1)
     return "none (one process)";
+  if (use_shm(acc) && acc->allreduce_algo == 0)
+    return bytes <= ACC_SHM_NAIVE_MAX ? "shared memory, naive"
+                                      : "shared memory, reduce-scatter + all-gather";
   acc_gloo_algo_t a = (acc_gloo_algo_t)acc->allreduce_algo;
   if (a == ACC_GLOO_AUTO)
     a = acc_gloo_choose_algo(acc->gloo, bytes);
@@ -400,7 +456,9 @@ const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
 }
 
 acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n) {
-  if (acc->grad_buckets != 2)
+  /* through shared memory a bucket's all-reduce takes less than the
+   * hand-off to a worker thread would: no overlap */
+  if (acc->grad_buckets != 2 || use_shm(acc))
     return acc_all_reduce(acc, buf, n, ACC_F32, ACC_AVG);
   GLOO_CHECK(acc, acc_gloo_all_reduce_async(acc->gloo, buf, n, ACC_F32, ACC_AVG, err, sizeof err));
   return ACC_OK;
@@ -421,4 +479,60 @@ acc_result_t acc__wait_buckets(acc_t *acc) {
   if (!acc->broken)
     gloo_failed(acc, r, err);
   return coll_end(acc, &k, r);
+}
+
+/* ---- the shared-memory group (issue 24) ---- */
+
+const char *acc__host_path(const acc_t *acc) {
+  return acc && acc->shm ? "shared memory" : "gloo";
+}
+
+/* Every rank's 1/0 all-gathered: 1 when all are 1. -1 when Gloo failed. */
+static int all_agree(acc_t *acc, int mine) {
+  int32_t *all = calloc((size_t)acc->world, sizeof *all), v = mine;
+  char err[1024];
+  if (!all) {
+    acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
+    return -1;
+  }
+  acc_result_t r = acc_gloo_all_gather(acc->gloo, &v, all, sizeof v, err, sizeof err);
+  int yes = r == ACC_OK;
+  for (int i = 0; yes && i < acc->world; i++)
+    yes = all[i] == 1;
+  free(all);
+  if (r != ACC_OK) {
+    acc__set_error(acc, r, "shared-memory setup: %s", err);
+    return -1;
+  }
+  return yes;
+}
+
+int acc__shm_connect(acc_t *acc) {
+  if (!nbf_param_bool(NBF_P_NBFORK_SHM_COLLECTIVES, 1))
+    return 0;
+  acc_shm_card_t mine, *cards = calloc((size_t)acc->world, sizeof *cards);
+  char err[1024], why[512] = "";
+  acc_shm_t *s = acc_shm_create(&mine, why, sizeof why);
+  acc_result_t r = cards ? acc_gloo_all_gather(acc->gloo, &mine, cards, sizeof mine, err, sizeof err)
+                         : ACC_ERR_NO_MEMORY;
+  if (r != ACC_OK) {
+    acc__set_error(acc, r, "shared-memory setup: %s", cards ? err : "no memory");
+    free(cards);
+    acc_shm_destroy(&s);
+    return -1;
+  }
+  int usable = 1; /* the same answer on every rank: from the same cards */
+  for (int i = 0; i < acc->world; i++)
+    usable &= cards[i].ok && strcmp(cards[i].node, cards[0].node) == 0;
+  int ok = usable && acc_shm_attach(s, cards, acc->world, acc->rank, acc->timeout_ms, why,
+                                    sizeof why) == 0;
+  free(cards);
+  int all = all_agree(acc, ok);
+  if (all == 1) {
+    acc_shm_close_fds(s);
+    acc->shm = s;
+    return 0;
+  }
+  acc_shm_destroy(&s);
+  return all < 0 ? -1 : 0;
 }

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "acc_gloo.h"
+#include "acc_shm.h"
 #include "acc_internal.h"
 #include "acc_nccl.h"
 #include "nbf_cluster.h"
@@ -317,7 +318,7 @@ static int join_group(acc_t *acc) {
     acc__set_error(acc, r, "first barrier of the process group: %s", err);
     return -1;
   }
-  return 0;
+  return acc__shm_connect(acc);
 }
 
 acc_t *acc_new(const acc_config_t *cfg) {
@@ -385,6 +386,7 @@ void acc_destroy(acc_t **acc_p) {
   if (acc->gloo) /* this rank left its group: its peers' report says so */
     nbf_rankstate_phase(acc->rankstate, NBF_RS_EXITED);
   acc_gloo_destroy(&acc->gloo);
+  acc_shm_destroy(&acc->shm);
   free(acc->accum_prev);
   acc__device_free(acc);
   free(acc->ckpt_items);

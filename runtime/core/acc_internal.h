@@ -15,6 +15,7 @@
 
 typedef struct acc_gloo acc_gloo_t;
 typedef struct acc_nccl acc_nccl_t;
+typedef struct acc_shm acc_shm_t;
 typedef struct acc_charts acc_charts_t;
 
 struct acc {
@@ -57,6 +58,9 @@ struct acc {
   acc_store_server_t *store_server; /* rank 0 when no launcher hosts it */
   acc_store_client_t *store;
   acc_gloo_t *gloo;
+  /* issue 24: host collectives through shared memory when every rank is
+   * on this node (acc_shm.h; NULL: Gloo) */
+  acc_shm_t *shm;
   acc_nccl_t *nccl;
   int broken;         /* a collective failed: the group cannot be used again */
   /* issue 21/27: collectives are numbered (1 = the first; every rank
@@ -187,6 +191,16 @@ acc_result_t acc__wait_buckets(acc_t *acc);
  * while its peers are in another collective shows as such in the
  * launcher's report; its failure is returned, never fatal. */
 acc_result_t acc__final_barrier(acc_t *acc);
+
+/* After Gloo's mesh is up: when NBFORK_SHM_COLLECTIVES allows it and
+ * every rank runs on this node, map the ranks' shared-memory workspaces
+ * (acc_shm.h) so that host collectives go through them; otherwise (or
+ * when any rank cannot) every rank keeps Gloo. Every rank decides alike.
+ * 0, or -1 when Gloo failed during the exchange (acc->err says why). */
+int acc__shm_connect(acc_t *acc);
+
+/* "shared memory" or "gloo": the path of host collectives. */
+const char *acc__host_path(const acc_t *acc);
 
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
