@@ -21,6 +21,7 @@
 
 #include "acc_half.h"
 #include "acc_internal.h"
+#include "nbf_param.h"
 #include "nbfork.h"
 #include "rt_collref.h"
 #include "rt_spawn.h"
@@ -79,8 +80,84 @@ static int addresses(int rank, int world) {
   return 0;
 }
 
+/* Every collective × dtype × op (× every root) at odd and even sizes
+ * around the shared-memory path's limits (one element, fewer elements
+ * than ranks, the naive/large threshold, one slot exactly, several
+ * slots), in one group; the path (shared memory or Gloo) must be the one
+ * NBFORK_SHM_COLLECTIVES asks for. */
+static const size_t MATRIX_COUNTS[] = {1, 2, 7, 1031, 4096, 40001, 262144, 300001};
+
+static int matrix_reduce(acc_t *acc, int rank, int world, acc_dtype_t d, acc_op_t op, size_t n) {
+  size_t esz = acc_dtype_size(d), total = n * (size_t)world;
+  void *buf = malloc(n * esz), *send = malloc(total * esz), *recv = malloc(n * esz);
+  for (size_t i = 0; i < n; i++)
+    put(buf, d, i, value(rank, i));
+  ASSERT_OK(acc, acc_all_reduce(acc, buf, n, d, op));
+  for (size_t i = 0; i < n; i++)
+    if (get(buf, d, i) != reference(d, op, world, i))
+      NBF_TEST_FAIL("all-reduce %d/%d n=%zu rank %d element %zu: got %.9g want %.9g", (int)d,
+                    (int)op, n, rank, i, get(buf, d, i), reference(d, op, world, i));
+  for (size_t j = 0; j < total; j++)
+    put(send, d, j, value(rank, j));
+  ASSERT_OK(acc, acc_reduce_scatter(acc, send, recv, n, d, op));
+  for (size_t i = 0; i < n; i++) {
+    size_t j = (size_t)rank * n + i;
+    if (get(recv, d, i) != reference(d, op, world, j))
+      NBF_TEST_FAIL("reduce-scatter %d/%d n=%zu rank %d element %zu: got %.9g want %.9g", (int)d,
+                    (int)op, n, rank, i, get(recv, d, i), reference(d, op, world, j));
+  }
+  free(buf);
+  free(send);
+  free(recv);
+  return 0;
+}
+
+static int matrix_move(acc_t *acc, int rank, int world, acc_dtype_t d, size_t n) {
+  size_t esz = acc_dtype_size(d);
+  void *buf = malloc(n * esz), *recv = malloc(n * esz * (size_t)world);
+  for (int root = 0; root < world; root++) {
+    for (size_t i = 0; i < n; i++)
+      put(buf, d, i, value(rank, i));
+    ASSERT_OK(acc, acc_broadcast(acc, buf, n, d, root));
+    for (size_t i = 0; i < n; i++)
+      if (get(buf, d, i) != value(root, i))
+        NBF_TEST_FAIL("broadcast n=%zu root %d rank %d element %zu", n, root, rank, i);
+  }
+  for (size_t i = 0; i < n; i++)
+    put(buf, d, i, value(rank, i));
+  ASSERT_OK(acc, acc_all_gather(acc, buf, recv, n, d));
+  for (int r = 0; r < world; r++)
+    for (size_t i = 0; i < n; i++)
+      if (get(recv, d, (size_t)r * n + i) != value(r, i))
+        NBF_TEST_FAIL("all-gather n=%zu rank %d block %d element %zu", n, rank, r, i);
+  ASSERT_OK(acc, acc_wait_for_everyone(acc));
+  free(buf);
+  free(recv);
+  return 0;
+}
+
+static int matrix(int rank, int world) {
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  const char *want = nbf_param_bool(NBF_P_NBFORK_SHM_COLLECTIVES, 1) ? "shared memory" : "gloo";
+  ASSERT_EQ_STR(acc__host_path(acc), want);
+  for (int d = 0; d < 6; d++)
+    for (size_t ci = 0; ci < sizeof MATRIX_COUNTS / sizeof *MATRIX_COUNTS; ci++) {
+      size_t n = MATRIX_COUNTS[ci];
+      for (int op = 0; op < 4; op++)
+        if (matrix_reduce(acc, rank, world, (acc_dtype_t)d, (acc_op_t)op, n) != 0)
+          return 1;
+      if (matrix_move(acc, rank, world, (acc_dtype_t)d, n) != 0)
+        return 1;
+    }
+  acc_destroy(&acc);
+  return 0;
+}
+
 static int run_rank(int rank, int world, void *arg) {
   const job_t *job = arg;
+  if (strcmp(job->coll, "matrix") == 0)
+    return matrix(rank, world);
   if (strcmp(job->coll, "regroup") == 0)
     return regroup(rank, world);
   if (strcmp(job->coll, "addresses") == 0)
@@ -222,5 +299,6 @@ COLLECTIVE_CASE(barrier)
 COLLECTIVE_CASE(algorithms)
 COLLECTIVE_CASE(regroup)
 COLLECTIVE_CASE(addresses)
+COLLECTIVE_CASE(matrix)
 
 NBF_TEST_MAIN()
