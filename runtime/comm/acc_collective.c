@@ -403,7 +403,7 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
 
 static acc_result_t barrier_run(acc_t *acc) {
   if (use_shm(acc)) {
-    SHM_CHECK(acc, acc_shm_barrier(acc->shm, err, sizeof err));
+    SHM_CHECK(acc, acc_shm_barrier(acc->shm, 0, err, sizeof err));
     return ACC_OK;
   }
   GLOO_CHECK(acc, acc_gloo_barrier(acc->gloo, err, sizeof err));
@@ -428,7 +428,7 @@ acc_result_t acc__final_barrier(acc_t *acc) {
   acc_result_t r = coll_begin(acc, &k, NBF_RS_BARRIER, 0, ACC_F32, ACC_SUM, -1, 0);
   if (r == ACC_OK) {
     char err[512];
-    r = acc->shm ? acc_shm_barrier(acc->shm, err, sizeof err)
+    r = acc->shm ? acc_shm_barrier(acc->shm, 1, err, sizeof err)
                  : acc_gloo_barrier(acc->gloo, err, sizeof err);
   }
   if (r == ACC_OK)

@@ -41,6 +41,20 @@
 #define SEG_BYTES (HDR_BYTES + 2 * ACC_SHM_SLOT)
 #define WAKE_MS 50 /* a sleeper's check of the deadline and the peer */
 
+/* What a member called (written before its first post of the call, read
+ * by the peers after it): a difference is an error (MISMATCH) instead of
+ * a hang or a silently wrong result. A member is at most two calls ahead
+ * of another (a broadcast's root), so a ring of 8 keeps each in place. */
+#define DESC_RING 8
+typedef struct {
+  uint64_t call;  /* the member's shared-memory calls so far, this one included */
+  uint32_t kind;  /* SHM_* below */
+  uint32_t code;  /* dtype << 8 | op of reductions, else 0 */
+  int64_t root;   /* broadcast's root, else -1 */
+  uint64_t bytes; /* of one member's contribution */
+} desc_t;
+enum { SHM_ALL_REDUCE = 1, SHM_REDUCE_SCATTER, SHM_BROADCAST, SHM_ALL_GATHER, SHM_BARRIER, SHM_LEAVE };
+
 /* The header page of a workspace; each flag on its own cache line, so a
  * member writing its flag does not invalidate the line its peers spin on
  * for another. */
@@ -53,6 +67,8 @@ typedef struct {
   _Atomic uint32_t sleepers; /* members sleeping on seq */
   char pad2[60];
   _Atomic uint32_t abort; /* set by a member that failed */
+  char pad3[60];
+  desc_t desc[DESC_RING]; /* the member's last calls, by call number */
 } hdr_t;
 
 struct acc_shm {
@@ -68,6 +84,7 @@ struct acc_shm {
   long spin_ns;
   int lost;
   const char *what; /* the collective running, for error texts */
+  uint64_t ncall;   /* calls so far */
 };
 
 static hdr_t *hdr(const acc_shm_t *s, int j) {
@@ -348,6 +365,8 @@ typedef struct {
   long deadline;
   char *err;
   size_t errlen;
+  desc_t d;     /* this call */
+  int verified; /* the peers' descriptors were compared */
 } call_t;
 
 /* Start a step that writes this member's next slot: returns the slot once
@@ -362,9 +381,58 @@ static void step_end(acc_shm_t *s, unsigned b) {
   s->step++;
 }
 
-static call_t call_start(acc_shm_t *s, const char *what, char *err, size_t errlen) {
+static call_t call_start(acc_shm_t *s, const char *what, char *err, size_t errlen, uint32_t kind,
+                         uint32_t code, int root, size_t bytes) {
   s->what = what;
-  return (call_t){now_ns() + (long)s->timeout_ms * 1000000L, err, errlen};
+  call_t c = {now_ns() + (long)s->timeout_ms * 1000000L, err, errlen,
+              {++s->ncall, kind, code, root, bytes}, 0};
+  hdr(s, s->me)->desc[c.d.call % DESC_RING] = c.d; /* published by the first post */
+  return c;
+}
+
+static void desc_text(const desc_t *d, char *out, size_t n) {
+  static const char *const kinds[] = {"?",          "all-reduce", "reduce-scatter", "broadcast",
+                                      "all-gather", "barrier",    "acc_destroy's barrier"};
+  const char *k = d->kind <= SHM_LEAVE ? kinds[d->kind] : "?";
+  if (d->kind == SHM_BARRIER || d->kind == SHM_LEAVE)
+    snprintf(out, n, "%s", k);
+  else if (d->kind == SHM_BROADCAST)
+    snprintf(out, n, "%s of %llu bytes from %lld", k, (unsigned long long)d->bytes,
+             (long long)d->root);
+  else
+    snprintf(out, n, "%s of %llu bytes (dtype %u, op %u)", k, (unsigned long long)d->bytes,
+             d->code >> 8, d->code & 255);
+}
+
+/* After the call's first wait: member j (or every peer, j < 0) called
+ * the same. */
+static acc_result_t verify(acc_shm_t *s, call_t *c, int j) {
+  if (c->verified)
+    return ACC_OK;
+  c->verified = 1;
+  for (int k = j < 0 ? 0 : j; k < (j < 0 ? s->n : j + 1); k++) {
+    const desc_t *p = &hdr(s, k)->desc[c->d.call % DESC_RING];
+    if (k == s->me || memcmp(p, &c->d, sizeof *p) == 0)
+      continue;
+    char mine[96], theirs[96], why[256];
+    desc_text(&c->d, mine, sizeof mine);
+    desc_text(p, theirs, sizeof theirs);
+    if (p->call == c->d.call && p->kind == SHM_LEAVE) { /* as a closed connection */
+      snprintf(why, sizeof why, "rank-local member %d left the group (acc_destroy) while this "
+               "rank called %s", k, mine);
+      return fail(s, ACC_ERR_PEER, k, c->err, c->errlen, why);
+    }
+    snprintf(why, sizeof why, "this rank called %s, rank-local member %d %s", mine, k,
+             p->call == c->d.call ? theirs : "is in another call");
+    return fail(s, ACC_ERR_MISMATCH, k, c->err, c->errlen, why);
+  }
+  return ACC_OK;
+}
+
+/* wait_all, then (first time in the call) compare the calls. */
+static acc_result_t sync_all(acc_shm_t *s, call_t *c) {
+  acc_result_t r = wait_all(s, s->t, c->deadline, c->err, c->errlen);
+  return r != ACC_OK ? r : verify(s, c, -1);
 }
 
 /* An aborted group fails every later call at once. */
@@ -381,7 +449,7 @@ static acc_result_t check_abort(acc_shm_t *s, const call_t *c) {
 /* Naive all-reduce of one chunk: every member copies its data into its
  * slot, then reduces all slots in member order (so every member computes
  * the same bits). */
-static acc_result_t naive_chunk(acc_shm_t *s, const call_t *c, void *buf, size_t m,
+static acc_result_t naive_chunk(acc_shm_t *s, call_t *c, void *buf, size_t m,
                                 acc_dtype_t dtype, acc_op_t op) {
   unsigned b;
   acc_result_t r = step_begin(s, c, &b);
@@ -390,8 +458,7 @@ static acc_result_t naive_chunk(acc_shm_t *s, const call_t *c, void *buf, size_t
   size_t bytes = m * acc_dtype_size(dtype);
   memcpy(slot(s, s->me, b), buf, bytes);
   post(s);
-  r = wait_all(s, s->t, c->deadline, c->err, c->errlen);
-  if (r != ACC_OK)
+  if ((r = sync_all(s, c)) != ACC_OK)
     return r;
   const void *in[s->n];
   for (int j = 0; j < s->n; j++)
@@ -411,7 +478,7 @@ static size_t block_at(size_t m, int j, int n) {
  * the others reduce into its slot, reduces its own block from the
  * others' slots and its own buffer into its slot, then copies the
  * others' reduced blocks out of their slots. */
-static acc_result_t rsag_chunk(acc_shm_t *s, const call_t *c, unsigned char *buf, size_t m,
+static acc_result_t rsag_chunk(acc_shm_t *s, call_t *c, unsigned char *buf, size_t m,
                                acc_dtype_t dtype, acc_op_t op) {
   unsigned b;
   acc_result_t r = step_begin(s, c, &b);
@@ -423,7 +490,7 @@ static acc_result_t rsag_chunk(acc_shm_t *s, const call_t *c, unsigned char *buf
   memcpy(own, buf, lo);
   memcpy(own + hi, buf + hi, m * esz - hi);
   post(s);
-  if ((r = wait_all(s, s->t, c->deadline, c->err, c->errlen)) != ACC_OK)
+  if ((r = sync_all(s, c)) != ACC_OK)
     return r;
   const void *in[s->n];
   for (int j = 0; j < s->n; j++)
@@ -431,7 +498,7 @@ static acc_result_t rsag_chunk(acc_shm_t *s, const call_t *c, unsigned char *buf
   acc_reduce_many(own + lo, in, s->n, (hi - lo) / esz, dtype, op, op == ACC_AVG ? s->n : 0);
   memcpy(buf + lo, own + lo, hi - lo);
   post(s);
-  if ((r = wait_all(s, s->t, c->deadline, c->err, c->errlen)) != ACC_OK)
+  if ((r = sync_all(s, c)) != ACC_OK)
     return r;
   for (int j = 0; j < s->n; j++) {
     if (j == s->me)
@@ -445,7 +512,8 @@ static acc_result_t rsag_chunk(acc_shm_t *s, const call_t *c, unsigned char *buf
 
 acc_result_t acc_shm_all_reduce(acc_shm_t *s, void *buf, size_t count, acc_dtype_t dtype,
                                 acc_op_t op, char *err, size_t errlen) {
-  call_t c = call_start(s, "all-reduce", err, errlen);
+  call_t c = call_start(s, "all-reduce", err, errlen, SHM_ALL_REDUCE, (uint32_t)dtype << 8 | op, -1,
+                        count * acc_dtype_size(dtype));
   acc_result_t r = check_abort(s, &c);
   size_t esz = acc_dtype_size(dtype), per = ACC_SHM_SLOT / esz;
   int naive = count * esz <= ACC_SHM_NAIVE_MAX;
@@ -460,7 +528,7 @@ acc_result_t acc_shm_all_reduce(acc_shm_t *s, void *buf, size_t count, acc_dtype
 /* One chunk of a reduce-scatter: m elements of each member's block,
  * starting `at` into the block (blocks are `count` long). The slot holds
  * the n pieces side by side; member j's piece is reduced by member j. */
-static acc_result_t rs_chunk(acc_shm_t *s, const call_t *c, const unsigned char *send,
+static acc_result_t rs_chunk(acc_shm_t *s, call_t *c, const unsigned char *send,
                              unsigned char *recv, size_t count, size_t at, size_t m,
                              acc_dtype_t dtype, acc_op_t op) {
   unsigned b;
@@ -473,7 +541,7 @@ static acc_result_t rs_chunk(acc_shm_t *s, const call_t *c, const unsigned char 
     if (j != s->me)
       memcpy(own + (size_t)j * piece, send + ((size_t)j * count + at) * esz, piece);
   post(s);
-  if ((r = wait_all(s, s->t, c->deadline, c->err, c->errlen)) != ACC_OK)
+  if ((r = sync_all(s, c)) != ACC_OK)
     return r;
   const void *in[s->n];
   for (int j = 0; j < s->n; j++)
@@ -486,7 +554,8 @@ static acc_result_t rs_chunk(acc_shm_t *s, const call_t *c, const unsigned char 
 
 acc_result_t acc_shm_reduce_scatter(acc_shm_t *s, const void *send, void *recv, size_t count,
                                     acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen) {
-  call_t c = call_start(s, "reduce-scatter", err, errlen);
+  call_t c = call_start(s, "reduce-scatter", err, errlen, SHM_REDUCE_SCATTER,
+                        (uint32_t)dtype << 8 | op, -1, count * acc_dtype_size(dtype));
   acc_result_t r = check_abort(s, &c);
   size_t esz = acc_dtype_size(dtype), per = ACC_SHM_SLOT / esz / (size_t)s->n;
   for (size_t at = 0; r == ACC_OK && at < count; at += per) {
@@ -498,7 +567,7 @@ acc_result_t acc_shm_reduce_scatter(acc_shm_t *s, const void *send, void *recv, 
 
 acc_result_t acc_shm_broadcast(acc_shm_t *s, void *buf, size_t bytes, int root, char *err,
                                size_t errlen) {
-  call_t c = call_start(s, "broadcast", err, errlen);
+  call_t c = call_start(s, "broadcast", err, errlen, SHM_BROADCAST, 0, root, bytes);
   acc_result_t r = check_abort(s, &c);
   for (size_t at = 0; r == ACC_OK && at < bytes; at += ACC_SHM_SLOT) {
     size_t m = bytes - at < ACC_SHM_SLOT ? bytes - at : ACC_SHM_SLOT;
@@ -508,7 +577,8 @@ acc_result_t acc_shm_broadcast(acc_shm_t *s, void *buf, size_t bytes, int root, 
         break;
       memcpy(slot(s, root, b), (unsigned char *)buf + at, m);
     } else {
-      if ((r = wait_one(s, root, s->t + 1, c.deadline, err, errlen)) != ACC_OK)
+      if ((r = wait_one(s, root, s->t + 1, c.deadline, err, errlen)) != ACC_OK ||
+          (r = verify(s, &c, root)) != ACC_OK)
         break;
       memcpy((unsigned char *)buf + at, slot(s, root, b), m);
     }
@@ -520,7 +590,7 @@ acc_result_t acc_shm_broadcast(acc_shm_t *s, void *buf, size_t bytes, int root, 
 
 acc_result_t acc_shm_all_gather(acc_shm_t *s, const void *send, void *recv, size_t bytes,
                                 char *err, size_t errlen) {
-  call_t c = call_start(s, "all-gather", err, errlen);
+  call_t c = call_start(s, "all-gather", err, errlen, SHM_ALL_GATHER, 0, -1, bytes);
   acc_result_t r = check_abort(s, &c);
   unsigned char *out = recv;
   for (size_t at = 0; r == ACC_OK && at < bytes; at += ACC_SHM_SLOT) {
@@ -530,7 +600,7 @@ acc_result_t acc_shm_all_gather(acc_shm_t *s, const void *send, void *recv, size
       break;
     memcpy(slot(s, s->me, b), (const unsigned char *)send + at, m);
     post(s);
-    if ((r = wait_all(s, s->t, c.deadline, err, errlen)) != ACC_OK)
+    if ((r = sync_all(s, &c)) != ACC_OK)
       break;
     for (int j = 0; j < s->n; j++) {
       unsigned char *dst = out + (size_t)j * bytes + at;
@@ -544,11 +614,11 @@ acc_result_t acc_shm_all_gather(acc_shm_t *s, const void *send, void *recv, size
   return r;
 }
 
-acc_result_t acc_shm_barrier(acc_shm_t *s, char *err, size_t errlen) {
-  call_t c = call_start(s, "barrier", err, errlen);
+acc_result_t acc_shm_barrier(acc_shm_t *s, int leaving, char *err, size_t errlen) {
+  call_t c = call_start(s, "barrier", err, errlen, leaving ? SHM_LEAVE : SHM_BARRIER, 0, -1, 0);
   acc_result_t r = check_abort(s, &c);
   if (r != ACC_OK)
     return r;
   post(s);
-  return wait_all(s, s->t, c.deadline, err, errlen);
+  return sync_all(s, &c);
 }

@@ -17,7 +17,10 @@
  * deadline and whether the peer still lives; a member that fails sets
  * every peer's abort word and wakes them, so they fail at once too.
  *
- * Every member must make the same sequence of calls. After a failure
+ * Every member must make the same sequence of calls: each call's kind,
+ * size, dtype, op and root are published in the header and compared by
+ * the peers at the call's first wait, so that differing calls fail with
+ * ACC_ERR_MISMATCH instead of hanging or mixing data. After a failure
  * the group must not be used again. Internal.
  */
 #ifndef ACC_SHM_H
@@ -95,7 +98,10 @@ acc_result_t acc_shm_broadcast(acc_shm_t *s, void *buf, size_t bytes, int root, 
  * be recv + me*bytes (in place). */
 acc_result_t acc_shm_all_gather(acc_shm_t *s, const void *send, void *recv, size_t bytes,
                                 char *err, size_t errlen);
-acc_result_t acc_shm_barrier(acc_shm_t *s, char *err, size_t errlen);
+/* leaving = 1: acc_destroy's barrier; a peer in another collective then
+ * fails with ACC_ERR_PEER (this member left), as after a closed
+ * connection. */
+acc_result_t acc_shm_barrier(acc_shm_t *s, int leaving, char *err, size_t errlen);
 
 /* A collective failed on this member: make every peer's current or next
  * wait fail at once (ACC_ERR_PEER). */
