@@ -176,6 +176,18 @@ static void reduce_many_half(uint16_t *out, const void *const *in, int n, size_t
   }
 }
 
+/* out's bytes overlap those of an input folded after the first pass
+ * (in[2..]): folding in place would read what it already overwrote. */
+static int overlaps_later(const void *out, const void *const *in, int n, size_t bytes) {
+  uintptr_t a = (uintptr_t)out, z = a + bytes;
+  for (int j = 2; j < n; j++) {
+    uintptr_t b = (uintptr_t)in[j];
+    if (b < z && a < b + bytes)
+      return 1;
+  }
+  return 0;
+}
+
 void acc_reduce_many(void *out, const void *const *in, int n, size_t count, acc_dtype_t dtype,
                      acc_op_t op, int divide_by) {
   if (dtype == ACC_F16 || dtype == ACC_BF16) {
@@ -186,6 +198,15 @@ void acc_reduce_many(void *out, const void *const *in, int n, size_t count, acc_
   size_t esz = acc_dtype_size(dtype);
   if (!f || !esz)
     return;
+  if (n >= 2 && !overlaps_later(out, in, n, count * esz)) {
+    /* fold straight into out: one pass less over the data */
+    f(out, in[0], in[1], count);
+    for (int j = 2; j < n; j++)
+      f(out, out, in[j], count);
+    if (divide_by > 1)
+      acc_reduce_divide(out, count, dtype, divide_by);
+    return;
+  }
   uint64_t block[RM_BLOCK]; /* RM_BLOCK elements of up to 8 bytes */
   for (size_t at = 0; at < count; at += RM_BLOCK) {
     size_t m = count - at < RM_BLOCK ? count - at : RM_BLOCK, off = at * esz;

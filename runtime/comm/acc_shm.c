@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -315,13 +316,18 @@ static acc_result_t wait_one(acc_shm_t *s, int j, uint32_t t, long deadline, cha
   hdr_t *h = hdr(s, j);
   if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t))
     return ACC_OK;
-  long until = now_ns() + s->spin_ns;
+  long start = now_ns(), until = start + s->spin_ns, yield_from = start + 2000;
   for (unsigned i = 1;; i++) {
     if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t))
       return ACC_OK;
     cpu_relax();
-    if ((i & 63) == 0 && now_ns() > until)
-      break;
+    if ((i & 63) == 0) {
+      long now = now_ns();
+      if (now > until)
+        break;
+      if (now > yield_from) /* the peer may be waiting for this core */
+        sched_yield();
+    }
   }
   return sleep_for(s, j, t, deadline, err, errlen);
 }

@@ -39,7 +39,9 @@ extern "C" {
 typedef struct acc_shm acc_shm_t;
 
 /* Bytes of one slot (a member's workspace holds two). */
+#ifndef ACC_SHM_SLOT
 #define ACC_SHM_SLOT ((size_t)1 << 20)
+#endif
 
 /* All-reduces of at most this many bytes run the naive symmetric
  * algorithm (every member reduces the whole buffer from every slot: one
