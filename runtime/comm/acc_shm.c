@@ -41,6 +41,7 @@
 #define HDR_BYTES ((size_t)4096)
 #define SEG_BYTES (HDR_BYTES + 2 * ACC_SHM_SLOT)
 #define WAKE_MS 50 /* a sleeper's check of the deadline and the peer */
+#define SPIN_MIN_NS 2000L
 
 /* What a member called (written before its first post of the call, read
  * by the peers after it): a difference is an error (MISMATCH) instead of
@@ -82,7 +83,8 @@ struct acc_shm {
   uint32_t done[2]; /* a slot may be written once every member posted this */
   unsigned step;
   int timeout_ms;
-  long spin_ns;
+  long spin_ns;     /* how long a wait spins before it sleeps (adaptive) */
+  long spin_max_ns; /* its ceiling */
   int lost;
   const char *what; /* the collective running, for error texts */
   uint64_t ncall;   /* calls so far */
@@ -218,7 +220,8 @@ int acc_shm_attach(acc_shm_t *s, const acc_shm_card_t *cards, int n, int me, int
    * members outnumber the CPUs a spinning member holds the core its peer
    * needs: spin far less. */
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  s->spin_ns = cpus > 0 && n > cpus ? 2000 : 30000;
+  s->spin_max_ns = cpus > 0 && n > cpus ? SPIN_MIN_NS : 50000;
+  s->spin_ns = s->spin_max_ns;
   return 0;
 }
 
@@ -310,16 +313,23 @@ static acc_result_t sleep_for(acc_shm_t *s, int j, uint32_t t, long deadline, ch
   }
 }
 
-/* Wait until member j posted t: spin for spin_ns, then sleep. */
+/* Wait until member j posted t: spin for spin_ns (yielding the core
+ * after the first 2 us: on a busy machine the peer may be waiting for
+ * it), then sleep. The budget adapts as an adaptive mutex's does: a wait
+ * that ended while spinning doubles it (back-to-back collectives: the
+ * latency of a spin), one that had to sleep halves it (training steps,
+ * whose ranks arrive milliseconds apart: no CPU burnt on spinning). */
 static acc_result_t wait_one(acc_shm_t *s, int j, uint32_t t, long deadline, char *err,
                              size_t errlen) {
   hdr_t *h = hdr(s, j);
   if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t))
     return ACC_OK;
-  long start = now_ns(), until = start + s->spin_ns, yield_from = start + 2000;
+  long start = now_ns(), until = start + s->spin_ns, yield_from = start + SPIN_MIN_NS;
   for (unsigned i = 1;; i++) {
-    if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t))
+    if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t)) {
+      s->spin_ns = s->spin_ns * 2 > s->spin_max_ns ? s->spin_max_ns : s->spin_ns * 2;
       return ACC_OK;
+    }
     cpu_relax();
     if ((i & 63) == 0) {
       long now = now_ns();
@@ -329,6 +339,7 @@ static acc_result_t wait_one(acc_shm_t *s, int j, uint32_t t, long deadline, cha
         sched_yield();
     }
   }
+  s->spin_ns = s->spin_ns / 2 < SPIN_MIN_NS ? SPIN_MIN_NS : s->spin_ns / 2;
   return sleep_for(s, j, t, deadline, err, errlen);
 }
 
