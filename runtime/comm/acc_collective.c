@@ -26,7 +26,6 @@
 #include "acc_nccl.h"
 #include "acc_reduce.h"
 #include "acc_shm.h"
-#include "nbf_param.h"
 #include "nbf_rankstate.h"
 #include "nbf_util.h"
 
@@ -57,7 +56,7 @@ static acc_result_t gloo_failed(acc_t *acc, acc_result_t r, const char *err) {
 /* A shared-memory collective failed: the group is unusable from now on,
  * and the peers must not wait for this rank any more. */
 static acc_result_t shm_failed(acc_t *acc, acc_result_t r, const char *err) {
-  acc_shm_abort(acc->shm);
+  acc__node_abort(acc);
   return gloo_failed(acc, r, err);
 }
 
@@ -195,7 +194,7 @@ static acc_result_t coll_end(acc_t *acc, const coll_t *k, acc_result_t r) {
   }
   if (!k->was_broken) { /* the first cause, not an echo of it */
     int peer = r != ACC_ERR_PEER && r != ACC_ERR_TIMEOUT ? -1
-               : acc->shm                              ? acc_shm_lost_member(acc->shm)
+               : acc->node                             ? acc__node_lost_rank(acc)
                                                        : acc_gloo_lost_peer(acc->gloo);
     nbf_rankstate_error(acc->rankstate, (int)r, peer, &k->c, acc->err);
   }
@@ -234,7 +233,7 @@ static acc_result_t coll_end(acc_t *acc, const coll_t *k, acc_result_t r) {
 /* Host collectives go through shared memory (unless a Gloo all-reduce
  * algorithm is forced, for benchmarks and their tests). */
 static int use_shm(const acc_t *acc) {
-  return acc->shm != NULL;
+  return acc->node != NULL;
 }
 
 static acc_result_t all_reduce_run(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
@@ -244,7 +243,7 @@ static acc_result_t all_reduce_run(acc_t *acc, void *buf, size_t count, acc_dtyp
   if (dev)
     return acc_nccl_collective(acc, ACC_NCCL_ALL_REDUCE, buf, buf, count, dtype, op, 0);
   if (use_shm(acc) && acc->allreduce_algo == 0) {
-    SHM_CHECK(acc, acc_shm_all_reduce(acc->shm, buf, count, dtype, op, err, sizeof err));
+    SHM_CHECK(acc, acc__node_all_reduce(acc, buf, count, dtype, op, err, sizeof err));
     return ACC_OK;
   }
   GLOO_CHECK(acc, acc_gloo_all_reduce_algo(acc->gloo, buf, count, dtype, op,
@@ -275,8 +274,8 @@ static acc_result_t broadcast_run(acc_t *acc, void *buf, size_t count, acc_dtype
   if (dev)
     return acc_nccl_collective(acc, ACC_NCCL_BROADCAST, buf, buf, count, dtype, ACC_SUM, root);
   if (use_shm(acc)) {
-    SHM_CHECK(acc, acc_shm_broadcast(acc->shm, buf, count * acc_dtype_size(dtype), root, err,
-                                     sizeof err));
+    SHM_CHECK(acc, acc__node_broadcast(acc, buf, count * acc_dtype_size(dtype), root, err,
+                                       sizeof err));
     return ACC_OK;
   }
   GLOO_CHECK(acc, acc_gloo_broadcast(acc->gloo, buf, count * acc_dtype_size(dtype), root, err,
@@ -321,7 +320,7 @@ static acc_result_t all_gather_run(acc_t *acc, const void *send, void *recv, siz
     return r;
   size_t bytes = count * acc_dtype_size(dtype);
   if (use_shm(acc)) {
-    SHM_CHECK(acc, acc_shm_all_gather(acc->shm, send, recv, bytes, err, sizeof err));
+    SHM_CHECK(acc, acc__node_all_gather(acc, send, recv, bytes, err, sizeof err));
     return ACC_OK;
   }
   GLOO_CHECK(acc, acc_gloo_all_gather(acc->gloo, send, recv, bytes, err, sizeof err));
@@ -357,7 +356,7 @@ static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv,
     return r;
   if (use_shm(acc)) {
     SHM_CHECK(acc,
-              acc_shm_reduce_scatter(acc->shm, send, recv, count, dtype, op, err, sizeof err));
+              acc__node_reduce_scatter(acc, send, recv, count, dtype, op, err, sizeof err));
     return ACC_OK;
   }
   size_t esz = acc_dtype_size(dtype), bytes = count * esz;
@@ -403,7 +402,7 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
 
 static acc_result_t barrier_run(acc_t *acc) {
   if (use_shm(acc)) {
-    SHM_CHECK(acc, acc_shm_barrier(acc->shm, 0, err, sizeof err));
+    SHM_CHECK(acc, acc__node_barrier(acc, 0, err, sizeof err));
     return ACC_OK;
   }
   GLOO_CHECK(acc, acc_gloo_barrier(acc->gloo, err, sizeof err));
@@ -428,7 +427,7 @@ acc_result_t acc__final_barrier(acc_t *acc) {
   acc_result_t r = coll_begin(acc, &k, NBF_RS_BARRIER, 0, ACC_F32, ACC_SUM, -1, 0);
   if (r == ACC_OK) {
     char err[512];
-    r = acc->shm ? acc_shm_barrier(acc->shm, 1, err, sizeof err)
+    r = acc->node ? acc__node_barrier(acc, 1, err, sizeof err)
                  : acc_gloo_barrier(acc->gloo, err, sizeof err);
   }
   if (r == ACC_OK)
@@ -479,60 +478,4 @@ acc_result_t acc__wait_buckets(acc_t *acc) {
   if (!acc->broken)
     gloo_failed(acc, r, err);
   return coll_end(acc, &k, r);
-}
-
-/* ---- the shared-memory group (issue 24) ---- */
-
-const char *acc__host_path(const acc_t *acc) {
-  return acc && acc->shm ? "shared memory" : "gloo";
-}
-
-/* Every rank's 1/0 all-gathered: 1 when all are 1. -1 when Gloo failed. */
-static int all_agree(acc_t *acc, int mine) {
-  int32_t *all = calloc((size_t)acc->world, sizeof *all), v = mine;
-  char err[1024];
-  if (!all) {
-    acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
-    return -1;
-  }
-  acc_result_t r = acc_gloo_all_gather(acc->gloo, &v, all, sizeof v, err, sizeof err);
-  int yes = r == ACC_OK;
-  for (int i = 0; yes && i < acc->world; i++)
-    yes = all[i] == 1;
-  free(all);
-  if (r != ACC_OK) {
-    acc__set_error(acc, r, "shared-memory setup: %s", err);
-    return -1;
-  }
-  return yes;
-}
-
-int acc__shm_connect(acc_t *acc) {
-  if (!nbf_param_bool(NBF_P_NBFORK_SHM_COLLECTIVES, 1))
-    return 0;
-  acc_shm_card_t mine, *cards = calloc((size_t)acc->world, sizeof *cards);
-  char err[1024], why[512] = "";
-  acc_shm_t *s = acc_shm_create(&mine, why, sizeof why);
-  acc_result_t r = cards ? acc_gloo_all_gather(acc->gloo, &mine, cards, sizeof mine, err, sizeof err)
-                         : ACC_ERR_NO_MEMORY;
-  if (r != ACC_OK) {
-    acc__set_error(acc, r, "shared-memory setup: %s", cards ? err : "no memory");
-    free(cards);
-    acc_shm_destroy(&s);
-    return -1;
-  }
-  int usable = 1; /* the same answer on every rank: from the same cards */
-  for (int i = 0; i < acc->world; i++)
-    usable &= cards[i].ok && strcmp(cards[i].node, cards[0].node) == 0;
-  int ok = usable && acc_shm_attach(s, cards, acc->world, acc->rank, acc->timeout_ms, why,
-                                    sizeof why) == 0;
-  free(cards);
-  int all = all_agree(acc, ok);
-  if (all == 1) {
-    acc_shm_close_fds(s);
-    acc->shm = s;
-    return 0;
-  }
-  acc_shm_destroy(&s);
-  return all < 0 ? -1 : 0;
 }

@@ -37,7 +37,6 @@
 #include <unistd.h>
 
 #include "acc_gloo.h"
-#include "acc_shm.h"
 #include "acc_internal.h"
 #include "acc_nccl.h"
 #include "nbf_cluster.h"
@@ -318,7 +317,7 @@ static int join_group(acc_t *acc) {
     acc__set_error(acc, r, "first barrier of the process group: %s", err);
     return -1;
   }
-  return acc__shm_connect(acc);
+  return acc__node_connect(acc, host);
 }
 
 acc_t *acc_new(const acc_config_t *cfg) {
@@ -377,6 +376,7 @@ void acc_destroy(acc_t **acc_p) {
    * the store after acc_new's first barrier, and a rank that leaves the
    * barrier and joins a new group at once must not reach this old store. */
   acc_gloo_release_store(acc->gloo);
+  acc__node_release_store(acc);
   acc_store_client_destroy(&acc->store);
   acc_store_server_stop(&acc->store_server);
   /* Leave together, so nobody tears down a connection a peer still reads. */
@@ -386,7 +386,7 @@ void acc_destroy(acc_t **acc_p) {
   if (acc->gloo) /* this rank left its group: its peers' report says so */
     nbf_rankstate_phase(acc->rankstate, NBF_RS_EXITED);
   acc_gloo_destroy(&acc->gloo);
-  acc_shm_destroy(&acc->shm);
+  acc__node_destroy(acc);
   free(acc->accum_prev);
   acc__device_free(acc);
   free(acc->ckpt_items);

@@ -15,7 +15,7 @@
 
 typedef struct acc_gloo acc_gloo_t;
 typedef struct acc_nccl acc_nccl_t;
-typedef struct acc_shm acc_shm_t;
+typedef struct acc_node acc_node_t;
 typedef struct acc_charts acc_charts_t;
 
 struct acc {
@@ -58,9 +58,9 @@ struct acc {
   acc_store_server_t *store_server; /* rank 0 when no launcher hosts it */
   acc_store_client_t *store;
   acc_gloo_t *gloo;
-  /* issue 24: host collectives through shared memory when every rank is
-   * on this node (acc_shm.h; NULL: Gloo) */
-  acc_shm_t *shm;
+  /* issue 24: host collectives by node, through shared memory within a
+   * node (acc_node.c, acc_shm.h; NULL: Gloo only) */
+  acc_node_t *node;
   acc_nccl_t *nccl;
   int broken;         /* a collective failed: the group cannot be used again */
   /* issue 21/27: collectives are numbered (1 = the first; every rank
@@ -192,14 +192,36 @@ acc_result_t acc__wait_buckets(acc_t *acc);
  * launcher's report; its failure is returned, never fatal. */
 acc_result_t acc__final_barrier(acc_t *acc);
 
-/* After Gloo's mesh is up: when NBFORK_SHM_COLLECTIVES allows it and
- * every rank runs on this node, map the ranks' shared-memory workspaces
- * (acc_shm.h) so that host collectives go through them; otherwise (or
- * when any rank cannot) every rank keeps Gloo. Every rank decides alike.
- * 0, or -1 when Gloo failed during the exchange (acc->err says why). */
-int acc__shm_connect(acc_t *acc);
+/* After Gloo's mesh is up, unless NBFORK_SHM_COLLECTIVES=0: group the
+ * ranks by node, map each node's shared-memory workspaces (acc_shm.h)
+ * and, with several nodes, connect one leader per node through Gloo
+ * (listening on `host`), so that host collectives go node-local through
+ * shared memory and between nodes through the leaders. When any rank
+ * cannot map its node's workspaces, every rank keeps Gloo (all decide
+ * alike). 0, or -1 when Gloo failed (acc->err says why). acc_node.c. */
+int acc__node_connect(acc_t *acc, const char *host);
+void acc__node_release_store(acc_t *acc); /* the store is about to go */
+void acc__node_destroy(acc_t *acc);
 
-/* "shared memory" or "gloo": the path of host collectives. */
+/* The host collectives by node (acc->node set): as the public calls,
+ * errors TIMEOUT, PEER (a member or node died or failed), MISMATCH (the
+ * ranks of a node called different collectives), with the text in err.
+ * leaving = 1: acc_destroy's barrier. */
+acc_result_t acc__node_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                  acc_op_t op, char *err, size_t errlen);
+acc_result_t acc__node_broadcast(acc_t *acc, void *buf, size_t bytes, int root, char *err,
+                                 size_t errlen);
+acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes,
+                                  char *err, size_t errlen);
+acc_result_t acc__node_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                      acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen);
+acc_result_t acc__node_barrier(acc_t *acc, int leaving, char *err, size_t errlen);
+/* After a failure: the rank it lost (or -1); wake this node's members. */
+int acc__node_lost_rank(const acc_t *acc);
+void acc__node_abort(acc_t *acc);
+
+/* "shared memory", "shared memory + gloo between nodes" or "gloo": the
+ * path of host collectives. */
 const char *acc__host_path(const acc_t *acc);
 
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */

@@ -136,10 +136,18 @@ static int matrix_move(acc_t *acc, int rank, int world, acc_dtype_t d, size_t n)
   return 0;
 }
 
-static int matrix(int rank, int world) {
+/* nodes = 0: every rank on this node; else ranks declared on `nodes`
+ * nodes (NODE_RANK = rank % nodes: interleaved, so that nodes hold
+ * ranks that are not contiguous and, for odd worlds, unequal counts). */
+static int matrix(int rank, int world, int nodes) {
+  char node[16];
+  snprintf(node, sizeof node, "%d", nodes ? rank % nodes : 0);
+  setenv("NODE_RANK", node, 1);
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
-  const char *want = nbf_param_bool(NBF_P_NBFORK_SHM_COLLECTIVES, 1) ? "shared memory" : "gloo";
+  const char *want = !nbf_param_bool(NBF_P_NBFORK_SHM_COLLECTIVES, 1) ? "gloo"
+                     : nodes > 1 ? "shared memory + gloo between nodes"
+                                 : "shared memory";
   ASSERT_EQ_STR(acc__host_path(acc), want);
   for (int d = 0; d < 6; d++)
     for (size_t ci = 0; ci < sizeof MATRIX_COUNTS / sizeof *MATRIX_COUNTS; ci++) {
@@ -157,7 +165,9 @@ static int matrix(int rank, int world) {
 static int run_rank(int rank, int world, void *arg) {
   const job_t *job = arg;
   if (strcmp(job->coll, "matrix") == 0)
-    return matrix(rank, world);
+    return matrix(rank, world, 0);
+  if (strcmp(job->coll, "matrix_nodes") == 0)
+    return matrix(rank, world, 2);
   if (strcmp(job->coll, "regroup") == 0)
     return regroup(rank, world);
   if (strcmp(job->coll, "addresses") == 0)
@@ -300,5 +310,6 @@ COLLECTIVE_CASE(algorithms)
 COLLECTIVE_CASE(regroup)
 COLLECTIVE_CASE(addresses)
 COLLECTIVE_CASE(matrix)
+COLLECTIVE_CASE(matrix_nodes)
 
 NBF_TEST_MAIN()
