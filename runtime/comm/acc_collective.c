@@ -54,9 +54,12 @@ static acc_result_t gloo_failed(acc_t *acc, acc_result_t r, const char *err) {
 }
 
 /* A shared-memory collective failed: the group is unusable from now on,
- * and the peers must not wait for this rank any more. */
+ * and the peers must not wait for this rank any more. A timeout aborts
+ * nobody: the peers waiting for the same late rank reach their own
+ * deadline at the same time, and each reports its own wait. */
 static acc_result_t shm_failed(acc_t *acc, acc_result_t r, const char *err) {
-  acc__node_abort(acc);
+  if (r != ACC_ERR_TIMEOUT)
+    acc__node_abort(acc);
   return gloo_failed(acc, r, err);
 }
 
