@@ -123,9 +123,12 @@ static acc_result_t verify_call(acc_t *acc, const nbf_rs_call_t *c) {
   if (!all)
     return acc__set_error(acc, ACC_ERR_NO_MEMORY, "debug mode: no memory");
   char err[1024];
-  acc_result_t r = acc_gloo_all_gather(acc->gloo, &mine, all, sizeof mine, err, sizeof err);
+  acc_result_t r = acc->node ? acc__node_all_gather(acc, &mine, all, sizeof mine, err, sizeof err)
+                             : acc_gloo_all_gather(acc->gloo, &mine, all, sizeof mine, err, sizeof err);
   if (r != ACC_OK) {
     free(all);
+    if (acc->node && r != ACC_ERR_TIMEOUT)
+      acc__node_abort(acc);
     return gloo_failed(acc, r, err);
   }
   int differ = 0;
@@ -233,10 +236,16 @@ static acc_result_t coll_end(acc_t *acc, const coll_t *k, acc_result_t r) {
       return shm_failed((acc), shm_r_, err);                                                       \
   } while (0)
 
-/* Host collectives go through shared memory (unless a Gloo all-reduce
- * algorithm is forced, for benchmarks and their tests). */
+/* Host collectives go by node (shared memory) when the group was joined
+ * so. */
 static int use_shm(const acc_t *acc) {
   return acc->node != NULL;
+}
+
+/* A Gloo all-reduce algorithm forced (benchmarks and their tests) is run
+ * where Gloo's mesh exists, i.e. with NBFORK_SHM_COLLECTIVES=0. */
+static int shm_all_reduce(const acc_t *acc) {
+  return acc->node && (acc->allreduce_algo == 0 || !acc->gloo);
 }
 
 static acc_result_t all_reduce_run(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
@@ -245,7 +254,7 @@ static acc_result_t all_reduce_run(acc_t *acc, void *buf, size_t count, acc_dtyp
     return ACC_OK;
   if (dev)
     return acc_nccl_collective(acc, ACC_NCCL_ALL_REDUCE, buf, buf, count, dtype, op, 0);
-  if (use_shm(acc) && acc->allreduce_algo == 0) {
+  if (shm_all_reduce(acc)) {
     SHM_CHECK(acc, acc__node_all_reduce(acc, buf, count, dtype, op, err, sizeof err));
     return ACC_OK;
   }
@@ -448,7 +457,7 @@ void acc__set_allreduce_algo(acc_t *acc, int algo) {
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
   if (!acc || acc->world == 1)
     return "none (one process)";
-  if (use_shm(acc) && acc->allreduce_algo == 0)
+  if (shm_all_reduce(acc))
     return bytes <= ACC_SHM_NAIVE_MAX ? "shm naive"
                                       : "shm reduce-scatter+gather";
   acc_gloo_algo_t a = (acc_gloo_algo_t)acc->allreduce_algo;

@@ -47,23 +47,74 @@ static void node_free(acc_node_t *nd) {
   free(nd);
 }
 
-/* Every rank's 1/0 all-gathered: 1 when all are 1. -1 when Gloo failed. */
+/* Every rank's `len` bytes into all (rank-major), through the store in
+ * O(N) messages: each rank sets its key, rank 0 collects them and sets
+ * one key with the whole table, which every rank reads once. (A full
+ * mesh's rendezvous makes every rank read every other rank's key: N^2
+ * messages through the one store, and N^2/2 connections after.) 0, or -1
+ * with acc's error set. */
+static int store_all_gather(acc_t *acc, const char *name, const void *mine, size_t len,
+                            void *all) {
+  char key[320];
+  const size_t total = len * (size_t)acc->world;
+  acc_result_t r = ACC_OK;
+  int who = -1; /* whose key timed out */
+  if (acc->rank != 0) {
+    snprintf(key, sizeof key, "%snode/%s/%d", acc->key_prefix, name, acc->rank);
+    r = acc_store_set(acc->store, key, mine, len);
+  } else {
+    memcpy(all, mine, len);
+    for (int q = 1; q < acc->world && r == ACC_OK; q++) {
+      void *v = NULL;
+      size_t n = 0;
+      snprintf(key, sizeof key, "%snode/%s/%d", acc->key_prefix, name, q);
+      r = acc_store_get(acc->store, key, &v, &n);
+      if (r == ACC_OK && n != len)
+        r = ACC_ERR_STORE;
+      if (r == ACC_OK)
+        memcpy((char *)all + (size_t)q * len, v, len);
+      else
+        who = q;
+      free(v);
+    }
+    snprintf(key, sizeof key, "%snode/%s/all", acc->key_prefix, name);
+    if (r == ACC_OK)
+      r = acc_store_set(acc->store, key, all, total);
+  }
+  if (r == ACC_OK && acc->rank != 0) {
+    void *v = NULL;
+    size_t n = 0;
+    snprintf(key, sizeof key, "%snode/%s/all", acc->key_prefix, name);
+    r = acc_store_get(acc->store, key, &v, &n);
+    if (r == ACC_OK && n != total)
+      r = ACC_ERR_STORE;
+    if (r == ACC_OK)
+      memcpy(all, v, total);
+    free(v);
+  }
+  if (r == ACC_OK)
+    return 0;
+  if (r == ACC_ERR_TIMEOUT && who > 0)
+    acc__set_error(acc, r, "rendezvous: rank %d did not arrive in time (not started, crashed "
+                   "before acc_new, or started with another MASTER_ADDR/MASTER_PORT/WORLD_SIZE/"
+                   "NBFORK_RUN_ID): %s", who, acc_store_client_error(acc->store));
+  else
+    acc__set_error(acc, r, "rendezvous (store key '%s'): %s", key,
+                   acc_store_client_error(acc->store));
+  return -1;
+}
+
+/* Every rank's 1/0 through the store: 1 when all are 1, -1 on failure. */
 static int all_agree(acc_t *acc, int mine) {
   int32_t *all = calloc((size_t)acc->world, sizeof *all), v = mine;
-  char err[1024];
   if (!all) {
     acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
     return -1;
   }
-  acc_result_t r = acc_gloo_all_gather(acc->gloo, &v, all, sizeof v, err, sizeof err);
-  int yes = r == ACC_OK;
-  for (int i = 0; yes && i < acc->world; i++)
+  int yes = store_all_gather(acc, "ok", &v, sizeof v, all) == 0 ? 1 : -1;
+  for (int i = 0; yes == 1 && i < acc->world; i++)
     yes = all[i] == 1;
   free(all);
-  if (r != ACC_OK) {
-    acc__set_error(acc, r, "shared-memory setup: %s", err);
-    return -1;
-  }
   return yes;
 }
 
@@ -81,7 +132,7 @@ static int node_layout(acc_node_t *nd, const acc_shm_card_t *cards, int world, i
     return -1;
   for (int r = 0; r < world; r++) {
     int k = 0;
-    while (k < nd->nnodes && strcmp(cards[nd->leader_of[k]].node, cards[r].node) != 0)
+    while (k < nd->nnodes && cards[nd->leader_of[k]].node != cards[r].node)
       k++;
     if (k == nd->nnodes)
       nd->leader_of[nd->nnodes++] = r;
@@ -133,40 +184,52 @@ int acc__node_connect(acc_t *acc, const char *host) {
     return 0;
   acc_node_t *nd = calloc(1, sizeof *nd);
   acc_shm_card_t mine, *cards = calloc((size_t)acc->world, sizeof *cards);
-  char err[1024], why[512] = "";
-  acc_shm_t *s = acc_shm_create(&mine, why, sizeof why);
-  size_t len = strlen(mine.node);
-  snprintf(mine.node + len, sizeof mine.node - len, "|node %s", nbf_param_str(NBF_P_NODE_RANK));
-  acc_result_t r = cards && nd ? acc_gloo_all_gather(acc->gloo, &mine, cards, sizeof mine, err,
-                                                     sizeof err)
-                               : ACC_ERR_NO_MEMORY;
-  if (r != ACC_OK) {
-    acc__set_error(acc, r, "shared-memory setup: %s", cards && nd ? err : "no memory");
-    free(cards);
-    acc_shm_destroy(&s);
-    node_free(nd);
-    return -1;
+  char why[512] = "", extra[64];
+  snprintf(extra, sizeof extra, "node %s", nbf_param_str(NBF_P_NODE_RANK));
+  acc_shm_t *s = acc_shm_create(&mine, extra, why, sizeof why);
+  if (!cards || !nd) {
+    acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
+    goto fail;
   }
   nd->shm = s;
+  s = NULL;
   nd->lost = -1;
+  if (store_all_gather(acc, "cards", &mine, sizeof mine, cards) != 0)
+    goto fail;
   int usable = 1; /* the same answer on every rank: from the same cards */
   for (int i = 0; i < acc->world; i++)
     usable &= cards[i].ok;
   int ok = usable && node_layout(nd, cards, acc->world, acc->rank) == 0 &&
            node_attach(nd, cards, acc->timeout_ms);
   free(cards);
+  cards = NULL;
   int all = all_agree(acc, ok);
-  if (all == 1) {
-    acc_shm_close_fds(nd->shm);
-    if (leaders_connect(acc, nd, host) != 0) {
-      node_free(nd);
-      return -1;
-    }
-    acc->node = nd;
+  if (all < 0)
+    goto fail;
+  if (all == 0) { /* some rank cannot: Gloo for everyone */
+    node_free(nd);
     return 0;
   }
+  acc_shm_close_fds(nd->shm);
+  if (leaders_connect(acc, nd, host) != 0)
+    goto fail;
+  acc->node = nd;
+  /* every rank is past its store reads once this returns (rank 0 may
+   * stop hosting the store) */
+  char err[1024];
+  acc_result_t r = acc__node_barrier(acc, 0, err, sizeof err);
+  if (r != ACC_OK) {
+    acc->node = NULL;
+    acc__set_error(acc, r, "first barrier of the process group: %s", err);
+    node_free(nd);
+    return -1;
+  }
+  return 1;
+fail:
+  free(cards);
+  acc_shm_destroy(&s);
   node_free(nd);
-  return all < 0 ? -1 : 0;
+  return -1;
 }
 
 void acc__node_release_store(acc_t *acc) {

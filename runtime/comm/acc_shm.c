@@ -133,11 +133,19 @@ void acc_shm_node_id(char *out, size_t n) {
   snprintf(out, n, "%s|%s|%s", host, boot, ns);
 }
 
-acc_shm_t *acc_shm_create(acc_shm_card_t *card, char *err, size_t errlen) {
+acc_shm_t *acc_shm_create(acc_shm_card_t *card, const char *node_extra, char *err,
+                          size_t errlen) {
   memset(card, 0, sizeof *card);
   card->fd = -1;
   card->pid = (int32_t)getpid();
-  acc_shm_node_id(card->node, sizeof card->node);
+  char id[256];
+  acc_shm_node_id(id, sizeof id);
+  size_t k = strlen(id);
+  snprintf(id + k, sizeof id - k, "|%s", node_extra ? node_extra : "");
+  uint64_t fnv = 1469598103934665603ULL; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+    fnv = (fnv ^ *p) * 1099511628211ULL;
+  card->node = fnv;
   acc_shm_t *s = calloc(1, sizeof *s);
   if (!s) {
     snprintf(err, errlen, "no memory");

@@ -52,18 +52,21 @@ typedef struct acc_shm acc_shm_t;
 /* What a process publishes about itself for the setup (all-gathered by
  * the caller, e.g. through Gloo). */
 typedef struct {
-  char node[160];  /* host name | boot id | pid namespace: equal = one node */
-  int32_t pid;     /* this process */
-  int32_t fd;      /* its workspace memfd, -1 when it has none */
-  uint64_t nonce;  /* written in the workspace's header, checked by peers */
-  int32_t ok;      /* 1 = workspace created */
+  uint64_t node;  /* FNV-1a of host name | boot id | pid namespace | extra:
+                     equal = one node (a collision only fails the attach) */
+  uint64_t nonce; /* written in the workspace's header, checked by peers */
+  int32_t pid;    /* this process */
+  int32_t fd;     /* its workspace memfd, -1 when it has none */
+  int32_t ok;     /* 1 = workspace created */
   int32_t pad;
 } acc_shm_card_t;
 
-/* Create this process's workspace and fill `card`. Returns NULL (card->ok
- * = 0, why in err) when it cannot: the caller then uses no shared memory
- * on any rank. */
-acc_shm_t *acc_shm_create(acc_shm_card_t *card, char *err, size_t errlen);
+/* Create this process's workspace and fill `card` (`node_extra` joins
+ * the node identity: ranks a launch puts on different nodes stay apart).
+ * Returns NULL (card->ok = 0, why in err) when it cannot: the caller then
+ * uses no shared memory on any rank. */
+acc_shm_t *acc_shm_create(acc_shm_card_t *card, const char *node_extra, char *err,
+                          size_t errlen);
 
 /* Map the workspaces of the `n` members `cards` (member order; this
  * process is member `me`), waiting at most `timeout_ms` per collective

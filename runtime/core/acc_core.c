@@ -301,6 +301,9 @@ static int join_group(acc_t *acc) {
                    acc->master_addr);
     return -1;
   }
+  int by_node = acc__node_connect(acc, host);
+  if (by_node != 0)
+    return by_node > 0 ? 0 : -1;
   char gloo_prefix[256];
   snprintf(gloo_prefix, sizeof gloo_prefix, "%sgloo/", acc->key_prefix);
   acc_result_t r = acc_gloo_connect(&acc->gloo, acc->rank, acc->world, host, acc->store,
@@ -317,7 +320,7 @@ static int join_group(acc_t *acc) {
     acc__set_error(acc, r, "first barrier of the process group: %s", err);
     return -1;
   }
-  return acc__node_connect(acc, host);
+  return 0;
 }
 
 acc_t *acc_new(const acc_config_t *cfg) {
@@ -380,10 +383,10 @@ void acc_destroy(acc_t **acc_p) {
   acc_store_client_destroy(&acc->store);
   acc_store_server_stop(&acc->store_server);
   /* Leave together, so nobody tears down a connection a peer still reads. */
-  if (acc->gloo && !acc->broken)
+  if ((acc->gloo || acc->node) && !acc->broken)
     acc__final_barrier(acc);
   acc_nccl_destroy(acc);
-  if (acc->gloo) /* this rank left its group: its peers' report says so */
+  if (acc->gloo || acc->node) /* this rank left its group: its peers' report says so */
     nbf_rankstate_phase(acc->rankstate, NBF_RS_EXITED);
   acc_gloo_destroy(&acc->gloo);
   acc__node_destroy(acc);

@@ -192,13 +192,16 @@ acc_result_t acc__wait_buckets(acc_t *acc);
  * launcher's report; its failure is returned, never fatal. */
 acc_result_t acc__final_barrier(acc_t *acc);
 
-/* After Gloo's mesh is up, unless NBFORK_SHM_COLLECTIVES=0: group the
- * ranks by node, map each node's shared-memory workspaces (acc_shm.h)
- * and, with several nodes, connect one leader per node through Gloo
- * (listening on `host`), so that host collectives go node-local through
- * shared memory and between nodes through the leaders. When any rank
- * cannot map its node's workspaces, every rank keeps Gloo (all decide
- * alike). 0, or -1 when Gloo failed (acc->err says why). acc_node.c. */
+/* Join the group by node, unless NBFORK_SHM_COLLECTIVES=0: the ranks
+ * exchange their shared-memory cards through the store (O(N) messages,
+ * rank 0 collects and publishes them), each maps its node's workspaces
+ * (acc_shm.h) and, with several nodes, one leader per node connects to
+ * the other leaders through Gloo (listening on `host`), so that host
+ * collectives go node-local through shared memory and between nodes
+ * through the leaders. Returns 1 when that group is up (no mesh of every
+ * rank is needed), 0 when the caller must connect Gloo's full mesh
+ * instead (disabled, or some rank cannot map its node's workspaces: all
+ * decide alike), -1 on failure (acc->err says why). acc_node.c. */
 int acc__node_connect(acc_t *acc, const char *host);
 void acc__node_release_store(acc_t *acc); /* the store is about to go */
 void acc__node_destroy(acc_t *acc);
