@@ -53,8 +53,7 @@ static void node_free(acc_node_t *nd) {
  * mesh's rendezvous makes every rank read every other rank's key: N^2
  * messages through the one store, and N^2/2 connections after.) 0, or -1
  * with acc's error set. */
-static int store_all_gather(acc_t *acc, const char *name, const void *mine, size_t len,
-                            void *all) {
+static int store_all_gather(acc_t *acc, const char *name, const void *mine, size_t len, void *all) {
   char key[320];
   const size_t total = len * (size_t)acc->world;
   acc_result_t r = ACC_OK;
@@ -95,9 +94,11 @@ static int store_all_gather(acc_t *acc, const char *name, const void *mine, size
   if (r == ACC_OK)
     return 0;
   if (r == ACC_ERR_TIMEOUT && who > 0)
-    acc__set_error(acc, r, "rendezvous: rank %d did not arrive in time (not started, crashed "
+    acc__set_error(acc, r,
+                   "rendezvous: rank %d did not arrive in time (not started, crashed "
                    "before acc_new, or started with another MASTER_ADDR/MASTER_PORT/WORLD_SIZE/"
-                   "NBFORK_RUN_ID): %s", who, acc_store_client_error(acc->store));
+                   "NBFORK_RUN_ID): %s",
+                   who, acc_store_client_error(acc->store));
   else
     acc__set_error(acc, r, "rendezvous (store key '%s'): %s", key,
                    acc_store_client_error(acc->store));
@@ -292,11 +293,11 @@ acc_result_t acc__node_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype
   acc_op_t o = op == ACC_AVG ? ACC_SUM : op;
   acc_result_t r = local_done(nd, acc_shm_all_reduce(nd->shm, buf, count, dtype, o, err, errlen));
   if (r == ACC_OK && leading(nd))
-    r = leaders_done(nd, acc_gloo_all_reduce_algo(nd->leaders, buf, count, dtype, o,
-                                                  ACC_GLOO_AUTO, err, errlen));
+    r = leaders_done(nd, acc_gloo_all_reduce_algo(nd->leaders, buf, count, dtype, o, ACC_GLOO_AUTO,
+                                                  err, errlen));
   if (r == ACC_OK)
-    r = local_done(nd, acc_shm_broadcast(nd->shm, buf, count * acc_dtype_size(dtype), 0, err,
-                                         errlen));
+    r = local_done(nd,
+                   acc_shm_broadcast(nd->shm, buf, count * acc_dtype_size(dtype), 0, err, errlen));
   if (r == ACC_OK && op == ACC_AVG)
     acc_reduce_divide(buf, count, dtype, acc->world);
   return r;
@@ -335,15 +336,15 @@ static acc_result_t all_gather_nodes(acc_t *acc, const void *send, void *recv, s
       memcpy((unsigned char *)recv + (size_t)q * bytes,
              all + (size_t)nd->node_of[q] * block + (size_t)nd->index_of[q] * bytes, bytes);
   if (r == ACC_OK)
-    r = local_done(nd, acc_shm_broadcast(nd->shm, recv, bytes * (size_t)acc->world, 0, err,
-                                         errlen));
+    r = local_done(nd,
+                   acc_shm_broadcast(nd->shm, recv, bytes * (size_t)acc->world, 0, err, errlen));
   free(local);
   free(all);
   return r;
 }
 
-acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes,
-                                  char *err, size_t errlen) {
+acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes, char *err,
+                                  size_t errlen) {
   acc_node_t *nd = acc->node;
   if (nd->nnodes == 1)
     return local_done(nd, acc_shm_all_gather(nd->shm, send, recv, bytes, err, errlen));
@@ -354,8 +355,8 @@ acc_result_t acc__node_reduce_scatter(acc_t *acc, const void *send, void *recv, 
                                       acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen) {
   acc_node_t *nd = acc->node;
   if (nd->nnodes == 1)
-    return local_done(nd, acc_shm_reduce_scatter(nd->shm, send, recv, count, dtype, op, err,
-                                                 errlen));
+    return local_done(nd,
+                      acc_shm_reduce_scatter(nd->shm, send, recv, count, dtype, op, err, errlen));
   /* as the Gloo path: all-reduce a copy of the whole input, keep the own
    * block */
   size_t esz = acc_dtype_size(dtype), total = count * esz * (size_t)acc->world;

@@ -55,7 +55,14 @@ typedef struct {
   int64_t root;   /* broadcast's root, else -1 */
   uint64_t bytes; /* of one member's contribution */
 } desc_t;
-enum { SHM_ALL_REDUCE = 1, SHM_REDUCE_SCATTER, SHM_BROADCAST, SHM_ALL_GATHER, SHM_BARRIER, SHM_LEAVE };
+enum {
+  SHM_ALL_REDUCE = 1,
+  SHM_REDUCE_SCATTER,
+  SHM_BROADCAST,
+  SHM_ALL_GATHER,
+  SHM_BARRIER,
+  SHM_LEAVE
+};
 
 /* The header page of a workspace; each flag on its own cache line, so a
  * member writing its flag does not invalidate the line its peers spin on
@@ -133,8 +140,7 @@ void acc_shm_node_id(char *out, size_t n) {
   snprintf(out, n, "%s|%s|%s", host, boot, ns);
 }
 
-acc_shm_t *acc_shm_create(acc_shm_card_t *card, const char *node_extra, char *err,
-                          size_t errlen) {
+acc_shm_t *acc_shm_create(acc_shm_card_t *card, const char *node_extra, char *err, size_t errlen) {
   memset(card, 0, sizeof *card);
   card->fd = -1;
   card->pid = (int32_t)getpid();
@@ -409,15 +415,19 @@ static void step_end(acc_shm_t *s, unsigned b) {
 static call_t call_start(acc_shm_t *s, const char *what, char *err, size_t errlen, uint32_t kind,
                          uint32_t code, int root, size_t bytes) {
   s->what = what;
-  call_t c = {now_ns() + (long)s->timeout_ms * 1000000L, err, errlen,
-              {++s->ncall, kind, code, root, bytes}, 0};
+  call_t c = {now_ns() + (long)s->timeout_ms * 1000000L,
+              err,
+              errlen,
+              {++s->ncall, kind, code, root, bytes},
+              0};
   hdr(s, s->me)->desc[c.d.call % DESC_RING] = c.d; /* published by the first post */
   return c;
 }
 
 static void desc_text(const desc_t *d, char *out, size_t n) {
-  static const char *const kinds[] = {"?",          "all-reduce", "reduce-scatter", "broadcast",
-                                      "all-gather", "barrier",    "acc_destroy's barrier"};
+  static const char *const kinds[] = {
+      "?",          "all-reduce", "reduce-scatter",       "broadcast",
+      "all-gather", "barrier",    "acc_destroy's barrier"};
   const char *k = d->kind <= SHM_LEAVE ? kinds[d->kind] : "?";
   if (d->kind == SHM_BARRIER || d->kind == SHM_LEAVE)
     snprintf(out, n, "%s", k);
@@ -443,8 +453,10 @@ static acc_result_t verify(acc_shm_t *s, call_t *c, int j) {
     desc_text(&c->d, mine, sizeof mine);
     desc_text(p, theirs, sizeof theirs);
     if (p->call == c->d.call && p->kind == SHM_LEAVE) { /* as a closed connection */
-      snprintf(why, sizeof why, "rank-local member %d left the group (acc_destroy) while this "
-               "rank called %s", k, mine);
+      snprintf(why, sizeof why,
+               "rank-local member %d left the group (acc_destroy) while this "
+               "rank called %s",
+               k, mine);
       return fail(s, ACC_ERR_PEER, k, c->err, c->errlen, why);
     }
     snprintf(why, sizeof why, "this rank called %s, rank-local member %d %s", mine, k,
@@ -474,8 +486,8 @@ static acc_result_t check_abort(acc_shm_t *s, const call_t *c) {
 /* Naive all-reduce of one chunk: every member copies its data into its
  * slot, then reduces all slots in member order (so every member computes
  * the same bits). */
-static acc_result_t naive_chunk(acc_shm_t *s, call_t *c, void *buf, size_t m,
-                                acc_dtype_t dtype, acc_op_t op) {
+static acc_result_t naive_chunk(acc_shm_t *s, call_t *c, void *buf, size_t m, acc_dtype_t dtype,
+                                acc_op_t op) {
   unsigned b;
   acc_result_t r = step_begin(s, c, &b);
   if (r != ACC_OK)
@@ -613,8 +625,8 @@ acc_result_t acc_shm_broadcast(acc_shm_t *s, void *buf, size_t bytes, int root, 
   return r;
 }
 
-acc_result_t acc_shm_all_gather(acc_shm_t *s, const void *send, void *recv, size_t bytes,
-                                char *err, size_t errlen) {
+acc_result_t acc_shm_all_gather(acc_shm_t *s, const void *send, void *recv, size_t bytes, char *err,
+                                size_t errlen) {
   call_t c = call_start(s, "all-gather", err, errlen, SHM_ALL_GATHER, 0, -1, bytes);
   acc_result_t r = check_abort(s, &c);
   unsigned char *out = recv;

@@ -65,8 +65,7 @@ typedef struct {
  * the node identity: ranks a launch puts on different nodes stay apart).
  * Returns NULL (card->ok = 0, why in err) when it cannot: the caller then
  * uses no shared memory on any rank. */
-acc_shm_t *acc_shm_create(acc_shm_card_t *card, const char *node_extra, char *err,
-                          size_t errlen);
+acc_shm_t *acc_shm_create(acc_shm_card_t *card, const char *node_extra, char *err, size_t errlen);
 
 /* Map the workspaces of the `n` members `cards` (member order; this
  * process is member `me`), waiting at most `timeout_ms` per collective
@@ -101,8 +100,8 @@ acc_result_t acc_shm_broadcast(acc_shm_t *s, void *buf, size_t bytes, int root, 
                                size_t errlen);
 /* `bytes` from each member into recv (n*bytes, member-major); send may
  * be recv + me*bytes (in place). */
-acc_result_t acc_shm_all_gather(acc_shm_t *s, const void *send, void *recv, size_t bytes,
-                                char *err, size_t errlen);
+acc_result_t acc_shm_all_gather(acc_shm_t *s, const void *send, void *recv, size_t bytes, char *err,
+                                size_t errlen);
 /* leaving = 1: acc_destroy's barrier; a peer in another collective then
  * fails with ACC_ERR_PEER (this member left), as after a closed
  * connection. */
