@@ -324,6 +324,44 @@ NBF_TEST_P(rendezvous) {
   ASSERT_DBL_LT(dt, n / 8.0);
 }
 
+/* Half types are accumulated in f32 and rounded once: rank 0 holds 256,
+ * the others 1. In bf16 (8-bit significand: steps of 2 above 256) a
+ * pairwise sum rounds 256 + 1 back to 256 at every step; in f32 the sum
+ * is 256 + (N-1), rounded once: 258 for 3 ranks. f16 (steps of 0.25 at
+ * 256) holds 258 either way; its case checks the same f32 path with
+ * 2048 + 1 + 1 (steps of 2 above 2048). Shared memory only (Gloo's
+ * kernels fold two at a time, in the dtype). */
+static int half_rank(int rank, int world, void *arg) {
+  (void)arg;
+  (void)world;
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  ASSERT_EQ_STR(acc__host_path(acc), "shared memory");
+  const size_t n = 100000; /* naive and reduce-scatter + all-gather */
+  uint16_t *b = malloc(n * 2), *h = malloc(n * 2);
+  for (size_t len = 1000; len <= n; len *= 100) {
+    for (size_t i = 0; i < len; i++) {
+      b[i] = acc_f32_to_bf16(rank == 0 ? 256.0f : 1.0f);
+      h[i] = acc_f32_to_f16(rank == 0 ? 2048.0f : 1.0f);
+    }
+    ASSERT_OK(acc, acc_all_reduce(acc, b, len, ACC_BF16, ACC_SUM));
+    ASSERT_OK(acc, acc_all_reduce(acc, h, len, ACC_F16, ACC_SUM));
+    for (size_t i = 0; i < len; i++) {
+      ASSERT_EQ((int)acc_bf16_to_f32(b[i]), 258);
+      ASSERT_EQ((int)acc_f16_to_f32(h[i]), 2050);
+    }
+  }
+  free(b);
+  free(h);
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST(half_types_accumulate_in_f32) {
+  rt_spawn_opts_t o = {.world = 3, .deadline_s = 60};
+  ASSERT_EQ(rt_spawn(&o, half_rank, NULL, NULL), 0);
+}
+
 #define COLLECTIVE_CASE(name)                                                                      \
   NBF_TEST_P(name) {                                                                               \
     run_job(#name);                                                                                \
