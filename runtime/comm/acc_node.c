@@ -160,7 +160,8 @@ static int node_attach(acc_node_t *nd, const acc_shm_card_t *cards, int timeout_
     return 0;
   for (int i = 0; i < nd->n; i++)
     mine[i] = cards[nd->member_rank[i]];
-  int ok = acc_shm_attach(nd->shm, mine, nd->n, nd->me, timeout_ms, why, sizeof why) == 0;
+  int ok = acc_shm_attach(nd->shm, mine, nd->member_rank, nd->n, nd->me, timeout_ms, why,
+                          sizeof why) == 0;
   free(mine);
   return ok;
 }

@@ -86,6 +86,7 @@ struct acc_shm {
   int n, me;
   unsigned char **seg; /* every member's workspace (seg[me] == mine) */
   pid_t *pid;
+  int *rank;        /* each member's rank in the whole group, for messages */
   uint32_t t;       /* own posts */
   uint32_t done[2]; /* a slot may be written once every member posted this */
   unsigned step;
@@ -191,7 +192,7 @@ static int map_peer(acc_shm_t *s, const acc_shm_card_t *c, int j, char *err, siz
   int fd = open(path, O_RDWR | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) != 0 || (size_t)st.st_size != SEG_BYTES) {
-    snprintf(err, errlen, "cannot open rank-local member %d's workspace %s: %s", j, path,
+    snprintf(err, errlen, "cannot open rank %d's workspace %s: %s", s->rank[j], path,
              fd < 0 ? strerror(errno) : "wrong size");
     if (fd >= 0)
       close(fd);
@@ -200,31 +201,33 @@ static int map_peer(acc_shm_t *s, const acc_shm_card_t *c, int j, char *err, siz
   void *p = mmap(NULL, SEG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
-    snprintf(err, errlen, "mmap of member %d's workspace: %s", j, strerror(errno));
+    snprintf(err, errlen, "mmap of rank %d's workspace: %s", s->rank[j], strerror(errno));
     return -1;
   }
   s->seg[j] = p;
   const hdr_t *h = p;
   if (h->magic != SHM_MAGIC || h->nonce != c->nonce || h->pid != c->pid) {
-    snprintf(err, errlen, "%s is not member %d's workspace", path, j);
+    snprintf(err, errlen, "%s is not rank %d's workspace", path, s->rank[j]);
     return -1;
   }
   return 0;
 }
 
-int acc_shm_attach(acc_shm_t *s, const acc_shm_card_t *cards, int n, int me, int timeout_ms,
-                   char *err, size_t errlen) {
+int acc_shm_attach(acc_shm_t *s, const acc_shm_card_t *cards, const int *ranks, int n, int me,
+                   int timeout_ms, char *err, size_t errlen) {
   s->n = n;
   s->me = me;
   s->timeout_ms = timeout_ms;
   s->seg = calloc((size_t)n, sizeof *s->seg);
   s->pid = calloc((size_t)n, sizeof *s->pid);
-  if (!s->seg || !s->pid) {
+  s->rank = calloc((size_t)n, sizeof *s->rank);
+  if (!s->seg || !s->pid || !s->rank) {
     snprintf(err, errlen, "no memory");
     return -1;
   }
   for (int j = 0; j < n; j++) {
     s->pid[j] = cards[j].pid;
+    s->rank[j] = ranks[j];
     if (j == me)
       s->seg[j] = s->mine;
     else if (map_peer(s, &cards[j], j, err, errlen) != 0)
@@ -261,6 +264,7 @@ void acc_shm_destroy(acc_shm_t **s_p) {
     close(s->fd);
   free(s->seg);
   free(s->pid);
+  free(s->rank);
   free(s);
 }
 
@@ -312,16 +316,19 @@ static acc_result_t sleep_for(acc_shm_t *s, int j, uint32_t t, long deadline, ch
       return ACC_OK;
     uint32_t who = atomic_load(&own->abort);
     if (who) {
-      snprintf(why, sizeof why, "rank-local member %d failed first", (int)who - 1);
+      snprintf(why, sizeof why, "rank %d failed first (see its own error)", s->rank[(int)who - 1]);
       return fail(s, ACC_ERR_PEER, (int)who - 1, err, errlen, why);
     }
     if (dead(s->pid[j])) {
-      snprintf(why, sizeof why, "rank-local member %d (pid %d) died", j, (int)s->pid[j]);
+      snprintf(why, sizeof why,
+               "the connection to rank %d was lost: rank %d (pid %d) exited or died while this "
+               "rank still needed it; see rank %d's own error",
+               s->rank[j], s->rank[j], (int)s->pid[j], s->rank[j]);
       return fail(s, ACC_ERR_PEER, j, err, errlen, why);
     }
     if (now_ns() > deadline) {
-      snprintf(why, sizeof why, "timed out after %d s waiting for rank-local member %d",
-               s->timeout_ms / 1000, j);
+      snprintf(why, sizeof why, "timed out after %d s waiting for rank %d", s->timeout_ms / 1000,
+               j);
       return fail(s, ACC_ERR_TIMEOUT, j, err, errlen, why);
     }
   }
@@ -454,12 +461,12 @@ static acc_result_t verify(acc_shm_t *s, call_t *c, int j) {
     desc_text(p, theirs, sizeof theirs);
     if (p->call == c->d.call && p->kind == SHM_LEAVE) { /* as a closed connection */
       snprintf(why, sizeof why,
-               "rank-local member %d left the group (acc_destroy) while this "
-               "rank called %s",
-               k, mine);
+               "the connection to rank %d was lost: it left the group (acc_destroy) while "
+               "this rank called %s",
+               s->rank[k], mine);
       return fail(s, ACC_ERR_PEER, k, c->err, c->errlen, why);
     }
-    snprintf(why, sizeof why, "this rank called %s, rank-local member %d %s", mine, k,
+    snprintf(why, sizeof why, "this rank called %s, rank %d %s", mine, s->rank[k],
              p->call == c->d.call ? theirs : "is in another call");
     return fail(s, ACC_ERR_MISMATCH, k, c->err, c->errlen, why);
   }

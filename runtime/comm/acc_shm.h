@@ -68,11 +68,12 @@ typedef struct {
 acc_shm_t *acc_shm_create(acc_shm_card_t *card, const char *node_extra, char *err, size_t errlen);
 
 /* Map the workspaces of the `n` members `cards` (member order; this
- * process is member `me`), waiting at most `timeout_ms` per collective
+ * process is member `me`; ranks[j]: member j's rank in the whole group,
+ * which error texts name), waiting at most `timeout_ms` per collective
  * later on. Returns 0, or -1 with why in err (the caller then tells the
  * others and everyone falls back; see acc_shm_close_fds). */
-int acc_shm_attach(acc_shm_t *s, const acc_shm_card_t *cards, int n, int me, int timeout_ms,
-                   char *err, size_t errlen);
+int acc_shm_attach(acc_shm_t *s, const acc_shm_card_t *cards, const int *ranks, int n, int me,
+                   int timeout_ms, char *err, size_t errlen);
 
 /* Every member has attached: the descriptors are no longer needed (the
  * mappings keep the memory until the last member unmaps or exits). */
