@@ -174,6 +174,16 @@ static int leaders_connect(acc_t *acc, acc_node_t *nd, const char *host) {
   snprintf(prefix, sizeof prefix, "%sleaders/", acc->key_prefix);
   acc_result_t r = acc_gloo_connect(&nd->leaders, nd->node, nd->nnodes, host, acc->store, prefix,
                                     acc->timeout_ms, 0, err, sizeof err);
+  /* The shim connects its second (synchronous) mesh at the first repeated
+   * all-reduce, through the store: connect it now, while every leader is
+   * here, so that no later collective waits in the store for a leader
+   * whose node already failed (its closed connections fail the others at
+   * once; a store wait would last until NBFORK_TIMEOUT_S). */
+  for (int i = 0; i < 2 && r == ACC_OK; i++) {
+    float one = 1.0f;
+    r = acc_gloo_all_reduce_algo(nd->leaders, &one, 1, ACC_F32, ACC_SUM, ACC_GLOO_AUTO, err,
+                                 sizeof err);
+  }
   if (r != ACC_OK) {
     acc__set_error(acc, r, "connecting the nodes' leaders: %s", err);
     return -1;
@@ -256,8 +266,14 @@ int acc__node_lost_rank(const acc_t *acc) {
 }
 
 void acc__node_abort(acc_t *acc) {
-  if (acc->node)
-    acc_shm_abort(acc->node->shm);
+  if (!acc->node)
+    return;
+  acc_shm_abort(acc->node->shm);
+  /* The other nodes' leaders must not wait for this node either: closing
+   * this leader's connections fails their Gloo calls at once (PEER), and
+   * they abort their own nodes in turn. The group is broken: no call
+   * needs the leaders' group again. */
+  acc_gloo_destroy(&acc->node->leaders);
 }
 
 /* ---- the collectives ---- */

@@ -105,6 +105,48 @@ static int lonely_rank(int rank, int world, void *arg) {
 
 static const rt_spawn_opts_t OPTS = {.world = 3, .deadline_s = 40, .timeout_s = "5"};
 
+/* Two simulated nodes (NODE_RANK = rank % 2: {0, 2} and {1, 3}); rank 3,
+ * not a leader, dies: its leader sees it through shared memory and
+ * closes its connections to the other leader, which aborts its own node:
+ * every survivor fails at once, none waits for the timeout. */
+static int nodes_rank(int rank, int world, void *arg) {
+  (void)world;
+  (void)arg;
+  setenv("NODE_RANK", rank % 2 ? "1" : "0", 1);
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  ASSERT_OK(acc, acc_set_errhandler(acc, ACC_ERRORS_RETURN));
+  ASSERT_EQ_STR(acc__host_path(acc), "shared memory + gloo between nodes");
+  float buf[4096] = {0};
+  ASSERT_OK(acc, acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM));
+  if (rank == 3) {
+    usleep(200000);
+    raise(SIGKILL);
+  }
+  double t0 = rt_now();
+  acc_result_t r = ACC_OK;
+  for (int it = 0; it < 1000000 && r == ACC_OK; it++)
+    r = acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM);
+  double dt = rt_now() - t0;
+  fprintf(stderr, "rank %d: error after %.2f s: %s (%s)\n", rank, dt, acc_strerror(r),
+          acc_last_error(acc));
+  ASSERT_EQ(r, ACC_ERR_PEER);
+  ASSERT_DBL_LT(dt, AT_ONCE_S);
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST(shm_nodes_killed_member_fails_every_node_at_once) {
+  rt_spawn_opts_t o = OPTS;
+  o.world = 4;
+  int st[4] = {0};
+  rt_spawn(&o, nodes_rank, NULL, st);
+  ASSERT_EQ(st[0], 0);
+  ASSERT_EQ(st[1], 0);
+  ASSERT_EQ(st[2], 0);
+  ASSERT_EQ(st[3], -SIGKILL);
+}
+
 NBF_TEST(killed) {
   int st[3] = {0};
   rt_spawn(&OPTS, failing_rank, "killed", st);
