@@ -44,16 +44,21 @@ def run(exe, n, shm):
 def model(n, nodes=1):
     """Messages through the store and connections, in closed form.
 
-    By node (N ranks, M nodes): two exchanges (cards, then the ok flags),
-    each N-1 sets, N-1 gets by rank 0, one set of the table and N-1 gets
-    of it; then Gloo's full mesh between the M leaders only (M sets,
-    M(M-1) gets, M(M-1)/2 connections). Gloo's full mesh of every rank:
-    N sets, N(N-1) gets each carrying the N addresses of the rank read
-    (gloo::rendezvous::Context::connectFullMesh, extractAddress), N(N-1)/2
-    connections, twice (the runtime's second, synchronous mesh)."""
+    By node (N ranks, M nodes of L = N/M): every rank but 0 sets its card
+    (32 bytes) and rank 0 reads it (2(N-1)); rank 0 sets the layout (4
+    bytes per rank) and each node's cards (1 + M), every other rank reads
+    the layout and its node's cards (2(N-1)); the ok flags go to rank 0
+    and the verdict back (2(N-1) + 1 + (N-1)); then Gloo's full mesh
+    between the M leaders only (M sets, M(M-1) gets, M(M-1)/2
+    connections, twice: the runtime's second, synchronous mesh). Bytes
+    read by the ranks: 4N(N+1) for the layout, 32NL for the node cards.
+    Gloo's full mesh of every rank: N sets, N(N-1) gets each carrying the
+    N addresses of the rank read (gloo::rendezvous::Context::
+    connectFullMesh, extractAddress), N(N-1)/2 connections, twice."""
     m = nodes
-    by_node_msgs = 2 * (3 * (n - 1) + 1) + (m + m * (m - 1) if m > 1 else 0)
-    by_node_table_bytes = n * n * 32 + n * n * 4  # cards (32 B) and flags read by every rank
+    l = n // m
+    by_node_msgs = 7 * (n - 1) + 2 + m + (m + m * (m - 1) if m > 1 else 0)
+    by_node_table_bytes = 4 * n * (n + 1) + 32 * n * l
     gloo_msgs = n + n * (n - 1)
     # rank 0's connections to its peers (the store's host, the launcher of
     # node 0 or rank 0, also keeps one client connection per rank: N, on

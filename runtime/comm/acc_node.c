@@ -47,56 +47,28 @@ static void node_free(acc_node_t *nd) {
   free(nd);
 }
 
-/* Every rank's `len` bytes into all (rank-major), through the store in
- * O(N) messages: each rank sets its key, rank 0 collects them and sets
- * one key with the whole table, which every rank reads once. (A full
- * mesh's rendezvous makes every rank read every other rank's key: N^2
- * messages through the one store, and N^2/2 connections after.) 0, or -1
- * with acc's error set. */
-static int store_all_gather(acc_t *acc, const char *name, const void *mine, size_t len, void *all) {
-  char key[320];
-  const size_t total = len * (size_t)acc->world;
-  acc_result_t r = ACC_OK;
-  int who = -1; /* whose key timed out */
-  if (acc->rank != 0) {
-    snprintf(key, sizeof key, "%snode/%s/%d", acc->key_prefix, name, acc->rank);
-    r = acc_store_set(acc->store, key, mine, len);
-  } else {
-    memcpy(all, mine, len);
-    for (int q = 1; q < acc->world && r == ACC_OK; q++) {
-      void *v = NULL;
-      size_t n = 0;
-      snprintf(key, sizeof key, "%snode/%s/%d", acc->key_prefix, name, q);
-      r = acc_store_get(acc->store, key, &v, &n);
-      if (r == ACC_OK && n != len)
-        r = ACC_ERR_STORE;
-      if (r == ACC_OK)
-        memcpy((char *)all + (size_t)q * len, v, len);
-      else
-        who = q;
-      free(v);
-    }
-    snprintf(key, sizeof key, "%snode/%s/all", acc->key_prefix, name);
-    if (r == ACC_OK)
-      r = acc_store_set(acc->store, key, all, total);
-  }
-  if (r == ACC_OK && acc->rank != 0) {
-    void *v = NULL;
-    size_t n = 0;
-    snprintf(key, sizeof key, "%snode/%s/all", acc->key_prefix, name);
-    r = acc_store_get(acc->store, key, &v, &n);
-    if (r == ACC_OK && n != total)
-      r = ACC_ERR_STORE;
-    if (r == ACC_OK)
-      memcpy(all, v, total);
-    free(v);
-  }
-  if (r == ACC_OK)
-    return 0;
+/* ---- joining: O(N) messages through the store ----
+ *
+ * A full mesh's rendezvous makes every rank read every other rank's key
+ * (N^2 messages through the one store, then N^2/2 connections). Here rank
+ * 0 collects one small card per rank, numbers the nodes, and publishes
+ * the layout (4 bytes per rank) and each node's cards; each rank reads the
+ * layout and its own node's cards, maps its node's workspaces, and the
+ * verdict (every rank could map them, or all use Gloo) goes the same way.
+ */
+
+static void key_of(const acc_t *acc, char *key, size_t n, const char *name, int i) {
+  if (i >= 0)
+    snprintf(key, n, "%snode/%s/%d", acc->key_prefix, name, i);
+  else
+    snprintf(key, n, "%snode/%s", acc->key_prefix, name);
+}
+
+static int store_failed(acc_t *acc, acc_result_t r, const char *key, int who) {
   if (r == ACC_ERR_TIMEOUT && who > 0)
     acc__set_error(acc, r,
-                   "rendezvous: rank %d did not arrive in time (not started, crashed "
-                   "before acc_new, or started with another MASTER_ADDR/MASTER_PORT/WORLD_SIZE/"
+                   "rendezvous: rank %d did not arrive in time (not started, crashed before "
+                   "acc_new, or started with another MASTER_ADDR/MASTER_PORT/WORLD_SIZE/"
                    "NBFORK_RUN_ID): %s",
                    who, acc_store_client_error(acc->store));
   else
@@ -105,36 +77,80 @@ static int store_all_gather(acc_t *acc, const char *name, const void *mine, size
   return -1;
 }
 
-/* Every rank's 1/0 through the store: 1 when all are 1, -1 on failure. */
-static int all_agree(acc_t *acc, int mine) {
-  int32_t *all = calloc((size_t)acc->world, sizeof *all), v = mine;
-  if (!all) {
-    acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
-    return -1;
-  }
-  int yes = store_all_gather(acc, "ok", &v, sizeof v, all) == 0 ? 1 : -1;
-  for (int i = 0; yes == 1 && i < acc->world; i++)
-    yes = all[i] == 1;
-  free(all);
-  return yes;
+/* Read `key` (exactly len bytes) into buf. */
+static int store_read(acc_t *acc, const char *key, void *buf, size_t len, int who) {
+  void *v = NULL;
+  size_t n = 0;
+  acc_result_t r = acc_store_get(acc->store, key, &v, &n);
+  if (r == ACC_OK && n != len)
+    r = ACC_ERR_STORE;
+  if (r == ACC_OK)
+    memcpy(buf, v, len);
+  free(v);
+  return r == ACC_OK ? 0 : store_failed(acc, r, key, who);
 }
 
-/* Number the nodes and members from every rank's card. 0, or -1 (no
+/* Every rank's `len` bytes to rank 0 (into all, rank-major; others only
+ * set theirs). 0, or -1 with acc's error set. */
+static int gather_to_0(acc_t *acc, const char *name, const void *mine, size_t len, void *all) {
+  char key[320];
+  if (acc->rank != 0) {
+    key_of(acc, key, sizeof key, name, acc->rank);
+    acc_result_t r = acc_store_set(acc->store, key, mine, len);
+    return r == ACC_OK ? 0 : store_failed(acc, r, key, -1);
+  }
+  memcpy(all, mine, len);
+  for (int q = 1; q < acc->world; q++) {
+    key_of(acc, key, sizeof key, name, q);
+    if (store_read(acc, key, (char *)all + (size_t)q * len, len, q) != 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* Rank 0 sets `name` (index i, or none when i < 0) to buf; the others read
+ * it into buf. */
+static int publish(acc_t *acc, const char *name, int i, void *buf, size_t len) {
+  char key[320];
+  key_of(acc, key, sizeof key, name, i);
+  if (acc->rank != 0)
+    return store_read(acc, key, buf, len, -1);
+  acc_result_t r = acc_store_set(acc->store, key, buf, len);
+  return r == ACC_OK ? 0 : store_failed(acc, r, key, -1);
+}
+
+/* Rank 0: number the nodes in the order of their lowest rank from every
+ * rank's card: layout[0] = 1 when every card is usable, layout[1 + r] =
+ * rank r's node. */
+static void number_nodes(const acc_shm_card_t *cards, int world, int32_t *layout) {
+  int32_t nnodes = 0, *leader = calloc((size_t)world, sizeof *leader);
+  layout[0] = leader != NULL;
+  for (int r = 0; r < world && leader; r++) {
+    int k = 0;
+    while (k < nnodes && cards[leader[k]].node != cards[r].node)
+      k++;
+    if (k == nnodes)
+      leader[nnodes++] = r;
+    layout[1 + r] = k;
+    layout[0] &= cards[r].ok;
+  }
+  free(leader);
+}
+
+/* Every rank: the node tables from the published layout. 0, or -1 (no
  * memory). */
-static int node_layout(acc_node_t *nd, const acc_shm_card_t *cards, int world, int rank) {
+static int node_layout(acc_node_t *nd, const int32_t *node_of, int world, int rank) {
   nd->node_of = calloc((size_t)world, sizeof(int));
   nd->index_of = calloc((size_t)world, sizeof(int));
   nd->leader_of = calloc((size_t)world, sizeof(int));
   nd->member_rank = calloc((size_t)world, sizeof(int));
-  if (!nd->node_of || !nd->index_of || !nd->leader_of || !nd->member_rank)
-    return -1;
   int *size = calloc((size_t)world, sizeof(int));
-  if (!size)
+  if (!nd->node_of || !nd->index_of || !nd->leader_of || !nd->member_rank || !size) {
+    free(size);
     return -1;
+  }
   for (int r = 0; r < world; r++) {
-    int k = 0;
-    while (k < nd->nnodes && cards[nd->leader_of[k]].node != cards[r].node)
-      k++;
+    int k = node_of[r];
     if (k == nd->nnodes)
       nd->leader_of[nd->nnodes++] = r;
     nd->node_of[r] = k;
@@ -152,18 +168,52 @@ static int node_layout(acc_node_t *nd, const acc_shm_card_t *cards, int world, i
   return 0;
 }
 
+/* Rank 0 publishes each node's cards (member order); every rank reads its
+ * own node's into mine (nd->n cards). */
+static int node_cards(acc_t *acc, acc_node_t *nd, const acc_shm_card_t *all, acc_shm_card_t *mine) {
+  if (acc->rank != 0)
+    return publish(acc, "node_cards", nd->node, mine, (size_t)nd->n * sizeof *mine);
+  acc_shm_card_t *one = calloc((size_t)nd->maxn, sizeof *one);
+  if (!one) {
+    acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
+    return -1;
+  }
+  int rc = 0;
+  for (int k = 0; k < nd->nnodes && rc == 0; k++) {
+    int m = 0;
+    for (int r = 0; r < acc->world; r++)
+      if (nd->node_of[r] == k)
+        one[m++] = all[r];
+    if (k == nd->node)
+      memcpy(mine, one, (size_t)m * sizeof *one);
+    rc = publish(acc, "node_cards", k, one, (size_t)m * sizeof *one);
+  }
+  free(one);
+  return rc;
+}
+
 /* Map this node's workspaces. 1 on success, 0 when they cannot be used. */
-static int node_attach(acc_node_t *nd, const acc_shm_card_t *cards, int timeout_ms) {
-  acc_shm_card_t *mine = calloc((size_t)nd->n, sizeof *mine);
+static int node_attach(acc_node_t *nd, const acc_shm_card_t *mine, int timeout_ms) {
   char why[512];
-  if (!mine)
-    return 0;
-  for (int i = 0; i < nd->n; i++)
-    mine[i] = cards[nd->member_rank[i]];
-  int ok = acc_shm_attach(nd->shm, mine, nd->member_rank, nd->n, nd->me, timeout_ms, why,
-                          sizeof why) == 0;
-  free(mine);
-  return ok;
+  return acc_shm_attach(nd->shm, mine, nd->member_rank, nd->n, nd->me, timeout_ms, why,
+                        sizeof why) == 0;
+}
+
+/* Every rank's 1/0 to rank 0, the verdict back: 1 when all are 1, 0 when
+ * not, -1 on failure. */
+static int all_agree(acc_t *acc, int ok) {
+  int32_t v = ok, verdict = 1, *all = acc->rank == 0 ? calloc((size_t)acc->world, 4) : NULL;
+  if (acc->rank == 0 && !all) {
+    acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
+    return -1;
+  }
+  int rc = gather_to_0(acc, "ok", &v, sizeof v, all);
+  for (int i = 0; rc == 0 && all && i < acc->world; i++)
+    verdict &= all[i] == 1;
+  free(all);
+  if (rc == 0)
+    rc = publish(acc, "verdict", -1, &verdict, sizeof verdict);
+  return rc == 0 ? verdict : -1;
 }
 
 /* The leaders' Gloo group (several nodes; on leaders only). */
@@ -191,40 +241,67 @@ static int leaders_connect(acc_t *acc, acc_node_t *nd, const char *host) {
   return 0;
 }
 
+/* The node tables and this rank's workspaces mapped: 1; some rank cannot
+ * (every rank learns it alike): 0; failure: -1. */
+static int node_join(acc_t *acc, acc_node_t *nd, const acc_shm_card_t *card) {
+  const int world = acc->world;
+  acc_shm_card_t *all = acc->rank == 0 ? calloc((size_t)world, sizeof *all) : NULL;
+  int32_t *layout = calloc((size_t)world + 1, sizeof *layout);
+  acc_shm_card_t *mine = calloc((size_t)world, sizeof *mine);
+  int rc = -1;
+  if ((acc->rank == 0 && !all) || !layout || !mine) {
+    acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
+    goto out;
+  }
+  if (gather_to_0(acc, "cards", card, sizeof *card, all) != 0)
+    goto out;
+  if (acc->rank == 0)
+    number_nodes(all, world, layout);
+  if (publish(acc, "layout", -1, layout, ((size_t)world + 1) * sizeof *layout) != 0)
+    goto out;
+  if (!layout[0]) { /* a rank has no workspace: Gloo for everyone */
+    rc = 0;
+    goto out;
+  }
+  if (node_layout(nd, layout + 1, world, acc->rank) != 0) {
+    acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
+    goto out;
+  }
+  if (node_cards(acc, nd, all, mine) != 0)
+    goto out;
+  rc = all_agree(acc, node_attach(nd, mine, acc->timeout_ms));
+out:
+  free(all);
+  free(layout);
+  free(mine);
+  return rc;
+}
+
 int acc__node_connect(acc_t *acc, const char *host) {
   if (!nbf_param_bool(NBF_P_NBFORK_SHM_COLLECTIVES, 1))
     return 0;
   acc_node_t *nd = calloc(1, sizeof *nd);
-  acc_shm_card_t mine, *cards = calloc((size_t)acc->world, sizeof *cards);
+  acc_shm_card_t card;
   char why[512] = "", extra[64];
   snprintf(extra, sizeof extra, "node %s", nbf_param_str(NBF_P_NODE_RANK));
-  acc_shm_t *s = acc_shm_create(&mine, extra, why, sizeof why);
-  if (!cards || !nd) {
+  acc_shm_t *s = acc_shm_create(&card, extra, why, sizeof why);
+  if (!nd) {
+    acc_shm_destroy(&s);
     acc__set_error(acc, ACC_ERR_NO_MEMORY, "shared-memory setup: no memory");
-    goto fail;
+    return -1;
   }
   nd->shm = s;
-  s = NULL;
   nd->lost = -1;
-  if (store_all_gather(acc, "cards", &mine, sizeof mine, cards) != 0)
-    goto fail;
-  int usable = 1; /* the same answer on every rank: from the same cards */
-  for (int i = 0; i < acc->world; i++)
-    usable &= cards[i].ok;
-  int ok = usable && node_layout(nd, cards, acc->world, acc->rank) == 0 &&
-           node_attach(nd, cards, acc->timeout_ms);
-  free(cards);
-  cards = NULL;
-  int all = all_agree(acc, ok);
-  if (all < 0)
-    goto fail;
-  if (all == 0) { /* some rank cannot: Gloo for everyone */
+  int joined = node_join(acc, nd, &card);
+  if (joined <= 0) { /* 0: some rank cannot, Gloo for everyone */
     node_free(nd);
-    return 0;
+    return joined;
   }
   acc_shm_close_fds(nd->shm);
-  if (leaders_connect(acc, nd, host) != 0)
-    goto fail;
+  if (leaders_connect(acc, nd, host) != 0) {
+    node_free(nd);
+    return -1;
+  }
   acc->node = nd;
   /* every rank is past its store reads once this returns (rank 0 may
    * stop hosting the store) */
@@ -237,11 +314,6 @@ int acc__node_connect(acc_t *acc, const char *host) {
     return -1;
   }
   return 1;
-fail:
-  free(cards);
-  acc_shm_destroy(&s);
-  node_free(nd);
-  return -1;
 }
 
 void acc__node_release_store(acc_t *acc) {
