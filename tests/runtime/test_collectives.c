@@ -162,6 +162,57 @@ static int matrix(int rank, int world, int nodes) {
   return 0;
 }
 
+/* All-gather of n elements, out of place and in place. */
+static int check_all_gather(acc_t *acc, int rank, int world, acc_dtype_t d, size_t n) {
+  size_t esz = acc_dtype_size(d);
+  void *send = malloc(n * esz), *recv = malloc(n * esz * (size_t)world);
+  for (size_t i = 0; i < n; i++)
+    put(send, d, i, value(rank, i));
+  ASSERT_OK(acc, acc_all_gather(acc, send, recv, n, d));
+  for (int r = 0; r < world; r++)
+    for (size_t i = 0; i < n; i++)
+      if (get(recv, d, (size_t)r * n + i) != value(r, i))
+        NBF_TEST_FAIL("rank %d block %d element %zu: got %.9g want %d", rank, r, i,
+                      get(recv, d, (size_t)r * n + i), value(r, i));
+  /* in place: the own block already sits in recv */
+  memset(recv, 0, n * esz * (size_t)world);
+  memcpy((char *)recv + (size_t)rank * n * esz, send, n * esz);
+  ASSERT_OK(acc, acc_all_gather(acc, (char *)recv + (size_t)rank * n * esz, recv, n, d));
+  for (int r = 0; r < world; r++)
+    for (size_t i = 0; i < n; i++)
+      if (get(recv, d, (size_t)r * n + i) != value(r, i))
+        NBF_TEST_FAIL("in place: rank %d block %d element %zu: got %.9g want %d", rank, r, i,
+                      get(recv, d, (size_t)r * n + i), value(r, i));
+  free(send);
+  free(recv);
+  return 0;
+}
+
+/* Every Gloo all-reduce algorithm of the runtime, forced, on n elements. */
+static int forced_algorithms(acc_t *acc, int rank, int world, acc_dtype_t d, acc_op_t op,
+                             size_t n) {
+  size_t esz = acc_dtype_size(d);
+  for (int a = 1; a <= 5; a++) {
+    acc__set_allreduce_algo(acc, a);
+    void *buf = malloc(n * esz);
+    /* twice: the first all-reduce of a buffer runs on the
+     * asynchronous mesh, repeated ones the forced algorithm */
+    for (int rep = 0; rep < 3; rep++) {
+      for (size_t i = 0; i < n; i++)
+        put(buf, d, i, value(rank, i));
+      ASSERT_OK(acc, acc_all_reduce(acc, buf, n, d, op));
+      for (size_t i = 0; i < n; i++)
+        if (get(buf, d, i) != reference(d, op, world, i))
+          NBF_TEST_FAIL("%s, %zu elements, call %d: element %zu: got %.9g want %.9g",
+                        acc__allreduce_algo_name(acc, n * esz), n, rep, i, get(buf, d, i),
+                        reference(d, op, world, i));
+    }
+    free(buf);
+  }
+  acc__set_allreduce_algo(acc, 0);
+  return 0;
+}
+
 static int run_rank(int rank, int world, void *arg) {
   const job_t *job = arg;
   if (strcmp(job->coll, "matrix") == 0)
@@ -218,45 +269,11 @@ static int run_rank(int rank, int world, void *arg) {
         free(buf);
       }
     } else if (strcmp(job->coll, "all_gather") == 0) {
-      void *send = malloc(n * esz), *recv = malloc(n * esz * (size_t)world);
-      for (size_t i = 0; i < n; i++)
-        put(send, d, i, value(rank, i));
-      ASSERT_OK(acc, acc_all_gather(acc, send, recv, n, d));
-      for (int r = 0; r < world; r++)
-        for (size_t i = 0; i < n; i++)
-          if (get(recv, d, (size_t)r * n + i) != value(r, i))
-            NBF_TEST_FAIL("rank %d block %d element %zu: got %.9g want %d", rank, r, i,
-                          get(recv, d, (size_t)r * n + i), value(r, i));
-      /* in place: the own block already sits in recv */
-      memset(recv, 0, n * esz * (size_t)world);
-      memcpy((char *)recv + (size_t)rank * n * esz, send, n * esz);
-      ASSERT_OK(acc, acc_all_gather(acc, (char *)recv + (size_t)rank * n * esz, recv, n, d));
-      for (int r = 0; r < world; r++)
-        for (size_t i = 0; i < n; i++)
-          if (get(recv, d, (size_t)r * n + i) != value(r, i))
-            NBF_TEST_FAIL("in place: rank %d block %d element %zu: got %.9g want %d", rank, r, i,
-                          get(recv, d, (size_t)r * n + i), value(r, i));
-      free(send);
-      free(recv);
+      if (check_all_gather(acc, rank, world, d, n) != 0)
+        return 1;
     } else if (strcmp(job->coll, "algorithms") == 0) {
-      for (int a = 1; a <= 5; a++) {
-        acc__set_allreduce_algo(acc, a);
-        void *buf = malloc(n * esz);
-        /* twice: the first all-reduce of a buffer runs on the
-         * asynchronous mesh, repeated ones the forced algorithm */
-        for (int rep = 0; rep < 3; rep++) {
-          for (size_t i = 0; i < n; i++)
-            put(buf, d, i, value(rank, i));
-          ASSERT_OK(acc, acc_all_reduce(acc, buf, n, d, job->op));
-          for (size_t i = 0; i < n; i++)
-            if (get(buf, d, i) != reference(d, job->op, world, i))
-              NBF_TEST_FAIL("%s, %zu elements, call %d: element %zu: got %.9g want %.9g",
-                            acc__allreduce_algo_name(acc, n * esz), n, rep, i, get(buf, d, i),
-                            reference(d, job->op, world, i));
-        }
-        free(buf);
-      }
-      acc__set_allreduce_algo(acc, 0);
+      if (forced_algorithms(acc, rank, world, d, job->op, n) != 0)
+        return 1;
     } else if (strcmp(job->coll, "barrier") == 0) {
       for (int k = 0; k < 20; k++)
         ASSERT_OK(acc, acc_wait_for_everyone(acc));
