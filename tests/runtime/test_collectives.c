@@ -14,10 +14,12 @@
  * the exact sum exactly as the runtime documents (float division rounded
  * to the dtype; integer division truncates).
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "acc_half.h"
 #include "acc_internal.h"
@@ -377,6 +379,31 @@ static int half_rank(int rank, int world, void *arg) {
 NBF_TEST(half_types_accumulate_in_f32) {
   rt_spawn_opts_t o = {.world = 3, .deadline_s = 60};
   ASSERT_EQ(rt_spawn(&o, half_rank, NULL, NULL), 0);
+}
+
+/* One rank cannot create its workspace (its file size limit is below the
+ * workspace's: ftruncate fails with EFBIG): every rank learns it from the
+ * verdict and the whole group runs on Gloo's mesh, correctly. */
+static int fallback_rank(int rank, int world, void *arg) {
+  (void)arg;
+  if (rank == 1) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {1 << 20, 1 << 20};
+    ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &rl), 0);
+  }
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  ASSERT_EQ_STR(acc__host_path(acc), "gloo");
+  int64_t v = rank;
+  ASSERT_OK(acc, acc_all_reduce(acc, &v, 1, ACC_I64, ACC_SUM));
+  ASSERT_EQ(v, (int64_t)world * (world - 1) / 2);
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST(rank_without_workspace_makes_everyone_use_gloo) {
+  rt_spawn_opts_t o = {.world = 3, .deadline_s = 60};
+  ASSERT_EQ(rt_spawn(&o, fallback_rank, NULL, NULL), 0);
 }
 
 #define COLLECTIVE_CASE(name)                                                                      \
