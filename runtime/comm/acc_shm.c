@@ -328,7 +328,7 @@ static acc_result_t sleep_for(acc_shm_t *s, int j, uint32_t t, long deadline, ch
     }
     if (now_ns() > deadline) {
       snprintf(why, sizeof why, "timed out after %d s waiting for rank %d", s->timeout_ms / 1000,
-               j);
+               s->rank[j]);
       return fail(s, ACC_ERR_TIMEOUT, j, err, errlen, why);
     }
   }
