@@ -5,9 +5,10 @@ over Gloo, interleaved round by round in one run, with a memcpy bandwidth
 reference measured in the same run, and the load average.
 
 - nbfork-shm: bench/allreduce.c (compiled here against the build tree's
-  libnbfork) forks the ranks and times acc_all_reduce, i.e. the path and
-  algorithm the runtime picks for each size (ranks on one node: shared
-  memory, runtime/comm/acc_shm.c).
+  nbfork_internal, the runtime's objects as a static library) forks the
+  ranks and times acc_all_reduce, i.e. the path and algorithm the runtime
+  picks for each size (ranks on one node: shared memory,
+  runtime/comm/acc_shm.c).
 - nbfork-gloo: the same with NBFORK_SHM_COLLECTIVES=0 (Gloo over loopback
   TCP; with --algos all, every Gloo algorithm the runtime has, forced).
 - PyTorch (.venv, `scripts/deps.sh --bench`: PyPI, pinned): torch.multiprocessing.start_processes
@@ -75,10 +76,19 @@ def build_c(build):
                  (lib, build))
     exe = os.path.join(build, "bench_allreduce")
     src = os.path.join(HERE, "allreduce.c")
-    inc = [os.path.join(ROOT, d) for d in ("include", "runtime/comm", "runtime/store", "common")]
-    cmd = ["cc", "-O2", "-Wall", "-Wextra", src] + [a for d in inc for a in ("-I", d)] + [
-           "-L", lib, "-lnbfork",
-           "-Wl,-rpath," + os.path.abspath(lib), "-o", exe]
+    # It forces Gloo algorithms through internal hooks (acc__set_allreduce_algo),
+    # which libnbfork.so does not export: link the same objects as the static
+    # nbfork_internal, with the libraries the .so's pkg-config file names.
+    pc = subprocess.run(["pkg-config", "--static", "--libs", "nbfork-uninstalled"],
+                        env=dict(os.environ, PKG_CONFIG_PATH=os.path.join(lib, "pkgconfig")),
+                        check=True, stdout=subprocess.PIPE, text=True).stdout.split()
+    libs = [w for w in pc if w != "-lnbfork"]
+    runtime = os.path.join(ROOT, "runtime")
+    subsystems = [os.path.join(runtime, d) for d in sorted(os.listdir(runtime))
+                  if os.path.isdir(os.path.join(runtime, d))]
+    cmd = (["cc", "-O2", "-Wall", "-Wextra", src, "-I", os.path.join(ROOT, "include"),
+            "-I", os.path.join(ROOT, "common")] + [f for d in subsystems for f in ("-I", d)] +
+           ["-L", lib, "-lnbfork_internal", "-lnbfork_store", "-lnbfork_common"] + libs + ["-o", exe])
     subprocess.run(cmd, check=True)
     return exe
 

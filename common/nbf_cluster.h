@@ -28,4 +28,14 @@ int nbf_slurm_port(const char *job_id);
  * means other nodes must reach it, and it binds every interface. */
 int nbf_loopback_name(const char *master_addr);
 
+/* 0 when `name` resolves here (getaddrinfo, TCP), else getaddrinfo's
+ * error code (gai_strerror says it). */
+int nbf_resolve(const char *name);
+
+/* An address other nodes reach a Slurm node at: the name itself when it
+ * resolves here, else its NodeAddr from `scontrol -o show node NAME`
+ * (clusters whose node names only Slurm knows; scontrol gets 10 s). 0,
+ * or -1 when neither. */
+int nbf_slurm_node_addr(const char *name, char *out, size_t outlen);
+
 #endif

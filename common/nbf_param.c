@@ -11,7 +11,7 @@
 #include <strings.h>
 
 static const nbf_param_t table[NBF_P_COUNT] = {
-#define NBF_PARAM(id, name, type, dflt, reader, doc) {name, NBF_PARAM_##type, dflt, reader, doc},
+#define NBF_PARAM(name, type, dflt, reader, doc) {#name, NBF_PARAM_##type, dflt, reader, doc},
 #include "nbf_params.def"
 #undef NBF_PARAM
 };
@@ -48,21 +48,15 @@ static int parse_long(const char *s, long *out) {
   return 0;
 }
 
-int nbf_param_long(nbf_param_id_t id, long dflt, long *out) {
+int nbf_param_long(nbf_param_id_t id, long *out) {
   const char *s = nbf_param_str(id);
-  if (!s) {
-    *out = dflt;
-    return 0;
-  }
-  return parse_long(s, out);
+  return s ? parse_long(s, out) : 1;
 }
 
-int nbf_param_double(nbf_param_id_t id, double dflt, double *out) {
+int nbf_param_double(nbf_param_id_t id, double *out) {
   const char *s = nbf_param_str(id);
-  if (!s) {
-    *out = dflt;
-    return 0;
-  }
+  if (!s)
+    return 1;
   char *end;
   errno = 0;
   double x = strtod(s, &end);
@@ -82,18 +76,16 @@ int nbf_truthy(const char *s) {
   return 0;
 }
 
-int nbf_param_bool(nbf_param_id_t id, int dflt) {
+int nbf_param_bool(nbf_param_id_t id) {
   const char *s = nbf_param_str(id);
-  return s ? nbf_truthy(s) : dflt;
+  return s ? nbf_truthy(s) : -1;
 }
 
-int nbf_param_bool_strict(nbf_param_id_t id, int dflt, int *out) {
+int nbf_param_bool_strict(nbf_param_id_t id, int *out) {
   static const char *const no[] = {"0", "false", "no", "off", "n"};
   const char *s = nbf_param_str(id);
-  if (!s) {
-    *out = dflt;
-    return 0;
-  }
+  if (!s)
+    return 1;
   if (nbf_truthy(s)) {
     *out = 1;
     return 0;

@@ -24,7 +24,7 @@ typedef enum nbf_param_type {
 } nbf_param_type_t;
 
 typedef enum nbf_param_id {
-#define NBF_PARAM(id, name, type, dflt, reader, doc) NBF_P_##id,
+#define NBF_PARAM(name, type, dflt, reader, doc) NBF_P_##name,
 #include "nbf_params.def"
 #undef NBF_PARAM
   NBF_P_COUNT
@@ -34,7 +34,7 @@ typedef enum nbf_param_id {
 typedef struct nbf_param {
   const char *name;        /* "NBFORK_TIMEOUT_S" */
   nbf_param_type_t type;   /* how nbf_param_long/_bool/_double parse it */
-  const char *default_str; /* value when unset, as text; NULL: the caller's */
+  const char *default_str; /* value when unset, as text; NULL: none (DOC says) */
   const char *reader;      /* "runtime", "launcher, runtime", ... */
   const char *doc;         /* one line */
 } nbf_param_t;
@@ -52,20 +52,23 @@ const char *nbf_param_raw(nbf_param_id_t id);
 const char *nbf_param_exact(nbf_param_id_t id);
 /* The value as set, else the table's default (NULL when it has none). */
 const char *nbf_param_str(nbf_param_id_t id);
-/* Integer value: as set, else the table's default, else `dflt`. Returns
- * 0 with *out set, or -1 when the value set is not a whole decimal
- * number that fits a long (*out untouched; the caller reports it, naming
- * nbf_param_name(id) and nbf_param_raw(id)). */
-int nbf_param_long(nbf_param_id_t id, long dflt, long *out);
+/* Integer value: as set, else the table's default. Returns 0 with *out
+ * set; 1 when unset and the table has no default (*out untouched: the
+ * row's DOC says what stands for it); -1 when the value set is not a
+ * whole decimal number that fits a long (*out untouched; the caller
+ * reports it, naming nbf_param_name(id) and nbf_param_raw(id)). */
+int nbf_param_long(nbf_param_id_t id, long *out);
 /* Floating-point value, with the rules of nbf_param_long. */
-int nbf_param_double(nbf_param_id_t id, double dflt, double *out);
-/* Truth value (nbf_truthy) as set, else the table's default, else `dflt`. */
-int nbf_param_bool(nbf_param_id_t id, int dflt);
-/* Accelerate's str_to_bool, strictly: 1 for its true words, 0 for "0",
- * "false", "no", "off", "n" (any case), the table's default (else `dflt`)
- * when unset or empty; -1 for anything else (*out untouched: the caller
- * names the variable and NBF_BOOL_WORDS, the accepted values). */
-int nbf_param_bool_strict(nbf_param_id_t id, int dflt, int *out);
+int nbf_param_double(nbf_param_id_t id, double *out);
+/* Truth value (nbf_truthy) as set, else the table's default: 1 or 0; -1
+ * when unset and the table has no default. */
+int nbf_param_bool(nbf_param_id_t id);
+/* Accelerate's str_to_bool, strictly: *out = 1 for its true words, 0 for
+ * "0", "false", "no", "off", "n" (any case), as set, else the table's
+ * default; returns 0. 1 when unset and the table has no default (*out
+ * untouched); -1 for any other value (*out untouched: the caller names
+ * the variable and NBF_BOOL_WORDS, the accepted values). */
+int nbf_param_bool_strict(nbf_param_id_t id, int *out);
 #define NBF_BOOL_WORDS "1, true, yes, on, y or 0, false, no, off, n (any case)"
 
 /* Accelerate's str_to_bool: 1 for "1", "true", "yes", "on", "y" in any
@@ -77,6 +80,26 @@ int nbf_truthy(const char *s);
 int nbf_param_set(nbf_param_id_t id, const char *value);
 int nbf_param_set_long(nbf_param_id_t id, long value);
 int nbf_param_unset(nbf_param_id_t id);
+
+/* Typed accessors, one per row of nbf_params.def, generated from its
+ * TYPE column (as NCCL_PARAM makes ncclParamX()); the table's DEFAULT is
+ * the only default:
+ *   STR     const char *nbf_param_NAME(void)   nbf_param_str
+ *   INT     int nbf_param_NAME(long *out)      nbf_param_long
+ *   DOUBLE  int nbf_param_NAME(double *out)    nbf_param_double
+ *   BOOL    int nbf_param_NAME(void)           nbf_param_bool
+ * e.g. `if (nbf_param_NBFORK_TIMEOUT_S(&s) < 0) ...malformed...`. */
+#define NBF_PARAM_ACCESSOR_STR(name)                                                               \
+  static inline const char *nbf_param_##name(void) { return nbf_param_str(NBF_P_##name); }
+#define NBF_PARAM_ACCESSOR_INT(name)                                                               \
+  static inline int nbf_param_##name(long *out) { return nbf_param_long(NBF_P_##name, out); }
+#define NBF_PARAM_ACCESSOR_DOUBLE(name)                                                            \
+  static inline int nbf_param_##name(double *out) { return nbf_param_double(NBF_P_##name, out); }
+#define NBF_PARAM_ACCESSOR_BOOL(name)                                                              \
+  static inline int nbf_param_##name(void) { return nbf_param_bool(NBF_P_##name); }
+#define NBF_PARAM(name, type, dflt, reader, doc) NBF_PARAM_ACCESSOR_##type(name)
+#include "nbf_params.def"
+#undef NBF_PARAM
 
 /* A variable the *user* names (%env NAME), not one nbfork reads itself:
  * its value or NULL. Not for nbfork's own variables (use the table). */

@@ -85,7 +85,7 @@ nbf_rankstate_t *nbf_rankstate_self(void) {
   g_self = NULL;
   long fd = -1;
   if (!nbf_param_raw(NBF_P_NBFORK_RANKSTATE_FD) ||
-      nbf_param_long(NBF_P_NBFORK_RANKSTATE_FD, -1, &fd) != 0 || fd < 0 || fd > INT_MAX)
+      nbf_param_long(NBF_P_NBFORK_RANKSTATE_FD, &fd) != 0 || fd < 0 || fd > INT_MAX)
     return NULL;
   struct stat st;
   if (fstat((int)fd, &st) != 0 || st.st_size < NBF_RANKSTATE_PAGE)
@@ -167,6 +167,14 @@ void nbf_rankstate_leaving(nbf_rankstate_t *rs) {
     return;
   write_begin(rs);
   rs->flags |= NBF_RS_LEAVING;
+  write_end(rs);
+}
+
+void nbf_rankstate_flag(nbf_rankstate_t *rs, unsigned flag, int on) {
+  if (!rs)
+    return;
+  write_begin(rs);
+  rs->flags = (uint16_t)(on ? rs->flags | flag : rs->flags & ~flag);
   write_end(rs);
 }
 

@@ -28,7 +28,9 @@
  *    28   4  err_code   acc_result_t of the last error; 0 = none
  *    32   4  err_peer   the rank a failed collective lost; -1 = unknown
  *    36   2  flags      NBF_RS_FATAL: the error ended the rank;
- *                       NBF_RS_LEAVING: in acc_destroy (leaving the group)
+ *                       NBF_RS_LEAVING: in acc_destroy (leaving the group);
+ *                       NBF_RS_ERRORS_RETURN: the rank handles failed
+ *                       collectives itself (ACC_ERRORS_RETURN)
  *    38   1  done_op    nbf_rs_op_t of the last collective completed
  *    39   1  reserved  0
  *    40  32  call       the collective in flight, or the last one begun
@@ -75,6 +77,11 @@ typedef enum {
 
 #define NBF_RS_FATAL 1u   /* the recorded error ended the rank           */
 #define NBF_RS_LEAVING 2u /* in acc_destroy: `call` is its final barrier */
+/* Failed collectives return to the caller (ACC_ERRORS_RETURN): the
+ * launcher leaves a group with such a rank to its own handling instead of
+ * stopping it when a peer leaves early. A bit version-1 readers that do
+ * not know it ignore. */
+#define NBF_RS_ERRORS_RETURN 4u
 
 typedef struct {
   uint8_t op, dtype, device, reduce;
@@ -123,6 +130,8 @@ void nbf_rankstate_error(nbf_rankstate_t *rs, int code, int peer, const nbf_rs_c
                          const char *msg);
 /* The rank is leaving its group (acc_destroy): set NBF_RS_LEAVING. */
 void nbf_rankstate_leaving(nbf_rankstate_t *rs);
+/* Set (on != 0) or clear `flag` (NBF_RS_ERRORS_RETURN) in the record. */
+void nbf_rankstate_flag(nbf_rankstate_t *rs, unsigned flag, int on);
 /* Mark the record's error as the one that ended the rank; phase EXITED. */
 void nbf_rankstate_fatal(nbf_rankstate_t *rs);
 

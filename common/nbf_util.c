@@ -5,6 +5,7 @@
 #include "nbf_util.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -68,6 +69,26 @@ const char *nbf_strerror(int err, char *buf, size_t size) {
   /* GNU strerror_r: returns the text, in `buf` or a static string. */
   const char *s = strerror_r(err, buf, size);
   return s ? s : "unknown error";
+}
+
+/* nftw has no argument for its callback: the first failure's errno. */
+static __thread int g_rm_errno;
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  if (remove(path) != 0 && errno != ENOENT && !g_rm_errno)
+    g_rm_errno = errno;
+  return 0; /* go on: remove what can be removed */
+}
+
+int nbf_rmtree(const char *path) {
+  g_rm_errno = 0;
+  if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT && !g_rm_errno)
+    g_rm_errno = errno;
+  if (access(path, F_OK) != 0 && errno == ENOENT)
+    return 0;
+  errno = g_rm_errno ? g_rm_errno : EEXIST;
+  return -1;
 }
 
 char *nbf_xprintf(const char *fmt, ...) {

@@ -36,6 +36,11 @@ const char *nbf_strerror(int err, char *buf, size_t size);
  * block: printf("%s", NBF_STRERROR(errno)). */
 #define NBF_STRERROR(err) nbf_strerror((err), (char[NBF_ERRBUF]){0}, NBF_ERRBUF)
 
+/* Remove the file or directory tree at path (rm -rf, symbolic links not
+ * followed). 0 once nothing is left there (also when there was nothing),
+ * or -1 with errno set (the first removal that failed). */
+int nbf_rmtree(const char *path);
+
 /* vasprintf into a new string (caller frees), or NULL when out of memory. */
 char *nbf_xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

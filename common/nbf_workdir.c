@@ -5,11 +5,11 @@
 #define _GNU_SOURCE
 #include "nbf_workdir.h"
 #include "nbf_param.h"
+#include "nbf_util.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,16 +51,8 @@ int nbf_workdir_create(const char *tmp, int keep, char *out, size_t len, int *lo
   return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
 int nbf_workdir_remove(const char *path) {
-  return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) == 0 && access(path, F_OK) != 0 ? 0 : -1;
+  return nbf_rmtree(path);
 }
 
 /* The owner pid in a name "nbfork-<pid>-XXXXXX", or 0 when it is not one. */
@@ -124,6 +116,6 @@ int nbf_workdir_sweep(const char *tmp, pid_t owner) {
 int nbf_workdir_reaped(pid_t pid) {
   if (nbf_param_raw(NBF_P_NBFORK_WORKDIR))
     return 0;
-  int n = nbf_workdir_sweep(nbf_param_str(NBF_P_TMPDIR), pid);
+  int n = nbf_workdir_sweep(nbf_param_TMPDIR(), pid);
   return n > 0 ? n : 0;
 }

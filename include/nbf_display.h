@@ -19,6 +19,8 @@
 
 #include <stddef.h>
 
+#include "nbf_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,11 +35,11 @@ extern "C" {
  * stderr says why, since there is no object to keep the reason in). Without a kernel attached
  * (NBFORK_DISPLAY_FD unset) text data is printed to stdout and an id is returned; binary data
  * cannot be shown and -1 is returned. */
-long nbf_display(const char *mime, const void *data, size_t len);
+ACC_API long nbf_display(const char *mime, const void *data, size_t len);
 
 /* Replace what display `id` shows (Jupyter `update_display_data`).
  * Returns 0, or -1 on error. */
-int nbf_update_display(long id, const char *mime, const void *data, size_t len);
+ACC_API int nbf_update_display(long id, const char *mime, const void *data, size_t len);
 
 /* One representation of a MIME bundle (Jupyter `data` dict entry). */
 typedef struct {
@@ -50,17 +52,17 @@ typedef struct {
  * and text/html); the front end picks the richest it can render. Same
  * rules and returns as nbf_display (without a kernel the text/plain item
  * is printed). */
-long nbf_display_bundle(const nbf_mime_t *items, int n);
-int nbf_update_display_bundle(long id, const nbf_mime_t *items, int n);
+ACC_API long nbf_display_bundle(const nbf_mime_t *items, int n);
+ACC_API int nbf_update_display_bundle(long id, const nbf_mime_t *items, int n);
 
 /* Clear the cell's output (Jupyter `clear_output`); with wait != 0 the
  * front end clears only when new output arrives. Returns 0, or -1 on a
  * write error or without a kernel attached. */
-int nbf_clear_output(int wait);
+ACC_API int nbf_clear_output(int wait);
 
 /* Internal: used by code the cell engine generates to show the value of a
  * cell's last expression (Jupyter `execute_result`, text/plain). */
-int nbf__execute_result(const char *text_plain);
+ACC_API int nbf__execute_result(const char *text_plain);
 
 #ifdef __cplusplus
 }

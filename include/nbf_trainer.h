@@ -51,24 +51,24 @@ extern "C" {
  * max_tokens bounds the tokens of one forward. `acc` may be NULL. NULL on
  * bad sizes or no memory (the reason in acc_last_error(acc)). */
 typedef struct acc_embedding acc_embedding_t;
-acc_embedding_t *acc_embedding_new(acc_t *acc, float *weight, float *grad, int num_embeddings,
-                                   int embedding_dim, int max_tokens);
-void acc_embedding_destroy(acc_embedding_t **e_p);
+ACC_API acc_embedding_t *acc_embedding_new(acc_t *acc, float *weight, float *grad,
+                                           int num_embeddings, int embedding_dim, int max_tokens);
+ACC_API void acc_embedding_destroy(acc_embedding_t **e_p);
 /* The rows of `tokens` ids (int64, sequences of seq_len tokens each) into
  * an output of tokens × embedding_dim f32 owned by the layer (valid until
  * the next forward). With training != 0 and a NEFTune alpha > 0, uniform
  * noise in [-alpha/sqrt(seq_len × dim), +alpha/sqrt(seq_len × dim)] is
  * added (transformers' neftune_post_forward_hook; Jain et al. 2023) from
  * the accelerator's RNG. NULL on an id out of range or too many tokens. */
-const float *acc_embedding_forward(acc_embedding_t *e, const int64_t *ids, int tokens, int seq_len,
-                                   int training);
+ACC_API const float *acc_embedding_forward(acc_embedding_t *e, const int64_t *ids, int tokens,
+                                           int seq_len, int training);
 /* ADD the gradient of the last forward's output (`dout`, tokens × dim)
  * into the weight gradient rows of its ids (the noise is additive: its
  * gradient is the identity). */
-void acc_embedding_backward(acc_embedding_t *e, const float *dout);
+ACC_API void acc_embedding_backward(acc_embedding_t *e, const float *dout);
 /* NEFTune's alpha (0 = off; negative ignored). The Trainer sets it from
  * neftune_noise_alpha on the model's input_embeddings while it trains. */
-void acc_embedding_set_neftune_noise_alpha(acc_embedding_t *e, double alpha);
+ACC_API void acc_embedding_set_neftune_noise_alpha(acc_embedding_t *e, double alpha);
 
 /* ------------------------------------------------------------------ */
 /* The model interface                                                  */
@@ -129,9 +129,9 @@ typedef struct {
  * with acc_model_release (after the Trainer is gone; `m` must outlive
  * `out`). Errors: INVALID_ARGUMENT (NULL), NO_MEMORY; the reason in
  * acc_last_error(NULL). */
-acc_result_t acc_mlp_model(acc_mlp_t *m, acc_model_t *out);
+ACC_API acc_result_t acc_mlp_model(acc_mlp_t *m, acc_model_t *out);
 /* Free what acc_mlp_model allocated in `model` (`owned`); NULL-safe. */
-void acc_model_release(acc_model_t *model);
+ACC_API void acc_model_release(acc_model_t *model);
 
 /* ------------------------------------------------------------------ */
 /* GaLore (optim = "galore_adamw")                                      */
@@ -148,16 +148,17 @@ void acc_model_release(acc_model_t *model);
  * checkpointing. NULL on bad arguments, no target found, or no memory
  * (the reason in acc_last_error(acc)). */
 typedef struct acc_galore acc_galore_t;
-acc_galore_t *acc_galore_new(acc_t *acc, const acc_model_t *model, const char *target_modules,
-                             int rank, int update_proj_gap, float scale, float lr, float beta1,
-                             float beta2, float eps, float weight_decay);
+ACC_API acc_galore_t *acc_galore_new(acc_t *acc, const acc_model_t *model,
+                                     const char *target_modules, int rank, int update_proj_gap,
+                                     float scale, float lr, float beta1, float beta2, float eps,
+                                     float weight_decay);
 /* One step from the model's gradient buffer (already averaged and
  * unscaled). Errors: BACKEND (sgesvd failed). */
-acc_result_t acc_galore_step(acc_galore_t *g);
-void acc_galore_set_lr(acc_galore_t *g, float lr);
+ACC_API acc_result_t acc_galore_step(acc_galore_t *g);
+ACC_API void acc_galore_set_lr(acc_galore_t *g, float lr);
 /* Bytes of optimizer state (projectors and moments). */
-size_t acc_galore_state_bytes(const acc_galore_t *g);
-void acc_galore_destroy(acc_galore_t **g_p);
+ACC_API size_t acc_galore_state_bytes(const acc_galore_t *g);
+ACC_API void acc_galore_destroy(acc_galore_t **g_p);
 
 /* ------------------------------------------------------------------ */
 /* LOMO and AdaLomo (optim = "lomo" / "adalomo")                        */
@@ -182,22 +183,22 @@ void acc_galore_destroy(acc_galore_t **g_p);
  * for checkpointing with `acc`; LOMO keeps none. NULL on failure (the
  * reason in acc_last_error(acc)). */
 typedef struct acc_lomo acc_lomo_t;
-acc_lomo_t *acc_lomo_new(acc_t *acc, acc_model_t *model, int adaptive, float lr,
-                         float max_grad_norm, float weight_decay);
+ACC_API acc_lomo_t *acc_lomo_new(acc_t *acc, acc_model_t *model, int adaptive, float lr,
+                                 float max_grad_norm, float weight_decay);
 /* After model->forward_loss: backward with the fused update (one or two
  * passes, see above). Collective with several ranks. Errors:
  * INVALID_ARGUMENT (backward failed: no forward, bad label), BACKEND (an
  * all-reduce failed); the step's parameters may then be half updated. */
-acc_result_t acc_lomo_backward(acc_lomo_t *o);
-void acc_lomo_set_lr(acc_lomo_t *o, float lr);
+ACC_API acc_result_t acc_lomo_backward(acc_lomo_t *o);
+ACC_API void acc_lomo_set_lr(acc_lomo_t *o, float lr);
 /* The global gradient norm of the last acc_lomo_backward (NaN without
  * clipping: LOMO never holds every gradient at once). */
-double acc_lomo_grad_norm(const acc_lomo_t *o);
+ACC_API double acc_lomo_grad_norm(const acc_lomo_t *o);
 /* Fused steps done (AdaLomo's t; checkpointed for AdaLomo only). */
-int64_t acc_lomo_num_steps(const acc_lomo_t *o);
+ACC_API int64_t acc_lomo_num_steps(const acc_lomo_t *o);
 /* Bytes of optimizer state (0 for LOMO). */
-size_t acc_lomo_state_bytes(const acc_lomo_t *o);
-void acc_lomo_destroy(acc_lomo_t **o_p);
+ACC_API size_t acc_lomo_state_bytes(const acc_lomo_t *o);
+ACC_API void acc_lomo_destroy(acc_lomo_t **o_p);
 
 /* ------------------------------------------------------------------ */
 /* TrainingArguments                                                    */
@@ -261,7 +262,7 @@ typedef struct {
 } acc_training_args_t;
 
 /* Transformers' defaults (listed above). Cannot fail. */
-void acc_training_args_init(acc_training_args_t *args);
+ACC_API void acc_training_args_init(acc_training_args_t *args);
 
 /* Set the field `name` (Transformers' name, without "--") from text:
  * numbers as C/Python literals, booleans as true/false/1/0 (any case),
@@ -269,13 +270,14 @@ void acc_training_args_init(acc_training_args_t *args);
  * INVALID_ARGUMENT with "unknown argument 'NAME'" or "--NAME: bad value
  * 'VALUE' (expected ...)" in acc_last_error(NULL); the field is then
  * unchanged. */
-acc_result_t acc_training_args_set(acc_training_args_t *args, const char *name, const char *value);
+ACC_API acc_result_t acc_training_args_set(acc_training_args_t *args, const char *name,
+                                           const char *value);
 
 /* Parse a command line of `--name value` or `--name=value` pairs
  * (argv[0] is the program and skipped), as HfArgumentParser does. A flag
  * not in the table, a missing or bad value is INVALID_ARGUMENT naming
  * it. Stops at the first error. */
-acc_result_t acc_training_args_parse(acc_training_args_t *args, int argc, char **argv);
+ACC_API acc_result_t acc_training_args_parse(acc_training_args_t *args, int argc, char **argv);
 
 /* Check the arguments together (what TrainingArguments.__post_init__
  * checks): load_best_model_at_end needs eval_strategy == save_strategy
@@ -284,7 +286,7 @@ acc_result_t acc_training_args_parse(acc_training_args_t *args, int argc, char *
  * eval_strategy and a metric; cosine_with_min_lr needs min_lr or
  * min_lr_rate; positive batch sizes and accumulation. Errors:
  * INVALID_ARGUMENT naming the fields, in acc_last_error(NULL). */
-acc_result_t acc_training_args_validate(const acc_training_args_t *args);
+ACC_API acc_result_t acc_training_args_validate(const acc_training_args_t *args);
 
 /* Python logging levels, as Transformers' log_level takes them. */
 enum {
@@ -299,13 +301,14 @@ enum {
 /* TrainingArguments.get_process_log_level: log_level on the main process
  * (local rank 0 with log_on_each_node, else global rank 0), log_level_replica
  * on the others; "passive" gives the library default, warning (30). */
-int acc_training_args_process_log_level(const acc_training_args_t *args, int rank, int local_rank);
+ACC_API int acc_training_args_process_log_level(const acc_training_args_t *args, int rank,
+                                                int local_rank);
 
 /* An Accelerator for these arguments: acc_new with mixed_precision,
  * gradient_accumulation_steps and seed (set_seed(args.seed) as the
  * Trainer does, so model initialization is reproducible). NULL on
  * failure (as acc_new). */
-acc_t *acc_trainer_accelerator_new(const acc_training_args_t *args);
+ACC_API acc_t *acc_trainer_accelerator_new(const acc_training_args_t *args);
 
 /* ------------------------------------------------------------------ */
 /* Learning-rate schedulers (transformers.get_scheduler)                */
@@ -317,7 +320,7 @@ acc_t *acc_trainer_accelerator_new(const acc_training_args_t *args);
  * defines them (cosine with num_cycles 0.5; inverse_sqrt's timescale
  * defaults to warmup or 10000). Returns NaN for an unknown type or a
  * missing min_lr/min_lr_rate (see acc_training_args_validate). */
-double acc_lr_lambda(const acc_training_args_t *args, long step, long warmup, long total);
+ACC_API double acc_lr_lambda(const acc_training_args_t *args, long step, long warmup, long total);
 
 /* ------------------------------------------------------------------ */
 /* Data                                                                 */
@@ -344,9 +347,9 @@ typedef struct {
  * kept to their first 47 bytes (cut at a UTF-8 character boundary; names
  * equal once cut are one metric). Returns -1 when full, or for a name
  * starting with the byte 0x01 (trainer_state.json's writer reserves it). */
-int acc_metrics_put(acc_metrics_t *m, const char *name, double value);
+ACC_API int acc_metrics_put(acc_metrics_t *m, const char *name, double value);
 /* The value of `name`, or NaN when absent. */
-double acc_metrics_get(const acc_metrics_t *m, const char *name);
+ACC_API double acc_metrics_get(const acc_metrics_t *m, const char *name);
 
 /* compute_metrics(EvalPrediction): `n` predictions and labels gathered
  * from every rank (gather_for_metrics: each sample once); put named
@@ -354,8 +357,8 @@ double acc_metrics_get(const acc_metrics_t *m, const char *name);
 typedef void (*acc_compute_metrics_fn)(const int64_t *preds, const int64_t *labels, size_t n,
                                        acc_metrics_t *out, void *user);
 /* A compute_metrics giving "accuracy". */
-void acc_accuracy_metric(const int64_t *preds, const int64_t *labels, size_t n, acc_metrics_t *out,
-                         void *user);
+ACC_API void acc_accuracy_metric(const int64_t *preds, const int64_t *labels, size_t n,
+                                 acc_metrics_t *out, void *user);
 
 /* ------------------------------------------------------------------ */
 /* TrainerState, TrainerControl, callbacks                              */
@@ -415,15 +418,17 @@ typedef struct {
  * early_stopping_patience > 0, an EarlyStoppingCallback. NULL on failure, the reason in
  * acc_last_error(acc). Everything borrowed must outlive the Trainer; the
  * Trainer must be destroyed before `acc`. */
-acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_model_t *model,
-                               const acc_dataset_t *train, const acc_dataset_t *eval);
-void acc_trainer_destroy(acc_trainer_t **tr_p);
+ACC_API acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args,
+                                       acc_model_t *model, const acc_dataset_t *train,
+                                       const acc_dataset_t *eval);
+ACC_API void acc_trainer_destroy(acc_trainer_t **tr_p);
 
 /* Trainer.add_callback (copied; at most 16). The callback's on_init_end
  * fires at once: it joins a Trainer whose __init__ has ended. Errors:
  * INVALID_ARGUMENT (NULL, too many). */
-acc_result_t acc_trainer_add_callback(acc_trainer_t *tr, const acc_trainer_callback_t *cb);
-void acc_trainer_set_compute_metrics(acc_trainer_t *tr, acc_compute_metrics_fn fn, void *user);
+ACC_API acc_result_t acc_trainer_add_callback(acc_trainer_t *tr, const acc_trainer_callback_t *cb);
+ACC_API void acc_trainer_set_compute_metrics(acc_trainer_t *tr, acc_compute_metrics_fn fn,
+                                             void *user);
 
 /* Overridable steps (Trainer.compute_loss, training_step,
  * prediction_step): NULL restores the default. compute_loss returns the * mean loss of the batch
@@ -439,57 +444,61 @@ typedef float (*acc_training_step_fn)(acc_trainer_t *tr, const float *x, const i
                                       int batch, void *user);
 typedef float (*acc_prediction_step_fn)(acc_trainer_t *tr, const float *x, const int64_t *y,
                                         int batch, int64_t *preds, void *user);
-void acc_trainer_set_steps(acc_trainer_t *tr, acc_compute_loss_fn compute_loss,
-                           acc_training_step_fn training_step,
-                           acc_prediction_step_fn prediction_step, void *user);
+ACC_API void acc_trainer_set_steps(acc_trainer_t *tr, acc_compute_loss_fn compute_loss,
+                                   acc_training_step_fn training_step,
+                                   acc_prediction_step_fn prediction_step, void *user);
 /* The default steps, for an override to call. */
-float acc_trainer_compute_loss(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
-                               int training);
-float acc_trainer_training_step(acc_trainer_t *tr, const float *x, const int64_t *y, int batch);
-float acc_trainer_prediction_step(acc_trainer_t *tr, const float *x, const int64_t *y, int batch,
-                                  int64_t *preds);
+ACC_API float acc_trainer_compute_loss(acc_trainer_t *tr, const float *x, const int64_t *y,
+                                       int batch, int training);
+ACC_API float acc_trainer_training_step(acc_trainer_t *tr, const float *x, const int64_t *y,
+                                        int batch);
+ACC_API float acc_trainer_prediction_step(acc_trainer_t *tr, const float *x, const int64_t *y,
+                                          int batch, int64_t *preds);
 
 /* Trainer.train: the loop (resuming from args.resume_from_checkpoint
  * when set), logging, evaluation, checkpoints, callbacks, early stopping,
  * loading the best model at the end. Collective (every rank calls it).
  * Errors: INVALID_ARGUMENT (no checkpoint to resume from, a NaN loss
  * from a bad label), IO (checkpoint files), the collectives'. */
-acc_result_t acc_trainer_train(acc_trainer_t *tr);
+ACC_API acc_result_t acc_trainer_train(acc_trainer_t *tr);
 
 /* Trainer.evaluate on the eval dataset: eval_loss, the compute_metrics
  * values prefixed "eval_", eval_runtime (s), eval_samples_per_second,
  * eval_steps_per_second, epoch; logged (on_log, a printed line) and given
  * to on_evaluate. `out` may be NULL. Collective. Errors: INVALID_ARGUMENT
  * (no eval dataset), the collectives'. */
-acc_result_t acc_trainer_evaluate(acc_trainer_t *tr, acc_metrics_t *out);
+ACC_API acc_result_t acc_trainer_evaluate(acc_trainer_t *tr, acc_metrics_t *out);
 
 /* Save `output_dir/checkpoint-<global_step>/` now (Trainer._save_checkpoint):
  * nbfork_state.bin (model, optimizer, loss scaler, Trainer loop state),
  * nbfork_rank<R>.bin (each rank's RNG and accumulation state) and
  * trainer_state.json, then rotate (save_total_limit, keeping the best).
  * Collective. Errors: IO naming the path, the collectives'. */
-acc_result_t acc_trainer_save_checkpoint(acc_trainer_t *tr);
+ACC_API acc_result_t acc_trainer_save_checkpoint(acc_trainer_t *tr);
 
-acc_trainer_state_t *acc_trainer_state(acc_trainer_t *tr);
-acc_trainer_control_t *acc_trainer_control(acc_trainer_t *tr);
-const acc_training_args_t *acc_trainer_args(const acc_trainer_t *tr);
-acc_model_t *acc_trainer_model(acc_trainer_t *tr);
-acc_t *acc_trainer_accelerator(acc_trainer_t *tr);
+ACC_API acc_trainer_state_t *acc_trainer_state(acc_trainer_t *tr);
+ACC_API acc_trainer_control_t *acc_trainer_control(acc_trainer_t *tr);
+ACC_API const acc_training_args_t *acc_trainer_args(const acc_trainer_t *tr);
+ACC_API acc_model_t *acc_trainer_model(acc_trainer_t *tr);
+ACC_API acc_t *acc_trainer_accelerator(acc_trainer_t *tr);
 /* The learning rate the next optimizer step uses. */
-double acc_trainer_learning_rate(const acc_trainer_t *tr);
+ACC_API double acc_trainer_learning_rate(const acc_trainer_t *tr);
 
 /* Log `fmt` at `level` through the Trainer's logger (stderr, one line,
  * "[LEVEL|trainer] message") when level >= this process's log level
  * (acc_training_args_process_log_level). Returns 1 when printed, else 0. */
-int acc_trainer_log(const acc_trainer_t *tr, int level, const char *fmt, ...)
+ACC_API int acc_trainer_log(const acc_trainer_t *tr, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* get_last_checkpoint: the path of the checkpoint-N under `dir` with the
  * largest N into `out`; 0 when found, -1 when none. */
-int acc_trainer_last_checkpoint(const char *dir, char *out, size_t outlen);
+ACC_API int acc_trainer_last_checkpoint(const char *dir, char *out, size_t outlen);
 
 #ifdef __cplusplus
 }
 #endif
+
+/* Sharded data parallel (ZeRO stages, FSDP strategies) on acc_model_t. */
+#include "nbf_shard.h"
 
 #endif /* NBF_TRAINER_H */

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nbf_api.h"
+
 #include "nbf_display.h"
 
 #ifdef __cplusplus
@@ -56,7 +58,7 @@ typedef enum {
 } acc_result_t;
 
 /* A static English description of `r`; never NULL. */
-const char *acc_strerror(acc_result_t r);
+ACC_API const char *acc_strerror(acc_result_t r);
 
 /* ------------------------------------------------------------------ */
 /* The Accelerator                                                      */
@@ -129,24 +131,24 @@ typedef struct acc acc_t;
  * `cfg` may be NULL (= ACC_CONFIG_INIT). Returns NULL on failure after
  * printing the reason to stderr as one line (rank, step, cause); the
  * same text is acc_last_error(NULL) in the calling thread. */
-acc_t *acc_new(const acc_config_t *cfg);
+ACC_API acc_t *acc_new(const acc_config_t *cfg);
 
 /* Leave the process group and free everything: draws pending charts,
  * stops the store if this rank hosts it, then waits at a barrier for the
  * other ranks (skipped after a failed collective) so no rank closes a
  * connection a peer still reads. Every rank must call it. NULL-safe;
  * clears *acc_p. */
-void acc_destroy(acc_t **acc_p);
+ACC_API void acc_destroy(acc_t **acc_p);
 
-int acc_rank(const acc_t *acc);       /* global rank, 0..world-1  */
-int acc_local_rank(const acc_t *acc); /* rank within this node    */
-int acc_world_size(const acc_t *acc); /* number of processes      */
-int acc_local_world_size(const acc_t *acc);
-int acc_is_main_process(const acc_t *acc); /* rank == 0                */
-int acc_is_local_main_process(const acc_t *acc);
+ACC_API int acc_rank(const acc_t *acc);       /* global rank, 0..world-1  */
+ACC_API int acc_local_rank(const acc_t *acc); /* rank within this node    */
+ACC_API int acc_world_size(const acc_t *acc); /* number of processes      */
+ACC_API int acc_local_world_size(const acc_t *acc);
+ACC_API int acc_is_main_process(const acc_t *acc); /* rank == 0                */
+ACC_API int acc_is_local_main_process(const acc_t *acc);
 /* -1 = CPU; otherwise the CUDA device index this rank uses
  * (LOCAL_RANK; LOCAL_RANK mod the GPU count with NBFORK_SHARE_GPU). */
-int acc_device(const acc_t *acc);
+ACC_API int acc_device(const acc_t *acc);
 
 /* The stream contract of device collectives. `stream` is a cudaStream_t
  * of this rank's device (passed as void *, so this header needs no CUDA
@@ -169,15 +171,15 @@ int acc_device(const acc_t *acc);
  * or a destroyed one makes the next device collective fail with BACKEND.
  * The accelerator does not own the stream: destroy it after the last
  * collective (or acc_set_stream(acc, NULL) first). */
-acc_result_t acc_set_stream(acc_t *acc, void *stream);
+ACC_API acc_result_t acc_set_stream(acc_t *acc, void *stream);
 /* The stream set by acc_set_stream (NULL: the default stream). */
-void *acc_get_stream(const acc_t *acc);
-acc_precision_t acc_mixed_precision(const acc_t *acc);
+ACC_API void *acc_get_stream(const acc_t *acc);
+ACC_API acc_precision_t acc_mixed_precision(const acc_t *acc);
 /* Text of the last error stored in `acc` ("" when none). With acc NULL:
  * the last error of this thread's calls made without an accelerator (a
  * failed acc_new, acc_to_f16(NULL, ...), ...), "" when none. Valid until
  * the next failing call on the same acc (or thread). */
-const char *acc_last_error(const acc_t *acc);
+ACC_API const char *acc_last_error(const acc_t *acc);
 
 /* ------------------------------------------------------------------ */
 /* Collectives (host buffers: Gloo; device buffers: NCCL)               */
@@ -187,7 +189,7 @@ typedef enum { ACC_F32 = 0, ACC_F64, ACC_F16, ACC_BF16, ACC_I32, ACC_I64 } acc_d
 typedef enum { ACC_SUM = 0, ACC_AVG, ACC_MAX, ACC_MIN } acc_op_t;
 
 /* Size of one element of `dtype` in bytes (0 for an unknown dtype). */
-size_t acc_dtype_size(acc_dtype_t dtype);
+ACC_API size_t acc_dtype_size(acc_dtype_t dtype);
 
 /* In-place all-reduce of `count` elements of `buf` across all ranks.
  * AVG divides the sum by the world size (integers: truncating).
@@ -197,23 +199,25 @@ size_t acc_dtype_size(acc_dtype_t dtype);
  * verify_operation): a difference is MISMATCH on every rank, naming each
  * rank's call. Errors: INVALID_ARGUMENT, TIMEOUT, PEER, BACKEND, MISMATCH
  * (fatal by default: acc_set_errhandler). */
-acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, acc_op_t op);
+ACC_API acc_result_t acc_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                    acc_op_t op);
 
 /* Broadcast `count` elements from rank `root` into every rank's `buf`. */
-acc_result_t acc_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype, int root);
+ACC_API acc_result_t acc_broadcast(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                   int root);
 
 /* Gather `count` elements from each rank: `recv` holds world*count
  * elements, rank r's contribution at offset r*count. */
-acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
-                            acc_dtype_t dtype);
+ACC_API acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                                    acc_dtype_t dtype);
 
 /* Reduce world*count elements of `send` across ranks and leave rank r
  * with block r (count elements) in `recv`. */
-acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
-                                acc_dtype_t dtype, acc_op_t op);
+ACC_API acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                        acc_dtype_t dtype, acc_op_t op);
 
 /* Barrier (Accelerate's wait_for_everyone). */
-acc_result_t acc_wait_for_everyone(acc_t *acc);
+ACC_API acc_result_t acc_wait_for_everyone(acc_t *acc);
 
 /* What a failed collective does (MPI's error handlers,
  * MPI_Comm_set_errhandler). A collective fails when the group does:
@@ -230,7 +234,24 @@ acc_result_t acc_wait_for_everyone(acc_t *acc);
  * NBFORK_COLLECTIVE_ERRORS=fatal|return sets the default of acc_new.
  * Errors: INVALID_ARGUMENT (acc NULL or an unknown handler). */
 typedef enum { ACC_ERRORS_ARE_FATAL = 0, ACC_ERRORS_RETURN = 1 } acc_errhandler_t;
-acc_result_t acc_set_errhandler(acc_t *acc, acc_errhandler_t handler);
+ACC_API acc_result_t acc_set_errhandler(acc_t *acc, acc_errhandler_t handler);
+
+/* Have every accelerator of this process rebuild its process group at
+ * its next collective: a new Gloo full mesh through the same rendezvous
+ * store, its keys under "<run id>/<acc's generation>/rebuild-<epoch>/",
+ * then one all-reduce (MAX) that agrees on the sequence numbers. For a
+ * group whose collective was cut short (an interrupted `%%ranks` cell:
+ * the executor's rank workers call this on every rank with the same
+ * `epoch`, 1, 2, ... as the cuts happen), so that the next collective
+ * does not meet its peers' half-sent messages. Every rank of the group
+ * must call it with the same epoch before its next collective.
+ * The old connections are abandoned, not closed (the cut call may hold
+ * their locks): each rebuild leaks their sockets, Gloo's thread and its
+ * cached buffers. A rebuilt group that had failed (ACC_ERR_PEER) is
+ * usable again once every peer rebuilt. A device (NCCL) communicator
+ * is aborted (ncclCommAbort) and made anew, under the new keys, at the
+ * next device collective. Cheap: no I/O until the next collective. */
+ACC_API void acc_rebuild_process_groups(unsigned epoch);
 
 /* ------------------------------------------------------------------ */
 /* Seeding and printing                                                 */
@@ -240,17 +261,17 @@ acc_result_t acc_set_errhandler(acc_t *acc, acc_errhandler_t handler);
  * and libc's rand(); the same seed gives the same sequence on every run.
  * With per_rank != 0 each rank gets seed + rank. `acc` may be NULL (the
  * process-wide RNG). Cannot fail. */
-void acc_set_seed(acc_t *acc, unsigned long long seed, int per_rank);
+ACC_API void acc_set_seed(acc_t *acc, unsigned long long seed, int per_rank);
 /* Next value of the runtime RNG: uniform in [0, 1). */
-double acc_rand_uniform(acc_t *acc);
+ACC_API double acc_rand_uniform(acc_t *acc);
 /* Standard normal sample (Box-Muller). */
-double acc_rand_normal(acc_t *acc);
+ACC_API double acc_rand_normal(acc_t *acc);
 
 /* printf on the main process only (Accelerate's accelerator.print);
  * flushes so the line reaches the notebook at once. Returns printf's
  * result (characters written, negative on an output error); 0 on other
  * ranks and when fmt is NULL. `acc` may be NULL (prints). */
-int acc_print(const acc_t *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ACC_API int acc_print(const acc_t *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------ */
 /* Data: IDX files, distributed sampler, metrics                        */
@@ -267,8 +288,8 @@ typedef struct {
 /* Read `path` (gzip or plain). Only ubyte (0x08) data is supported.
  * Returns NULL and prints why (path, offset, magic) on failure.
  * Caller owns the result: acc_idx_destroy. */
-acc_idx_t *acc_idx_read(const char *path);
-void acc_idx_destroy(acc_idx_t **idx_p);
+ACC_API acc_idx_t *acc_idx_read(const char *path);
+ACC_API void acc_idx_destroy(acc_idx_t **idx_p);
 
 /* Memory kept across re-runs of a notebook cell. Re-running a cell gives
  * its globals their initial values again, so a data cell that mallocs
@@ -279,13 +300,13 @@ void acc_idx_destroy(acc_idx_t **idx_p);
  * Kept until acc_keep_free(name) or the process ends; forked workers
  * inherit the blocks (copy-on-write). NULL with acc_last_error set when
  * name is NULL or empty, size is 0, or memory is short. Thread-safe. */
-void *acc_keep(const char *name, size_t size, int *fresh);
+ACC_API void *acc_keep(const char *name, size_t size, int *fresh);
 /* Free the block kept under `name` (nothing when there is none). */
-void acc_keep_free(const char *name);
+ACC_API void acc_keep_free(const char *name);
 /* The block kept under `name` without creating one: its data, and its
  * size in bytes in *size (when size is not NULL); NULL when none is kept
  * (acc_last_error untouched). For `%ranks pull/push` (ex_ranks.c). */
-void *acc_keep_find(const char *name, size_t *size);
+ACC_API void *acc_keep_find(const char *name, size_t *size);
 
 /* PyTorch's DistributedSampler with Accelerate's even_batches: the
  * indices 0..n-1, shuffled by (seed + epoch) when shuffle != 0, padded by
@@ -298,20 +319,20 @@ void *acc_keep_find(const char *name, size_t *size);
  * or out of memory. */
 typedef struct acc_sampler acc_sampler_t;
 
-acc_sampler_t *acc_sampler_new(const acc_t *acc, size_t n, size_t batch_size, int shuffle,
-                               unsigned long long seed);
-void acc_sampler_destroy(acc_sampler_t **s_p);
+ACC_API acc_sampler_t *acc_sampler_new(const acc_t *acc, size_t n, size_t batch_size, int shuffle,
+                                       unsigned long long seed);
+ACC_API void acc_sampler_destroy(acc_sampler_t **s_p);
 /* Reshuffle for `epoch` (same result on every rank). */
-void acc_sampler_set_epoch(acc_sampler_t *s, int epoch);
+ACC_API void acc_sampler_set_epoch(acc_sampler_t *s, int epoch);
 /* Number of batches this rank iterates per epoch (same on every rank). */
-size_t acc_sampler_num_batches(const acc_sampler_t *s);
+ACC_API size_t acc_sampler_num_batches(const acc_sampler_t *s);
 /* Indices of batch `b` of this rank: *len = batch_size (padding makes
  * every batch full). Pointer valid until the next set_epoch or destroy;
  * NULL (and *len = 0) when b >= acc_sampler_num_batches. */
-const size_t *acc_sampler_batch(const acc_sampler_t *s, size_t b, size_t *len);
+ACC_API const size_t *acc_sampler_batch(const acc_sampler_t *s, size_t b, size_t *len);
 /* The dataset size n given at creation (padding excluded): pass it to
  * acc_gather_for_metrics. */
-size_t acc_sampler_dataset_size(const acc_sampler_t *s);
+ACC_API size_t acc_sampler_dataset_size(const acc_sampler_t *s);
 
 /* Accelerate's gather_for_metrics: gather `count` int64 values per rank
  * (one per sample of one sampler batch, so count = batch_size, e.g.
@@ -323,8 +344,8 @@ size_t acc_sampler_dataset_size(const acc_sampler_t *s);
  * valid elements written to `out` (≤ world*count), or (size_t)-1 on error:
  * acc NULL, a NULL buffer, or the all-gather failed (then its reason is
  * in acc_last_error). */
-size_t acc_gather_for_metrics(acc_t *acc, const int64_t *values, size_t count, int64_t *out,
-                              int is_last_batch, size_t dataset_size);
+ACC_API size_t acc_gather_for_metrics(acc_t *acc, const int64_t *values, size_t count, int64_t *out,
+                                      int is_last_batch, size_t dataset_size);
 
 /* ------------------------------------------------------------------ */
 /* Gradient accumulation (Accelerate's accumulate / sync_gradients)     */
@@ -333,12 +354,12 @@ size_t acc_gather_for_metrics(acc_t *acc, const int64_t *values, size_t count, i
 /* Start a micro-step. `is_last_batch` forces a sync when the config's
  * sync_with_dataloader is on. Sets acc_sync_gradients. Both calls cannot
  * fail; with acc NULL they do nothing. */
-void acc_accumulate_begin(acc_t *acc, int is_last_batch);
-void acc_accumulate_end(acc_t *acc);
+ACC_API void acc_accumulate_begin(acc_t *acc, int is_last_batch);
+ACC_API void acc_accumulate_end(acc_t *acc);
 /* 1 when this micro-step ends an accumulation window (the optimizer
  * should step and zero the gradients), else 0. Always 1 without
  * accumulation. */
-int acc_sync_gradients(const acc_t *acc);
+ACC_API int acc_sync_gradients(const acc_t *acc);
 
 /* Accelerate's backward for a flat f32 gradient buffer of `n` elements
  * into which the caller just ADDED this micro-step's gradients: scales
@@ -349,7 +370,7 @@ int acc_sync_gradients(const acc_t *acc);
  * communication on non-sync steps. Call it once per micro-step, between
  * acc_accumulate_begin and acc_accumulate_end; zero the buffer after the
  * optimizer step. Errors: as acc_all_reduce. */
-acc_result_t acc_backward(acc_t *acc, float *grads, size_t n);
+ACC_API acc_result_t acc_backward(acc_t *acc, float *grads, size_t n);
 
 /* ------------------------------------------------------------------ */
 /* Mixed precision (Accelerate's mixed_precision = no | fp16 | bf16)    */
@@ -363,10 +384,10 @@ acc_result_t acc_backward(acc_t *acc, float *grads, size_t n);
  * NULL (host only; no CUDA call is ever made then, so it is safe in a
  * notebook cell before %launch). dst and src must not overlap.
  * Errors: INVALID_ARGUMENT (NULL buffer), BACKEND (CUDA failed). */
-acc_result_t acc_to_f16(const acc_t *acc, uint16_t *dst, const float *src, size_t n);
-acc_result_t acc_from_f16(const acc_t *acc, float *dst, const uint16_t *src, size_t n);
-acc_result_t acc_to_bf16(const acc_t *acc, uint16_t *dst, const float *src, size_t n);
-acc_result_t acc_from_bf16(const acc_t *acc, float *dst, const uint16_t *src, size_t n);
+ACC_API acc_result_t acc_to_f16(const acc_t *acc, uint16_t *dst, const float *src, size_t n);
+ACC_API acc_result_t acc_from_f16(const acc_t *acc, float *dst, const uint16_t *src, size_t n);
+ACC_API acc_result_t acc_to_bf16(const acc_t *acc, uint16_t *dst, const float *src, size_t n);
+ACC_API acc_result_t acc_from_bf16(const acc_t *acc, float *dst, const uint16_t *src, size_t n);
 
 /* fp16 dynamic loss scaling, with the semantics of PyTorch's GradScaler
  * (torch.cuda.amp.GradScaler, used by Accelerate for fp16):
@@ -384,14 +405,14 @@ acc_result_t acc_from_bf16(const acc_t *acc, float *dst, const uint16_t *src, si
  * no or bf16 the scale is 1 and nothing is scaled. */
 
 /* The current loss scale S (1.0 unless the precision is fp16). */
-float acc_loss_scale(const acc_t *acc);
+ACC_API float acc_loss_scale(const acc_t *acc);
 
 /* GradScaler(init_scale, growth_factor, backoff_factor, growth_interval);
  * defaults 65536, 2, 0.5, 2000. Resets the count of clean steps.
  * Errors: INVALID_ARGUMENT unless init_scale > 0, growth_factor > 1,
  * 0 < backoff_factor < 1, growth_interval >= 1. */
-acc_result_t acc_set_grad_scaler(acc_t *acc, float init_scale, float growth_factor,
-                                 float backoff_factor, int growth_interval);
+ACC_API acc_result_t acc_set_grad_scaler(acc_t *acc, float init_scale, float growth_factor,
+                                         float backoff_factor, int growth_interval);
 
 /* GradScaler.unscale_ (Accelerate's unscale_gradients): multiply the `n`
  * f32 gradients (host, or device when acc_device >= 0) by 1/S. Returns 1
@@ -399,18 +420,18 @@ acc_result_t acc_set_grad_scaler(acc_t *acc, float init_scale, float growth_fact
  * (skip the step), -1 on error (acc_last_error). A second call on the
  * same buffer before acc_update_loss_scale does nothing (as GradScaler).
  * No-op returning 1 unless the precision is fp16. */
-int acc_unscale_gradients(acc_t *acc, float *grads, size_t n);
+ACC_API int acc_unscale_gradients(acc_t *acc, float *grads, size_t n);
 
 /* GradScaler.update: back off (found_inf != 0) or count a clean step and
  * grow every growth_interval clean steps. No-op unless fp16. */
-void acc_update_loss_scale(acc_t *acc, int found_inf);
+ACC_API void acc_update_loss_scale(acc_t *acc, int found_inf);
 
 /* Consecutive clean steps counted towards the next growth. */
-int acc_loss_scale_growth_tracker(const acc_t *acc);
+ACC_API int acc_loss_scale_growth_tracker(const acc_t *acc);
 
 /* 1 when the last optimizer step was skipped because the gradients held
  * inf/NaN (Accelerate's optimizer_step_was_skipped), else 0. */
-int acc_optimizer_step_was_skipped(const acc_t *acc);
+ACC_API int acc_optimizer_step_was_skipped(const acc_t *acc);
 
 /* ------------------------------------------------------------------ */
 /* A small model toolkit on one flat parameter buffer                   */
@@ -461,19 +482,19 @@ typedef struct acc_mlp acc_mlp_t;
  * first model): without it acc_mlp_new fails (ACC_ERR_BACKEND, naming
  * the library; no host fallback), and ACCELERATE_USE_CPU=1 trains on
  * the CPU instead. */
-acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch);
-void acc_mlp_destroy(acc_mlp_t **m_p);
-size_t acc_mlp_num_params(const acc_mlp_t *m);
+ACC_API acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch);
+ACC_API void acc_mlp_destroy(acc_mlp_t **m_p);
+ACC_API size_t acc_mlp_num_params(const acc_mlp_t *m);
 /* The flat parameter / gradient buffers (num_params floats each), owned
  * by the model: host memory, or device memory for a model on a device
  * (above). */
-float *acc_mlp_params(acc_mlp_t *m);
-float *acc_mlp_grads(acc_mlp_t *m);
+ACC_API float *acc_mlp_params(acc_mlp_t *m);
+ACC_API float *acc_mlp_grads(acc_mlp_t *m);
 /* Forward `batch` rows of x (batch × sizes[0]); returns logits
  * (batch × sizes[nlayers]), owned by the model, valid until next call.
  * NULL when m or x is NULL, batch is not in 1..max_batch, or no memory
  * for the half-precision buffers. */
-const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch);
+ACC_API const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch);
 /* Softmax cross-entropy of the last forward against `labels` (batch
  * int64 class indices); mean over the batch. ADDS d(loss)/d(params) into
  * the gradient buffer. Returns the loss; NaN (gradients untouched) when
@@ -494,11 +515,11 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch);
  * 2: 5.58 — each rank has one core, so the communication thread takes
  * time from the backward pass instead of hiding behind it, and more,
  * smaller all-reduces cost more round trips. */
-float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels);
+ACC_API float acc_mlp_backward_xent(acc_mlp_t *m, const int64_t *labels);
 /* argmax of each row of the last forward's logits into `pred` (batch).
  * Does nothing before the first forward. */
-void acc_mlp_predict(const acc_mlp_t *m, int64_t *pred);
-void acc_mlp_zero_grad(acc_mlp_t *m);
+ACC_API void acc_mlp_predict(const acc_mlp_t *m, int64_t *pred);
+ACC_API void acc_mlp_zero_grad(acc_mlp_t *m);
 
 /* A training step that waits for nothing (a device model): as
  * acc_mlp_forward and acc_mlp_backward_xent, but the logits and the loss
@@ -524,10 +545,10 @@ void acc_mlp_zero_grad(acc_mlp_t *m);
  * device model reads it back at the first call after a backward (one
  * stream synchronization). NaN before any backward or after a failed
  * one. */
-acc_result_t acc_mlp_forward_async(acc_mlp_t *m, const float *x, int batch);
-const float *acc_mlp_logits(acc_mlp_t *m);
-acc_result_t acc_mlp_backward_xent_async(acc_mlp_t *m, const int64_t *labels);
-float acc_mlp_loss(acc_mlp_t *m);
+ACC_API acc_result_t acc_mlp_forward_async(acc_mlp_t *m, const float *x, int batch);
+ACC_API const float *acc_mlp_logits(acc_mlp_t *m);
+ACC_API acc_result_t acc_mlp_backward_xent_async(acc_mlp_t *m, const int64_t *labels);
+ACC_API float acc_mlp_loss(acc_mlp_t *m);
 
 /* SGD with momentum (PyTorch torch.optim.SGD semantics) or AdamW
  * (Loshchilov & Hutter 2019; torch.optim.AdamW semantics) over `n`
@@ -535,10 +556,10 @@ float acc_mlp_loss(acc_mlp_t *m);
  * buffer, n == 0, a negative lr/momentum/weight_decay/eps, a beta outside
  * [0, 1), or out of memory. */
 typedef struct acc_optim acc_optim_t;
-acc_optim_t *acc_sgd_new(float *params, float *grads, size_t n, float lr, float momentum,
-                         float weight_decay);
-acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, float beta1,
-                           float beta2, float eps, float weight_decay);
+ACC_API acc_optim_t *acc_sgd_new(float *params, float *grads, size_t n, float lr, float momentum,
+                                 float weight_decay);
+ACC_API acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, float beta1,
+                                   float beta2, float eps, float weight_decay);
 /* One optimizer step (Accelerate's AcceleratedOptimizer.step). Returns 1
  * when the parameters were updated, 0 when the step was skipped: on a
  * micro-step that does not sync gradients (acc_sync_gradients == 0), or
@@ -548,13 +569,13 @@ acc_optim_t *acc_adamw_new(float *params, float *grads, size_t n, float lr, floa
  * precision" above). `acc` may be NULL (always steps). Returns -1 when
  * a device step or the fp16 unscale failed (a CUDA error: the error is
  * in acc_last_error, the loss scale unchanged); opt NULL: 0. */
-int acc_optim_step(acc_t *acc, acc_optim_t *opt);
+ACC_API int acc_optim_step(acc_t *acc, acc_optim_t *opt);
 /* Zero the optimizer's gradient buffer, but only on sync micro-steps
  * (Accelerate's AcceleratedOptimizer.zero_grad); `acc` may be NULL. */
-void acc_optim_zero_grad(acc_t *acc, acc_optim_t *opt);
+ACC_API void acc_optim_zero_grad(acc_t *acc, acc_optim_t *opt);
 /* A negative lr is ignored. */
-void acc_optim_set_lr(acc_optim_t *opt, float lr);
-void acc_optim_destroy(acc_optim_t **opt_p);
+ACC_API void acc_optim_set_lr(acc_optim_t *opt, float lr);
+ACC_API void acc_optim_destroy(acc_optim_t **opt_p);
 
 /* ------------------------------------------------------------------ */
 /* Checkpoints (Accelerate's save_state / load_state)                   */
@@ -578,7 +599,8 @@ void acc_optim_destroy(acc_optim_t **opt_p);
  * (every rank calls it; it returns when all files are written, with the
  * same result on every rank). Errors: INVALID_ARGUMENT, IO (the message
  * names the path and the system error), NO_MEMORY, and the collectives'. */
-acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt);
+ACC_API acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model,
+                                    acc_optim_t *opt);
 
 /* Restore what acc_save_state saved in `dir` into the accelerator,
  * `model` and `opt` (each may be NULL: not restored), and the registered
@@ -591,7 +613,8 @@ acc_result_t acc_save_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
  * Collective with world size > 1. Errors: IO (missing, truncated or
  * corrupt file: the message names it), INVALID_ARGUMENT (the checkpoint
  * is of another model/optimizer), NO_MEMORY, the collectives'. */
-acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_optim_t *opt);
+ACC_API acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model,
+                                    acc_optim_t *opt);
 
 /* Accelerate's register_for_checkpointing: save `bytes` bytes at `data`
  * under `name` (1..24 characters) with every acc_save_state and restore
@@ -599,7 +622,8 @@ acc_result_t acc_load_state(acc_t *acc, const char *dir, acc_mlp_t *model, acc_o
  * on load). Use it for loop counters (epoch, batch), a custom model's
  * parameters, a scheduler's state. Registering a name again replaces it.
  * The memory is borrowed until acc_destroy. At most 64 objects. */
-acc_result_t acc_register_for_checkpointing(acc_t *acc, const char *name, void *data, size_t bytes);
+ACC_API acc_result_t acc_register_for_checkpointing(acc_t *acc, const char *name, void *data,
+                                                    size_t bytes);
 
 /* ------------------------------------------------------------------ */
 /* Progress and live charts (through the display API)                   */
@@ -610,19 +634,19 @@ acc_result_t acc_register_for_checkpointing(acc_t *acc, const char *name, void *
  * terminal it is drawn on stderr. NULL only when out of memory; drawing
  * errors are ignored (a progress bar must not stop training). */
 typedef struct acc_progress acc_progress_t;
-acc_progress_t *acc_progress_new(const acc_t *acc, const char *desc, size_t total);
+ACC_API acc_progress_t *acc_progress_new(const acc_t *acc, const char *desc, size_t total);
 /* Advance by `n` and optionally set a postfix text (e.g. "loss=0.31"). */
-void acc_progress_update(acc_progress_t *p, size_t n, const char *postfix);
-void acc_progress_destroy(acc_progress_t **p_p); /* draws the final state */
+ACC_API void acc_progress_update(acc_progress_t *p, size_t n, const char *postfix);
+ACC_API void acc_progress_destroy(acc_progress_t **p_p); /* draws the final state */
 
 /* Append (step, value) to the series `name` and redraw a live line chart
  * (SVG) in place on the main process. Values from other ranks are ignored
  * (log what you all-reduced). Out of memory drops the point; drawing
  * errors are ignored, as for progress bars. */
-void acc_log_scalar(acc_t *acc, const char *name, long step, double value);
+ACC_API void acc_log_scalar(acc_t *acc, const char *name, long step, double value);
 /* Redraw the charts now if points were logged since the last redraw
  * (redraws are rate-limited to a few per second; acc_destroy flushes). */
-void acc_log_flush(acc_t *acc);
+ACC_API void acc_log_flush(acc_t *acc);
 
 #ifdef __cplusplus
 }

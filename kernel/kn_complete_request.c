@@ -20,7 +20,7 @@ static size_t cursor_cp(const kn_msg_t *req, const char *code) {
 }
 
 static void complete_finish(kn_kernel_t *k, json_t *reply) {
-  kn_msg_t *req = k->pending.msg;
+  kn_msg_t *req = kn_pending_msg(k->pending);
   const char *code = kn_content_str(req, "code", "");
   size_t len = strlen(code);
   size_t cp = cursor_cp(req, code);
@@ -44,21 +44,21 @@ static void complete_finish(kn_kernel_t *k, json_t *reply) {
                   json_is_object(md) ? md : json_object());
   } else
     content = fallback(cp);
-  kn_kernel_reply(k, k->pending.channel, req, "complete_reply", content);
+  kn_kernel_reply(k, kn_pending_channel(k->pending), req, "complete_reply", content);
   kn_kernel_finish_pending(k);
 }
 
 bool kn_complete_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
   const char *code = kn_content_str(req, "code", "");
   size_t cp = cursor_cp(req, code);
-  if (k->pending.msg || !kn_kernel_ensure_executor(k)) {
+  if (kn_pending_msg(k->pending) || !kn_kernel_ensure_executor(k)) {
     kn_kernel_reply(k, ch, req, "complete_reply", fallback(cp));
     kn_msg_destroy(&req);
     return true;
   }
   json_t *wire = json_pack("{s:s, s:s, s:I}", "msg", "complete", "code", code, "cursor_pos",
                            (json_int_t)kn_utf8_byte_offset(code, strlen(code), cp));
-  kn_kernel_set_pending(k, ch, req, complete_finish, wire);
+  kn_kernel_set_pending(k, ch, req, complete_finish, NULL, wire);
   json_decref(wire);
   return false;
 }

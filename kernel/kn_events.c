@@ -1,5 +1,6 @@
 /* kn_events.c — executor output and events, published on iopub (see
- * kn_kernel.h). Its death and restarts are kn_supervise.c's.
+ * kn_kernel.h). Its death (EOF here included) and restarts are
+ * kn_supervise.c's.
  *
  * Ordering (nbf_wire.h): the stdout/stderr pipes are drained before each
  * event is published, so text printed before a display or the reply is
@@ -21,9 +22,15 @@ void kn_kernel_drain_output(kn_kernel_t *k) {
   for (int w = 0; w < 2; w++) {
     size_t total = 0;
     while (k->ex.fd_out[w] >= 0 && total < KN_DRAIN_LIMIT) {
-      nbf_buf_t text = {0};
+      nbf_buf_t raw = {0}, text = {0};
       int fd_before = k->ex.fd_out[w];
-      kn_result_t r = kn_executor_read_stream(&k->ex, (kn_exec_stream_t)w, &text, KN_STREAM_CHUNK);
+      int r = nbf_executor_read_stream(&k->ex, w, &raw, KN_STREAM_CHUNK);
+      /* valid UTF-8 only: a split character waits for the next read; at
+       * EOF a dangling partial one becomes U+FFFD */
+      if (kn_utf8_decode(&k->dec[w], (const unsigned char *)raw.data, raw.len, r != 0, &text) !=
+          KN_OK)
+        r = -1;
+      nbf_buf_free(&raw);
       if (text.len && !kn_kernel_output_muted(k))
         kn_kernel_publish(
             k, kn_kernel_output_parent(k), "stream",
@@ -31,7 +38,7 @@ void kn_kernel_drain_output(kn_kernel_t *k) {
       total += text.len;
       size_t got = text.len;
       nbf_buf_free(&text);
-      if (r != KN_OK || got == 0 || k->ex.fd_out[w] != fd_before)
+      if (r != 0 || got == 0 || k->ex.fd_out[w] != fd_before)
         break;
     }
   }
@@ -42,11 +49,11 @@ static void on_event(void *arg, json_t *ev) {
   const char *type = json_string_value(json_object_get(ev, "msg"));
   kn_kernel_drain_output(k);
   if (strcmp(type, "reply") == 0) {
-    if (!k->pending.msg) {
+    if (!kn_pending_msg(k->pending)) {
       kn_log(KN_LOG_WARN, "executor sent a reply while no request was pending; ignored");
       return;
     }
-    k->pending.finish(k, ev);
+    kn_pending_complete(k->pending, k, ev);
     return;
   }
   if (strcmp(type, "input_request") == 0) {
@@ -60,19 +67,17 @@ static void on_event(void *arg, json_t *ev) {
     return;
   json_object_del(content, "msg");
   if (strcmp(type, "execute_result") == 0) {
-    bool in_exec = k->pending.msg && k->pending.is_execute;
+    const kn_exec_flags_t *exec = kn_pending_execute(k->pending);
     json_object_set_new(content, "execution_count",
-                        json_integer(in_exec ? k->pending.execution_count : k->execution_count));
+                        json_integer(exec ? exec->execution_count : k->execution_count));
     if (!json_is_object(json_object_get(content, "data")))
       json_object_set_new(content, "data", json_object());
     if (!json_is_object(json_object_get(content, "metadata")))
       json_object_set_new(content, "metadata", json_object());
     const char *plain =
         json_string_value(json_object_get(json_object_get(content, "data"), "text/plain"));
-    if (in_exec && plain) {
-      free(k->pending.result_text);
-      k->pending.result_text = strdup(plain);
-    }
+    if (exec && plain)
+      kn_pending_set_result_text(k->pending, plain);
   }
   kn_kernel_publish(k, kn_kernel_output_parent(k), type, content);
 }
@@ -80,10 +85,11 @@ static void on_event(void *arg, json_t *ev) {
 void kn_kernel_read_events(kn_kernel_t *k) {
   if (k->ex.fd_ev < 0)
     return;
-  if (kn_executor_read_events(&k->ex, on_event, k) == KN_ERR_EOF) {
-    /* fd 4 closed: the executor is exiting (or closed it: same thing). */
-    kn_kernel_drain_output(k);
-    int st = kn_executor_kill(&k->ex);
-    kn_kernel_executor_died(k, st, false);
-  }
+  unsigned ignored = k->ex.ignored_events;
+  int r = nbf_executor_read_events(&k->ex, on_event, k);
+  if (k->ex.ignored_events != ignored)
+    kn_log(KN_LOG_WARN, "executor: ignored %u event line(s) that are not JSON objects with \"msg\"",
+           k->ex.ignored_events - ignored);
+  (void)r; /* EOF (fd 4 closed, now -1): the executor is ending; kn_kernel_tick
+             * answers for it, so this file stays below supervision */
 }

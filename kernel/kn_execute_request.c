@@ -40,7 +40,7 @@ bool kn_execute_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
     kn_msg_destroy(&req);
     return true;
   }
-  if (k->pending.msg) { /* only possible for an execute sent on control */
+  if (kn_pending_msg(k->pending)) { /* only possible for an execute sent on control */
     reply_error_now(k, ch, req, silent, k->execution_count, "KernelBusy",
                     "another request is running; send execute_request on the shell channel");
     kn_msg_destroy(&req);
@@ -66,19 +66,20 @@ bool kn_execute_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
   }
   json_t *wire = json_pack("{s:s, s:O, s:i, s:b, s:b}", "msg", "execute", "code", code_v,
                            "execution_count", count, "silent", silent, "allow_stdin", allow_stdin);
-  k->pending.is_execute = true;
-  k->pending.silent = silent;
-  k->pending.store_history = store_history;
-  k->pending.allow_stdin = allow_stdin;
-  k->pending.stop_on_error = stop_on_error;
-  k->pending.execution_count = count;
-  kn_kernel_set_pending(k, ch, req, execute_finish, wire);
+  kn_exec_flags_t exec = {.silent = silent,
+                          .store_history = store_history,
+                          .allow_stdin = allow_stdin,
+                          .stop_on_error = stop_on_error,
+                          .execution_count = count};
+  kn_kernel_set_pending(k, ch, req, execute_finish, &exec, wire);
   json_decref(wire);
   return false;
 }
 
 static void execute_finish(kn_kernel_t *k, json_t *reply) {
-  kn_pending_t *p = &k->pending;
+  const kn_exec_flags_t *p = kn_pending_execute(k->pending);
+  kn_msg_t *req = kn_pending_msg(k->pending);
+  const char *result_text = kn_pending_result_text(k->pending);
   json_t *content = json_deep_copy(reply);
   if (!content)
     content = json_pack("{s:s}", "status", "error");
@@ -98,7 +99,7 @@ static void execute_finish(kn_kernel_t *k, json_t *reply) {
     if (!json_is_array(json_object_get(content, "traceback")))
       json_object_set_new(content, "traceback", json_array());
     if (!p->silent)
-      kn_kernel_publish(k, p->msg->header, "error",
+      kn_kernel_publish(k, req->header, "error",
                         json_pack("{s:O, s:O, s:O}", "ename", json_object_get(content, "ename"),
                                   "evalue", json_object_get(content, "evalue"), "traceback",
                                   json_object_get(content, "traceback")));
@@ -108,9 +109,9 @@ static void execute_finish(kn_kernel_t *k, json_t *reply) {
     if (!json_is_array(json_object_get(content, "payload")))
       json_object_set_new(content, "payload", json_array());
   }
-  if (p->store_history && p->result_text)
-    kn_history_set_output(k->history, p->execution_count, p->result_text);
-  kn_kernel_reply(k, p->channel, p->msg, "execute_reply", content);
+  if (p->store_history && result_text)
+    kn_history_set_output(k->history, p->execution_count, result_text);
+  kn_kernel_reply(k, kn_pending_channel(k->pending), req, "execute_reply", content);
   if (error && p->stop_on_error)
     kn_kernel_abort_queued(k);
   kn_kernel_finish_pending(k);

@@ -21,7 +21,7 @@ static void inspect_finish(kn_kernel_t *k, json_t *reply) {
                         json_is_object(md) ? md : json_object());
   else
     content = not_found();
-  kn_kernel_reply(k, k->pending.channel, k->pending.msg, "inspect_reply", content);
+  kn_kernel_reply(k, kn_pending_channel(k->pending), kn_pending_msg(k->pending), "inspect_reply", content);
   kn_kernel_finish_pending(k);
 }
 
@@ -30,7 +30,7 @@ bool kn_inspect_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
   size_t len = strlen(code);
   json_int_t c = kn_content_int(req, "cursor_pos", -1);
   size_t bytes = c < 0 ? len : kn_utf8_byte_offset(code, len, (size_t)c);
-  if (k->pending.msg || !kn_kernel_ensure_executor(k)) {
+  if (kn_pending_msg(k->pending) || !kn_kernel_ensure_executor(k)) {
     kn_kernel_reply(k, ch, req, "inspect_reply", not_found());
     kn_msg_destroy(&req);
     return true;
@@ -38,7 +38,7 @@ bool kn_inspect_request(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
   json_t *wire =
       json_pack("{s:s, s:s, s:I, s:I}", "msg", "inspect", "code", code, "cursor_pos",
                 (json_int_t)bytes, "detail_level", kn_content_int(req, "detail_level", 0));
-  kn_kernel_set_pending(k, ch, req, inspect_finish, wire);
+  kn_kernel_set_pending(k, ch, req, inspect_finish, NULL, wire);
   json_decref(wire);
   return false;
 }

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kn_handlers.h"
 #include "kn_log.h"
 #include "nbf_wire.h"
 #include "nbf_param.h"
@@ -41,13 +40,14 @@ void kn_kernel_status(kn_kernel_t *k, const kn_msg_t *req, const char *state) {
 }
 
 json_t *kn_kernel_output_parent(kn_kernel_t *k) {
-  if (k->pending.msg && k->pending.is_execute)
-    return k->pending.msg->header;
+  if (kn_pending_execute(k->pending))
+    return kn_pending_msg(k->pending)->header;
   return k->last_parent;
 }
 
 bool kn_kernel_output_muted(const kn_kernel_t *k) {
-  return k->pending.msg && k->pending.is_execute && k->pending.silent;
+  const kn_exec_flags_t *x = kn_pending_execute(k->pending);
+  return x && x->silent;
 }
 
 /* ------------------------------------------------------------- accessors */
@@ -82,30 +82,25 @@ kn_kernel_t *kn_kernel_new(kn_io_t io, const char *executor_path) {
   if (!k)
     return NULL;
   k->io = io;
-  kn_executor_init(&k->ex);
+  nbf_executor_init(&k->ex);
   k->interrupt_grace_ms = NBF_WIRE_INTERRUPT_GRACE_MS;
-  if (kn_uuid4(k->session) != KN_OK || !(k->history = kn_history_new())) {
+  if (kn_uuid4(k->session) != KN_OK || !(k->history = kn_history_new()) ||
+      !(k->pending = kn_pending_new())) {
     kn_history_destroy(&k->history);
     free(k);
     return NULL;
   }
-  snprintf(k->username, sizeof k->username, "%s", nbf_param_str(NBF_P_USER));
+  snprintf(k->username, sizeof k->username, "%s", nbf_param_USER());
   snprintf(k->executor_path, sizeof k->executor_path, "%s", executor_path ? executor_path : "");
   return k;
-}
-
-static void free_pending(kn_pending_t *p) {
-  kn_msg_destroy(&p->msg);
-  free(p->result_text);
-  memset(p, 0, sizeof *p);
 }
 
 void kn_kernel_destroy(kn_kernel_t **self_p) {
   if (!self_p || !*self_p)
     return;
   kn_kernel_t *k = *self_p;
-  kn_executor_stop(&k->ex, 1000);
-  free_pending(&k->pending);
+  nbf_executor_stop(&k->ex, 1000);
+  kn_pending_destroy(&k->pending);
   while (k->queue_head) {
     kn_queued_t *q = k->queue_head;
     k->queue_head = q->next;
@@ -118,43 +113,9 @@ void kn_kernel_destroy(kn_kernel_t **self_p) {
   *self_p = NULL;
 }
 
-/* -------------------------------------------------------------- dispatch */
+/* ----------------------------------------------------------------- queue */
 
-static const struct {
-  const char *type;
-  kn_handler_fn fn;
-} HANDLERS[] = {
-    {"kernel_info_request", kn_kernel_info_request}, {"execute_request", kn_execute_request},
-    {"complete_request", kn_complete_request},       {"inspect_request", kn_inspect_request},
-    {"is_complete_request", kn_is_complete_request}, {"history_request", kn_history_request},
-    {"comm_info_request", kn_comm_info_request},     {"comm_open", kn_comm_open},
-    {"shutdown_request", kn_shutdown_request},       {"interrupt_request", kn_interrupt_request},
-};
-
-/* Handle one shell or control request, wrapped in status busy/idle. */
-static void dispatch(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req) {
-  const char *type = kn_msg_type(req);
-  kn_log(KN_LOG_DEBUG, "%s: %s %s", kn_channel_name(ch), type, kn_msg_id(req));
-  kn_kernel_status(k, req, "busy");
-  kn_handler_fn fn = NULL;
-  for (size_t i = 0; i < sizeof HANDLERS / sizeof HANDLERS[0]; i++)
-    if (strcmp(type, HANDLERS[i].type) == 0)
-      fn = HANDLERS[i].fn;
-  if (!fn) {
-    if (strcmp(type, "comm_msg") != 0 && strcmp(type, "comm_close") != 0)
-      kn_log(KN_LOG_WARN, "unknown message type \"%s\" on %s, ignored", type, kn_channel_name(ch));
-    kn_kernel_status(k, req, "idle");
-    kn_msg_destroy(&req);
-    return;
-  }
-  /* Keep the header for the idle message: the handler owns req now. */
-  json_t *header = json_incref(req->header);
-  if (fn(k, ch, req))
-    kn_kernel_publish(k, header, "status", json_pack("{s:s}", "execution_state", "idle"));
-  json_decref(header);
-}
-
-static kn_result_t enqueue(kn_kernel_t *k, kn_msg_t *msg) {
+kn_result_t kn_kernel_enqueue(kn_kernel_t *k, kn_msg_t *msg) {
   kn_queued_t *q = calloc(1, sizeof *q);
   if (!q) {
     kn_msg_destroy(&msg);
@@ -169,36 +130,17 @@ static kn_result_t enqueue(kn_kernel_t *k, kn_msg_t *msg) {
   return KN_OK;
 }
 
-void kn_kernel_on_message(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *msg) {
-  switch (ch) {
-  case KN_CH_SHELL:
-    enqueue(k, msg);
-    break;
-  case KN_CH_CONTROL:
-    dispatch(k, ch, msg);
-    break;
-  case KN_CH_STDIN:
-    kn_stdin_on_reply(k, msg);
-    break;
-  default:
-    kn_msg_destroy(&msg);
-  }
-}
-
-void kn_kernel_process_queue(kn_kernel_t *k) {
-  while (!k->stop && !k->pending.msg && k->queue_head) {
-    kn_queued_t *q = k->queue_head;
-    k->queue_head = q->next;
-    if (!k->queue_head)
-      k->queue_tail = NULL;
-    kn_msg_t *msg = q->msg;
-    bool aborted = q->aborted;
-    free(q);
-    if (aborted)
-      kn_execute_abort(k, msg);
-    else
-      dispatch(k, KN_CH_SHELL, msg);
-  }
+kn_msg_t *kn_kernel_dequeue(kn_kernel_t *k, bool *aborted) {
+  kn_queued_t *q = k->queue_head;
+  if (!q)
+    return NULL;
+  k->queue_head = q->next;
+  if (!k->queue_head)
+    k->queue_tail = NULL;
+  kn_msg_t *msg = q->msg;
+  *aborted = q->aborted;
+  free(q);
+  return msg;
 }
 
 void kn_kernel_drain_shell(kn_kernel_t *k) {
@@ -206,7 +148,7 @@ void kn_kernel_drain_shell(kn_kernel_t *k) {
   kn_result_t r;
   while ((r = k->io.recv(k->io.self, KN_CH_SHELL, &m)) != KN_ERR_AGAIN) {
     if (r == KN_OK)
-      enqueue(k, m);
+      kn_kernel_enqueue(k, m);
     else if (r != KN_ERR_AUTH && r != KN_ERR_PROTOCOL)
       break;
   }
@@ -222,11 +164,9 @@ void kn_kernel_abort_queued(kn_kernel_t *k) {
 /* --------------------------------------------------- pending request */
 
 void kn_kernel_set_pending(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, kn_finish_fn finish,
-                           json_t *wire_request) {
-  k->pending.msg = req;
-  k->pending.channel = ch;
-  k->pending.finish = finish;
-  if (kn_executor_send(&k->ex, wire_request) != KN_OK)
+                           const kn_exec_flags_t *exec, json_t *wire_request) {
+  kn_pending_begin(k->pending, ch, req, finish, exec);
+  if (nbf_executor_send(&k->ex, wire_request) != 0)
     /* The pipe is closed: the executor is dying; its EOF/exit will be
      * seen by the loop and answered through kn_kernel_executor_died. */
     kn_log(KN_LOG_WARN, "could not send the %s request to the executor",
@@ -234,8 +174,8 @@ void kn_kernel_set_pending(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, kn_fi
 }
 
 void kn_kernel_finish_pending(kn_kernel_t *k) {
-  if (!k->pending.msg)
+  if (!kn_pending_msg(k->pending))
     return;
-  kn_kernel_status(k, k->pending.msg, "idle");
-  free_pending(&k->pending);
+  kn_kernel_status(k, kn_pending_msg(k->pending), "idle");
+  kn_pending_end(k->pending);
 }

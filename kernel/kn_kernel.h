@@ -20,10 +20,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kn_executor.h"
+#include "kn_utf8.h"
+#include "nbf_executor.h"
 #include "kn_history.h"
 #include "kn_io.h"
 #include "kn_message.h"
+#include "kn_pending.h"
 #include "kn_util.h"
 
 #ifndef NBFORK_VERSION
@@ -38,23 +40,6 @@ typedef struct kn_kernel kn_kernel_t;
  * pending executor request (its finish function publishes idle). */
 typedef bool (*kn_handler_fn)(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req);
 
-/* Called with the executor's reply event (or a synthesized error reply
- * when the executor died or was killed) to complete the pending request.
- * reply is borrowed. Must end with kn_kernel_finish_pending. */
-typedef void (*kn_finish_fn)(kn_kernel_t *k, json_t *reply);
-
-typedef struct kn_pending {
-  kn_msg_t *msg; /* the request (owned), NULL when none */
-  kn_channel_t channel;
-  kn_finish_fn finish;
-  bool is_execute;
-  bool silent, store_history, allow_stdin, stop_on_error;
-  int execution_count;           /* the count this execute runs with */
-  bool waiting_input;            /* an input_request went to the front end */
-  int64_t interrupt_deadline_ms; /* nbf_now_ms() limit after an interrupt, 0 = none */
-  char *result_text;             /* execute_result text/plain, for history output */
-} kn_pending_t;
-
 typedef struct kn_queued {
   kn_msg_t *msg;
   bool aborted; /* stop_on_error: answer with status "aborted" */
@@ -68,13 +53,13 @@ struct kn_kernel {
   int execution_count;
   kn_history_t *history;
 
-  kn_executor_t ex;
-  unsigned generation;          /* +1 each time an executor is given up */
+  nbf_executor_t ex;
+  kn_utf8_decoder_t dec[2];     /* UTF-8 state of its stdout and stderr */
   char executor_path[PATH_MAX]; /* "" = no executor available */
   char executor_error[512];     /* why the last spawn failed */
   int64_t interrupt_grace_ms;   /* NBF_WIRE_INTERRUPT_GRACE_MS */
 
-  kn_pending_t pending;
+  kn_pending_t *pending; /* the in-flight executor request (kn_pending.h) */
   kn_queued_t *queue_head, *queue_tail;
   json_t *last_parent; /* header of the last non-silent execute (outputs outside requests) */
 
@@ -87,8 +72,10 @@ struct kn_kernel {
  * start the executor (kn_kernel_ensure_executor does). NULL on failure. */
 kn_kernel_t *kn_kernel_new(kn_io_t io, const char *executor_path);
 
-/* Stop the executor (kn_executor_stop), free the queue and state. */
+/* Stop the executor (nbf_executor_stop), free the queue and state. */
 void kn_kernel_destroy(kn_kernel_t **self_p);
+
+/* --- dispatch (kn_dispatch.c) --- */
 
 /* A message arrived on ch (ownership passes). shell: queued; control:
  * dispatched now; stdin: input_reply for the pending execute. */
@@ -97,17 +84,28 @@ void kn_kernel_on_message(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *msg);
 /* Dispatch queued shell requests while no executor request is pending. */
 void kn_kernel_process_queue(kn_kernel_t *k);
 
+/* --- the shell queue (kn_kernel.c) --- */
+
 /* Pull every shell message waiting in the transport into the queue. */
 void kn_kernel_drain_shell(kn_kernel_t *k);
 
 /* Mark every queued execute_request aborted (stop_on_error). */
 void kn_kernel_abort_queued(kn_kernel_t *k);
 
+/* Append msg (ownership passes) to the shell queue. KN_ERR_NOMEM (msg is
+ * then freed). */
+kn_result_t kn_kernel_enqueue(kn_kernel_t *k, kn_msg_t *msg);
+/* Take the first queued message (caller owns it), with whether it was
+ * aborted; NULL when the queue is empty. */
+kn_msg_t *kn_kernel_dequeue(kn_kernel_t *k, bool *aborted);
+
 /* --- the pending request (kn_kernel.c) --- */
 
-/* Make req the pending executor request and send it the wire request. */
+/* Make req the pending executor request (exec: its flags for an
+ * execute_request, else NULL; kn_pending_begin) and send it the wire
+ * request. */
 void kn_kernel_set_pending(kn_kernel_t *k, kn_channel_t ch, kn_msg_t *req, kn_finish_fn finish,
-                           json_t *wire_request);
+                           const kn_exec_flags_t *exec, json_t *wire_request);
 
 /* Publish status idle for the pending request, free it, clear pending. */
 void kn_kernel_finish_pending(kn_kernel_t *k);
@@ -123,7 +121,8 @@ bool kn_kernel_ensure_executor(kn_kernel_t *k);
  * deadline after which kn_kernel_tick kills it. */
 void kn_kernel_interrupt(kn_kernel_t *k);
 
-/* Periodic work: interrupt deadline, executor exit without EOF. */
+/* Periodic work (each loop turn): the interrupt deadline, the executor
+ * exiting, or closing its events (EOF seen by kn_kernel_read_events). */
 void kn_kernel_tick(kn_kernel_t *k);
 
 /* The executor ended with wait status wstatus (already reaped or about
@@ -137,7 +136,8 @@ void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout
 /* Read the executor's stdout/stderr and publish `stream` messages. */
 void kn_kernel_drain_output(kn_kernel_t *k);
 
-/* Read executor events; handles EOF (executor death). */
+/* Read executor events and publish them. EOF leaves fd 4 closed (-1):
+ * kn_kernel_tick then answers for the executor's death. */
 void kn_kernel_read_events(kn_kernel_t *k);
 
 /* --- sending (kn_kernel.c) --- */

@@ -11,7 +11,7 @@
 static int debug_enabled(void) {
   static int cached = -1; /* the kernel reads it once: it logs on hot paths */
   if (cached < 0)
-    cached = nbf_param_bool(NBF_P_NBFORK_KERNEL_DEBUG, 0);
+    cached = nbf_param_NBFORK_KERNEL_DEBUG();
   return cached;
 }
 

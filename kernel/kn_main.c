@@ -95,7 +95,7 @@ int main(int argc, char **argv) {
   if (kn_connection_check_mode(conn_path, warn, sizeof warn))
     kn_log(KN_LOG_WARN, "%s", warn);
   /* work directories of executors that died with no one to reap them */
-  nbf_workdir_sweep(nbf_param_str(NBF_P_TMPDIR), 0);
+  nbf_workdir_sweep(nbf_param_TMPDIR(), 0);
 
   kn_signals_block(); /* before ZeroMQ starts its threads */
   char err[512];
@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
     kn_log(KN_LOG_WARN, "cannot install signal handlers; SIGINT will not interrupt cells");
 
   char exec_path[PATH_MAX];
-  if (kn_executor_find(exec_path, sizeof exec_path) != KN_OK)
+  if (nbf_executor_find(exec_path, sizeof exec_path) != 0)
     exec_path[0] = '\0';
   kn_kernel_t *k = kn_kernel_new(kn_transport_io(t), exec_path);
   if (!k) {

@@ -62,19 +62,19 @@ kn_result_t kn_server_run(kn_kernel_t *k, kn_transport_t *t, int sig_fd) {
     items[n++] = (zmq_pollitem_t){kn_transport_socket(t, KN_CH_STDIN), 0, ZMQ_POLLIN, 0};
     if (sig_fd >= 0)
       items[n++] = (zmq_pollitem_t){NULL, sig_fd, ZMQ_POLLIN, 0};
-    kn_executor_t *ex = &k->ex;
+    nbf_executor_t *ex = &k->ex;
     int rfds[3] = {ex->fd_out[0], ex->fd_out[1], ex->fd_ev};
     for (int i = 0; i < 3; i++)
       if (rfds[i] >= 0)
         items[n++] = (zmq_pollitem_t){NULL, rfds[i], ZMQ_POLLIN, 0};
-    if (kn_executor_wants_req_write(ex))
+    if (nbf_executor_wants_req_write(ex))
       items[n++] = (zmq_pollitem_t){NULL, ex->fd_req, ZMQ_POLLOUT, 0};
-    if (kn_executor_wants_in_write(ex))
+    if (nbf_executor_wants_in_write(ex))
       items[n++] = (zmq_pollitem_t){NULL, ex->fd_in, ZMQ_POLLOUT, 0};
 
     long timeout = KN_TICK_MS;
-    if (k->pending.interrupt_deadline_ms) {
-      int64_t left = k->pending.interrupt_deadline_ms - nbf_now_ms();
+    if (k->ex.interrupt_deadline_ms) {
+      int64_t left = k->ex.interrupt_deadline_ms - nbf_now_ms();
       timeout = left < 0 ? 0 : (left < timeout ? (long)left : timeout);
     }
     if (zmq_poll(items, n, timeout) < 0) {
@@ -90,8 +90,8 @@ kn_result_t kn_server_run(kn_kernel_t *k, kn_transport_t *t, int sig_fd) {
     read_channel(k, KN_CH_CONTROL);
     /* Executor pipes: read whatever is there (cheap when empty; robust
      * when a handler above replaced the executor and its fds). */
-    if (kn_executor_wants_req_write(&k->ex) || kn_executor_wants_in_write(&k->ex))
-      kn_executor_flush(&k->ex);
+    if (nbf_executor_wants_req_write(&k->ex) || nbf_executor_wants_in_write(&k->ex))
+      nbf_executor_flush(&k->ex);
     kn_kernel_drain_output(k);
     kn_kernel_read_events(k);
     read_channel(k, KN_CH_STDIN);

@@ -10,8 +10,8 @@
 #include "kn_log.h"
 
 void kn_stdin_forward(kn_kernel_t *k, json_t *event) {
-  kn_pending_t *p = &k->pending;
-  if (!p->msg || !p->is_execute || !p->allow_stdin) {
+  const kn_exec_flags_t *exec = kn_pending_execute(k->pending);
+  if (!exec || !exec->allow_stdin) {
     kn_log(KN_LOG_WARN, "executor asked for input but the front end does not allow stdin; "
                         "dropped (nbf_wire.h: the executor must read EOF)");
     return;
@@ -20,22 +20,23 @@ void kn_stdin_forward(kn_kernel_t *k, json_t *event) {
   json_t *content =
       json_pack("{s:s, s:b}", "prompt", json_is_string(prompt) ? json_string_value(prompt) : "",
                 "password", json_is_true(json_object_get(event, "password")));
-  if (kn_kernel_reply(k, KN_CH_STDIN, p->msg, "input_request", content) == KN_OK)
-    p->waiting_input = true;
+  if (kn_kernel_reply(k, KN_CH_STDIN, kn_pending_msg(k->pending), "input_request", content) ==
+      KN_OK)
+    kn_pending_set_waiting_input(k->pending, true);
 }
 
 void kn_stdin_on_reply(kn_kernel_t *k, kn_msg_t *msg) {
   if (strcmp(kn_msg_type(msg), "input_reply") != 0) {
     kn_log(KN_LOG_WARN, "unexpected %s on stdin, ignored", kn_msg_type(msg));
-  } else if (!k->pending.msg || !k->pending.waiting_input) {
+  } else if (!kn_pending_waiting_input(k->pending)) {
     kn_log(KN_LOG_DEBUG, "input_reply with no input pending, ignored");
   } else {
     json_t *v = json_object_get(msg->content, "value");
     const char *value = json_is_string(v) ? json_string_value(v) : "";
     size_t len = json_is_string(v) ? json_string_length(v) : 0;
-    k->pending.waiting_input = false;
-    kn_executor_write_stdin(&k->ex, value, len);
-    kn_executor_write_stdin(&k->ex, "\n", 1);
+    kn_pending_set_waiting_input(k->pending, false);
+    nbf_executor_write_stdin(&k->ex, value, len);
+    nbf_executor_write_stdin(&k->ex, "\n", 1);
   }
   kn_msg_destroy(&msg);
 }

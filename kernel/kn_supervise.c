@@ -1,7 +1,7 @@
 /* kn_supervise.c — executor supervision (see kn_kernel.h): starting it,
  * forwarding interrupts, killing it when it does not answer one, and
  * answering the pending request when it crashes, then starting a fresh
- * one. The pipes and the process itself are kn_executor.c's; relaying
+ * one. The pipes and the process itself are common/nbf_executor.c's; relaying
  * its output is kn_events.c's. */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -16,7 +16,7 @@
 #define KN_EAGER_RESPAWN_MS 5000 /* an executor that lived this long is restarted at once */
 
 bool kn_kernel_ensure_executor(kn_kernel_t *k) {
-  if (kn_executor_running(&k->ex))
+  if (nbf_executor_running(&k->ex))
     return true;
   if (!k->executor_path[0]) {
     snprintf(k->executor_error, sizeof k->executor_error,
@@ -25,45 +25,48 @@ bool kn_kernel_ensure_executor(kn_kernel_t *k) {
              NBF_WIRE_EXECUTOR_NAME);
     return false;
   }
-  if (kn_executor_spawn(&k->ex, k->executor_path, k->executor_error, sizeof k->executor_error) !=
-      KN_OK) {
+  if (nbf_executor_spawn(&k->ex, k->executor_path, NBF_EXECUTOR_PIPES, k->executor_error,
+                         sizeof k->executor_error) != 0) {
     kn_log(KN_LOG_ERROR, "%s", k->executor_error);
     return false;
   }
+  memset(k->dec, 0, sizeof k->dec);
+  kn_log(KN_LOG_DEBUG, "executor %s started, pid %d", k->executor_path, (int)k->ex.pid);
   return true;
 }
 
 void kn_kernel_interrupt(kn_kernel_t *k) {
-  if (!k->pending.msg || !kn_executor_running(&k->ex)) {
+  if (!kn_pending_msg(k->pending) || !nbf_executor_running(&k->ex)) {
     kn_log(KN_LOG_DEBUG, "interrupt: nothing is running");
     return;
   }
-  kill(k->ex.pid, SIGINT);
-  if (!k->pending.interrupt_deadline_ms)
-    k->pending.interrupt_deadline_ms = nbf_now_ms() + k->interrupt_grace_ms;
+  nbf_executor_interrupt(&k->ex, k->interrupt_grace_ms);
+  kn_pending_mark_interrupted(k->pending);
 }
 
 void kn_kernel_tick(kn_kernel_t *k) {
   int st;
-  if (k->pending.interrupt_deadline_ms && nbf_now_ms() >= k->pending.interrupt_deadline_ms &&
-      kn_executor_running(&k->ex)) {
+  if (nbf_executor_interrupt_expired(&k->ex)) {
     kn_log(KN_LOG_WARN, "the executor did not answer the interrupt within %lld ms: killing it",
            (long long)k->interrupt_grace_ms);
     kn_kernel_drain_output(k);
-    st = kn_executor_kill(&k->ex);
+    st = nbf_executor_kill(&k->ex);
     kn_kernel_executor_died(k, st, true);
     return;
   }
-  if (kn_executor_running(&k->ex) && kn_executor_reap(&k->ex, &st)) {
+  if (nbf_executor_running(&k->ex) && nbf_executor_reap(&k->ex, &st)) {
     /* Exited, but its pipes may still be open (a forked worker holds
      * them): take what it wrote, then give it up. */
-    unsigned gen = k->generation;
     kn_kernel_drain_output(k);
-    kn_kernel_read_events(k); /* may see EOF and handle the death itself */
-    if (gen == k->generation) {
-      kn_executor_kill(&k->ex);
-      kn_kernel_executor_died(k, st, false);
-    }
+    kn_kernel_read_events(k);
+    nbf_executor_kill(&k->ex);
+    kn_kernel_executor_died(k, st, false);
+  } else if (nbf_executor_running(&k->ex) && k->ex.fd_ev < 0) {
+    /* fd 4 closed (kn_kernel_read_events saw EOF): the executor is
+     * exiting, or closed it, which is the same thing. */
+    kn_kernel_drain_output(k);
+    st = nbf_executor_kill(&k->ex);
+    kn_kernel_executor_died(k, st, false);
   }
 }
 
@@ -76,7 +79,7 @@ static void death_error(const kn_kernel_t *k, int wstatus, bool interrupt_timeou
                         size_t evalue_len) {
   static const char lost[] = "Its state (variables, functions, types and includes defined by "
                              "earlier cells) was lost: re-run the cells that define what you need.";
-  bool interrupted = interrupt_timeout || (k->pending.interrupt_deadline_ms &&
+  bool interrupted = interrupt_timeout || (kn_pending_interrupted(k->pending) &&
                                            WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGINT);
   if (interrupt_timeout) {
     snprintf(ename, ename_len, "KeyboardInterrupt");
@@ -97,11 +100,10 @@ void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout
   char ename[96], how[160], evalue[1024];
   if (k->ex.fd_ev >= 0 || k->ex.fd_out[0] >= 0 || k->ex.fd_out[1] >= 0)
     kn_kernel_drain_output(k);
-  kn_executor_kill(&k->ex); /* reaps if needed, closes every fd */
-  k->generation++;
-  kn_executor_describe_exit(wstatus, ename, sizeof ename, how, sizeof how);
+  nbf_executor_kill(&k->ex); /* reaps if needed, closes every fd */
+  nbf_executor_describe_exit(wstatus, ename, sizeof ename, how, sizeof how);
 
-  if (!k->pending.msg) {
+  if (!kn_pending_msg(k->pending)) {
     kn_log(KN_LOG_WARN, "the executor %s while idle; %s", how,
            lived_ms >= KN_EAGER_RESPAWN_MS ? "starting a fresh one"
                                            : "a fresh one starts with the next request");
@@ -124,7 +126,7 @@ void kn_kernel_executor_died(kn_kernel_t *k, int wstatus, bool interrupt_timeout
   json_t *reply = json_pack("{s:s, s:s, s:s, s:s, s:[s]}", "msg", "reply", "status", "error",
                             "ename", ename, "evalue", evalue, "traceback", line);
   if (reply) {
-    k->pending.finish(k, reply);
+    kn_pending_complete(k->pending, k, reply);
     json_decref(reply);
   } else
     kn_kernel_finish_pending(k);

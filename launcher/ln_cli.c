@@ -6,6 +6,7 @@
 #include "ln_cli.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,13 +15,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ln_config.h"
-#include "ln_slurm.h"
+#include "nbf_cluster.h"
 #include "nbf_param.h"
 
 void ln_cli_init(ln_cli_t *c) {
   memset(c, 0, sizeof *c);
   ln_options_init(&c->o);
+  c->o.cli = 1;
   c->machine_rank = -1;
   c->same_network = 1;
 }
@@ -49,6 +50,12 @@ static const struct {
     {"rdzv_backend", "rdzv_backend"},
     {"rdzv_conf", "rdzv_conf"},
     {"log_line_prefix_template", "log_line_prefix_template"},
+    /* sharding (the config file's fsdp_config / deepspeed_config set them) */
+    {"sharding", "sharding"},
+    {"fsdp_sharding_strategy", "sharding"},
+    {"fsdp_offload_params", "offload"},
+    {"offload_optimizer_device", "offload"},
+    {"fsdp_state_dict_type", "state_dict_type"},
 };
 
 static const char *const names[] = {"config_file",
@@ -70,17 +77,22 @@ static const char *const names[] = {"config_file",
                                     "mpirun_hostfile",
                                     "quiet",
                                     "log_line_prefix_template",
+                                    "sharding",
+                                    "fsdp_sharding_strategy",
+                                    "fsdp_offload_params",
+                                    "offload_optimizer_device",
+                                    "fsdp_state_dict_type",
+                                    "zero_stage",
                                     NULL};
 
-/* The list of every setting, for "unknown" messages. */
-static void list_names(const char *lead, const char *name, char *err, size_t errlen) {
+void ln_cli_unknown_message(const char *lead, const char *name, char *err, size_t errlen) {
   size_t off = (size_t)snprintf(err, errlen, "%s '%s'; known:", lead, name);
   for (int i = 0; names[i] && off < errlen; i++)
     off += (size_t)snprintf(err + off, errlen - off, " %s", names[i]);
 }
 
 static int unknown(const char *name, char *err, size_t errlen) {
-  list_names("unknown setting", name, err, errlen);
+  ln_cli_unknown_message("unknown setting", name, err, errlen);
   return -1;
 }
 
@@ -92,7 +104,7 @@ int ln_cli_set(ln_cli_t *c, const char *name, const char *v, char *err, size_t e
         return 0;
       }
       /* the message names the %launch option: say it with this name */
-      if (strcmp(name, renamed[i].launch_name))
+      if (!strcmp(name, "main_process_ip"))
         snprintf(err, errlen, "bad value for %s: '%s' (accepted: a host name or IP address)", name,
                  v);
       return -1;
@@ -126,6 +138,12 @@ int ln_cli_set(ln_cli_t *c, const char *name, const char *v, char *err, size_t e
     accepted = "the path of an mpirun hostfile";
   } else if (!strcmp(name, "config_file")) {
     bad = !*v || ln_copy_text(c->config_file, sizeof c->config_file, v), accepted = "a path";
+  } else if (!strcmp(name, "zero_stage")) { /* DeepSpeed's ZeRO stage: sharding=zeroN */
+    char z[8];
+    bad = strlen(v) != 1 || v[0] < '0' || v[0] > '3', accepted = "0, 1, 2 or 3";
+    snprintf(z, sizeof z, "zero%s", v);
+    if (!bad && ln_options_set(&c->o, "sharding", z, err, errlen) == 0)
+      ln_cli_mark(c, "sharding");
   } else if (!strcmp(name, "main_training_function")) {
     bad = ln_copy_text(c->main_training_function, sizeof c->main_training_function, v);
     accepted = "a function name";
@@ -217,6 +235,12 @@ char *ln_cli_launch_options(const ln_cli_t *c, int which) {
     fprintf(f, " rdzv_conf=\"secret=%s\"", o->rdzv_secret);
   if (GIVEN("rdzv_conf"))
     fprintf(f, " rdzv_timeout=%d", o->rdzv_timeout_s);
+  if (GIVEN("sharding") || GIVEN("fsdp_sharding_strategy"))
+    put_option(f, "sharding", o->sharding);
+  if (GIVEN("fsdp_offload_params") || GIVEN("offload_optimizer_device"))
+    put_option(f, "offload", o->offload ? "true" : "false");
+  if (GIVEN("fsdp_state_dict_type"))
+    put_option(f, "state_dict_type", o->state_dict_type);
   if (GIVEN("log_line_prefix_template") && o->log_line_prefix_template[0])
     put_option(f, "log_line_prefix_template", o->log_line_prefix_template);
 #undef PUT_INT
@@ -232,44 +256,6 @@ int ln_cli_known(const char *name) {
   return !strcmp(name, "main_training_function");
 }
 
-static int is_flag(const char *name) {
-  return !strcmp(name, "cpu") || !strcmp(name, "debug") || !strcmp(name, "quiet") ||
-         !strcmp(name, "same_network");
-}
-
-/* One option word at argv[*i]: "--name", "--name=value" or "-q". Puts
- * the name and value in *name and *value (value points into argv or
- * "true"); a value in the next word advances *i. */
-static int option_word(int argc, char **argv, int *i, char *name, size_t cap, const char **value,
-                       char *err, size_t errlen) {
-  const char *a = argv[*i];
-  if (!strcmp(a, "-q")) {
-    snprintf(name, cap, "quiet");
-    *value = "true";
-    return 0;
-  }
-  const char *body = a + 2, *eq = strchr(body, '=');
-  size_t n = eq ? (size_t)(eq - body) : strlen(body);
-  if (n >= cap)
-    n = cap - 1;
-  memcpy(name, body, n);
-  name[n] = 0;
-  for (char *p = name; *p; p++)
-    if (*p == '-')
-      *p = '_'; /* Accelerate accepts --num-processes as well */
-  if (eq)
-    *value = eq + 1;
-  else if (is_flag(name))
-    *value = "true";
-  else if (*i + 1 < argc)
-    *value = argv[++*i];
-  else {
-    snprintf(err, errlen, "option --%s needs a value (e.g. --%s 2)", name, name);
-    return -1;
-  }
-  return 0;
-}
-
 int ln_cli_default_config_path(char *out, size_t outlen) {
   const char *env = nbf_param_raw(NBF_P_NBFORK_CONFIG_FILE);
   if (env && *env)
@@ -278,70 +264,6 @@ int ln_cli_default_config_path(char *out, size_t outlen) {
   if (!home || !*home)
     return -1;
   return snprintf(out, outlen, "%s/.cache/nbfork/default_config.yaml", home) < (int)outlen ? 0 : -1;
-}
-
-/* The config file: the one named, else the default one when it exists. */
-static int load_config(ln_cli_t *c, const char *named, char *err, size_t errlen) {
-  char path[PATH_MAX];
-  if (named)
-    snprintf(path, sizeof path, "%s", named);
-  else if (ln_cli_default_config_path(path, sizeof path) != 0 || access(path, F_OK) != 0)
-    return 0;
-  c->loading_config = 1;
-  int rc = ln_config_load(c, path, err, errlen);
-  c->loading_config = 0;
-  /* named in messages that say a setting of it was not used */
-  snprintf(c->config_file, sizeof c->config_file, "%s", path);
-  return rc;
-}
-
-int ln_cli_parse(ln_cli_t *c, int argc, char **argv, char *err, size_t errlen) {
-  /* first pass: find PROGRAM and the config file, check every name */
-  const char *config = NULL;
-  int prog = -1;
-  for (int i = 0; i < argc; i++) {
-    if (argv[i][0] != '-' || !strcmp(argv[i], "-")) {
-      prog = i;
-      break;
-    }
-    if (!strcmp(argv[i], "--")) {
-      prog = i + 1 < argc ? i + 1 : -1;
-      break;
-    }
-    char name[64];
-    const char *v;
-    if (argv[i][1] != '-' && strcmp(argv[i], "-q")) {
-      list_names("unknown option", argv[i], err, errlen);
-      return -1;
-    }
-    const char *word = argv[i];
-    if (option_word(argc, argv, &i, name, sizeof name, &v, err, errlen))
-      return -1;
-    if (!ln_cli_known(name)) {
-      list_names("unknown option", word, err, errlen);
-      return -1;
-    }
-    if (!strcmp(name, "config_file"))
-      config = v;
-    else if (ln_cli_set(&(ln_cli_t){0}, name, v, err, errlen))
-      return -1; /* unknown name or bad value: before the config is read */
-  }
-  if (prog < 0) {
-    snprintf(err, errlen, "no PROGRAM given: nbfork launch [options] PROGRAM [ARGS...]");
-    return -1;
-  }
-  if (load_config(c, config, err, errlen))
-    return -1;
-  /* second pass: the command line over the config */
-  for (int i = 0; i < prog && strcmp(argv[i], "--"); i++) {
-    char name[64];
-    const char *v;
-    option_word(argc, argv, &i, name, sizeof name, &v, err, errlen);
-    if (ln_cli_set(c, name, v, err, errlen))
-      return -1;
-  }
-  ln_slurm_apply(c);
-  return prog;
 }
 
 /* A free TCP port on this machine: bind port 0 and ask which it got. */
@@ -384,6 +306,16 @@ int ln_cli_finish(ln_cli_t *c, int gpus, char *err, size_t errlen) {
       snprintf(err, errlen, "no free TCP port found for main_process_port=0");
       return -1;
     }
+  }
+  /* a name that does not resolve would only show as a store that never
+   * answers (or a port that "cannot be bound") minutes later */
+  int gai = nbf_resolve(c->o.master_addr);
+  if (gai) {
+    snprintf(err, errlen,
+             "--main_process_ip %s does not resolve: %s; give machine 0's IP address or a "
+             "name this machine resolves",
+             c->o.master_addr, gai_strerror(gai));
+    return -1;
   }
   return ln_options_validate(&c->o, err, errlen);
 }

@@ -30,7 +30,15 @@
  * | mpirun_hostfile          | (none)            | start the ranks through mpirun         |
  * | log_line_prefix_template | (none)            | {rank}, {local_rank}, {node_rank}      |
  * | quiet (-q)               | false             | no banner, failure summary only        |
- * | distributed_type (key)   | -                 | NO, MULTI_CPU (= use_cpu), MULTI_GPU   |
+ * | distributed_type (key)   | -                 | NO, MULTI_CPU (= use_cpu), MULTI_GPU,  |
+ * |                          |                   | FSDP (fsdp_config), DEEPSPEED          |
+ * |                          |                   | (deepspeed_config): sharding below     |
+ * | sharding                 | no                | %launch's sharding (ln_options.h)      |
+ * | fsdp_sharding_strategy   | FULL_SHARD        | 1..4 or names: sharding                |
+ * | zero_stage               | 2 (DEEPSPEED)     | 0..3: sharding=zeroN                   |
+ * | fsdp_offload_params,     | false / none      | offload (a no-op on CPU runs)          |
+ * | offload_optimizer_device |                   |                                        |
+ * | fsdp_state_dict_type     | FULL_STATE_DICT   | state_dict_type                        |
  */
 #ifndef LN_CLI_H
 #define LN_CLI_H
@@ -51,9 +59,10 @@ typedef struct {
   char mpirun_hostfile[PATH_MAX];
   char config_file[PATH_MAX];
   char main_training_function[128];
-  char given[512];       /* " name name ": settings set by config or command line */
-  char from_config[512]; /* " name ": given by the config file only (not by a flag or Slurm) */
-  int loading_config;    /* 1 while the config file is applied (ln_cli_mark) */
+  char given[512];           /* " name name ": settings set by config or command line */
+  char from_config[512];     /* " name ": given by the config file only (not by a flag or Slurm) */
+  int loading_config;        /* 1 while the config file is applied (ln_cli_mark) */
+  char distributed_type[16]; /* the config file's (FSDP / DEEPSPEED read their sections) */
 } ln_cli_t;
 
 /* Defaults (table above). */
@@ -88,15 +97,10 @@ char *ln_cli_launch_options(const ln_cli_t *c, int which);
 /* 1 when `name` is a setting ln_cli_set knows. */
 int ln_cli_known(const char *name);
 
-/* Parse `nbfork launch` arguments argv[0..argc-1] (after "launch"):
- * options first, then PROGRAM and its arguments, which are left alone.
- * Options take their value as the next word or after '='; flags
- * (--cpu, --debug, -q/--quiet, --same_network) take none. A config file
- * (--config_file, else $NBFORK_CONFIG_FILE, else the default path when
- * it exists) is loaded before the command line's settings are applied.
- * Returns the index of PROGRAM in argv, or -1 with a one-line message in
- * err (unknown option, missing value, no PROGRAM, bad config). */
-int ln_cli_parse(ln_cli_t *c, int argc, char **argv, char *err, size_t errlen);
+/* The message for a name that is no setting, into err[errlen]:
+ * "LEAD 'NAME'; known: " and every setting's name. */
+void ln_cli_unknown_message(const char *lead, const char *name, char *err, size_t errlen);
+
 
 /* Turn the settings into per-node launch options: num_processes divided
  * by num_machines (an error when it does not divide), port 0 replaced by

@@ -117,7 +117,7 @@ static void cpu_report(void) {
 
 static void compiler_report(void) {
   printf("- compiler that built nbfork: %s\n", __VERSION__);
-  const char *cc = nbf_param_str(NBF_P_NBFORK_CC);
+  const char *cc = nbf_param_NBFORK_CC();
   char cmd[512], line[256] = "not found\n";
   snprintf(cmd, sizeof cmd, "'%s' --version 2>/dev/null", cc);
   FILE *p = strchr(cc, '\'') ? NULL : popen(cmd, "r");

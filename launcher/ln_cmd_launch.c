@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ln_cmd.h"
+#include "ln_cli_parse.h"
 #include "ln_cuda.h"
 #include "ln_launch.h"
 #include "ln_mpirun.h"
@@ -24,11 +25,16 @@ static char **g_program; /* argv of PROGRAM, for the worker body */
 
 static volatile sig_atomic_t g_status; /* SIGQUIT: print where every rank is */
 
+static volatile sig_atomic_t g_stop_signal; /* the first of SIGINT/SIGTERM/SIGHUP */
+
 static void on_signal(int sig) {
-  if (sig == SIGQUIT)
+  if (sig == SIGQUIT) {
     g_status = 1;
-  else
-    g_interrupted = 1;
+    return;
+  }
+  if (!g_stop_signal)
+    g_stop_signal = sig;
+  g_interrupted = 1;
 }
 
 /* Worker body: the environment is set (ln_worker_export_env); become
@@ -86,7 +92,7 @@ int ln_cmd_run(const ln_cli_t *c, int (*fn)(void)) {
   const int sigs[4] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
   for (int i = 0; i < 4; i++)
     sigaction(sigs[i], &sa, &old[i]);
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, &g_status};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, &g_status, NULL, NULL};
   ln_error_t err;
   int rc = ln_launch(&c->o, fn, &ctx, &err);
   for (int i = 0; i < 4; i++)
@@ -94,14 +100,20 @@ int ln_cmd_run(const ln_cli_t *c, int (*fn)(void)) {
   if (rc == 0)
     return 0;
   fflush(stdout);
-  fprintf(stderr, "nbfork launch: %s: %s\n", err.ename, err.evalue);
+  int stopped = !strcmp(err.ename, "KeyboardInterrupt");
+  if (stopped && g_stop_signal && g_stop_signal != SIGINT) /* not a Ctrl-C: a kill, a scheduler */
+    fprintf(stderr, "nbfork launch: terminated by SIG%s: every worker was stopped\n",
+            sigabbrev_np(g_stop_signal));
+  else
+    fprintf(stderr, "nbfork launch: %s: %s\n", err.ename, err.evalue);
   const char *tb = err.traceback;
   size_t n = strlen(err.evalue);
   if (tb && !strncmp(tb, err.evalue, n) && tb[n] == '\n')
     tb += n + 1; /* its first line is the summary just printed */
   if (tb && *tb && !c->quiet)
     fprintf(stderr, "%s\n", tb);
-  rc = !strcmp(err.ename, "KeyboardInterrupt") ? LN_EXIT_INTERRUPTED : LN_EXIT_FAILED;
+  /* 128 + the signal, as a shell reports a process the signal ended */
+  rc = !stopped ? LN_EXIT_FAILED : g_stop_signal ? 128 + g_stop_signal : LN_EXIT_INTERRUPTED;
   ln_error_free(&err);
   return rc;
 }
@@ -140,6 +152,13 @@ int ln_cmd_launch(int argc, char **argv) {
   char **program = argv + 1 + prog;
   if (ends_with(program[0], ".ipynb"))
     return ln_notebook_launch(&c, program[0], program[1], argc - 2 - prog);
+  if (strchr(program[0], '/') && access(program[0], F_OK) == 0 && !program_found(program[0])) {
+    fprintf(stderr,
+            "nbfork launch: error: program '%s' exists but is not executable (chmod +x %s, or "
+            "run it with its interpreter: nbfork launch ... python3 %s)\n",
+            program[0], program[0], program[0]);
+    return LN_EXIT_USAGE;
+  }
   if (!program_found(program[0])) {
     fprintf(stderr,
             "nbfork launch: error: program '%s' not found (not an executable file%s); build it "

@@ -5,6 +5,7 @@
 #include "ln_config.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +20,6 @@
 static const struct {
   const char *key, *feature;
 } lacking[] = {
-    {"deepspeed_config", "DeepSpeed"},
-    {"fsdp_config", "FSDP"},
     {"megatron_lm_config", "Megatron-LM"},
     {"dynamo_config", "torch dynamo"},
     {"dynamo_backend", "torch dynamo"},
@@ -80,6 +79,108 @@ static int mpirun_config(ln_cli_t *c, yaml_document_t *d, yaml_node_t *map, cons
   return 0;
 }
 
+/* fsdp_config / deepspeed_config keys: what nbfork does with each. A key
+ * with a setting is passed to ln_cli_set under that name; "" = accepted
+ * with no effect (wrapping, prefetch and loading hints: nbfork's wrap
+ * units are the layers, it does not prefetch); NULL = refused when on. */
+static const struct {
+  const char *key, *setting, *why;
+} section_keys[] = {
+    {"fsdp_sharding_strategy", "fsdp_sharding_strategy", NULL},
+    {"fsdp_offload_params", "fsdp_offload_params", NULL},
+    {"fsdp_state_dict_type", "fsdp_state_dict_type", NULL},
+    {"fsdp_auto_wrap_policy", "", NULL},
+    {"fsdp_transformer_layer_cls_to_wrap", "", NULL},
+    {"fsdp_min_num_params", "", NULL},
+    {"fsdp_backward_prefetch", "", NULL},
+    {"fsdp_backward_prefetch_policy", "", NULL},
+    {"fsdp_forward_prefetch", "", NULL},
+    {"fsdp_use_orig_params", "", NULL},
+    {"fsdp_sync_module_states", "", NULL},
+    {"fsdp_cpu_ram_efficient_loading", "", NULL},
+    {"fsdp_reshard_after_forward", "", NULL},
+    {"fsdp_version", "", NULL},
+    {"fsdp_activation_checkpointing", NULL, "activation checkpointing"},
+    {"zero_stage", "zero_stage", NULL},
+    {"offload_optimizer_device", "offload_optimizer_device", NULL},
+    {"offload_param_device", "offload_optimizer_device", NULL},
+    {"deepspeed_multinode_launcher", "", NULL},
+    {"zero3_init_flag", "", NULL},
+    {"zero3_save_16bit_model", "", NULL},
+    {"gradient_accumulation_steps", NULL,
+     "gradient accumulation from the DeepSpeed section (use acc_config_t or the Trainer's "
+     "--gradient_accumulation_steps)"},
+    {"gradient_clipping", NULL,
+     "gradient clipping from the DeepSpeed section (use acc_shard_config_t.max_grad_norm or the "
+     "Trainer's --max_grad_norm)"},
+};
+
+/* DeepSpeed's JSON: zero_optimization.stage and the offload devices. */
+static int deepspeed_json(ln_cli_t *c, const char *file, char *msg, size_t n) {
+  json_error_t je;
+  json_t *root = json_load_file(file, 0, &je);
+  if (!root)
+    return snprintf(msg, n, "deepspeed_config_file %s: %s (line %d)", file, je.text, je.line), -1;
+  json_t *z = json_object_get(root, "zero_optimization");
+  json_t *stage = json_object_get(z, "stage");
+  int rc = 0;
+  char v[8];
+  if (stage && json_is_integer(stage)) {
+    snprintf(v, sizeof v, "%lld", (long long)json_integer_value(stage));
+    rc = ln_cli_set(c, "zero_stage", v, msg, n);
+  }
+  const char *sub[] = {"offload_optimizer", "offload_param"};
+  for (int i = 0; i < 2 && rc == 0; i++) {
+    const char *dev = json_string_value(json_object_get(json_object_get(z, sub[i]), "device"));
+    if (dev)
+      rc = ln_cli_set(c, "offload_optimizer_device", dev, msg, n);
+  }
+  json_decref(root);
+  return rc;
+}
+
+/* fsdp_config or deepspeed_config: read when distributed_type names it
+ * (else ignored, as Accelerate ignores the section of another type). */
+static int section(ln_cli_t *c, yaml_document_t *d, yaml_node_t *map, const char *name,
+                   const char *path, char *err, size_t errlen) {
+  int mine = !strcmp(name, "fsdp_config") ? !strcmp(c->distributed_type, "FSDP")
+                                          : !strcmp(c->distributed_type, "DEEPSPEED");
+  if (map->type != YAML_MAPPING_NODE || !mine)
+    return map->type == YAML_MAPPING_NODE || is_off(map)
+               ? 0
+               : at(path, &map->start_mark, err, errlen, "expected a mapping");
+  char msg[768];
+  for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+    yaml_node_t *k = yaml_document_get_node(d, p->key), *v = yaml_document_get_node(d, p->value);
+    const char *key = (const char *)k->data.scalar.value;
+    if (v->type != YAML_SCALAR_NODE)
+      continue; /* lists (fsdp_transformer_layer_cls_to_wrap): hints */
+    const char *val = (const char *)v->data.scalar.value;
+    if (!strcmp(key, "deepspeed_config_file")) {
+      if (*val && deepspeed_json(c, val, msg, sizeof msg))
+        return at(path, &v->start_mark, err, errlen, msg);
+      continue;
+    }
+    size_t i = 0, nk = sizeof section_keys / sizeof section_keys[0];
+    while (i < nk && strcmp(key, section_keys[i].key))
+      i++;
+    if (i == nk) {
+      snprintf(msg, sizeof msg, "unknown key '%s' in %s", key, name);
+      return at(path, &k->start_mark, err, errlen, msg);
+    }
+    if (!section_keys[i].setting) {
+      if (is_off(v) || (!strcmp(key, "gradient_accumulation_steps") && !strcmp(val, "1")))
+        continue;
+      snprintf(msg, sizeof msg, "%s: %s is not supported by nbfork; remove the key", key,
+               section_keys[i].why);
+      return at(path, &k->start_mark, err, errlen, msg);
+    }
+    if (*section_keys[i].setting && ln_cli_set(c, section_keys[i].setting, val, msg, sizeof msg))
+      return at(path, &v->start_mark, err, errlen, msg);
+  }
+  return 0;
+}
+
 /* One top-level key. */
 static int apply_key(ln_cli_t *c, yaml_document_t *d, yaml_node_t *k, yaml_node_t *v,
                      const char *path, char *err, size_t errlen) {
@@ -98,6 +199,8 @@ static int apply_key(ln_cli_t *c, yaml_document_t *d, yaml_node_t *k, yaml_node_
     }
   if (!strcmp(key, "mpirun_config"))
     return mpirun_config(c, d, v, path, err, errlen);
+  if (!strcmp(key, "fsdp_config") || !strcmp(key, "deepspeed_config"))
+    return section(c, d, v, key, path, err, errlen);
   if (v->type != YAML_SCALAR_NODE)
     return at(path, &v->start_mark, err, errlen, "expected a single value");
   const char *val = (const char *)v->data.scalar.value;
@@ -110,14 +213,15 @@ static int apply_key(ln_cli_t *c, yaml_document_t *d, yaml_node_t *k, yaml_node_
   if (!strcmp(key, "distributed_type")) {
     if (!strcmp(val, "MULTI_CPU"))
       c->cpu = 1;
-    else if (strcmp(val, "NO") && strcmp(val, "MULTI_GPU")) {
+    else if (strcmp(val, "NO") && strcmp(val, "MULTI_GPU") && strcmp(val, "FSDP") &&
+             strcmp(val, "DEEPSPEED")) {
       snprintf(msg, sizeof msg,
                "distributed_type: %s is not supported by nbfork (accepted: NO, MULTI_CPU, "
-               "MULTI_GPU)",
+               "MULTI_GPU, FSDP, DEEPSPEED)",
                val);
       return at(path, &v->start_mark, err, errlen, msg);
     }
-    return 0;
+    return 0; /* FSDP / DEEPSPEED: apply_document set the default sharding */
   }
   if (!ln_cli_known(key) || !strcmp(key, "config_file") || !strcmp(key, "cpu") ||
       !strcmp(key, "quiet")) {
@@ -138,6 +242,24 @@ static int apply_document(ln_cli_t *c, yaml_document_t *d, const char *path, cha
     return 0; /* an empty file: no settings */
   if (root->type != YAML_MAPPING_NODE)
     return at(path, &root->start_mark, err, errlen, "expected a mapping of key: value");
+  /* distributed_type first: it decides whether fsdp_config or
+   * deepspeed_config is read, wherever the key sits */
+  for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+       p++) {
+    yaml_node_t *k = yaml_document_get_node(d, p->key), *v = yaml_document_get_node(d, p->value);
+    if (k->type == YAML_SCALAR_NODE && v->type == YAML_SCALAR_NODE &&
+        !strcmp((const char *)k->data.scalar.value, "distributed_type"))
+      snprintf(c->distributed_type, sizeof c->distributed_type, "%s",
+               (const char *)v->data.scalar.value);
+  }
+  char msg[256];
+  /* Accelerate's defaults: FSDP shards fully, DeepSpeed at ZeRO stage 2 */
+  if (!strcmp(c->distributed_type, "FSDP") &&
+      ln_cli_set(c, "sharding", "FULL_SHARD", msg, sizeof msg))
+    return at(path, &root->start_mark, err, errlen, msg);
+  if (!strcmp(c->distributed_type, "DEEPSPEED") &&
+      ln_cli_set(c, "sharding", "zero2", msg, sizeof msg))
+    return at(path, &root->start_mark, err, errlen, msg);
   for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
        p++) {
     yaml_node_t *k = yaml_document_get_node(d, p->key), *v = yaml_document_get_node(d, p->value);

@@ -32,8 +32,8 @@ static const char *cuda_error_name(void *h, int code) {
 
 static int debug_worker(void) {
   long r = 0, lr = 0; /* the launcher set both: they parse */
-  nbf_param_long(NBF_P_RANK, 0, &r);
-  nbf_param_long(NBF_P_LOCAL_RANK, 0, &lr);
+  nbf_param_RANK(&r);
+  nbf_param_LOCAL_RANK(&lr);
   int rank = (int)r, local_rank = (int)lr;
   if (g_use_gpu) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);

@@ -18,14 +18,18 @@
 #include "acc_store.h"
 #include "ln_leftover.h"
 #include "ln_probe.h"
-#include "ln_report.h"
 #include "ln_rdzv.h"
+#include "ln_report.h"
 #include "ln_worker.h"
 #include "nbf_cluster.h"
+#include "nbf_param.h"
+#include "nbf_proc.h"
 #include "nbf_util.h"
 
 /* Time a worker gets between SIGTERM and SIGKILL when the group stops. */
 #define LN_GRACE_MS 1000
+/* How often ctx->status_file is rewritten while a group runs. */
+#define LN_STATUS_EVERY_MS 1000
 /* After every worker exited, how long to wait for output still in pipes. */
 #define LN_DRAIN_MS 1000
 
@@ -45,15 +49,18 @@ typedef struct {
   ln_leftovers_t left; /* what the workers started (ln_leftover.h)     */
   int64_t started_ms; /* for "left N s into the run"                   */
   int64_t seen_ms;    /* when the records were read into w[i].seen      */
+  int leaving;        /* local rank whose early leave stopped the group, or -1 */
+  int64_t status_ms;  /* when ctx->status_file was last written            */
 } ln_group_t;
 
-/* Stop the group: TERM now, KILL those still alive after the grace. */
-void ln_group_signal(ln_worker_t *w, int n, int sig) {
+/* Stop the group: TERM now (nbf_proc_term), KILL (nbf_proc_kill) those
+ * still alive after the grace. The workers are many and the monitor must
+ * keep forwarding their output, so the grace is timed by group_monitor
+ * rather than by a blocking nbf_proc_stop. */
+void ln_group_signal(ln_worker_t *w, int n, void (*send)(pid_t)) {
   for (int i = 0; i < n; i++)
-    if (w[i].pid > 0 && !w[i].exited) {
-      kill(-w[i].pid, sig);
-      kill(w[i].pid, sig);
-    }
+    if (w[i].pid > 0 && !w[i].exited)
+      send(w[i].pid);
 }
 
 /* A worker stopped by a signal (SIGSTOP, SIGTSTP, a debugger's) when
@@ -93,8 +100,7 @@ static void group_stop(ln_group_t *g, ln_run_result_t why) {
   g->stop_at_ms = nbf_now_ms();
   if (why == LN_RUN_FAILED)
     mark_stopped(g);
-  ln_group_signal(g->w, g->started, SIGTERM);
-  ln_group_signal(g->w, g->started, SIGCONT);
+  ln_group_signal(g->w, g->started, nbf_proc_term);
 }
 
 static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) {
@@ -103,6 +109,7 @@ static int group_alloc(ln_group_t *g, const ln_options_t *o, ln_context_t *ctx) 
   g->ctx = ctx;
   g->result = LN_RUN_OK;
   g->stop_at_ms = g->drain_until_ms = -1;
+  g->leaving = -1;
   g->started_ms = nbf_now_ms();
   size_t n = (size_t)o->num_processes, npoll = n * 4 + 1;
   g->w = calloc(n, sizeof *g->w);
@@ -270,17 +277,67 @@ static char *group_positions(const ln_group_t *g, const char *title) {
   return text;
 }
 
-/* SIGQUIT to `nbfork launch` (ctx->status_requested): print where every
- * rank is now on stderr, and go on. */
+/* Replace ctx->status_file with `text` (write a sibling, then rename:
+ * a reader never sees half a view). */
+static void group_write_status(const ln_group_t *g, const char *text) {
+  char *tmp = nbf_xprintf("%s.tmp", g->ctx->status_file);
+  FILE *f = tmp ? fopen(tmp, "w") : NULL;
+  if (f) {
+    fputs(text, f);
+    if (fclose(f) == 0)
+      rename(tmp, g->ctx->status_file);
+    else
+      unlink(tmp);
+  }
+  free(tmp);
+}
+
+/* SIGQUIT (ctx->status_requested): print where every rank is now on
+ * stderr, and go on; every LN_STATUS_EVERY_MS and at SIGQUIT, the same
+ * view into ctx->status_file. */
 static void group_status(ln_group_t *g) {
-  if (!g->ctx->status_requested || !*g->ctx->status_requested)
+  int asked = g->ctx->status_requested && *g->ctx->status_requested;
+  int64_t now = nbf_now_ms();
+  int file_due = g->ctx->status_file && (asked || now - g->status_ms >= LN_STATUS_EVERY_MS);
+  if (!asked && !file_due)
     return;
-  *g->ctx->status_requested = 0;
+  if (asked)
+    *g->ctx->status_requested = 0;
   group_read_states(g);
-  char *text = group_positions(g, "nbfork: where each rank is (SIGQUIT; their state records):");
-  fprintf(stderr, "%s", text ? text : "nbfork: no rank has a state record yet\n");
-  fflush(stderr);
+  char title[160];
+  snprintf(title, sizeof title,
+           "nbfork: where each rank is, %.1f s into the run (%s; their "
+           "state records):",
+           (double)(now - g->started_ms) / 1000.0,
+           asked         ? "SIGQUIT"
+           : g->stopping ? "stopping"
+                         : "running");
+  char *text = group_positions(g, title);
+  if (!text)
+    text = nbf_xprintf("%s\n  no rank has a state record yet (starting, or a program without "
+                       "libnbfork)\n",
+                       title);
+  if (asked) {
+    fprintf(stderr, "%s", text ? text : "");
+    fflush(stderr);
+  }
+  if (file_due && text) {
+    group_write_status(g, text);
+    g->status_ms = now;
+  }
   free(text);
+}
+
+/* A rank leaving its group while a peer waits in another collective
+ * (ln_report_leaving) would hang them all until NBFORK_TIMEOUT_S: stop
+ * the group as soon as the records show it (one monitor tick). */
+static void group_watch_leaving(ln_group_t *g) {
+  group_read_states(g);
+  int waiter, i = ln_report_leaving(g->w, g->started, &waiter);
+  if (i < 0)
+    return;
+  g->leaving = i;
+  group_stop(g, LN_RUN_FAILED);
 }
 
 /* Forward output, reap, watch the rendezvous and the interrupt flag
@@ -309,13 +366,17 @@ static void group_monitor(ln_group_t *g, int restart, const acc_store_server_t *
       group_stop(g, LN_RUN_SETUP_FAILED); /* a node did not join in time */
     if (g->ctx->interrupted && *g->ctx->interrupted)
       group_stop(g, LN_RUN_INTERRUPTED);
+    if (!g->stopping)
+      group_watch_leaving(g);
     group_status(g);
     if (g->stopping && g->stop_at_ms >= 0 && nbf_now_ms() - g->stop_at_ms > LN_GRACE_MS) {
-      ln_group_signal(g->w, g->started, SIGKILL);
+      ln_group_signal(g->w, g->started, nbf_proc_kill);
       g->stop_at_ms = -1; /* KILL sent once; reaping follows */
     }
   }
   ln_rdzv_end(&rdzv); /* its client's threads go before any re-fork */
+  if (g->ctx->status_file) /* no group runs: no view that could be taken for current */
+    unlink(g->ctx->status_file);
 }
 
 /* A worker exited 0 before the first failure (or in its reap pass),
@@ -408,6 +469,14 @@ static char *group_failures(const ln_group_t *g, const char *lost) {
       if (w->failed && w->exited_ms < first_failed_ms)
         first_failed_ms = w->exited_ms;
     }
+  if (g->leaving >= 0) {
+    long t = 0;
+    nbf_param_NBFORK_TIMEOUT_S(&t);
+    fprintf(f,
+            "nbfork stopped the group when rank %d's record showed it leaving: its peers would "
+            "have waited in their collectives until NBFORK_TIMEOUT_S (%ld s)\n",
+            base + g->leaving, t);
+  }
   const ln_worker_t *early = first_left ? early_exit(g, first_failed_ms) : NULL;
   if (early)
     fprintf(f,
@@ -418,6 +487,12 @@ static char *group_failures(const ln_group_t *g, const char *lost) {
             (early->exited_ms - g->started_ms) / 1000.0);
   ln_report_positions(g->w, n, base, g->seen_ms,
                       "Where each rank was when the group failed (their state records):", f);
+  if (g->o->num_nodes > 1) /* records are per host: the others' are in their nodes' reports */
+    fprintf(f,
+            "  ranks of the other %d node%s: their records are on those nodes (see their "
+            "reports); the probe: %s\n",
+            g->o->num_nodes - 1, g->o->num_nodes == 2 ? "" : "s",
+            lost ? "a node does not answer (first line)" : "every node answered");
   fclose(f);
   return text;
 }

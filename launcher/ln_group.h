@@ -23,9 +23,9 @@ typedef enum {
 ln_run_result_t ln_run_group(const ln_options_t *o, int (*fn)(void), ln_context_t *ctx,
                              int restart, int use_gpu, char **failures, char **setup_error);
 
-/* Send `sig` to each of the n workers not yet reaped and to its
- * process group (what the group's stop does; ln_ranks.c too). */
-void ln_group_signal(ln_worker_t *w, int n, int sig);
+/* Call `send` (nbf_proc_term or nbf_proc_kill) for each of the n workers
+ * not yet reaped: what the group's stop does; ln_ranks.c too. */
+void ln_group_signal(ln_worker_t *w, int n, void (*send)(pid_t));
 
 /* Start node 0's rendezvous store for the options (loopback only when
  * master_addr is): 0, or -1 with *setup_error (caller frees). */

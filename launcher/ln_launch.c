@@ -45,7 +45,7 @@ void ln_error_free(ln_error_t *err) {
 
 int ln_debug_mode(void) {
   int on = 0;
-  return nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, 0, &on) != 0 ? -1 : on;
+  return nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, &on) != 0 ? -1 : on;
 }
 
 /* Binding the port ourselves is the only answer that holds (connect()
@@ -92,11 +92,14 @@ static int check_cuda(const ln_context_t *ctx, ln_error_t *err) {
   int cell = ctx->cuda_initialized_by_cell;
   if (cell <= 0)
     return 0;
+  char cellname[32];
+  snprintf(cellname, sizeof cellname, "cell [%d]", cell);
+  const char *by = ctx->cuda_initialized_by ? ctx->cuda_initialized_by : cellname;
   set_error(err, "LaunchError",
-            nbf_xprintf("CUDA was initialized in the kernel process by cell [%d]; workers forked "
+            nbf_xprintf("CUDA was initialized in the kernel process by %s; workers forked "
                         "now could not use the GPU (every CUDA call would fail with "
                         "'initialization error').",
-                        cell),
+                        by),
             nbf_xprintf("To fix it: restart the kernel, move the CUDA calls of cell [%d] into the "
                         "launched function (or a function it calls), and run the cells again.",
                         cell));
@@ -136,8 +139,19 @@ static int check_gpus(const ln_options_t *o, int gpus, ln_error_t *err) {
   return -1;
 }
 
-/* node_rank 0 hosts the store on use_port: say now when it cannot. */
+/* node_rank 0 hosts the store on use_port: say now when it cannot. A
+ * master_addr that does not resolve is named as such, on every node (it
+ * would show as a port that cannot be bound, or a store that never answers). */
 static int check_port(const ln_options_t *o, ln_error_t *err) {
+  int gai = nbf_resolve(o->master_addr);
+  if (gai) {
+    set_error(err, "LaunchError",
+              nbf_xprintf("master_addr=%s does not resolve: %s.", o->master_addr,
+                          gai_strerror(gai)),
+              nbf_xprintf("Give node 0's IP address as master_addr, or a name this machine "
+                          "resolves."));
+    return -1;
+  }
   int e = o->node_rank == 0 ? ln_port_check(o->master_addr, o->use_port) : 0;
   if (!e)
     return 0;

@@ -54,6 +54,16 @@ typedef struct {
   /* Set to non-zero by the caller's SIGQUIT handler (`nbfork launch`):
    * print where every rank is on stderr, then clear it. NULL = never. */
   volatile sig_atomic_t *status_requested;
+  /* A file kept current with where every rank is (the SIGQUIT view):
+   * rewritten (write, then rename) every LN_STATUS_EVERY_MS while a
+   * group runs and at each SIGQUIT, removed when the group ends. NULL =
+   * none. %launch: <work directory>/ranks-status. */
+  const char *status_file;
+  /* Who initialized CUDA in this process, when known ("cell [3], line
+   * 2: it called gpu_setup() of libgpuinit.so, whose ... called
+   * cuInit"): the refusal names it instead of the cell alone. NULL =
+   * cuda_initialized_by_cell only. */
+  const char *cuda_initialized_by;
 } ln_context_t;
 
 typedef struct {

@@ -112,14 +112,19 @@ static int was_there(const ln_leftovers_t *l, pid_t pid) {
 static int sweep_round(const ln_leftovers_t *l, const pid_t *groups, int n, int sig, int *reaped) {
   int alive = 0;
   for (int i = 0; i < n; i++)
-    if (groups[i] > 0 && kill(-groups[i], sig) == 0)
+    if (groups[i] > 0 && kill(-groups[i], sig) == 0) {
       alive++;
+      if (sig == SIGTERM) /* nbf_proc_term's policy: a stopped one gets its TERM */
+        kill(-groups[i], SIGCONT);
+    }
   int nc;
   pid_t *kids = ln_children(&nc);
   for (int i = 0; i < nc; i++) {
     if (was_there(l, kids[i]))
       continue;
     kill(kids[i], sig);
+    if (sig == SIGTERM)
+      kill(kids[i], SIGCONT);
     int st;
     if (waitpid(kids[i], &st, WNOHANG) == kids[i])
       (*reaped)++;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nbf_param.h"
 #include "nbf_util.h"
 
 typedef struct {
@@ -74,6 +75,10 @@ char **ln_mpirun_argv(const ln_cli_t *c, char *const *prog_argv, int open_mpi, i
   env_arg(&a, open_mpi, "MASTER_ADDR", c->o.master_addr);
   env_arg(&a, open_mpi, "MASTER_PORT", port);
   env_arg(&a, open_mpi, "ACCELERATE_MIXED_PRECISION", c->o.mixed_precision);
+  /* one thread per rank unless set, as the other paths (ln_cli_export_env);
+   * passed on: mpirun does not forward the environment to other hosts */
+  const char *omp = nbf_param_raw(NBF_P_OMP_NUM_THREADS);
+  env_arg(&a, open_mpi, "OMP_NUM_THREADS", omp && *omp ? omp : "1");
   for (int i = 0; prog_argv[i]; i++)
     push(&a, strdup(prog_argv[i]));
   if (a.oom) {

@@ -18,13 +18,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "nbf_wire.h"
 #include "ln_cmd.h"
 #include "ln_display_view.h"
 #include "nbf_buf.h"
-#include "nbf_param.h"
+#include "nbf_executor.h"
 #include "nbf_util.h"
-#include "nbf_workdir.h"
+#include "nbf_wire.h"
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) {
@@ -183,59 +182,6 @@ static char *cell_source(json_t *cell) {
   return text ? text : strdup("");
 }
 
-/* The executor: NBFORK_EXECUTOR, else nbfork-executor beside this binary. */
-static int executor_path(char *out, size_t outlen) {
-  const char *env = nbf_param_raw(NBF_P_NBFORK_EXECUTOR);
-  if (env && *env)
-    return snprintf(out, outlen, "%s", env) < (int)outlen ? 0 : -1;
-  char self[PATH_MAX];
-  if (nbf_self_exe(self, sizeof self) != 0)
-    return -1;
-  return snprintf(out, outlen, "%s/%s", dirname(self), NBF_WIRE_EXECUTOR_NAME) < (int)outlen ? 0
-                                                                                            : -1;
-}
-
-typedef struct {
-  pid_t pid;
-  int req, ev; /* our ends: requests (its fd 3), events (its fd 4) */
-  nbf_buf_t line;
-} executor_t;
-
-/* Start the executor: fd 0 /dev/null (no stdin headless), fd 1/2 ours,
- * fd 3/4 pipes; its own process group (an interrupt is forwarded once). */
-static int executor_start(executor_t *x, const char *path) {
-  int rq[2], ev[2];
-  if (pipe2(rq, O_CLOEXEC) || pipe2(ev, O_CLOEXEC))
-    return -1;
-  fflush(stdout);
-  fflush(stderr);
-  x->pid = fork();
-  if (x->pid < 0)
-    return -1;
-  if (x->pid == 0) {
-    setpgid(0, 0);
-    int devnull = open("/dev/null", O_RDONLY);
-    dup2(devnull, 0);
-    /* the pipes may already sit on 3 or 4, where dup2 would keep CLOEXEC:
-     * move them above first */
-    int r = fcntl(rq[0], F_DUPFD, 10), w = fcntl(ev[1], F_DUPFD, 10);
-    dup2(r, NBF_WIRE_FD_REQUESTS);
-    dup2(w, NBF_WIRE_FD_EVENTS);
-    nbf_param_set_long(NBF_P_NBFORK_DISPLAY_FD, NBF_WIRE_FD_EVENTS);
-    char parent[24]; /* the executor dies with us (ex_main.c die_with_parent) */
-    snprintf(parent, sizeof parent, "%d", (int)getppid());
-    execl(path, path, "--parent", parent, (char *)NULL);
-    fprintf(stderr, "nbfork launch: cannot run %s: %s\n", path, NBF_STRERROR(errno));
-    _exit(127);
-  }
-  setpgid(x->pid, x->pid);
-  close(rq[0]);
-  close(ev[1]);
-  x->req = rq[1];
-  x->ev = ev[0];
-  return 0;
-}
-
 /* Display events (progress bars redrawn in place) go to the view
  * (ln_display_view.c): this hook is the only coupling. */
 static ln_display_view_t *g_view;
@@ -265,74 +211,52 @@ static int show_event(json_t *e) {
   return 0;
 }
 
+/* The reply of the request in flight, as show_event read it: 0 none
+ * yet, 1 ok, 2 error. */
+static void on_event(void *arg, json_t *e) {
+  int *reply = arg;
+  int r = show_event(e);
+  if (r && !*reply)
+    *reply = r;
+}
+
 /* Wait for the reply of the request in flight; forward a stop request
- * as one SIGINT, then kill the group when no reply comes within the
- * grace. Returns 0 (ok), 1 (error reply), -1 (the executor died). */
-static int executor_wait(executor_t *x) {
-  int interrupted = 0;
-  int64_t kill_at = -1;
+ * as one interrupt (nbf_executor_interrupt), then kill the executor when
+ * no reply comes within the grace. Returns 0 (ok), 1 (error reply), -1
+ * (the executor died). */
+static int executor_wait(nbf_executor_t *x) {
+  int reply = 0, interrupted = 0;
   for (;;) {
     if (g_stop && !interrupted) {
       interrupted = 1;
-      kill(x->pid, SIGINT);
-      kill_at = nbf_now_ms() + NBF_WIRE_INTERRUPT_GRACE_MS;
+      nbf_executor_interrupt(x, NBF_WIRE_INTERRUPT_GRACE_MS);
     }
-    if (kill_at >= 0 && nbf_now_ms() > kill_at)
-      kill(-x->pid, SIGKILL), kill_at = -1;
-    struct pollfd p = {x->ev, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0)
-      continue;
-    char chunk[65536];
-    ssize_t n = read(x->ev, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
+    if (nbf_executor_interrupt_expired(x))
+      nbf_executor_kill(x);
+    if (x->fd_ev < 0) /* killed, or it closed its events: gone */
       return -1;
-    nbf_buf_append(&x->line, chunk, (size_t)n);
-    char *nl;
-    while (x->line.len && (nl = memchr(x->line.data, '\n', x->line.len))) {
-      size_t len = (size_t)(nl - x->line.data);
-      json_t *e = json_loadb(x->line.data, len, 0, NULL);
-      nbf_buf_consume(&x->line, len + 1);
-      int r = e ? show_event(e) : 0;
-      json_decref(e);
-      if (r)
-        return r == 1 ? 0 : 1;
-    }
+    struct pollfd p[2] = {{x->fd_ev, POLLIN, 0}, {x->fd_req, POLLOUT, 0}};
+    if (poll(p, nbf_executor_wants_req_write(x) ? 2 : 1, 100) <= 0)
+      continue;
+    nbf_executor_flush(x);
+    int r = nbf_executor_read_events(x, on_event, &reply);
+    if (reply)
+      return reply == 1 ? 0 : 1;
+    if (r != 0)
+      return -1;
   }
 }
 
-static int executor_execute(executor_t *x, const char *code, int count) {
+static int executor_execute(nbf_executor_t *x, const char *code, int count) {
   json_t *rq = json_pack("{s:s,s:s,s:i,s:b,s:b}", "msg", "execute", "code", code, "execution_count",
                          count, "silent", 0, "allow_stdin", 0);
-  char *line = rq ? json_dumps(rq, JSON_COMPACT) : NULL;
+  int rc = rq && nbf_executor_send(x, rq) >= 0 ? executor_wait(x) : -1;
   json_decref(rq);
-  int rc = -1;
-  if (line && nbf_write_all(x->req, line, strlen(line)) == 0 && nbf_write_all(x->req, "\n", 1) == 0)
-    rc = executor_wait(x);
-  free(line);
   return rc;
 }
 
-/* Close its request pipe (EOF = exit), wait, kill after a grace. */
-static int executor_stop(executor_t *x) {
-  close(x->req);
-  int st = 0;
-  for (int i = 0; i < 50 && waitpid(x->pid, &st, WNOHANG) == 0; i++)
-    usleep(20000);
-  if (waitpid(x->pid, &st, WNOHANG) == 0) {
-    kill(-x->pid, SIGKILL);
-    waitpid(x->pid, &st, 0);
-  }
-  /* reaped: its work directory is ours to remove (it could not, if killed) */
-  nbf_workdir_reaped(x->pid);
-  close(x->ev);
-  nbf_buf_free(&x->line);
-  return st;
-}
-
 /* Run every code cell, then (with CALL) the launch. */
-static int run_cells(executor_t *x, json_t *cells, const ln_cli_t *c, const char *opts,
+static int run_cells(nbf_executor_t *x, json_t *cells, const ln_cli_t *c, const char *opts,
                      const char *defaults, const char *call) {
   size_t i;
   json_t *cell;
@@ -387,11 +311,11 @@ int ln_notebook_launch(ln_cli_t *c, const char *path, const char *call, int next
                     "e.g. 'training_loop(\"no\", 42, 64)'\n");
     return LN_EXIT_USAGE;
   }
-  char exe[PATH_MAX];
+  char exe[PATH_MAX] = "", err[PATH_MAX + 128];
   json_t *cells = load_cells(path);
   if (!cells)
     return LN_EXIT_USAGE;
-  if (executor_path(exe, sizeof exe) != 0 || access(exe, X_OK) != 0) {
+  if (nbf_executor_find(exe, sizeof exe) != 0 || access(exe, X_OK) != 0) {
     fprintf(stderr, "nbfork launch: error: the executor %s is missing; build nbfork\n", exe);
     json_decref(cells);
     return LN_EXIT_USAGE;
@@ -406,19 +330,20 @@ int ln_notebook_launch(ln_cli_t *c, const char *path, const char *call, int next
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN); /* a dead executor is an EPIPE here, then reported */
-  executor_t x = {0};
+  nbf_executor_t x;
+  nbf_executor_init(&x);
   int rc = LN_EXIT_FAILED;
   g_view = ln_display_view_new(stdout, isatty(STDOUT_FILENO), 2000);
-  if (executor_start(&x, exe) == 0) {
+  if (nbf_executor_spawn(&x, exe, NBF_EXECUTOR_INHERIT, err, sizeof err) == 0) {
     int r = run_cells(&x, cells, c, opts ? opts : "", defaults, call);
-    int st = executor_stop(&x);
+    int st = nbf_executor_stop(&x, 1000); /* reaped: its work directory is removed too */
     rc = g_stop ? LN_EXIT_INTERRUPTED : r == 0 ? 0 : LN_EXIT_FAILED;
     if (r < 0)
       fprintf(stderr, "nbfork launch: the executor died (%s %d) while running %s\n",
               WIFSIGNALED(st) ? "signal" : "exit code",
               WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), path);
   } else {
-    fprintf(stderr, "nbfork launch: cannot start %s: %s\n", exe, NBF_STRERROR(errno));
+    fprintf(stderr, "nbfork launch: %s\n", err);
   }
   ln_display_view_destroy(&g_view);
   free(opts);

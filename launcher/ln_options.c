@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void ln_options_init(ln_options_t *o) {
   memset(o, 0, sizeof *o);
@@ -21,26 +22,71 @@ void ln_options_init(ln_options_t *o) {
   snprintf(o->rdzv_backend, sizeof o->rdzv_backend, "static");
   o->rdzv_timeout_s = 300;
   o->monitor_interval_s = 0.1;
+  snprintf(o->sharding, sizeof o->sharding, "no");
+  snprintf(o->state_dict_type, sizeof o->state_dict_type, "FULL_STATE_DICT");
   const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
   if (secret && strlen(secret) < sizeof o->rdzv_secret)
     memcpy(o->rdzv_secret, secret, strlen(secret) + 1);
 }
 
-static const char *const known[] = {"num_processes",
-                                    "mixed_precision",
-                                    "use_port",
-                                    "master_addr",
-                                    "node_rank",
-                                    "num_nodes",
-                                    "rdzv_backend",
-                                    "rdzv_endpoint",
-                                    "rdzv_id",
-                                    "rdzv_timeout",
-                                    "rdzv_conf",
-                                    "max_restarts",
-                                    "monitor_interval",
-                                    "log_line_prefix_template",
-                                    NULL};
+static const char *const known[] = {"num_processes",    "mixed_precision",
+                                    "use_port",         "master_addr",
+                                    "node_rank",        "num_nodes",
+                                    "rdzv_backend",     "rdzv_endpoint",
+                                    "rdzv_id",          "rdzv_timeout",
+                                    "rdzv_conf",        "max_restarts",
+                                    "monitor_interval", "log_line_prefix_template",
+                                    "sharding",         "offload",
+                                    "state_dict_type",  NULL};
+
+/* FSDP's strategies by number (Accelerate's config writes 1..4) and name. */
+static const char *const fsdp_names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+
+/* The sharding options; -2 when `key` is not one of them, else 0/-1 with
+ * *accepted set (the caller words the error). */
+static int sharding_set(ln_options_t *o, const char *key, const char *v, const char **accepted) {
+  if (!strcmp(key, "sharding")) {
+    *accepted = "no, FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD (or FSDP's numbers 1..4), "
+                "zero0, zero1, zero2, zero3";
+    int ok = !strcmp(v, "no") || (!strncmp(v, "zero", 4) && v[4] >= '0' && v[4] <= '3' && !v[5]);
+    for (int i = 0; i < 4 && !ok; i++)
+      if (!strcasecmp(v, fsdp_names[i]) || (v[0] == '1' + i && !v[1])) {
+        v = fsdp_names[i];
+        ok = 1;
+      }
+    return ok ? ln_copy_text(o->sharding, sizeof o->sharding, v) : -1;
+  }
+  if (!strcmp(key, "offload")) {
+    *accepted = "true or false";
+    if (!strcasecmp(v, "true") || !strcmp(v, "1") || !strcasecmp(v, "cpu"))
+      return o->offload = 1, 0;
+    if (!strcasecmp(v, "false") || !strcmp(v, "0") || !strcasecmp(v, "none"))
+      return o->offload = 0, 0;
+    return -1;
+  }
+  if (!strcmp(key, "state_dict_type")) {
+    *accepted = "FULL_STATE_DICT or SHARDED_STATE_DICT";
+    if (strcmp(v, "FULL_STATE_DICT") && strcmp(v, "SHARDED_STATE_DICT"))
+      return -1;
+    return ln_copy_text(o->state_dict_type, sizeof o->state_dict_type, v);
+  }
+  return -2;
+}
+
+void ln_options_sharding_env(const ln_options_t *o) {
+  if (!strcmp(o->sharding, "no"))
+    return;
+  if (!strncmp(o->sharding, "zero", 4)) {
+    nbf_param_set(NBF_P_ACCELERATE_USE_DEEPSPEED, "true");
+    nbf_param_set(NBF_P_ACCELERATE_DEEPSPEED_ZERO_STAGE, o->sharding + 4);
+    nbf_param_set(NBF_P_ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE, o->offload ? "cpu" : "none");
+    return;
+  }
+  nbf_param_set(NBF_P_ACCELERATE_USE_FSDP, "true");
+  nbf_param_set(NBF_P_FSDP_SHARDING_STRATEGY, o->sharding);
+  nbf_param_set(NBF_P_FSDP_OFFLOAD_PARAMS, o->offload ? "true" : "false");
+  nbf_param_set(NBF_P_FSDP_STATE_DICT_TYPE, o->state_dict_type);
+}
 
 int ln_parse_int(const char *v, long lo, long hi, int *out) {
   char *end;
@@ -82,7 +128,10 @@ static int parse_rdzv_conf(ln_options_t *o, const char *v) {
 int ln_options_set(ln_options_t *o, const char *key, const char *v, char *err, size_t errlen) {
   int bad = 0;
   const char *accepted = "";
-  if (!strcmp(key, "num_processes")) {
+  int sh = sharding_set(o, key, v, &accepted);
+  if (sh != -2) {
+    bad = sh;
+  } else if (!strcmp(key, "num_processes")) {
     bad = ln_parse_int(v, 1, 4096, &o->num_processes);
     accepted = "an integer >= 1";
   } else if (!strcmp(key, "mixed_precision")) {

@@ -24,6 +24,14 @@
  * | monitor_interval         | 0.1                 | seconds > 0              |
  * | log_line_prefix_template | (none)              | text with {rank},        |
  * |                          |                     | {local_rank}, {node_rank}|
+ * | sharding                 | no                  | no; FSDP: FULL_SHARD,    |
+ * |                          |                     | SHARD_GRAD_OP, NO_SHARD, |
+ * |                          |                     | HYBRID_SHARD or 1..4;    |
+ * |                          |                     | DeepSpeed: zero0..zero3  |
+ * | offload                  | false               | true, false (a no-op on  |
+ * |                          |                     | CPU runs; nbf_shard.h)   |
+ * | state_dict_type          | FULL_STATE_DICT     | FULL_STATE_DICT,         |
+ * |                          |                     | SHARDED_STATE_DICT       |
  */
 #ifndef LN_OPTIONS_H
 #define LN_OPTIONS_H
@@ -46,6 +54,13 @@ typedef struct {
   double monitor_interval_s;
   char log_line_prefix_template[256];
   int quiet; /* no "Launching training on ..." line (`nbfork launch -q`) */
+  int cli;   /* set by `nbfork launch`: messages name its flags, not %launch's options */
+  /* sharded data parallel (nbf_shard.h): "no", an FSDP strategy name
+   * (FULL_SHARD, ...) or "zero0".."zero3"; the workers get Accelerate's
+   * environment for it (ln_options_sharding_env) */
+  char sharding[16];
+  int offload;
+  char state_dict_type[24];
 } ln_options_t;
 
 /* Defaults as in the table above. */
@@ -73,6 +88,13 @@ int ln_parse_int(const char *v, long lo, long hi, int *out);
 
 /* Copy v into dst[cap] when it fits (with its NUL): 0, else -1. */
 int ln_copy_text(char *dst, size_t cap, const char *v);
+
+/* Export the sharding choice to this process's environment the way
+ * `accelerate launch` does (ACCELERATE_USE_FSDP + FSDP_SHARDING_STRATEGY,
+ * FSDP_OFFLOAD_PARAMS, FSDP_STATE_DICT_TYPE, or ACCELERATE_USE_DEEPSPEED +
+ * ACCELERATE_DEEPSPEED_ZERO_STAGE, ..._OFFLOAD_OPTIMIZER_DEVICE); nothing
+ * for "no". Called in a worker before it runs. */
+void ln_options_sharding_env(const ln_options_t *o);
 
 /* Expand log_line_prefix_template for one worker into out. */
 void ln_options_prefix(const ln_options_t *o, int rank, int local_rank, char *out, size_t outlen);

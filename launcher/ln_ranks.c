@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,7 +23,9 @@
 #include "ln_group.h"
 #include "ln_ranks_wire.h"
 #include "ln_rdzv.h"
+#include "ln_report.h"
 #include "ln_worker.h"
+#include "nbf_proc.h"
 #include "nbf_util.h"
 
 /* A worker that has not answered an interrupt within this is killed. */
@@ -43,6 +46,10 @@ struct ln_ranks {
   int *cell;      /* the cell it runs or ran last (0: none)               */
   int *died_in;   /* the cell during which it died (0: between cells)     */
   acc_store_server_t *srv;
+  /* the records as read when the last exchange was stopped (interrupt or
+   * a rank's death), into w[i].seen: the failure report's positions */
+  int64_t snap_ms;
+  unsigned rebuild_epoch; /* acc_rebuild_process_groups epochs sent so far */
 };
 
 /* One rank's answer to a command. */
@@ -180,21 +187,39 @@ static int take_reply(ln_ranks_t *r, int i, rk_answer_t *a, void *(*dest)(void *
   return 0;
 }
 
-/* Flush every stream's complete lines and partial ones. */
+/* Flush every stream's complete lines and partial ones: one poll finds
+ * the streams with output left (a worker wrote it before its reply), so
+ * the empty ones cost no read. */
 static void drain_output(ln_ranks_t *r) {
-  for (int i = 0; i < r->n; i++) {
+  struct pollfd pfd[3 * r->n + 1];
+  int np = 0;
+  for (int i = 0; i < r->n; i++)
     for (int s = 0; s < 3; s++)
       if (r->w[i].fd[s] >= 0)
+        pfd[np++] = (struct pollfd){r->w[i].fd[s], POLLIN, 0};
+  int ready = np ? poll(pfd, (nfds_t)np, 0) : 0;
+  for (int i = 0, k = 0; i < r->n; i++) {
+    for (int s = 0; s < 3; s++)
+      if (r->w[i].fd[s] >= 0 && (ready < 0 || (pfd[k++].revents & (POLLIN | POLLHUP | POLLERR))))
         read_worker(r, i, s);
     ln_worker_flush_stale(&r->w[i]);
     ln_worker_flush_stale(&r->w[i]);
   }
 }
 
+/* Read every worker's record into w[i].seen (where each rank is now). */
+static void snapshot(ln_ranks_t *r) {
+  r->snap_ms = nbf_now_ms();
+  for (int i = 0; i < r->n; i++)
+    r->w[i].seen_ok = nbf_rankstate_read(r->w[i].rs, &r->w[i].seen) == 0;
+}
+
+/* SIGINT to the main thread of each pending rank (thread-directed: a
+ * thread its cell started, Gloo's loop, must not take it). */
 static void interrupt_pending(ln_ranks_t *r, rk_answer_t *ans) {
   for (int i = 0; i < r->n; i++)
     if (ans[i].pending && !r->w[i].exited)
-      kill(r->w[i].pid, SIGINT);
+      syscall(SYS_tgkill, r->w[i].pid, r->w[i].pid, SIGINT);
 }
 
 /* Collect the answers of the pending ranks: a death or an interrupt
@@ -209,7 +234,9 @@ static void collect(ln_ranks_t *r, rk_answer_t *ans, void *(*dest)(void *, size_
   for (;;) {
     int pending = 0, died = 0;
     for (int i = 0; i < r->n; i++) {
-      if (ans[i].pending && reap(r, i, 0)) {
+      /* with a pidfd, pump reaps the worker when it exits: no wait4 here */
+      int gone = r->w[i].exited || (r->w[i].pidfd < 0 && reap(r, i, 0));
+      if (ans[i].pending && gone) {
         ans[i].pending = 0;
         ans[i].status = -1;
       }
@@ -220,6 +247,7 @@ static void collect(ln_ranks_t *r, rk_answer_t *ans, void *(*dest)(void *, size_
       break;
     int stop = died || (r->ctx.interrupted && *r->ctx.interrupted);
     if (stop && kill_at < 0) {
+      snapshot(r); /* before SIGINT moves anyone */
       interrupt_pending(r, ans);
       kill_at = nbf_now_ms() + LN_RANKS_ANSWER_MS;
     } else if (kill_at >= 0 && nbf_now_ms() > kill_at) {
@@ -244,16 +272,28 @@ static void collect(ln_ranks_t *r, rk_answer_t *ans, void *(*dest)(void *, size_
   drain_output(r);
 }
 
-/* Send a command to rank i: 0, or -1 (it is gone). */
+/* Send a command to rank i: 0, or -1 (it is gone). The header and the
+ * names go in one write (one wake-up of the rank; three writes per rank
+ * were on every cell's round trip), push data after them. */
 static int send_cmd(ln_ranks_t *r, int i, uint32_t op, int cell, const char *a, const char *b,
                     const void *data, size_t n) {
   size_t la = strlen(a) + 1, lb = b ? strlen(b) + 1 : 0;
   ln_rk_cmd_t c = {op, cell, la + lb, n};
-  if (r->ctl[i] < 0 || ln_rk_write_all(r->ctl[i], &c, sizeof c) ||
-      ln_rk_write_all(r->ctl[i], a, la) || (lb && ln_rk_write_all(r->ctl[i], b, lb)) ||
-      (n && ln_rk_write_all(r->ctl[i], data, n)))
+  char small[1024], *msg = sizeof c + la + lb <= sizeof small ? small : malloc(sizeof c + la + lb);
+  if (!msg || r->ctl[i] < 0) {
+    if (msg != small)
+      free(msg);
     return -1;
-  return 0;
+  }
+  memcpy(msg, &c, sizeof c);
+  memcpy(msg + sizeof c, a, la);
+  if (lb)
+    memcpy(msg + sizeof c + la, b, lb);
+  int rc = ln_rk_write_all(r->ctl[i], msg, sizeof c + la + lb) ||
+           (n && ln_rk_write_all(r->ctl[i], data, n));
+  if (msg != small)
+    free(msg);
+  return rc ? -1 : 0;
 }
 
 /* Start one worker and its control channel. */
@@ -384,10 +424,9 @@ void ln_ranks_stop(ln_ranks_t **rp) {
   while (started < r->n && r->w[started].pid > 0)
     started++;
   wait_exits(r, LN_RANKS_GRACE_MS);
-  ln_group_signal(r->w, started, SIGTERM);
-  ln_group_signal(r->w, started, SIGCONT);
+  ln_group_signal(r->w, started, nbf_proc_term);
   wait_exits(r, LN_RANKS_GRACE_MS);
-  ln_group_signal(r->w, started, SIGKILL);
+  ln_group_signal(r->w, started, nbf_proc_kill);
   for (int i = 0; i < started; i++) {
     reap(r, i, 1);
     ln_worker_close(&r->w[i]);
@@ -484,9 +523,7 @@ static int exchange_error(ln_ranks_t *r, const rk_answer_t *ans, const char *wha
                 nbf_xprintf("the %s was interrupted on every rank running it; the ranks' state "
                             "is kept",
                             what),
-                strdup("A rank cut short inside a collective leaves its peers' process group "
-                       "out of step: if the next collective fails or hangs, run %ranks "
-                       "restart."));
+                NULL); /* a cell's: where each rank was (stopped_report) */
       return -1;
     }
   for (int i = 0; i < r->n; i++)
@@ -529,6 +566,105 @@ static int refuse_dead(ln_ranks_t *r, const unsigned char *targets, ln_error_t *
   return 0;
 }
 
+/* Give every live rank the next acc_rebuild_process_groups epoch (a
+ * command each answers at once: no collect, whose interrupt would leave
+ * a SIGINT pending for the next cell). 0 when every live rank took it. */
+static int send_rebuild(ln_ranks_t *r) {
+  r->rebuild_epoch++;
+  int rc = 0;
+  for (int i = 0; i < r->n; i++) {
+    if (r->state[i] == RK_DEAD)
+      continue;
+    ln_rk_cmd_t c = {LN_RK_REBUILD, 0, 1, r->rebuild_epoch};
+    ln_rk_reply_t h;
+    struct pollfd p = {r->ctl[i], POLLIN, 0};
+    if (r->ctl[i] < 0 || ln_rk_write_all(r->ctl[i], &c, sizeof c) ||
+        ln_rk_write_all(r->ctl[i], "", 1) || poll(&p, 1, LN_RANKS_ANSWER_MS) != 1 ||
+        ln_rk_read_all(r->ctl[i], &h, sizeof h) || h.status != LN_RK_OK)
+      rc = -1;
+  }
+  return rc;
+}
+
+/* The first targeted rank that did not finish the cell and whose record
+ * was in a collective when the cell was stopped, or -1. */
+static int cut_rank(const ln_ranks_t *r, const unsigned char *targets, const rk_answer_t *ans) {
+  for (int i = 0; i < r->n; i++)
+    if (targets[i] && ans[i].status != LN_RK_OK && r->w[i].seen_ok &&
+        r->w[i].seen.phase == NBF_RS_COLLECTIVE)
+      return i;
+  return -1;
+}
+
+/* After a stopped cell (interrupt, or a rank's death): where each rank
+ * was (the records read at the stop, printed as %launch's reports do)
+ * and, when a rank was cut inside a collective, the process groups
+ * rebuilt (every live rank gets the next epoch; each group is rebuilt at
+ * its next collective) or what to do when they cannot be (a rank is
+ * dead, or ranks on other nodes that this executor cannot tell). NULL
+ * when the cell was not stopped or no rank had joined a group. */
+static char *stopped_report(ln_ranks_t *r, const unsigned char *targets, const rk_answer_t *ans) {
+  if (!r->snap_ms)
+    return NULL;
+  char *text = NULL;
+  size_t cap = 0;
+  FILE *f = open_memstream(&text, &cap);
+  if (!f)
+    return NULL;
+  ln_report_positions(r->w, r->n, r->first, r->snap_ms, "Where each rank was when the cell stopped:",
+                      f);
+  int idle = 0;
+  for (int i = 0; i < r->n; i++)
+    idle += !targets[i];
+  if (idle && ftell(f) > 0) {
+    fprintf(f, "  (not running this cell:");
+    for (int i = 0; i < r->n; i++)
+      if (!targets[i])
+        fprintf(f, " rank %d", r->first + i);
+    fprintf(f, ")\n");
+  }
+  int cut = cut_rank(r, targets, ans), dead = 0;
+  for (int i = 0; i < r->n; i++)
+    dead += r->state[i] == RK_DEAD;
+  if (cut >= 0) {
+    char call[160];
+    nbf_rs_call_text(&r->w[cut].seen.call, call, sizeof call);
+    fprintf(f, "Rank %d was cut inside %s: its process group is out of step. ", r->first + cut,
+            call);
+    if (dead || r->o.num_nodes > 1 || send_rebuild(r))
+      fprintf(f, "It cannot be rebuilt here (%s): run %%ranks restart.\n",
+              dead ? "a rank is dead" : r->o.num_nodes > 1 ? "the ranks of the other nodes are "
+                                                             "not told" : "a rank did not answer");
+    else
+      fprintf(f, "Every rank rebuilds its process groups at its next collective (a new Gloo mesh "
+                 "through the store, epoch %u; NCCL communicators aborted and made again); the "
+                 "ranks' other state is kept.\n",
+              r->rebuild_epoch);
+  }
+  fclose(f);
+  if (text && !*text) {
+    free(text);
+    text = NULL;
+  }
+  return text;
+}
+
+/* err's traceback followed by `more` (consumed). */
+static void append_traceback(ln_error_t *err, char *more) {
+  if (!more)
+    return;
+  if (!err->traceback) {
+    err->traceback = more;
+    return;
+  }
+  char *t = nbf_xprintf("%s\n%s", err->traceback, more);
+  free(more);
+  if (t) {
+    free(err->traceback);
+    err->traceback = t;
+  }
+}
+
 int ln_ranks_run(ln_ranks_t *r, const char *so_path, const char *symbol, int count,
                  const unsigned char *targets, int group, ln_error_t *err) {
   memset(err, 0, sizeof *err);
@@ -552,6 +688,7 @@ int ln_ranks_run(ln_ranks_t *r, const char *so_path, const char *symbol, int cou
     if (!ans[i].pending)
       ans[i].status = reap(r, i, 1) ? -1 : LN_RK_ERROR;
   }
+  r->snap_ms = 0;
   collect(r, ans, NULL, NULL);
   for (int i = 0; i < r->n; i++)
     if (targets[i] && r->state[i] == RK_RUNNING)
@@ -563,6 +700,11 @@ int ln_ranks_run(ln_ranks_t *r, const char *so_path, const char *symbol, int cou
           group_end(r, i, saved[i]);
   }
   int rc = exchange_error(r, ans, "cell", err);
+  char *where = stopped_report(r, targets, ans);
+  if (rc)
+    append_traceback(err, where);
+  else
+    free(where);
   answers_free(ans, r->n);
   free(saved);
   return rc;
@@ -662,6 +804,39 @@ static double rss_mib(pid_t pid) {
   return resident < 0 ? -1 : resident * (double)sysconf(_SC_PAGESIZE) / (1024.0 * 1024.0);
 }
 
+/* What rank i's state record adds to its status line ("; in a
+ * collective ..."), into out; *rec_ok says whether rec holds a record. */
+static void record_note(const ln_ranks_t *r, int i, nbf_rankstate_t *rec, int *rec_ok, char *out,
+                        size_t n) {
+  const ln_worker_t *w = &r->w[i];
+  out[0] = 0;
+  *rec_ok = nbf_rankstate_read(w->rs, rec) == 0;
+  if (!*rec_ok || rec->phase == NBF_RS_STARTING)
+    return;
+  char call[160];
+  nbf_rs_call_text(&rec->call, call, sizeof call);
+  int64_t now = r->state[i] == RK_DEAD ? w->exited_ms : nbf_now_ms();
+  if (rec->phase == NBF_RS_COLLECTIVE && r->state[i] == RK_DEAD)
+    snprintf(out, n, "; it was in %s for %.1f s", call, (double)(now - rec->call.start_ms) / 1e3);
+  else if (rec->phase == NBF_RS_COLLECTIVE) {
+    char after[48] = ""; /* the last stop's snapshot says after how long */
+    if (r->snap_ms >= rec->call.start_ms)
+      snprintf(after, sizeof after, " after %.1f s", (double)(r->snap_ms - rec->call.start_ms) / 1e3);
+    snprintf(out, n, "; cut inside %s%s (%s)", call, after,
+             r->rebuild_epoch ? "its process group is rebuilt at its next collective"
+                              : "run %ranks restart");
+  }
+  else if (rec->phase == NBF_RS_RENDEZVOUS)
+    snprintf(out, n, "; in acc_new's rendezvous for %.1f s", (double)(now - rec->phase_ms) / 1e3);
+  else if (rec->phase == NBF_RS_EXITED)
+    snprintf(out, n, "; left its process group (acc_destroy)");
+  else if (rec->done_seq)
+    snprintf(out, n, "; process group: last %s #%llu", nbf_rs_op_name(rec->done_op),
+             (unsigned long long)rec->done_seq);
+  else
+    snprintf(out, n, "; process group: no collective yet");
+}
+
 void ln_ranks_status(const ln_ranks_t *r, FILE *out) {
   fprintf(out, "%-5s %-8s %-8s %-9s %s\n", "rank", "pid", "device", "RSS", "state");
   for (int i = 0; i < r->n; i++) {
@@ -686,19 +861,25 @@ void ln_ranks_status(const ln_ranks_t *r, FILE *out) {
       snprintf(state, sizeof state, "idle");
     else
       state[0] = 0;
+    nbf_rankstate_t rec;
+    int rec_ok;
+    char note[256];
+    record_note(r, i, &rec, &rec_ok, note, sizeof note);
     fprintf(out, "%-5d %-8d %-8s %-9s ", r->first + i, (int)w->pid, dev, rss);
     if (state[0]) {
-      fprintf(out, "%s\n", state);
-      continue;
+      fprintf(out, "%s%s\n", state, note);
+    } else {
+      fprintf(out, "exited");
+      if (r->died_in[i])
+        fprintf(out, " in cell [%d]", r->died_in[i]);
+      if (WIFSIGNALED(w->status))
+        fprintf(out, ": killed by signal %d (SIG%s)%s\n", WTERMSIG(w->status),
+                sigabbrev_np(WTERMSIG(w->status)) ? sigabbrev_np(WTERMSIG(w->status)) : "?", note);
+      else
+        fprintf(out, " with code %d%s%s\n", WEXITSTATUS(w->status),
+                r->died_in[i] ? " (exit() in the cell)" : "", note);
     }
-    fprintf(out, "exited");
-    if (r->died_in[i])
-      fprintf(out, " in cell [%d]", r->died_in[i]);
-    if (WIFSIGNALED(w->status))
-      fprintf(out, ": killed by signal %d (SIG%s)\n", WTERMSIG(w->status),
-              sigabbrev_np(WTERMSIG(w->status)) ? sigabbrev_np(WTERMSIG(w->status)) : "?");
-    else
-      fprintf(out, " with code %d%s\n", WEXITSTATUS(w->status),
-              r->died_in[i] ? " (exit() in the cell)" : "");
+    if (rec_ok)
+      ln_report_record_line(&rec, out); /* its last error, when it has one */
   }
 }

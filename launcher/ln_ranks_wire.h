@@ -10,6 +10,9 @@
  *   LN_RK_PULL  "KIND\0NAME\0"            reply payload: the bytes
  *   LN_RK_PUSH  "KIND\0NAME\0" then `arg` bytes of data (len counts the
  *               names only)
+ *   LN_RK_REBUILD  ""  `arg` = epoch: acc_rebuild_process_groups(epoch)
+ *               (a collective was cut; each process group of the rank is
+ *               rebuilt at its next collective)
  * KIND is "sym" (a global's assembler name) or "keep" (acc_keep).
  * Reply: ln_rk_reply_t, then `len` bytes (the pulled data, or an error
  * text). One reply per command, written after stdout and stderr were
@@ -22,7 +25,7 @@
 
 #include "ln_ranks.h"
 
-enum { LN_RK_RUN = 1, LN_RK_LOAD, LN_RK_PULL, LN_RK_PUSH };
+enum { LN_RK_RUN = 1, LN_RK_LOAD, LN_RK_PULL, LN_RK_PUSH, LN_RK_REBUILD };
 
 enum {
   LN_RK_OK = 0,

@@ -25,13 +25,16 @@
 #include <unistd.h>
 
 #include "nbf_util.h"
+#include "nbfork.h"
 
 static sigjmp_buf g_jmp;
 static volatile sig_atomic_t g_armed;
 
 static void on_sigint(int sig) {
   (void)sig;
-  if (g_armed) {
+  /* only the thread that armed the jump may take it: a thread a cell
+   * started (Gloo's loop) inherits SIGINT unblocked */
+  if (g_armed && gettid() == getpid()) {
     g_armed = 0;
     siglongjmp(g_jmp, 1);
   }
@@ -218,6 +221,10 @@ void ln_ranks_worker_serve(int fd, const int *close_fds, int n, const ln_ranks_h
       break;
     case LN_RK_PUSH:
       do_push(fd, hooks, a, b, (size_t)c.arg);
+      break;
+    case LN_RK_REBUILD:
+      acc_rebuild_process_groups((unsigned)c.arg);
+      reply(fd, LN_RK_OK, 0, NULL, 0);
       break;
     default:
       reply_text(fd, LN_RK_ERROR, "unknown command");

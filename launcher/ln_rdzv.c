@@ -19,6 +19,19 @@ static const char *const FIELDS[] = {"rdzv_id", "num_nodes", "num_processes", "m
 #define FIX_SECRET                                                                                 \
   "Give every node the same rendezvous secret (rdzv_conf=secret=... in each launch cell, or the "  \
   "same NBFORK_RDZV_SECRET) and run the launch cells again."
+/* The same, in `nbfork launch`'s words (ln_options_t.cli). */
+#define FIX_SECRET_CLI                                                                             \
+  "Give every machine the same rendezvous secret (--rdzv_conf secret=... in each `nbfork launch`, " \
+  "or the same NBFORK_RDZV_SECRET) and run them again."
+
+static const char *fix_secret(const ln_options_t *o) {
+  return o->cli ? FIX_SECRET_CLI : FIX_SECRET;
+}
+
+/* How the secret is given, in the caller's words. */
+static const char *secret_option(const ln_options_t *o) {
+  return o->cli ? "--rdzv_conf secret=..." : "rdzv_conf=secret=...";
+}
 
 void ln_rdzv_gate_key(const ln_options_t *o, int restart, char *out, size_t n) {
   snprintf(out, n, "%s-r%d/go", o->rdzv_id[0] ? o->rdzv_id : "nbfork", restart);
@@ -44,7 +57,15 @@ static void field(const char *desc, const char *name, char *out, size_t n) {
   snprintf(out, n, "?");
 }
 
+/* FIELDS as `nbfork launch` spells them. */
+static const char *const CLI_FIELDS[] = {"rdzv_id", "--num_machines", "--num_processes",
+                                         "--mixed_precision", NULL};
+
 char *ln_rdzv_compare(const char *const *desc, int n) {
+  return ln_rdzv_compare_for(desc, n, 0);
+}
+
+char *ln_rdzv_compare_for(const char *const *desc, int n, int cli) {
   char *text = NULL;
   size_t cap = 0;
   FILE *f = open_memstream(&text, &cap);
@@ -65,11 +86,18 @@ char *ln_rdzv_compare(const char *const *desc, int n) {
     }
     if (same)
       continue;
-    fprintf(f, "%s%s:", differ++ ? "; " : "", FIELDS[k]);
+    fprintf(f, "%s%s%s", differ++ ? "; " : "", cli ? CLI_FIELDS[k] : FIELDS[k], cli ? "" : ":");
     for (int i = 0, j = 0; i < n; i++)
       if (desc[i]) {
         field(desc[i], FIELDS[k], v, sizeof v);
-        fprintf(f, "%s node %d has %s", j++ ? "," : "", i, v);
+        if (cli && !strcmp(FIELDS[k], "num_processes")) { /* the flag counts every machine's */
+          char nodes[32];
+          field(desc[i], "num_nodes", nodes, sizeof nodes);
+          fprintf(f, "%s %ld on machine %d", j++ ? "," : "", atol(v) * atol(nodes), i);
+        } else if (cli) {
+          fprintf(f, "%s %s on machine %d", j++ ? "," : "", v, i);
+        } else
+          fprintf(f, "%s node %d has %s", j++ ? "," : "", i, v);
       }
   }
   fclose(f);
@@ -161,28 +189,29 @@ static int all_acked(ln_rdzv_t *r) {
 static void describe_refusals(const ln_rdzv_t *r, FILE *f) {
   acc_store_refusals_t c;
   acc_store_server_refusals(r->srv, &c);
+  const char *Node = r->o->cli ? "Machine" : "Node", *node = r->o->cli ? "machine" : "node";
   if (c.no_secret)
     fprintf(f,
-            " Node 0's store refused %u connection%s from processes without a rendezvous secret, "
-            "while this node has one (rdzv_conf=secret=...): the nodes' secrets differ.",
-            c.no_secret, c.no_secret == 1 ? "" : "s");
+            " %s 0's store refused %u connection%s from processes without a rendezvous secret, "
+            "while this %s has one (%s): the %ss' secrets differ.",
+            Node, c.no_secret, c.no_secret == 1 ? "" : "s", node, secret_option(r->o), node);
   if (c.unexpected_secret)
     fprintf(f,
-            " Node 0's store refused %u connection%s from processes with a rendezvous secret, "
-            "while this node has none: the nodes' secrets differ.",
-            c.unexpected_secret, c.unexpected_secret == 1 ? "" : "s");
+            " %s 0's store refused %u connection%s from processes with a rendezvous secret, "
+            "while this %s has none: the %ss' secrets differ.",
+            Node, c.unexpected_secret, c.unexpected_secret == 1 ? "" : "s", node, node);
   if (c.other_secret)
     fprintf(f,
-            " Node 0's store refused %u connection%s with another rendezvous secret than this "
-            "node's: the nodes' secrets differ.",
-            c.other_secret, c.other_secret == 1 ? "" : "s");
+            " %s 0's store refused %u connection%s with another rendezvous secret than this "
+            "%s's: the %ss' secrets differ.",
+            Node, c.other_secret, c.other_secret == 1 ? "" : "s", node, node);
   if (c.malformed && !c.no_secret && !c.unexpected_secret && !c.other_secret)
     fprintf(f,
-            " Node 0's store refused %u connection%s whose handshake failed (a process with "
-            "another rendezvous secret than this node's, or not an nbfork store client).",
-            c.malformed, c.malformed == 1 ? "" : "s");
+            " %s 0's store refused %u connection%s whose handshake failed (a process with "
+            "another rendezvous secret than this %s's, or not an nbfork store client).",
+            Node, c.malformed, c.malformed == 1 ? "" : "s", node);
   if (c.no_secret || c.unexpected_secret || c.other_secret || c.malformed)
-    fprintf(f, " %s", FIX_SECRET);
+    fprintf(f, " %s", fix_secret(r->o));
 }
 
 /* The timeout passed on node 0: who is missing, what the store refused,
@@ -197,26 +226,35 @@ static char *missing_message(ln_rdzv_t *r) {
   int count = 0;
   for (int n = 1; n < o->num_nodes; n++)
     count += !r->present[n];
-  fprintf(f, "rendezvous: node%s", count > 1 ? "s" : "");
+  fprintf(f, "rendezvous: %s%s", o->cli ? "machine" : "node", count > 1 ? "s" : "");
   for (int n = 1, j = 0; n < o->num_nodes; n++)
     if (!r->present[n])
       fprintf(f, "%s %d", j++ ? "," : "", n);
-  fprintf(f,
-          " of num_nodes=%d did not join within rdzv_timeout=%d s (node 0 waited at %s:%d, "
-          "rdzv_id '%s').",
-          o->num_nodes, o->rdzv_timeout_s, o->master_addr, o->use_port, o->rdzv_id);
+  if (o->cli)
+    fprintf(f, " of --num_machines %d did not join within %d s (--rdzv_conf join_timeout; "
+               "machine 0 waited at %s:%d).",
+            o->num_nodes, o->rdzv_timeout_s, o->master_addr, o->use_port);
+  else
+    fprintf(f,
+            " of num_nodes=%d did not join within rdzv_timeout=%d s (node 0 waited at %s:%d, "
+            "rdzv_id '%s').",
+            o->num_nodes, o->rdzv_timeout_s, o->master_addr, o->use_port, o->rdzv_id);
   describe_refusals(r, f);
   char **desc = calloc((size_t)o->num_nodes, sizeof *desc);
   if (desc) {
     gather(r, desc);
-    char *diff = ln_rdzv_compare((const char *const *)desc, o->num_nodes);
+    char *diff = ln_rdzv_compare_for((const char *const *)desc, o->num_nodes, o->cli);
     if (diff)
       fprintf(f, " The nodes that arrived were launched with different settings: %s.", diff);
     free(diff);
     free_descs(desc, o->num_nodes);
   }
-  fprintf(f, " Start their launch cells with the same master_addr, use_port, num_nodes and "
-             "rdzv_id.");
+  if (o->cli)
+    fprintf(f, " Start `nbfork launch` on those machines with the same --main_process_ip, "
+               "--main_process_port and --num_machines.");
+  else
+    fprintf(f, " Start their launch cells with the same master_addr, use_port, num_nodes and "
+               "rdzv_id.");
   fclose(f);
   return text;
 }
@@ -234,8 +272,17 @@ static void judge(ln_rdzv_t *r) {
       free_descs(desc, o->num_nodes);
       return; /* a GET timed out: again at the next poll */
     }
-  char *diff = ln_rdzv_compare((const char *const *)desc, o->num_nodes);
+  char *diff = ln_rdzv_compare_for((const char *const *)desc, o->num_nodes, o->cli);
   free_descs(desc, o->num_nodes);
+  if (diff && o->cli) {
+    refuse(r, nbf_xprintf("rendezvous refused: the machines were launched with different "
+                          "settings: %s. Every machine's `nbfork launch` needs the same "
+                          "--num_machines, --num_processes (processes per machine) and "
+                          "--mixed_precision: fix the commands that differ and run them again.",
+                          diff));
+    free(diff);
+    return;
+  }
   if (diff) {
     refuse(r, nbf_xprintf("rendezvous refused: the nodes were launched with different settings: "
                           "%s. Every node's launch needs the same num_nodes, num_processes "
@@ -276,29 +323,51 @@ static int poll_node0(ln_rdzv_t *r, char **error) {
 
 /* ---- nodes > 0 ---- */
 
-/* Node 0's store never answered us: say why, from the handshake. */
+/* Node 0's store never answered us: say why, from the handshake, in the
+ * caller's words (%launch's options or `nbfork launch`'s flags). */
 static char *unreachable_message(const ln_rdzv_t *r) {
   const ln_options_t *o = r->o;
+  const char *node = o->cli ? "machine" : "node", *fix = fix_secret(o);
   switch ((acc_store_refusal_t)r->refusal) {
   case ACC_STORE_REFUSED_NEEDS_SECRET:
-    return nbf_xprintf("rendezvous refused: node 0's store at %s:%d requires a rendezvous secret "
-                       "and this node has none: the nodes' secrets differ. %s",
-                       o->master_addr, o->use_port, FIX_SECRET);
+    return nbf_xprintf("rendezvous refused: %s 0's store at %s:%d requires a rendezvous secret "
+                       "and this %s has none: the %ss' secrets differ. %s",
+                       node, o->master_addr, o->use_port, node, node, fix);
   case ACC_STORE_REFUSED_OPEN_STORE:
-    return nbf_xprintf("rendezvous refused: node 0's store at %s:%d has no rendezvous secret and "
-                       "this node has one (rdzv_conf=secret=...): the nodes' secrets differ. %s",
-                       o->master_addr, o->use_port, FIX_SECRET);
+    return nbf_xprintf("rendezvous refused: %s 0's store at %s:%d has no rendezvous secret and "
+                       "this %s has one (%s): the %ss' secrets differ. %s",
+                       node, o->master_addr, o->use_port, node, secret_option(o), node, fix);
   case ACC_STORE_REFUSED_OTHER_SECRET:
-    return nbf_xprintf("rendezvous refused: node 0's store at %s:%d did not accept this node's "
-                       "rendezvous secret (rdzv_conf=secret=...): the nodes' secrets differ. %s",
-                       o->master_addr, o->use_port, FIX_SECRET);
+    return nbf_xprintf("rendezvous refused: %s 0's store at %s:%d did not accept this %s's "
+                       "rendezvous secret (%s): the %ss' secrets differ. %s",
+                       node, o->master_addr, o->use_port, node, secret_option(o), node, fix);
   default:
+    if (o->cli)
+      return nbf_xprintf(
+          "rendezvous: machine 0's store at --main_process_ip %s --main_process_port %d did not "
+          "answer within %d s (--rdzv_conf join_timeout). Start `nbfork launch --machine_rank 0` "
+          "there (same --main_process_port and --num_machines) and check that %s:%d is "
+          "reachable from this machine (and that every machine uses the same rendezvous secret).",
+          o->master_addr, o->use_port, o->rdzv_timeout_s, o->master_addr, o->use_port);
     return nbf_xprintf(
         "rendezvous: node 0's store at %s:%d did not answer within rdzv_timeout=%d s. Run the "
         "launch cell of node_rank=0 (same use_port, num_nodes, rdzv_id) and check that %s:%d is "
         "reachable from this machine (and that every node uses the same rendezvous secret).",
         o->master_addr, o->use_port, o->rdzv_timeout_s, o->master_addr, o->use_port);
   }
+}
+
+/* Node 0 took this node's arrival but published no verdict in time. */
+static char *no_verdict_message(const ln_options_t *o) {
+  if (o->cli)
+    return nbf_xprintf("rendezvous: machine 0 (store at %s:%d) gave no verdict within %d s "
+                       "(--rdzv_conf join_timeout): some other machine did not join, or machine "
+                       "0's `nbfork launch` ended. Run `nbfork launch` on every machine again.",
+                       o->master_addr, o->use_port, o->rdzv_timeout_s);
+  return nbf_xprintf("rendezvous: node 0 (store at %s:%d) gave no verdict within "
+                     "rdzv_timeout=%d s: some other node did not join, or node 0's "
+                     "launch ended. Run every node's launch cell again.",
+                     o->master_addr, o->use_port, o->rdzv_timeout_s);
 }
 
 static int poll_other(ln_rdzv_t *r, char **error) {
@@ -333,11 +402,7 @@ static int poll_other(ln_rdzv_t *r, char **error) {
   }
   if (nbf_now_ms() < r->deadline_ms + (r->self_set ? LN_RDZV_GRACE_MS : 0))
     return 0;
-  *error = r->self_set ? nbf_xprintf("rendezvous: node 0 (store at %s:%d) gave no verdict within "
-                                     "rdzv_timeout=%d s: some other node did not join, or node 0's "
-                                     "launch ended. Run every node's launch cell again.",
-                                     o->master_addr, o->use_port, o->rdzv_timeout_s)
-                       : unreachable_message(r);
+  *error = r->self_set ? no_verdict_message(o) : unreachable_message(r);
   return -1;
 }
 

@@ -80,5 +80,8 @@ void ln_rdzv_describe(const ln_options_t *o, char *out, size_t n);
  * field: NULL when they agree, else a malloc'd text naming each field
  * that differs and each node's value. Pure; unit-tested. */
 char *ln_rdzv_compare(const char *const *desc, int n);
+/* The same in `nbfork launch`'s words when cli != 0: its flag names, per
+ * machine ("--num_processes 4 on machine 0, 2 on machine 1"). */
+char *ln_rdzv_compare_for(const char *const *desc, int n, int cli);
 
 #endif

@@ -254,6 +254,29 @@ static void verdict(const ln_worker_t *w, int n, int base, int64_t now, FILE *f)
     }
 }
 
+/* Peer j waits in a collective that rank i's final barrier #k can never
+ * complete: another call at #k, or any call after it. */
+static int waits_past(const nbf_rankstate_t *j, const nbf_rs_call_t *k) {
+  if (j->phase != NBF_RS_COLLECTIVE || (j->flags & (NBF_RS_LEAVING | NBF_RS_ERRORS_RETURN)))
+    return 0;
+  return j->call.seq > k->seq || (j->call.seq == k->seq && j->call.op != k->op);
+}
+
+int ln_report_leaving(const ln_worker_t *w, int n, int *waiter) {
+  for (int i = 0; i < n; i++) {
+    const nbf_rankstate_t *r = &w[i].seen;
+    if (!w[i].seen_ok || !(r->flags & NBF_RS_LEAVING) || r->phase != NBF_RS_COLLECTIVE ||
+        r->call.op != NBF_RS_BARRIER || r->err_code)
+      continue;
+    for (int j = 0; j < n; j++)
+      if (j != i && w[j].seen_ok && waits_past(&w[j].seen, &r->call)) {
+        *waiter = j;
+        return i;
+      }
+  }
+  return -1;
+}
+
 void ln_report_positions(const ln_worker_t *w, int n, int base, int64_t now_ms, const char *title,
                          FILE *f) {
   int any = 0;

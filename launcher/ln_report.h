@@ -42,4 +42,13 @@ void ln_report_record_line(const nbf_rankstate_t *rec, FILE *f);
 void ln_report_positions(const ln_worker_t *w, int n, int base, int64_t now_ms, const char *title,
                          FILE *f);
 
+/* A rank leaving its group (in acc_destroy's final barrier, #k) while a
+ * peer waits in another collective at #k or later: they wait for each
+ * other until NBFORK_TIMEOUT_S, so the group can only hang. Reads
+ * w[i].seen (the records last read). Returns the local index of the
+ * leaving rank and *waiter that of the peer, or -1 when there is none,
+ * or when every such peer handles failed collectives itself
+ * (NBF_RS_ERRORS_RETURN: it may go on without the rank, as it chose). */
+int ln_report_leaving(const ln_worker_t *w, int n, int *waiter);
+
 #endif

@@ -14,13 +14,9 @@
 /* Inside a Slurm step (SLURM_STEP_ID, SLURM_NNODES, SLURM_NODEID set),
  * fill the settings the user did not give: num_machines, machine_rank,
  * and main_process_ip when it is still the default 127.0.0.1 and the job
- * spans several nodes. Returns 1 when Slurm supplied something, else 0. */
-int ln_slurm_apply(ln_cli_t *c);
-
-/* The address of Slurm node `name`: the name itself when it resolves,
- * else its NodeAddr from `scontrol show node NAME` (node names of a test
- * cluster, or of multiple slurmd on one host, need not be in DNS).
- * Returns 0, or -1 when neither answers. */
-int ln_slurm_node_addr(const char *name, char *out, size_t outlen);
+ * spans several nodes (the first node's address: nbf_slurm_node_addr).
+ * Returns 1 when Slurm supplied something, else 0; -1 with err filled
+ * when the first node's address cannot be found (no --main_process_ip). */
+int ln_slurm_apply(ln_cli_t *c, char *err, size_t errlen);
 
 #endif

@@ -46,7 +46,7 @@ static void child_descriptors(const ln_worker_env_t *env, int pipes[3][2], ln_wo
   /* The display channel keeps the number the runtime was told about
    * (NBFORK_DISPLAY_FD), now leading to the launcher instead of the kernel. */
   long display_fd = 0;
-  if (nbf_param_long(NBF_P_NBFORK_DISPLAY_FD, 0, &display_fd) || display_fd > INT_MAX)
+  if (nbf_param_NBFORK_DISPLAY_FD(&display_fd) < 0 || display_fd > INT_MAX)
     display_fd = 0;
   if (display_fd <= 2 || display_fd == devnull) {
     display_fd = fcntl(pipes[LN_DISPLAY][1], F_DUPFD, 10);
@@ -81,6 +81,7 @@ void ln_worker_export_env(const ln_worker_env_t *env, int local_rank) {
   nbf_param_set(NBF_P_MASTER_ADDR, o->master_addr);
   nbf_param_set_long(NBF_P_MASTER_PORT, o->use_port);
   nbf_param_set(NBF_P_ACCELERATE_MIXED_PRECISION, o->mixed_precision);
+  ln_options_sharding_env(o);
   nbf_param_set_long(NBF_P_TORCHELASTIC_RESTART_COUNT, env->restart);
   nbf_param_set_long(NBF_P_NBFORK_RESTART_COUNT, env->restart);
   nbf_param_set(NBF_P_NBFORK_STORE_HOSTED, "1");

@@ -57,7 +57,7 @@ struct ex_clang {
 };
 
 ex_clang_t *ex_clang_new(const char *incdir) {
-  if (!nbf_param_bool(NBF_P_NBFORK_LIBCLANG, 1))
+  if (!nbf_param_NBFORK_LIBCLANG())
     return NULL;
   ex_clang_t *c = calloc(1, sizeof *c);
   if (!c)

@@ -21,6 +21,7 @@
 #include "nbf_buf.h"
 #include "nbf_param.h"
 #include "nbf_util.h"
+#include "nbf_proc.h"
 
 static int write_file(const char *path, const char *data) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -277,7 +278,7 @@ static ex_result_t run_compiler(const ex_toolchain_t *tc, char **argv, int cuda,
   int killed = 0;
   for (;;) {
     if (stop_requested(tc)) {
-      kill(-pid, SIGKILL);
+      nbf_proc_kill(pid);
       killed = 1;
       break;
     }
@@ -292,7 +293,7 @@ static ex_result_t run_compiler(const ex_toolchain_t *tc, char **argv, int cuda,
   *status = 0;
   while (waitpid(pid, status, 0) < 0 && errno == EINTR)
     if (stop_requested(tc) && !killed) {
-      kill(-pid, SIGKILL);
+      nbf_proc_kill(pid);
       killed = 1;
     }
   return killed || stop_requested(tc) ? EX_ERR_INTERRUPTED : EX_OK;

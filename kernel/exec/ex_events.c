@@ -4,17 +4,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "nbf_wire.h"
 #include "nbf_util.h"
 
+/* The line and its newline in one writev: one wake-up of the kernel,
+ * which reads events by line (two writes woke it twice per event, the
+ * first time for a line without its end). A partial write is finished
+ * with nbf_write_all (a full non-blocking pipe). */
 int ex_event_send_raw(const char *line, size_t len) {
   fflush(stdout);
   fflush(stderr);
-  if (nbf_write_all(NBF_WIRE_FD_EVENTS, line, len))
+  struct iovec v[2] = {{(void *)line, len}, {(void *)"\n", 1}};
+  ssize_t w;
+  do
+    w = writev(NBF_WIRE_FD_EVENTS, v, 2);
+  while (w < 0 && errno == EINTR);
+  if (w < 0 && errno != EAGAIN)
     return -1;
-  return nbf_write_all(NBF_WIRE_FD_EVENTS, "\n", 1);
+  size_t done = w > 0 ? (size_t)w : 0;
+  if (done < len && nbf_write_all(NBF_WIRE_FD_EVENTS, line + done, len - done))
+    return -1;
+  return done <= len ? nbf_write_all(NBF_WIRE_FD_EVENTS, "\n", 1) : 0;
 }
 
 int ex_event_send(json_t *obj) {

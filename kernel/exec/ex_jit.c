@@ -153,7 +153,7 @@ static ex_jit_entry_t g_kept[EX_JIT_KEEP];
 static int g_nkept;
 
 int ex_jit_enabled(void) {
-  return nbf_param_bool(NBF_P_NBFORK_JIT, 1);
+  return nbf_param_NBFORK_JIT();
 }
 
 static int starts(const char *s, const char *prefix) {

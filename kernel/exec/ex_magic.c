@@ -315,8 +315,9 @@ static ex_result_t magic_who(magic_ctx_t *c, const char *args, size_t an) {
 
 static ex_result_t magic_lsmagic(magic_ctx_t *c, const char *args, size_t an) {
   EX_CHECK(no_args(c, "%lsmagic", args, an));
-  printf("Line magics: %%launch %%time %%timeit %%cflags %%ldflags %%env %%who %%lsmagic\n"
-         "Cell magics: %%%%cuda %%%%timeit %%%%writefile %%%%file\n"
+  printf("Line magics: %%launch %%time %%timeit %%cflags %%ldflags %%env %%who %%lsmagic "
+         "%%ranks %%autoranks\n"
+         "Cell magics: %%%%cuda %%%%timeit %%%%writefile %%%%file %%%%ranks\n"
          "Help: NAME? (NAME?? for its source), %%MAGIC?\n");
   return EX_OK;
 }
@@ -371,6 +372,19 @@ static const struct {
     {"%%writefile", "%%writefile [-a] FILE\n<text>\n\nWrite the cell's other lines to FILE "
                     "(-a: append), as IPython's %%writefile. %%file is the same."},
     {"%%file", "%%file [-a] FILE\n<text>\n\nThe same as %%writefile."},
+    /* run by ex_ranks.c before the magics above (README, "Interactive ranks") */
+    {"%ranks", "%ranks start num_processes=N [%launch's options] | stop | restart | status | "
+               "pull NAME [from=R] | push NAME [to=RANKS]\n\nRank workers that stay: forked "
+               "as %launch forks, they run %%ranks cells. status: per rank pid, device, RSS and "
+               "state (idle, running cell [k], cut inside a collective, exited with its cause) "
+               "from its state record. pull/push copy a global or an acc_keep block between "
+               "a rank and the kernel (sizes must match)."},
+    {"%%ranks", "%%ranks [all | 0 | 1,3 | 0-2] [--group]\n<C code>\n\nCompile the cell once "
+                "and run it on those ranks (default all); output prefixed [rank k] live, or "
+                "with --group one block per rank at the end. An interrupt mid-collective "
+                "rebuilds the process groups at their next collective."},
+    {"%autoranks", "%autoranks on|off\n\nSend every later cell to the ranks (ipyparallel's "
+                   "%autopx)."},
 };
 
 const char *ex_magic_help(const char *name) {
@@ -402,8 +416,8 @@ static ex_result_t run_line_magic(magic_ctx_t *c, const char *line, size_t nl, s
   }
   snprintf(c->err, c->errlen,
            "unknown magic '%.*s'. Available: %%launch, %%time, %%timeit, %%cflags, %%ldflags, "
-           "%%env, %%who, %%lsmagic; cell magics (first line): %%%%cuda, %%%%timeit, "
-           "%%%%writefile, %%%%file",
+           "%%env, %%who, %%lsmagic, %%ranks, %%autoranks; cell magics (first line): %%%%cuda, "
+           "%%%%timeit, %%%%writefile, %%%%file, %%%%ranks",
            (int)nl, line);
   return EX_ERR_USAGE;
 }

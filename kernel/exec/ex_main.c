@@ -43,7 +43,7 @@ static pid_t g_executor_pid; /* a worker calling exit() runs atexit too */
 
 static void cleanup_workdir(void) {
   if (getpid() == g_executor_pid && g_ex && g_ex->workdir[0] &&
-      !nbf_param_bool(NBF_P_NBFORK_KEEP_WORKDIR, 0))
+      !nbf_param_NBFORK_KEEP_WORKDIR())
     nbf_workdir_remove(g_ex->workdir);
 }
 
@@ -106,8 +106,8 @@ static int setup(ex_t *ex) {
               "%04o): one could replace a cell's object before it is loaded. Run: chmod 700 %s\n",
               ex->workdir, (unsigned)(st.st_mode & 07777), ex->workdir);
   } else {
-    const char *tmp = nbf_param_str(NBF_P_TMPDIR);
-    int keep = nbf_param_bool(NBF_P_NBFORK_KEEP_WORKDIR, 0);
+    const char *tmp = nbf_param_TMPDIR();
+    int keep = nbf_param_NBFORK_KEEP_WORKDIR();
     if (nbf_workdir_create(tmp, keep, ex->workdir, sizeof ex->workdir, &ex->workdir_lock)) {
       fprintf(stderr, "nbfork-executor: cannot create a work directory in %s: %s\n", tmp,
               NBF_STRERROR(errno));
@@ -119,10 +119,10 @@ static int setup(ex_t *ex) {
   }
   ex->cells = ex_cell_state_new();
   ex->objects = ex_objects_new();
-  ex->tc.cc = nbf_param_str(NBF_P_NBFORK_CC);
+  ex->tc.cc = nbf_param_NBFORK_CC();
   ex->nvcc = ex_compile_find_nvcc();
   ex->tc.nvcc = ex->nvcc;
-  ex->tc.nvccflags = nbf_param_str(NBF_P_NBFORK_NVCCFLAGS);
+  ex->tc.nvccflags = nbf_param_NBFORK_NVCCFLAGS();
   ex->tc.interrupted = ex_run_interrupt_flag();
   ex->tc.incdir = ex->incdir;
   ex->tc.libdir = ex->libdir;

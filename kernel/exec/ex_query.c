@@ -30,7 +30,7 @@ typedef struct {
 } ex_header_t;
 
 static ex_header_t g_headers[] = {
-    {"nbfork.h", 1, NULL}, {"nbf_display.h", 1, NULL}, {"nbf_trainer.h", 1, NULL},
+    {"nbfork.h", 1, NULL}, {"nbf_display.h", 1, NULL}, {"nbf_trainer.h", 1, NULL}, {"nbf_shard.h", 1, NULL},
     {"stdio.h", 0, NULL},  {"stdlib.h", 0, NULL},      {"string.h", 0, NULL},
     {"unistd.h", 0, NULL}, {"time.h", 0, NULL},        {"ctype.h", 0, NULL},
     {"stdint.h", 0, NULL}, {"pthread.h", 0, NULL},
@@ -207,7 +207,9 @@ static int complete_line_context(const char *code, size_t pos, cand_t *c, size_t
     c->plen = pos - t;
     for (size_t i = 0; ex_magic_name(i); i++)
       add_match(c, ex_magic_name(i), strlen(ex_magic_name(i)));
-    static const char *const cell_magics[] = {"%%cuda", "%%timeit", "%%writefile", "%%file"};
+    /* the cell magics, and the ranks' magics ex_ranks.c runs */
+    static const char *const cell_magics[] = {"%%cuda",  "%%timeit", "%%writefile", "%%file",
+                                              "%%ranks", "%ranks",   "%autoranks"};
     for (size_t i = 0; i < sizeof cell_magics / sizeof *cell_magics; i++)
       add_match(c, cell_magics[i], strlen(cell_magics[i]));
     return 1;

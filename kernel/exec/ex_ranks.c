@@ -234,7 +234,7 @@ static int start(ex_t *ex, const ln_options_t *o) {
   struct ex_ranks *rs = ex->ranks;
   static const int private_fds[] = {NBF_WIRE_FD_REQUESTS};
   ln_context_t ctx = {NULL, ex_run_interrupt_flag(), ex->cuda_cell > 0 ? ex->cuda_cell : 0,
-                      private_fds, 1, NULL};
+                      private_fds, 1, NULL, NULL, ex->cuda_by};
   ln_ranks_hooks_t hooks = {acc_keep_find, keep_make, rank_event};
   ln_error_t le;
   if (ln_ranks_start(&rs->group, o, &ctx, &hooks, rs->starts++, &le))

@@ -19,6 +19,7 @@
 #include "ex_jit.h"
 #include "ex_ranks.h"
 #include "ex_timeit.h"
+#include "ex_cuda_hook.h"
 #include "ln_cuda.h"
 #include "ln_launch.h"
 #include "nbf_param.h"
@@ -68,6 +69,13 @@ static void on_sigint(int sig) {
   }
 }
 
+/* SIGQUIT while %launch runs: the launcher prints where every rank is. */
+static volatile sig_atomic_t g_status_requested;
+static void on_sigquit(int sig) {
+  (void)sig;
+  g_status_requested = 1;
+}
+
 int ex_run_install_sigint(void) {
   struct sigaction sa = {0};
   sa.sa_handler = on_sigint;
@@ -84,17 +92,22 @@ void ex_run_clear_interrupt(void) {
   g_interrupted = 0;
 }
 
-/* Report (once) the first cell after which CUDA is initialized here. */
+/* Report (once) the first cell after which CUDA is initialized here;
+ * who called cuInit, when the interposed cuInit saw it (ex_cuda_hook.h). */
 static void check_cuda(ex_t *ex, int count) {
-  if (ex->cuda_cell || !ln_cuda_initialized())
+  if (ex->cuda_cell)
+    return;
+  char *by = ex_cuda_hook_describe(ex->workdir);
+  if (!by && !ln_cuda_initialized())
     return;
   ex->cuda_cell = count > 0 ? count : -1;
+  ex->cuda_by = by;
   fprintf(stderr,
-          "Warning: this cell (cell [%d]) initialized CUDA in the kernel process. Workers that "
-          "%%launch forks from now on cannot use the GPU (every CUDA call fails with "
+          "Warning: this cell (cell [%d]) initialized CUDA in the kernel process%s%s%s. Workers "
+          "that %%launch forks from now on cannot use the GPU (every CUDA call fails with "
           "'initialization error'). Restart the kernel and move CUDA calls into the launched "
           "function.\n",
-          count);
+          count, by ? " (" : "", by ? by : "", by ? ")" : "");
 }
 
 static int send_event_line(const char *line, size_t len) {
@@ -466,10 +479,22 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
                                 "a kernel without them",
                                 "Run %ranks stop first (or train in a %%ranks cell).");
   static const int private_fds[] = {NBF_WIRE_FD_REQUESTS};
-  ln_context_t ctx = {send_event_line, &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0,
-                      private_fds, 1, NULL};
+  /* where every rank is, while the cell runs: `cat <workdir>/ranks-status`
+   * from a terminal, or SIGQUIT to this process (the view in the cell's
+   * output) */
+  char status_file[sizeof ex->workdir + 16];
+  snprintf(status_file, sizeof status_file, "%s/ranks-status", ex->workdir);
+  ln_context_t ctx = {
+      send_event_line,     &g_interrupted, ex->cuda_cell > 0 ? ex->cuda_cell : 0, private_fds, 1,
+      &g_status_requested, status_file, ex->cuda_by};
+  struct sigaction sa = {0}, old_quit;
+  sa.sa_handler = on_sigquit;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGQUIT, &sa, &old_quit);
   ln_error_t le;
-  if (ln_launch(&o, launch, &ctx, &le) == 0)
+  int rc = ln_launch(&o, launch, &ctx, &le);
+  sigaction(SIGQUIT, &old_quit, NULL);
+  if (rc == 0)
     return ex_event_reply_ok(NULL);
   int r = ex_event_reply_error(le.ename, le.evalue, le.traceback);
   ln_error_free(&le);
@@ -479,6 +504,7 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
 /* Run the loaded cell: its statements, then its %timeit loop or its
  * %launch. Returns what sending the reply returned. */
 static int run_loaded(ex_t *ex, const ex_magic_result_t *m, int count, const entry_points_t *ep) {
+  ex_cuda_hook_cell(count, m->code); /* a cuInit now is this cell's */
   if (ex_ranks_cell_active(ex)) /* a %%ranks cell: its ranks run it */
     return g_interrupted ? reply_interrupted() : ex_ranks_run_loaded(ex, count, ep->run);
   if (g_interrupted) {
@@ -557,6 +583,7 @@ int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
   if (!loaded)
     return replied;
   int sent = run_loaded(ex, m, count, &ep);
+  ex_cuda_hook_cell(0, NULL);
   /* no cell code runs now: objects nothing names can go */
   ex_objects_sweep(ex->objects, ex->cells);
   return sent;

@@ -47,6 +47,7 @@ typedef struct {
   char incdir[PATH_MAX];
   char libdir[PATH_MAX];
   int cuda_cell; /* execution count of the cell that initialized CUDA */
+  char *cuda_by; /* who called cuInit (ex_cuda_hook_describe), or NULL; kept */
   char *nvcc;    /* CUDA compiler found at start, or NULL */
   struct ex_ranks *ranks; /* %ranks' workers and %%ranks cells (ex_ranks.h); NULL until used */
 } ex_t;

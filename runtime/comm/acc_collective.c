@@ -155,7 +155,8 @@ static acc_result_t verify_call(acc_t *acc, const nbf_rs_call_t *c) {
  * across ranks. */
 static acc_result_t coll_begin(acc_t *acc, coll_t *k, nbf_rs_op_t op, size_t count,
                                acc_dtype_t dtype, acc_op_t reduce, int root, int device) {
-  k->was_broken = acc->broken;
+  k->was_broken = acc->broken; /* a failed rebuild below is this call's first cause */
+  acc_result_t rb = acc__rebuild_if_due(acc);
   k->c = (nbf_rs_call_t){.op = (uint8_t)op,
                          .dtype = op == NBF_RS_BARRIER ? 255 : (uint8_t)dtype,
                          .device = (uint8_t)(device != 0),
@@ -165,7 +166,7 @@ static acc_result_t coll_begin(acc_t *acc, coll_t *k, nbf_rs_op_t op, size_t cou
                          .seq = ++acc->coll_seq,
                          .start_ms = nbf_now_ms()};
   nbf_rankstate_begin(acc->rankstate, &k->c);
-  return verify_call(acc, &k->c);
+  return rb != ACC_OK ? rb : verify_call(acc, &k->c);
 }
 
 /* The default of a failed collective (ACC_ERRORS_ARE_FATAL): say which
@@ -471,6 +472,7 @@ acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n) {
    * hand-off to a worker thread would: no overlap */
   if (acc->grad_buckets != 2 || use_shm(acc))
     return acc_all_reduce(acc, buf, n, ACC_F32, ACC_AVG);
+  ACC_CHECK(acc__rebuild_if_due(acc));
   GLOO_CHECK(acc, acc_gloo_all_reduce_async(acc->gloo, buf, n, ACC_F32, ACC_AVG, err, sizeof err));
   return ACC_OK;
 }

@@ -278,7 +278,7 @@ out:
 }
 
 int acc__node_connect(acc_t *acc, const char *host) {
-  if (!nbf_param_bool(NBF_P_NBFORK_SHM_COLLECTIVES, 1))
+  if (!nbf_param_NBFORK_SHM_COLLECTIVES())
     return 0;
   acc_node_t *nd = calloc(1, sizeof *nd);
   acc_shm_card_t card;

@@ -36,16 +36,7 @@ int acc_sync_gradients(const acc_t *acc) {
   return acc ? acc->sync_gradients : 1;
 }
 
-acc_result_t acc_backward(acc_t *acc, float *grads, size_t n) {
-  if (!acc || (n && !grads))
-    return acc ? acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_backward: NULL gradients")
-               : ACC_ERR_INVALID_ARGUMENT;
-  if (acc->grads_synced) { /* acc_mlp_backward_xent all-reduced it in buckets */
-    int done = acc->grads_synced == grads && acc->grads_synced_n == n && acc->sync_gradients;
-    acc->grads_synced = NULL;
-    if (done)
-      return ACC_OK;
-  }
+acc_result_t acc__accumulate_scale(acc_t *acc, float *grads, size_t n) {
   int k = acc->accum_steps;
   if (k > 1 && n && acc->device >= 0 && acc_nccl_is_device_ptr(grads)) {
     ACC_CHECK(acc__accumulate_device(acc, grads, n));
@@ -74,6 +65,20 @@ acc_result_t acc_backward(acc_t *acc, float *grads, size_t n) {
       acc->accum_prev_zero = 0;
     }
   }
+  return ACC_OK;
+}
+
+acc_result_t acc_backward(acc_t *acc, float *grads, size_t n) {
+  if (!acc || (n && !grads))
+    return acc ? acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_backward: NULL gradients")
+               : ACC_ERR_INVALID_ARGUMENT;
+  if (acc->grads_synced) { /* acc_mlp_backward_xent all-reduced it in buckets */
+    int done = acc->grads_synced == grads && acc->grads_synced_n == n && acc->sync_gradients;
+    acc->grads_synced = NULL;
+    if (done)
+      return ACC_OK;
+  }
+  ACC_CHECK(acc__accumulate_scale(acc, grads, n));
   if (acc->sync_gradients && acc->world > 1)
     return acc_all_reduce(acc, grads, n, ACC_F32, ACC_AVG);
   return ACC_OK;

@@ -45,7 +45,7 @@
 
 /* Defaults (NBFORK_TIMEOUT_S 300, MASTER_PORT 29500, NBFORK_GRAD_BUCKETS 0:
  * see acc_mlp_backward_xent in nbfork.h for the measurements) live in
- * nbf_params.def; the 0 passed to nbf_param_long below is never used. */
+ * nbf_params.def, and only there. */
 
 /* Successive process groups of one process use fresh store keys: every
  * rank joins them in the same order, so the counter agrees across ranks.
@@ -78,11 +78,12 @@ static acc_t *fail(acc_t *acc, const char *step) {
   return NULL;
 }
 
-/* An integer parameter (nbf_param_long) in [INT_MIN, INT_MAX]; a bad
+/* An integer parameter (nbf_param_long) in [INT_MIN, INT_MAX]; *out is
+ * untouched when it is unset and has no default (nbf_params.def). A bad
  * value becomes acc's error, naming the variable. 0 or -1. */
-static int env_int(acc_t *acc, nbf_param_id_t id, long dflt, int *out) {
-  long v;
-  if (nbf_param_long(id, dflt, &v) != 0 || v < INT_MIN || v > INT_MAX) {
+static int env_int(acc_t *acc, nbf_param_id_t id, int *out) {
+  long v = *out;
+  if (nbf_param_long(id, &v) < 0 || v < INT_MIN || v > INT_MAX) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "environment variable %s='%s' is not an integer",
                    nbf_param_name(id), nbf_param_raw(id));
     return -1;
@@ -96,6 +97,45 @@ static void adopt(nbf_param_id_t to, nbf_param_id_t from) {
   const char *v = nbf_param_raw(from);
   if (v && *v && !nbf_param_raw(to))
     nbf_param_set(to, v);
+}
+
+/* Where MASTER_ADDR came from when a cluster engine's variables chose it
+ * (the store client's error points there); "" when the user set it. */
+static char g_master_origin[600];
+
+/* The hint around g_master_origin in the errors of a MASTER_ADDR that
+ * does not work ("" twice when the user set it). */
+static const char *master_hint_a(void) {
+  return g_master_origin[0] ? ". MASTER_ADDR was not set: it was taken from " : "";
+}
+
+static const char *master_hint_b(void) {
+  return g_master_origin[0] ? "; set MASTER_ADDR to an address of rank 0's node that every node "
+                              "reaches"
+                            : "";
+}
+
+/* MASTER_ADDR unset under bare `srun prog`: the job's first node, as
+ * Lightning does; by its NodeAddr (`scontrol show node`) when its name
+ * does not resolve here, as `srun nbfork launch` does (nbf_cluster.h). */
+static void slurm_master_addr(void) {
+  char first[256], addr[256];
+  if (nbf_param_raw(NBF_P_MASTER_ADDR) ||
+      nbf_slurm_first_node(nbf_param_raw(NBF_P_SLURM_JOB_NODELIST), first, sizeof first) != 0)
+    return;
+  if (nbf_slurm_node_addr(first, addr, sizeof addr) == 0) {
+    nbf_param_set(NBF_P_MASTER_ADDR, addr);
+    snprintf(g_master_origin, sizeof g_master_origin,
+             strcmp(addr, first) ? "the NodeAddr of node %s, the first of SLURM_JOB_NODELIST"
+                                 : "%s, the first node of SLURM_JOB_NODELIST",
+             first);
+    return;
+  }
+  nbf_param_set(NBF_P_MASTER_ADDR, first);
+  snprintf(g_master_origin, sizeof g_master_origin,
+           "%s, the first node of SLURM_JOB_NODELIST, whose name does not resolve here and which "
+           "`scontrol show node` did not answer for",
+           first);
 }
 
 /* The first integer of Slurm's SLURM_TASKS_PER_NODE ("2(x3),1" -> 2). */
@@ -138,10 +178,7 @@ static void from_cluster_engine(void) {
     adopt(NBF_P_LOCAL_RANK, NBF_P_SLURM_LOCALID);
     adopt(NBF_P_NODE_RANK, NBF_P_SLURM_NODEID);
     slurm_local_world();
-    char first[256];
-    if (!nbf_param_raw(NBF_P_MASTER_ADDR) &&
-        nbf_slurm_first_node(nbf_param_raw(NBF_P_SLURM_JOB_NODELIST), first, sizeof first) == 0)
-      nbf_param_set(NBF_P_MASTER_ADDR, first);
+    slurm_master_addr();
     int port = nbf_slurm_port(nbf_param_raw(NBF_P_SLURM_JOB_ID));
     if (!nbf_param_raw(NBF_P_MASTER_PORT) && port > 0)
       nbf_param_set_long(NBF_P_MASTER_PORT, port);
@@ -159,7 +196,7 @@ static int read_error_env(acc_t *acc) {
     return -1;
   }
   acc->errors_return = e && !strcasecmp(e, "return");
-  if (nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, 0, &acc->debug_ops) != 0) {
+  if (nbf_param_bool_strict(NBF_P_ACCELERATE_DEBUG_MODE, &acc->debug_ops) != 0) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "ACCELERATE_DEBUG_MODE='%s' is not one of " NBF_BOOL_WORDS,
                    nbf_param_raw(NBF_P_ACCELERATE_DEBUG_MODE));
@@ -171,11 +208,14 @@ static int read_error_env(acc_t *acc) {
 static int read_env(acc_t *acc, const acc_config_t *c) {
   int timeout_s = c->timeout_s;
   from_cluster_engine();
-  if (env_int(acc, NBF_P_RANK, 0, &acc->rank) || env_int(acc, NBF_P_WORLD_SIZE, 1, &acc->world) ||
-      env_int(acc, NBF_P_LOCAL_RANK, acc->rank, &acc->local_rank) ||
-      env_int(acc, NBF_P_LOCAL_WORLD_SIZE, acc->world, &acc->local_world) ||
-      env_int(acc, NBF_P_MASTER_PORT, 0, &acc->master_port) ||
-      (timeout_s <= 0 && env_int(acc, NBF_P_NBFORK_TIMEOUT_S, 0, &timeout_s)))
+  if (env_int(acc, NBF_P_RANK, &acc->rank) || env_int(acc, NBF_P_WORLD_SIZE, &acc->world))
+    return -1;
+  acc->local_rank = acc->rank; /* LOCAL_RANK unset: RANK (nbf_params.def) */
+  acc->local_world = acc->world;
+  if (env_int(acc, NBF_P_LOCAL_RANK, &acc->local_rank) ||
+      env_int(acc, NBF_P_LOCAL_WORLD_SIZE, &acc->local_world) ||
+      env_int(acc, NBF_P_MASTER_PORT, &acc->master_port) ||
+      (timeout_s <= 0 && env_int(acc, NBF_P_NBFORK_TIMEOUT_S, &timeout_s)))
     return -1;
   if (acc->world < 1 || acc->rank < 0 || acc->rank >= acc->world) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
@@ -199,10 +239,10 @@ static int read_env(acc_t *acc, const acc_config_t *c) {
     return -1;
   }
   acc->timeout_ms = (int)(timeout_s * 1000L > 2000000000L ? 2000000000L : timeout_s * 1000L);
-  snprintf(acc->master_addr, sizeof acc->master_addr, "%s", nbf_param_str(NBF_P_MASTER_ADDR));
-  snprintf(acc->run_id, sizeof acc->run_id, "%s", nbf_param_str(NBF_P_NBFORK_RUN_ID));
+  snprintf(acc->master_addr, sizeof acc->master_addr, "%s", nbf_param_MASTER_ADDR());
+  snprintf(acc->run_id, sizeof acc->run_id, "%s", nbf_param_NBFORK_RUN_ID());
   const char *mp =
-      c->mixed_precision ? c->mixed_precision : nbf_param_str(NBF_P_ACCELERATE_MIXED_PRECISION);
+      c->mixed_precision ? c->mixed_precision : nbf_param_ACCELERATE_MIXED_PRECISION();
   if (parse_precision(mp, &acc->precision) != 0) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "mixed precision '%s' is not one of no, fp16, bf16", mp);
@@ -226,8 +266,8 @@ static int read_env(acc_t *acc, const acc_config_t *c) {
  * load had 1 MiB all-reduces 20x slower. Set it to 0 on shared nodes. */
 static int busy_poll(const acc_t *acc) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  const char *set = nbf_param_raw(NBF_P_NBFORK_GLOO_BUSY_POLL);
-  return set ? nbf_truthy(set) : cpus > 0 && acc->local_world <= cpus;
+  int set = nbf_param_NBFORK_GLOO_BUSY_POLL(); /* -1: unset */
+  return set >= 0 ? set : cpus > 0 && acc->local_world <= cpus;
 }
 
 /* NBFORK_RDZV_GATE (launches on several nodes): wait until node 0's
@@ -261,7 +301,7 @@ static int join_group(acc_t *acc) {
     signal(SIGPIPE, SIG_IGN);
 
   const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
-  if (!nbf_param_bool(NBF_P_NBFORK_STORE_HOSTED, 0) && acc->rank == 0) {
+  if (!nbf_param_NBFORK_STORE_HOSTED() && acc->rank == 0) {
     char err[512];
     /* as the launcher (ln_group.c): loopback only when every rank is here */
     int local = nbf_loopback_name(acc->master_addr);
@@ -283,22 +323,26 @@ static int join_group(acc_t *acc) {
   acc->store = acc_store_client_open(acc->master_addr, acc->master_port, acc->timeout_ms, secret,
                                      err, sizeof err);
   if (!acc->store) {
-    acc__set_error(acc, ACC_ERR_STORE, "cannot create a%s client of the store at %s:%d: %s",
+    acc__set_error(acc, ACC_ERR_STORE, "cannot create a%s client of the store at %s:%d: %s%s%s%s",
                    secret ? " secure (NBFORK_RDZV_SECRET)" : "", acc->master_addr, acc->master_port,
-                   err);
+                   err, master_hint_a(), g_master_origin, master_hint_b());
     return -1;
   }
   if (wait_for_gate(acc) != 0)
     return -1;
-  char host[256];
+  char *host = acc->gloo_host;
   const char *h = nbf_param_raw(NBF_P_NBFORK_GLOO_HOSTNAME);
   if (h) {
-    snprintf(host, sizeof host, "%s", h);
-  } else if (acc__local_addr_for(acc->master_addr, host, sizeof host) != 0) {
-    acc__set_error(acc, ACC_ERR_SYSTEM,
-                   "cannot find the local address that reaches MASTER_ADDR=%s (set "
-                   "NBFORK_GLOO_HOSTNAME to this host's address)",
-                   acc->master_addr);
+    snprintf(host, sizeof acc->gloo_host, "%s", h);
+  } else if (acc__local_addr_for(acc->master_addr, host, sizeof acc->gloo_host) != 0) {
+    if (nbf_resolve(acc->master_addr) != 0)
+      acc__set_error(acc, ACC_ERR_SYSTEM, "MASTER_ADDR=%s does not resolve here%s%s%s",
+                     acc->master_addr, master_hint_a(), g_master_origin, master_hint_b());
+    else
+      acc__set_error(acc, ACC_ERR_SYSTEM,
+                     "cannot find the local address that reaches MASTER_ADDR=%s (set "
+                     "NBFORK_GLOO_HOSTNAME to this host's address)%s%s%s",
+                     acc->master_addr, master_hint_a(), g_master_origin, master_hint_b());
     return -1;
   }
   int by_node = acc__node_connect(acc, host);
@@ -323,6 +367,54 @@ static int join_group(acc_t *acc) {
   return 0;
 }
 
+/* The epoch acc_rebuild_process_groups asked for last (0: none). */
+static _Atomic unsigned g_rebuild_epoch;
+
+void acc_rebuild_process_groups(unsigned epoch) {
+  g_rebuild_epoch = epoch;
+}
+
+/* A new Gloo mesh under "<key_prefix>rebuild-<epoch>/": the old one is
+ * abandoned, not destroyed (a collective cut by siglongjmp may hold its
+ * locks, and its worker thread may never finish its job); then one
+ * all-reduce (MAX) of the sequence numbers, so that every rank numbers
+ * the next collective alike (one had finished the cut call, another not). */
+static acc_result_t rebuild(acc_t *acc, unsigned epoch) {
+  char *cut = strstr(acc->key_prefix, "rebuild-"); /* "<run>/<gen>/" stays */
+  if (cut)
+    *cut = 0;
+  size_t at = strlen(acc->key_prefix);
+  snprintf(acc->key_prefix + at, sizeof acc->key_prefix - at, "rebuild-%u/", epoch);
+  char prefix[256], err[1024];
+  snprintf(prefix, sizeof prefix, "%sgloo/", acc->key_prefix);
+  acc_nccl_destroy(acc); /* ncclCommAbort; made again at the next device collective */
+  acc_gloo_t *g = NULL;
+  acc_result_t r = acc_gloo_connect(&g, acc->rank, acc->world, acc->gloo_host, acc->store, prefix,
+                                    acc->timeout_ms, busy_poll(acc), err, sizeof err);
+  int64_t seq = (int64_t)acc->coll_seq;
+  if (r == ACC_OK)
+    r = acc_gloo_all_reduce_algo(g, &seq, 1, ACC_I64, ACC_MAX, ACC_GLOO_AUTO, err, sizeof err);
+  acc->rebuilt_epoch = epoch; /* tried once: a failure is not retried at every call */
+  if (r != ACC_OK) {
+    acc_gloo_destroy(&g);
+    acc->broken = 1;
+    return acc__set_error(acc, r, "rebuilding the process group (epoch %u, keys %s): %s", epoch,
+                          prefix, err);
+  }
+  acc->gloo = g; /* the old one leaks on purpose (above) */
+  acc->coll_seq = (uint64_t)seq;
+  acc->broken = 0;
+  nbf_rankstate_phase(acc->rankstate, NBF_RS_RUNNING);
+  return ACC_OK;
+}
+
+acc_result_t acc__rebuild_if_due(acc_t *acc) {
+  unsigned epoch = g_rebuild_epoch;
+  if (!acc || acc->world < 2 || !acc->store || epoch == acc->rebuilt_epoch)
+    return ACC_OK;
+  return rebuild(acc, epoch);
+}
+
 acc_t *acc_new(const acc_config_t *cfg) {
   acc_config_t c = ACC_CONFIG_INIT;
   if (cfg)
@@ -342,7 +434,7 @@ acc_t *acc_new(const acc_config_t *cfg) {
   acc->accum_steps = c.gradient_accumulation_steps > 1 ? c.gradient_accumulation_steps : 1;
   {
     long b;
-    if (nbf_param_long(NBF_P_NBFORK_GRAD_BUCKETS, 0, &b) || b < 0 || b > 2) {
+    if (nbf_param_NBFORK_GRAD_BUCKETS(&b) || b < 0 || b > 2) {
       acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                      "NBFORK_GRAD_BUCKETS must be 0 (one all-reduce of the whole gradient), 1 "
                      "(per bucket) or 2 (per bucket, overlapping the backward pass)");
@@ -359,12 +451,14 @@ acc_t *acc_new(const acc_config_t *cfg) {
     return fail(acc, "selecting the device");
   nbf_rankstate_t *rs = acc->world > 1 ? nbf_rankstate_self() : NULL;
   acc->rankstate = rs;
+  nbf_rankstate_flag(rs, NBF_RS_ERRORS_RETURN, acc->errors_return);
   nbf_rankstate_phase(rs, NBF_RS_RENDEZVOUS);
   if (acc->world > 1 && join_group(acc) != 0) {
     nbf_rankstate_error(rs, ACC_ERR_STORE, -1, NULL, acc->err);
     return fail(acc, "rendezvous");
   }
   nbf_rankstate_phase(rs, NBF_RS_RUNNING);
+  acc->rebuilt_epoch = g_rebuild_epoch; /* a group made after the cut is in step */
   return acc;
 }
 
@@ -403,6 +497,7 @@ acc_result_t acc_set_errhandler(acc_t *acc, acc_errhandler_t handler) {
                                 (int)handler)
                : ACC_ERR_INVALID_ARGUMENT;
   acc->errors_return = handler == ACC_ERRORS_RETURN;
+  nbf_rankstate_flag(acc->rankstate, NBF_RS_ERRORS_RETURN, acc->errors_return);
   return ACC_OK;
 }
 

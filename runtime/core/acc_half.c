@@ -122,6 +122,18 @@ void acc__round_half(acc_precision_t p, float *x, size_t n) {
   }
 }
 
+/* Here, beside the other host kernels, because the host-staging fallback
+ * of device gradients below uses it too (acc_scaler.c calls both). */
+int acc__unscale_host(float *restrict g, size_t n, float inv) {
+  const uint32_t *u = (const uint32_t *)(const void *)g;
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
+  for (size_t i = 0; i < n; i++)
+    g[i] *= inv;
+  return bad != 0;
+}
+
 /* The conversion `kind` of `n` host elements (kinds as acc_cuda_convert). */
 typedef enum { CONV_TO_F16, CONV_FROM_F16, CONV_TO_BF16, CONV_FROM_BF16 } conv_t;
 

@@ -63,14 +63,16 @@ struct acc {
   acc_node_t *node;
   acc_nccl_t *nccl;
   int broken;         /* a collective failed: the group cannot be used again */
+  unsigned rebuilt_epoch; /* the last acc_rebuild_process_groups epoch it rebuilt for */
+  char gloo_host[256];    /* the address its Gloo device listens on (join_group)       */
   /* issue 21/27: collectives are numbered (1 = the first; every rank
    * counts alike), recorded in this rank's state page (nbf_rankstate.h)
    * and, by default, fatal when they fail (acc_set_errhandler) */
   uint64_t coll_seq;
-  int errors_return; /* ACC_ERRORS_RETURN */
-  int debug_ops;     /* ACCELERATE_DEBUG_MODE: compare each call first */
+  int errors_return;          /* ACC_ERRORS_RETURN */
+  int debug_ops;              /* ACCELERATE_DEBUG_MODE: compare each call first */
   nbf_rankstate_t *rankstate; /* this rank's record (NULL: not launched by nbfork) */
-  int allreduce_algo; /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
+  int allreduce_algo;         /* acc_gloo_algo_t; 0 = by size (acc_gloo_choose_algo) */
   /* gradient buckets of the model toolkit (acc_mlp_backward_xent):
    * 0 = none (acc_backward all-reduces the flat buffer), 1 = per bucket,
    * blocking, 2 = per bucket on the worker thread, overlapping the rest
@@ -191,6 +193,10 @@ acc_result_t acc__wait_buckets(acc_t *acc);
  * while its peers are in another collective shows as such in the
  * launcher's report; its failure is returned, never fatal. */
 acc_result_t acc__final_barrier(acc_t *acc);
+/* Rebuild the group when acc_rebuild_process_groups asked for an epoch
+ * it has not rebuilt for yet (every collective calls this first). ACC_OK
+ * when nothing was due or the new group is up; else the error (stored). */
+acc_result_t acc__rebuild_if_due(acc_t *acc);
 
 /* Join the group by node, unless NBFORK_SHM_COLLECTIVES=0: the ranks
  * exchange their shared-memory cards through the store (O(N) messages,
@@ -237,7 +243,8 @@ void acc__scaler_init(acc_t *acc);
 void acc__round_half(acc_precision_t p, float *x, size_t n);
 /* g *= inv for `n` host floats in one pass; 1 when any element of the
  * SCALED gradients was inf/NaN (exponent bits all ones), else 0
- * (acc_scaler.c; also the host-staging fallback of device gradients). */
+ * (acc_half.c, the host kernels; acc_scaler.c and the host-staging
+ * fallback of device gradients use it). */
 int acc__unscale_host(float *restrict g, size_t n, float inv);
 
 /* Checkpoints (acc_checkpoint.c) reach into the model, the optimizer
@@ -263,6 +270,19 @@ typedef struct {
 acc_result_t acc__optim_view(acc_t *acc, acc_optim_t *o, acc__optim_view_t *v);
 /* Set the scalars of `o` (lr, ..., t). */
 void acc__optim_restore(acc_optim_t *o, const acc__optim_hparams_t *hp);
+/* The update alone (host or device), whatever the accumulation position
+ * and the precision: the caller unscaled and checked the gradients
+ * (sharding). 1, or -1 on a device error (in acc). */
+int acc__optim_step_raw(acc_t *acc, acc_optim_t *o);
+/* The sum of squares of n host floats in f64 (eight lanes, then
+ * pairwise): clip_grad_norm's, the Trainer's and sharding's. */
+double acc__sumsq(const float *g, size_t n);
+/* Bytes of state the optimizer holds (momentum, moments). */
+size_t acc__optim_state_bytes(const acc_optim_t *o);
+/* acc_backward's scaling of this micro-step's contribution by
+ * 1/gradient_accumulation_steps, without the all-reduce (sharding
+ * reduce-scatters instead). Errors: NO_MEMORY, a device error. */
+acc_result_t acc__accumulate_scale(acc_t *acc, float *grads, size_t n);
 /* Forget the registered object `name` (the Trainer's state, when the
  * Trainer is destroyed before the accelerator); no-op when absent. */
 void acc__unregister_for_checkpointing(acc_t *acc, const char *name);
@@ -282,7 +302,19 @@ void acc__mlp_set_layer_hook(acc_mlp_t *m, acc__mlp_layer_hook_fn fn, void *user
  * refreshed from the device model when it has one (synchronous); NULL on
  * a device error (in acc_last_error). For checkpoints. */
 float *acc__mlp_host(acc_mlp_t *m, int what);
-/* The model's host buffer (params what = 0, grads 1) without copying
+/* Hooks around each layer's use in a host acc_mlp_t (sharding,
+ * runtime/shard/acc_shard.c): FWD_BEGIN before layer l's forward reads
+ * its parameters (weight then bias: `n` elements from `offset`), FWD_END
+ * after, BWD_BEGIN before its backward reads them, BWD_END when its
+ * gradient is complete (after the LOMO layer hook). Nonzero stops the
+ * pass (the hook sets the error). Under mixed precision the layer's half
+ * shadow is refreshed after FWD_BEGIN and BWD_BEGIN. NULL removes it;
+ * gradient buckets are off while it is set. */
+enum { ACC__UNIT_FWD_BEGIN = 0, ACC__UNIT_FWD_END, ACC__UNIT_BWD_BEGIN, ACC__UNIT_BWD_END };
+typedef int (*acc__mlp_unit_hook_fn)(void *user, int phase, int layer, size_t offset, size_t n);
+void acc__mlp_set_unit_hook(acc_mlp_t *m, acc__mlp_unit_hook_fn fn, void *user);
+/* The model's host buffer (params what = 0, grads 1, the half shadow 2:
+ * NULL before the first half-precision forward) without copying
  * from the device: to fill before acc__mlp_upload. */
 float *acc__mlp_host_buffer(acc_mlp_t *m, int what);
 /* After writing acc__mlp_host's buffer: copy it to the device model

@@ -63,16 +63,6 @@ acc_result_t acc_set_grad_scaler(acc_t *acc, float init_scale, float growth_fact
   return ACC_OK;
 }
 
-int acc__unscale_host(float *restrict g, size_t n, float inv) {
-  const uint32_t *u = (const uint32_t *)(const void *)g;
-  uint32_t bad = 0;
-  for (size_t i = 0; i < n; i++)
-    bad |= (uint32_t)((u[i] & 0x7f800000u) == 0x7f800000u);
-  for (size_t i = 0; i < n; i++)
-    g[i] *= inv;
-  return bad != 0;
-}
-
 int acc_unscale_gradients(acc_t *acc, float *grads, size_t n) {
   if (!acc || acc->precision != ACC_PRECISION_FP16)
     return 1;

@@ -91,12 +91,12 @@ void acc__device_free(acc_t *acc) {
 
 int acc__select_device(acc_t *acc) {
   acc->device = -1;
-  if (nbf_param_bool(NBF_P_ACCELERATE_USE_CPU, 0))
+  if (nbf_param_ACCELERATE_USE_CPU())
     return 0;
   int n = acc_nccl_device_count();
   if (n <= 0)
     return 0;
-  const int share = nbf_param_bool(NBF_P_NBFORK_SHARE_GPU, 0);
+  const int share = nbf_param_NBFORK_SHARE_GPU();
   if (acc->local_rank >= n && !share) {
     acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                    "LOCAL_RANK=%d but only %d GPU(s) are visible: start at most %d processes "

@@ -46,7 +46,7 @@ static long g_next_id; /* atomically incremented */
 /* The events fd, or -1 when not attached to a kernel. */
 static int display_fd(void) {
   long fd;
-  if (nbf_param_long(NBF_P_NBFORK_DISPLAY_FD, -1, &fd) || fd < 0 || fd > 1 << 20)
+  if (nbf_param_NBFORK_DISPLAY_FD(&fd) || fd < 0 || fd > 1 << 20)
     return -1;
   if (fcntl((int)fd, F_GETFD) == -1)
     return -1;

@@ -67,7 +67,32 @@ struct acc_mlp {
   float loss;                  /* NaN before the first backward and after a failed one */
   acc__mlp_layer_hook_fn hook; /* called per layer in backward (LOMO), or NULL */
   void *hook_user;
+  acc__mlp_unit_hook_fn uhook; /* around each layer's use (sharding, acc_shard.c), or NULL */
+  void *uhook_user;
 };
+
+void acc__mlp_set_unit_hook(acc_mlp_t *m, acc__mlp_unit_hook_fn fn, void *user) {
+  m->uhook = fn;
+  m->uhook_user = user;
+}
+
+/* Call the unit hook (when set) for `phase` of layer l: 0 when none is set
+ * or it succeeded. */
+static int unit_hook(acc_mlp_t *m, int phase, int l) {
+  if (!m->uhook)
+    return 0;
+  size_t n = (size_t)m->sizes[l + 1] * (size_t)(m->sizes[l] + 1);
+  return m->uhook(m->uhook_user, phase, l, m->w_off[l], n);
+}
+
+/* The half-precision shadow of layer l's parameters (weight then bias,
+ * contiguous), rounded from the f32 master: elementwise, so refreshing
+ * layer by layer equals refreshing the whole buffer at once. */
+static void refresh_half(acc_mlp_t *m, int l) {
+  size_t n = (size_t)m->sizes[l + 1] * (size_t)(m->sizes[l] + 1);
+  memcpy(m->wh + m->w_off[l], m->params + m->w_off[l], n * sizeof(float));
+  acc__round_half(m->prec, m->wh + m->w_off[l], n);
+}
 
 void acc__mlp_set_layer_hook(acc_mlp_t *m, acc__mlp_layer_hook_fn fn, void *user) {
   m->hook = fn;
@@ -261,8 +286,6 @@ static acc_result_t host_forward(acc_mlp_t *m, const float *x, int batch) {
                 "acc_mlp_forward: out of memory for the half-precision buffers");
       return ACC_ERR_NO_MEMORY;
     }
-    memcpy(m->wh, m->params, m->nparams * sizeof(float));
-    acc__round_half(m->prec, m->wh, m->nparams);
     size_t nx = (size_t)batch * (size_t)m->sizes[0];
     memcpy(m->xh, x, nx * sizeof(float));
     acc__round_half(m->prec, m->xh, nx);
@@ -272,6 +295,11 @@ static acc_result_t host_forward(acc_mlp_t *m, const float *x, int batch) {
   for (int l = 0; l < m->nlayers; l++) {
     const int nin = m->sizes[l], nout = m->sizes[l + 1];
     float *out = m->act[l + 1];
+    /* a sharded model gathers the layer here (ACC__UNIT_FWD_BEGIN) */
+    if (unit_hook(m, ACC__UNIT_FWD_BEGIN, l) != 0)
+      return ACC_ERR_BACKEND; /* the hook's error is in acc_last_error */
+    if (m->prec != ACC_PRECISION_NO)
+      refresh_half(m, l);
     const float *w = params + m->w_off[l], *b = params + m->b_off[l];
     for (int r = 0; r < batch; r++)
       memcpy(out + (size_t)r * nout, b, (size_t)nout * sizeof(float));
@@ -284,6 +312,8 @@ static acc_result_t host_forward(acc_mlp_t *m, const float *x, int batch) {
       for (size_t i = 0; i < n; i++)
         out[i] = out[i] > 0.0f ? out[i] : 0.0f;
     }
+    if (unit_hook(m, ACC__UNIT_FWD_END, l) != 0)
+      return ACC_ERR_BACKEND;
     in = out;
   }
   return ACC_OK;
@@ -351,7 +381,7 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
 static int buckets_on(const acc_mlp_t *m) {
   const acc_t *acc = m->acc;
   if (!acc || acc->world < 2 || acc->accum_steps != 1 || acc->broken || (!acc->gloo && !acc->node) ||
-      m->hook)
+      m->hook || m->uhook)
     return 0; /* a layer hook all-reduces its own layer before it updates it */
   return acc->grad_buckets;
 }
@@ -530,6 +560,10 @@ static acc_result_t host_backward(acc_mlp_t *m, const int64_t *labels, float sca
   for (int l = L - 1; l >= 0; l--) {
     const int nin = m->sizes[l], nout = m->sizes[l + 1];
     const float *in = l == 0 ? (prec == ACC_PRECISION_NO ? m->x : m->xh) : m->act[l];
+    if (unit_hook(m, ACC__UNIT_BWD_BEGIN, l) != 0)
+      return ACC_ERR_BACKEND;
+    if (m->uhook && prec != ACC_PRECISION_NO)
+      refresh_half(m, l); /* a sharded model released it after the forward */
     bucket_err = layer_grads(m, l, dz, in, bucketed, bucket_err);
     if (l > 0)
       input_grad(m, l, dz, in, dprev);
@@ -537,6 +571,8 @@ static acc_result_t host_backward(acc_mlp_t *m, const int64_t *labels, float sca
      * backward (as a PyTorch hook on AccumulateGrad sees it) */
     if (m->hook && m->hook(m->hook_user, l, m->w_off[l], (size_t)nout * (size_t)(nin + 1)) != 0)
       return ACC_ERR_BACKEND; /* the hook's error is in acc_last_error */
+    if (unit_hook(m, ACC__UNIT_BWD_END, l) != 0)
+      return ACC_ERR_BACKEND;
     float *t = dz;
     dz = dprev;
     dprev = t;
@@ -613,7 +649,7 @@ float *acc__mlp_host(acc_mlp_t *m, int what) {
 }
 
 float *acc__mlp_host_buffer(acc_mlp_t *m, int what) {
-  return what ? m->grads : m->params;
+  return what == 2 ? m->wh : what ? m->grads : m->params;
 }
 
 acc_result_t acc__mlp_upload(acc_mlp_t *m, int what) {

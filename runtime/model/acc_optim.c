@@ -229,6 +229,30 @@ int acc_optim_step(acc_t *acc, acc_optim_t *opt) {
   return 1;
 }
 
+int acc__optim_step_raw(acc_t *acc, acc_optim_t *o) {
+  if (on_device(acc, o))
+    return device_step(acc, o);
+  step_ftz(o);
+  return 1;
+}
+
+double acc__sumsq(const float *g, size_t n) {
+  /* eight independent sums: one chain of dependent additions would cost
+   * 4 cycles per element */
+  double acc8[8] = {0};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; k++)
+      acc8[k] += (double)g[i + k] * (double)g[i + k];
+  for (; i < n; i++)
+    acc8[0] += (double)g[i] * (double)g[i];
+  return ((acc8[0] + acc8[1]) + (acc8[2] + acc8[3])) + ((acc8[4] + acc8[5]) + (acc8[6] + acc8[7]));
+}
+
+size_t acc__optim_state_bytes(const acc_optim_t *o) {
+  return ((o->m ? o->n : 0) + (o->v ? o->n : 0)) * sizeof(float);
+}
+
 void acc_optim_zero_grad(acc_t *acc, acc_optim_t *opt) {
   if (!opt || (acc && !acc->sync_gradients))
     return;

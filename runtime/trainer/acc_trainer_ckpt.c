@@ -17,7 +17,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -28,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "acc_callbacks.h"
 #include "acc_trainer_internal.h"
 #include "nbf_util.h"
 
@@ -180,11 +180,6 @@ static acc_result_t check_optim(acc_trainer_t *tr, const char *dir) {
                         saved[0] ? saved : "as saved");
 }
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(p);
-}
-
 /* _rotate_checkpoints: delete the oldest beyond save_total_limit, never
  * the best one. */
 static acc_result_t rotate(acc_trainer_t *tr) {
@@ -206,7 +201,7 @@ static acc_result_t rotate(acc_trainer_t *tr) {
     snprintf(p, sizeof p, "%s/checkpoint-%ld", tr->args.output_dir, steps[i]);
     acc_trainer_log(tr, ACC_LOG_INFO, "Deleting older checkpoint [%s] due to args.save_total_limit",
                     p);
-    if (nftw(p, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    if (nbf_rmtree(p) != 0)
       return acc__set_error(tr->acc, ACC_ERR_IO, "cannot delete %s: %s", p, NBF_STRERROR(errno));
   }
   return ACC_OK;

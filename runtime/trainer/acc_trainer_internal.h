@@ -1,6 +1,6 @@
 /*
  * acc_trainer_internal.h — the Trainer's state shared by its files
- * (acc_trainer*.c, acc_callbacks.c). Not installed.
+ * (acc_trainer*.c, acc_callbacks.c, acc_early_stopping.c). Not installed.
  */
 #ifndef ACC_TRAINER_INTERNAL_H
 #define ACC_TRAINER_INTERNAL_H
@@ -68,11 +68,8 @@ static inline int tr_grads_on_device(const acc_trainer_t *tr) {
  * lr_scheduler_kwargs), or NaN when absent (acc_sched.c). */
 double tr_kwarg(const char *text, const char *key);
 
-/* Events (acc_callbacks.c): call `which` (an offset into
- * acc_trainer_callback_t) of every callback in order. */
-void tr_fire(acc_trainer_t *tr, size_t which, const acc_metrics_t *logs);
-#define TR_FIRE(tr, event, logs) tr_fire((tr), offsetof(acc_trainer_callback_t, event), (logs))
-/* Add the EarlyStoppingCallback of args.early_stopping_patience. */
+/* Add the EarlyStoppingCallback of args.early_stopping_patience
+ * (acc_early_stopping.c). */
 acc_result_t tr_add_early_stopping(acc_trainer_t *tr);
 
 /* Logging (acc_trainer_log.c): append `logs` to log_history, print it as

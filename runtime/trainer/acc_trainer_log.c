@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acc_callbacks.h"
 #include "acc_trainer_internal.h"
 #include "nbf_buf.h"
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "acc_optim_cuda.h"
+#include "acc_callbacks.h"
 #include "acc_trainer_internal.h"
 #include "nbf_util.h"
 
@@ -44,17 +45,7 @@ static void setup_steps(acc_trainer_t *tr) {
 /* torch.nn.utils.clip_grad_norm_ over the flat gradient buffer; returns
  * the total norm before clipping (as f32, what torch returns). */
 static double clip_grad_norm(float *g, size_t n, double max_norm) {
-  /* eight independent sums: one chain of dependent additions would cost
-   * 4 cycles per element (a tenth of a training step on Fashion-MNIST) */
-  double acc8[8] = {0};
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; k++)
-      acc8[k] += (double)g[i + k] * (double)g[i + k];
-  for (; i < n; i++)
-    acc8[0] += (double)g[i] * (double)g[i];
-  double ss =
-      ((acc8[0] + acc8[1]) + (acc8[2] + acc8[3])) + ((acc8[4] + acc8[5]) + (acc8[6] + acc8[7]));
+  double ss = acc__sumsq(g, n);
   float norm = (float)sqrt(ss);
   if (max_norm > 0 && isfinite(norm)) {
     float coef = (float)(max_norm / ((double)norm + 1e-6));

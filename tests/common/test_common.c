@@ -89,30 +89,63 @@ NBF_TEST(readme_table_matches_parameter_table) {
 NBF_TEST(values_defaults_and_bad_input) {
   long v = 0;
   ASSERT_EQ(nbf_param_unset(NBF_P_NBFORK_TIMEOUT_S), 0);
-  ASSERT_EQ(nbf_param_long(NBF_P_NBFORK_TIMEOUT_S, 7, &v), 0);
-  ASSERT_EQ(v, 300); /* the table's default wins over the caller's */
+  ASSERT_EQ(nbf_param_NBFORK_TIMEOUT_S(&v), 0);
+  ASSERT_EQ(v, 300); /* the table's default, the only one */
   ASSERT_EQ(nbf_param_unset(NBF_P_LOCAL_RANK), 0);
-  ASSERT_EQ(nbf_param_long(NBF_P_LOCAL_RANK, 5, &v), 0);
-  ASSERT_EQ(v, 5); /* no table default: the caller's */
+  v = 5;
+  ASSERT_EQ(nbf_param_LOCAL_RANK(&v), 1); /* no table default: "unset" */
+  ASSERT_EQ(v, 5);                        /* untouched */
   ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, "12"), 0);
-  ASSERT_EQ(nbf_param_long(NBF_P_NBFORK_TIMEOUT_S, 7, &v), 0);
+  ASSERT_EQ(nbf_param_long(NBF_P_NBFORK_TIMEOUT_S, &v), 0);
   ASSERT_EQ(v, 12);
   ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, "12s"), 0);
   v = -3;
-  ASSERT_EQ(nbf_param_long(NBF_P_NBFORK_TIMEOUT_S, 7, &v), -1);
+  ASSERT_EQ(nbf_param_NBFORK_TIMEOUT_S(&v), -1);
   ASSERT_EQ(v, -3); /* untouched on a bad value */
   ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, ""), 0);
   ASSERT_NULL(nbf_param_raw(NBF_P_NBFORK_TIMEOUT_S)); /* empty = unset */
   ASSERT_EQ_STR(nbf_param_str(NBF_P_NBFORK_TIMEOUT_S), "300");
   double d = 0;
   ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, "2.5"), 0);
-  ASSERT_EQ(nbf_param_double(NBF_P_NBFORK_TIMEOUT_S, 1, &d), 0);
+  ASSERT_EQ(nbf_param_double(NBF_P_NBFORK_TIMEOUT_S, &d), 0);
   ASSERT_NEAR(d, 2.5, 0);
   ASSERT_EQ(nbf_param_set(NBF_P_NBFORK_TIMEOUT_S, "nan"), 0);
-  ASSERT_EQ(nbf_param_double(NBF_P_NBFORK_TIMEOUT_S, 1, &d), -1);
+  ASSERT_EQ(nbf_param_double(NBF_P_NBFORK_TIMEOUT_S, &d), -1);
+  ASSERT_EQ(nbf_param_unset(NBF_P_LOCAL_RANK), 0);
+  ASSERT_EQ(nbf_param_double(NBF_P_LOCAL_RANK, &d), 1);
   ASSERT_EQ_STR(nbf_param_name(NBF_P_NBFORK_TIMEOUT_S), "NBFORK_TIMEOUT_S");
   ASSERT_EQ_STR(nbf_param_name(NBF_P_COUNT), "");
   ASSERT_NULL(nbf_param_info(NBF_P_COUNT));
+}
+
+/* The TYPE column is used: every DEFAULT is a value of its TYPE (so an
+ * accessor never fails on an unset variable), and each row's generated
+ * accessor reads that default; the names are the NAME column's text. */
+NBF_TEST(defaults_are_values_of_their_type) {
+  for (int id = 0; id < NBF_P_COUNT; id++) {
+    const nbf_param_t *p = nbf_param_info((nbf_param_id_t)id);
+    ASSERT_NOT_NULL(p);
+    ASSERT_TRUE(p->name[0] != 0);
+    if (!p->default_str)
+      continue;
+    long l;
+    double d;
+    ASSERT_EQ(nbf_param_unset((nbf_param_id_t)id), 0);
+    if (p->type == NBF_PARAM_INT && nbf_param_long((nbf_param_id_t)id, &l) != 0)
+      NBF_TEST_FAIL("%s: default '%s' is not an INT", p->name, p->default_str);
+    if (p->type == NBF_PARAM_DOUBLE && nbf_param_double((nbf_param_id_t)id, &d) != 0)
+      NBF_TEST_FAIL("%s: default '%s' is not a DOUBLE", p->name, p->default_str);
+    if (p->type == NBF_PARAM_BOOL && strcmp(p->default_str, "0") && strcmp(p->default_str, "1"))
+      NBF_TEST_FAIL("%s: default '%s' is not 0 or 1", p->name, p->default_str);
+  }
+  long port = 0;
+  ASSERT_EQ(nbf_param_unset(NBF_P_MASTER_PORT), 0);
+  ASSERT_EQ(nbf_param_MASTER_PORT(&port), 0);
+  ASSERT_EQ(port, 29500);
+  ASSERT_EQ(nbf_param_unset(NBF_P_MASTER_ADDR), 0);
+  ASSERT_EQ_STR(nbf_param_MASTER_ADDR(), "127.0.0.1");
+  ASSERT_EQ_STR(nbf_param_name(NBF_P_MASTER_ADDR), "MASTER_ADDR");
+  ASSERT_EQ(nbf_param_NBFORK_JIT(), 1);
 }
 
 NBF_TEST(booleans_are_accelerates_str_to_bool) {
@@ -120,16 +153,16 @@ NBF_TEST(booleans_are_accelerates_str_to_bool) {
   const char *no[] = {"0", "false", "no", "off", "n", "2", "truthy"};
   for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
     ASSERT_EQ(nbf_param_set(NBF_P_ACCELERATE_DEBUG_MODE, yes[i]), 0);
-    ASSERT_EQ(nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 0), 1);
+    ASSERT_EQ(nbf_param_ACCELERATE_DEBUG_MODE(), 1);
   }
   for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
     ASSERT_EQ(nbf_param_set(NBF_P_ACCELERATE_DEBUG_MODE, no[i]), 0);
-    ASSERT_EQ(nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 1), 0);
+    ASSERT_EQ(nbf_param_ACCELERATE_DEBUG_MODE(), 0);
   }
   ASSERT_EQ(nbf_param_unset(NBF_P_ACCELERATE_DEBUG_MODE), 0);
-  ASSERT_EQ(nbf_param_bool(NBF_P_ACCELERATE_DEBUG_MODE, 1), 0); /* table default "0" */
+  ASSERT_EQ(nbf_param_ACCELERATE_DEBUG_MODE(), 0); /* table default "0" */
   ASSERT_EQ(nbf_param_unset(NBF_P_NBFORK_GLOO_BUSY_POLL), 0);
-  ASSERT_EQ(nbf_param_bool(NBF_P_NBFORK_GLOO_BUSY_POLL, 1), 1); /* caller's default */
+  ASSERT_EQ(nbf_param_NBFORK_GLOO_BUSY_POLL(), -1); /* no default: "unset" */
   ASSERT_EQ(nbf_truthy(NULL), 0);
 }
 
@@ -270,6 +303,30 @@ static pid_t wd_dead_pid(void) {
   ASSERT_GT(p, 0);
   ASSERT_EQ(waitpid(p, NULL, 0), p);
   return p;
+}
+
+/* nbf_rmtree removes a whole tree, does not follow a symbolic link out
+ * of it, and succeeds on a path that is already gone. */
+NBF_TEST(rmtree_removes_the_tree_not_what_links_point_to) {
+  char root[] = "/tmp/nbf-rmtree-XXXXXX", outside[] = "/tmp/nbf-rmtree-out-XXXXXX";
+  ASSERT_NOT_NULL(mkdtemp(root));
+  int fd = mkstemp(outside);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  char *sub = nbf_xprintf("%s/a/b", root), *a = nbf_xprintf("%s/a", root);
+  char *file = nbf_xprintf("%s/a/b/f", root), *link = nbf_xprintf("%s/a/l", root);
+  ASSERT_EQ(mkdir(a, 0700), 0);
+  ASSERT_EQ(mkdir(sub, 0700), 0);
+  FILE *f = fopen(file, "w");
+  ASSERT_NOT_NULL(f);
+  fclose(f);
+  ASSERT_EQ(symlink(outside, link), 0);
+  ASSERT_EQ(nbf_rmtree(root), 0);
+  ASSERT_TRUE(access(root, F_OK) != 0);
+  ASSERT_EQ(access(outside, F_OK), 0); /* the link went, not its target */
+  ASSERT_EQ(nbf_rmtree(root), 0);      /* nothing there: done */
+  unlink(outside);
+  free(sub), free(a), free(file), free(link);
 }
 
 NBF_TEST(workdir_private_and_locked) {

@@ -26,6 +26,7 @@ import socket
 import sys
 import tempfile
 import time
+import unittest
 
 from jupyter_client import KernelManager
 
@@ -255,6 +256,46 @@ class Kernel:
         finally:
             if self.ks_dir:
                 shutil.rmtree(self.ks_dir, ignore_errors=True)
+
+
+class KernelTestCase(unittest.TestCase):
+    """A test with one real kernel of its own: setUp starts it (skipping
+    where none is built) with kernel_environ(workdir) in a fresh temporary
+    self.workdir; tearDown closes the kernel and removes the workdir. The
+    e2e suites of cells, %launch cells and ranks derive from it."""
+    workdir_prefix = "nbfork-e2e-"
+    cell_timeout = 60  # s: a bound that only turns a hang into a failure
+
+    def kernel_environ(self, workdir):
+        """The kernel's extra environment (a dict of strings)."""
+        return {}
+
+    def setUp(self):
+        if not os.access(KERNEL, os.X_OK):
+            self.skipTest("no built nbfork-kernel at %s" % KERNEL)
+        self.workdir = tempfile.mkdtemp(prefix=self.workdir_prefix)
+        self.k = Kernel(env=self.kernel_environ(self.workdir))
+        self.kc = self.k.kc
+
+    def tearDown(self):
+        self.k.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def run_cell(self, code, timeout=None, **kw):
+        """Execute `code` (Kernel.run: answers, interrupt_after,
+        interrupt_when). Returns (reply content, iopub messages, stdin
+        requests, times); a timeout fails the test."""
+        try:
+            return self.k.run(code, timeout=timeout or self.cell_timeout, **kw)
+        except TimeoutError as e:
+            self.fail(str(e))
+
+    def run_ok(self, code, **kw):
+        """run_cell for a cell that must succeed (its reply status ok)."""
+        reply, outputs, stdin_reqs, times = self.run_cell(code, **kw)
+        self.assertEqual(reply["status"], "ok",
+                         "cell failed: %r\n%s" % (code, reply.get("traceback")))
+        return reply, outputs, stdin_reqs, times
 
 
 def stream_text(outputs, name="stdout"):

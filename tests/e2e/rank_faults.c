@@ -2,8 +2,10 @@
  * rank_faults.c — nbfork-rank-faults, the program test_rankstate.py
  * launches with `nbfork launch`: a loop of all-reduces whose return codes
  * are IGNORED (as a newcomer's training loop does), with one fault:
- *   leave     rank 1 leaves (acc_destroy, return 0) before all-reduce #58
- *   hang      rank 1 stops taking part before all-reduce #58 (spins)
+ *   leave     rank 1 leaves (acc_destroy, return 0) before all-reduce #58,
+ *             printing "rank 1 leaves at T" (T: CLOCK_MONOTONIC seconds)
+ *   hang      rank 1 stops taking part before all-reduce #58 (spins),
+ *             printing "rank 1 hangs at T"
  *   mismatch  rank 1 all-reduces 4095 elements at #4, the others 4096
  *   own3      ranks 1..WORLD-1 exit(3) at once after all-reduce #5
  *   crash     rank 1 dies of SIGSEGV before all-reduce #58
@@ -55,12 +57,18 @@ int main(int argc, char **argv) {
   int told = 0;
   for (int step = 1; step <= 200; step++) {
     if (rank == 1 && step == 58 && !strcmp(mode, "leave")) {
+      /* CLOCK_MONOTONIC, as the test's time.monotonic(): leave -> report */
+      fprintf(stderr, "rank 1 leaves at %.3f\n", now_s());
+      fflush(stderr);
       acc_destroy(&acc);
       return 0;
     }
-    if (rank == 1 && step == 58 && !strcmp(mode, "hang"))
+    if (rank == 1 && step == 58 && !strcmp(mode, "hang")) {
+      fprintf(stderr, "rank 1 hangs at %.3f\n", now_s());
+      fflush(stderr);
       for (;;)
         usleep(1000);
+    }
     if (rank == 1 && step == 58 && !strcmp(mode, "crash"))
       raise(SIGSEGV);
     if (rank > 0 && step == 6 && !strcmp(mode, "own3"))

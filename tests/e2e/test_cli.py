@@ -57,6 +57,19 @@ class CliCase(unittest.TestCase):
 
 
 class Launch(CliCase):
+    def launch_sleepers(self):
+        """`nbfork launch` of two workers that sleep once their all-reduce
+        printed; returns the Popen once both printed."""
+        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
+                              "0", PROG, "sleep"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=self.env)
+        seen = ""
+        while seen.count("sum 3 ok") < 2:
+            line = p.stdout.readline()
+            self.assertTrue(line, "nbfork ended before the workers printed")
+            seen += line
+        return p
+
     def test_launch_program_sets_the_world_and_forwards_output(self):
         r = self.nbfork("launch", "--num_processes", "3", "--main_process_port", "0",
                         "--log_line_prefix_template", "[{rank}] ", PROG)
@@ -79,6 +92,79 @@ class Launch(CliCase):
         self.assertIn("rank 0 of 4 (local rank 0 of 2): sum 10 ok", r0.stdout)
         self.assertIn("rank 3 of 4 (local rank 1 of 2): sum 10 ok", out1)
 
+    def test_machines_that_differ_are_named_in_the_commands_words(self):
+        # issue 21 item 6: `--num_processes 4 on machine 0, 2 on machine 1`,
+        # not %launch's `num_processes: node 0 has 2` and "launch cells"
+        port = str(free_port())
+        common = ["launch", "--num_machines", "2", "--main_process_port", port]
+        node1 = subprocess.Popen([NBFORK, *common, "--num_processes", "2", "--machine_rank", "1",
+                                  PROG], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=self.env)
+        r0 = self.nbfork(*common, "--num_processes", "4", "--machine_rank", "0", PROG)
+        node1.communicate(timeout=TIMEOUT)
+        self.assertEqual(r0.returncode, 1, r0.stderr)
+        self.assertIn("--num_processes 4 on machine 0, 2 on machine 1", r0.stderr)
+        self.assertIn("`nbfork launch` needs the same --num_machines, --num_processes", r0.stderr)
+        self.assertNotIn("launch cell", r0.stderr)
+        self.assertNotIn("node 0 has", r0.stderr)
+
+    def test_rendezvous_secret_mismatch_in_the_commands_words(self):
+        # issue 21 item 6: the rendezvous' messages name --rdzv_conf and
+        # machines, not %launch's rdzv_conf=secret= and "launch cells"
+        port = str(free_port())
+        common = ["launch", "--num_processes", "2", "--num_machines", "2",
+                  "--main_process_port", port]
+        node1 = subprocess.Popen([NBFORK, *common, "--machine_rank", "1", "--rdzv_conf",
+                                  "join_timeout=3", PROG], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=self.env)
+        r0 = self.nbfork(*common, "--machine_rank", "0", "--rdzv_conf",
+                         "secret=alpha,join_timeout=3", PROG)
+        _, err1 = node1.communicate(timeout=TIMEOUT)
+        self.assertEqual(r0.returncode, 1, r0.stderr)
+        self.assertEqual(node1.returncode, 1, err1)
+        self.assertIn("machine 1 of --num_machines 2 did not join within 3 s", r0.stderr)
+        self.assertIn("while this machine has one (--rdzv_conf secret=...): the machines' "
+                      "secrets differ", r0.stderr)
+        self.assertIn("requires a rendezvous secret and this machine has none", err1)
+        for err in (r0.stderr, err1):
+            self.assertIn("Give every machine the same rendezvous secret (--rdzv_conf secret=... "
+                          "in each `nbfork launch`", err)
+            self.assertNotIn("launch cell", err)
+            self.assertNotIn("rdzv_conf=secret", err)
+
+    def test_absent_machine_0_in_the_commands_words(self):
+        # no machine 0 at all: its store never answers
+        port = free_port()
+        r = self.nbfork("launch", "--num_processes", "2", "--num_machines", "2",
+                        "--machine_rank", "1", "--main_process_port", str(port),
+                        "--rdzv_conf", "join_timeout=1", PROG)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn(f"machine 0's store at --main_process_ip 127.0.0.1 --main_process_port "
+                      f"{port} did not answer within 1 s (--rdzv_conf join_timeout). Start "
+                      "`nbfork launch --machine_rank 0`", r.stderr)
+        self.assertNotIn("launch cell", r.stderr)
+
+    def test_machine_0_without_verdict_in_the_commands_words(self):
+        # machine 0 waits for a third machine longer than machine 1 waits
+        # for its verdict
+        port = str(free_port())
+        common = ["launch", "--num_processes", "3", "--num_machines", "3",
+                  "--main_process_port", port]
+        node0 = subprocess.Popen([NBFORK, *common, "--machine_rank", "0", "--rdzv_conf",
+                                  "join_timeout=60", PROG], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=self.env)
+        try:
+            r1 = self.nbfork(*common, "--machine_rank", "1", "--rdzv_conf", "join_timeout=1",
+                             PROG)
+        finally:
+            node0.terminate()
+            node0.communicate(timeout=TIMEOUT)
+        self.assertEqual(r1.returncode, 1, r1.stderr)
+        self.assertIn("machine 0 (store at 127.0.0.1:%s) gave no verdict within 1 s" % port,
+                      r1.stderr)
+        self.assertIn("Run `nbfork launch` on every machine again.", r1.stderr)
+        self.assertNotIn("launch cell", r1.stderr)
+
     def test_failed_worker_stops_the_others_and_exits_1(self):
         r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0", PROG,
                         "fail", "1")
@@ -86,6 +172,25 @@ class Launch(CliCase):
         self.assertIn("nbfork launch: WorkerFailed: rank 1", r.stderr)
         self.assertIn("exited with code 3", r.stderr)
         self.assertIn("rank 1 fails on purpose", r.stderr)  # its stderr tail
+
+    def test_sigterm_is_reported_as_terminated(self):
+        # issue 21 item 6: a kill or a scheduler's SIGTERM is no KeyboardInterrupt
+        p = self.launch_sleepers()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=TIMEOUT)
+        self.assertEqual(p.returncode, 143, err)
+        self.assertIn("nbfork launch: terminated by SIGTERM: every worker was stopped", err)
+        self.assertNotIn("KeyboardInterrupt", err)
+
+    def test_non_executable_program_is_told_from_a_missing_one(self):
+        script = os.path.join(self.tmp.name, "train.py")
+        with open(script, "w") as f:
+            f.write("print('hi')\n")
+        r = self.nbfork("launch", "--num_processes", "2", script)
+        self.assert_usage_error(r, "program '%s' exists but is not executable" % script,
+                                "chmod +x")
+        r = self.nbfork("launch", "--num_processes", "2", script + ".missing")
+        self.assert_usage_error(r, "not found")
 
     def test_max_restarts_runs_the_group_again(self):
         r = self.nbfork("launch", "--num_processes", "2", "--main_process_port", "0",
@@ -95,14 +200,7 @@ class Launch(CliCase):
         self.assertEqual(r.stdout.count("\nrank 0 of 2 (local"), 2, r.stdout)
 
     def test_ctrl_c_stops_every_worker_and_leaves_none(self):
-        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
-                              "0", PROG, "sleep"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=self.env)
-        seen = ""
-        while seen.count("sum 3 ok") < 2:
-            line = p.stdout.readline()
-            self.assertTrue(line, "nbfork ended before the workers printed")
-            seen += line
+        p = self.launch_sleepers()
         workers = [int(x) for x in subprocess.run(["pgrep", "-P", str(p.pid)],
                                                   capture_output=True, text=True).stdout.split()]
         self.assertEqual(len(workers), 2)
@@ -146,6 +244,29 @@ class BadInput(CliCase):
         self.assert_usage_error(self.nbfork("launch", "--num_processes", "3", "--num_machines",
                                             "2", PROG), "not divisible by num_machines=2")
 
+    def test_unresolvable_main_process_ip_is_named(self):
+        self.assert_usage_error(
+            self.nbfork("launch", "--num_processes", "2", "--main_process_ip",
+                        "nbf-no-such-host.invalid", PROG),
+            "nbfork launch: error: --main_process_ip nbf-no-such-host.invalid does not resolve: ")
+
+    def test_srun_launch_with_unresolvable_first_node_asks_for_main_process_ip(self):
+        # `srun nbfork launch` whose first node neither resolves nor is known
+        # to scontrol: a usage error, not every machine on its own loopback
+        bindir = os.path.join(self.tmp.name, "bin")
+        os.mkdir(bindir)
+        with open(os.path.join(bindir, "scontrol"), "w") as f:
+            f.write("#!/bin/sh\nexit 1\n")
+        os.chmod(os.path.join(bindir, "scontrol"), 0o755)
+        env = dict(self.env, SLURM_STEP_ID="0", SLURM_NNODES="2", SLURM_NODEID="1",
+                   SLURM_JOB_NODELIST="nbf-no-such-node[1-2]",
+                   PATH=bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin"))
+        self.assert_usage_error(
+            self.nbfork("launch", "--num_processes", "2", "--main_process_port", "29999", PROG,
+                        env=env),
+            "Slurm's first node nbf-no-such-node1 does not resolve here",
+            "give --main_process_ip")
+
     def test_port_in_use(self):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -165,9 +286,9 @@ class BadInput(CliCase):
             f.write("num_processes: 2\nnum_gpus: 2\n")
         self.assert_usage_error(self.nbfork("launch", PROG), ":2:1: unknown config key 'num_gpus'")
         with open(self.config, "w") as f:
-            f.write("distributed_type: FSDP\n")
+            f.write("distributed_type: MEGATRON_LM\n")
         self.assert_usage_error(self.nbfork("launch", PROG),
-                                "distributed_type: FSDP is not supported by nbfork")
+                                "distributed_type: MEGATRON_LM is not supported by nbfork")
 
     def test_unknown_command(self):
         self.assert_usage_error(self.nbfork("lunch"), "unknown command 'lunch'")
@@ -439,6 +560,34 @@ class ClusterEnvironment(CliCase):
         for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
             self.assertEqual(p.returncode, 0, err)
             self.assertIn(f"rank {rank} of 2 (local rank {rank} of 2): sum 3 ok", out)
+
+    def test_bare_srun_unresolvable_first_node_points_at_master_addr(self):
+        # SLURM_JOB_NODELIST's first node resolves nowhere and Slurm does not
+        # answer (an scontrol that fails): the store's error says where
+        # MASTER_ADDR came from and what to set
+        bindir = os.path.join(self.tmp.name, "bin")
+        os.mkdir(bindir)
+        with open(os.path.join(bindir, "scontrol"), "w") as f:
+            f.write("#!/bin/sh\necho 'scontrol: error: no cluster' >&2\nexit 1\n")
+        os.chmod(os.path.join(bindir, "scontrol"), 0o755)
+        procs = []
+        for rank in range(2):
+            env = dict(self.env, SLURM_PROCID=str(rank), SLURM_NTASKS="2",
+                       SLURM_LOCALID=str(rank), SLURM_NODEID="0", SLURM_TASKS_PER_NODE="2",
+                       SLURM_JOB_NODELIST="nbf-no-such-node[1-2]",
+                       SLURM_JOB_ID=str(40000 + os.getpid() % 5000), NBFORK_TIMEOUT_S="3",
+                       PATH=bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin"))
+            env.pop("MASTER_ADDR", None)
+            env.pop("MASTER_PORT", None)
+            procs.append(subprocess.Popen([PROG], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True, env=env))
+        for p in procs:
+            out, err = p.communicate(timeout=TIMEOUT)
+            self.assertNotEqual(p.returncode, 0, out)
+            self.assertIn("MASTER_ADDR was not set: it was taken from nbf-no-such-node1, the "
+                          "first node of SLURM_JOB_NODELIST, whose name does not resolve here",
+                          err)
+            self.assertIn("set MASTER_ADDR to an address of rank 0's node", err)
 
     def test_mpich_style_environment(self):
         port = str(free_port())

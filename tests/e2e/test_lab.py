@@ -124,5 +124,60 @@ class LabTest(BrowserCase):
         self.screenshot("lab_fashion_mnist")
 
 
+# The same record for one cell by index among the code cells (window.__nbfCell),
+# and every output text that cell held, in order of first sight.
+WATCH_CELL = """
+window.__nbf = {bars: [], maxBars: 0, texts: []};
+const nb = document.querySelector('.jp-Notebook');
+new MutationObserver(() => {
+  const cell = nb.querySelectorAll('.jp-CodeCell')[window.__nbfCell];
+  if (!cell) return;
+  const outs = [...cell.querySelectorAll('.jp-OutputArea-output')].map(o => o.innerText);
+  const bars = outs.filter(t => /\\d+\\/\\d+ \\[/.test(t));
+  const w = window.__nbf;
+  w.maxBars = Math.max(w.maxBars, bars.length);
+  for (const b of bars) if (!w.bars.includes(b)) w.bars.push(b);
+}).observe(nb, {subtree: true, childList: true, characterData: true});
+"""
+
+
+class LabRanksTest(BrowserCase):
+    """notebooks/interactive_ranks.ipynb (issue 22) run in Lab: two ranks
+    that stay, two epochs over two %%ranks cells."""
+    front_end = "lab"
+    env_extra = {"FMNIST_LIMIT": "16000"}  # 125 steps a rank an epoch: seconds, several bar states
+    TRAIN_CELL = 3  # code cells: %ranks start, data, model, train epoch 0, ...
+
+    def test_interactive_ranks_run_all(self):
+        self.open_notebook("interactive_ranks.ipynb")
+        self.driver.execute_script("window.__nbfCell = %d;" % self.TRAIN_CELL + WATCH_CELL)
+        self.menu("Run", "Run All Cells")
+        self.wait_all_done(timeout=max(WAIT_S, 300))
+        train = self.output_text(self.TRAIN_CELL)
+        # each rank's lines, prefixed, in the cell's outputs
+        for rank in (0, 1):
+            self.assertRegex(train, r"\[rank %d\] epoch 0: loss \d+\.\d+, grad norm" % rank)
+        self.assertRegex(self.output_text(self.TRAIN_CELL + 1), r"^\[rank 1\] \d+\.\d+")
+        again = self.output_text(self.TRAIN_CELL + 2)
+        for rank in (0, 1):
+            self.assertRegex(again, r"\[rank %d\] epoch 1: loss" % rank)
+        # the progress bar of rank 0: one output, updated in place (seen in
+        # several states, never two at once), ending full
+        w = self.driver.execute_script("return window.__nbf")
+        self.assertEqual(w["maxBars"], 1, w["bars"])
+        self.assertGreaterEqual(len(w["bars"]), 2, w["bars"])
+        self.assertRegex(w["bars"][-1], r"\b(\d+)/\1 \[")
+        page = "\n".join(self.output_text(i) for i in range(len(self.cells())))
+        self.assertRegex(page, r"test accuracy: \d+\.\d\d%")
+        self.assertIn("Stopped 2 rank workers", page)
+        self.assertFalse(self.driver.find_elements(
+            By.CSS_SELECTOR, ".jp-OutputArea-output[data-mime-type="
+            "'application/vnd.jupyter.stderr']"), page)
+        self.driver.execute_script(
+            "document.querySelectorAll('.jp-Notebook .jp-CodeCell')[%d]"
+            ".scrollIntoView({block: 'start'})" % self.TRAIN_CELL)
+        self.screenshot("lab_interactive_ranks")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -18,8 +18,6 @@ through jupyter_client and the real kernel.
 Each test waits on the cell's reply; the only bounds say "it ends"."""
 import os
 import queue
-import shutil
-import tempfile
 import unittest
 
 import nbf_harness as h
@@ -50,27 +48,19 @@ int reader(void) {
 """
 
 
-class LaunchCellTest(unittest.TestCase):
+class LaunchCellTest(h.KernelTestCase):
+    workdir_prefix = "nbfork-launch-cells-"
+    cell_timeout = TIMEOUT
+
+    def kernel_environ(self, workdir):
+        return {"NBFORK_WORKDIR": os.path.join(workdir, "cells")}
+
     def setUp(self):
-        if not os.access(h.KERNEL, os.X_OK):
-            self.skipTest("no built nbfork-kernel at %s" % h.KERNEL)
-        self.tmp = tempfile.mkdtemp(prefix="nbfork-launch-cells-")
-        self.k = h.Kernel(env={"NBFORK_WORKDIR": os.path.join(self.tmp, "cells")})
+        super().setUp()
         self.ok(DEFS)
 
-    def tearDown(self):
-        self.k.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def run_cell(self, code, **kw):
-        try:
-            return self.k.run(code, timeout=TIMEOUT, **kw)
-        except TimeoutError as e:
-            self.fail(str(e))
-
     def ok(self, code, **kw):
-        reply, outputs, stdin_reqs, _ = self.run_cell(code, **kw)
-        self.assertEqual(reply["status"], "ok", "%r: %s" % (code, reply.get("traceback")))
+        _, outputs, stdin_reqs, _ = self.run_ok(code, **kw)
         return outputs, stdin_reqs
 
     def fails(self, code, ename):

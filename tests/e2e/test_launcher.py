@@ -15,6 +15,7 @@ the launch again when the store could not bind."""
 import os
 import queue
 import re
+import signal
 import socket
 import tempfile
 import threading
@@ -73,6 +74,20 @@ static void *guard_wait(void *arg) { char c; while (read(guard_pipe[0], &c, 1) <
 int start_thread(void) { if (pipe(guard_pipe)) return -1; return pthread_create(&guard_thread, 0, guard_wait, 0); }
 int stop_thread(void) { close(guard_pipe[1]); int r = pthread_join(guard_thread, 0); close(guard_pipe[0]); return r; }
 """ + h.REDUCE_ONES_C
+
+# Rank 1 stops taking part after 3 all-reduces; rank 0 waits in #4.
+STUCK_C = r"""
+int stuck(void) {
+    acc_t *acc = acc_new(NULL);
+    if (!acc) return 1;
+    static float x[16];
+    for (int i = 0; i < 3; i++) acc_all_reduce(acc, x, 16, ACC_F32, ACC_SUM);
+    if (acc_rank(acc) == 1) { printf("rank 1 spins\n"); fflush(stdout); for (;;) usleep(1000); }
+    printf("rank 0 waits\n"); fflush(stdout);
+    acc_all_reduce(acc, x, 16, ACC_F32, ACC_SUM);
+    return 0;
+}
+"""
 
 # LaunchError texts of a store that could not bind its port.
 PORT_TAKEN = ("cannot be used for the rendezvous store", "cannot host the rendezvous store")
@@ -265,6 +280,58 @@ class LauncherTests(KernelWithDefs):
         reply, out = self.launch("reduce_ones()")
         self.assertEqual(reply["status"], "ok", h.errors(out))
 
+    def test_status_file_and_sigquit_show_where_every_rank_is(self):
+        # while a %launch cell runs, <work directory>/ranks-status says
+        # where every rank is (rewritten each second), and SIGQUIT to the
+        # kernel's executor prints the same view into the cell's output;
+        # the file is gone once the group ended. Before: neither existed.
+        reply, out = self.k.execute(STUCK_C)
+        self.assertEqual(reply["status"], "ok", h.errors(out))
+        kernel = self.k.km.provisioner.process.pid
+        execs = [int(c) for t in os.listdir("/proc/%d/task" % kernel)
+                 for c in open("/proc/%d/task/%s/children" % (kernel, t)).read().split()]
+        self.assertEqual(len(execs), 1, execs)
+        ex = execs[0]
+        tmp = os.environ.get("TMPDIR", "/tmp")
+        dirs = [d for d in os.listdir(tmp) if d.startswith("nbfork-%d-" % ex)]
+        self.assertEqual(len(dirs), 1, dirs)
+        status = os.path.join(tmp, dirs[0], "ranks-status")
+
+        def run(port):
+            cell = Cell(self.k, "%%launch stuck() num_processes=2 use_port=%d" % port)
+            ready = cell.wait_for(lambda seen: "rank 1 spins" in seen and "rank 0 waits" in seen)
+            view = ""
+            if ready is not None:
+                def current():
+                    nonlocal view
+                    try:
+                        with open(status) as f:
+                            view = f.read()
+                    except FileNotFoundError:
+                        return False
+                    # the file is rewritten each second: one written before
+                    # rank 1's all_reduce #3 returned shows it still there
+                    return ("rank 0: in all_reduce #4 (f32 x 16) for" in view and
+                            "rank 1: running its own code" in view)
+                h.wait_until(current, timeout=30)
+                os.kill(ex, signal.SIGQUIT)
+                time.sleep(1.0)  # the monitor's next tick prints it
+                self.k.km.interrupt_kernel()
+            reply, out = cell.finish()
+            return reply, out, view
+
+        reply, out, view = on_free_port(run)
+        print(view)
+        self.assertIn("nbfork: where each rank is, ", view)
+        self.assertIn("(running; their state records):", view)
+        self.assertRegex(view, r"  rank 0: in all_reduce #4 \(f32 x 16\) for \d+\.\d s\n")
+        self.assertRegex(view, r"  rank 1: running its own code for \d+\.\d s, after all_reduce #3")
+        self.assertIn("  -> rank 1 did not reach all_reduce #4 (f32 x 16)", view)
+        text = h.stream_text(out, "stdout") + h.stream_text(out, "stderr")
+        self.assertIn("(SIGQUIT; their state records):", text)
+        self.assertEqual(h.errors(out)[0]["ename"], "KeyboardInterrupt")
+        self.assertFalse(os.path.exists(status))  # no view once no group runs
+
     def test_collective_two_processes(self):
         self.assert_reduced(*self.launch("reduce_ones()"))
 
@@ -329,6 +396,15 @@ class LauncherTests(KernelWithDefs):
             time.sleep(0.1)
         self.assertEqual(reply["status"], "ok", h.errors(out))
         self.assertIn("Launching training on 2 CPU processes.", h.stream_text(out))
+
+    def test_unresolvable_master_addr_is_named(self):
+        reply, out = self.k.execute("%launch show() num_processes=2 num_nodes=2 node_rank=1 "
+                                    "master_addr=nbf-no-such-host.invalid use_port=29999")
+        errs = h.errors(out)
+        self.assertEqual(errs[0]["ename"], "LaunchError")
+        self.assertIn("master_addr=nbf-no-such-host.invalid does not resolve: ",
+                      errs[0]["evalue"])
+        self.assertIn("Give node 0's IP address", "\n".join(errs[0]["traceback"]))
 
     def test_port_in_use(self):
         s = socket.socket()

@@ -200,20 +200,23 @@ int leave_behind(void) {
     SPIN = ('#include <stdio.h>\nprintf("spinning\\n"); fflush(stdout);\n'
             'volatile unsigned long n = 0; while (1) { n++; }\n')
 
-    def start_spin(self, k):
-        msg_id = k.kc.execute(self.SPIN)
-        seen = []
+    def wait_output(self, k, msg_id, text, count, what):
+        """Wait until the stream output of request msg_id has shown `text`
+        `count` times (counted message by message); fails with `what`."""
+        seen = [0]
 
-        def spinning():
+        def enough():
             try:
                 m = k.kc.get_iopub_msg(timeout=0.2)
             except Exception:
                 return False
-            if (m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream"
-                    and "spinning" in m["content"]["text"]):
-                seen.append(m)
-            return bool(seen)
-        self.assertTrue(h.wait_until(spinning, 60), "the cell never started")
+            if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream":
+                seen[0] += m["content"]["text"].count(text)
+            return seen[0] >= count
+        self.assertTrue(h.wait_until(enough, 60), what)
+
+    def start_spin(self, k):
+        self.wait_output(k, k.kc.execute(self.SPIN), "spinning", 1, "the cell never started")
 
     def test_kernel_sigkill_while_busy_takes_the_executor(self):
         k = self.kernel()
@@ -243,17 +246,7 @@ int leave_behind(void) {
         ex = executor_pid(k)
         port = h.free_port()
         msg_id = k.kc.execute("%%launch spin() num_processes=2 use_port=%d" % port)
-        ups = []
-
-        def both_up():
-            try:
-                m = k.kc.get_iopub_msg(timeout=0.2)
-            except Exception:
-                return False
-            if (m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream"):
-                ups.extend(["x"] * m["content"]["text"].count("worker up"))
-            return len(ups) >= 2
-        self.assertTrue(h.wait_until(both_up, 60), "the workers never started")
+        self.wait_output(k, msg_id, "worker up", 2, "the workers never started")
         workers = children(ex)
         self.assertEqual(len(workers), 2, workers)
         t0 = time.monotonic()

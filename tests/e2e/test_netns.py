@@ -10,6 +10,7 @@ Skipped with the reason when network namespaces cannot be created here
 (needs root and `ip` from iproute2).
 """
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -99,6 +100,17 @@ class TwoNamespaces(unittest.TestCase):
             # whatever the ranks' own timeouts named (ln_probe.h)
             self.assertIn(f"[{lost}]", err)
             self.assertIn("does not answer this node", err)
+            # each node shows the positions of the ranks it can see (its
+            # own records), after the probe's verdict on the other node
+            self.assertIn("Where each rank was when the group failed", err)
+            self.assertLess(err.index("does not answer this node"),
+                            err.index("Where each rank was when the group failed"), err)
+            shown = sorted(set(int(k) for k in re.findall(r"^  rank (\d): ", err, re.M)))
+            self.assertEqual(shown, [2 * node, 2 * node + 1], err)
+            self.assertIn("  ranks of the other 1 node: their records are on those nodes (see "
+                          "their reports); the probe: a node does not answer (first line)", err)
+            if node == 0:
+                print(err[err.index("nbfork launch: WorkerFailed"):])
 
 
 if __name__ == "__main__":

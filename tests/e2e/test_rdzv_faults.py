@@ -279,7 +279,9 @@ class CommandLine(unittest.TestCase):
         for node, (rc, err, secs) in enumerate(res):
             self.assertEqual(rc, 1, err)
             self.assertIn("LaunchError", err)
-            self.assertIn("the nodes' secrets differ", err)
+            self.assertIn("the machines' secrets differ", err)  # the command's words (issue 21)
+            self.assertIn("--rdzv_conf secret=...", err)
+            self.assertNotIn("launch cell", err)
             self.assertLess(secs, RDZV_TIMEOUT + MARGIN_S, "node %d ended late" % node)
 
     def test_num_processes_differ(self):
@@ -287,7 +289,9 @@ class CommandLine(unittest.TestCase):
         res = self.both(["--num_processes", "4", *conf], ["--num_processes", "2", *conf])
         for rc, err, secs in res:
             self.assertEqual(rc, 1, err)
-            self.assertIn("num_processes: node 0 has 2, node 1 has 1", err)
+            # in the command line's words (issue 21 item 6)
+            self.assertIn("--num_processes 4 on machine 0, 2 on machine 1", err)
+            self.assertNotIn("launch cell", err)
             self.assertNotIn("enforce", err)
             self.assertLess(secs, RDZV_TIMEOUT + MARGIN_S)
 

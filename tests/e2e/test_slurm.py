@@ -146,6 +146,15 @@ class SlurmCluster(unittest.TestCase):
         for rank in range(4):
             self.assertIn(f"rank {rank} of 4 (local rank {rank % 2} of 2): sum 10 ok", r.stdout)
 
+    def test_bare_srun_two_nodes_without_master_addr(self):
+        # issue 21 item 6: no MASTER_ADDR, node names that do not resolve:
+        # the ranks take node nbfnode1's NodeAddr, as `srun nbfork launch` does
+        env = {k: v for k, v in self.env.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+        r = self.srun("-N2", "-n4", PROG, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        for rank in range(4):
+            self.assertIn(f"rank {rank} of 4 (local rank {rank % 2} of 2): sum 10 ok", r.stdout)
+
     def sbatch(self, script, env=None):
         """Run one of examples/slurm/ through sbatch --wait; its output."""
         out = os.path.join(self.tmp.name, "job.out")

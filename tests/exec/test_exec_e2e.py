@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -42,39 +41,22 @@ def find_nvcc():
     return None
 
 
-class ExecutorE2ETest(unittest.TestCase):
+class ExecutorE2ETest(nbf_harness.KernelTestCase):
     kernel_env = None
+    workdir_prefix = "nbfork-exec-e2e-"
+    cell_timeout = TIMEOUT
 
-    def setUp(self):
-        if not os.access(nbf_harness.KERNEL, os.X_OK):
-            self.skipTest("no built nbfork-kernel at %s" % nbf_harness.KERNEL)
-        self.workdir = tempfile.mkdtemp(prefix="nbfork-exec-e2e-")
-        env = {"NBFORK_WORKDIR": os.path.join(self.workdir, "cells"),
+    def kernel_environ(self, workdir):
+        env = {"NBFORK_WORKDIR": os.path.join(workdir, "cells"),
                "NBFORK_KEEP_WORKDIR": "1"}
         env.update(self.kernel_env or {})
-        self.k = Kernel(env=env)
-        self.kc = self.k.kc
-
-    def tearDown(self):
-        self.k.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        return env
 
     # ------------------------------------------------------------ helpers
 
-    def run_cell(self, code, timeout=TIMEOUT, **kw):
-        """Execute `code` (Kernel.run: answers, interrupt_after,
-        interrupt_when). Returns (reply content, iopub messages, stdin
-        requests, times)."""
-        try:
-            return self.k.run(code, timeout=timeout, **kw)
-        except TimeoutError as e:
-            self.fail(str(e))
-
     def ok(self, code, **kw):
         """Run a cell that must succeed; returns its iopub messages."""
-        reply, outputs, _, _ = self.run_cell(code, **kw)
-        self.assertEqual(reply["status"], "ok",
-                         "cell failed: %r\n%s" % (code, reply.get("traceback")))
+        outputs = self.run_ok(code, **kw)[1]
         self.assertEqual(errors(outputs), [])
         return outputs
 
@@ -465,7 +447,8 @@ class ExecutorE2ETest(unittest.TestCase):
             self.assertRegex(who, r"(?m)^%s\s+%s" % (name, kind))
         ls = stream_text(self.ok("%lsmagic"))
         for magic in ["%launch", "%time ", "%timeit", "%cflags", "%ldflags", "%env", "%who",
-                      "%lsmagic", "%%cuda", "%%timeit", "%%writefile", "%%file"]:
+                      "%lsmagic", "%%cuda", "%%timeit", "%%writefile", "%%file", "%ranks",
+                      "%autoranks", "%%ranks"]:
             self.assertIn(magic, ls)
         reply, outputs, _, _ = self.run_cell("%nosuchmagic")
         self.assertEqual(reply["ename"], "UsageError")
@@ -997,7 +980,7 @@ class ExecutorE2ETest(unittest.TestCase):
         self.assertEqual((reply["cursor_start"], reply["cursor_end"]), (0, 3))
         reply = self.shell(self.kc.complete("int a;\n%", 8))
         for m in ["%launch", "%time", "%timeit", "%who", "%%cuda", "%%timeit", "%%writefile",
-                  "%%file"]:
+                  "%%file", "%ranks", "%%ranks", "%autoranks"]:
             self.assertIn(m, reply["matches"])
         self.assertEqual(reply["cursor_start"], 7)
         reply = self.shell(self.kc.complete("#include <stdi", 14))

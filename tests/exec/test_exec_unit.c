@@ -9,7 +9,6 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +19,10 @@
 #include "../common/nbf_test.h"
 #include "ex_cell.h"
 #include "ex_compile.h"
+#include "ex_cuda_hook.h"
 #include "ex_decl.h"
 #include "ex_diag.h"
+#include "nbf_util.h"
 #include "ex_jit.h"
 #include "ex_magic.h"
 #include "ex_objects.h"
@@ -963,13 +964,6 @@ typedef struct {
   char workdir[64];
 } engine_t;
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
 static void engine_init(engine_t *e) {
   memset(e, 0, sizeof *e);
   e->cells = cells_new();
@@ -984,7 +978,7 @@ static void engine_init(engine_t *e) {
 }
 
 static void engine_destroy(engine_t *e) {
-  nftw(e->workdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+  nbf_rmtree(e->workdir);
   ex_cell_state_destroy(&e->cells.st);
 }
 
@@ -1287,6 +1281,22 @@ NBF_TEST(compile_cxx_unit_with_host_compiler) {
   ASSERT_EQ(launch(), 0);
   ex_cell_unit_free(&l);
   engine_destroy(&e);
+}
+
+/* Who initialized CUDA: the line of the cell's call of the function that
+ * led to cuInit (ex_cuda_hook.h), declarations skipped. */
+NBF_TEST(cuda_hook_call_line_skips_declarations) {
+  const char *cell = "int gpu_setup(void);\n"
+                     "extern int *gpu_setup_ptr(void);\n"
+                     "int my_gpu_setup(void) { return 0; }\n"
+                     "int rc = gpu_setup ();\n"
+                     "gpu_setup();\n";
+  ASSERT_EQ(ex_cuda_hook_call_line(cell, "gpu_setup"), 4);
+  ASSERT_EQ(ex_cuda_hook_call_line("if (gpu_setup())\n  return 1;", "gpu_setup"), 1);
+  ASSERT_EQ(ex_cuda_hook_call_line("int f(void) {\n  return gpu_setup();\n}", "gpu_setup"), 2);
+  ASSERT_EQ(ex_cuda_hook_call_line("static int *gpu_setup(void);\n", "gpu_setup"), 0);
+  ASSERT_EQ(ex_cuda_hook_call_line("x = my_gpu_setup();", "gpu_setup"), 0);
+  ASSERT_EQ(ex_cuda_hook_call_line("", "gpu_setup"), 0);
 }
 
 NBF_TEST_MAIN()
@@ -1844,3 +1854,4 @@ NBF_TEST(objects_sweep_closes_what_nothing_names) {
   ex_cell_unit_free(&v);
   ex_cell_state_destroy(&c.st);
 }
+

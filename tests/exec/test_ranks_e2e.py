@@ -8,8 +8,6 @@ method is its own ctest test, exec.e2e.ranks.NAME (tests/exec/CMakeLists.txt).
 """
 import os
 import re
-import shutil
-import tempfile
 import time
 import unittest
 
@@ -28,29 +26,15 @@ def alive(pid):
         return False
 
 
-class RanksE2ETest(unittest.TestCase):
+class RanksE2ETest(nbf_harness.KernelTestCase):
+    workdir_prefix = "nbfork-ranks-e2e-"
+    cell_timeout = TIMEOUT
 
-    def setUp(self):
-        if not os.access(nbf_harness.KERNEL, os.X_OK):
-            self.skipTest("no built nbfork-kernel at %s" % nbf_harness.KERNEL)
-        self.workdir = tempfile.mkdtemp(prefix="nbfork-ranks-e2e-")
-        self.k = Kernel(env={"TMPDIR": self.workdir})
-
-    def tearDown(self):
-        self.k.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def run_cell(self, code, **kw):
-        try:
-            return self.k.run(code, timeout=TIMEOUT, **kw)
-        except TimeoutError as e:
-            self.fail(str(e))
+    def kernel_environ(self, workdir):
+        return {"TMPDIR": workdir}
 
     def ok(self, code, **kw):
-        reply, outputs, _, _ = self.run_cell(code, **kw)
-        self.assertEqual(reply["status"], "ok",
-                         "cell failed: %r\n%s" % (code, reply.get("traceback")))
-        return outputs
+        return self.run_ok(code, **kw)[1]
 
     def fail_with(self, code, ename, **kw):
         reply, outputs, _, times = self.run_cell(code, **kw)
@@ -162,6 +146,51 @@ class RanksE2ETest(unittest.TestCase):
         out = self.ok("%%ranks\nkept")
         self.assertEqual(sorted(results(out)), ["[rank 0] 8", "[rank 1] 8"])
 
+    def test_interrupt_mid_collective_rebuilds_the_group(self):
+        self.start(2)
+        self.ok("%%ranks\nacc_t *acc = acc_new(NULL);")
+        # rank 0 waits in an all-reduce that rank 1 never joins: the cut
+        # leaves rank 0's 100 on the wire of the old group
+        reply, _, times = self.fail_with(
+            '%%ranks\n#include <stdio.h>\n#include <unistd.h>\nfloat cut = 100;\n'
+            'printf("entered\\n"); fflush(stdout);\n'
+            "if (my_rank() == 0) acc_all_reduce(acc, &cut, 1, ACC_F32, ACC_SUM);\n"
+            "else for (;;) pause();", "KeyboardInterrupt",
+            interrupt_when=lambda out: stream_text(out).count("entered") == 2)
+        self.assertLess(times["idle"] - times["interrupt"], 2.0)
+        tb = "\n".join(reply["traceback"])
+        self.assertRegex(tb, r"rank 0: in all_reduce #1 \(f32 x 1\) for \d+\.\d s")
+        self.assertIn("rank 1: running its own code", tb)
+        self.assertIn("Rank 0 was cut inside all_reduce #1 (f32 x 1)", tb)
+        self.assertIn("rebuilds its process groups at its next collective", tb)
+        status = stream_text(self.ok("%ranks status"))
+        self.assertRegex(status, r"(?m)^0\s.*idle \(last cell \[\d+\]\); cut inside "
+                         r"all_reduce #1 \(f32 x 1\)")
+        # the next collective runs on a new group: both ranks get 1 + 2,
+        # not the cut call's 100
+        out = self.ok("%%ranks\nfloat w = my_rank() + 1;\n"
+                      "acc_all_reduce(acc, &w, 1, ACC_F32, ACC_SUM);\nw")
+        self.assertEqual(sorted(results(out)), ["[rank 0] 3", "[rank 1] 3"])
+        # numbered alike after the rebuild: the cut call was #1
+        status = stream_text(self.ok("%ranks status"))
+        self.assertEqual(len(re.findall(r"process group: last all_reduce #2\b", status)), 2,
+                         status)
+
+    def test_crash_mid_collective_reports_positions(self):
+        self.start(2)
+        self.ok("%%ranks\nacc_t *acc = acc_new(NULL);")
+        reply, _, _ = self.fail_with(
+            "%%ranks\n#include <unistd.h>\nfloat v = 1;\n"
+            "if (my_rank() == 1) { usleep(300000); *(volatile int *)0 = 1; }\n"
+            "acc_all_reduce(acc, &v, 1, ACC_F32, ACC_SUM);", "RankFailed")
+        self.assertIn("rank 1", reply["evalue"])
+        tb = "\n".join(reply["traceback"])
+        # rank 0 waited in the all-reduce rank 1 never reached (still in it
+        # at the stop, or already failed in it: its peer was lost)
+        self.assertIn("Where each rank was when the cell stopped:", tb)
+        self.assertRegex(tb, r"rank 0: (in all_reduce #1 \(f32 x 1\) for|"
+                         r"all_reduce #1 \(f32 x 1\) failed after)")
+
     def test_pull_push_sizes(self):
         self.start(2)
         self.ok("%%ranks\nsize_t n = 25u << 20;\nfloat *w = acc_keep(\"w\", n * 4, NULL);\n"
@@ -212,6 +241,14 @@ class RanksE2ETest(unittest.TestCase):
         self.assertEqual(sorted(results(self.ok("ar * 2"))), ["[rank 0] 8", "[rank 1] 8"])
         self.ok("%autoranks off")
         self.assertEqual(results(self.ok("2 + 2")), ["4"])
+
+    def test_help_lists_the_ranks_magics(self):
+        for name, usage in [("%ranks", "%ranks start num_processes=N"),
+                            ("%%ranks", "%%ranks [all | 0 | 1,3 | 0-2] [--group]"),
+                            ("%autoranks", "%autoranks on|off")]:
+            reply = self.run_cell(name + "?")[0]
+            self.assertEqual(reply["status"], "ok", reply)
+            self.assertIn(usage, reply["payload"][0]["data"]["text/plain"], name)
 
     def test_usage_errors(self):
         reply, _, _ = self.fail_with("%%ranks\nint q;", "UsageError")

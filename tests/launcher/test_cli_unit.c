@@ -8,7 +8,6 @@
  * %launch cells.
  */
 #define _GNU_SOURCE
-#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include <unistd.h>
 
 #include "ln_cli.h"
+#include "ln_cli_parse.h"
 #include "ln_config.h"
 #include "ln_display_view.h"
 #include "ln_mpirun.h"
@@ -23,20 +23,16 @@
 #include "ln_slurm.h"
 #include "nbf_cluster.h"
 #include "nbf_param.h"
+#include "nbf_util.h"
 #include "nbf_test.h"
 
 /* A private config path, so no ~/.cache config of the machine applies;
  * the directory goes when the case ends. */
 static char g_dir[64];
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 static void remove_dir(void) {
   if (g_dir[0])
-    nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    nbf_rmtree(g_dir);
 }
 
 static void isolate(void) {
@@ -211,10 +207,16 @@ NBF_TEST(config_errors_name_the_key_line_and_column) {
                       "bad.yaml:2:1: unknown config key 'num_procs'");
   assert_config_error("num_processes: [2\nfoo: 1\n", "bad.yaml:2:4: not valid YAML");
   assert_config_error("a: b: c\n", "bad.yaml:1:5: not valid YAML");
-  assert_config_error("distributed_type: DEEPSPEED\n", "1:19: distributed_type: DEEPSPEED");
-  assert_config_error("fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\n",
-                      "1:1: fsdp_config: FSDP is not supported by nbfork");
-  assert_config_error("deepspeed_config:\n  zero_stage: 2\n", "DeepSpeed is not supported");
+  assert_config_error("distributed_type: XLA\n", "1:19: distributed_type: XLA");
+  assert_config_error(
+      "distributed_type: FSDP\nfsdp_config:\n  fsdp_activation_checkpointing: true\n",
+      "fsdp_activation_checkpointing: activation checkpointing is not supported");
+  assert_config_error("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 5\n",
+                      "bad value for zero_stage: '5'");
+  assert_config_error("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 7\n",
+                      "bad value for sharding: '7'");
+  assert_config_error("distributed_type: FSDP\nfsdp_config:\n  fsdp_bogus: 1\n",
+                      "unknown key 'fsdp_bogus' in fsdp_config");
   assert_config_error("tpu_use_cluster: true\n", "TPU is not supported");
   assert_config_error("dynamo_backend: INDUCTOR\n", "torch dynamo is not supported");
   assert_config_error("compute_environment: AMAZON_SAGEMAKER\n", "only LOCAL_MACHINE");
@@ -250,8 +252,81 @@ NBF_TEST(config_writer_output_reads_back) {
   ASSERT_EQ_STR(c.o.mixed_precision, "no");
 }
 
+/* The Transformers guide's FSDP and DeepSpeed configs (issue 23): the
+ * sharding choice reaches the workers' environment under Accelerate's
+ * names. */
+NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
+  isolate();
+  char *fsdp = write_file("fsdp.yaml", "compute_environment: LOCAL_MACHINE\n"
+                                       "distributed_type: FSDP\n"
+                                       "fsdp_config:\n"
+                                       "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+                                       "  fsdp_backward_prefetch_policy: BACKWARD_PRE\n"
+                                       "  fsdp_forward_prefetch: true\n"
+                                       "  fsdp_offload_params: true\n"
+                                       "  fsdp_sharding_strategy: 2\n"
+                                       "  fsdp_state_dict_type: SHARDED_STATE_DICT\n"
+                                       "  fsdp_sync_module_states: true\n"
+                                       "  fsdp_transformer_layer_cls_to_wrap: BertLayer\n"
+                                       "  fsdp_use_orig_params: true\n"
+                                       "num_processes: 2\n");
+  ln_cli_t c;
+  char err[512];
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", fsdp, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "SHARD_GRAD_OP");
+  ASSERT_EQ(c.o.offload, 1);
+  ASSERT_EQ_STR(c.o.state_dict_type, "SHARDED_STATE_DICT");
+  ln_options_sharding_env(&c.o);
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_ACCELERATE_USE_FSDP), "true");
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_SHARDING_STRATEGY), "SHARD_GRAD_OP");
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_OFFLOAD_PARAMS), "true");
+  char *opts = ln_cli_launch_options(&c, LN_OPTS_GIVEN);
+  ASSERT_CONTAINS(opts, "sharding=SHARD_GRAD_OP");
+  free(opts);
+  /* FSDP without a strategy: FULL_SHARD, as Accelerate */
+  char *plain = write_file("fsdp1.yaml", "distributed_type: FSDP\nnum_processes: 2\n");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", plain, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "FULL_SHARD");
+  /* DeepSpeed: zero_stage and the offload device; the JSON file's
+   * zero_optimization section */
+  char *json = write_file("ds.json", "{\"zero_optimization\": {\"stage\": 3, "
+                                     "\"offload_optimizer\": {\"device\": \"cpu\"}}}");
+  char yaml[600];
+  snprintf(yaml, sizeof yaml,
+           "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: %s\n"
+           "  zero3_init_flag: true\nnum_processes: 2\n",
+           json);
+  char *ds = write_file("ds.yaml", yaml);
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", ds, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "zero3");
+  ASSERT_EQ(c.o.offload, 1);
+  char *ds1 = write_file("ds1.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                                     "  zero_stage: 1\n  offload_optimizer_device: none\n");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", ds1, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "zero1");
+  ln_options_sharding_env(&c.o);
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_ACCELERATE_USE_DEEPSPEED), "true");
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_ACCELERATE_DEEPSPEED_ZERO_STAGE), "1");
+  /* a section of another distributed_type is ignored, as Accelerate does */
+  char *other = write_file("o.yaml", "distributed_type: MULTI_GPU\nfsdp_config:\n"
+                                     "  fsdp_sharding_strategy: 1\n");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", other, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "no");
+  /* %launch's option */
+  ln_options_t o;
+  ln_options_init(&o);
+  ASSERT_EQ(ln_options_parse("num_processes=2 sharding=1 offload=true", &o, err, sizeof err), 0);
+  ASSERT_EQ_STR(o.sharding, "FULL_SHARD");
+  ASSERT_EQ(ln_options_parse("num_processes=2 sharding=zero9", &o, err, sizeof err), -1);
+  ASSERT_CONTAINS(err, "sharding");
+  const char *files[] = {fsdp, plain, json, ds, ds1, other};
+  for (int i = 0; i < 6; i++)
+    unlink(files[i]), free((void *)files[i]);
+}
+
 NBF_TEST(mpirun_config_and_command_as_accelerate_builds_it) {
   isolate();
+  unsetenv("OMP_NUM_THREADS"); /* one thread per rank: passed on by mpirun, as the others set it */
   char *path = write_file("mpi.yaml", "distributed_type: MULTI_CPU\nnum_processes: 4\n"
                                       "num_machines: 2\nmpirun_config:\n"
                                       "  mpirun_ccl: '1'\n  mpirun_hostfile: /etc/hosts.mpi\n");
@@ -267,14 +342,16 @@ NBF_TEST(mpirun_config_and_command_as_accelerate_builds_it) {
     strcat(strcat(line, a[i]), " ");
   ASSERT_EQ_STR(line, "mpirun --allow-run-as-root --hostfile /etc/hosts.mpi --map-by ppr:2:node "
                       "-np 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29500 -x "
-                      "ACCELERATE_MIXED_PRECISION=no train --x ");
+                      "ACCELERATE_MIXED_PRECISION=no -x OMP_NUM_THREADS=1 train --x ");
   ln_mpirun_free(a);
   a = ln_mpirun_argv(&c, prog, 0, 0);
   line[0] = 0;
   for (int i = 0; a[i]; i++)
     strcat(strcat(line, a[i]), " ");
-  ASSERT_EQ_STR(line, "mpirun -f /etc/hosts.mpi -ppn 2 -n 4 -genv MASTER_ADDR 127.0.0.1 -genv "
-                      "MASTER_PORT 29500 -genv ACCELERATE_MIXED_PRECISION no train --x ");
+  ASSERT_EQ_STR(line,
+                "mpirun -f /etc/hosts.mpi -ppn 2 -n 4 -genv MASTER_ADDR 127.0.0.1 -genv "
+                "MASTER_PORT 29500 -genv ACCELERATE_MIXED_PRECISION no -genv OMP_NUM_THREADS 1 "
+                "train --x ");
   ln_mpirun_free(a);
   free(path);
 }

@@ -124,6 +124,17 @@ typedef struct {
   const char *text, *expect;
 } rejection_t;
 
+/* Each case's text is refused by ln_options_parse with its message. */
+static void expect_rejections(const rejection_t *cases, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    ln_options_t o;
+    char err[512];
+    if (parse(cases[i].text, &o, err, sizeof err) != -1)
+      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
+    ASSERT_CONTAINS(err, cases[i].expect);
+  }
+}
+
 /* Every rejection names the option, the value and what is accepted. */
 NBF_TEST(options_bad_values) {
   static const rejection_t cases[] = {
@@ -161,13 +172,7 @@ NBF_TEST(options_bad_values) {
       {"num_processes=2 stray", "expected key=value after the call, got 'stray'"},
       {"num_processes=2 use_port='29500", "option use_port: the quoted value is not closed"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    ln_options_t o;
-    char err[512];
-    if (parse(cases[i].text, &o, err, sizeof err) != -1)
-      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
-    ASSERT_CONTAINS(err, cases[i].expect);
-  }
+  expect_rejections(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* issue 14: `num_processes=2 num_processes=4` launched 4 workers (the
@@ -182,13 +187,7 @@ NBF_TEST(options_duplicate_is_refused) {
       {"log_line_prefix_template='[r]' num_processes=1 log_line_prefix_template=x",
        "option log_line_prefix_template is given twice"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    ln_options_t o;
-    char err[512];
-    if (parse(cases[i].text, &o, err, sizeof err) != -1)
-      NBF_TEST_FAIL("'%s' was accepted", cases[i].text);
-    ASSERT_CONTAINS(err, cases[i].expect);
-  }
+  expect_rejections(cases, sizeof cases / sizeof cases[0]);
 }
 
 NBF_TEST(options_long_values_are_refused) {
@@ -445,7 +444,7 @@ NBF_TEST(describe_signal_names_it) {
 
 static int my_rank(void) {
   long r = -1;
-  nbf_param_long(NBF_P_RANK, -1, &r);
+  nbf_param_RANK(&r);
   return (int)r;
 }
 
@@ -571,6 +570,35 @@ static int fn_rank1_ignores_its_error(void) {
   return 1;
 }
 
+/* Rank 1 completes 57 all-reduces and enters acc_destroy's barrier #58
+ * (leaving); rank 0 enters all-reduce #58: as the runtime records them.
+ * With `errors_return`, rank 0 handles failed collectives itself. Each
+ * then waits `wait_ms` (0: until killed) and returns 0. */
+static int g_errors_return, g_wait_ms;
+static int fn_leaving_barrier(void) {
+  nbf_rankstate_t *rs = nbf_rankstate_self();
+  if (!rs)
+    return 99;
+  nbf_rankstate_flag(rs, NBF_RS_ERRORS_RETURN, g_errors_return);
+  nbf_rankstate_phase(rs, NBF_RS_RUNNING);
+  record_done(rs, 57);
+  int leaver = my_rank() == 1;
+  if (leaver)
+    nbf_rankstate_leaving(rs);
+  nbf_rs_call_t c = {.op = leaver ? NBF_RS_BARRIER : NBF_RS_ALL_REDUCE,
+                     .dtype = leaver ? 255 : ACC_F32,
+                     .root = -1,
+                     .count = leaver ? 0 : 4096,
+                     .seq = 58,
+                     .start_ms = nbf_now_ms()};
+  nbf_rankstate_begin(rs, &c);
+  if (!g_wait_ms)
+    for (;;)
+      pause();
+  usleep((useconds_t)g_wait_ms * 1000);
+  return 0;
+}
+
 static volatile sig_atomic_t g_interrupted;
 
 /* Port 0: the store binds whatever port is free; no worker connects. */
@@ -580,7 +608,7 @@ static ln_run_result_t run_group(int n, ln_entry_fn fn, char **failures, char **
   o.num_processes = n;
   o.use_port = 0;
   o.monitor_interval_s = 0.02;
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL, NULL, NULL};
   *failures = *setup_error = NULL;
   return ln_run_group(&o, fn, &ctx, 0, 0, failures, setup_error);
 }
@@ -616,17 +644,24 @@ NBF_TEST(run_group_failure_stops_blocked_peer) {
   free(failures);
 }
 
+/* Run 2 ranks of fn (fn_rank1_leaves, fn_rank1_ignores_its_error); the
+ * failure report (caller frees). */
+static char *run_with_leaver(int (*fn)(void)) {
+  char *failures, *setup_error;
+  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
+  unlink(g_leaver_file);
+  ASSERT_EQ(run_group(2, fn, &failures, &setup_error), LN_RUN_FAILED);
+  unlink(g_leaver_file);
+  printf("%s", failures);
+  return failures;
+}
+
 /* The report leads with the rank that left first (exit 0 while its peer
  * waited in a collective it never completed: their records say so),
  * then the peer's failure with its record, then every rank's position
  * naming the odd one. */
 NBF_TEST(run_group_rank_that_left_first_leads) {
-  char *failures, *setup_error;
-  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
-  unlink(g_leaver_file);
-  ASSERT_EQ(run_group(2, fn_rank1_leaves, &failures, &setup_error), LN_RUN_FAILED);
-  unlink(g_leaver_file);
-  printf("%s", failures);
+  char *failures = run_with_leaver(fn_rank1_leaves);
   ASSERT_TRUE(strncmp(failures, "rank 1 (local rank 1, pid ", 26) == 0);
   ASSERT_CONTAINS(failures, "left first: it exited with code 0 (it returned or called exit(0))");
   ASSERT_CONTAINS(failures, "after all_reduce #57, while its peers were still in collectives");
@@ -644,16 +679,43 @@ NBF_TEST(run_group_rank_that_left_first_leads) {
   free(failures);
 }
 
+/* A rank in acc_destroy's barrier #58 while its peer waits in all-reduce
+ * #58: the group would hang until NBFORK_TIMEOUT_S; it is stopped within
+ * a few monitor ticks (0.02 s here) and the leaver leads the report.
+ * Before: the launcher waited for a worker to exit. */
+NBF_TEST(run_group_leaving_rank_stops_the_group_at_once) {
+  char *failures, *setup_error;
+  g_errors_return = 0, g_wait_ms = 0;
+  int64_t t0 = nbf_now_ms();
+  ASSERT_EQ(run_group(2, fn_leaving_barrier, &failures, &setup_error), LN_RUN_FAILED);
+  int64_t ms = nbf_now_ms() - t0;
+  printf("%s(%lld ms)\n", failures, (long long)ms);
+  ASSERT_TRUE(strncmp(failures, "rank 1 (local rank 1, pid ", 26) == 0);
+  ASSERT_CONTAINS(failures, "left first: it was leaving the group (acc_destroy)");
+  ASSERT_CONTAINS(failures, "nbfork stopped the group when rank 1's record showed it leaving");
+  ASSERT_CONTAINS(failures, "  -> rank 1 left early: it is leaving the group (acc_destroy's "
+                            "barrier) after all_reduce #57 while rank 0 waits in all_reduce #58 "
+                            "(f32 x 4096)\n");
+  ASSERT_TRUE(ms < 5000); /* start, one tick, SIGTERM, reap; the drain ends with the pipes */
+  ASSERT_EQ(waitpid(-1, NULL, WNOHANG), -1);
+  free(failures);
+}
+
+/* The same positions with a peer that handles failed collectives itself
+ * (ACC_ERRORS_RETURN): the launcher leaves the group alone, as chosen. */
+NBF_TEST(run_group_leaving_rank_left_to_a_peer_that_handles_errors) {
+  char *failures, *setup_error;
+  g_errors_return = 1, g_wait_ms = 600;
+  ASSERT_EQ(run_group(2, fn_leaving_barrier, &failures, &setup_error), LN_RUN_OK);
+  ASSERT_NULL(failures);
+  g_errors_return = 0, g_wait_ms = 0;
+}
+
 /* An exit 0 after an error of its own (a peer that ignored its failed
  * barrier) is no proof of leaving early: the failure leads, and nothing
  * is called "left first". */
 NBF_TEST(run_group_exit_0_after_own_error_is_no_leaver) {
-  char *failures, *setup_error;
-  snprintf(g_leaver_file, sizeof g_leaver_file, "/tmp/nbf-leaver-%d", (int)getpid());
-  unlink(g_leaver_file);
-  ASSERT_EQ(run_group(2, fn_rank1_ignores_its_error, &failures, &setup_error), LN_RUN_FAILED);
-  unlink(g_leaver_file);
-  printf("%s", failures);
+  char *failures = run_with_leaver(fn_rank1_ignores_its_error);
   ASSERT_TRUE(strncmp(failures, "rank 0 (local rank 0, pid ", 26) == 0);
   ASSERT_CONTAINS(failures, "its all_reduce #58 (f32 x 4096) failed after ");
   ASSERT_NOT_CONTAINS(failures, "left first");
@@ -801,7 +863,7 @@ NBF_TEST(launch_refuses_a_multithreaded_process) {
   ln_options_init(&o);
   o.num_processes = 1;
   o.use_port = 0;
-  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL};
+  ln_context_t ctx = {NULL, &g_interrupted, 0, NULL, 0, NULL, NULL, NULL};
   int p[2];
   ASSERT_EQ(pipe(p), 0);
   pthread_t t;
@@ -839,6 +901,11 @@ NBF_TEST(rdzv_compare_names_each_difference) {
   ASSERT_NOT_NULL(diff);
   ASSERT_EQ_STR(diff, "rdzv_id: node 0 has alpha, node 2 has beta; num_processes: node 0 has 2, "
                       "node 2 has 3");
+  free(diff);
+  /* `nbfork launch`'s words: its flags, per machine (issue 21 item 6) */
+  diff = ln_rdzv_compare_for(two, 3, 1);
+  ASSERT_EQ_STR(diff, "rdzv_id alpha on machine 0, beta on machine 2; --num_processes 4 on "
+                      "machine 0, 6 on machine 2"); /* the flag counts both machines' processes */
   free(diff);
   snprintf(b.rdzv_id, sizeof b.rdzv_id, "alpha");
   b.num_processes = 2, b.num_nodes = 3;

@@ -147,7 +147,7 @@ static int matrix(int rank, int world, int nodes) {
   setenv("NODE_RANK", node, 1);
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
-  const char *want = !nbf_param_bool(NBF_P_NBFORK_SHM_COLLECTIVES, 1) ? "gloo"
+  const char *want = !nbf_param_NBFORK_SHM_COLLECTIVES() ? "gloo"
                      : nodes > 1 ? "shared memory + gloo between nodes"
                                  : "shared memory";
   ASSERT_EQ_STR(acc__host_path(acc), want);

@@ -18,7 +18,12 @@
  * are the fakes, or fails as a machine without cuBLAS). Values are
  * meaningless there; what is checked is which calls the runtime makes:
  * how often a step waits for the device, and that no device memory is
- * allocated for a model that cannot run.
+ * allocated for a model that cannot run. A device-to-host copy can be
+ * made to fail there (g_fail_d2h_at): acc_save_state's error path.
+ *
+ * NCCL's set-up is faked as well (ncclGetUniqueId, ncclCommInitRankConfig,
+ * the stream it creates): two forked ranks on the fake device with the
+ * real rendezvous store on 127.0.0.1 check what a failed set-up publishes.
  *
  * Built only with CUDA (NBFORK_WITH_CUDA); runs with or without a GPU.
  */
@@ -28,13 +33,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <dlfcn.h>
+#include <nccl.h>
 
+#include "acc_internal.h"
+#include "acc_store.h"
 #include "nbf_trainer.h"
 #include "nbfork.h"
+#include "rt_spawn.h"
 #include "rt_test.h"
 
 enum { NPARAM = 4096, DIM = 4, NSAMPLE = 16 };
@@ -118,11 +130,19 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
   return cudaMemset(p, v, n);
 }
 
+/* g_fail_d2h_at >= 0: device-to-host copies number g_fail_d2h_at (from 0)
+ * and on fail, as a copy after a kernel's illegal address would. */
+static int g_fail_d2h_at = -1;
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
                             cudaStream_t st) {
   (void)st;
   if (!g_rw)
     return cudaErrorInvalidValue;
+  if (k == cudaMemcpyDeviceToHost && g_fail_d2h_at >= 0 && g_d2h >= g_fail_d2h_at) {
+    g_d2h++;
+    return cudaErrorIllegalAddress;
+  }
   g_d2h += k == cudaMemcpyDeviceToHost;
   memcpy(dst, src, n);
   return cudaSuccess;
@@ -241,6 +261,52 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 const char *cublasGetStatusString(cublasStatus_t s) {
   (void)s;
   return "fake cuBLAS";
+}
+
+/* NCCL's set-up as acc_nccl.c runs it (ensure_comm), for the NCCL init
+ * case below: every id ncclGetUniqueId makes is counted and is 128 bytes
+ * of its number (1, 2...); g_fail_stream fails the next
+ * cudaStreamCreateWithFlags once (a set-up failure after the id is
+ * published); ncclCommInitRankConfig keeps the id it was given and fails
+ * (no rank is ever joined here). */
+static int g_ids, g_fail_stream, g_inits;
+static ncclUniqueId g_init_id;
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+  g_ids++;
+  memset(id->internal, g_ids, sizeof id->internal);
+  return ncclSuccess;
+}
+
+static int g_stream;
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *st, unsigned flags) {
+  (void)flags;
+  if (g_fail_stream) {
+    g_fail_stream = 0;
+    *st = NULL;
+    return cudaErrorMemoryAllocation;
+  }
+  *st = (cudaStream_t)(void *)&g_stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t st) {
+  (void)st;
+  return cudaSuccess;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *cfg) {
+  (void)nranks, (void)rank, (void)cfg;
+  g_inits++;
+  g_init_id = id;
+  *comm = NULL;
+  return ncclRemoteError;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  (void)comm;
+  return ncclSuccess;
 }
 
 /* An accelerator on the fake device 0. */
@@ -403,6 +469,17 @@ NBF_TEST(device_model_without_cublas_is_an_error) {
   acc_destroy(&acc);
 }
 
+/* The MLP on the fake device with cuBLAS working (*acc its accelerator). */
+static acc_mlp_t *device_mlp(acc_t **acc) {
+  g_rw = 1, g_cublas_ok = 1;
+  *acc = fake_acc("no");
+  acc_mlp_t *m = acc_mlp_new(*acc, MLP_SIZES, 2, MLP_BATCH);
+  if (!m)
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(*acc));
+  ASSERT_TRUE(in_rw(acc_mlp_params(m))); /* the device model */
+  return m;
+}
+
 /* Issue 25 item 4: each step of the device MLP synchronized twice (the
  * logits copied back in forward, the loss in backward). Now a step of
  * acc_mlp_forward_async + acc_mlp_backward_xent_async enqueues its work
@@ -411,12 +488,8 @@ NBF_TEST(device_model_without_cublas_is_an_error) {
  * back only when asked for, once each; the public acc_mlp_forward /
  * acc_mlp_backward_xent still synchronize once each, as before. */
 NBF_TEST(mlp_step_waits_for_nothing) {
-  g_rw = 1, g_cublas_ok = 1;
-  acc_t *acc = fake_acc("no");
-  acc_mlp_t *m = acc_mlp_new(acc, MLP_SIZES, 2, MLP_BATCH);
-  if (!m)
-    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
-  ASSERT_TRUE(in_rw(acc_mlp_params(m))); /* the device model */
+  acc_t *acc;
+  acc_mlp_t *m = device_mlp(&acc);
   float x[MLP_BATCH * 8] = {0};
   int64_t y[MLP_BATCH] = {0, 1, 2, 3};
   g_syncs = g_event_waits = g_d2h = g_launches = g_gemms = 0;
@@ -459,6 +532,166 @@ NBF_TEST(mlp_step_waits_for_nothing) {
   ASSERT_EQ(g_syncs, 4);
   acc_mlp_destroy(&m);
   acc_destroy(&acc);
+}
+
+/* The files in `dir` (not . and ..), their names joined into `names`. */
+static int dir_files(const char *dir, char *names, size_t len) {
+  DIR *d = opendir(dir);
+  ASSERT_NOT_NULL(d);
+  int n = 0;
+  names[0] = '\0';
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      n++;
+      snprintf(names + strlen(names), len - strlen(names), "%s ", e->d_name);
+    }
+  closedir(d);
+  return n;
+}
+
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  char path[512];
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+      snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+      unlink(path);
+    }
+  closedir(d);
+  rmdir(dir);
+}
+
+/* Issue 26 item 7: acc_save_state of a device model copies its gradients
+ * (into the rank file), then its parameters (into the shared file) to the
+ * host; a failed copy left acc__mlp_host's NULL to be memcpy'd into the
+ * file (SIGSEGV). Now the failed copy is the error, named, and no file is
+ * written that acc_load_state would take: the copy of the gradients (the
+ * first device-to-host copy) failing writes nothing; the parameters' (the
+ * second) failing writes the rank file but no shared file. */
+static void save_with_failed_copy(int fail_at) {
+  acc_t *acc;
+  acc_mlp_t *m = device_mlp(&acc);
+  char dir[] = "/tmp/nbfork_fakedev_ckpt_XXXXXX", names[512];
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  g_d2h = 0;
+  g_fail_d2h_at = fail_at;
+  acc_result_t r = acc_save_state(acc, dir, m, NULL);
+  g_fail_d2h_at = -1;
+  const char *e = acc_last_error(acc);
+  printf("acc_save_state, device-to-host copy %d failing: %d: %s\n", fail_at, (int)r, e);
+  ASSERT_EQ(r, ACC_ERR_BACKEND);
+  ASSERT_EQ(g_d2h, fail_at + 1); /* it stopped at the failed copy */
+  ASSERT_TRUE(strstr(e, "copying the model from device 0") != NULL);
+  ASSERT_TRUE(strstr(e, "cudaMemcpy") != NULL);
+  const int n = dir_files(dir, names, sizeof names);
+  printf("left in %s: %s\n", dir, n ? names : "nothing");
+  if (fail_at == 0)
+    ASSERT_EQ(n, 0);
+  else
+    ASSERT_TRUE(n == 1 && strstr(names, "nbfork_rank0.bin") != NULL);
+  ASSERT_TRUE(acc_load_state(acc, dir, m, NULL) != ACC_OK);
+  printf("acc_load_state: %s\n", acc_last_error(acc));
+  ASSERT_TRUE(strstr(acc_last_error(acc), "nbfork_state.bin") != NULL);
+  /* with the copies working again, the same call saves a checkpoint that loads */
+  ASSERT_OK(acc, acc_save_state(acc, dir, m, NULL));
+  ASSERT_OK(acc, acc_load_state(acc, dir, m, NULL));
+  remove_dir(dir);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+}
+
+NBF_TEST(save_state_with_failed_grads_copy_is_an_error) {
+  save_with_failed_copy(0);
+}
+
+NBF_TEST(save_state_with_failed_params_copy_is_an_error) {
+  save_with_failed_copy(1);
+}
+
+/* Whether `v` (len bytes) is the id ncclGetUniqueId made `nth`. */
+static int is_id(const void *v, size_t len, int nth) {
+  if (len != sizeof(ncclUniqueId))
+    return 0;
+  for (size_t i = 0; i < len; i++)
+    if (((const unsigned char *)v)[i] != (unsigned char)nth)
+      return 0;
+  return 1;
+}
+
+/* Rank 0: its NCCL set-up fails after it published the id; the retry. */
+static void nccl_retry_rank0(acc_t *acc) {
+  g_fail_stream = 1;
+  acc_result_t r = acc_all_reduce(acc, g_dev, 8, ACC_F32, ACC_SUM);
+  printf("rank 0, first all-reduce: %d: %s\n", (int)r, acc_last_error(acc));
+  ASSERT_EQ(r, ACC_ERR_BACKEND);
+  ASSERT_TRUE(strstr(acc_last_error(acc), "cudaStreamCreate failed") != NULL);
+  ASSERT_EQ(g_ids, 1);
+  r = acc_all_reduce(acc, g_dev, 8, ACC_F32, ACC_SUM);
+  printf("rank 0, retry: %d: %s; ids made: %d\n", (int)r, acc_last_error(acc), g_ids);
+  /* rank 1 reads the store now, whatever the retry did; rank 0 hosts
+   * the store: it stays until rank 1 has read it */
+  void *v = NULL;
+  size_t len = 0;
+  ASSERT_EQ(acc_store_set(acc->store, "fakedev/retried", "1", 1), ACC_OK);
+  ASSERT_EQ(acc_store_get(acc->store, "fakedev/checked", &v, &len), ACC_OK);
+  free(v);
+  ASSERT_EQ(g_ids, 1);        /* no second id made, so none published */
+  ASSERT_EQ(g_inits, 0);      /* nor a communicator started on one */
+  ASSERT_EQ(r, ACC_ERR_PEER); /* a call on a group an earlier failure broke */
+  /* the error is the first failure's, not a new set-up's */
+  ASSERT_TRUE(strstr(acc_last_error(acc), "cudaStreamCreate failed") != NULL);
+}
+
+/* Rank 1: takes the published id into its set-up (which fails: no NCCL
+ * here), then reads the store's id again once rank 0 retried. */
+static void nccl_retry_rank1(acc_t *acc) {
+  ASSERT_TRUE(acc_all_reduce(acc, g_dev, 8, ACC_F32, ACC_SUM) != ACC_OK);
+  printf("rank 1, all-reduce: %s\n", acc_last_error(acc));
+  ASSERT_EQ(g_inits, 1);
+  ASSERT_TRUE(is_id(&g_init_id, sizeof g_init_id, 1));
+  void *v = NULL;
+  size_t len = 0;
+  ASSERT_EQ(acc_store_get(acc->store, "fakedev/retried", &v, &len), ACC_OK);
+  free(v);
+  char key[256];
+  snprintf(key, sizeof key, "%snccl/id", acc->key_prefix);
+  ASSERT_EQ(acc_store_get(acc->store, key, &v, &len), ACC_OK);
+  const int first = is_id(v, len, 1), second = is_id(v, len, 2);
+  free(v);
+  const char *which = first ? "the first" : second ? "a second one" : "neither";
+  printf("rank 1: the store's NCCL id after rank 0's retry: %s\n", which);
+  ASSERT_EQ(acc_store_set(acc->store, "fakedev/checked", "1", 1), ACC_OK);
+  ASSERT_TRUE(first);
+}
+
+static int nccl_retry_rank(int rank, int world, void *arg) {
+  (void)world, (void)arg;
+  acc_t *acc = fake_acc("no");
+  ASSERT_NOT_NULL(acc->store);
+  ASSERT_OK(acc, acc_set_errhandler(acc, ACC_ERRORS_RETURN));
+  if (rank == 0)
+    nccl_retry_rank0(acc);
+  else
+    nccl_retry_rank1(acc);
+  acc_destroy(&acc);
+  return 0;
+}
+
+/* Issue 26 item 11: rank 0's NCCL set-up failing after it published the
+ * unique id (here cudaStreamCreate) returned an error and left the group
+ * usable, so the next device collective made and published a second id
+ * while rank 1 held the first (each side then waits for another
+ * communicator until the timeout). Now the group is marked broken: the
+ * retry is refused with the first failure's error, and the store keeps
+ * the id rank 1 took. Two ranks (fork) on the fake device 0, the store on
+ * 127.0.0.1; NCCL's set-up calls are the fakes above. */
+NBF_TEST(nccl_init_retry_publishes_no_second_id) {
+  setenv("NBFORK_SHARE_GPU", "1", 1); /* two ranks, one (fake) device */
+  setenv("NBFORK_TEST_GPU", "1", 1);  /* rt_spawn: not forced on the CPU */
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 60, .timeout_s = "20"};
+  ASSERT_EQ(rt_spawn(&o, nccl_retry_rank, NULL, NULL), 0);
 }
 
 NBF_TEST_MAIN()

@@ -75,14 +75,26 @@ static void need(const char *path) {
     NBF_TEST_SKIP("%s not installed (Debian package dataset-fashion-mnist)", path);
 }
 
-NBF_TEST(fashion_mnist_labels) {
-  const char *p = FMNIST "t10k-labels-idx1-ubyte.gz";
+/* Fashion-MNIST's file `name` (skipping where the package is missing),
+ * checked to hold `ndim` dimensions `dims` and their product of items. */
+static acc_idx_t *read_fmnist(const char *name, int ndim, const int *dims) {
+  char p[512];
+  snprintf(p, sizeof p, "%s%s", FMNIST, name);
   need(p);
   acc_idx_t *idx = acc_idx_read(p);
   ASSERT_NOT_NULL(idx);
-  ASSERT_EQ(idx->ndim, 1);
-  ASSERT_EQ(idx->dims[0], 10000);
-  ASSERT_EQ(idx->count, 10000);
+  ASSERT_EQ(idx->ndim, ndim);
+  size_t count = 1;
+  for (int d = 0; d < ndim; d++) {
+    ASSERT_EQ(idx->dims[d], dims[d]);
+    count *= (size_t)dims[d];
+  }
+  ASSERT_EQ(idx->count, count);
+  return idx;
+}
+
+NBF_TEST(fashion_mnist_labels) {
+  acc_idx_t *idx = read_fmnist("t10k-labels-idx1-ubyte.gz", 1, (const int[]){10000});
   int per_class[10] = {0};
   for (size_t i = 0; i < idx->count; i++) {
     ASSERT_LT(idx->u8[i], 10);
@@ -100,15 +112,7 @@ NBF_TEST(fashion_mnist_labels) {
 }
 
 NBF_TEST(fashion_mnist_images) {
-  const char *p = FMNIST "t10k-images-idx3-ubyte.gz";
-  need(p);
-  acc_idx_t *idx = acc_idx_read(p);
-  ASSERT_NOT_NULL(idx);
-  ASSERT_EQ(idx->ndim, 3);
-  ASSERT_EQ(idx->dims[0], 10000);
-  ASSERT_EQ(idx->dims[1], 28);
-  ASSERT_EQ(idx->dims[2], 28);
-  ASSERT_EQ(idx->count, 10000 * 784);
+  acc_idx_t *idx = read_fmnist("t10k-images-idx3-ubyte.gz", 3, (const int[]){10000, 28, 28});
   unsigned long long sum = 0;
   unsigned mx = 0;
   for (size_t i = 0; i < idx->count; i++) {
@@ -206,7 +210,8 @@ NBF_TEST(trailing) {
  * would fail as "out of memory" (not under AddressSanitizer, which
  * reserves terabytes of address space). */
 NBF_TEST(huge_header_small_file) {
-  static const unsigned char h[] = {0, 0, 8, 3, 0, 0, 0x40, 0, 0, 0x10, 0, 0, 0, 0, 0, 1, 1, 2, 3, 4};
+  static const unsigned char h[] = {0, 0, 8, 3, 0, 0, 0x40, 0, 0, 0x10,
+                                    0, 0, 0, 0, 0, 1, 1,    2, 3, 4};
   const char *p = tmp_path("huge.idx");
   const char *msg = refused(p, h, sizeof h);
   ASSERT_CONTAINS(msg, "file ends after 4 of 17179869184 bytes");

@@ -156,6 +156,17 @@ NBF_TEST(scaler_overflow) {
   acc_destroy(&acc);
 }
 
+/* `interval` clean steps: the scale stays `before` through the first
+ * interval - 1 and is `after` once the last one is taken. */
+static void grows_after(acc_t *acc, acc_optim_t *o, float *g, int interval, float before,
+                        float after) {
+  for (int i = 0; i < interval - 1; i++)
+    ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_TRUE(acc_loss_scale(acc) == before);
+  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
+  ASSERT_TRUE(acc_loss_scale(acc) == after);
+}
+
 /* Growth after `growth_interval` consecutive clean steps (3 here, 2000
  * by default), restarted by an overflow; custom factors. */
 NBF_TEST(scaler_growth) {
@@ -164,28 +175,16 @@ NBF_TEST(scaler_growth) {
   acc_optim_t *o = acc_sgd_new(p, g, 2, 0.0f, 0.0f, 0.0f);
   ASSERT_OK(acc, acc_set_grad_scaler(acc, 1024.0f, 2.0f, 0.5f, 3));
   ASSERT_TRUE(acc_loss_scale(acc) == 1024.0f);
-  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
-  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
-  ASSERT_TRUE(acc_loss_scale(acc) == 1024.0f);
-  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1); /* 3rd clean step: grow */
-  ASSERT_TRUE(acc_loss_scale(acc) == 2048.0f);
+  grows_after(acc, o, g, 3, 1024.0f, 2048.0f);
   ASSERT_EQ(acc_loss_scale_growth_tracker(acc), 0);
   ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
   ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
   ASSERT_EQ(step_with(acc, o, g, INFINITY), 0); /* restarts the count */
   ASSERT_TRUE(acc_loss_scale(acc) == 1024.0f);
-  for (int i = 0; i < 2; i++)
-    ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
-  ASSERT_TRUE(acc_loss_scale(acc) == 1024.0f);
-  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
-  ASSERT_TRUE(acc_loss_scale(acc) == 2048.0f);
+  grows_after(acc, o, g, 3, 1024.0f, 2048.0f);
   /* the default interval is 2000 */
   ASSERT_OK(acc, acc_set_grad_scaler(acc, 65536.0f, 2.0f, 0.5f, 2000));
-  for (int i = 0; i < 1999; i++)
-    ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
-  ASSERT_TRUE(acc_loss_scale(acc) == 65536.0f);
-  ASSERT_EQ(step_with(acc, o, g, 1.0f), 1);
-  ASSERT_TRUE(acc_loss_scale(acc) == 131072.0f);
+  grows_after(acc, o, g, 2000, 65536.0f, 131072.0f);
   /* growth stops where the scale would overflow f32 */
   ASSERT_OK(acc, acc_set_grad_scaler(acc, 3e38f, 2.0f, 0.5f, 1));
   g[0] = 1.0f, g[1] = 1.0f;

@@ -65,6 +65,18 @@ static side_t make(const char *precision, int cpu) {
   return s;
 }
 
+/* A batch of BATCH inputs drawn from acc's generator (the caller frees
+ * it) and labels y[r] = r * stride mod the classes. */
+static float *random_batch(acc_t *acc, int64_t *y, int stride) {
+  float *x = malloc((size_t)BATCH * SIZES[0] * sizeof(float));
+  ASSERT_NOT_NULL(x);
+  for (size_t i = 0; i < (size_t)BATCH * SIZES[0]; i++)
+    x[i] = (float)acc_rand_normal(acc);
+  for (int r = 0; r < BATCH; r++)
+    y[r] = (r * stride) % SIZES[NL];
+  return x;
+}
+
 static void drop(side_t *s) {
   acc_mlp_destroy(&s->m);
   acc_destroy(&s->acc);
@@ -153,12 +165,8 @@ static void compare_steps(int adamw, const char *precision, double rel) {
   need_gpu();
   side_t s[2] = {make(precision, 1), make(precision, 0)};
   const size_t n = acc_mlp_num_params(s[0].m);
-  float *x = malloc((size_t)BATCH * SIZES[0] * sizeof(float));
   int64_t y[BATCH];
-  for (size_t i = 0; i < (size_t)BATCH * SIZES[0]; i++)
-    x[i] = (float)acc_rand_normal(s[0].acc);
-  for (int r = 0; r < BATCH; r++)
-    y[r] = (r * 7) % SIZES[NL];
+  float *x = random_batch(s[0].acc, y, 7);
   for (int k = 0; k < 2; k++) {
     acc_mlp_t *m = s[k].m;
     acc_optim_t *o = adamw ? acc_adamw_new(acc_mlp_params(m), acc_mlp_grads(m), n, 1e-3f, 0.9f,
@@ -357,12 +365,8 @@ NBF_TEST(adamw_state_nonblocking_stream) {
   need_gpu();
   side_t s[2] = {make("no", 1), make("no", 0)};
   const size_t n = acc_mlp_num_params(s[0].m), big_bytes = (size_t)512 << 20;
-  float *x = malloc((size_t)BATCH * SIZES[0] * sizeof(float));
   int64_t y[BATCH];
-  for (size_t i = 0; i < (size_t)BATCH * SIZES[0]; i++)
-    x[i] = (float)acc_rand_normal(s[0].acc);
-  for (int r = 0; r < BATCH; r++)
-    y[r] = (r * 3) % SIZES[NL];
+  float *x = random_batch(s[0].acc, y, 3);
   void *big = NULL, *junk = NULL, *stream = NULL;
   ASSERT_EQ(p_malloc(&big, big_bytes), 0);
   ASSERT_EQ(p_malloc(&junk, 4 * n * sizeof(float)), 0); /* where the moments will go */

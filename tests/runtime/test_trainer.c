@@ -135,11 +135,15 @@ static void set(acc_training_args_t *a, const char *name, const char *value) {
 }
 
 /* set() for NULL-terminated name, value pairs */
+static void vset_many(acc_training_args_t *a, va_list ap) {
+  for (const char *name; (name = va_arg(ap, const char *));)
+    set(a, name, va_arg(ap, const char *));
+}
+
 static void set_many(acc_training_args_t *a, ...) {
   va_list ap;
   va_start(ap, a);
-  for (const char *name; (name = va_arg(ap, const char *));)
-    set(a, name, va_arg(ap, const char *));
+  vset_many(a, ap);
   va_end(ap);
 }
 
@@ -439,6 +443,20 @@ static void eval_args(acc_training_args_t *a, const char *dir) {
            "save_strategy", "steps", "disable_tqdm", "1", NULL);
 }
 
+/* An evaluating MLP run (eval_args, then the NULL-ended name, value pairs)
+ * writing into a new temporary `dir` (the Trainer keeps a copy of the
+ * arguments, and output_dir points at `dir`). */
+static void eval_run_new(mlp_run_t *r, char *dir, size_t cap, ...) {
+  tmpdir(dir, cap);
+  acc_training_args_t a;
+  eval_args(&a, dir);
+  va_list ap;
+  va_start(ap, cap);
+  vset_many(&a, ap);
+  va_end(ap);
+  mlp_run_new(r, &a);
+}
+
 static int file_exists(const char *dir, const char *name) {
   char p[400];
   struct stat sb;
@@ -448,13 +466,9 @@ static int file_exists(const char *dir, const char *name) {
 
 NBF_TEST(checkpoint_layout) {
   char dir[64];
-  tmpdir(dir, sizeof dir);
-  acc_training_args_t a;
-  eval_args(&a, dir);
-  set_many(&a, "max_steps", "6", "logging_steps", "1", "eval_steps", "2", "save_steps", "2",
-           "metric_for_best_model", "accuracy", NULL);
   mlp_run_t r;
-  mlp_run_new(&r, &a);
+  eval_run_new(&r, dir, sizeof dir, "max_steps", "6", "logging_steps", "1", "eval_steps", "2",
+               "save_steps", "2", "metric_for_best_model", "accuracy", NULL);
   acc_trainer_set_compute_metrics(r.tr, acc_accuracy_metric, NULL);
   ASSERT_OK(r.acc, acc_trainer_train(r.tr));
   for (int s = 2; s <= 6; s += 2) {
@@ -517,14 +531,10 @@ static void keep_params_at_1(const acc_training_args_t *a, acc_trainer_state_t *
 
 NBF_TEST(rotation_keeps_best) {
   char dir[64];
-  tmpdir(dir, sizeof dir);
-  acc_training_args_t a;
-  eval_args(&a, dir);
-  set_many(&a, "max_steps", "5", "logging_steps", "1", "eval_steps", "1", "save_steps", "1",
-           "save_total_limit", "2", "metric_for_best_model", "score", "load_best_model_at_end",
-           "true", NULL);
   mlp_run_t r;
-  mlp_run_new(&r, &a);
+  eval_run_new(&r, dir, sizeof dir, "max_steps", "5", "logging_steps", "1", "eval_steps", "1",
+               "save_steps", "1", "save_total_limit", "2", "metric_for_best_model", "score",
+               "load_best_model_at_end", "true", NULL);
   static const double scores[] = {0.9, 0.5, 0.4, 0.3, 0.2};
   scores_t sc = {scores, 0};
   acc_trainer_set_compute_metrics(r.tr, score_metric, &sc);
@@ -560,13 +570,9 @@ NBF_TEST(rotation_keeps_best) {
  * that silently never finds a best checkpoint. */
 NBF_TEST(unknown_best_metric_is_an_error) {
   char dir[64];
-  tmpdir(dir, sizeof dir);
-  acc_training_args_t a;
-  eval_args(&a, dir);
-  set_many(&a, "save_strategy", "no", "max_steps", "2", "logging_steps", "1", "eval_steps", "1",
-           "metric_for_best_model", "acuracy", NULL);
   mlp_run_t r;
-  mlp_run_new(&r, &a);
+  eval_run_new(&r, dir, sizeof dir, "save_strategy", "no", "max_steps", "2", "logging_steps", "1",
+               "eval_steps", "1", "metric_for_best_model", "acuracy", NULL);
   static const double scores[] = {0.5, 0.6};
   scores_t sc = {scores, 0};
   acc_trainer_set_compute_metrics(r.tr, score_metric, &sc);
@@ -581,14 +587,10 @@ NBF_TEST(unknown_best_metric_is_an_error) {
 
 static long early_stop_step(const double *scores, const char *threshold) {
   char dir[64];
-  tmpdir(dir, sizeof dir);
-  acc_training_args_t a;
-  eval_args(&a, dir);
-  set_many(&a, "save_strategy", "no", "max_steps", "10", "logging_steps", "1", "eval_steps", "1",
-           "metric_for_best_model", "score", "early_stopping_patience", "2",
-           "early_stopping_threshold", threshold, NULL);
   mlp_run_t r;
-  mlp_run_new(&r, &a);
+  eval_run_new(&r, dir, sizeof dir, "save_strategy", "no", "max_steps", "10", "logging_steps", "1",
+               "eval_steps", "1", "metric_for_best_model", "score", "early_stopping_patience", "2",
+               "early_stopping_threshold", threshold, NULL);
   scores_t sc = {scores, 0};
   acc_trainer_set_compute_metrics(r.tr, score_metric, &sc);
   ASSERT_OK(r.acc, acc_trainer_train(r.tr));

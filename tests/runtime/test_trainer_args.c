@@ -6,6 +6,7 @@
  * repr of the log lines and of trainer_state.json's numbers.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +73,18 @@ NBF_TEST(parse_command_line) {
   ASSERT_OK(NULL, acc_training_args_validate(&a));
 }
 
-/* `argv` must be rejected with a message containing `needle`. */
-static void rejected(int argc, char **argv, const char *needle) {
+/* The command line "p ARGS..." (NULL-ended) must be rejected, by parsing
+ * or by validation, with a message containing `needle`. */
+static void rejected(const char *needle, ...) {
+  char *argv[16] = {"p"};
+  int argc = 1;
+  va_list ap;
+  va_start(ap, needle);
+  for (char *arg; (arg = va_arg(ap, char *));) {
+    ASSERT_LT(argc, (int)(sizeof argv / sizeof argv[0]));
+    argv[argc++] = arg;
+  }
+  va_end(ap);
   acc_training_args_t a;
   acc_training_args_init(&a);
   acc_result_t r = acc_training_args_parse(&a, argc, argv);
@@ -85,28 +96,19 @@ static void rejected(int argc, char **argv, const char *needle) {
 }
 
 NBF_TEST(bad_arguments_named) {
-  char *unknown[] = {"p", "--learning_rat", "0.1"};
-  rejected(3, unknown, "learning_rat");
-  char *num[] = {"p", "--learning_rate", "fast"};
-  rejected(3, num, "--learning_rate: bad value 'fast'");
-  char *neg[] = {"p", "--per_device_train_batch_size", "0"};
-  rejected(3, neg, "--per_device_train_batch_size");
-  char *choice[] = {"p", "--lr_scheduler_type", "cosine_restarts"};
-  rejected(3, choice, "--lr_scheduler_type: bad value 'cosine_restarts'");
-  char *boolean[] = {"p", "--log_on_each_node", "maybe"};
-  rejected(3, boolean, "--log_on_each_node");
-  char *missing[] = {"p", "--seed"};
-  rejected(2, missing, "--seed: missing value");
-  char *level[] = {"p", "--log_level", "loud"};
-  rejected(3, level, "--log_level");
-  char *positional[] = {"p", "oops"};
-  rejected(2, positional, "oops");
-  char *mismatch[] = {"p", "--load_best_model_at_end", "1", "--eval_strategy", "epoch"};
-  rejected(5, mismatch, "load_best_model_at_end");
-  char *minlr[] = {"p", "--lr_scheduler_type", "cosine_with_min_lr"};
-  rejected(3, minlr, "min_lr");
-  char *es[] = {"p", "--early_stopping_patience", "2"};
-  rejected(3, es, "early_stopping_patience");
+  rejected("learning_rat", "--learning_rat", "0.1", NULL);
+  rejected("--learning_rate: bad value 'fast'", "--learning_rate", "fast", NULL);
+  rejected("--per_device_train_batch_size", "--per_device_train_batch_size", "0", NULL);
+  rejected("--lr_scheduler_type: bad value 'cosine_restarts'", "--lr_scheduler_type",
+           "cosine_restarts", NULL);
+  rejected("--log_on_each_node", "--log_on_each_node", "maybe", NULL);
+  rejected("--seed: missing value", "--seed", NULL);
+  rejected("--log_level", "--log_level", "loud", NULL);
+  rejected("oops", "oops", NULL);
+  rejected("load_best_model_at_end", "--load_best_model_at_end", "1", "--eval_strategy", "epoch",
+           NULL);
+  rejected("min_lr", "--lr_scheduler_type", "cosine_with_min_lr", NULL);
+  rejected("early_stopping_patience", "--early_stopping_patience", "2", NULL);
   /* a rejected value leaves the field unchanged */
   acc_training_args_t a;
   acc_training_args_init(&a);
@@ -120,9 +122,17 @@ NBF_TEST(bad_arguments_named) {
 NBF_TEST(transformers_flags_accepted) {
   acc_training_args_t a;
   acc_training_args_init(&a);
-  char *argv[] = {"prog",        "--do_train",  "--do_eval",   "--fp16",
-                  "--report_to", "none",        "--disable_tqdm", "--resume_from_checkpoint",
-                  "false",       "--seed",      "3"};
+  char *argv[] = {"prog",
+                  "--do_train",
+                  "--do_eval",
+                  "--fp16",
+                  "--report_to",
+                  "none",
+                  "--disable_tqdm",
+                  "--resume_from_checkpoint",
+                  "false",
+                  "--seed",
+                  "3"};
   ASSERT_OK(NULL, acc_training_args_parse(&a, (int)(sizeof argv / sizeof argv[0]), argv));
   ASSERT_EQ(a.do_train, 1);
   ASSERT_EQ(a.do_eval, 1);
@@ -143,17 +153,12 @@ NBF_TEST(transformers_flags_accepted) {
 }
 
 NBF_TEST(transformers_flag_mistakes_named) {
-  char *both[] = {"p", "--fp16", "--bf16"};
-  rejected(3, both, "--bf16 and --fp16");
-  char *logging[] = {"p", "--logging_steps", "0"};
-  rejected(3, logging, "non-zero --logging_steps");
-  char *ratio[] = {"p", "--warmup_ratio", "0.1"};
-  rejected(3, ratio, "use --warmup_steps");
-  char *report[] = {"p", "--report_to", "wandb"};
-  rejected(3, report, "--report_to: bad value 'wandb'");
+  rejected("--bf16 and --fp16", "--fp16", "--bf16", NULL);
+  rejected("non-zero --logging_steps", "--logging_steps", "0", NULL);
+  rejected("use --warmup_steps", "--warmup_ratio", "0.1", NULL);
+  rejected("--report_to: bad value 'wandb'", "--report_to", "wandb", NULL);
   /* a value-less flag is only for booleans */
-  char *seed[] = {"p", "--seed", "--fp16"};
-  rejected(3, seed, "--seed: bad value '--fp16'");
+  rejected("--seed: bad value '--fp16'", "--seed", "--fp16", NULL);
   /* logging_steps 0 is fine when nothing logs by steps */
   acc_training_args_t a;
   acc_training_args_init(&a);

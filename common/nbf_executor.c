@@ -1,6 +1,7 @@
-/* kn_executor.c — spawn, feed and reap the executor process (see kn_executor.h). */
+/* nbf_executor.c — spawn, feed, interrupt and stop the executor process
+ * (see nbf_executor.h). */
 #define _GNU_SOURCE
-#include "kn_executor.h"
+#include "nbf_executor.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,15 +15,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kn_log.h"
-#include "nbf_wire.h"
 #include "nbf_param.h"
+#include "nbf_proc.h"
 #include "nbf_util.h"
+#include "nbf_wire.h"
 #include "nbf_workdir.h"
 
 extern char **environ;
 
-#define KN_READ_CHUNK 65536
+#define NBF_EXECUTOR_CHUNK 65536
 
 static void close_fd(int *fd) {
   if (*fd >= 0)
@@ -30,30 +31,37 @@ static void close_fd(int *fd) {
   *fd = -1;
 }
 
-void kn_executor_init(kn_executor_t *ex) {
+void nbf_executor_init(nbf_executor_t *ex) {
   memset(ex, 0, sizeof *ex);
   ex->pid = 0;
   ex->fd_in = ex->fd_req = ex->fd_ev = -1;
   ex->fd_out[0] = ex->fd_out[1] = -1;
 }
 
-kn_result_t kn_executor_find(char *path, size_t len) {
+int nbf_executor_find(char *path, size_t len) {
   const char *env = nbf_param_raw(NBF_P_NBFORK_EXECUTOR);
   if (env && *env) {
-    snprintf(path, len, "%s", env);
-    return KN_OK;
+    if ((size_t)snprintf(path, len, "%s", env) >= len) {
+      errno = ENAMETOOLONG;
+      return -1;
+    }
+    return 0;
   }
   char self[PATH_MAX];
   if (nbf_self_exe(self, sizeof self))
-    return KN_ERR_SYSTEM;
+    return -1;
   char *slash = strrchr(self, '/');
   if (slash)
     *slash = '\0';
   int w = snprintf(path, len, "%s/%s", slash ? self : ".", NBF_WIRE_EXECUTOR_NAME);
-  return (w < 0 || (size_t)w >= len) ? KN_ERR_INVALID : KN_OK;
+  if (w < 0 || (size_t)w >= len) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  return 0;
 }
 
-bool kn_executor_running(const kn_executor_t *ex) {
+bool nbf_executor_running(const nbf_executor_t *ex) {
   return ex->pid > 0;
 }
 
@@ -95,8 +103,8 @@ static int set_nonblock(int fd) {
  * (non-blocking), child_fd[i] the end that becomes the child's fd i,
  * moved above 10 so the dup2 actions cannot clobber each other; all
  * close-on-exec. Both arrays must hold -1. On failure every fd made is
- * closed (-1 again), err says why, and the result is KN_ERR_SYSTEM. */
-static kn_result_t make_pipes(int kernel_fd[5], int child_fd[5], char *err, size_t err_len) {
+ * closed (-1 again), err says why, and the result is -1. */
+static int make_pipes(int kernel_fd[5], int child_fd[5], char *err, size_t err_len) {
   for (int i = 0; i < 5; i++) {
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0) {
@@ -113,13 +121,13 @@ static kn_result_t make_pipes(int kernel_fd[5], int child_fd[5], char *err, size
       goto fail;
     }
   }
-  return KN_OK;
+  return 0;
 fail:
   for (int i = 0; i < 5; i++) {
     close_fd(&kernel_fd[i]);
     close_fd(&child_fd[i]);
   }
-  return KN_ERR_SYSTEM;
+  return -1;
 }
 
 /* Spawn attributes of the executor: default dispositions for the signals
@@ -142,23 +150,32 @@ static int init_attr(posix_spawnattr_t *attr) {
   return 0;
 }
 
-kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, size_t err_len) {
+int nbf_executor_spawn(nbf_executor_t *ex, const char *path, nbf_executor_stdio_t stdio, char *err,
+                       size_t err_len) {
   int child_fd[5] = {-1, -1, -1, -1, -1};
   int kernel_fd[5] = {-1, -1, -1, -1, -1};
-  kn_result_t r = KN_ERR_SYSTEM;
+  int r = -1;
   char **env = NULL;
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   bool fa_init = false, attr_init = false;
 
-  kn_executor_close(ex);
-  if (make_pipes(kernel_fd, child_fd, err, err_len) != KN_OK)
+  nbf_executor_close(ex);
+  if (make_pipes(kernel_fd, child_fd, err, err_len) != 0)
     goto out;
   if (posix_spawn_file_actions_init(&fa) != 0)
     goto out;
   fa_init = true;
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < 5; i++) {
+    if (stdio == NBF_EXECUTOR_INHERIT && i < 3) { /* headless: no stdin, our stdout/stderr */
+      close_fd(&child_fd[i]);
+      close_fd(&kernel_fd[i]);
+      if (i == 0)
+        posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+      continue;
+    }
     posix_spawn_file_actions_adddup2(&fa, child_fd[i], i);
+  }
   if (init_attr(&attr) != 0)
     goto out;
   attr_init = true;
@@ -170,6 +187,10 @@ kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, si
   snprintf(parent, sizeof parent, "%d", (int)getpid());
   char *argv[] = {(char *)path, "--parent", parent, NULL};
   pid_t pid;
+  if (stdio == NBF_EXECUTOR_INHERIT) { /* what it prints follows what we printed */
+    fflush(stdout);
+    fflush(stderr);
+  }
   int e = posix_spawn(&pid, path, &fa, &attr, argv, env);
   if (e != 0) {
     snprintf(err, err_len, "cannot start the executor %s: %s", path, NBF_STRERROR(e));
@@ -184,8 +205,8 @@ kn_result_t kn_executor_spawn(kn_executor_t *ex, const char *path, char *err, si
   for (int i = 0; i < 5; i++)
     kernel_fd[i] = -1;
   ex->started_ms = nbf_now_ms();
-  kn_log(KN_LOG_DEBUG, "executor %s started, pid %d", path, (int)pid);
-  r = KN_OK;
+  ex->interrupt_deadline_ms = 0;
+  r = 0;
 out:
   for (int i = 0; i < 5; i++) {
     close_fd(&child_fd[i]);
@@ -199,7 +220,7 @@ out:
   return r;
 }
 
-static kn_result_t flush_one(int *fd, nbf_buf_t *b) {
+static int flush_one(int *fd, nbf_buf_t *b) {
   while (*fd >= 0 && b->len > 0) {
     ssize_t n = write(*fd, b->data, b->len);
     if (n > 0) {
@@ -209,91 +230,92 @@ static kn_result_t flush_one(int *fd, nbf_buf_t *b) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return KN_OK;
+      return 0;
     nbf_buf_consume(b, b->len); /* EPIPE: the executor is gone */
     close_fd(fd);
-    return KN_ERR_EOF;
+    return NBF_EXECUTOR_EOF;
   }
-  return *fd >= 0 ? KN_OK : KN_ERR_EOF;
+  return *fd >= 0 ? 0 : NBF_EXECUTOR_EOF;
 }
 
-kn_result_t kn_executor_flush(kn_executor_t *ex) {
-  kn_result_t a = flush_one(&ex->fd_req, &ex->req_pending);
+int nbf_executor_flush(nbf_executor_t *ex) {
+  int a = flush_one(&ex->fd_req, &ex->req_pending);
   if (ex->in_pending.len)
     flush_one(&ex->fd_in, &ex->in_pending);
   return a;
 }
 
-kn_result_t kn_executor_send(kn_executor_t *ex, json_t *req) {
+int nbf_executor_send(nbf_executor_t *ex, json_t *req) {
   if (ex->fd_req < 0)
-    return KN_ERR_EOF;
+    return NBF_EXECUTOR_EOF;
   char *line = json_dumps(req, JSON_COMPACT);
   if (!line)
-    return KN_ERR_NOMEM;
-  kn_result_t r = kn_buf_add(&ex->req_pending, line, strlen(line));
-  if (r == KN_OK)
-    r = kn_buf_add(&ex->req_pending, "\n", 1);
+    return -1;
+  int r = nbf_buf_append(&ex->req_pending, line, strlen(line));
+  if (r == 0)
+    r = nbf_buf_append(&ex->req_pending, "\n", 1);
   free(line);
-  if (r != KN_OK)
-    return r;
+  if (r != 0)
+    return -1;
   return flush_one(&ex->fd_req, &ex->req_pending);
 }
 
-kn_result_t kn_executor_write_stdin(kn_executor_t *ex, const char *s, size_t len) {
+int nbf_executor_write_stdin(nbf_executor_t *ex, const char *s, size_t len) {
   if (ex->fd_in < 0)
-    return KN_ERR_EOF;
-  KN_CHECK(kn_buf_add(&ex->in_pending, s, len));
+    return NBF_EXECUTOR_EOF;
+  if (nbf_buf_append(&ex->in_pending, s, len) != 0)
+    return -1;
   return flush_one(&ex->fd_in, &ex->in_pending);
 }
 
-bool kn_executor_wants_req_write(const kn_executor_t *ex) {
+bool nbf_executor_wants_req_write(const nbf_executor_t *ex) {
   return ex->fd_req >= 0 && ex->req_pending.len > 0;
 }
 
-bool kn_executor_wants_in_write(const kn_executor_t *ex) {
+bool nbf_executor_wants_in_write(const nbf_executor_t *ex) {
   return ex->fd_in >= 0 && ex->in_pending.len > 0;
 }
 
-kn_result_t kn_executor_read_stream(kn_executor_t *ex, kn_exec_stream_t which, nbf_buf_t *out,
-                                    size_t max_bytes) {
+int nbf_executor_read_stream(nbf_executor_t *ex, int which, nbf_buf_t *out, size_t max_bytes) {
   int *fd = &ex->fd_out[which];
-  unsigned char chunk[KN_READ_CHUNK];
+  unsigned char chunk[NBF_EXECUTOR_CHUNK];
   size_t total = 0;
   while (*fd >= 0 && total < max_bytes) {
     ssize_t n = read(*fd, chunk, sizeof chunk);
     if (n > 0) {
       total += (size_t)n;
-      KN_CHECK(kn_utf8_decode(&ex->dec[which], chunk, (size_t)n, false, out));
+      if (nbf_buf_append(out, chunk, (size_t)n) != 0)
+        return -1;
       continue;
     }
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return KN_OK;
-    /* EOF or error: flush a dangling partial character. */
-    KN_CHECK(kn_utf8_decode(&ex->dec[which], NULL, 0, true, out));
+      return 0;
+    /* EOF or error */
     close_fd(fd);
-    return KN_ERR_EOF;
+    return NBF_EXECUTOR_EOF;
   }
-  return *fd >= 0 ? KN_OK : KN_ERR_EOF;
+  return *fd >= 0 ? 0 : NBF_EXECUTOR_EOF;
 }
 
-kn_result_t kn_executor_read_events(kn_executor_t *ex, kn_executor_event_fn fn, void *arg) {
-  unsigned char chunk[KN_READ_CHUNK];
+int nbf_executor_read_events(nbf_executor_t *ex, nbf_executor_event_fn fn, void *arg) {
+  unsigned char chunk[NBF_EXECUTOR_CHUNK];
   while (ex->fd_ev >= 0) {
     ssize_t n = read(ex->fd_ev, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return KN_OK;
+      return 0;
     if (n <= 0) {
-      if (ex->ev_line.len)
-        kn_log(KN_LOG_WARN, "executor: event line without newline at EOF dropped");
+      if (ex->ev_line.len) /* a line without newline at EOF */
+        ex->ignored_events++;
       nbf_buf_consume(&ex->ev_line, ex->ev_line.len);
       close_fd(&ex->fd_ev);
-      return KN_ERR_EOF;
+      return NBF_EXECUTOR_EOF;
     }
-    KN_CHECK(kn_buf_add(&ex->ev_line, chunk, (size_t)n));
+    if (nbf_buf_append(&ex->ev_line, chunk, (size_t)n) != 0)
+      return -1;
     size_t start = 0;
     for (size_t i = 0; i < ex->ev_line.len; i++) {
       if (ex->ev_line.data[i] != '\n')
@@ -303,105 +325,95 @@ kn_result_t kn_executor_read_events(kn_executor_t *ex, kn_executor_event_fn fn, 
       start = i + 1;
       if (len == 0)
         continue;
-      json_error_t je;
-      json_t *ev = json_loadb(line, len, 0, &je);
+      json_t *ev = json_loadb(line, len, 0, NULL);
       if (!ev || !json_is_object(ev) || !json_is_string(json_object_get(ev, "msg"))) {
-        kn_log(KN_LOG_WARN, "executor: ignored an event that is not a JSON object with \"msg\"%s%s",
-               ev ? "" : ": ", ev ? "" : je.text);
+        ex->ignored_events++;
         json_decref(ev);
         continue;
       }
+      if (!strcmp(json_string_value(json_object_get(ev, "msg")), "reply"))
+        ex->interrupt_deadline_ms = 0; /* the request in flight is answered */
       fn(arg, ev);
       json_decref(ev);
       if (ex->fd_ev < 0) /* fn killed the executor */
-        return KN_ERR_EOF;
+        return NBF_EXECUTOR_EOF;
     }
     nbf_buf_consume(&ex->ev_line, start);
   }
-  return KN_ERR_EOF;
+  return NBF_EXECUTOR_EOF;
 }
 
-/* The executor `pid` was just reaped: remove its work directory, which it
- * cannot do itself after SIGKILL or a crash (nbf_workdir.h). Not when
- * NBFORK_WORKDIR names one (the user's, kept). */
-static void remove_workdir_of(pid_t pid) {
-  if (nbf_workdir_reaped(pid) > 0)
-    kn_log(KN_LOG_DEBUG, "removed the work directory of executor %d", (int)pid);
+int64_t nbf_executor_interrupt(nbf_executor_t *ex, int64_t grace_ms) {
+  if (ex->pid > 0)
+    kill(ex->pid, SIGINT);
+  if (!ex->interrupt_deadline_ms)
+    ex->interrupt_deadline_ms = nbf_now_ms() + grace_ms;
+  return ex->interrupt_deadline_ms;
 }
 
-bool kn_executor_reap(kn_executor_t *ex, int *wstatus) {
-  if (ex->pid <= 0)
+bool nbf_executor_interrupt_expired(const nbf_executor_t *ex) {
+  return ex->pid > 0 && ex->interrupt_deadline_ms && nbf_now_ms() >= ex->interrupt_deadline_ms;
+}
+
+/* The executor was reaped with status st: keep it, and remove its work
+ * directory, which it cannot do itself after SIGKILL or a crash
+ * (nbf_workdir.h; not when NBFORK_WORKDIR names one, the user's, kept). */
+static void reaped(nbf_executor_t *ex, int st) {
+  ex->wstatus = st;
+  nbf_workdir_reaped(ex->pid);
+  ex->pid = 0;
+  ex->interrupt_deadline_ms = 0;
+}
+
+bool nbf_executor_reap(nbf_executor_t *ex, int *wstatus) {
+  int st;
+  if (ex->pid <= 0 || !nbf_proc_reaped(ex->pid, &st))
     return false;
-  int st = 0;
-  pid_t r = waitpid(ex->pid, &st, WNOHANG);
-  if (r == ex->pid || (r < 0 && errno == ECHILD)) {
-    ex->wstatus = r < 0 ? 0 : st;
-    *wstatus = ex->wstatus;
-    remove_workdir_of(ex->pid);
-    ex->pid = 0;
-    return true;
-  }
-  return false;
+  reaped(ex, st);
+  *wstatus = st;
+  return true;
 }
 
-static void reap_blocking(kn_executor_t *ex) {
-  int st = 0;
-  if (ex->pid > 0) {
-    while (waitpid(ex->pid, &st, 0) < 0 && errno == EINTR)
-      ;
-    ex->wstatus = st;
-    remove_workdir_of(ex->pid);
-    ex->pid = 0;
-  }
-}
-
-int kn_executor_kill(kn_executor_t *ex) {
-  if (ex->pid > 0) {
-    kill(-ex->pid, SIGKILL);
-    kill(ex->pid, SIGKILL); /* in case it left its group */
-    reap_blocking(ex);
-  }
-  kn_executor_close(ex);
+int nbf_executor_kill(nbf_executor_t *ex) {
+  if (ex->pid > 0)
+    reaped(ex, nbf_proc_stop(ex->pid, 0, NULL, NULL));
+  nbf_executor_close(ex);
   return ex->wstatus;
 }
 
-/* Wait up to ms for the process to exit, discarding its output. */
-static bool wait_exit(kn_executor_t *ex, int ms) {
-  int64_t deadline = nbf_now_ms() + ms;
-  int st;
+/* nbf_proc_wait's pump while the executor stops: discard what it writes,
+ * so a full pipe cannot keep it from exiting. */
+static void discard_output(void *arg, int ms) {
+  nbf_executor_t *ex = arg;
   unsigned char junk[4096];
-  while (nbf_now_ms() < deadline) {
-    if (kn_executor_reap(ex, &st))
-      return true;
-    struct pollfd p[3];
-    int n = 0;
-    int fds[3] = {ex->fd_out[0], ex->fd_out[1], ex->fd_ev};
-    for (int i = 0; i < 3; i++)
-      if (fds[i] >= 0)
-        p[n++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
-    poll(p, (nfds_t)n, 10);
-    for (int i = 0; i < n; i++)
-      if (p[i].revents)
-        while (read(p[i].fd, junk, sizeof junk) > 0)
-          ;
-  }
-  return kn_executor_reap(ex, &st);
+  struct pollfd p[3];
+  int n = 0;
+  int fds[3] = {ex->fd_out[0], ex->fd_out[1], ex->fd_ev};
+  for (int i = 0; i < 3; i++)
+    if (fds[i] >= 0)
+      p[n++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+  poll(p, (nfds_t)n, ms);
+  for (int i = 0; i < n; i++)
+    if (p[i].revents)
+      while (read(p[i].fd, junk, sizeof junk) > 0)
+        ;
 }
 
-void kn_executor_stop(kn_executor_t *ex, int grace_ms) {
+int nbf_executor_stop(nbf_executor_t *ex, int grace_ms) {
   if (ex->pid > 0) {
     close_fd(&ex->fd_req);
     close_fd(&ex->fd_in);
-    if (!wait_exit(ex, grace_ms)) {
-      kill(-ex->pid, SIGTERM);
-      if (!wait_exit(ex, 500))
-        kn_executor_kill(ex);
-    }
+    int st;
+    if (nbf_proc_wait(ex->pid, grace_ms, &st, discard_output, ex))
+      reaped(ex, st);
+    else
+      reaped(ex, nbf_proc_stop(ex->pid, 500, discard_output, ex));
   }
-  kn_executor_close(ex);
+  nbf_executor_close(ex);
+  return ex->wstatus;
 }
 
-void kn_executor_close(kn_executor_t *ex) {
+void nbf_executor_close(nbf_executor_t *ex) {
   close_fd(&ex->fd_in);
   close_fd(&ex->fd_req);
   close_fd(&ex->fd_out[0]);
@@ -410,7 +422,6 @@ void kn_executor_close(kn_executor_t *ex) {
   nbf_buf_free(&ex->req_pending);
   nbf_buf_free(&ex->in_pending);
   nbf_buf_free(&ex->ev_line);
-  memset(ex->dec, 0, sizeof ex->dec);
 }
 
 static const struct {
@@ -437,8 +448,8 @@ static const struct {
     {SIGUSR2, "SIGUSR2", "User defined signal 2"},
 };
 
-void kn_executor_describe_exit(int wstatus, char *ename, size_t ename_len, char *how,
-                               size_t how_len) {
+void nbf_executor_describe_exit(int wstatus, char *ename, size_t ename_len, char *how,
+                                size_t how_len) {
   if (WIFSIGNALED(wstatus)) {
     int sig = WTERMSIG(wstatus);
     const char *abbrev = NULL, *desc = NULL;

@@ -1,0 +1,185 @@
+/*
+ * nbf_shard.h — sharded data parallel (ZeRO stages 1–3, PyTorch FSDP's
+ * sharding strategies) over a model's flat buffers (acc_model_t,
+ * nbf_trainer.h; included by nbfork.h after it).
+ *
+ * Source: Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+ * Training Trillion Parameter Models" (SC 2020); PyTorch FSDP's
+ * ShardingStrategy; Accelerate's FullyShardedDataParallelPlugin and
+ * DeepSpeedPlugin (the environment names below).
+ *
+ * Layout. The model's flat buffer is cut into wrap units (FSDP's
+ * FlatParameter per wrapped module): for the toolkit MLP one layer
+ * (weight then bias); for another acc_model_t the named tensors that
+ * share a name prefix up to the last '.' and are contiguous
+ * ("block.0.weight" + "block.0.bias"); without named tensors, the whole
+ * buffer. Unit u of n_u elements is padded to N·s_u, s_u = ceil(n_u/N)
+ * (N = world size), and rank r owns elements [r·s_u, min((r+1)·s_u, n_u))
+ * of it. The optimizer (SGD or AdamW, acc_optim.c's update, torch
+ * semantics) updates only the owned elements and keeps state for them.
+ *
+ *   stage 0  NO_SHARD (DDP): gradients all-reduced, every rank updates
+ *            everything (the reference the other stages are tested
+ *            against).
+ *   stage 1  optimizer state sharded: gradients all-reduced (AVG), each
+ *            rank updates its elements, then each unit is all-gathered.
+ *   stage 2  SHARD_GRAD_OP: + each unit's gradient is reduce-scattered
+ *            (AVG) as soon as the backward pass completes it (a toolkit
+ *            MLP: from a layer hook; another model: after its backward),
+ *            and the pages of the full gradient outside the owned
+ *            elements are returned to the OS (madvise MADV_DONTNEED).
+ *   stage 3  FULL_SHARD: + parameters sharded: the owned elements live
+ *            in a shard buffer; a toolkit MLP all-gathers each layer into
+ *            the model's buffer right before its forward and again before
+ *            its backward and releases its pages right after (FSDP's
+ *            free-after-forward/backward; with mixed precision the layer's
+ *            half-precision shadow too). Another acc_model_t has no
+ *            layer hooks: every unit is gathered before forward_loss and
+ *            released after backward (peak = the full parameters, steady
+ *            state 1/N). No prefetch of the next unit.
+ *   HYBRID_SHARD is refused (UNSUPPORTED): it needs one process group
+ *   per node, and nbfork's collectives span the world only.
+ *
+ * Gradient accumulation (acc_config_t.gradient_accumulation_steps = k):
+ * as Accelerate's, each micro-step's contribution is scaled by 1/k; the
+ * gradients stay unsharded until the sync micro-step (FSDP's no_sync),
+ * where they are reduced as above. Clipping by global norm: each rank
+ * sums the squares of its owned gradient elements (f64), the partial
+ * sums are all-reduced (SUM), norm = sqrt. fp16: the loss scale is
+ * applied by the model's backward (GradScaler.scale); acc_shard_step
+ * unscales the owned elements, all-reduces the inf/NaN flag (MAX) so
+ * every rank skips or steps alike, then updates the scale. bf16: as f32
+ * (no scaling).
+ *
+ * Equality with DDP (tests/runtime/test_shard.c, 1, 2 and 4 processes):
+ * bit for bit at N <= 2 for every stage, precision and accumulation (the
+ * update is elementwise, and a sum of two addends does not depend on
+ * their order). At N = 4 the tolerance is 1e-5 relative (losses;
+ * parameters: of the largest parameter), measured <= 4e-7: there two
+ * DDP runs in one process already differ in the last bit (Gloo's
+ * all-reduce of 4 ranks does not sum in a fixed order from one call to
+ * the next here), and stages 2/3 reduce each unit apart (on the host
+ * nbfork's reduce-scatter is Gloo's all-reduce of the unit, as
+ * PyTorch's Gloo backend does). Clipping above stage 0: the norm is
+ * summed in another order (partial sums per rank, then all-reduced):
+ * within 1e-5.
+
+ * Offload (offload_optimizer_device: cpu, fsdp_offload_params: true): on
+ * a CPU run the state already is in host memory: a no-op, stated by
+ * acc_shard_describe. A model on a device is refused (UNSUPPORTED) at
+ * every stage: sharding runs on host models (Gloo) only.
+ *
+ * Errors follow nbfork.h (acc_result_t; the text in acc_last_error(acc)).
+ */
+#ifndef NBF_SHARD_H
+#define NBF_SHARD_H
+
+#include <stddef.h>
+
+#include "nbf_trainer.h" /* acc_model_t (nbf_trainer.h includes this file last) */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  ACC_SHARD_FROM_ENV = -1, /* read the launcher's environment (below)  */
+  ACC_SHARD_NO_SHARD = 0,  /* DDP; ZeRO stage 0; FSDP NO_SHARD (3)     */
+  ACC_SHARD_OPTIMIZER = 1, /* ZeRO stage 1                             */
+  ACC_SHARD_GRAD_OP = 2,   /* ZeRO stage 2; FSDP SHARD_GRAD_OP (2)     */
+  ACC_SHARD_FULL = 3       /* ZeRO stage 3; FSDP FULL_SHARD (1)        */
+} acc_shard_stage_t;
+
+typedef struct {
+  /* ZeRO stage 0..3, or ACC_SHARD_FROM_ENV: ACCELERATE_USE_FSDP=true with
+   * FSDP_SHARDING_STRATEGY (1|FULL_SHARD -> 3, 2|SHARD_GRAD_OP -> 2,
+   * 3|NO_SHARD -> 0, 4|HYBRID_SHARD -> refused) and FSDP_OFFLOAD_PARAMS,
+   * or ACCELERATE_USE_DEEPSPEED=true with ACCELERATE_DEEPSPEED_ZERO_STAGE
+   * (0..3) and ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE (none|cpu);
+   * neither: stage 0. */
+  int stage;
+  int offload; /* keep the sharded state in host memory (see above)   */
+  int adamw;   /* 1 = AdamW (lr, beta1, beta2, eps, weight_decay),
+                  0 = SGD (lr, momentum, weight_decay)                 */
+  float lr, beta1, beta2, eps, weight_decay, momentum;
+  double max_grad_norm; /* > 0: clip by global norm; 0 = no clipping    */
+} acc_shard_config_t;
+
+/* Stage from the environment, AdamW(1e-3, 0.9, 0.999, 1e-8, 0.01), no
+ * clipping: torch.optim.AdamW's defaults. */
+#define ACC_SHARD_CONFIG_INIT                                                                      \
+  { ACC_SHARD_FROM_ENV, 0, 1, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.0f, 0.0 }
+
+typedef struct acc_shard acc_shard_t;
+
+/* Shard `model` (whose parameters must be equal on every rank, as
+ * acc_mlp_new leaves them) across the ranks of `acc`. For a toolkit MLP
+ * (model->mlp) it installs the layer hooks; the model must not be driven
+ * by another optimizer meanwhile. Collective (every rank, the same
+ * config). Errors: INVALID_ARGUMENT (NULL, stage outside 0..3, bad
+ * hyper-parameters, an environment value not understood — named),
+ * UNSUPPORTED (HYBRID_SHARD; a model on a device), NO_MEMORY. */
+ACC_API acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_config_t *cfg);
+/* Removes the hooks, gathers the full parameters into the model's buffer
+ * (collective with stage 3, so every rank must call it) and frees the
+ * state. NULL-safe; clears *sh_p. */
+ACC_API void acc_shard_destroy(acc_shard_t **sh_p);
+
+/* model->forward_loss with the parameters gathered as the stage needs;
+ * the loss of this rank's batch (NaN on failure: acc_last_error). */
+ACC_API float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *labels, int batch,
+                             int training);
+/* model->backward, then Accelerate's backward for the stage: the
+ * accumulation scaling, and on sync micro-steps the reduction (all-reduce
+ * for stages 0/1, reduce-scatter per unit for 2/3). Call once per
+ * micro-step between acc_accumulate_begin and acc_accumulate_end.
+ * Errors: INVALID_ARGUMENT (backward failed), the collectives'. */
+ACC_API acc_result_t acc_shard_backward(acc_shard_t *sh);
+/* On a sync micro-step: unscale (fp16), clip, update the owned
+ * elements, zero the gradients, all-gather the parameters (stages 1/2).
+ * Returns 1 when the parameters were updated, 0 when skipped (not a sync
+ * micro-step, or fp16 inf/NaN on any rank), -1 on error. */
+ACC_API int acc_shard_step(acc_shard_t *sh);
+/* The global gradient norm of the last step (before clipping), NaN
+ * before the first. */
+ACC_API double acc_shard_grad_norm(const acc_shard_t *sh);
+/* A negative lr is ignored. */
+ACC_API void acc_shard_set_lr(acc_shard_t *sh, float lr);
+/* Gather every unit into the model's buffer (FSDP's FULL_STATE_DICT
+ * view: for acc_save_state, evaluation by hand); a no-op below stage 3.
+ * Collective. The pages stay until the next forward releases them. */
+ACC_API acc_result_t acc_shard_gather_params(acc_shard_t *sh);
+
+ACC_API int acc_shard_stage(const acc_shard_t *sh);
+/* One line describing the setup ("ZeRO stage 3 (FULL_SHARD) on 4 ranks,
+ * 3 units, 2.1 MB of 8.4 MB owned; offload: no-op on CPU"). */
+ACC_API const char *acc_shard_describe(const acc_shard_t *sh);
+
+/* Model-state bytes of this rank, measured: the resident pages
+ * (mincore) of the model's parameter, gradient and half-shadow buffers
+ * plus the shard buffers and the optimizer's state. `peak` = the largest
+ * value seen at the sample points (after acc_shard_new, each layer hook,
+ * each backward and step); current otherwise. */
+ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);
+
+/* Bytes per rank of parameters + gradients + optimizer state that the
+ * runtime keeps for `num_params` parameters (largest unit `largest`
+ * elements) on `world` ranks at `stage`: f32 master parameters and
+ * gradients, AdamW's two moments (adamw != 0) or one SGD momentum:
+ *   stage 0: (8 + k)Ψ      stage 1: 8Ψ + kΨ/N
+ *   stage 2: 4Ψ + (4 + k)Ψ/N + 4L(N-1)/N     (L = the unit in backward)
+ *   stage 3: (8 + k)Ψ/N + 8L                  (k = 8 AdamW, 4 SGD)
+ * plus 4Ψ for the half shadow with mixed precision below stage 3.
+ * The ZeRO paper's mixed-precision figures (fp16 parameters and
+ * gradients, f32 master and moments) are acc_shard_paper_bytes. */
+ACC_API double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage, int adamw,
+                                int mixed);
+/* Rajbhandari et al. 2020, Adam with mixed precision: 16Ψ, 4Ψ + 12Ψ/N,
+ * 2Ψ + 14Ψ/N, 16Ψ/N for stages 0..3. */
+ACC_API double acc_shard_paper_bytes(size_t num_params, int world, int stage);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NBF_SHARD_H */

@@ -1,0 +1,383 @@
+/*
+ * acc_shard.c — sharded data parallel (nbf_shard.h): the stage from the
+ * launcher's environment (Accelerate's FSDP and DeepSpeed names), the
+ * wrap units and their padded shards, the optimizers over the owned
+ * elements, and the measured model-state memory. The gathers, reductions
+ * and the step are acc_shard_run.c's.
+ */
+#define _DEFAULT_SOURCE /* madvise, mincore */
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "acc_nccl.h"
+#include "acc_shard_internal.h"
+#include "nbf_param.h"
+
+/* FSDP_SHARDING_STRATEGY (a number as Accelerate's config writes it, or
+ * the name) -> stage; -2 for HYBRID_SHARD, -1 when not understood. */
+static int fsdp_stage(const char *v) {
+  static const struct {
+    const char *num, *name;
+    int stage;
+  } t[] = {{"1", "FULL_SHARD", 3},
+           {"2", "SHARD_GRAD_OP", 2},
+           {"3", "NO_SHARD", 0},
+           {"4", "HYBRID_SHARD", -2},
+           {"5", "_HYBRID_SHARD_ZERO2", -2}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+    if (!strcmp(v, t[i].num) || !strcasecmp(v, t[i].name))
+      return t[i].stage;
+  return -1;
+}
+
+/* The stage and offload choice of the launcher's environment; an error
+ * names the variable and its value. */
+static acc_result_t stage_from_env(acc_t *acc, int *stage, int *offload) {
+  *stage = 0;
+  if (nbf_param_ACCELERATE_USE_FSDP() == 1) {
+    const char *v = nbf_param_str(NBF_P_FSDP_SHARDING_STRATEGY);
+    *stage = fsdp_stage(v);
+    if (*stage == -2)
+      return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                            "FSDP_SHARDING_STRATEGY=%s: HYBRID_SHARD needs one process group per "
+                            "node; nbfork's collectives span the world only (use FULL_SHARD)",
+                            v);
+    if (*stage < 0)
+      return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                            "FSDP_SHARDING_STRATEGY=%s: expected 1|FULL_SHARD, 2|SHARD_GRAD_OP, "
+                            "3|NO_SHARD or 4|HYBRID_SHARD",
+                            v);
+    *offload |= (nbf_param_FSDP_OFFLOAD_PARAMS() == 1);
+  } else if (nbf_param_ACCELERATE_USE_DEEPSPEED() == 1) {
+    long s = 0;
+    if (nbf_param_ACCELERATE_DEEPSPEED_ZERO_STAGE(&s) != 0 || s < 0 || s > 3)
+      return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                            "ACCELERATE_DEEPSPEED_ZERO_STAGE=%s: expected 0, 1, 2 or 3",
+                            nbf_param_raw(NBF_P_ACCELERATE_DEEPSPEED_ZERO_STAGE));
+    *stage = (int)s;
+    const char *od = nbf_param_str(NBF_P_ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE);
+    const char *pd = nbf_param_str(NBF_P_ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE);
+    *offload |= (od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu"));
+  }
+  return ACC_OK;
+}
+
+/* Units: the MLP's layers; else named tensors grouped by the prefix up to
+ * their last '.' while contiguous; else the whole buffer. */
+static int count_units(const acc_model_t *m, size_t *off, size_t *len) {
+  int k = 0;
+  for (int i = 0; i < m->num_tensors; i++) {
+    const acc_tensor_info_t *t = &m->tensors[i];
+    size_t n = (size_t)t->rows * (size_t)t->cols;
+    const char *dot = strrchr(t->name, '.');
+    size_t plen = dot ? (size_t)(dot - t->name) : strlen(t->name);
+    if (k > 0 && i > 0) {
+      const acc_tensor_info_t *p = &m->tensors[i - 1];
+      const char *pdot = strrchr(p->name, '.');
+      size_t pplen = pdot ? (size_t)(pdot - p->name) : strlen(p->name);
+      if (pplen == plen && !strncmp(p->name, t->name, plen) &&
+          off[k - 1] + len[k - 1] == t->offset) {
+        len[k - 1] += n;
+        continue;
+      }
+    }
+    off[k] = t->offset;
+    len[k++] = n;
+  }
+  if (k == 0) {
+    off[0] = 0;
+    len[0] = m->num_params;
+    k = 1;
+  }
+  return k;
+}
+
+/* Units, their shard sizes and owned elements, and P/G (stage 3). */
+static acc_result_t layout(acc_shard_t *sh) {
+  const acc_model_t *m = sh->model;
+  size_t nt = (size_t)(m->num_tensors > 0 ? m->num_tensors : 1);
+  size_t *off = calloc(nt, sizeof *off), *len = calloc(nt, sizeof *len);
+  sh->units = calloc(nt, sizeof *sh->units);
+  if (!off || !len || !sh->units) {
+    free(off), free(len);
+    return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_new: no memory");
+  }
+  sh->nunits = sh->stage == 0 ? 1 : count_units(m, off, len);
+  if (sh->stage == 0)
+    off[0] = 0, len[0] = m->num_params;
+  size_t N = (size_t)sh->world, maxs = 0;
+  for (int i = 0; i < sh->nunits; i++) {
+    acc__shard_unit_t *u = &sh->units[i];
+    u->off = off[i];
+    u->n = len[i];
+    u->s = sh->stage == 0 ? u->n : (u->n + N - 1) / N;
+    size_t start = sh->stage == 0 ? 0 : (size_t)sh->rank * u->s;
+    u->own = u->n > start ? (u->n - start < u->s ? u->n - start : u->s) : 0;
+    u->soff = sh->S;
+    sh->S += u->s;
+    maxs = u->s > maxs ? u->s : maxs;
+  }
+  free(off), free(len);
+  sh->buf_n = sh->stage == 0 ? 0 : N * maxs;
+  if ((sh->buf_n && !(sh->buf = calloc(sh->buf_n, sizeof(float)))) ||
+      (sh->stage == 3 &&
+       (!(sh->P = calloc(sh->S, sizeof(float))) || !(sh->G = calloc(sh->S, sizeof(float))))))
+    return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_new: no memory for the shards");
+  return ACC_OK;
+}
+
+float *acc__shard_own_params(acc_shard_t *sh, const acc__shard_unit_t *u) {
+  if (sh->stage == 3)
+    return sh->P + u->soff;
+  return sh->model->params + u->off + (sh->stage ? (size_t)sh->rank * u->s : 0);
+}
+
+float *acc__shard_own_grads(acc_shard_t *sh, const acc__shard_unit_t *u) {
+  if (sh->stage == 3)
+    return sh->G + u->soff;
+  return sh->model->grads + u->off + (sh->stage ? (size_t)sh->rank * u->s : 0);
+}
+
+/* One optimizer per unit over its owned elements (torch's param groups
+ * with the same hyper-parameters: the update is elementwise, so it equals
+ * one optimizer over the whole buffer). */
+static acc_result_t make_optimizers(acc_shard_t *sh) {
+  const acc_shard_config_t *c = &sh->cfg;
+  for (int i = 0; i < sh->nunits; i++) {
+    acc__shard_unit_t *u = &sh->units[i];
+    if (!u->own)
+      continue;
+    float *p = acc__shard_own_params(sh, u), *g = acc__shard_own_grads(sh, u);
+    u->opt = c->adamw
+                 ? acc_adamw_new(p, g, u->own, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay)
+                 : acc_sgd_new(p, g, u->own, c->lr, c->momentum, c->weight_decay);
+    if (!u->opt)
+      return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT,
+                            "acc_shard_new: bad optimizer settings (lr %g, betas %g %g, eps %g, "
+                            "weight_decay %g, momentum %g) or no memory",
+                            (double)c->lr, (double)c->beta1, (double)c->beta2, (double)c->eps,
+                            (double)c->weight_decay, (double)c->momentum);
+  }
+  return ACC_OK;
+}
+
+/* Stage 3 keeps the owned elements only: copy them out of the model's
+ * (equal on every rank) buffer, then release it. Stage 2 releases the
+ * gradient pages it does not own. */
+static void take_shards(acc_shard_t *sh) {
+  acc_model_t *m = sh->model;
+  for (int i = 0; i < sh->nunits && sh->stage == 3; i++) {
+    const acc__shard_unit_t *u = &sh->units[i];
+    memcpy(sh->P + u->soff, m->params + u->off + (size_t)sh->rank * u->s, u->own * sizeof(float));
+  }
+  if (sh->stage == 3) {
+    acc__shard_release(m->params, m->num_params);
+    acc__shard_release(m->grads, m->num_params);
+  } else if (sh->stage == 2) {
+    for (int i = 0; i < sh->nunits; i++) {
+      const acc__shard_unit_t *u = &sh->units[i];
+      size_t start = (size_t)sh->rank * u->s;
+      start = start < u->n ? start : u->n;
+      acc__shard_release(m->grads + u->off, start);
+      acc__shard_release(m->grads + u->off + start + u->own, u->n - start - u->own);
+    }
+  }
+}
+
+static void describe(acc_shard_t *sh) {
+  static const char *const names[] = {"NO_SHARD", "stage 1", "SHARD_GRAD_OP", "FULL_SHARD"};
+  size_t own = 0;
+  for (int i = 0; i < sh->nunits; i++)
+    own += sh->units[i].own;
+  snprintf(sh->desc, sizeof sh->desc,
+           "ZeRO stage %d (%s) on %d rank%s, %d unit%s, %zu of %zu parameters owned; offload: %s",
+           sh->stage, names[sh->stage], sh->world, sh->world == 1 ? "" : "s", sh->nunits,
+           sh->nunits == 1 ? "" : "s", own, sh->model->num_params,
+           sh->cfg.offload ? "no-op on CPU (the state is in host memory)" : "off");
+}
+
+static acc_result_t check_new(acc_t *acc, acc_model_t *model, acc_shard_config_t *c) {
+  if (!acc || !model || !model->params || !model->grads || !model->num_params)
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: NULL accelerator/model");
+  if (c->stage == ACC_SHARD_FROM_ENV)
+    ACC_CHECK(stage_from_env(acc, &c->stage, &c->offload));
+  if (c->stage < 0 || c->stage > 3)
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: stage %d not in 0..3",
+                          c->stage);
+  int dev = acc->device >= 0 && acc_nccl_is_device_ptr(model->params);
+  if (dev)
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "acc_shard_new: ZeRO stage %d of a model on device %d is not "
+                          "implemented (host models only; train a device model with DDP: "
+                          "acc_backward and acc_optim_step)",
+                          c->stage, acc->device);
+  if (!(c->max_grad_norm >= 0))
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: max_grad_norm %g < 0",
+                          c->max_grad_norm);
+  return ACC_OK;
+}
+
+acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_config_t *cfg) {
+  acc_shard_config_t c = cfg ? *cfg : (acc_shard_config_t)ACC_SHARD_CONFIG_INIT;
+  if (check_new(acc, model, &c) != ACC_OK)
+    return NULL;
+  acc_shard_t *sh = calloc(1, sizeof *sh);
+  if (!sh) {
+    acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_shard_new: no memory");
+    return NULL;
+  }
+  *sh = (acc_shard_t){.acc = acc,
+                      .model = model,
+                      .cfg = c,
+                      .stage = c.stage,
+                      .rank = acc_rank(acc),
+                      .world = acc_world_size(acc),
+                      .grad_norm = NAN,
+                      .gathered = 1};
+  if (layout(sh) != ACC_OK || make_optimizers(sh) != ACC_OK) {
+    acc_shard_destroy(&sh);
+    return NULL;
+  }
+  take_shards(sh);
+  sh->gathered = sh->stage < 3;
+  if (model->mlp && sh->stage >= 2) {
+    acc__mlp_set_unit_hook(model->mlp, acc__shard_mlp_hook, sh);
+    sh->hooked = 1;
+  }
+  describe(sh);
+  acc__shard_sample(sh);
+  return sh;
+}
+
+void acc_shard_destroy(acc_shard_t **sh_p) {
+  if (!sh_p || !*sh_p)
+    return;
+  acc_shard_t *sh = *sh_p;
+  *sh_p = NULL;
+  if (sh->hooked)
+    acc__mlp_set_unit_hook(sh->model->mlp, NULL, NULL);
+  if (sh->stage == 3 && sh->P)
+    (void)acc_shard_gather_params(sh); /* leave the model whole */
+  for (int i = 0; sh->units && i < sh->nunits; i++)
+    acc_optim_destroy(&sh->units[i].opt);
+  free(sh->units);
+  free(sh->P);
+  free(sh->G);
+  free(sh->buf);
+  free(sh);
+}
+
+int acc_shard_stage(const acc_shard_t *sh) {
+  return sh ? sh->stage : -1;
+}
+
+const char *acc_shard_describe(const acc_shard_t *sh) {
+  return sh ? sh->desc : "";
+}
+
+double acc_shard_grad_norm(const acc_shard_t *sh) {
+  return sh ? sh->grad_norm : NAN;
+}
+
+void acc_shard_set_lr(acc_shard_t *sh, float lr) {
+  for (int i = 0; sh && i < sh->nunits; i++)
+    acc_optim_set_lr(sh->units[i].opt, lr);
+}
+
+/* ---- memory ---------------------------------------------------------- */
+
+void acc__shard_release(float *p, size_t n) {
+  if (!p || !n)
+    return;
+  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = (uintptr_t)p, e = (uintptr_t)(p + n);
+  uintptr_t a1 = (a + pg - 1) & ~(pg - 1), e1 = e & ~(pg - 1);
+  if (e1 <= a1) {
+    memset(p, 0, n * sizeof(float));
+    return;
+  }
+  memset(p, 0, a1 - a); /* the partial pages at both ends stay: zero them */
+  memset((void *)e1, 0, e - e1);
+  /* the whole pages read as zeros afterwards (anonymous private memory) */
+  if (madvise((void *)a1, e1 - a1, MADV_DONTNEED) != 0)
+    memset((void *)a1, 0, e1 - a1);
+}
+
+/* Resident bytes of [p, p + bytes) by mincore, counted per page. */
+static size_t resident(const void *p, size_t bytes) {
+  if (!p || !bytes)
+    return 0;
+  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = (uintptr_t)p & ~(pg - 1), e = ((uintptr_t)p + bytes + pg - 1) & ~(pg - 1);
+  size_t npages = (e - a) / pg, count = 0;
+  unsigned char vec[4096];
+  for (size_t i = 0; i < npages; i += sizeof vec) {
+    size_t k = npages - i < sizeof vec ? npages - i : sizeof vec;
+    if (mincore((void *)(a + i * pg), k * pg, vec) != 0)
+      return bytes; /* not measurable: count it all */
+    for (size_t j = 0; j < k; j++)
+      count += vec[j] & 1;
+  }
+  size_t r = count * pg;
+  return r < bytes ? r : bytes;
+}
+
+static size_t current_bytes(const acc_shard_t *sh) {
+  const acc_model_t *m = sh->model;
+  size_t nb = m->num_params * sizeof(float);
+  size_t b = resident(m->params, nb) + resident(m->grads, nb);
+  if (m->mlp)
+    b += resident(acc__mlp_host_buffer(m->mlp, 2), nb);
+  b += 2 * sh->S * sizeof(float) * (sh->P != NULL);
+  for (int i = 0; i < sh->nunits; i++)
+    b += sh->units[i].opt ? acc__optim_state_bytes(sh->units[i].opt) : 0;
+  return b;
+}
+
+void acc__shard_sample(acc_shard_t *sh) {
+  size_t b = current_bytes(sh);
+  sh->peak = b > sh->peak ? b : sh->peak;
+}
+
+size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak) {
+  if (!sh)
+    return 0;
+  return peak ? sh->peak : current_bytes(sh);
+}
+
+double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage, int adamw,
+                                int mixed) {
+  const double P = (double)num_params, L = (double)largest, N = world > 0 ? world : 1;
+  const double k = adamw ? 8.0 : 4.0;
+  double b;
+  switch (stage) {
+  case 0:
+    b = (8.0 + k) * P;
+    break;
+  case 1:
+    b = 8.0 * P + k * P / N;
+    break;
+  case 2:
+    b = 4.0 * P + (4.0 + k) * P / N + 4.0 * L * (N - 1.0) / N;
+    break;
+  case 3:
+    return (8.0 + k) * P / N + 8.0 * L + (mixed ? 4.0 * L : 0.0);
+  default:
+    return NAN;
+  }
+  return b + (mixed ? 4.0 * P : 0.0);
+}
+
+double acc_shard_paper_bytes(size_t num_params, int world, int stage) {
+  const double P = (double)num_params, N = world > 0 ? world : 1;
+  static const double fixed[] = {16, 4, 2, 0}, shared[] = {0, 12, 14, 16};
+  if (stage < 0 || stage > 3)
+    return NAN;
+  return fixed[stage] * P + shared[stage] * P / N;
+}

@@ -1,0 +1,226 @@
+/*
+ * acc_shard_run.c — what sharded data parallel does each step
+ * (nbf_shard.h): the all-gather of a unit's parameters (stages 1/2 after
+ * the update; stage 3 before each use), the reduce-scatter of a unit's
+ * gradient (stages 2/3), the toolkit MLP's layer hooks that do both
+ * during forward and backward, and the step (unscale with one inf/NaN
+ * decision for all ranks, clipping by the global norm over the shards,
+ * the owned update).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "acc_shard_internal.h"
+
+acc_result_t acc__shard_gather_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
+  float *mine = sh->buf + (size_t)sh->rank * u->s;
+  memcpy(mine, acc__shard_own_params(sh, u), u->own * sizeof(float));
+  memset(mine + u->own, 0, (u->s - u->own) * sizeof(float)); /* the padding */
+  ACC_CHECK(acc_all_gather(sh->acc, mine, sh->buf, u->s, ACC_F32));
+  memcpy(sh->model->params + u->off, sh->buf, u->n * sizeof(float));
+  return ACC_OK;
+}
+
+/* Reduce-scatter (AVG) unit u's gradient from the model's buffer into the
+ * owned elements, then release the rest of it (all of it at stage 3,
+ * where the owned elements live in G). */
+static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
+  float *g = sh->model->grads + u->off;
+  const size_t N = (size_t)sh->world, start = (size_t)sh->rank * u->s;
+  memcpy(sh->buf, g, u->n * sizeof(float));
+  memset(sh->buf + u->n, 0, (N * u->s - u->n) * sizeof(float));
+  /* in place: the result lands on this rank's block of the input */
+  ACC_CHECK(acc_reduce_scatter(sh->acc, sh->buf, sh->buf + start, u->s, ACC_F32, ACC_AVG));
+  memcpy(acc__shard_own_grads(sh, u), sh->buf + start, u->own * sizeof(float));
+  if (sh->stage == 3) {
+    acc__shard_release(g, u->n);
+  } else {
+    size_t s0 = start < u->n ? start : u->n;
+    acc__shard_release(g, s0);
+    acc__shard_release(g + s0 + u->own, u->n - s0 - u->own);
+  }
+  return ACC_OK;
+}
+
+/* Stage 3: give back unit u's parameter pages (and its half shadow). */
+static void release_params(acc_shard_t *sh, const acc__shard_unit_t *u) {
+  acc__shard_release(sh->model->params + u->off, u->n);
+  float *wh = sh->model->mlp ? acc__mlp_host_buffer(sh->model->mlp, 2) : NULL;
+  if (wh)
+    acc__shard_release(wh + u->off, u->n);
+}
+
+/* The gradients are reduced in the backward hooks only when this
+ * micro-step's contribution needs no accumulation scaling. */
+static int reduce_in_hooks(const acc_shard_t *sh) {
+  return sh->acc->accum_steps == 1 && sh->acc->sync_gradients;
+}
+
+int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t n) {
+  acc_shard_t *sh = user;
+  const acc__shard_unit_t *u = &sh->units[layer];
+  (void)offset, (void)n; /* the MLP's layers are the units, in order */
+  acc_result_t r = ACC_OK;
+  int gather = sh->stage == 3 && !sh->gathered;
+  if ((phase == ACC__UNIT_FWD_BEGIN || phase == ACC__UNIT_BWD_BEGIN) && gather)
+    r = acc__shard_gather_unit(sh, u);
+  acc__shard_sample(sh); /* the layer is in memory now */
+  if (phase == ACC__UNIT_FWD_END && gather)
+    release_params(sh, u);
+  if (phase == ACC__UNIT_BWD_END) {
+    if (reduce_in_hooks(sh)) {
+      r = reduce_unit(sh, u);
+      sh->reduced = layer == 0 && r == ACC_OK;
+    }
+    if (gather)
+      release_params(sh, u);
+  }
+  return r == ACC_OK ? 0 : -1;
+}
+
+acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
+  if (!sh)
+    return ACC_ERR_INVALID_ARGUMENT;
+  if (sh->stage < 3 || sh->gathered)
+    return ACC_OK;
+  for (int i = 0; i < sh->nunits; i++)
+    ACC_CHECK(acc__shard_gather_unit(sh, &sh->units[i]));
+  sh->gathered = 1;
+  acc__shard_sample(sh);
+  return ACC_OK;
+}
+
+/* Stage 3 after a forward/backward that gathered every unit. */
+static void release_all(acc_shard_t *sh) {
+  if (sh->stage < 3 || !sh->gathered)
+    return;
+  for (int i = 0; i < sh->nunits; i++)
+    release_params(sh, &sh->units[i]);
+  sh->gathered = 0;
+}
+
+float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *labels, int batch,
+                             int training) {
+  if (!sh)
+    return NAN;
+  /* a model without layer hooks needs all of its parameters at once */
+  if (!sh->hooked && acc_shard_gather_params(sh) != ACC_OK)
+    return NAN;
+  float loss = sh->model->forward_loss(sh->model->self, x, labels, batch, training);
+  acc__shard_sample(sh);
+  return loss;
+}
+
+acc_result_t acc_shard_backward(acc_shard_t *sh) {
+  if (!sh)
+    return ACC_ERR_INVALID_ARGUMENT;
+  acc_model_t *m = sh->model;
+  acc_t *acc = sh->acc;
+  sh->reduced = 0;
+  if (m->backward(m->self) != 0) {
+    if (acc->err[0])
+      return ACC_ERR_INVALID_ARGUMENT; /* the model's or the hook's error is kept */
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_backward: backward failed");
+  }
+  acc__shard_sample(sh);
+  acc_result_t r = ACC_OK;
+  if (sh->stage < 2) {
+    r = acc_backward(acc, m->grads, m->num_params);
+  } else if (!sh->reduced) {
+    r = acc__accumulate_scale(acc, m->grads, m->num_params);
+    for (int i = 0; r == ACC_OK && acc->sync_gradients && i < sh->nunits; i++)
+      r = reduce_unit(sh, &sh->units[i]);
+  }
+  if (!sh->hooked)
+    release_all(sh);
+  acc__shard_sample(sh);
+  return r;
+}
+
+/* fp16: unscale the owned gradients; 1 when every rank's were finite.
+ * The inverse is acc_unscale_gradients' (so stage 0 equals DDP). */
+static int unscale_all(acc_shard_t *sh, acc_result_t *r) {
+  acc_t *acc = sh->acc;
+  if (acc->precision != ACC_PRECISION_FP16)
+    return 1;
+  const float inv = (float)(1.0 / (double)acc->scale);
+  int32_t bad = 0;
+  for (int i = 0; i < sh->nunits; i++) {
+    const acc__shard_unit_t *u = &sh->units[i];
+    bad |= acc__unscale_host(acc__shard_own_grads(sh, u), u->own, inv);
+  }
+  if (sh->stage > 0) /* below, every rank holds the same gradients */
+    *r = acc_all_reduce(acc, &bad, 1, ACC_I32, ACC_MAX);
+  return !bad;
+}
+
+/* The global norm of the gradients (torch.nn.utils.clip_grad_norm_):
+ * f64 sums of squares of the owned elements in eight lanes, summed over
+ * ranks; the gradients scaled by max_norm / (norm + 1e-6) when below 1. */
+static acc_result_t clip(acc_shard_t *sh) {
+  double ss = 0.0;
+  for (int i = 0; i < sh->nunits; i++) {
+    const acc__shard_unit_t *u = &sh->units[i];
+    ss += acc__sumsq(acc__shard_own_grads(sh, u), u->own);
+  }
+  if (sh->stage > 0)
+    ACC_CHECK(acc_all_reduce(sh->acc, &ss, 1, ACC_F64, ACC_SUM));
+  float norm = (float)sqrt(ss);
+  sh->grad_norm = norm;
+  double max_norm = sh->cfg.max_grad_norm;
+  if (max_norm > 0 && isfinite(norm)) {
+    float coef = (float)(max_norm / ((double)norm + 1e-6));
+    for (int i = 0; coef < 1.0f && i < sh->nunits; i++) {
+      const acc__shard_unit_t *u = &sh->units[i];
+      float *g = acc__shard_own_grads(sh, u);
+      for (size_t j = 0; j < u->own; j++)
+        g[j] *= coef;
+    }
+  }
+  return ACC_OK;
+}
+
+/* Zero what holds gradients after the step: the model's whole buffer
+ * below stage 2, the owned elements above (the rest was released). */
+static void zero_grads(acc_shard_t *sh) {
+  if (sh->stage < 2) {
+    memset(sh->model->grads, 0, sh->model->num_params * sizeof(float));
+    return;
+  }
+  for (int i = 0; i < sh->nunits; i++) {
+    const acc__shard_unit_t *u = &sh->units[i];
+    memset(acc__shard_own_grads(sh, u), 0, u->own * sizeof(float));
+  }
+}
+
+int acc_shard_step(acc_shard_t *sh) {
+  if (!sh)
+    return -1;
+  acc_t *acc = sh->acc;
+  if (!acc->sync_gradients)
+    return 0;
+  acc_result_t r = ACC_OK;
+  int finite = unscale_all(sh, &r);
+  if (r != ACC_OK)
+    return -1;
+  if (acc->precision == ACC_PRECISION_FP16)
+    acc_update_loss_scale(acc, !finite);
+  else
+    acc->found_inf = 0;
+  if (!finite) {
+    zero_grads(sh);
+    return 0;
+  }
+  if (clip(sh) != ACC_OK)
+    return -1;
+  for (int i = 0; i < sh->nunits; i++)
+    if (sh->units[i].opt && acc__optim_step_raw(acc, sh->units[i].opt) < 0)
+      return -1;
+  zero_grads(sh);
+  release_all(sh); /* stage 3: the gathered parameters are stale now */
+  for (int i = 0; sh->stage == 1 || sh->stage == 2 ? i < sh->nunits : 0; i++)
+    if (acc__shard_gather_unit(sh, &sh->units[i]) != ACC_OK)
+      return -1;
+  acc__shard_sample(sh);
+  return 1;
+}
