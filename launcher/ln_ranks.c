@@ -472,12 +472,28 @@ static void group_end(ln_ranks_t *r, int i, const char *saved_prefix) {
   snprintf(w->prefix, sizeof w->prefix, "%s", saved_prefix);
 }
 
-/* The first rank that failed (died first; then the lower rank), or -1. */
+/* A dead rank whose record says its collective lost a peer (or timed out
+ * waiting for one): the echo of another rank's failure, not a cause. */
+static int lost_a_peer(const ln_worker_t *w) {
+  const nbf_rankstate_t *rec = w->rs;
+  return rec && rec->err_call.seq &&
+         (rec->err_code == ACC_ERR_PEER || rec->err_code == ACC_ERR_TIMEOUT);
+}
+
+/* The first rank that failed (a cause before an echo: a rank that lost a
+ * peer comes after the others, however fast it saw the loss, e.g. within
+ * the same millisecond through shared memory; then died first; then the
+ * lower rank), or -1. */
 static int first_failure(const ln_ranks_t *r, const rk_answer_t *ans) {
   int best = -1;
-  for (int i = 0; i < r->n; i++)
-    if (ans[i].status == -1 && (best < 0 || r->w[i].exited_ms < r->w[best].exited_ms))
+  for (int i = 0; i < r->n; i++) {
+    if (ans[i].status != -1)
+      continue;
+    int echo = lost_a_peer(&r->w[i]), best_echo = best >= 0 && lost_a_peer(&r->w[best]);
+    if (best < 0 || echo < best_echo ||
+        (echo == best_echo && r->w[i].exited_ms < r->w[best].exited_ms))
       best = i;
+  }
   return best;
 }
 

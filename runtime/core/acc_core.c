@@ -389,10 +389,22 @@ static acc_result_t rebuild(acc_t *acc, unsigned epoch) {
   snprintf(prefix, sizeof prefix, "%sgloo/", acc->key_prefix);
   acc_nccl_destroy(acc); /* ncclCommAbort; made again at the next device collective */
   acc_gloo_t *g = NULL;
-  acc_result_t r = acc_gloo_connect(&g, acc->rank, acc->world, acc->gloo_host, acc->store, prefix,
-                                    acc->timeout_ms, busy_poll(acc), err, sizeof err);
   int64_t seq = (int64_t)acc->coll_seq;
-  if (r == ACC_OK)
+  acc_result_t r = ACC_OK;
+  /* by node (issue 24): the old node group is abandoned as the old mesh
+   * is (its leaders' Gloo group may be cut inside a call), and the ranks
+   * join anew by node; else (shared memory off or unusable) a new mesh */
+  acc->node = NULL;
+  int by_node = acc__node_connect(acc, acc->gloo_host);
+  if (by_node > 0)
+    r = acc__node_all_reduce(acc, &seq, 1, ACC_I64, ACC_MAX, err, sizeof err);
+  else if (by_node < 0) {
+    r = ACC_ERR_STORE;
+    snprintf(err, sizeof err, "%s", acc->err);
+  } else
+    r = acc_gloo_connect(&g, acc->rank, acc->world, acc->gloo_host, acc->store, prefix,
+                         acc->timeout_ms, busy_poll(acc), err, sizeof err);
+  if (r == ACC_OK && by_node == 0)
     r = acc_gloo_all_reduce_algo(g, &seq, 1, ACC_I64, ACC_MAX, ACC_GLOO_AUTO, err, sizeof err);
   acc->rebuilt_epoch = epoch; /* tried once: a failure is not retried at every call */
   if (r != ACC_OK) {
@@ -401,7 +413,8 @@ static acc_result_t rebuild(acc_t *acc, unsigned epoch) {
     return acc__set_error(acc, r, "rebuilding the process group (epoch %u, keys %s): %s", epoch,
                           prefix, err);
   }
-  acc->gloo = g; /* the old one leaks on purpose (above) */
+  if (g || by_node > 0)
+    acc->gloo = g; /* the old one leaks on purpose (above) */
   acc->coll_seq = (uint64_t)seq;
   acc->broken = 0;
   nbf_rankstate_phase(acc->rankstate, NBF_RS_RUNNING);
