@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "acc_gloo.h"
 #include "nbfork.h"
@@ -34,6 +35,15 @@
  * runtime/core/acc_internal.h). */
 void acc__set_allreduce_algo(acc_t *acc, int algo);
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
+
+const char *acc__host_path(const acc_t *acc);
+
+/* CPU seconds this process used (user + system): what waiting costs. */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static int cmp_dbl(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -88,6 +98,7 @@ static int rank_main(int rank_unused, int world_unused, void *arg) {
       for (int w = 0; w < 3; w++)
         acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM);
       acc_wait_for_everyone(acc);
+      double c0 = cpu_now(), cpu;
       for (int i = 0; i < iters; i++) {
         double t0 = rt_now();
         acc_result_t r = acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM);
@@ -97,11 +108,14 @@ static int rank_main(int rank_unused, int world_unused, void *arg) {
           return 1;
         }
       }
+      cpu = cpu_now() - c0;
       qsort(t, (size_t)iters, sizeof *t, cmp_dbl);
       if (rank == 0)
-        printf("{\"side\":\"nbfork\",\"algo\":\"%s\",\"forced\":%d,\"bytes\":%zu,\"iters\":%d,"
-               "\"median_s\":%.9g,\"min_s\":%.9g}\n",
-               name, p->algos[a] != 0, bytes, iters, t[iters / 2], t[0]);
+        printf("{\"side\":\"nbfork\",\"path\":\"%s\",\"algo\":\"%s\",\"forced\":%d,"
+               "\"bytes\":%zu,\"iters\":%d,\"median_s\":%.9g,\"min_s\":%.9g,\"p10_s\":%.9g,"
+               "\"p90_s\":%.9g,\"cpu_s\":%.9g}\n",
+               acc__host_path(acc), name, p->algos[a] != 0, bytes, iters, t[iters / 2], t[0],
+               t[iters / 10], t[iters * 9 / 10], cpu / iters);
       fflush(stdout);
     }
     if (rank == 0) { /* memcpy reference: same buffer size, after the others */

@@ -1,18 +1,23 @@
 #!/usr/bin/python3
 """bench/allreduce: f32 all-reduce (SUM, in place) between 2 processes on
-CPU, nbfork vs torch.distributed over Gloo, side by side in one run, with a
-memcpy bandwidth reference.
+CPU: nbfork through shared memory, nbfork through Gloo and torch.distributed
+over Gloo, interleaved round by round in one run, with a memcpy bandwidth
+reference measured in the same run, and the load average.
 
-- nbfork: bench/allreduce.c (compiled here against the build tree's
+- nbfork-shm: bench/allreduce.c (compiled here against the build tree's
   nbfork_internal, the runtime's objects as a static library) forks the
-  ranks and times acc_all_reduce, i.e. the algorithm the runtime picks for
-  each size (with --algos all, every Gloo algorithm
-  the runtime has, forced, to show why it picks what it picks).
+  ranks and times acc_all_reduce, i.e. the path and algorithm the runtime
+  picks for each size (ranks on one node: shared memory,
+  runtime/comm/acc_shm.c).
+- nbfork-gloo: the same with NBFORK_SHM_COLLECTIVES=0 (Gloo over loopback
+  TCP; with --algos all, every Gloo algorithm the runtime has, forced).
 - PyTorch (.venv, `scripts/deps.sh --bench`: PyPI, pinned): torch.multiprocessing.start_processes
   (fork) + init_process_group("gloo") + dist.all_reduce on a float32 tensor,
   i.e. gloo::allreduce with AllreduceOptions (ring), as ProcessGroupGloo
   runs it.
 - memcpy: memcpy of a buffer of the same size (one core), in the C program.
+  PyTorch runs only when torch is in .venv (it is large: this bench does not
+  install it).
 
 Each call is timed on rank 0; the table shows the median over the
 iterations (median again over --rounds alternating rounds), the algorithm
@@ -88,8 +93,8 @@ def build_c(build):
     return exe
 
 
-def run_nbfork(exe, sizes, nproc, algos):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+def run_nbfork(exe, sizes, nproc, algos, shm):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", NBFORK_SHM_COLLECTIVES="1" if shm else "0")
     out = subprocess.run([exe, "--nproc", str(nproc), "--algos", algos] + [str(s) for s in sizes],
                          env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
     return [json.loads(l) for l in out.splitlines() if l.startswith("{")]
@@ -148,47 +153,89 @@ def main():
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     exe = build_c(args.build)
     n = args.nproc
+    have_torch = torch_available()
     runs = {}  # (side, algo, bytes) -> [median per round]
+    cpu = {}   # (side, bytes) -> [CPU s per call, rank 0]
+    load = [os.getloadavg()[0]]
     for r in range(args.rounds):
-        print("round %d/%d: nbfork..." % (r + 1, args.rounds), flush=True)
-        rows = run_nbfork(exe, sizes, n, args.algos)
-        print("round %d/%d: pytorch..." % (r + 1, args.rounds), flush=True)
-        rows += run_torch(sizes, n)
+        rows = []
+        for shm in (True, False):
+            print("round %d/%d: nbfork-%s..." % (r + 1, args.rounds, "shm" if shm else "gloo"),
+                  flush=True)
+            got = run_nbfork(exe, sizes, n, "auto" if shm else args.algos, shm)
+            for row in got:
+                if row["side"] == "nbfork":
+                    row["side"] = "nbfork-shm" if shm else "nbfork-gloo"
+                    if row.get("forced"):
+                        row["side"] = "gloo:" + row["algo"]
+                elif not shm:
+                    continue  # one memcpy per round: the one beside the shm run
+                rows.append(row)
+        if have_torch:
+            print("round %d/%d: pytorch..." % (r + 1, args.rounds), flush=True)
+            rows += run_torch(sizes, n)
+        load.append(os.getloadavg()[0])
         for row in rows:
             algo = row.get("algo", "memcpy")
-            if row["side"] == "nbfork" and row.get("forced"):
-                side = "gloo:" + algo
-            else:
-                side = row["side"]
-            runs.setdefault((side, algo, row["bytes"]), []).append(row["median_s"])
+            runs.setdefault((row["side"], algo, row["bytes"]), []).append(row["median_s"])
+            if "cpu_s" in row:
+                cpu.setdefault((row["side"], row["bytes"]), []).append(row["cpu_s"])
+    report(runs, cpu, sizes, n, args.rounds, have_torch, load)
+
+
+def torch_available():
+    try:
+        import torch  # noqa: F401
+        return True
+    except ImportError:
+        print("torch is not in .venv: PyTorch's side is left out (scripts/deps.sh --bench "
+              "installs it)", flush=True)
+        return False
+
+
+def report(runs, cpu, sizes, n, rounds, have_torch, load):
     print()
-    print("f32 all-reduce SUM, %d processes on CPU (loopback TCP), %d rounds; "
-          "busbw = algbw * 2(n-1)/n" % (n, args.rounds))
-    print("%-28s %-26s %8s %12s %11s %11s" % ("side", "algorithm", "size", "median",
-                                            "algbw GB/s", "busbw GB/s"))
+    print("f32 all-reduce SUM, %d processes on CPU, %d rounds (interleaved); load average "
+          "(1 min) %s on %d CPUs; busbw = algbw * 2(n-1)/n" %
+          (n, rounds, " ".join("%.1f" % x for x in load), os.cpu_count()))
+    print("%-28s %-26s %8s %12s %11s %11s %10s" % ("side", "algorithm", "size", "median",
+                                                 "algbw GB/s", "busbw GB/s", "CPU/call"))
     factor = 2.0 * (n - 1) / n
     bw = {}
-    order = ["nbfork", "pytorch", "memcpy"]
+    order = ["nbfork-shm", "nbfork-gloo", "pytorch", "memcpy"]
     keys = sorted(runs, key=lambda k: (k[2], order.index(k[0]) if k[0] in order else 1.5, k[0]))
     for side, algo, nbytes in keys:
         med = statistics.median(runs[(side, algo, nbytes)])
         algbw = nbytes / med / 1e9
         busbw = algbw if side == "memcpy" else algbw * factor
-        bw[(side, nbytes)] = busbw
+        bw[(side, nbytes)] = algbw
         t = "%.1f us" % (med * 1e6) if med < 1e-3 else "%.2f ms" % (med * 1e3)
-        print("%-28s %-26s %8s %12s %11.3f %11s" % (side, algo if side != "memcpy" else "memcpy",
-                                                   human(nbytes), t, algbw,
-                                                   "%.3f" % busbw if side != "memcpy" else "-"))
+        c = cpu.get((side, nbytes))
+        ct = "-" if not c else ("%.1f us" % (statistics.median(c) * 1e6)
+                                if statistics.median(c) < 1e-3
+                                else "%.2f ms" % (statistics.median(c) * 1e3))
+        print("%-28s %-26s %8s %12s %11.3f %11s %10s" %
+              (side, algo if side != "memcpy" else "memcpy", human(nbytes), t, algbw,
+               "%.3f" % busbw if side != "memcpy" else "-", ct))
     print()
-    print("%8s %22s %22s" % ("size", "nbfork/pytorch busbw", "nbfork busbw/memcpy"))
-    ok = True
+    print("%8s %16s %16s %18s %18s" % ("size", "shm/memcpy", "gloo/memcpy", "shm/gloo",
+                                       "shm/pytorch"))
     for nbytes in sizes:
-        a, p, m = bw[("nbfork", nbytes)], bw[("pytorch", nbytes)], bw[("memcpy", nbytes)]
-        ok = ok and a >= p
-        print("%8s %21.2fx %21.3f" % (human(nbytes), a / p, a / m))
+        s, g, m = bw[("nbfork-shm", nbytes)], bw[("nbfork-gloo", nbytes)], bw[("memcpy", nbytes)]
+        p = bw.get(("pytorch", nbytes))
+        print("%8s %15.1f%% %15.1f%% %17.2fx %18s" % (human(nbytes), 100 * s / m, 100 * g / m,
+                                                       s / g, "%.2fx" % (s / p) if p else "-"))
     print()
-    print("goal (nbfork >= pytorch at every size): %s" % ("met" if ok else "NOT met"))
-
+    big = max(sizes)
+    if 4096 in sizes:
+        lat = statistics.median(runs[("nbfork-shm", next(a for (sd, a, b) in runs
+                                                         if sd == "nbfork-shm" and b == 4096),
+                                      4096)])
+        print("goal 4 KiB latency <= 5 us: %.1f us (%s)" % (lat * 1e6,
+                                                          "met" if lat <= 5e-6 else "NOT met"))
+    frac = bw[("nbfork-shm", big)] / bw[("memcpy", big)]
+    print("goal %s >= 50%% of memcpy: %.0f%% (%s)" % (human(big), 100 * frac,
+                                                     "met" if frac >= 0.5 else "NOT met"))
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,8 @@
 /*
  * acc_collective.c — the public collectives: argument checks, then host
- * buffers go to Gloo (acc_gloo.cc) and device buffers to NCCL
- * (acc_nccl.c). A failed collective leaves the process group unusable
+ * buffers go through shared memory when every rank is on this node
+ * (acc_shm.c; NBFORK_SHM_COLLECTIVES=0 keeps Gloo), else to Gloo
+ * (acc_gloo.cc), and device buffers to NCCL (acc_nccl.c). A failed collective leaves the process group unusable
  * (Gloo closes its pairs after an error, as PyTorch's ProcessGroupGloo
  * does); later calls return ACC_ERR_PEER and acc_last_error keeps the
  * first cause.
@@ -24,6 +25,7 @@
 #include "acc_internal.h"
 #include "acc_nccl.h"
 #include "acc_reduce.h"
+#include "acc_shm.h"
 #include "nbf_rankstate.h"
 #include "nbf_util.h"
 
@@ -49,6 +51,16 @@ static int on_device(const acc_t *acc, const void *p) {
 static acc_result_t gloo_failed(acc_t *acc, acc_result_t r, const char *err) {
   acc->broken = 1;
   return acc__set_error(acc, r, "%s", err);
+}
+
+/* A shared-memory collective failed: the group is unusable from now on,
+ * and the peers must not wait for this rank any more. A timeout aborts
+ * nobody: the peers waiting for the same late rank reach their own
+ * deadline at the same time, and each reports its own wait. */
+static acc_result_t shm_failed(acc_t *acc, acc_result_t r, const char *err) {
+  if (r != ACC_ERR_TIMEOUT)
+    acc__node_abort(acc);
+  return gloo_failed(acc, r, err);
 }
 
 static acc_result_t broken(acc_t *acc) {
@@ -111,9 +123,12 @@ static acc_result_t verify_call(acc_t *acc, const nbf_rs_call_t *c) {
   if (!all)
     return acc__set_error(acc, ACC_ERR_NO_MEMORY, "debug mode: no memory");
   char err[1024];
-  acc_result_t r = acc_gloo_all_gather(acc->gloo, &mine, all, sizeof mine, err, sizeof err);
+  acc_result_t r = acc->node ? acc__node_all_gather(acc, &mine, all, sizeof mine, err, sizeof err)
+                             : acc_gloo_all_gather(acc->gloo, &mine, all, sizeof mine, err, sizeof err);
   if (r != ACC_OK) {
     free(all);
+    if (acc->node && r != ACC_ERR_TIMEOUT)
+      acc__node_abort(acc);
     return gloo_failed(acc, r, err);
   }
   int differ = 0;
@@ -185,7 +200,9 @@ static acc_result_t coll_end(acc_t *acc, const coll_t *k, acc_result_t r) {
     return ACC_OK;
   }
   if (!k->was_broken) { /* the first cause, not an echo of it */
-    int peer = r == ACC_ERR_PEER || r == ACC_ERR_TIMEOUT ? acc_gloo_lost_peer(acc->gloo) : -1;
+    int peer = r != ACC_ERR_PEER && r != ACC_ERR_TIMEOUT ? -1
+               : acc->node                             ? acc__node_lost_rank(acc)
+                                                       : acc_gloo_lost_peer(acc->gloo);
     nbf_rankstate_error(acc->rankstate, (int)r, peer, &k->c, acc->err);
   }
   nbf_rankstate_phase(acc->rankstate, NBF_RS_RUNNING);
@@ -208,12 +225,40 @@ static acc_result_t coll_end(acc_t *acc, const coll_t *k, acc_result_t r) {
       return gloo_failed((acc), gloo_r_, err);                                                     \
   } while (0)
 
+/* The same for a shared-memory call (acc_shm.h), which also aborts the
+ * peers' waits. */
+#define SHM_CHECK(acc, call)                                                                       \
+  do {                                                                                             \
+    if ((acc)->broken)                                                                             \
+      return broken(acc);                                                                          \
+    char err[1024];                                                                                \
+    acc_result_t shm_r_ = (call);                                                                  \
+    if (shm_r_ != ACC_OK)                                                                          \
+      return shm_failed((acc), shm_r_, err);                                                       \
+  } while (0)
+
+/* Host collectives go by node (shared memory) when the group was joined
+ * so. */
+static int use_shm(const acc_t *acc) {
+  return acc->node != NULL;
+}
+
+/* A Gloo all-reduce algorithm forced (benchmarks and their tests) is run
+ * where Gloo's mesh exists, i.e. with NBFORK_SHM_COLLECTIVES=0. */
+static int shm_all_reduce(const acc_t *acc) {
+  return acc->node && (acc->allreduce_algo == 0 || !acc->gloo);
+}
+
 static acc_result_t all_reduce_run(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
                                    acc_op_t op, int dev) {
   if (count == 0)
     return ACC_OK;
   if (dev)
     return acc_nccl_collective(acc, ACC_NCCL_ALL_REDUCE, buf, buf, count, dtype, op, 0);
+  if (shm_all_reduce(acc)) {
+    SHM_CHECK(acc, acc__node_all_reduce(acc, buf, count, dtype, op, err, sizeof err));
+    return ACC_OK;
+  }
   GLOO_CHECK(acc, acc_gloo_all_reduce_algo(acc->gloo, buf, count, dtype, op,
                                            (acc_gloo_algo_t)acc->allreduce_algo, err, sizeof err));
   if (op == ACC_AVG)
@@ -241,6 +286,11 @@ static acc_result_t broadcast_run(acc_t *acc, void *buf, size_t count, acc_dtype
     return ACC_OK;
   if (dev)
     return acc_nccl_collective(acc, ACC_NCCL_BROADCAST, buf, buf, count, dtype, ACC_SUM, root);
+  if (use_shm(acc)) {
+    SHM_CHECK(acc, acc__node_broadcast(acc, buf, count * acc_dtype_size(dtype), root, err,
+                                       sizeof err));
+    return ACC_OK;
+  }
   GLOO_CHECK(acc, acc_gloo_broadcast(acc->gloo, buf, count * acc_dtype_size(dtype), root, err,
                                      sizeof err));
   return ACC_OK;
@@ -282,6 +332,10 @@ static acc_result_t all_gather_run(acc_t *acc, const void *send, void *recv, siz
   if (device_call(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM, &r))
     return r;
   size_t bytes = count * acc_dtype_size(dtype);
+  if (use_shm(acc)) {
+    SHM_CHECK(acc, acc__node_all_gather(acc, send, recv, bytes, err, sizeof err));
+    return ACC_OK;
+  }
   GLOO_CHECK(acc, acc_gloo_all_gather(acc->gloo, send, recv, bytes, err, sizeof err));
   return ACC_OK;
 }
@@ -313,6 +367,11 @@ static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv,
     return ACC_OK;
   if (device_call(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, &r))
     return r;
+  if (use_shm(acc)) {
+    SHM_CHECK(acc,
+              acc__node_reduce_scatter(acc, send, recv, count, dtype, op, err, sizeof err));
+    return ACC_OK;
+  }
   size_t esz = acc_dtype_size(dtype), bytes = count * esz;
   if (acc->broken)
     return broken(acc);
@@ -355,6 +414,10 @@ acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t
 }
 
 static acc_result_t barrier_run(acc_t *acc) {
+  if (use_shm(acc)) {
+    SHM_CHECK(acc, acc__node_barrier(acc, 0, err, sizeof err));
+    return ACC_OK;
+  }
   GLOO_CHECK(acc, acc_gloo_barrier(acc->gloo, err, sizeof err));
   return ACC_OK;
 }
@@ -377,7 +440,8 @@ acc_result_t acc__final_barrier(acc_t *acc) {
   acc_result_t r = coll_begin(acc, &k, NBF_RS_BARRIER, 0, ACC_F32, ACC_SUM, -1, 0);
   if (r == ACC_OK) {
     char err[512];
-    r = acc_gloo_barrier(acc->gloo, err, sizeof err);
+    r = acc->node ? acc__node_barrier(acc, 1, err, sizeof err)
+                 : acc_gloo_barrier(acc->gloo, err, sizeof err);
   }
   if (r == ACC_OK)
     nbf_rankstate_end(acc->rankstate);
@@ -394,6 +458,9 @@ void acc__set_allreduce_algo(acc_t *acc, int algo) {
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
   if (!acc || acc->world == 1)
     return "none (one process)";
+  if (shm_all_reduce(acc))
+    return bytes <= ACC_SHM_NAIVE_MAX ? "shm naive"
+                                      : "shm reduce-scatter+gather";
   acc_gloo_algo_t a = (acc_gloo_algo_t)acc->allreduce_algo;
   if (a == ACC_GLOO_AUTO)
     a = acc_gloo_choose_algo(acc->gloo, bytes);
@@ -401,7 +468,9 @@ const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
 }
 
 acc_result_t acc__all_reduce_bucket(acc_t *acc, float *buf, size_t n) {
-  if (acc->grad_buckets != 2)
+  /* through shared memory a bucket's all-reduce takes less than the
+   * hand-off to a worker thread would: no overlap */
+  if (acc->grad_buckets != 2 || use_shm(acc))
     return acc_all_reduce(acc, buf, n, ACC_F32, ACC_AVG);
   ACC_CHECK(acc__rebuild_if_due(acc));
   GLOO_CHECK(acc, acc_gloo_all_reduce_async(acc->gloo, buf, n, ACC_F32, ACC_AVG, err, sizeof err));

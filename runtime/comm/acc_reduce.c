@@ -6,6 +6,7 @@
 #include "acc_reduce.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #include "acc_half.h"
 
@@ -137,4 +138,86 @@ void acc_reduce_divide(void *buf, size_t count, acc_dtype_t dtype, int world) {
                                                         divide_bf16, divide_i32, divide_i64};
   if (world > 1 && acc_dtype_valid(dtype))
     divide[dtype](buf, count, world);
+}
+
+/* ---- many inputs (acc_reduce_many) ---- */
+
+enum { RM_BLOCK = 1024 }; /* elements per block: 8 KiB of f64/i64, in L1 */
+
+/* Half inputs: widen each block to f32, fold with the f32 kernel, divide,
+ * round once. */
+static void reduce_many_half(uint16_t *out, const void *const *in, int n, size_t count,
+                             acc_op_t op, int divide_by, int bf16) {
+  acc_reduce_fn f = acc_reduce_get(ACC_F32, op);
+  float acc[RM_BLOCK], x[RM_BLOCK];
+  for (size_t at = 0; at < count; at += RM_BLOCK) {
+    size_t m = count - at < RM_BLOCK ? count - at : RM_BLOCK;
+    for (int j = 0; j < n; j++) {
+      const uint16_t *h = (const uint16_t *)in[j] + at;
+      float *dst = j ? x : acc;
+      if (bf16)
+        for (size_t i = 0; i < m; i++)
+          dst[i] = acc_bf16_to_f32(h[i]);
+      else
+        for (size_t i = 0; i < m; i++)
+          dst[i] = acc_f16_to_f32(h[i]);
+      if (j)
+        f(acc, acc, x, m);
+    }
+    if (divide_by > 1)
+      for (size_t i = 0; i < m; i++)
+        acc[i] /= (float)divide_by;
+    if (bf16)
+      for (size_t i = 0; i < m; i++)
+        out[at + i] = acc_f32_to_bf16(acc[i]);
+    else
+      for (size_t i = 0; i < m; i++)
+        out[at + i] = acc_f32_to_f16(acc[i]);
+  }
+}
+
+/* out's bytes overlap those of an input folded after the first pass
+ * (in[2..]): folding in place would read what it already overwrote. */
+static int overlaps_later(const void *out, const void *const *in, int n, size_t bytes) {
+  uintptr_t a = (uintptr_t)out, z = a + bytes;
+  for (int j = 2; j < n; j++) {
+    uintptr_t b = (uintptr_t)in[j];
+    if (b < z && a < b + bytes)
+      return 1;
+  }
+  return 0;
+}
+
+void acc_reduce_many(void *out, const void *const *in, int n, size_t count, acc_dtype_t dtype,
+                     acc_op_t op, int divide_by) {
+  if (dtype == ACC_F16 || dtype == ACC_BF16) {
+    reduce_many_half(out, in, n, count, op, divide_by, dtype == ACC_BF16);
+    return;
+  }
+  acc_reduce_fn f = acc_reduce_get(dtype, op);
+  size_t esz = acc_dtype_size(dtype);
+  if (!f || !esz)
+    return;
+  if (n >= 2 && !overlaps_later(out, in, n, count * esz)) {
+    /* fold straight into out: one pass less over the data */
+    f(out, in[0], in[1], count);
+    for (int j = 2; j < n; j++)
+      f(out, out, in[j], count);
+    if (divide_by > 1)
+      acc_reduce_divide(out, count, dtype, divide_by);
+    return;
+  }
+  uint64_t block[RM_BLOCK]; /* RM_BLOCK elements of up to 8 bytes */
+  for (size_t at = 0; at < count; at += RM_BLOCK) {
+    size_t m = count - at < RM_BLOCK ? count - at : RM_BLOCK, off = at * esz;
+    if (n == 1)
+      memcpy(block, (const char *)in[0] + off, m * esz);
+    else
+      f(block, (const char *)in[0] + off, (const char *)in[1] + off, m);
+    for (int j = 2; j < n; j++)
+      f(block, block, (const char *)in[j] + off, m);
+    if (divide_by > 1)
+      acc_reduce_divide(block, m, dtype, divide_by);
+    memcpy((char *)out + off, block, m * esz);
+  }
 }

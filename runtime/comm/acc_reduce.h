@@ -25,6 +25,16 @@ acc_reduce_fn acc_reduce_get(acc_dtype_t dtype, acc_op_t op);
  * truncate toward zero as C division does. */
 void acc_reduce_divide(void *buf, size_t count, acc_dtype_t dtype, int world);
 
+/* out[i] = in[0][i] OP in[1][i] OP ... OP in[n-1][i] for i < count,
+ * folded in the order of `in` (the same on every rank that calls it with
+ * the same inputs); then, when divide_by > 1, out[i] /= divide_by (AVG).
+ * f16/bf16 are accumulated and divided in f32 and rounded once at the
+ * end; other dtypes use acc_reduce_get's kernels. `out` may alias any
+ * input (blocks are accumulated aside first). n >= 1. For the
+ * shared-memory collectives (acc_shm.c). */
+void acc_reduce_many(void *out, const void *const *in, int n, size_t count, acc_dtype_t dtype,
+                     acc_op_t op, int divide_by);
+
 /* 1 when dtype/op are valid enum values. */
 int acc_dtype_valid(acc_dtype_t dtype);
 int acc_op_valid(acc_op_t op);

@@ -345,6 +345,9 @@ static int join_group(acc_t *acc) {
                      acc->master_addr, master_hint_a(), g_master_origin, master_hint_b());
     return -1;
   }
+  int by_node = acc__node_connect(acc, host);
+  if (by_node != 0)
+    return by_node > 0 ? 0 : -1;
   char gloo_prefix[256];
   snprintf(gloo_prefix, sizeof gloo_prefix, "%sgloo/", acc->key_prefix);
   acc_result_t r = acc_gloo_connect(&acc->gloo, acc->rank, acc->world, host, acc->store,
@@ -386,10 +389,22 @@ static acc_result_t rebuild(acc_t *acc, unsigned epoch) {
   snprintf(prefix, sizeof prefix, "%sgloo/", acc->key_prefix);
   acc_nccl_destroy(acc); /* ncclCommAbort; made again at the next device collective */
   acc_gloo_t *g = NULL;
-  acc_result_t r = acc_gloo_connect(&g, acc->rank, acc->world, acc->gloo_host, acc->store, prefix,
-                                    acc->timeout_ms, busy_poll(acc), err, sizeof err);
   int64_t seq = (int64_t)acc->coll_seq;
-  if (r == ACC_OK)
+  acc_result_t r = ACC_OK;
+  /* by node (issue 24): the old node group is abandoned as the old mesh
+   * is (its leaders' Gloo group may be cut inside a call), and the ranks
+   * join anew by node; else (shared memory off or unusable) a new mesh */
+  acc->node = NULL;
+  int by_node = acc__node_connect(acc, acc->gloo_host);
+  if (by_node > 0)
+    r = acc__node_all_reduce(acc, &seq, 1, ACC_I64, ACC_MAX, err, sizeof err);
+  else if (by_node < 0) {
+    r = ACC_ERR_STORE;
+    snprintf(err, sizeof err, "%s", acc->err);
+  } else
+    r = acc_gloo_connect(&g, acc->rank, acc->world, acc->gloo_host, acc->store, prefix,
+                         acc->timeout_ms, busy_poll(acc), err, sizeof err);
+  if (r == ACC_OK && by_node == 0)
     r = acc_gloo_all_reduce_algo(g, &seq, 1, ACC_I64, ACC_MAX, ACC_GLOO_AUTO, err, sizeof err);
   acc->rebuilt_epoch = epoch; /* tried once: a failure is not retried at every call */
   if (r != ACC_OK) {
@@ -398,7 +413,8 @@ static acc_result_t rebuild(acc_t *acc, unsigned epoch) {
     return acc__set_error(acc, r, "rebuilding the process group (epoch %u, keys %s): %s", epoch,
                           prefix, err);
   }
-  acc->gloo = g; /* the old one leaks on purpose (above) */
+  if (g || by_node > 0)
+    acc->gloo = g; /* the old one leaks on purpose (above) */
   acc->coll_seq = (uint64_t)seq;
   acc->broken = 0;
   nbf_rankstate_phase(acc->rankstate, NBF_RS_RUNNING);
@@ -470,15 +486,17 @@ void acc_destroy(acc_t **acc_p) {
    * the store after acc_new's first barrier, and a rank that leaves the
    * barrier and joins a new group at once must not reach this old store. */
   acc_gloo_release_store(acc->gloo);
+  acc__node_release_store(acc);
   acc_store_client_destroy(&acc->store);
   acc_store_server_stop(&acc->store_server);
   /* Leave together, so nobody tears down a connection a peer still reads. */
-  if (acc->gloo && !acc->broken)
+  if ((acc->gloo || acc->node) && !acc->broken)
     acc__final_barrier(acc);
   acc_nccl_destroy(acc);
-  if (acc->gloo) /* this rank left its group: its peers' report says so */
+  if (acc->gloo || acc->node) /* this rank left its group: its peers' report says so */
     nbf_rankstate_phase(acc->rankstate, NBF_RS_EXITED);
   acc_gloo_destroy(&acc->gloo);
+  acc__node_destroy(acc);
   free(acc->accum_prev);
   acc__device_free(acc);
   free(acc->ckpt_items);

@@ -15,6 +15,7 @@
 
 typedef struct acc_gloo acc_gloo_t;
 typedef struct acc_nccl acc_nccl_t;
+typedef struct acc_node acc_node_t;
 typedef struct acc_charts acc_charts_t;
 
 struct acc {
@@ -57,6 +58,9 @@ struct acc {
   acc_store_server_t *store_server; /* rank 0 when no launcher hosts it */
   acc_store_client_t *store;
   acc_gloo_t *gloo;
+  /* issue 24: host collectives by node, through shared memory within a
+   * node (acc_node.c, acc_shm.h; NULL: Gloo only) */
+  acc_node_t *node;
   acc_nccl_t *nccl;
   int broken;             /* a collective failed: the group cannot be used again */
   unsigned rebuilt_epoch; /* the last acc_rebuild_process_groups epoch it rebuilt for */
@@ -193,6 +197,41 @@ acc_result_t acc__final_barrier(acc_t *acc);
  * it has not rebuilt for yet (every collective calls this first). ACC_OK
  * when nothing was due or the new group is up; else the error (stored). */
 acc_result_t acc__rebuild_if_due(acc_t *acc);
+
+/* Join the group by node, unless NBFORK_SHM_COLLECTIVES=0: the ranks
+ * exchange their shared-memory cards through the store (O(N) messages,
+ * rank 0 collects and publishes them), each maps its node's workspaces
+ * (acc_shm.h) and, with several nodes, one leader per node connects to
+ * the other leaders through Gloo (listening on `host`), so that host
+ * collectives go node-local through shared memory and between nodes
+ * through the leaders. Returns 1 when that group is up (no mesh of every
+ * rank is needed), 0 when the caller must connect Gloo's full mesh
+ * instead (disabled, or some rank cannot map its node's workspaces: all
+ * decide alike), -1 on failure (acc->err says why). acc_node.c. */
+int acc__node_connect(acc_t *acc, const char *host);
+void acc__node_release_store(acc_t *acc); /* the store is about to go */
+void acc__node_destroy(acc_t *acc);
+
+/* The host collectives by node (acc->node set): as the public calls,
+ * errors TIMEOUT, PEER (a member or node died or failed), MISMATCH (the
+ * ranks of a node called different collectives), with the text in err.
+ * leaving = 1: acc_destroy's barrier. */
+acc_result_t acc__node_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype_t dtype,
+                                  acc_op_t op, char *err, size_t errlen);
+acc_result_t acc__node_broadcast(acc_t *acc, void *buf, size_t bytes, int root, char *err,
+                                 size_t errlen);
+acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes,
+                                  char *err, size_t errlen);
+acc_result_t acc__node_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                      acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen);
+acc_result_t acc__node_barrier(acc_t *acc, int leaving, char *err, size_t errlen);
+/* After a failure: the rank it lost (or -1); wake this node's members. */
+int acc__node_lost_rank(const acc_t *acc);
+void acc__node_abort(acc_t *acc);
+
+/* "shared memory", "shared memory + gloo between nodes" or "gloo": the
+ * path of host collectives. */
+const char *acc__host_path(const acc_t *acc);
 
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);

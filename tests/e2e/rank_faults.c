@@ -8,6 +8,7 @@
  *             printing "rank 1 hangs at T"
  *   mismatch  rank 1 all-reduces 4095 elements at #4, the others 4096
  *   own3      ranks 1..WORLD-1 exit(3) at once after all-reduce #5
+ *   crash     rank 1 dies of SIGSEGV before all-reduce #58
  *   time N C  no fault: N all-reduces of C f32; rank 0 prints the mean
  *             time per call in microseconds ("us_per_call 12.3")
  * Rank 0 prints "rank 0 finished" when its loop ends; a rank whose
@@ -68,6 +69,8 @@ int main(int argc, char **argv) {
       for (;;)
         usleep(1000);
     }
+    if (rank == 1 && step == 58 && !strcmp(mode, "crash"))
+      raise(SIGSEGV);
     if (rank > 0 && step == 6 && !strcmp(mode, "own3"))
       exit(3);
     size_t count = rank == 1 && step == 4 && !strcmp(mode, "mismatch") ? 4095 : 4096;

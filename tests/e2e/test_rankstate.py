@@ -8,6 +8,8 @@ of acc_all_reduce as a newcomer's training loop does.
 - a hang past NBFORK_TIMEOUT_S reports every rank's position and names
   the odd one, within the timeout plus a margin;
 - SIGQUIT prints where every rank is while the run goes on;
+- through shared memory (issue 24) a crash or an interrupt leaves
+  nothing in /dev/shm;
 - several failed ranks are all listed, in the stated order, every run;
 - ACCELERATE_DEBUG_MODE: a length mismatch is an error on every rank
   naming each rank's call; without it, an error (no SIGABRT); an
@@ -88,8 +90,12 @@ class RankState(unittest.TestCase):
         # rank 1 leaves before all-reduce #58 (acc_destroy's barrier #58)
         # while ranks 0 and 2 wait in all-reduce #58. Before: they all
         # waited until NBFORK_TIMEOUT_S (60 s here), then rank 0 failed.
+        # Through Gloo's mesh (as across nodes) the peers cannot see the
+        # leave: the launcher stops the group. Through shared memory (one
+        # node, the default; issue 24) the peers see it themselves: last.
         rc, err, leave_to_report = self.timed_launch(3, "leave", "leaves",
-                                                     NBFORK_TIMEOUT_S="60")
+                                                     NBFORK_TIMEOUT_S="60",
+                                                     NBFORK_SHM_COLLECTIVES="0")
         print("leave -> report: %.3f s" % leave_to_report)
         self.assertEqual(rc, 1, err)
         rep = self.report(subprocess.CompletedProcess([], rc, "", err))
@@ -108,6 +114,17 @@ class RankState(unittest.TestCase):
         self.assertNotIn("failed after", rep)  # nobody waited for the timeout
         # the monitor sees it within one tick (0.1 s); SIGTERM, reaping and
         # the drain follow; a loaded 2-core machine gets a margin
+        self.assertLess(leave_to_report, 3.0)
+        rc, err, leave_to_report = self.timed_launch(3, "leave", "leaves",
+                                                     NBFORK_TIMEOUT_S="60")
+        print("through shared memory: leave -> report: %.3f s" % leave_to_report)
+        self.assertEqual(rc, 1, err)
+        rep = self.report(subprocess.CompletedProcess([], rc, "", err))
+        self.assertRegex(rep, r"^rank 1 \(local rank 1, pid \d+\) left first: it (exited with "
+                              r"code 0|was leaving the group \(acc_destroy\)) .* after "
+                              r"all_reduce #57, while its peers")
+        self.assertIn("through shared memory: the connection to rank 1 was lost: it left the "
+                      "group (acc_destroy)", err)
         self.assertLess(leave_to_report, 3.0)
 
     def test_errors_return_opt_in_hands_the_error_back(self):
@@ -134,6 +151,41 @@ class RankState(unittest.TestCase):
         self.assertRegex(rep, r"  -> rank 1 did not reach all_reduce #58 \(f32 x 4096\): it ran "
                               r"its own code for \d+\.\d s after all_reduce #57")
         self.assertLess(hang_to_report, HANG_TIMEOUT_S + MARGIN_S)
+
+    def test_shm_crash_and_interrupt_leave_nothing_in_dev_shm(self):
+        # issue 24: the ranks of one node share memory through anonymous
+        # memfds (no names): neither a crash nor an interrupt leaves
+        # anything in /dev/shm (a peer's death seen by the survivors
+        # themselves: runtime.peer_failure.shm_killed_leaves_nothing)
+        before = sorted(os.listdir("/dev/shm"))
+        t0 = time.monotonic()
+        r = self.launch(3, "crash", NBFORK_TIMEOUT_S="60")
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertLess(time.monotonic() - t0, 30)  # nobody waited for the timeout
+        self.assertIn("killed by signal 11 (SIGSEGV", r.stderr)
+        self.assertEqual(sorted(os.listdir("/dev/shm")), before)
+        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
+                              "0", PROG, "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(self.env, NBFORK_TIMEOUT_S="60"))
+        try:
+            time.sleep(3)
+            maps = ""
+            for pid in os.listdir("/proc"):
+                try:
+                    stat = open("/proc/%s/stat" % pid).read()
+                    if int(stat[stat.rindex(")") + 2:].split()[1]) == p.pid:
+                        maps += open("/proc/%s/maps" % pid).read()
+                except (OSError, ValueError):
+                    pass
+            self.assertIn("/memfd:nbfork-shm", maps)  # the path under test is the one in use
+            self.assertNotIn("/dev/shm/", maps)
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=TIMEOUT)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        self.assertEqual(p.returncode, 130, err)
+        self.assertEqual(sorted(os.listdir("/dev/shm")), before)
 
     def test_sigquit_prints_where_every_rank_is(self):
         p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",

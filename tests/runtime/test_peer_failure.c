@@ -6,14 +6,18 @@
  *   test_peer_failure killed                (rank 2 of 3 SIGKILLs itself)
  *   test_peer_failure hung                  (rank 2 of 3 stops taking part)
  *   test_peer_failure missing_at_rendezvous (WORLD_SIZE=2, one process)
+ *   test_peer_failure shm_killed_leaves_nothing (killed, through shared
+ *     memory: the survivors fail at once, /dev/shm is as before)
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "acc_internal.h"
 #include "nbfork.h"
 #include "rt_spawn.h"
 #include "rt_test.h"
@@ -60,6 +64,20 @@ static int failing_rank(int rank, int world, void *arg) {
   ASSERT_OK(acc, acc_set_errhandler(acc, ACC_ERRORS_RETURN));
   float x = 1.0f;
   ASSERT_OK(acc, acc_all_reduce(acc, &x, 1, ACC_F32, ACC_SUM));
+  if (strcmp((const char *)arg, "shm") == 0) {
+    /* the workspaces are anonymous memfds, mapped, with no name */
+    ASSERT_EQ_STR(acc__host_path(acc), "shared memory");
+    char *maps = NULL;
+    size_t n = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    ASSERT_NOT_NULL(f);
+    ASSERT_TRUE(getdelim(&maps, &n, 0, f) > 0);
+    fclose(f);
+    ASSERT_CONTAINS(maps, "/memfd:nbfork-shm");
+    ASSERT_TRUE(strstr(maps, "/dev/shm/") == NULL);
+    free(maps);
+    arg = "killed";
+  }
   if (rank == 2 && strcmp((const char *)arg, "killed") == 0) {
     usleep(200000);
     raise(SIGKILL);
@@ -87,12 +105,85 @@ static int lonely_rank(int rank, int world, void *arg) {
 
 static const rt_spawn_opts_t OPTS = {.world = 3, .deadline_s = 40, .timeout_s = "5"};
 
+/* Two simulated nodes (NODE_RANK = rank % 2: {0, 2} and {1, 3}); rank 3,
+ * not a leader, dies: its leader sees it through shared memory and
+ * closes its connections to the other leader, which aborts its own node:
+ * every survivor fails at once, none waits for the timeout. */
+static int nodes_rank(int rank, int world, void *arg) {
+  (void)world;
+  (void)arg;
+  setenv("NODE_RANK", rank % 2 ? "1" : "0", 1);
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  ASSERT_OK(acc, acc_set_errhandler(acc, ACC_ERRORS_RETURN));
+  ASSERT_EQ_STR(acc__host_path(acc), "shared memory + gloo between nodes");
+  float buf[4096] = {0};
+  ASSERT_OK(acc, acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM));
+  if (rank == 3) {
+    usleep(200000);
+    raise(SIGKILL);
+  }
+  double t0 = rt_now();
+  acc_result_t r = ACC_OK;
+  for (int it = 0; it < 1000000 && r == ACC_OK; it++)
+    r = acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM);
+  double dt = rt_now() - t0;
+  fprintf(stderr, "rank %d: error after %.2f s: %s (%s)\n", rank, dt, acc_strerror(r),
+          acc_last_error(acc));
+  ASSERT_EQ(r, ACC_ERR_PEER);
+  ASSERT_DBL_LT(dt, AT_ONCE_S);
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST(shm_nodes_killed_member_fails_every_node_at_once) {
+  rt_spawn_opts_t o = OPTS;
+  o.world = 4;
+  int st[4] = {0};
+  rt_spawn(&o, nodes_rank, NULL, st);
+  ASSERT_EQ(st[0], 0);
+  ASSERT_EQ(st[1], 0);
+  ASSERT_EQ(st[2], 0);
+  ASSERT_EQ(st[3], -SIGKILL);
+}
+
 NBF_TEST(killed) {
   int st[3] = {0};
   rt_spawn(&OPTS, failing_rank, "killed", st);
   ASSERT_EQ(st[0], 0);
   ASSERT_EQ(st[1], 0);
   ASSERT_EQ(st[2], -SIGKILL);
+}
+
+/* The names in /dev/shm, sorted, as one string. */
+static char *dev_shm_names(void) {
+  struct dirent **list = NULL;
+  int n = scandir("/dev/shm", &list, NULL, alphasort);
+  size_t cap = 1, at = 0;
+  for (int i = 0; i < n; i++)
+    cap += strlen(list[i]->d_name) + 1;
+  char *out = calloc(1, cap);
+  for (int i = 0; i < n; i++) {
+    at += (size_t)sprintf(out + at, "%s\n", list[i]->d_name);
+    free(list[i]);
+  }
+  free(list);
+  return out;
+}
+
+NBF_TEST(shm_killed_leaves_nothing) {
+  char *before = dev_shm_names();
+  int st[3] = {0};
+  double t0 = rt_now();
+  rt_spawn(&OPTS, failing_rank, "shm", st);
+  ASSERT_EQ(st[0], 0);
+  ASSERT_EQ(st[1], 0);
+  ASSERT_EQ(st[2], -SIGKILL);
+  ASSERT_DBL_LT(rt_now() - t0, TIMEOUT_S); /* the survivors saw the death, no timeout */
+  char *after = dev_shm_names();
+  ASSERT_EQ_STR(after, before);
+  free(before);
+  free(after);
 }
 
 NBF_TEST(hung) {
