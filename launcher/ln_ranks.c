@@ -656,8 +656,9 @@ static char *stopped_report(ln_ranks_t *r, const unsigned char *targets, const r
               dead ? "a rank is dead" : r->o.num_nodes > 1 ? "the ranks of the other nodes are "
                                                              "not told" : "a rank did not answer");
     else
-      fprintf(f, "Every rank rebuilds its process groups at its next collective (a new process group (Gloo mesh or shared memory by node) "
-                 "through the store, epoch %u; NCCL communicators aborted and made again); the "
+      fprintf(f, "Every rank rebuilds its process groups at its next collective (shared memory "
+                 "by node or a Gloo mesh, joined again through the store, epoch %u; NCCL "
+                 "communicators aborted and made again); the "
                  "ranks' other state is kept.\n",
               r->rebuild_epoch);
   }
