@@ -317,14 +317,52 @@ static int is_function(const char *name) {
  * A`), or whose address it takes, PC-relative to a PLT slot: the
  * instruction then reads the stub's code bytes. Such a slot names an
  * object, not a function; the cell goes to GCC. */
-static int reloc_ok(const ElfW(Rela) * r, const ElfW(Sym) * syms, size_t nsyms, const char *strs,
+static int reloc_ok(const ElfW(Rela) * r, const char *syms, size_t nsyms, const char *strs,
                     size_t strsize) {
   unsigned type = ELF64_R_TYPE(r->r_info), si = ELF64_R_SYM(r->r_info);
   if (type == R_X86_64_RELATIVE || type == R_X86_64_GLOB_DAT || type == R_X86_64_64)
     return 1;
-  if (type != R_X86_64_JUMP_SLOT || si >= nsyms || syms[si].st_name >= strsize)
+  if (type != R_X86_64_JUMP_SLOT || si >= nsyms)
     return 0;
-  return is_function(strs + syms[si].st_name);
+  ElfW(Sym) sym;
+  memcpy(&sym, syms + (size_t)si * sizeof sym, sizeof sym);
+  if (sym.st_name >= strsize)
+    return 0;
+  return is_function(strs + sym.st_name);
+}
+
+/* Copy n bytes at offset off of the image (size bytes) into out: TinyCC
+ * does not align its section headers or tables, so they are copied out
+ * rather than read in place (UBSan: misaligned member access). */
+static int read_at(const char *img, size_t size, size_t off, void *out, size_t n) {
+  if (off > size || n > size - off)
+    return -1;
+  memcpy(out, img + off, n);
+  return 0;
+}
+
+/* Whether section i's relocations all pass reloc_ok: 1 yes, 0 no. */
+static int section_relocs_ok(const char *img, size_t size, const ElfW(Ehdr) * eh, int i) {
+  ElfW(Shdr) sh, symh, strh;
+  size_t hs = sizeof sh;
+  if (read_at(img, size, eh->e_shoff + (size_t)i * hs, &sh, hs))
+    return 0;
+  if (sh.sh_type != SHT_RELA)
+    return 1;
+  if (sh.sh_link >= eh->e_shnum || read_at(img, size, eh->e_shoff + sh.sh_link * hs, &symh, hs) ||
+      symh.sh_link >= eh->e_shnum ||
+      read_at(img, size, eh->e_shoff + symh.sh_link * hs, &strh, hs) ||
+      sh.sh_offset + sh.sh_size > size || symh.sh_offset + symh.sh_size > size ||
+      strh.sh_offset + strh.sh_size > size)
+    return 0;
+  for (size_t j = 0; j < sh.sh_size / sizeof(ElfW(Rela)); j++) {
+    ElfW(Rela) r;
+    memcpy(&r, img + sh.sh_offset + j * sizeof r, sizeof r);
+    if (!reloc_ok(&r, img + symh.sh_offset, symh.sh_size / sizeof(ElfW(Sym)),
+                  img + strh.sh_offset, strh.sh_size))
+      return 0;
+  }
+  return 1;
 }
 
 /* 0 when every dynamic relocation of the shared object `path` passes
@@ -343,25 +381,11 @@ static int check_relocs(const char *path) {
   fclose(f);
   if (!img)
     return -1;
-  const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)img;
-  const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(img + eh->e_shoff);
-  int ok = eh->e_shoff + (size_t)eh->e_shnum * sizeof *sh <= (size_t)size;
-  for (int i = 0; ok && i < eh->e_shnum; i++) {
-    if (sh[i].sh_type != SHT_RELA || sh[i].sh_link >= eh->e_shnum)
-      continue;
-    const ElfW(Shdr) *symh = &sh[sh[i].sh_link];
-    const ElfW(Shdr) *strh = symh->sh_link < eh->e_shnum ? &sh[symh->sh_link] : NULL;
-    if (!strh || sh[i].sh_offset + sh[i].sh_size > (size_t)size ||
-        symh->sh_offset + symh->sh_size > (size_t)size ||
-        strh->sh_offset + strh->sh_size > (size_t)size) {
-      ok = 0;
-      break;
-    }
-    const ElfW(Rela) *r = (const ElfW(Rela) *)(img + sh[i].sh_offset);
-    for (size_t j = 0; ok && j < sh[i].sh_size / sizeof *r; j++)
-      ok = reloc_ok(&r[j], (const ElfW(Sym) *)(img + symh->sh_offset),
-                    symh->sh_size / sizeof(ElfW(Sym)), img + strh->sh_offset, strh->sh_size);
-  }
+  ElfW(Ehdr) eh;
+  memcpy(&eh, img, sizeof eh);
+  int ok = eh.e_shoff + (size_t)eh.e_shnum * sizeof(ElfW(Shdr)) <= (size_t)size;
+  for (int i = 0; ok && i < eh.e_shnum; i++)
+    ok = section_relocs_ok(img, (size_t)size, &eh, i);
   free(img);
   return ok ? 0 : -1;
 }
@@ -404,7 +428,12 @@ int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
 }
 
 /* The file at `path` read whole (caller frees), its size in *size; NULL
- * when it cannot be read. */
+ * when it cannot be read. TinyCC writes its section header table at an
+ * unaligned offset (its dynamic tables, in loaded segments, are aligned):
+ * the table is copied to an aligned place after the file's bytes and
+ * e_shoff of this copy points there, so the headers can be read in place
+ * (UBSan: misaligned member access). NULL too when the table lies
+ * outside the file. */
 static char *read_image(const char *path, size_t *size) {
   FILE *f = fopen(path, "rb");
   if (!f)
@@ -418,6 +447,22 @@ static char *read_image(const char *path, size_t *size) {
   }
   fclose(f);
   *size = (size_t)n;
+  if (!img)
+    return NULL;
+  ElfW(Ehdr) *eh = (ElfW(Ehdr) *)img;
+  size_t table = (size_t)eh->e_shnum * sizeof(ElfW(Shdr)), at = ((size_t)n + 7) & ~(size_t)7;
+  char *grown = eh->e_shoff <= (size_t)n && table <= (size_t)n - eh->e_shoff
+                    ? realloc(img, at + table)
+                    : NULL;
+  if (!grown) {
+    free(img);
+    return NULL;
+  }
+  img = grown;
+  eh = (ElfW(Ehdr) *)img;
+  memcpy(img + at, img + eh->e_shoff, table);
+  eh->e_shoff = at;
+  *size = at + table;
   return img;
 }
 
