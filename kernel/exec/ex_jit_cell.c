@@ -331,6 +331,45 @@ static int reloc_ok(const ElfW(Rela) * r, const char *syms, size_t nsyms, const 
   return is_function(strs + sym.st_name);
 }
 
+/* The file at `path` read whole (caller frees), its size in *size; NULL
+ * when it cannot be read. TinyCC writes its section header table at an
+ * unaligned offset (its dynamic tables, in loaded segments, are aligned):
+ * the table is copied to an aligned place after the file's bytes and
+ * e_shoff of this copy points there, so the headers can be read in place
+ * (UBSan: misaligned member access). NULL too when the table lies
+ * outside the file. */
+static char *read_image(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  char *img = NULL;
+  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  if (n > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 && (img = malloc((size_t)n)) &&
+      fread(img, 1, (size_t)n, f) != (size_t)n) {
+    free(img);
+    img = NULL;
+  }
+  fclose(f);
+  *size = (size_t)n;
+  if (!img)
+    return NULL;
+  ElfW(Ehdr) *eh = (ElfW(Ehdr) *)img;
+  size_t table = (size_t)eh->e_shnum * sizeof(ElfW(Shdr)), at = ((size_t)n + 7) & ~(size_t)7;
+  char *grown = eh->e_shoff <= (size_t)n && table <= (size_t)n - eh->e_shoff
+                    ? realloc(img, at + table)
+                    : NULL;
+  if (!grown) {
+    free(img);
+    return NULL;
+  }
+  img = grown;
+  eh = (ElfW(Ehdr) *)img;
+  memcpy(img + at, img + eh->e_shoff, table);
+  eh->e_shoff = at;
+  *size = at + table;
+  return img;
+}
+
 /* Copy n bytes at offset off of the image (size bytes) into out: TinyCC
  * does not align its section headers or tables, so they are copied out
  * rather than read in place (UBSan: misaligned member access). */
@@ -368,24 +407,15 @@ static int section_relocs_ok(const char *img, size_t size, const ElfW(Ehdr) * eh
 /* 0 when every dynamic relocation of the shared object `path` passes
  * reloc_ok, -1 otherwise (or when it cannot be read as ELF64). */
 static int check_relocs(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return -1;
-  char *img = NULL;
-  long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (size > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 &&
-      (img = malloc((size_t)size)) && fread(img, 1, (size_t)size, f) != (size_t)size) {
-    free(img);
-    img = NULL;
-  }
-  fclose(f);
+  size_t size = 0;
+  char *img = read_image(path, &size);
   if (!img)
     return -1;
   ElfW(Ehdr) eh;
   memcpy(&eh, img, sizeof eh);
-  int ok = eh.e_shoff + (size_t)eh.e_shnum * sizeof(ElfW(Shdr)) <= (size_t)size;
+  int ok = 1;
   for (int i = 0; ok && i < eh.e_shnum; i++)
-    ok = section_relocs_ok(img, (size_t)size, &eh, i);
+    ok = section_relocs_ok(img, size, &eh, i);
   free(img);
   return ok ? 0 : -1;
 }
@@ -425,45 +455,6 @@ int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
   if (rc != 0)
     unlink(path);
   return rc == 0 ? 0 : -1;
-}
-
-/* The file at `path` read whole (caller frees), its size in *size; NULL
- * when it cannot be read. TinyCC writes its section header table at an
- * unaligned offset (its dynamic tables, in loaded segments, are aligned):
- * the table is copied to an aligned place after the file's bytes and
- * e_shoff of this copy points there, so the headers can be read in place
- * (UBSan: misaligned member access). NULL too when the table lies
- * outside the file. */
-static char *read_image(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  char *img = NULL;
-  long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (n > (long)sizeof(ElfW(Ehdr)) && fseek(f, 0, SEEK_SET) == 0 && (img = malloc((size_t)n)) &&
-      fread(img, 1, (size_t)n, f) != (size_t)n) {
-    free(img);
-    img = NULL;
-  }
-  fclose(f);
-  *size = (size_t)n;
-  if (!img)
-    return NULL;
-  ElfW(Ehdr) *eh = (ElfW(Ehdr) *)img;
-  size_t table = (size_t)eh->e_shnum * sizeof(ElfW(Shdr)), at = ((size_t)n + 7) & ~(size_t)7;
-  char *grown = eh->e_shoff <= (size_t)n && table <= (size_t)n - eh->e_shoff
-                    ? realloc(img, at + table)
-                    : NULL;
-  if (!grown) {
-    free(img);
-    return NULL;
-  }
-  img = grown;
-  eh = (ElfW(Ehdr) *)img;
-  memcpy(img + at, img + eh->e_shoff, table);
-  eh->e_shoff = at;
-  *size = at + table;
-  return img;
 }
 
 int ex_jit_dll_sizes(const char *path, const char *const *names, size_t *sizes, size_t n) {
