@@ -42,10 +42,10 @@ struct ln_ranks {
   ln_ranks_hooks_t hooks;
   int n, first, restart, use_gpu;
   ln_worker_t *w;
-  int *ctl;       /* the executor's end of each control channel, -1 closed */
-  int *state;     /* RK_*                                                  */
-  int *cell;      /* the cell it runs or ran last (0: none)               */
-  int *died_in;   /* the cell during which it died (0: between cells)     */
+  int *ctl;     /* the executor's end of each control channel, -1 closed */
+  int *state;   /* RK_*                                                  */
+  int *cell;    /* the cell it runs or ran last (0: none)               */
+  int *died_in; /* the cell during which it died (0: between cells)     */
   acc_store_server_t *srv;
   /* the records as read when the last exchange was stopped (interrupt or
    * a rank's death), into w[i].seen: the failure report's positions */
@@ -140,8 +140,7 @@ static int reap(ln_ranks_t *r, int i, int block) {
 
 /* Wait up to ms for output, exits and (pending answers) replies; forward
  * the output. Fills pfd (3 pipes, pidfd and control per worker). */
-static void pump(ln_ranks_t *r, rk_answer_t *ans, int ms, struct pollfd *pfd, int *who,
-                 int *what) {
+static void pump(ln_ranks_t *r, rk_answer_t *ans, int ms, struct pollfd *pfd, int *who, int *what) {
   int np = 0;
   for (int i = 0; i < r->n; i++) {
     ln_worker_t *w = &r->w[i];
@@ -230,26 +229,65 @@ static void interrupt_pending(ln_ranks_t *r, rk_answer_t *ans) {
       syscall(SYS_tgkill, r->w[i].pid, r->w[i].pid, SIGINT);
 }
 
+static int first_failure(const ln_ranks_t *r, const rk_answer_t *ans);
+
 /* Several nodes: tell the others that this node stopped the cell (a
  * rank died, or an interrupt), so that they stop theirs. */
 static void tell_nodes_stop(ln_ranks_t *r, const rk_answer_t *ans) {
-  for (int i = 0; i < r->n; i++)
-    if (ans[i].status == -1) {
-      int st = r->w[i].status;
-      char *why =
-          WIFSIGNALED(st)
-              ? nbf_xprintf("rank %d (node %d, pid %d) was killed by signal %d (SIG%s)",
-                            r->first + i, r->o.node_rank, (int)r->w[i].pid, WTERMSIG(st),
-                            sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?")
-              : nbf_xprintf("rank %d (node %d, pid %d) exited with code %d", r->first + i,
-                            r->o.node_rank, (int)r->w[i].pid, WEXITSTATUS(st));
-      ln_rk_nodes_stop(r->nodes, r->seq, 'F', why ? why : "a rank died");
-      free(why);
-      return;
-    }
+  int i = first_failure(r, ans); /* the cause first: a crash before its echoes */
+  if (i >= 0) {
+    int st = r->w[i].status;
+    char *why = WIFSIGNALED(st)
+                    ? nbf_xprintf("rank %d (node %d, pid %d) was killed by signal %d (SIG%s)",
+                                  r->first + i, r->o.node_rank, (int)r->w[i].pid, WTERMSIG(st),
+                                  sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?")
+                    : nbf_xprintf("rank %d (node %d, pid %d) exited with code %d", r->first + i,
+                                  r->o.node_rank, (int)r->w[i].pid, WEXITSTATUS(st));
+    ln_rk_nodes_stop(r->nodes, r->seq, 'F', why ? why : "a rank died");
+    free(why);
+    return;
+  }
   char why[64];
   snprintf(why, sizeof why, "node %d was interrupted", r->o.node_rank);
   ln_rk_nodes_stop(r->nodes, r->seq, 'I', why);
+}
+
+/* Whether every rank of this node that died, died of a failed collective
+ * (an echo: it lost a peer; its record cannot always say which, Gloo
+ * does not always name it). The cause may then be on another node, whose
+ * executor saw its rank die before this node's ranks lost the connection
+ * but whose word may be on the way. */
+static int echoes_only(const ln_ranks_t *r, const rk_answer_t *ans) {
+  int echoes = 0, causes = 0;
+  for (int i = 0; i < r->n; i++) {
+    nbf_rankstate_t rec;
+    if (ans[i].status != -1)
+      continue;
+    if (WIFEXITED(r->w[i].status) && nbf_rankstate_read(r->w[i].rs, &rec) == 0 && rec.err_code)
+      echoes++;
+    else
+      causes++;
+  }
+  return echoes && !causes;
+}
+
+/* Several nodes, after a rank of this node died: when every death here
+ * is such an echo, the stop of another node is waited for (up to the
+ * ranks' answer time) and kept in r->remote as the cause; otherwise the
+ * cause is here and r->remote is dropped. */
+static void await_remote_cause(ln_ranks_t *r, const rk_answer_t *ans) {
+  if (!echoes_only(r, ans)) {
+    free(r->remote); /* the cause is here: another node's stop echoes it */
+    r->remote = NULL;
+    return;
+  }
+  for (int64_t until = nbf_now_ms() + LN_RANKS_ANSWER_MS;
+       (!r->remote || r->remote[0] != 'F') && nbf_now_ms() < until;) {
+    free(r->remote);
+    r->remote = ln_rk_nodes_stopped(r->nodes, r->seq);
+    if (!r->remote || r->remote[0] != 'F')
+      usleep(50 * 1000);
+  }
 }
 
 /* Collect the answers of the pending ranks: a death or an interrupt
@@ -281,7 +319,7 @@ static void collect(ln_ranks_t *r, rk_answer_t *ans, void *(*dest)(void *, size_
       remote_at = nbf_now_ms() + (tick > 0 ? tick : 100);
     }
     if ((here || r->remote) && kill_at < 0) {
-      if (here && !r->remote)
+      if (here && r->nodes && r->watch)
         tell_nodes_stop(r, ans);
       snapshot(r); /* before SIGINT moves anyone */
       interrupt_pending(r, ans);
@@ -360,8 +398,7 @@ static ln_ranks_t *ranks_alloc(const ln_options_t *o, ln_context_t *ctx,
   r->first = o->node_rank * o->num_processes;
   r->restart = restart;
   if (!r->o.log_line_prefix_template[0])
-    snprintf(r->o.log_line_prefix_template, sizeof r->o.log_line_prefix_template,
-             "[rank {rank}] ");
+    snprintf(r->o.log_line_prefix_template, sizeof r->o.log_line_prefix_template, "[rank {rank}] ");
   r->w = calloc((size_t)r->n, sizeof *r->w);
   r->ctl = malloc((size_t)r->n * sizeof *r->ctl);
   r->state = calloc((size_t)r->n, sizeof *r->state);
@@ -551,6 +588,11 @@ static void failed_error(ln_ranks_t *r, const rk_answer_t *ans, int first, ln_er
     set_error(err, "RankFailed", strdup("a rank failed"), NULL);
     return;
   }
+  if (r->remote && r->remote[0] == 'F') /* the cause, on another node: ours lost it */
+    fprintf(f,
+            "%s on another node during this cell (that node's notebook has its report); "
+            "this node's ranks lost it:\n",
+            r->remote + 1);
   ln_worker_describe(&r->w[first], r->first + first, f);
   for (int i = 0; i < r->n; i++)
     if (i != first && ans[i].status == -1)
@@ -586,8 +628,8 @@ static int exchange_error(ln_ranks_t *r, const rk_answer_t *ans, const char *wha
     return -1;
   }
   for (int i = 0; i < r->n; i++)
-    if (ans[i].status == LN_RK_INTERRUPTED || (ans[i].status != LN_RK_OK &&
-                                               r->ctx.interrupted && *r->ctx.interrupted)) {
+    if (ans[i].status == LN_RK_INTERRUPTED ||
+        (ans[i].status != LN_RK_OK && r->ctx.interrupted && *r->ctx.interrupted)) {
       set_error(err, "KeyboardInterrupt",
                 nbf_xprintf("the %s was interrupted on every rank running it; the ranks' state "
                             "is kept",
@@ -672,18 +714,21 @@ static void nodes_apply(ln_ranks_t *r, int seq, ln_rkn_decision_t d, const char 
   int sent = d == LN_RKN_REBUILD && send_rebuild(r, (unsigned)seq) == 0;
   r->unmendable = d != LN_RKN_NOTHING && !sent;
   if (sent)
-    fprintf(f, "A rank was cut inside a collective: every rank of the %d nodes rebuilds its "
-               "process groups at its next collective (shared memory by node or a Gloo mesh, "
-               "joined again through node 0's store, epoch %d agreed by the nodes; NCCL "
-               "communicators aborted and made again); the ranks' other state is kept.\n",
+    fprintf(f,
+            "A rank was cut inside a collective: every rank of the %d nodes rebuilds its "
+            "process groups at its next collective (shared memory by node or a Gloo mesh, "
+            "joined again through node 0's store, epoch %d agreed by the nodes; NCCL "
+            "communicators aborted and made again); the ranks' other state is kept.\n",
             nodes, seq);
   else if (d == LN_RKN_REBUILD)
-    fprintf(f, "The process group cannot be rebuilt (a rank of node %d did not answer): run "
-               "%%ranks restart on every node.\n",
+    fprintf(f,
+            "The process group cannot be rebuilt (a rank of node %d did not answer): run "
+            "%%ranks restart on every node.\n",
             r->o.node_rank);
   else if (d == LN_RKN_CANNOT)
-    fprintf(f, "The process group cannot be used again (%s): run %%ranks restart on every "
-               "node.\n",
+    fprintf(f,
+            "The process group cannot be used again (%s): run %%ranks restart on every "
+            "node.\n",
             why ? why : "the nodes did not agree");
 }
 
@@ -718,8 +763,9 @@ static void nodes_catch_up(ln_ranks_t *r) {
     return;
   char *why = NULL;
   ln_rkn_decision_t d = ln_rk_nodes_decide(r->nodes, r->seq, &why);
-  fprintf(stderr, "The previous %%%%ranks cell finished on this node's ranks but was stopped on "
-                  "another node (%s).\n",
+  fprintf(stderr,
+          "The previous %%%%ranks cell finished on this node's ranks but was stopped on "
+          "another node (%s).\n",
           stop + 1);
   nodes_apply(r, r->seq, d, why, stderr);
   fflush(stderr);
@@ -742,8 +788,8 @@ static char *stopped_report(ln_ranks_t *r, const unsigned char *targets, const r
   FILE *f = open_memstream(&text, &cap);
   if (!f)
     return NULL;
-  ln_report_positions(r->w, r->n, r->first, r->snap_ms, "Where each rank was when the cell stopped:",
-                      f);
+  ln_report_positions(r->w, r->n, r->first, r->snap_ms,
+                      "Where each rank was when the cell stopped:", f);
   int idle = 0;
   for (int i = 0; i < r->n; i++)
     idle += !targets[i];
@@ -770,10 +816,11 @@ static char *stopped_report(ln_ranks_t *r, const unsigned char *targets, const r
       fprintf(f, "It cannot be rebuilt here (%s): run %%ranks restart.\n",
               dead ? "a rank is dead" : "a rank did not answer");
     else
-      fprintf(f, "Every rank rebuilds its process groups at its next collective (shared memory "
-                 "by node or a Gloo mesh, joined again through the store, epoch %u; NCCL "
-                 "communicators aborted and made again); the "
-                 "ranks' other state is kept.\n",
+      fprintf(f,
+              "Every rank rebuilds its process groups at its next collective (shared memory "
+              "by node or a Gloo mesh, joined again through the store, epoch %u; NCCL "
+              "communicators aborted and made again); the "
+              "ranks' other state is kept.\n",
               r->rebuild_epoch);
   }
   fclose(f);
@@ -810,7 +857,7 @@ int ln_ranks_run(ln_ranks_t *r, const char *so_path, const char *symbol, int cou
   if (refuse_dead(r, targets, err))
     return -1;
   rk_answer_t *ans = calloc((size_t)r->n, sizeof *ans);
-  char (*saved)[128] = calloc((size_t)r->n, sizeof *saved);
+  char(*saved)[128] = calloc((size_t)r->n, sizeof *saved);
   if (!ans || !saved) {
     free(ans), free(saved);
     set_error(err, "LaunchError", strdup("out of memory"), NULL);
@@ -831,6 +878,12 @@ int ln_ranks_run(ln_ranks_t *r, const char *so_path, const char *symbol, int cou
   r->watch = 1;
   collect(r, ans, NULL, NULL);
   r->watch = 0;
+  if (r->nodes && first_failure(r, ans) >= 0) {
+    if (!r->snap_ms) /* every rank died before a pass saw the stop */
+      snapshot(r);
+    tell_nodes_stop(r, ans); /* again: the cause among every death seen */
+    await_remote_cause(r, ans);
+  }
   if (r->nodes && !r->snap_ms) { /* finished here: the deciding node may wait for it */
     ln_rk_nodes_verdict(r->nodes, r->seq, 'o', NULL);
     r->seq_done = r->seq;
@@ -896,8 +949,8 @@ out:
   return rc;
 }
 
-int ln_ranks_push(ln_ranks_t *r, const unsigned char *targets, const char *kind,
-                  const char *name, const void *src, size_t size, ln_error_t *err) {
+int ln_ranks_push(ln_ranks_t *r, const unsigned char *targets, const char *kind, const char *name,
+                  const void *src, size_t size, ln_error_t *err) {
   memset(err, 0, sizeof *err);
   if (refuse_dead(r, targets, err))
     return -1;
@@ -966,13 +1019,14 @@ static void record_note(const ln_ranks_t *r, int i, nbf_rankstate_t *rec, int *r
   else if (rec->phase == NBF_RS_COLLECTIVE) {
     char after[48] = ""; /* the last stop's snapshot says after how long */
     if (r->snap_ms >= rec->call.start_ms)
-      snprintf(after, sizeof after, " after %.1f s", (double)(r->snap_ms - rec->call.start_ms) / 1e3);
+      snprintf(after, sizeof after, " after %.1f s",
+               (double)(r->snap_ms - rec->call.start_ms) / 1e3);
     snprintf(out, n, "; cut inside %s%s (%s)", call, after,
              r->rebuild_epoch && !r->unmendable
                  ? "its process group is rebuilt at its next collective"
-                 : r->o.num_nodes > 1 ? "run %ranks restart on every node" : "run %ranks restart");
-  }
-  else if (rec->phase == NBF_RS_RENDEZVOUS)
+             : r->o.num_nodes > 1 ? "run %ranks restart on every node"
+                                  : "run %ranks restart");
+  } else if (rec->phase == NBF_RS_RENDEZVOUS)
     snprintf(out, n, "; in acc_new's rendezvous for %.1f s", (double)(now - rec->phase_ms) / 1e3);
   else if (rec->phase == NBF_RS_EXITED)
     snprintf(out, n, "; left its process group (acc_destroy)");

@@ -15,9 +15,10 @@
  * sent since the start; every node runs the same cells in the same order,
  * as every node runs the same script under a launcher). Keys, under
  * "nbfork-ranks/r<restart>/c<seq>/":
- *   stop        set by the node that stopped the cell first: "F<text>" a
- *               rank died, "I<text>" an interrupt; the other nodes poll it
- *               while the cell runs and stop their ranks too
+ *   stop/K      set by node K when it stopped the cell: "F<text>" a rank
+ *               died, "I<text>" an interrupt; the other nodes poll these
+ *               keys while the cell runs (one request per other node per
+ *               monitor tick) and stop their ranks too
  *   node/K      node K's verdict when the cell ended there: "o" finished,
  *               "k" stopped outside collectives, "c" a rank cut inside a
  *               collective, "d<text>" a rank dead
@@ -54,9 +55,9 @@ void ln_rk_nodes_close(ln_rk_nodes_t **p);
  * (an interrupt), `why` one line naming the rank and node. */
 void ln_rk_nodes_stop(ln_rk_nodes_t *n, int seq, char kind, const char *why);
 
-/* Whether another node stopped cell `seq`: its "F..."/"I..." text
- * (caller frees), or NULL (not stopped, or the store did not answer
- * within 200 ms: asked again at the next tick). */
+/* Whether another node stopped cell `seq`: the first such node's
+ * "F..."/"I..." text (caller frees), or NULL (none, or the store did not
+ * answer within 200 ms: asked again at the next tick). */
 char *ln_rk_nodes_stopped(ln_rk_nodes_t *n, int seq);
 
 /* This node's verdict on cell `seq` ('o', 'k', 'c', or 'd' with
