@@ -83,8 +83,10 @@ class RanksE2ETest(nbf_harness.KernelTestCase):
             if nbf_harness.PORT_IN_USE not in str(r0[0]) + str(r1[0]):
                 break
             both(lambda: self.run_cell("%ranks stop"), lambda: b.run("%ranks stop"))
-        for reply, _, _, _ in (r0, r1):
+        for node, (reply, outputs, _, _) in enumerate((r0, r1)):
             self.assertEqual(reply["status"], "ok", reply)
+            self.assertIn("node %d of 2 in one process group of world size 4" % node,
+                          stream_text(outputs))
         return b
 
     def on_both(self, b, code, **kw0):
