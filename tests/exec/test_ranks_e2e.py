@@ -95,6 +95,14 @@ class RanksE2ETest(nbf_harness.KernelTestCase):
         r0, r1 = both(lambda: self.run_cell(code, **kw0), lambda: b.run(code, timeout=TIMEOUT))
         return [(r[0], r[1], r[3]) for r in (r0, r1)]
 
+    def assert_each_rank(self, out, value):
+        """on_both's cell succeeded on both nodes and each node's two ranks
+        (0-1 on node 0, 2-3 on node 1) showed `value`."""
+        for node, (reply, outputs, _) in enumerate(out):
+            self.assertEqual(reply["status"], "ok", reply)
+            self.assertEqual(sorted(results(outputs)),
+                             ["[rank %d] %s" % (2 * node + k, value) for k in (0, 1)])
+
     def pids(self):
         text = stream_text(self.ok("%ranks status"))
         return [int(m.group(1)) for m in re.finditer(r"^\d+\s+(\d+)\s", text, re.M)]
@@ -355,10 +363,7 @@ class RanksE2ETest(nbf_harness.KernelTestCase):
         # cut call's 100s
         out = self.on_both(b, "%%ranks\nfloat w = acc_rank(acc) + 1;\n"
                               "acc_all_reduce(acc, &w, 1, ACC_F32, ACC_SUM);\nw")
-        for node, (reply, outputs, _) in enumerate(out):
-            self.assertEqual(reply["status"], "ok", reply)
-            self.assertEqual(sorted(results(outputs)),
-                             ["[rank %d] 1e+01" % (2 * node + k) for k in (0, 1)])
+        self.assert_each_rank(out, "1e+01")
 
     def test_two_nodes_a_crash_is_reported_on_both_and_restart_recovers(self):
         b = self.two_nodes()
@@ -385,10 +390,7 @@ class RanksE2ETest(nbf_harness.KernelTestCase):
             self.assertEqual(reply["status"], "ok", reply)
         out = self.on_both(b, "%%ranks\nacc_t *acc2 = acc_new(NULL);\nfloat y = 1;\n"
                               "acc_all_reduce(acc2, &y, 1, ACC_F32, ACC_SUM);\ny")
-        for node, (reply, outputs, _) in enumerate(out):
-            self.assertEqual(reply["status"], "ok", reply)
-            self.assertEqual(sorted(results(outputs)),
-                             ["[rank %d] 4" % (2 * node + k) for k in (0, 1)])
+        self.assert_each_rank(out, "4")
 
 
 if __name__ == "__main__":
