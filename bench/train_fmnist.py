@@ -23,7 +23,10 @@ torch.set_num_threads(1) as torchrun's OMP_NUM_THREADS=1), so two ranks
 do not oversubscribe two cores.
 
 nbfork runs twice per round: host collectives through shared memory (the
-default on one node) and through Gloo (NBFORK_SHM_COLLECTIVES=0). Each
+default on one node) and through Gloo (NBFORK_SHM_COLLECTIVES=0); "2 alone"
+is two independent 1-process runs at the same time, the ceiling a 2-rank
+run can approach on this machine (two vCPUs are not two 1-rank machines:
+they share caches and memory bandwidth, and the host places them). Each
 row also gives the CPU time per image (user + system of the workers:
 nbfork's from the executor's reaped-children counters, PyTorch's from
 this process's), and the table its load
@@ -188,7 +191,7 @@ def children_cpu_s(pid):
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_nbfork(world, epochs, shm=True):
+def run_nbfork(world, epochs, shm=True, barrier=None):
     import json
     import nbf_harness as h
     nb = json.load(open(os.path.join(HERE, "..", "notebooks", "fashion_mnist.ipynb")))
@@ -203,6 +206,8 @@ def run_nbfork(world, epochs, shm=True):
         exec_pid = int(h.stream_text(out).split()[0])
         launch = "%%launch training_loop(\"no\", 42, 64) num_processes=%d use_port=%d" % (
             world, h.free_port())
+        if barrier:
+            barrier.wait()
         c0 = children_cpu_s(exec_pid)
         t0 = time.time()
         reply, out = k.execute(launch, timeout=3600)
@@ -222,6 +227,30 @@ def run_nbfork(world, epochs, shm=True):
 
 def run_nbfork_gloo(world, epochs):
     return run_nbfork(world, epochs, shm=False)
+
+
+def run_nbfork_two_alone(world, epochs):
+    """The machine's ceiling for two ranks: two independent 1-process runs
+    (two kernels, no communication between them) trained at the same
+    time. Their summed images/s is what two processes can get from this
+    machine's two CPUs (shared caches, memory bandwidth, the hypervisor's
+    placement of the vCPUs); a 2-rank run can only approach it. Reported
+    as the 2-process row of the side "2 alone"."""
+    import threading
+    assert world == 2
+    barrier, res = threading.Barrier(2), [None, None]
+
+    def one(i):
+        res[i] = run_nbfork(1, epochs, barrier=barrier)
+    threads = [threading.Thread(target=one, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(res), "a run of the pair failed"
+    wall = max(r[0] for r in res)
+    # both did all of their work: twice the images in the slower one's time
+    return wall, min(r[1] for r in res), res[0][2], 2 * res[0][3], res[0][4] + res[1][4]
 
 
 def torch_blas():
@@ -269,7 +298,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of each configuration, interleaved; medians are reported")
     args = ap.parse_args()
-    sides = [("nbfork", run_nbfork), ("nbfork-gloo", run_nbfork_gloo)]
+    sides = [("nbfork", run_nbfork), ("nbfork-gloo", run_nbfork_gloo),
+             ("2 alone", run_nbfork_two_alone)]
     if torch_available():
         sides.append(("pytorch", run_torch))
     # Interleaved (every configuration once per round) so that a slow
@@ -280,7 +310,7 @@ def main():
     for rnd in range(args.repeat):
         for world in (1, 2):
             for name, fn in sides:
-                if name == "nbfork-gloo" and world == 1:
+                if name in ("nbfork-gloo", "2 alone") and world == 1:
                     continue  # one process: no collectives, the same run as nbfork's
                 print("round %d/%d: %s with %d process%s..." % (
                     rnd + 1, args.repeat, name, world, "es" if world > 1 else ""), flush=True)
@@ -318,6 +348,12 @@ def report(runs, sides, args, load):
     print("medians of %d interleaved runs, %d epochs each; steal: CPU time the hypervisor "
           "took during the runs; load average (1 min) during the runs: %s on %d CPUs" %
           (args.repeat, args.epochs, " ".join("%.1f" % x for x in load), os.cpu_count()))
+    if ("2 alone", 2) in ips:
+        ceiling = ips[("2 alone", 2)] / ips[("nbfork", 1)]
+        print("ceiling: two independent 1-process runs at once reach %.2fx one run's images/s "
+              "(no communication: what this machine's two CPUs give two processes); nbfork's "
+              "2 processes reach %.0f%% of it" % (ceiling, 100 * ips[("nbfork", 2)] /
+                                                  ips[("2 alone", 2)]))
     for name in ("nbfork", "nbfork-gloo"):
         if (name, 2) in ips:
             print("%s 2 / 1 processes: %.2fx images/s (goal >= 1.6x on a quiet machine, >= 1x "
