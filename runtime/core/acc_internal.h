@@ -324,6 +324,11 @@ typedef struct {
 /* DIR (created) / FILE written atomically with the sections in order. */
 acc_result_t acc__ckpt_write(acc_t *acc, const char *dir, const char *file, uint32_t kind,
                              uint32_t rank, const acc__ckpt_sec_t *s, int n);
+/* Every rank learns whether any rank failed (r != OK anywhere), by one
+ * all-reduce; the local error text is kept. Returns r where it failed,
+ * else the first failed rank's code with "WHAT failed on rank R (see that
+ * rank's error)AFTER" (collective: every rank calls it; world 1: r). */
+acc_result_t acc__ckpt_agree(acc_t *acc, acc_result_t r, const char *what, const char *after);
 /* Read and check (magic, version, kind, CRC, section table) PATH. */
 acc_result_t acc__ckpt_read(acc_t *acc, const char *path, uint32_t kind, acc__ckpt_file_t *f);
 /* The section `name`, or NULL (unaligned: memcpy records out). */

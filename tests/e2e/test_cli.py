@@ -47,6 +47,12 @@ class CliCase(unittest.TestCase):
         return subprocess.run([NBFORK, *args], capture_output=True, text=True, env=env or self.env,
                               timeout=TIMEOUT, input=stdin)
 
+    def start(self, *args):
+        """`nbfork ARGS` started, not waited for (another machine of a
+        launch); its stdout and stderr are pipes."""
+        return subprocess.Popen([NBFORK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=self.env)
+
     def assert_usage_error(self, r, *words):
         self.assertEqual(r.returncode, 2, r.stderr)
         lines = r.stderr.strip().splitlines()
@@ -82,9 +88,7 @@ class Launch(CliCase):
         port = str(free_port())
         common = ["launch", "--num_processes", "4", "--num_machines", "2",
                   "--main_process_port", port]
-        node1 = subprocess.Popen([NBFORK, *common, "--machine_rank", "1", PROG],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=self.env)
+        node1 = self.start(*common, "--machine_rank", "1", PROG)
         r0 = self.nbfork(*common, "--machine_rank", "0", PROG)
         out1, err1 = node1.communicate(timeout=TIMEOUT)
         self.assertEqual(r0.returncode, 0, r0.stderr)
@@ -97,9 +101,7 @@ class Launch(CliCase):
         # not %launch's `num_processes: node 0 has 2` and "launch cells"
         port = str(free_port())
         common = ["launch", "--num_machines", "2", "--main_process_port", port]
-        node1 = subprocess.Popen([NBFORK, *common, "--num_processes", "2", "--machine_rank", "1",
-                                  PROG], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=self.env)
+        node1 = self.start(*common, "--num_processes", "2", "--machine_rank", "1", PROG)
         r0 = self.nbfork(*common, "--num_processes", "4", "--machine_rank", "0", PROG)
         node1.communicate(timeout=TIMEOUT)
         self.assertEqual(r0.returncode, 1, r0.stderr)
@@ -114,9 +116,7 @@ class Launch(CliCase):
         port = str(free_port())
         common = ["launch", "--num_processes", "2", "--num_machines", "2",
                   "--main_process_port", port]
-        node1 = subprocess.Popen([NBFORK, *common, "--machine_rank", "1", "--rdzv_conf",
-                                  "join_timeout=3", PROG], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=self.env)
+        node1 = self.start(*common, "--machine_rank", "1", "--rdzv_conf", "join_timeout=3", PROG)
         r0 = self.nbfork(*common, "--machine_rank", "0", "--rdzv_conf",
                          "secret=alpha,join_timeout=3", PROG)
         _, err1 = node1.communicate(timeout=TIMEOUT)
@@ -150,9 +150,7 @@ class Launch(CliCase):
         port = str(free_port())
         common = ["launch", "--num_processes", "3", "--num_machines", "3",
                   "--main_process_port", port]
-        node0 = subprocess.Popen([NBFORK, *common, "--machine_rank", "0", "--rdzv_conf",
-                                  "join_timeout=60", PROG], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=self.env)
+        node0 = self.start(*common, "--machine_rank", "0", "--rdzv_conf", "join_timeout=60", PROG)
         try:
             r1 = self.nbfork(*common, "--machine_rank", "1", "--rdzv_conf", "join_timeout=1",
                              PROG)
