@@ -30,6 +30,13 @@ def free_port():
         return s.getsockname()[1]
 
 
+def machines_launch(*args):
+    """A free port, and `launch ARGS --main_process_port PORT`: the words
+    every machine of one multi-machine launch shares."""
+    port = str(free_port())
+    return port, ["launch", *args, "--main_process_port", port]
+
+
 class CliCase(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="nbf-cli-")
@@ -85,9 +92,7 @@ class Launch(CliCase):
             self.assertIn(f"[{rank}] rank {rank} of 3 (local rank {rank} of 3): sum 6 ok", r.stdout)
 
     def test_launch_two_machines_on_one_host(self):
-        port = str(free_port())
-        common = ["launch", "--num_processes", "4", "--num_machines", "2",
-                  "--main_process_port", port]
+        port, common = machines_launch("--num_processes", "4", "--num_machines", "2")
         node1 = self.start(*common, "--machine_rank", "1", PROG)
         r0 = self.nbfork(*common, "--machine_rank", "0", PROG)
         out1, err1 = node1.communicate(timeout=TIMEOUT)
@@ -99,8 +104,7 @@ class Launch(CliCase):
     def test_machines_that_differ_are_named_in_the_commands_words(self):
         # issue 21 item 6: `--num_processes 4 on machine 0, 2 on machine 1`,
         # not %launch's `num_processes: node 0 has 2` and "launch cells"
-        port = str(free_port())
-        common = ["launch", "--num_machines", "2", "--main_process_port", port]
+        port, common = machines_launch("--num_machines", "2")
         node1 = self.start(*common, "--num_processes", "2", "--machine_rank", "1", PROG)
         r0 = self.nbfork(*common, "--num_processes", "4", "--machine_rank", "0", PROG)
         node1.communicate(timeout=TIMEOUT)
@@ -113,9 +117,7 @@ class Launch(CliCase):
     def test_rendezvous_secret_mismatch_in_the_commands_words(self):
         # issue 21 item 6: the rendezvous' messages name --rdzv_conf and
         # machines, not %launch's rdzv_conf=secret= and "launch cells"
-        port = str(free_port())
-        common = ["launch", "--num_processes", "2", "--num_machines", "2",
-                  "--main_process_port", port]
+        port, common = machines_launch("--num_processes", "2", "--num_machines", "2")
         node1 = self.start(*common, "--machine_rank", "1", "--rdzv_conf", "join_timeout=3", PROG)
         r0 = self.nbfork(*common, "--machine_rank", "0", "--rdzv_conf",
                          "secret=alpha,join_timeout=3", PROG)
@@ -147,9 +149,7 @@ class Launch(CliCase):
     def test_machine_0_without_verdict_in_the_commands_words(self):
         # machine 0 waits for a third machine longer than machine 1 waits
         # for its verdict
-        port = str(free_port())
-        common = ["launch", "--num_processes", "3", "--num_machines", "3",
-                  "--main_process_port", port]
+        port, common = machines_launch("--num_processes", "3", "--num_machines", "3")
         node0 = self.start(*common, "--machine_rank", "0", "--rdzv_conf", "join_timeout=60", PROG)
         try:
             r1 = self.nbfork(*common, "--machine_rank", "1", "--rdzv_conf", "join_timeout=1",
