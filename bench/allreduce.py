@@ -179,7 +179,7 @@ def main():
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     exe = build_c(args.build)
     n = args.nproc
-    have_torch = torch_available()
+    have_torch = nbf_venv.torch_available()
     runs = {}  # (side, algo, bytes) -> [median per round]
     cpu = {}   # (side, bytes) -> [CPU s per call, rank 0]
     load = [os.getloadavg()[0]]
@@ -207,16 +207,6 @@ def main():
             if "cpu_s" in row:
                 cpu.setdefault((row["side"], row["bytes"]), []).append(row["cpu_s"])
     report(runs, cpu, sizes, n, args.rounds, have_torch, load)
-
-
-def torch_available():
-    try:
-        import torch  # noqa: F401
-        return True
-    except ImportError:
-        print("torch is not in .venv: PyTorch's side is left out (scripts/deps.sh --bench "
-              "installs it)", flush=True)
-        return False
 
 
 def report(runs, cpu, sizes, n, rounds, have_torch, load):

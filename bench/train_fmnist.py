@@ -267,16 +267,6 @@ def torch_blas():
     return "BLAS_INFO=%s" % blas
 
 
-def torch_available():
-    try:
-        import torch  # noqa: F401
-        return True
-    except ImportError:
-        print("torch is not in .venv: PyTorch's side is left out (scripts/deps.sh --bench "
-              "installs it)", flush=True)
-        return False
-
-
 def cpu_times():
     """The machine's CPU time counters (/proc/stat, all CPUs)."""
     with open("/proc/stat") as f:
@@ -300,7 +290,7 @@ def main():
     args = ap.parse_args()
     sides = [("nbfork", run_nbfork), ("nbfork-gloo", run_nbfork_gloo),
              ("2 alone", run_nbfork_two_alone)]
-    if torch_available():
+    if nbf_venv.torch_available():
         sides.append(("pytorch", run_torch))
     # Interleaved (every configuration once per round) so that a slow
     # stretch of the shared host hits all of them alike; the medians and

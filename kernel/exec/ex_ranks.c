@@ -28,9 +28,15 @@ struct ex_ranks {
   int group_output;        /* its --group                                     */
 };
 
+/* What the runner below asks of the ranks (ex_run.h). */
+static const struct ex_run_ranks g_hooks = {ex_ranks_running, ex_ranks_cell_active,
+                                             ex_ranks_run_loaded, ex_ranks_loaded};
+
 static struct ex_ranks *state(ex_t *ex) {
-  if (!ex->ranks)
+  if (!ex->ranks) {
     ex->ranks = calloc(1, sizeof *ex->ranks);
+    ex->ranks_hooks = ex->ranks ? &g_hooks : NULL;
+  }
   return ex->ranks;
 }
 

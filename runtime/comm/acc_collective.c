@@ -340,24 +340,6 @@ static acc_result_t all_gather_run(acc_t *acc, const void *send, void *recv, siz
   return ACC_OK;
 }
 
-acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
-                            acc_dtype_t dtype) {
-  ACC_CHECK(check(acc, "all-gather", send, recv, count, dtype));
-  if (acc->world == 1) {
-    acc_result_t r1;
-    if (count && device_call(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM, &r1))
-      return r1;
-    memmove(recv, send, count * acc_dtype_size(dtype));
-    return ACC_OK;
-  }
-  int dev = acc->device >= 0 && count && (on_device(acc, send) || on_device(acc, recv));
-  coll_t k;
-  acc_result_t r = coll_begin(acc, &k, NBF_RS_ALL_GATHER, count, dtype, ACC_SUM, -1, dev);
-  if (r == ACC_OK)
-    r = all_gather_run(acc, send, recv, count, dtype);
-  return coll_end(acc, &k, r);
-}
-
 /* Host reduce-scatter as PyTorch's Gloo backend does it: all-reduce a
  * copy of the whole input with Gloo, keep this rank's block. */
 static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv, size_t count,
@@ -393,24 +375,42 @@ static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv,
   return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
 }
 
+/* All-gather (op unused) or reduce-scatter after its argument checks:
+ * alone, the copy of send into recv (through NCCL for device buffers);
+ * else numbered and recorded like every collective, then run. */
+static acc_result_t send_recv_collective(acc_t *acc, acc_nccl_coll_t coll, const void *send,
+                                         void *recv, size_t count, acc_dtype_t dtype,
+                                         acc_op_t op) {
+  if (acc->world == 1) {
+    acc_result_t r1;
+    if (count && device_call(acc, coll, send, recv, count, dtype, op, &r1))
+      return r1;
+    memmove(recv, send, count * acc_dtype_size(dtype));
+    return ACC_OK;
+  }
+  int gather = coll == ACC_NCCL_ALL_GATHER;
+  int dev = acc->device >= 0 && count && (on_device(acc, send) || on_device(acc, recv));
+  coll_t k;
+  acc_result_t r = coll_begin(acc, &k, gather ? NBF_RS_ALL_GATHER : NBF_RS_REDUCE_SCATTER, count,
+                              dtype, op, -1, dev);
+  if (r == ACC_OK)
+    r = gather ? all_gather_run(acc, send, recv, count, dtype)
+               : reduce_scatter_run(acc, send, recv, count, dtype, op);
+  return coll_end(acc, &k, r);
+}
+
+acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                            acc_dtype_t dtype) {
+  ACC_CHECK(check(acc, "all-gather", send, recv, count, dtype));
+  return send_recv_collective(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM);
+}
+
 acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
                                 acc_dtype_t dtype, acc_op_t op) {
   ACC_CHECK(check(acc, "reduce-scatter", send, recv, count, dtype));
   if (!acc_op_valid(op))
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "reduce-scatter: unknown op %d", (int)op);
-  if (acc->world == 1) {
-    acc_result_t r1;
-    if (count && device_call(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, &r1))
-      return r1;
-    memmove(recv, send, count * acc_dtype_size(dtype));
-    return ACC_OK;
-  }
-  int dev = acc->device >= 0 && count && (on_device(acc, send) || on_device(acc, recv));
-  coll_t k;
-  acc_result_t r = coll_begin(acc, &k, NBF_RS_REDUCE_SCATTER, count, dtype, op, -1, dev);
-  if (r == ACC_OK)
-    r = reduce_scatter_run(acc, send, recv, count, dtype, op);
-  return coll_end(acc, &k, r);
+  return send_recv_collective(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op);
 }
 
 static acc_result_t barrier_run(acc_t *acc) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "acc_half.h"
+#include "acc_internal.h"
 
 #define SUM(a, b) ((a) + (b))
 #define MAXNAN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
@@ -58,13 +59,6 @@ HALF_KERNEL(min_f16, acc_f16_to_f32, acc_f32_to_f16, MINNAN)
 HALF_KERNEL(sum_bf16, acc_bf16_to_f32, acc_f32_to_bf16, SUM)
 HALF_KERNEL(max_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MAXNAN)
 HALF_KERNEL(min_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MINNAN)
-
-int acc_dtype_valid(acc_dtype_t dtype) {
-  return (unsigned)dtype <= (unsigned)ACC_I64;
-}
-int acc_op_valid(acc_op_t op) {
-  return (unsigned)op <= (unsigned)ACC_MIN;
-}
 
 acc_reduce_fn acc_reduce_get(acc_dtype_t dtype, acc_op_t op) {
   /* rows: dtype in enum order; columns: SUM, MAX, MIN */

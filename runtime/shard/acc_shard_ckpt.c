@@ -51,22 +51,6 @@ static acc_result_t type_from_env(acc_t *acc, int *type) {
   return ACC_OK;
 }
 
-/* Every rank learns whether any failed; the local error is kept. */
-static acc_result_t agree(acc_t *acc, acc_result_t r, const char *what) {
-  if (acc->world == 1)
-    return r;
-  int32_t bad[2] = {r != ACC_OK ? (int32_t)r : 0, r != ACC_OK ? acc->rank : -1};
-  char keep[sizeof acc->err];
-  memcpy(keep, acc->err, sizeof keep);
-  ACC_CHECK(acc_all_reduce(acc, bad, 2, ACC_I32, ACC_MAX));
-  memcpy(acc->err, keep, sizeof keep);
-  ACC_CHECK(r);
-  if (bad[0] != 0)
-    return acc__set_error(acc, (acc_result_t)bad[0], "%s failed on rank %d (see its error)", what,
-                          bad[1]);
-  return ACC_OK;
-}
-
 static size_t own_total(const acc_shard_t *sh) {
   size_t t = 0;
   for (int i = 0; i < sh->nunits; i++)
@@ -187,7 +171,7 @@ static acc_result_t save_sharded(acc_shard_t *sh, const char *dir) {
   acc_result_t r = acc_save_state(acc, dir, NULL, NULL); /* scaler, objects, RNG, accumulation */
   acc__unregister_for_checkpointing(acc, MARK);
   ACC_CHECK(r);
-  return agree(acc, write_shard(sh, dir), "acc_shard_save_state");
+  return acc__ckpt_agree(acc, write_shard(sh, dir), "acc_shard_save_state", "");
 }
 
 /* ---- FULL_STATE_DICT -------------------------------------------------- */
@@ -242,7 +226,7 @@ static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
   acc_optim_t *full = NULL;
   if (r == ACC_OK)
     r = gather_optim(sh, &o, &full);
-  r = agree(acc, r, "acc_shard_save_state");
+  r = acc__ckpt_agree(acc, r, "acc_shard_save_state", "");
   mark_t mk = {ACC_FULL_STATE_DICT, sh->world, sh->stage, sh->nunits, m->num_params};
   if (r == ACC_OK && !m->mlp)
     r = acc_register_for_checkpointing(acc, PARAMS_ITEM, m->params, m->num_params * sizeof(float));
@@ -447,7 +431,7 @@ static acc_result_t load_sharded(acc_shard_t *sh, const char *dir) {
   acc_result_t r = acc__ckpt_read(sh->acc, path, 2, &f);
   if (r == ACC_OK)
     r = check_shard(sh, &f, path);
-  r = agree(sh->acc, r, "acc_shard_load_state");
+  r = acc__ckpt_agree(sh->acc, r, "acc_shard_load_state", "");
   if (r == ACC_OK) /* scaler, registered objects, RNG, accumulation position */
     r = acc__load_state_ex(sh->acc, dir, NULL, NULL, 1);
   if (r == ACC_OK)

@@ -206,13 +206,17 @@ static int match_body(int rank, int world, void *arg) {
   return 0;
 }
 
-NBF_TEST_P(match_ddp) {
+/* `body` on nbf_test_arg(1) ranks, for stage nbf_test_arg(0) and `variant`. */
+static void spawn_case(int (*body)(int, int, void *), const char *variant) {
   static case_t c;
   c.stage = atoi(nbf_test_arg(0));
-  int world = atoi(nbf_test_arg(1));
-  c.variant = nbf_test_arg(2);
-  rt_spawn_opts_t o = {.world = world, .deadline_s = 90};
-  ASSERT_EQ(rt_spawn(&o, match_body, &c, NULL), 0);
+  c.variant = variant;
+  rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(1)), .deadline_s = 90};
+  ASSERT_EQ(rt_spawn(&o, body, &c, NULL), 0);
+}
+
+NBF_TEST_P(match_ddp) {
+  spawn_case(match_body, nbf_test_arg(2));
 }
 
 static int memory_body(int rank, int world, void *arg) {
@@ -257,12 +261,7 @@ static int memory_body(int rank, int world, void *arg) {
 }
 
 NBF_TEST_P(memory) {
-  static case_t c;
-  c.stage = atoi(nbf_test_arg(0));
-  int world = atoi(nbf_test_arg(1));
-  c.variant = "f32";
-  rt_spawn_opts_t o = {.world = world, .deadline_s = 90};
-  ASSERT_EQ(rt_spawn(&o, memory_body, &c, NULL), 0);
+  spawn_case(memory_body, "f32");
 }
 
 /* The launcher's environment picks the stage (Accelerate's names). */

@@ -156,14 +156,19 @@ typedef struct {
   char dir[128];
 } case_t;
 
+/* run() in the case's directory's `sub`. */
+static void run_in(const case_t *c, const char *sub, int sharded, int stop_at, int resume,
+                   outcome_t *out) {
+  char d[200];
+  snprintf(d, sizeof d, "%s/%s", c->dir, sub);
+  run(c->variant, sharded, d, stop_at, resume, out);
+}
+
 static int matches_body(int rank, int world, void *arg) {
   const case_t *c = arg;
   static outcome_t ddp, sh;
-  char d[200];
-  snprintf(d, sizeof d, "%s/ddp", c->dir);
-  run(c->variant, 0, d, 0, 0, &ddp);
-  snprintf(d, sizeof d, "%s/sharded", c->dir);
-  run(c->variant, 1, d, 0, 0, &sh);
+  run_in(c, "ddp", 0, 0, 0, &ddp);
+  run_in(c, "sharded", 1, 0, 0, &sh);
   ASSERT_EQ(ddp.nloss, sh.nloss);
   ASSERT_TRUE(ddp.nloss >= 4);
   /* at 4 ranks two DDP runs already differ in the last bit (nbf_shard.h) */
@@ -196,26 +201,29 @@ static void rm_rf(const char *dir) {
   ASSERT_EQ(system(cmd), 0);
 }
 
-NBF_TEST_P(matches_ddp) {
+/* `body` on nbf_test_arg(0) ranks for variant nbf_test_arg(1), in a
+ * fresh directory removed after. */
+static void spawn_case(int (*body)(int, int, void *)) {
   static case_t c;
   c.variant = nbf_test_arg(1);
   tmpdir(&c);
   rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(0)), .deadline_s = 90};
-  ASSERT_EQ(rt_spawn(&o, matches_body, &c, NULL), 0);
+  ASSERT_EQ(rt_spawn(&o, body, &c, NULL), 0);
   rm_rf(c.dir);
+}
+
+NBF_TEST_P(matches_ddp) {
+  spawn_case(matches_body);
 }
 
 static int resume_body(int rank, int world, void *arg) {
   (void)world;
   const case_t *c = arg;
   static outcome_t straight, resumed;
-  char d[200];
-  snprintf(d, sizeof d, "%s/straight", c->dir);
-  run(c->variant, 1, d, 0, 0, &straight);
-  snprintf(d, sizeof d, "%s/resumed", c->dir);
+  run_in(c, "straight", 1, 0, 0, &straight);
   /* the first run stops after its step-4 checkpoint (max_steps 8) */
-  run(c->variant, 1, d, 4, 0, &resumed);
-  run(c->variant, 1, d, 0, 1, &resumed);
+  run_in(c, "resumed", 1, 4, 0, &resumed);
+  run_in(c, "resumed", 1, 0, 1, &resumed);
   if (rank == 0)
     printf("resumed run's train_loss %.9g, uninterrupted %.9g\n", resumed.train_loss,
            straight.train_loss);
@@ -228,12 +236,7 @@ static int resume_body(int rank, int world, void *arg) {
 }
 
 NBF_TEST_P(resume) {
-  static case_t c;
-  c.variant = nbf_test_arg(1);
-  tmpdir(&c);
-  rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(0)), .deadline_s = 90};
-  ASSERT_EQ(rt_spawn(&o, resume_body, &c, NULL), 0);
-  rm_rf(c.dir);
+  spawn_case(resume_body);
 }
 
 /* Each refused argument names itself. */
