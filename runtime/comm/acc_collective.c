@@ -358,6 +358,34 @@ acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t cou
   return coll_end(acc, &k, r);
 }
 
+acc_result_t acc__local_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                                   acc_dtype_t dtype) {
+  ACC_CHECK(check(acc, "node all-gather", send, recv, count, dtype));
+  if (!acc->node) {
+    if (acc->world == 1) {
+      memmove(recv, send, count * acc_dtype_size(dtype));
+      return ACC_OK;
+    }
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "node all-gather: no node groups (shared-memory collectives are off)");
+  }
+  coll_t k;
+  acc_result_t r = coll_begin(acc, &k, NBF_RS_ALL_GATHER, count, dtype, ACC_SUM, -1, 0);
+  if (r == ACC_OK && count) {
+    r = ACC_OK;
+    if (acc->broken) {
+      r = broken(acc);
+    } else {
+      char err[1024];
+      r = acc__node_local_all_gather(acc, send, recv, count * acc_dtype_size(dtype), err,
+                                     sizeof err);
+      if (r != ACC_OK)
+        r = shm_failed(acc, r, err);
+    }
+  }
+  return coll_end(acc, &k, r);
+}
+
 /* Host reduce-scatter as PyTorch's Gloo backend does it: all-reduce a
  * copy of the whole input with Gloo, keep this rank's block. */
 static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv, size_t count,

@@ -240,7 +240,7 @@ NBF_TEST_P(resume) {
 NBF_TEST(bad_arguments) {
   static const struct {
     const char *name, *value, *expect;
-  } t[] = {{"fsdp", "hybrid_shard", "HYBRID_SHARD"},
+  } t[] = {{"fsdp", "hybrid_shard_zero3", "hybrid_shard_zero3"},
            {"fsdp", "full_shard bogus", "bogus"},
            {"fsdp_config", "{\"fsdp_activation_checkpointing\": true}", "activation_checkpointing"},
            {"fsdp_config", "{\"no_such_key\": 1}", "no_such_key"},
