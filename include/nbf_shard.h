@@ -72,17 +72,22 @@
  * (no scaling).
  *
  * Equality with DDP (tests/runtime/test_shard.c, 1, 2 and 4 processes):
- * bit for bit at N <= 2 for every stage, precision and accumulation (the
- * update is elementwise, and a sum of two addends does not depend on
- * their order). At N = 4 the tolerance is 1e-5 relative (losses;
- * parameters: of the largest parameter), measured <= 4e-7: there two
- * DDP runs in one process already differ in the last bit (Gloo's
- * all-reduce of 4 ranks does not sum in a fixed order from one call to
- * the next here), and stages 2/3 reduce each unit apart (on the host
- * nbfork's reduce-scatter is Gloo's all-reduce of the unit, as
- * PyTorch's Gloo backend does). Clipping above stage 0: the norm is
- * summed in another order (partial sums per rank, then all-reduced):
- * within 1e-5.
+ * bit for bit for every stage, precision and accumulation wherever the
+ * host collectives sum in one order every call (the update is
+ * elementwise): at N <= 2 (a sum of two addends does not depend on
+ * their order), and at any N through shared memory on one node (the
+ * default: members' values are added in member order whatever the
+ * buffer's size or algorithm, so a unit's reduce-scatter sums each
+ * element as DDP's all-reduce of the whole buffer does); HYBRID_SHARD
+ * over 2 nodes of 2 ranks too. Through Gloo (NBFORK_SHM_COLLECTIVES=0)
+ * at N = 4 the tolerance is 1e-5 relative (losses; parameters: of the
+ * largest parameter), measured <= 4e-7: there two DDP runs in one
+ * process already differ in the last bit (Gloo's all-reduce of 4 ranks
+ * does not sum in a fixed order from one call to the next), and stages
+ * 2/3 reduce each unit apart (through Gloo nbfork's reduce-scatter is
+ * Gloo's all-reduce of the unit, as PyTorch's Gloo backend does).
+ * Clipping above stage 0: the norm is summed in another order (partial
+ * sums per rank, then all-reduced): within 1e-5 (measured 0 here).
 
  * Offload (offload_optimizer_device: cpu, fsdp_offload_params: true): on
  * a CPU run the state already is in host memory: a no-op, stated by
