@@ -39,17 +39,19 @@ static const char *const known[] = {"num_processes",    "mixed_precision",
                                     "sharding",         "offload",
                                     "state_dict_type",  NULL};
 
-/* FSDP's strategies by number (Accelerate's config writes 1..4) and name. */
-static const char *const fsdp_names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+/* FSDP's strategies by number (Accelerate's config writes 1..5) and name. */
+static const char *const fsdp_names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+                                         "_HYBRID_SHARD_ZERO2"};
 
 /* The sharding options; -2 when `key` is not one of them, else 0/-1 with
  * *accepted set (the caller words the error). */
 static int sharding_set(ln_options_t *o, const char *key, const char *v, const char **accepted) {
   if (!strcmp(key, "sharding")) {
-    *accepted = "no, FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD (or FSDP's numbers 1..4), "
+    *accepted = "no, FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (or "
+                "FSDP's numbers 1..5), "
                 "zero0, zero1, zero2, zero3";
     int ok = !strcmp(v, "no") || (!strncmp(v, "zero", 4) && v[4] >= '0' && v[4] <= '3' && !v[5]);
-    for (int i = 0; i < 4 && !ok; i++)
+    for (int i = 0; i < 5 && !ok; i++)
       if (!strcasecmp(v, fsdp_names[i]) || (v[0] == '1' + i && !v[1])) {
         v = fsdp_names[i];
         ok = 1;

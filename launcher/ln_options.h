@@ -26,7 +26,9 @@
  * |                          |                     | {local_rank}, {node_rank}|
  * | sharding                 | no                  | no; FSDP: FULL_SHARD,    |
  * |                          |                     | SHARD_GRAD_OP, NO_SHARD, |
- * |                          |                     | HYBRID_SHARD or 1..4;    |
+ * |                          |                     | HYBRID_SHARD,            |
+ * |                          |                     | _HYBRID_SHARD_ZERO2 or   |
+ * |                          |                     | 1..5;                    |
  * |                          |                     | DeepSpeed: zero0..zero3  |
  * | offload                  | false               | true, false (a no-op on  |
  * |                          |                     | CPU runs; nbf_shard.h)   |
@@ -58,7 +60,7 @@ typedef struct {
   /* sharded data parallel (nbf_shard.h): "no", an FSDP strategy name
    * (FULL_SHARD, ...) or "zero0".."zero3"; the workers get Accelerate's
    * environment for it (ln_options_sharding_env) */
-  char sharding[16];
+  char sharding[24];
   int offload;
   char state_dict_type[24];
 } ln_options_t;
