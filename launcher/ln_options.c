@@ -24,6 +24,8 @@ void ln_options_init(ln_options_t *o) {
   o->monitor_interval_s = 0.1;
   snprintf(o->sharding, sizeof o->sharding, "no");
   snprintf(o->state_dict_type, sizeof o->state_dict_type, "FULL_STATE_DICT");
+  snprintf(o->backward_prefetch, sizeof o->backward_prefetch, "BACKWARD_PRE");
+  o->forward_prefetch = 1;
   const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
   if (secret && strlen(secret) < sizeof o->rdzv_secret)
     memcpy(o->rdzv_secret, secret, strlen(secret) + 1);
@@ -37,7 +39,8 @@ static const char *const known[] = {"num_processes",    "mixed_precision",
                                     "rdzv_conf",        "max_restarts",
                                     "monitor_interval", "log_line_prefix_template",
                                     "sharding",         "offload",
-                                    "state_dict_type",  NULL};
+                                    "state_dict_type",  "backward_prefetch",
+                                    "forward_prefetch", NULL};
 
 /* FSDP's strategies by number (Accelerate's config writes 1..5) and name. */
 static const char *const fsdp_names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
@@ -66,6 +69,20 @@ static int sharding_set(ln_options_t *o, const char *key, const char *v, const c
       return o->offload = 0, 0;
     return -1;
   }
+  if (!strcmp(key, "backward_prefetch")) {
+    *accepted = "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH";
+    if (strcmp(v, "BACKWARD_PRE") && strcmp(v, "BACKWARD_POST") && strcmp(v, "NO_PREFETCH"))
+      return -1;
+    return ln_copy_text(o->backward_prefetch, sizeof o->backward_prefetch, v);
+  }
+  if (!strcmp(key, "forward_prefetch")) {
+    *accepted = "true or false";
+    if (!strcasecmp(v, "true") || !strcmp(v, "1"))
+      return o->forward_prefetch = 1, 0;
+    if (!strcasecmp(v, "false") || !strcmp(v, "0"))
+      return o->forward_prefetch = 0, 0;
+    return -1;
+  }
   if (!strcmp(key, "state_dict_type")) {
     *accepted = "FULL_STATE_DICT or SHARDED_STATE_DICT";
     if (strcmp(v, "FULL_STATE_DICT") && strcmp(v, "SHARDED_STATE_DICT"))
@@ -88,6 +105,8 @@ void ln_options_sharding_env(const ln_options_t *o) {
   nbf_param_set(NBF_P_FSDP_SHARDING_STRATEGY, o->sharding);
   nbf_param_set(NBF_P_FSDP_OFFLOAD_PARAMS, o->offload ? "true" : "false");
   nbf_param_set(NBF_P_FSDP_STATE_DICT_TYPE, o->state_dict_type);
+  nbf_param_set(NBF_P_FSDP_BACKWARD_PREFETCH, o->backward_prefetch);
+  nbf_param_set(NBF_P_FSDP_FORWARD_PREFETCH, o->forward_prefetch ? "true" : "false");
 }
 
 int ln_parse_int(const char *v, long lo, long hi, int *out) {

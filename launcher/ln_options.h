@@ -34,6 +34,10 @@
  * |                          |                     | CPU runs; nbf_shard.h)   |
  * | state_dict_type          | FULL_STATE_DICT     | FULL_STATE_DICT,         |
  * |                          |                     | SHARDED_STATE_DICT       |
+ * | backward_prefetch        | BACKWARD_PRE        | BACKWARD_PRE,            |
+ * |                          |                     | BACKWARD_POST,           |
+ * |                          |                     | NO_PREFETCH (stage 3)    |
+ * | forward_prefetch         | true                | true or false (stage 3)  |
  */
 #ifndef LN_OPTIONS_H
 #define LN_OPTIONS_H
@@ -63,6 +67,8 @@ typedef struct {
   char sharding[24];
   int offload;
   char state_dict_type[24];
+  char backward_prefetch[16]; /* FSDP's BackwardPrefetch name or NO_PREFETCH */
+  int forward_prefetch;
 } ln_options_t;
 
 /* Defaults as in the table above. */
