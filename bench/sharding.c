@@ -14,7 +14,7 @@
  * resident pages of parameters, gradients, shards and optimizer state)
  * at its peak and after the last step, and the process's peak RSS.
  *
- *   sharding --nproc N --stage S --steps K --batch B SIZE...
+ *   sharding --nproc N --stage S --steps K --batch B [--no-prefetch] SIZE...
  *
  * Built by bench/sharding.py against the build tree's libnbfork.
  */
@@ -33,7 +33,7 @@
 #include "../tests/runtime/rt_spawn.c"
 
 typedef struct {
-  int stage, steps, batch, nl;
+  int stage, steps, batch, nl, prefetch;
   int sizes[64];
 } bench_t;
 
@@ -71,6 +71,7 @@ static int body(int rank, int world, void *arg) {
     return fprintf(stderr, "%s\n", acc_last_error(acc)), 1;
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = b->stage;
+  cfg.prefetch = b->prefetch;
   acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
   int64_t *y = malloc((size_t)b->batch * sizeof *y);
   float *x = y ? make_batch(rank, b, y) : NULL;
@@ -93,9 +94,8 @@ static int body(int rank, int world, void *arg) {
            "\"samples_per_s\":%.3f,\"loss_first\":%.6g,\"loss_last\":%.6g,"
            "\"state_peak_bytes\":%.0f,\"state_after_step_bytes\":%.0f,\"maxrss_bytes\":%.0f,"
            "\"describe\":\"%s\"}\n",
-           b->stage, world, model.num_params, b->steps,
-           (double)world * b->batch * b->steps / dt, (double)first, (double)last, v[0], v[1],
-           v[2], acc_shard_describe(sh));
+           b->stage, world, model.num_params, b->steps, (double)world * b->batch * b->steps / dt,
+           (double)first, (double)last, v[0], v[1], v[2], acc_shard_describe(sh));
   fflush(stdout);
   int bad = isnan(last);
   acc_shard_destroy(&sh);
@@ -108,7 +108,7 @@ static int body(int rank, int world, void *arg) {
 }
 
 int main(int argc, char **argv) {
-  static bench_t b = {.stage = 0, .steps = 3, .batch = 16};
+  static bench_t b = {.stage = 0, .steps = 3, .batch = 16, .prefetch = 3};
   int nproc = 2;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--nproc") && i + 1 < argc)
@@ -119,6 +119,8 @@ int main(int argc, char **argv) {
       b.steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
       b.batch = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--no-prefetch"))
+      b.prefetch = 0;
     else if (b.nl < 63)
       b.sizes[b.nl++] = atoi(argv[i]);
   }

@@ -18,7 +18,20 @@ acc_result_t acc__shard_all_gather(acc_shard_t *sh, const float *send, float *re
   return acc_all_gather(sh->acc, send, recv, count, ACC_F32);
 }
 
+/* A unit without padding (n = N·s) is gathered straight into the model's
+ * buffer and reduce-scattered straight from it: two copies of the unit
+ * fewer per gather, one per reduction. The values are those of the
+ * staged path (the same collective on the same elements; both are
+ * checked against DDP bit for bit: test_shard.c's units divide by 2, not
+ * by 4). */
+static int unpadded(const acc_shard_t *sh, const acc__shard_unit_t *u) {
+  return u->n == (size_t)sh->sworld * u->s;
+}
+
 acc_result_t acc__shard_gather_unit_via(acc_shard_t *sh, const acc__shard_unit_t *u, float *stage) {
+  if (unpadded(sh, u)) /* stages 1/2: in place (the owned block is in the buffer already) */
+    return acc__shard_all_gather(sh, acc__shard_own_params(sh, u), sh->model->params + u->off,
+                                 u->s);
   float *mine = stage + (size_t)sh->srank * u->s;
   memcpy(mine, acc__shard_own_params(sh, u), u->own * sizeof(float));
   memset(mine + u->own, 0, (u->s - u->own) * sizeof(float)); /* the padding */
@@ -49,6 +62,13 @@ static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
   const size_t N = (size_t)sh->sworld, start = (size_t)sh->srank * u->s;
   if (sh->ngroups > 1) {
     ACC_CHECK(reduce_unit_hybrid(sh, u, g, start));
+  } else if (unpadded(sh, u)) {
+    /* stage 3's owned gradients lie apart from g; stage 2's inside it,
+     * where the result may not land (it overlaps the input) */
+    float *own = acc__shard_own_grads(sh, u), *out = sh->stage == 3 ? own : sh->buf;
+    ACC_CHECK(acc_reduce_scatter(sh->acc, g, out, u->s, ACC_F32, ACC_AVG));
+    if (out != own)
+      memcpy(own, out, u->own * sizeof(float));
   } else {
     memcpy(sh->buf, g, u->n * sizeof(float));
     memset(sh->buf + u->n, 0, (N * u->s - u->n) * sizeof(float));

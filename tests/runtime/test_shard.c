@@ -8,8 +8,10 @@
  * be equal bit for bit (no clipping above stage 0) where the sums have
  * one order (rt_fixed_reduction_order: 2 ranks, or shared memory on one
  * node, the default), else within 1e-5 relative (losses; parameters: of
- * the largest parameter; nbf_shard.h says why). Layer sizes are odd so
- * that no unit divides by NP (the padding is exercised). VARIANT: f32,
+ * the largest parameter; nbf_shard.h says why). The units (726, 578
+ * and 90 elements) divide by 2 but not by 4: NP 2 runs the unpadded path
+ * (gathered into and reduced from the model's buffer), NP 4 the padded
+ * one (through the staging buffer). VARIANT: f32,
  * fp16, bf16, accum (2 micro-steps per step), clip (max_grad_norm below
  * the norm), generic (an acc_model_t without the MLP's layer hooks),
  * sgd (SGD with momentum instead of AdamW).
