@@ -189,14 +189,20 @@ static void simulate_nodes(const case_t *c, int rank) {
   setenv("NODE_RANK", node, 1);
 }
 
-static int match_body(int rank, int world, void *arg) {
-  const case_t *c = arg;
-  simulate_nodes(c, rank);
+/* The accelerator of a case: its accumulation and precision. */
+static acc_t *case_acc(const case_t *c) {
   acc_config_t ac = ACC_CONFIG_INIT;
   ac.gradient_accumulation_steps = accum_of(c);
   ac.mixed_precision = is(c, "fp16") ? "fp16" : is(c, "bf16") ? "bf16" : "no";
   acc_t *acc = acc_new(&ac);
   ASSERT_NOT_NULL(acc);
+  return acc;
+}
+
+static int match_body(int rank, int world, void *arg) {
+  const case_t *c = arg;
+  simulate_nodes(c, rank);
+  acc_t *acc = case_acc(c);
   enum { NP = 33 * 21 + 33 + 17 * 33 + 17 + 5 * 17 + 5, NK = STEPS * 2 };
   static float l0[NK], l1[NK], p0[NP], p1[NP];
   run_ddp(acc, c, l0, p0);
@@ -259,16 +265,10 @@ NBF_TEST_P(hybrid) {
 
 /* prefetch NP VARIANT: stage 3 with the next unit's gather on the helper
  * thread trains bit for bit as without it (at any NP: the same
- * collectives in the same order), and its peak model-state memory stays
- * within two units' parameters of the run without. */
+ * collectives in the same order; its memory: memory_prefetch). */
 static int prefetch_body(int rank, int world, void *arg) {
   const case_t *c0 = arg;
-  (void)rank;
-  acc_config_t ac = ACC_CONFIG_INIT;
-  ac.gradient_accumulation_steps = accum_of(c0);
-  ac.mixed_precision = is(c0, "fp16") ? "fp16" : is(c0, "bf16") ? "bf16" : "no";
-  acc_t *acc = acc_new(&ac);
-  ASSERT_NOT_NULL(acc);
+  acc_t *acc = case_acc(c0);
   enum { NP = 33 * 21 + 33 + 17 * 33 + 17 + 5 * 17 + 5, NK = STEPS * 2 };
   static float l0[NK], l1[NK], p0[NP], p1[NP];
   case_t c = *c0;
