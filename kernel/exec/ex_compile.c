@@ -6,8 +6,10 @@
 #include "ex_compile.h"
 #include "ex_jit.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -143,6 +145,29 @@ static const char *libc_nonshared(const char *cc) {
   return path;
 }
 
+/* The file of the shared library that defines `sym` in this process
+ * (dladdr), or NULL. */
+static const char *loaded_from(const void *sym) {
+  Dl_info info;
+  if (dladdr(sym, &info) && info.dli_fname && info.dli_fname[0] == '/')
+    return info.dli_fname;
+  return NULL;
+}
+
+/* The executor's own libc and libm (libc.so.6, libm.so.6 as loaded here),
+ * or 0 where one is not found. A cell links them by file name, not
+ * through libc.so's linker script: reading the shared objects' symbols is
+ * what makes ld record each reference's default version (GLIBC_2.3 of
+ * realpath, GLIBC_2.3.2 of pthread_cond_wait, GLIBC_2.29 of exp); a
+ * reference without one binds at load time to the symbol's oldest version
+ * (realpath(p, NULL) then fails with EINVAL: exec.difftest.g_versioned_libc_symbols). */
+static int loaded_libc(const char **libc, const char **libm) {
+  *libc = loaded_from((const void *)&printf);
+  double (*volatile m)(double) = cos; /* a libm function, as loaded here */
+  *libm = loaded_from((const void *)m);
+  return *libc && *libm;
+}
+
 /* The paths of one compile: WORKDIR/cell_TAG.{c,cu,so,so.tmp,warnings}
  * and the -I/-L/rpath words that point at nbfork's header and library. */
 typedef struct {
@@ -202,12 +227,13 @@ static int argv_head(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, const cha
  * libraries. EX_OK, EX_ERR_USAGE or EX_ERR_NOMEM (message in out). */
 static ex_result_t build_argv(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, const ex_paths_t *p,
                               nbf_buf_t *out) {
-  /* C cells link only libnbfork, libgcc (static) and glibc's small static
-   * part: libc and libm are in the executor already and a cell's
-   * references to them bind there when it is loaded (to the same default
-   * symbol versions a link would record). Skipping the shared libc/libm
-   * at link time saves a quarter of a trivial cell's compile time. */
-  const char *nonshared = cuda ? NULL : libc_nonshared(tc->cc);
+  /* C cells link libnbfork, libgcc (static), glibc's small static part
+   * and the executor's own libc.so.6/libm.so.6 by path (loaded_libc), not
+   * the default libraries through libc.so's linker script and the search
+   * path: a quarter of a trivial cell's compile time less, and the same
+   * versioned references a default link records. */
+  const char *libc = NULL, *libm = NULL;
+  const char *nonshared = cuda || !loaded_libc(&libc, &libm) ? NULL : libc_nonshared(tc->cc);
   ex_result_t r = argv_head(a, tc, cuda, nonshared, p) ? EX_ERR_NOMEM : EX_OK;
   if (r == EX_OK)
     r = argv_words(a, cuda ? tc->nvccflags : tc->cflags, "compiler", out);
@@ -224,7 +250,8 @@ static ex_result_t build_argv(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, 
     return EX_ERR_NOMEM;
   EX_CHECK(argv_words(a, tc->ldflags, "linker", out));
   if (nonshared)
-    bad = argv_push(a, "-lgcc") | argv_push(a, nonshared);
+    bad = argv_push(a, "-lgcc") | argv_push(a, nonshared) | argv_push(a, libc) |
+          argv_push(a, libm);
   else
     bad = argv_push(a, "-lm");
   return bad ? EX_ERR_NOMEM : EX_OK;

@@ -514,13 +514,30 @@ def case_f_bool_atomic():
             stmt_cell('*cp += 2; printf("%d %d %a\\n", (int)flag, (int)counter, complex_part);\n')]
 
 
+def case_g_versioned_libc():
+    """Found by hand (session 6): the system compiler's cells were linked
+    without the shared libc, so their references carried no symbol
+    version and the loader bound each to its oldest one: realpath(p, NULL)
+    was GLIBC_2.2.5's, which wants a buffer and failed with EINVAL (and
+    pthread_cond_wait the 2.2.5 compatibility one). A function (GCC) and
+    statements (TinyCC, or GCC with NBFORK_JIT=0) call it."""
+    inc = "#include <stdlib.h>\n#include <errno.h>\n"
+    return [decl_cell(HEADER + inc),
+            decl_cell("int rp_ok(const char *p) {\n  char *r = realpath(p, NULL);\n"
+                      "  int ok = r != NULL ? 1 : -errno;\n  free(r);\n  return ok;\n}\n"),
+            stmt_cell('printf("%d %d\\n", rp_ok("/tmp/.."), rp_ok("/"));\n'),
+            stmt_cell('{ char *rq = realpath("/tmp/..", NULL); printf("%s\\n", rq ? rq : "NULL");'
+                      ' free(rq); }\n')]
+
+
 CASES = {"a_float_global_operand": case_a, "a_indirect_access": case_a_indirect_access,
          "unary_minus_nan": case_unary_minus_nan, "shadowed_global": case_shadowed_global,
          "b_struct_through_fnptr": case_b,
          "c_packed_type_later_cell": case_c,
          "c_packed_leading_attribute": case_c_leading_attribute, "d_pragma_pack_later_cell": case_d,
          "e_file_scope_compound_literal": case_e, "f_complex_macro_declarator": case_f,
-         "f_bool_atomic_declarators": case_f_bool_atomic, "layouts_every_cell": case_layouts}
+         "f_bool_atomic_declarators": case_f_bool_atomic, "layouts_every_cell": case_layouts,
+         "g_versioned_libc_symbols": case_g_versioned_libc}
 
 # Cases whose cells the fast path must take, all of them: the proof that it
 # is exercised (a case that quietly went to GCC would prove nothing).
