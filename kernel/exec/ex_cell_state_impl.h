@@ -34,6 +34,12 @@ struct ex_cell_state {
   size_t *slots;   /* hash index of the keys: entry index + 1, 0 empty (a
                       long notebook's lookups are not a pass over it) */
   size_t nslots;   /* a power of two, at least twice n; 0 before the first */
+  size_t *others;  /* the entries every prelude keeps (keys other than
+                      "sym:" and "proto:"), by index, ascending: a cell's
+                      prelude is these and what its words name, found by
+                      key, never a pass over a long notebook's variables */
+  size_t nothers, cothers;
+  int others_lost; /* out of memory keeping `others`: the preludes make a pass */
   size_t nenums;   /* enum types ever defined (0: no enumerator to look for) */
   char **typedefs; /* names that are types, for the splitter */
   size_t ntypedefs;
