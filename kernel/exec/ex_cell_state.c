@@ -37,7 +37,7 @@ void ex_cell_state_destroy(ex_cell_state_t **st_p) {
     entry_free(&st->entries[i]);
   free(st->entries);
   free(st->slots);
-  free(st->others);
+  nbf_buf_free(&st->others);
   for (size_t i = 0; i < st->ntypedefs; i++)
     free(st->typedefs[i]);
   free(st->typedefs);
@@ -129,7 +129,7 @@ int ex_cell_state_defines(const ex_split_t *sp, const char *key) {
  * re-run)? Its prelude line then stays where it was: an earlier type
  * whose array size names the macro comes after it in the prelude but
  * before the cell's own #define (C allows an identical redefinition). */
-static int same_macro(const ex_split_t *sp, const entry_t *e) {
+int ex_cell_state_same_macro(const ex_split_t *sp, const entry_t *e) {
   if (strncmp(e->key, "macro:", 6) || !e->uses)
     return 0;
   for (size_t i = 0; i < sp->count; i++) {
@@ -143,52 +143,43 @@ static int same_macro(const ex_split_t *sp, const entry_t *e) {
 int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, nbf_buf_t *out) {
   int bad = 0;
   for (size_t i = 0; i < st->n; i++)
-    if (!ex_cell_state_defines(sp, st->entries[i].key) || same_macro(sp, &st->entries[i]))
+    if (!ex_cell_state_defines(sp, st->entries[i].key) ||
+        ex_cell_state_same_macro(sp, &st->entries[i]))
       bad |= nbf_buf_puts(out, st->entries[i].text);
   return bad ? -1 : 0;
 }
 
-static int collect_words(const ex_cell_state_t *st, const char *text, int depth, nbf_buf_t *words);
+/* Entry indices in an nbf_buf: a max-heap while the prelude is chosen,
+ * then a list. */
+#define IDX(b) ((size_t *)(b)->data)
+#define NIDX(b) ((b)->len / sizeof(size_t))
 
-/* Entry indices: a max-heap while the prelude is chosen, then a list. */
-typedef struct {
-  size_t *v, n, cap;
-} idx_t;
-
-static int idx_add(idx_t *x, size_t i) {
-  if (x->n == x->cap) {
-    size_t cap = x->cap ? x->cap * 2 : 16;
-    size_t *v = realloc(x->v, cap * sizeof *v);
-    if (!v)
-      return -1;
-    x->v = v;
-    x->cap = cap;
-  }
-  x->v[x->n++] = i;
-  return 0;
+static int idx_add(nbf_buf_t *b, size_t i) {
+  return nbf_buf_append(b, &i, sizeof i);
 }
 
-static int heap_push(idx_t *h, size_t x) {
+static int heap_push(nbf_buf_t *h, size_t x) {
   if (idx_add(h, x))
     return -1;
-  size_t i = h->n - 1;
-  for (; i && h->v[(i - 1) / 2] < x; i = (i - 1) / 2)
-    h->v[i] = h->v[(i - 1) / 2];
-  h->v[i] = x;
+  size_t *v = IDX(h), i = NIDX(h) - 1;
+  for (; i && v[(i - 1) / 2] < x; i = (i - 1) / 2)
+    v[i] = v[(i - 1) / 2];
+  v[i] = x;
   return 0;
 }
 
-static size_t heap_pop(idx_t *h) {
-  size_t top = h->v[0], x = h->v[--h->n], i = 0;
-  for (size_t c; (c = 2 * i + 1) < h->n; i = c) {
-    if (c + 1 < h->n && h->v[c + 1] > h->v[c])
+static size_t heap_pop(nbf_buf_t *h) {
+  h->len -= sizeof(size_t);
+  size_t *v = IDX(h), n = NIDX(h), top = v[0], x = v[n], i = 0;
+  for (size_t c; (c = 2 * i + 1) < n; i = c) {
+    if (c + 1 < n && v[c + 1] > v[c])
       c++;
-    if (h->v[c] <= x)
+    if (v[c] <= x)
       break;
-    h->v[i] = h->v[c];
+    v[i] = v[c];
   }
-  if (h->n)
-    h->v[i] = x;
+  if (n)
+    v[i] = x;
   return top;
 }
 
@@ -211,7 +202,7 @@ static long lookup_word(const ex_cell_state_t *st, const char *prefix, const cha
 /* Push the entries the words of `words` (" w1 w2 ...") name that are
  * older than entry `below`: those a pass from the newest back would see
  * named once it reached them. */
-static int push_named(const ex_cell_state_t *st, const char *words, size_t below, idx_t *h) {
+static int push_named(const ex_cell_state_t *st, const char *words, size_t below, nbf_buf_t *h) {
   static const char *const prefixes[] = {"sym:", "proto:"};
   int bad = 0;
   const char *p = words;
@@ -230,8 +221,8 @@ static int push_named(const ex_cell_state_t *st, const char *words, size_t below
  * ran out keeping that list, a pass into *owned (the caller frees it).
  * 0, or -1 when memory ran out here too. */
 static int others_of(const ex_cell_state_t *st, const size_t **v, size_t *n, size_t **owned) {
-  *v = st->others;
-  *n = st->nothers;
+  *v = (const size_t *)st->others.data;
+  *n = st->others.len / sizeof(size_t);
   *owned = NULL;
   if (!st->others_lost)
     return 0;
@@ -249,14 +240,14 @@ static int others_of(const ex_cell_state_t *st, const size_t **v, size_t *n, siz
 /* The prelude's entries, ascending: `others` and the named ones (`named`,
  * descending) merged, each when the cell does not define it again. */
 static int emit_prelude(const ex_cell_state_t *st, const ex_split_t *sp, const size_t *others,
-                        size_t nothers, const idx_t *named, nbf_buf_t *out) {
+                        size_t nothers, const nbf_buf_t *named, nbf_buf_t *out) {
   int bad = 0;
-  size_t a = 0, b = named->n;
+  const size_t *v = IDX(named);
+  size_t a = 0, b = NIDX(named);
   while (!bad && (a < nothers || b > 0)) {
-    size_t i = b == 0 || (a < nothers && others[a] < named->v[b - 1]) ? others[a++]
-                                                                         : named->v[--b];
+    size_t i = b == 0 || (a < nothers && others[a] < v[b - 1]) ? others[a++] : v[--b];
     const entry_t *e = &st->entries[i];
-    if (!ex_cell_state_defines(sp, e->key) || same_macro(sp, e))
+    if (!ex_cell_state_defines(sp, e->key) || ex_cell_state_same_macro(sp, e))
       bad |= nbf_buf_puts(out, e->text);
   }
   return bad;
@@ -264,18 +255,18 @@ static int emit_prelude(const ex_cell_state_t *st, const ex_split_t *sp, const s
 
 int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
                               nbf_buf_t *out) {
-  nbf_buf_t words = {0};
-  idx_t heap = {0}, named = {0};
-  int bad = nbf_buf_puts(&words, " ") || collect_words(st, code, 0, &words) ||
+  nbf_buf_t words = {0}, heap = {0}, named = {0};
+  int bad = nbf_buf_puts(&words, " ") || ex_cell_state_collect_words(st, code, 0, &words) ||
             nbf_buf_puts(&words, " ");
   bad = bad || push_named(st, words.data, st->n, &heap);
   /* newest first: a declaration kept may name older ones (`__typeof__(x)
    * y`), whose words then count too */
-  while (!bad && heap.n) {
+  while (!bad && heap.len) {
     size_t i = heap_pop(&heap); /* once: each word is looked up once */
-    bad |= idx_add(&named, i);    /* descending */
+    bad |= idx_add(&named, i);  /* descending */
     size_t from = words.len;
-    bad |= collect_words(st, st->entries[i].text, 0, &words) | nbf_buf_puts(&words, " ");
+    bad |=
+        ex_cell_state_collect_words(st, st->entries[i].text, 0, &words) | nbf_buf_puts(&words, " ");
     bad = bad || push_named(st, words.data + from, i, &heap);
   }
   const size_t *others = NULL;
@@ -283,8 +274,8 @@ int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, c
   bad = bad || others_of(st, &others, &nothers, &owned) ||
         emit_prelude(st, sp, others, nothers, &named, out);
   free(owned);
-  free(heap.v);
-  free(named.v);
+  nbf_buf_free(&heap);
+  nbf_buf_free(&named);
   nbf_buf_free(&words);
   return bad ? -1 : 0;
 }
@@ -292,7 +283,8 @@ int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, c
 /* Append to `words` (" w1 w2 ... ") each word of `text`, and the words
  * of the bodies of earlier cells' macros it names, three levels deep (as
  * ex_jit_cell_safe looks). */
-static int collect_words(const ex_cell_state_t *st, const char *text, int depth, nbf_buf_t *words) {
+int ex_cell_state_collect_words(const ex_cell_state_t *st, const char *text, int depth,
+                                nbf_buf_t *words) {
   int bad = 0;
   const char *p = text;
   size_t n;
@@ -306,7 +298,7 @@ static int collect_words(const ex_cell_state_t *st, const char *text, int depth,
     snprintf(key, sizeof key, "macro:%.*s", (int)n, w);
     long at = ex_cell_state_lookup(st, key);
     if (at >= 0 && st->entries[at].uses)
-      bad |= collect_words(st, st->entries[at].uses, depth + 1, words);
+      bad |= ex_cell_state_collect_words(st, st->entries[at].uses, depth + 1, words);
   }
   return bad;
 }
@@ -318,10 +310,9 @@ static int cmp_index(const void *a, const void *b) {
 
 int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
                            nbf_buf_t *out) {
-  nbf_buf_t words = {0};
-  idx_t vars = {0};
-  int bad =
-      nbf_buf_puts(&words, " ") | collect_words(st, code, 0, &words) | nbf_buf_puts(&words, " ");
+  nbf_buf_t words = {0}, vars = {0};
+  int bad = nbf_buf_puts(&words, " ") | ex_cell_state_collect_words(st, code, 0, &words) |
+            nbf_buf_puts(&words, " ");
   /* the earlier variables the words name, by key; in the registry's order */
   const char *p = bad ? "" : words.data;
   size_t n;
@@ -332,10 +323,10 @@ int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, cons
     if (e && e->kind && !strcmp(e->kind, "variable") && !ex_cell_state_defines(sp, e->key))
       bad |= idx_add(&vars, (size_t)at);
   }
-  if (vars.n)
-    qsort(vars.v, vars.n, sizeof *vars.v, cmp_index);
-  for (size_t k = 0; !bad && k < vars.n; k++) {
-    const entry_t *e = &st->entries[vars.v[k]];
+  if (vars.len)
+    qsort(vars.data, NIDX(&vars), sizeof(size_t), cmp_index);
+  for (size_t k = 0; !bad && k < NIDX(&vars); k++) {
+    const entry_t *e = &st->entries[IDX(&vars)[k]];
     const char *name = e->key + 4;
     if (!k)
       bad |= nbf_buf_puts(out, "#line 1 \"<nbfork>\"\n");
@@ -350,7 +341,7 @@ int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, cons
           name, name);
     bad |= nbf_buf_printf(out, "#define %s (*(0, __nbf_p_%s))\n", name, name);
   }
-  free(vars.v);
+  nbf_buf_free(&vars);
   nbf_buf_free(&words);
   return bad ? -1 : 0;
 }
@@ -372,24 +363,13 @@ static void index_put(ex_cell_state_t *st, size_t i) {
 
 /* Note entry i in `others` when every prelude keeps it. */
 static void others_note(ex_cell_state_t *st, size_t i) {
-  if (by_name(st->entries[i].key) || st->others_lost)
-    return;
-  if (st->nothers == st->cothers) {
-    size_t cap = st->cothers ? st->cothers * 2 : 32;
-    size_t *v = realloc(st->others, cap * sizeof *v);
-    if (!v) {
-      st->others_lost = 1;
-      return;
-    }
-    st->others = v;
-    st->cothers = cap;
-  }
-  st->others[st->nothers++] = i;
+  if (!by_name(st->entries[i].key) && !st->others_lost)
+    st->others_lost = nbf_buf_append(&st->others, &i, sizeof i) != 0;
 }
 
 /* Index every entry again (after entries moved, or to grow): 0 or -1. */
 static int index_rebuild(ex_cell_state_t *st) {
-  st->nothers = 0;
+  st->others.len = 0;
   st->others_lost = 0;
   for (size_t i = 0; i < st->n; i++)
     others_note(st, i);

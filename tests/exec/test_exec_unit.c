@@ -549,41 +549,14 @@ NBF_TEST(cell_prelude_for_later_cells) {
 /* The passes over the whole registry that ex_cell_state_prelude_for and
  * ex_cell_state_indirect made before they looked names up by key (a new
  * cell after 20,000 distinct ones cost 1.5x the first): the reference
- * their output must equal, byte for byte. */
-static void ref_collect(const ex_cell_state_t *st, const char *text, int depth, nbf_buf_t *words) {
-  const char *p = text;
-  size_t n;
-  for (const char *w = ex_cell_next_word(&p, &n); n; w = ex_cell_next_word(&p, &n)) {
-    if (isdigit((unsigned char)*w) || (words->len && ex_cell_word_in(words->data, w, n)))
-      continue;
-    nbf_buf_printf(words, " %.*s", (int)n, w);
-    char key[140];
-    if (depth >= 3 || n + 7 >= sizeof key)
-      continue;
-    snprintf(key, sizeof key, "macro:%.*s", (int)n, w);
-    long at = ex_cell_state_lookup(st, key);
-    if (at >= 0 && st->entries[at].uses)
-      ref_collect(st, st->entries[at].uses, depth + 1, words);
-  }
-}
-
-static int ref_same_macro(const ex_split_t *sp, const entry_t *e) {
-  if (strncmp(e->key, "macro:", 6) || !e->uses)
-    return 0;
-  for (size_t i = 0; i < sp->count; i++) {
-    const ex_chunk_t *k = &sp->chunks[i];
-    if (k->kind == EX_CHUNK_PREPROC && k->name && !strcmp(k->name, e->key + 6))
-      return ex_cell_same_text(k->text, e->uses);
-  }
-  return 0;
-}
-
+ * their output must equal, byte for byte (the helpers both use, word
+ * collection and the re-run macro rule, are the registry's own). */
 static void ref_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
                             nbf_buf_t *out) {
   nbf_buf_t words = {0};
   char *keep = calloc(st->n + 1, 1);
   nbf_buf_puts(&words, " ");
-  ref_collect(st, code, 0, &words);
+  ex_cell_state_collect_words(st, code, 0, &words);
   nbf_buf_puts(&words, " ");
   for (size_t i = st->n; i-- > 0;) {
     const entry_t *e = &st->entries[i];
@@ -592,11 +565,11 @@ static void ref_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, con
       const char *name = strchr(e->key, ':') + 1;
       named = ex_cell_word_in(words.data, name, strlen(name));
       if (named) {
-        ref_collect(st, e->text, 0, &words);
+        ex_cell_state_collect_words(st, e->text, 0, &words);
         nbf_buf_puts(&words, " ");
       }
     }
-    keep[i] = named && (!ex_cell_state_defines(sp, e->key) || ref_same_macro(sp, e));
+    keep[i] = named && (!ex_cell_state_defines(sp, e->key) || ex_cell_state_same_macro(sp, e));
   }
   for (size_t i = 0; i < st->n; i++)
     if (keep[i])
@@ -609,7 +582,7 @@ static void ref_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const 
                          nbf_buf_t *out) {
   nbf_buf_t words = {0};
   nbf_buf_puts(&words, " ");
-  ref_collect(st, code, 0, &words);
+  ex_cell_state_collect_words(st, code, 0, &words);
   nbf_buf_puts(&words, " ");
   int any = 0;
   for (size_t i = 0; i < st->n; i++) {
