@@ -50,6 +50,55 @@ static int cmp_dbl(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static void fill(float *buf, size_t n, int rank) {
+  for (size_t i = 0; i < n; i++)
+    buf[i] = (float)(rank + 1);
+}
+
+/* `iters` in-place SUM all-reduces of buf, each checked to have summed
+ * every rank's buffer (the proof that a timed call did the work): rank r
+ * holds r + 1, so the first call gives world(world + 1)/2 everywhere and
+ * each later one multiplies by world. The values stay integers below
+ * 2^24, exact in f32 whatever the order of the additions: before one
+ * would pass it, the buffer is filled again, outside the timed span.
+ * Checks the first, middle and last element after each call, and every
+ * element after the last. t[i]: each call's wall seconds (or NULL);
+ * *cpu: CPU seconds of the calls and checks, per call (or NULL). */
+static int check_rounds(acc_t *acc, float *buf, size_t n, int rank, int world, const char *name,
+                        int iters, double *t, double *cpu) {
+  const float first = (float)(world * (world + 1) / 2);
+  float want = 0;
+  double c = 0;
+  for (int i = 0; i < iters; i++) {
+    if (want == 0 || want * (float)world >= 16777216.0f) {
+      fill(buf, n, rank); /* untimed; the call below then gives `first` */
+      want = 0;
+    }
+    double c0 = cpu_now(), t0 = rt_now();
+    acc_result_t r = acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM);
+    if (t)
+      t[i] = rt_now() - t0;
+    c += cpu_now() - c0;
+    if (r != ACC_OK) {
+      fprintf(stderr, "all-reduce failed: %s\n", acc_last_error(acc));
+      return 1;
+    }
+    want = want == 0 ? first : want * (float)world;
+    if (buf[0] != want || buf[n / 2] != want || buf[n - 1] != want) {
+      fprintf(stderr, "%s: call %d: wrong sum %g (want %g)\n", name, i, buf[0], want);
+      return 1;
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    if (buf[i] != want) {
+      fprintf(stderr, "%s: element %zu: wrong sum %g (want %g)\n", name, i, buf[i], want);
+      return 1;
+    }
+  if (cpu)
+    *cpu = c / iters;
+  return 0;
+}
+
 static int iters_for(size_t bytes) {
   if (bytes <= 64 * 1024)
     return 400;
@@ -83,39 +132,19 @@ static int rank_main(int rank_unused, int world_unused, void *arg) {
     for (int a = 0; a < p->nalgos; a++) {
       acc__set_allreduce_algo(acc, p->algos[a]);
       const char *name = acc__allreduce_algo_name(acc, bytes);
-      /* correctness once: sum over ranks of (rank + 1) */
-      for (size_t i = 0; i < n; i++)
-        buf[i] = (float)(rank + 1);
-      if (acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM) != ACC_OK) {
-        fprintf(stderr, "all-reduce failed: %s\n", acc_last_error(acc));
-        return 1;
-      }
-      const float want = (float)(world * (world + 1) / 2);
-      if (buf[0] != want || buf[n - 1] != want) {
-        fprintf(stderr, "%s: wrong sum %g (want %g)\n", name, buf[0], want);
-        return 1;
-      }
-      for (int w = 0; w < 3; w++)
-        acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM);
+      if (check_rounds(acc, buf, n, rank, world, name, 4, NULL, NULL) != 0)
+        return 1; /* first call correct, then warm-up */
       acc_wait_for_everyone(acc);
-      double c0 = cpu_now(), cpu;
-      for (int i = 0; i < iters; i++) {
-        double t0 = rt_now();
-        acc_result_t r = acc_all_reduce(acc, buf, n, ACC_F32, ACC_SUM);
-        t[i] = rt_now() - t0;
-        if (r != ACC_OK) {
-          fprintf(stderr, "all-reduce failed: %s\n", acc_last_error(acc));
-          return 1;
-        }
-      }
-      cpu = cpu_now() - c0;
+      double cpu;
+      if (check_rounds(acc, buf, n, rank, world, name, iters, t, &cpu) != 0)
+        return 1;
       qsort(t, (size_t)iters, sizeof *t, cmp_dbl);
       if (rank == 0)
         printf("{\"side\":\"nbfork\",\"path\":\"%s\",\"algo\":\"%s\",\"forced\":%d,"
                "\"bytes\":%zu,\"iters\":%d,\"median_s\":%.9g,\"min_s\":%.9g,\"p10_s\":%.9g,"
                "\"p90_s\":%.9g,\"cpu_s\":%.9g}\n",
                acc__host_path(acc), name, p->algos[a] != 0, bytes, iters, t[iters / 2], t[0],
-               t[iters / 10], t[iters * 9 / 10], cpu / iters);
+               t[iters / 10], t[iters * 9 / 10], cpu);
       fflush(stdout);
     }
     if (rank == 0) { /* memcpy reference: same buffer size, after the others */
@@ -126,6 +155,10 @@ static int rank_main(int rank_unused, int world_unused, void *arg) {
         memcpy(dst, buf, bytes);
         __asm__ volatile("" ::"r"(dst) : "memory");
         t[i] = rt_now() - t0;
+      }
+      if (memcmp(dst, buf, bytes) != 0) {
+        fprintf(stderr, "memcpy: the copy differs\n");
+        return 1;
       }
       qsort(t, (size_t)iters, sizeof *t, cmp_dbl);
       printf("{\"side\":\"memcpy\",\"bytes\":%zu,\"iters\":%d,\"median_s\":%.9g,\"min_s\":%.9g}\n",

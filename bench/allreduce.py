@@ -19,6 +19,12 @@ reference measured in the same run, and the load average.
   PyTorch runs only when torch is in .venv (it is large: this bench does not
   install it).
 
+Every call of every side is checked to have done the work: rank r
+holds r + 1, so each call's result is a known integer (first, middle and
+last element after each call, every element after the last; the buffers
+are filled again, outside the timed span, before a value passes 2^24);
+the memcpy's copy is compared with its source.
+
 Each call is timed on rank 0; the table shows the median over the
 iterations (median again over --rounds alternating rounds), the algorithm
 bandwidth algbw = bytes / time and the bus bandwidth
@@ -26,7 +32,7 @@ busbw = algbw * 2(n-1)/n (nccl-tests' definition: the traffic per link of
 a ring; equal to algbw for n = 2).
 
 Usage: bench/allreduce.py [--build DIR] [--rounds R] [--algos auto|all]
-                          [--sizes 4K,1M,16M,64M]
+                          [--sizes 4K,1M,16M,32M,64M]
 """
 import argparse
 import json
@@ -102,6 +108,30 @@ def run_nbfork(exe, sizes, nproc, algos, shm):
 
 # ---------------------------------------------------------------- PyTorch
 
+def torch_rounds(dist, t, rank, world, iters, times=None):
+    """`iters` in-place SUM all-reduces of t, each checked to have summed
+    every rank's tensor, as bench/allreduce.c's check_rounds does: rank r
+    holds r + 1, the first call gives world(world + 1)/2, each later one
+    multiplies by world, and the tensor is filled again (untimed) before a
+    value would pass 2^24 (integers exact in f32). First, middle and last
+    element after each call; every element after the last."""
+    first, want, n = world * (world + 1) // 2, 0, t.numel()
+    for i in range(iters):
+        if want == 0 or want * world >= 1 << 24:
+            t.fill_(float(rank + 1))
+            want = 0
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        if times is not None:
+            times.append(time.perf_counter() - t0)
+        want = first if want == 0 else want * world
+        got = (t[0].item(), t[n // 2].item(), t[n - 1].item())
+        if got != (want, want, want):
+            raise AssertionError("pytorch call %d: wrong sums %s (want %d)" % (i, got, want))
+    if not bool(t.eq(want).all()):
+        raise AssertionError("pytorch: wrong sums after %d calls (want %d)" % (iters, want))
+
+
 def torch_worker(rank, world, port, sizes, q):
     import torch
     import torch.distributed as dist
@@ -109,18 +139,12 @@ def torch_worker(rank, world, port, sizes, q):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     for nbytes in sizes:
-        t = torch.full((nbytes // 4,), float(rank + 1), dtype=torch.float32)
-        dist.all_reduce(t)
-        assert t[0].item() == world * (world + 1) / 2
-        for _ in range(3):
-            dist.all_reduce(t)
+        t = torch.empty((nbytes // 4,), dtype=torch.float32)
+        torch_rounds(dist, t, rank, world, 4)  # first call correct, then warm-up
         dist.barrier()
         n = iters_for(nbytes)
         ts = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            dist.all_reduce(t)
-            ts.append(time.perf_counter() - t0)
+        torch_rounds(dist, t, rank, world, n, ts)
         ts.sort()
         if rank == 0:
             q.put({"side": "pytorch", "algo": "ring (AllreduceOptions)", "bytes": nbytes,
@@ -137,6 +161,8 @@ def run_torch(sizes, nproc):
     rows = []
     while not q.empty():
         rows.append(q.get())
+    if len(rows) != len(sizes):  # start_processes raises when a worker fails
+        sys.exit("pytorch: %d of %d sizes reported" % (len(rows), len(sizes)))
     return rows
 
 
@@ -148,12 +174,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--algos", default="auto", help="auto (what the runtime runs) or all")
-    ap.add_argument("--sizes", default="4K,1M,16M,64M")
+    ap.add_argument("--sizes", default="4K,1M,16M,32M,64M")
     args = ap.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     exe = build_c(args.build)
     n = args.nproc
-    have_torch = torch_available()
+    have_torch = nbf_venv.torch_available()
     runs = {}  # (side, algo, bytes) -> [median per round]
     cpu = {}   # (side, bytes) -> [CPU s per call, rank 0]
     load = [os.getloadavg()[0]]
@@ -183,16 +209,6 @@ def main():
     report(runs, cpu, sizes, n, args.rounds, have_torch, load)
 
 
-def torch_available():
-    try:
-        import torch  # noqa: F401
-        return True
-    except ImportError:
-        print("torch is not in .venv: PyTorch's side is left out (scripts/deps.sh --bench "
-              "installs it)", flush=True)
-        return False
-
-
 def report(runs, cpu, sizes, n, rounds, have_torch, load):
     print()
     print("f32 all-reduce SUM, %d processes on CPU, %d rounds (interleaved); load average "
@@ -209,7 +225,8 @@ def report(runs, cpu, sizes, n, rounds, have_torch, load):
         algbw = nbytes / med / 1e9
         busbw = algbw if side == "memcpy" else algbw * factor
         bw[(side, nbytes)] = algbw
-        t = "%.1f us" % (med * 1e6) if med < 1e-3 else "%.2f ms" % (med * 1e3)
+        t = ("%.2f us" % (med * 1e6) if med < 1e-5 else "%.1f us" % (med * 1e6) if med < 1e-3
+             else "%.2f ms" % (med * 1e3))
         c = cpu.get((side, nbytes))
         ct = "-" if not c else ("%.1f us" % (statistics.median(c) * 1e6)
                                 if statistics.median(c) < 1e-3
@@ -236,6 +253,13 @@ def report(runs, cpu, sizes, n, rounds, have_torch, load):
     frac = bw[("nbfork-shm", big)] / bw[("memcpy", big)]
     print("goal %s >= 50%% of memcpy: %.0f%% (%s)" % (human(big), 100 * frac,
                                                      "met" if frac >= 0.5 else "NOT met"))
+    goal = 32 << 20
+    if ("pytorch", goal) in bw:
+        x = bw[("nbfork-shm", goal)] / bw[("pytorch", goal)]
+        print("goal 32 MiB >= 5x PyTorch Gloo's bandwidth: %.1fx (%s)" %
+              (x, "met" if x >= 5 else "NOT met"))
+    print("(goals are for a quiet machine: load average above %d makes these figures a "
+          "check that the bench works, not a measurement)" % os.cpu_count())
 
 if __name__ == "__main__":
     main()

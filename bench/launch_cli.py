@@ -16,13 +16,22 @@ in one run:
 The PyTorch columns need torch (and accelerate) in the project's virtual
 environment (.venv, `scripts/deps.sh --bench`) or on PATH; where they are
 absent the bench says so and reports nbfork's own figures. Each command
-runs --runs times, alternating tools; the table shows the median and the
-ratio to torchrun's median (goal of issue 11: nbfork <= 0.2x torchrun).
+runs --runs times, alternating tools (interleaved, so that a slow stretch
+of a shared machine hits every tool alike); the table shows the median and
+the ratio to torchrun's median (goal of issue 11: nbfork <= 0.2x torchrun),
+and the load average before and after.
+
+Every run is checked to have really run two workers: each worker prints
+"rank R of 2 ...: sum 3 ok" (nbfork's example and the PyTorch script
+alike), and the bench requires the lines of both ranks 0 and 1, each with
+the sum only two contributing ranks give; a launcher that started one
+worker, or two that did not meet, fails the bench instead of timing it.
 
 Usage: bench/launch_cli.py [--build DIR] [--runs N]
 """
 import argparse
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -33,11 +42,14 @@ import time
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
-SCRIPT = """import torch, torch.distributed as dist
+SCRIPT = """import os, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 x = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(x)
-assert x.item() == dist.get_world_size() * (dist.get_world_size() + 1) / 2
+w = dist.get_world_size()
+# one write(2) per line: the two workers share the launcher's stdout
+os.write(1, (f"rank {dist.get_rank()} of {w} (pid {os.getpid()}): sum {x.item():g} "
+             f"{'ok' if x.item() == w * (w + 1) / 2 else 'WRONG'}\\n").encode())
 dist.destroy_process_group()
 """
 
@@ -53,12 +65,25 @@ def find(tool):
     return venv if os.access(venv, os.X_OK) else shutil.which(tool)
 
 
-def timed(argv, env):
+WORKER_LINE = re.compile(r"^(?:\[\d+\]:?\s*)?rank (\d+) of (\d+) \(.*\): sum (\S+) ok$", re.M)
+
+
+def two_workers_ran(out):
+    """The ranks whose worker printed its line with the sum of two ranks
+    (1 + 2 = 3): {0, 1} when both workers ran and met."""
+    return {int(r) for r, w, s in WORKER_LINE.findall(out) if w == "2" and float(s) == 3}
+
+
+def timed(name, argv, env):
     t0 = time.perf_counter()
     r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     dt = time.perf_counter() - t0
     if r.returncode != 0:
         sys.exit(f"{argv[0]} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    ranks = two_workers_ran(r.stdout + r.stderr)
+    if ranks != {0, 1}:
+        sys.exit(f"{name}: expected workers of ranks 0 and 1 to print 'sum 3 ok', got ranks "
+                 f"{sorted(ranks)}:\n{r.stdout}{r.stderr}")
     return dt
 
 
@@ -93,15 +118,18 @@ def main():
         print("accelerate: not found (install Accelerate in .venv: scripts/deps.sh --bench); "
               "column skipped")
     times = {k: [] for k in cmds}
+    load = [os.getloadavg()[0]]
     for k, make in cmds.items():  # warm-up: page cache, Python bytecode
-        timed(make(), env)
+        timed(k, make(), env)
     for _ in range(args.runs):
         for k, make in cmds.items():
-            times[k].append(timed(make(), env))
+            times[k].append(timed(k, make(), env))
+    load.append(os.getloadavg()[0])
     shutil.rmtree(tmp)
     base = statistics.median(times["torchrun"]) if "torchrun" in times else None
-    print(f"\n2 workers: rendezvous + one all-reduce + exit, median of {args.runs} runs "
-          f"({os.cpu_count()} CPUs)")
+    print(f"\n2 workers: rendezvous + one all-reduce + exit, median of {args.runs} interleaved "
+          f"runs, each checked to have run ranks 0 and 1; load average (1 min) "
+          f"{' -> '.join('%.1f' % x for x in load)} on {os.cpu_count()} CPUs")
     print(f"{'launcher':<20}{'median ms':>12}{'min ms':>10}{'max ms':>10}{'vs torchrun':>14}")
     for k, ts in times.items():
         med = statistics.median(ts)

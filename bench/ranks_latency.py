@@ -11,6 +11,9 @@ on 2 engines, interleaved, measured with the same jupyter_client code.
   ipyparallel %%px `%%px\\nx = 1` from an ipykernel with 2 engines of
                    ipyparallel.Cluster (ipyparallel from PyPI; the Python
                    given by --px-python must have ipyparallel and ipykernel)
+  ... new text     the same three with a new statement each round
+                   (`t = 7;`, `u = 7;`, `x = 7` with 7 the round's number):
+                   nbfork compiles each (the compile cache cannot serve it)
 
 Prints median and p95 in milliseconds, the load average before and after,
 and the goals of issue 22 (a %%ranks round trip at most 10 ms and at most
@@ -110,13 +113,22 @@ def main():
                  ("nbfork ordinary cell", k, "int u = 1;")]
         if px:
             cells.append(("ipyparallel %%px (2 engines)", px, "%%px\nx = 1"))
+        cells += [("nbfork %%ranks, new text", k, "%%ranks\nt = {i};"),
+                  ("nbfork ordinary, new text", k, "u = {i};")]
+        if px:
+            cells.append(("ipyparallel %%px, new text", px, "%%px\nx = {i}"))
         for _, kern, code in cells:  # warm-up: compile, first dispatch
             for _ in range(3):
-                round_trip(kern, code)
+                round_trip(kern, code.replace("{i}", "0"))
         times = {name: [] for name, _, _ in cells}
-        for _ in range(a.n):  # interleaved
+        for i in range(a.n):  # interleaved
             for name, kern, code in cells:
-                times[name].append(round_trip(kern, code))
+                times[name].append(round_trip(kern, code.replace("{i}", str(i + 1))))
+        # each rank ran the cells: both hold the last round's t
+        _, out, _, _ = k.run("%%ranks\nt")
+        got = sorted(nbf_harness.results(out))
+        assert got == ["[rank 0] %d" % a.n, "[rank 1] %d" % a.n], got
+        print("checked: ranks 0 and 1 both ran the %%%%ranks cells (t = %d on each)" % a.n)
     finally:
         k.close()
         if px:
@@ -131,6 +143,8 @@ def main():
     pxm = med.get("ipyparallel %%px (2 engines)")
     if pxm:
         print("goal: <= 0.5x %%%%px: %.3fx %s" % (r / pxm, "met" if r <= 0.5 * pxm else "NOT met"))
+        rn, pn = med["nbfork %%ranks, new text"], med["ipyparallel %%px, new text"]
+        print("new text each round (compiled): %%%%ranks %.2f ms, %.3fx %%%%px's" % (rn, rn / pn))
     print("load average after: %.2f %.2f %.2f" % os.getloadavg())
 
 

@@ -163,11 +163,7 @@ void nbf_rankstate_error(nbf_rankstate_t *rs, int code, int peer, const nbf_rs_c
 }
 
 void nbf_rankstate_leaving(nbf_rankstate_t *rs) {
-  if (!rs)
-    return;
-  write_begin(rs);
-  rs->flags |= NBF_RS_LEAVING;
-  write_end(rs);
+  nbf_rankstate_flag(rs, NBF_RS_LEAVING, 1);
 }
 
 void nbf_rankstate_flag(nbf_rankstate_t *rs, unsigned flag, int on) {

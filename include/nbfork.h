@@ -242,7 +242,8 @@ ACC_API acc_result_t acc_set_errhandler(acc_t *acc, acc_errhandler_t handler);
  * then one all-reduce (MAX) that agrees on the sequence numbers. For a
  * group whose collective was cut short (an interrupted `%%ranks` cell:
  * the executor's rank workers call this on every rank with the same
- * `epoch`, 1, 2, ... as the cuts happen), so that the next collective
+ * `epoch`, 1, 2, ... as the cuts happen; across nodes the cut cell's
+ * number, agreed by the nodes' executors), so that the next collective
  * does not meet its peers' half-sent messages. Every rank of the group
  * must call it with the same epoch before its next collective.
  * The old connections are abandoned, not closed (the cut call may hold

@@ -21,6 +21,7 @@
 
 #include "acc_store.h"
 #include "ln_group.h"
+#include "ln_ranks_nodes.h"
 #include "ln_ranks_wire.h"
 #include "ln_rdzv.h"
 #include "ln_report.h"
@@ -41,15 +42,22 @@ struct ln_ranks {
   ln_ranks_hooks_t hooks;
   int n, first, restart, use_gpu;
   ln_worker_t *w;
-  int *ctl;       /* the executor's end of each control channel, -1 closed */
-  int *state;     /* RK_*                                                  */
-  int *cell;      /* the cell it runs or ran last (0: none)               */
-  int *died_in;   /* the cell during which it died (0: between cells)     */
+  int *ctl;     /* the executor's end of each control channel, -1 closed */
+  int *state;   /* RK_*                                                  */
+  int *cell;    /* the cell it runs or ran last (0: none)               */
+  int *died_in; /* the cell during which it died (0: between cells)     */
   acc_store_server_t *srv;
   /* the records as read when the last exchange was stopped (interrupt or
    * a rank's death), into w[i].seen: the failure report's positions */
   int64_t snap_ms;
-  unsigned rebuild_epoch; /* acc_rebuild_process_groups epochs sent so far */
+  unsigned rebuild_epoch; /* the last acc_rebuild_process_groups epoch sent */
+  int unmendable;         /* the last cut group could not be rebuilt        */
+  /* several nodes (ln_ranks_nodes.h): the client of node 0's store, the
+   * %%ranks cells sent so far (numbered alike on every node), the last
+   * one that finished here, and why another node stopped the running one */
+  ln_rk_nodes_t *nodes;
+  int seq, seq_done, watch;
+  char *remote;
 };
 
 /* One rank's answer to a command. */
@@ -132,8 +140,7 @@ static int reap(ln_ranks_t *r, int i, int block) {
 
 /* Wait up to ms for output, exits and (pending answers) replies; forward
  * the output. Fills pfd (3 pipes, pidfd and control per worker). */
-static void pump(ln_ranks_t *r, rk_answer_t *ans, int ms, struct pollfd *pfd, int *who,
-                 int *what) {
+static void pump(ln_ranks_t *r, rk_answer_t *ans, int ms, struct pollfd *pfd, int *who, int *what) {
   int np = 0;
   for (int i = 0; i < r->n; i++) {
     ln_worker_t *w = &r->w[i];
@@ -222,6 +229,67 @@ static void interrupt_pending(ln_ranks_t *r, rk_answer_t *ans) {
       syscall(SYS_tgkill, r->w[i].pid, r->w[i].pid, SIGINT);
 }
 
+static int first_failure(const ln_ranks_t *r, const rk_answer_t *ans);
+
+/* Several nodes: tell the others that this node stopped the cell (a
+ * rank died, or an interrupt), so that they stop theirs. */
+static void tell_nodes_stop(ln_ranks_t *r, const rk_answer_t *ans) {
+  int i = first_failure(r, ans); /* the cause first: a crash before its echoes */
+  if (i >= 0) {
+    int st = r->w[i].status;
+    char *why = WIFSIGNALED(st)
+                    ? nbf_xprintf("rank %d (node %d, pid %d) was killed by signal %d (SIG%s)",
+                                  r->first + i, r->o.node_rank, (int)r->w[i].pid, WTERMSIG(st),
+                                  sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?")
+                    : nbf_xprintf("rank %d (node %d, pid %d) exited with code %d", r->first + i,
+                                  r->o.node_rank, (int)r->w[i].pid, WEXITSTATUS(st));
+    ln_rk_nodes_stop(r->nodes, r->seq, 'F', why ? why : "a rank died");
+    free(why);
+    return;
+  }
+  char why[64];
+  snprintf(why, sizeof why, "node %d was interrupted", r->o.node_rank);
+  ln_rk_nodes_stop(r->nodes, r->seq, 'I', why);
+}
+
+/* Whether every rank of this node that died, died of a failed collective
+ * (an echo: it lost a peer; its record cannot always say which, Gloo
+ * does not always name it). The cause may then be on another node, whose
+ * executor saw its rank die before this node's ranks lost the connection
+ * but whose word may be on the way. */
+static int echoes_only(const ln_ranks_t *r, const rk_answer_t *ans) {
+  int echoes = 0, causes = 0;
+  for (int i = 0; i < r->n; i++) {
+    nbf_rankstate_t rec;
+    if (ans[i].status != -1)
+      continue;
+    if (WIFEXITED(r->w[i].status) && nbf_rankstate_read(r->w[i].rs, &rec) == 0 && rec.err_code)
+      echoes++;
+    else
+      causes++;
+  }
+  return echoes && !causes;
+}
+
+/* Several nodes, after a rank of this node died: when every death here
+ * is such an echo, the stop of another node is waited for (up to the
+ * ranks' answer time) and kept in r->remote as the cause; otherwise the
+ * cause is here and r->remote is dropped. */
+static void await_remote_cause(ln_ranks_t *r, const rk_answer_t *ans) {
+  if (!echoes_only(r, ans)) {
+    free(r->remote); /* the cause is here: another node's stop echoes it */
+    r->remote = NULL;
+    return;
+  }
+  for (int64_t until = nbf_now_ms() + LN_RANKS_ANSWER_MS;
+       (!r->remote || r->remote[0] != 'F') && nbf_now_ms() < until;) {
+    free(r->remote);
+    r->remote = ln_rk_nodes_stopped(r->nodes, r->seq);
+    if (!r->remote || r->remote[0] != 'F')
+      usleep(50 * 1000);
+  }
+}
+
 /* Collect the answers of the pending ranks: a death or an interrupt
  * sends SIGINT to the others; who has not answered LN_RANKS_ANSWER_MS
  * later is killed. Output is forwarded all along. */
@@ -229,7 +297,7 @@ static void collect(ln_ranks_t *r, rk_answer_t *ans, void *(*dest)(void *, size_
   size_t cap = (size_t)r->n * 5 + 1;
   struct pollfd *pfd = calloc(cap, sizeof *pfd);
   int *who = calloc(cap, sizeof *who), *what = calloc(cap, sizeof *what);
-  int64_t kill_at = -1;
+  int64_t kill_at = -1, remote_at = nbf_now_ms();
   int tick = (int)(r->o.monitor_interval_s * 1000);
   for (;;) {
     int pending = 0, died = 0;
@@ -245,8 +313,14 @@ static void collect(ln_ranks_t *r, rk_answer_t *ans, void *(*dest)(void *, size_
     }
     if (!pending || !pfd || !who || !what)
       break;
-    int stop = died || (r->ctx.interrupted && *r->ctx.interrupted);
-    if (stop && kill_at < 0) {
+    int here = died || (r->ctx.interrupted && *r->ctx.interrupted);
+    if (!here && r->nodes && r->watch && !r->remote && nbf_now_ms() >= remote_at) {
+      r->remote = ln_rk_nodes_stopped(r->nodes, r->seq); /* another node stopped it */
+      remote_at = nbf_now_ms() + (tick > 0 ? tick : 100);
+    }
+    if ((here || r->remote) && kill_at < 0) {
+      if (here && r->nodes && r->watch)
+        tell_nodes_stop(r, ans);
       snapshot(r); /* before SIGINT moves anyone */
       interrupt_pending(r, ans);
       kill_at = nbf_now_ms() + LN_RANKS_ANSWER_MS;
@@ -324,8 +398,7 @@ static ln_ranks_t *ranks_alloc(const ln_options_t *o, ln_context_t *ctx,
   r->first = o->node_rank * o->num_processes;
   r->restart = restart;
   if (!r->o.log_line_prefix_template[0])
-    snprintf(r->o.log_line_prefix_template, sizeof r->o.log_line_prefix_template,
-             "[rank {rank}] ");
+    snprintf(r->o.log_line_prefix_template, sizeof r->o.log_line_prefix_template, "[rank {rank}] ");
   r->w = calloc((size_t)r->n, sizeof *r->w);
   r->ctl = malloc((size_t)r->n * sizeof *r->ctl);
   r->state = calloc((size_t)r->n, sizeof *r->state);
@@ -385,6 +458,8 @@ int ln_ranks_start(ln_ranks_t **out, const ln_options_t *o, ln_context_t *ctx,
     ln_group_host_store(&r->o, &r->srv, &setup);
   if (!setup)
     wait_rendezvous(r, &setup);
+  if (!setup && o->num_nodes > 1) /* after the forks: the client has threads */
+    r->nodes = ln_rk_nodes_open(&r->o, restart, &setup);
   if (setup) {
     ln_ranks_stop(&r);
     set_error(err, "LaunchError", setup, NULL);
@@ -415,6 +490,8 @@ void ln_ranks_stop(ln_ranks_t **rp) {
   if (!r)
     return;
   *rp = NULL;
+  ln_rk_nodes_close(&r->nodes);
+  free(r->remote);
   for (int i = 0; i < r->n; i++)
     if (r->ctl[i] >= 0) { /* EOF: an idle worker exits at once */
       close(r->ctl[i]);
@@ -511,6 +588,11 @@ static void failed_error(ln_ranks_t *r, const rk_answer_t *ans, int first, ln_er
     set_error(err, "RankFailed", strdup("a rank failed"), NULL);
     return;
   }
+  if (r->remote && r->remote[0] == 'F') /* the cause, on another node: ours lost it */
+    fprintf(f,
+            "%s on another node during this cell (that node's notebook has its report); "
+            "this node's ranks lost it:\n",
+            r->remote + 1);
   ln_worker_describe(&r->w[first], r->first + first, f);
   for (int i = 0; i < r->n; i++)
     if (i != first && ans[i].status == -1)
@@ -536,9 +618,18 @@ static int exchange_error(ln_ranks_t *r, const rk_answer_t *ans, const char *wha
     failed_error(r, ans, first, err);
     return -1;
   }
+  if (r->remote) { /* another node stopped the cell: its notebook has the report */
+    int failed = r->remote[0] == 'F';
+    set_error(err, failed ? "RankFailed" : "KeyboardInterrupt",
+              nbf_xprintf("%s during this cell (that node's notebook has its report); this "
+                          "node's ranks ended the cell (interrupted; their state is kept)",
+                          r->remote + 1),
+              NULL);
+    return -1;
+  }
   for (int i = 0; i < r->n; i++)
-    if (ans[i].status == LN_RK_INTERRUPTED || (ans[i].status != LN_RK_OK &&
-                                               r->ctx.interrupted && *r->ctx.interrupted)) {
+    if (ans[i].status == LN_RK_INTERRUPTED ||
+        (ans[i].status != LN_RK_OK && r->ctx.interrupted && *r->ctx.interrupted)) {
       set_error(err, "KeyboardInterrupt",
                 nbf_xprintf("the %s was interrupted on every rank running it; the ranks' state "
                             "is kept",
@@ -586,11 +677,11 @@ static int refuse_dead(ln_ranks_t *r, const unsigned char *targets, ln_error_t *
   return 0;
 }
 
-/* Give every live rank the next acc_rebuild_process_groups epoch (a
- * command each answers at once: no collect, whose interrupt would leave
- * a SIGINT pending for the next cell). 0 when every live rank took it. */
-static int send_rebuild(ln_ranks_t *r) {
-  r->rebuild_epoch++;
+/* Give every live rank acc_rebuild_process_groups(epoch) (a command
+ * each answers at once: no collect, whose interrupt would leave a SIGINT
+ * pending for the next cell). 0 when every live rank took it. */
+static int send_rebuild(ln_ranks_t *r, unsigned epoch) {
+  r->rebuild_epoch = epoch;
   int rc = 0;
   for (int i = 0; i < r->n; i++) {
     if (r->state[i] == RK_DEAD)
@@ -616,12 +707,78 @@ static int cut_rank(const ln_ranks_t *r, const unsigned char *targets, const rk_
   return -1;
 }
 
+/* Several nodes: act on the nodes' decision on stopped cell `seq` (the
+ * same on every node, ln_ranks_nodes.h) and say so into f. */
+static void nodes_apply(ln_ranks_t *r, int seq, ln_rkn_decision_t d, const char *why, FILE *f) {
+  int nodes = r->o.num_nodes;
+  int sent = d == LN_RKN_REBUILD && send_rebuild(r, (unsigned)seq) == 0;
+  r->unmendable = d != LN_RKN_NOTHING && !sent;
+  if (sent)
+    fprintf(f,
+            "A rank was cut inside a collective: every rank of the %d nodes rebuilds its "
+            "process groups at its next collective (shared memory by node or a Gloo mesh, "
+            "joined again through node 0's store, epoch %d agreed by the nodes; NCCL "
+            "communicators aborted and made again); the ranks' other state is kept.\n",
+            nodes, seq);
+  else if (d == LN_RKN_REBUILD)
+    fprintf(f,
+            "The process group cannot be rebuilt (a rank of node %d did not answer): run "
+            "%%ranks restart on every node.\n",
+            r->o.node_rank);
+  else if (d == LN_RKN_CANNOT)
+    fprintf(f,
+            "The process group cannot be used again (%s): run %%ranks restart on every "
+            "node.\n",
+            why ? why : "the nodes did not agree");
+}
+
+/* Several nodes, after a stopped cell: this node's verdict (a rank dead,
+ * one cut inside a collective, or stopped outside them), then the nodes'
+ * decision, acted on. */
+static void nodes_mend(ln_ranks_t *r, int cut, FILE *f) {
+  char detail[256] = "";
+  size_t at = 0;
+  for (int i = 0; i < r->n && at < sizeof detail - 32; i++)
+    if (r->state[i] == RK_DEAD)
+      at += (size_t)snprintf(detail + at, sizeof detail - at, "%s%d", at ? ", " : "rank ",
+                             r->first + i);
+  if (at)
+    snprintf(detail + at, sizeof detail - at, " dead");
+  ln_rk_nodes_verdict(r->nodes, r->seq, at ? 'd' : cut >= 0 ? 'c' : 'k', detail);
+  char *why = NULL;
+  ln_rkn_decision_t d = ln_rk_nodes_decide(r->nodes, r->seq, &why);
+  nodes_apply(r, r->seq, d, why, f);
+  free(why);
+}
+
+/* Several nodes, before a cell: when the last cell finished here but
+ * another node stopped it (a rank died or was cut there after this
+ * node's ranks were done), the nodes' decision is acted on now, before
+ * any collective of the new cell; what was done is printed on stderr. */
+static void nodes_catch_up(ln_ranks_t *r) {
+  if (!r->nodes || !r->seq || r->seq_done != r->seq)
+    return;
+  char *stop = ln_rk_nodes_stopped(r->nodes, r->seq);
+  if (!stop)
+    return;
+  char *why = NULL;
+  ln_rkn_decision_t d = ln_rk_nodes_decide(r->nodes, r->seq, &why);
+  fprintf(stderr,
+          "The previous %%%%ranks cell finished on this node's ranks but was stopped on "
+          "another node (%s).\n",
+          stop + 1);
+  nodes_apply(r, r->seq, d, why, stderr);
+  fflush(stderr);
+  free(why);
+  free(stop);
+}
+
 /* After a stopped cell (interrupt, or a rank's death): where each rank
  * was (the records read at the stop, printed as %launch's reports do)
  * and, when a rank was cut inside a collective, the process groups
  * rebuilt (every live rank gets the next epoch; each group is rebuilt at
  * its next collective) or what to do when they cannot be (a rank is
- * dead, or ranks on other nodes that this executor cannot tell). NULL
+ * dead); with several nodes, as the nodes decided (nodes_mend). NULL
  * when the cell was not stopped or no rank had joined a group. */
 static char *stopped_report(ln_ranks_t *r, const unsigned char *targets, const rk_answer_t *ans) {
   if (!r->snap_ms)
@@ -631,8 +788,8 @@ static char *stopped_report(ln_ranks_t *r, const unsigned char *targets, const r
   FILE *f = open_memstream(&text, &cap);
   if (!f)
     return NULL;
-  ln_report_positions(r->w, r->n, r->first, r->snap_ms, "Where each rank was when the cell stopped:",
-                      f);
+  ln_report_positions(r->w, r->n, r->first, r->snap_ms,
+                      "Where each rank was when the cell stopped:", f);
   int idle = 0;
   for (int i = 0; i < r->n; i++)
     idle += !targets[i];
@@ -651,15 +808,19 @@ static char *stopped_report(ln_ranks_t *r, const unsigned char *targets, const r
     nbf_rs_call_text(&r->w[cut].seen.call, call, sizeof call);
     fprintf(f, "Rank %d was cut inside %s: its process group is out of step. ", r->first + cut,
             call);
-    if (dead || r->o.num_nodes > 1 || send_rebuild(r))
+  }
+  if (r->nodes)
+    nodes_mend(r, cut, f);
+  else if (cut >= 0) {
+    if ((r->unmendable = dead || send_rebuild(r, r->rebuild_epoch + 1)))
       fprintf(f, "It cannot be rebuilt here (%s): run %%ranks restart.\n",
-              dead ? "a rank is dead" : r->o.num_nodes > 1 ? "the ranks of the other nodes are "
-                                                             "not told" : "a rank did not answer");
+              dead ? "a rank is dead" : "a rank did not answer");
     else
-      fprintf(f, "Every rank rebuilds its process groups at its next collective (shared memory "
-                 "by node or a Gloo mesh, joined again through the store, epoch %u; NCCL "
-                 "communicators aborted and made again); the "
-                 "ranks' other state is kept.\n",
+      fprintf(f,
+              "Every rank rebuilds its process groups at its next collective (shared memory "
+              "by node or a Gloo mesh, joined again through the store, epoch %u; NCCL "
+              "communicators aborted and made again); the "
+              "ranks' other state is kept.\n",
               r->rebuild_epoch);
   }
   fclose(f);
@@ -689,10 +850,14 @@ static void append_traceback(ln_error_t *err, char *more) {
 int ln_ranks_run(ln_ranks_t *r, const char *so_path, const char *symbol, int count,
                  const unsigned char *targets, int group, ln_error_t *err) {
   memset(err, 0, sizeof *err);
+  nodes_catch_up(r);
+  r->seq++;
+  free(r->remote);
+  r->remote = NULL;
   if (refuse_dead(r, targets, err))
     return -1;
   rk_answer_t *ans = calloc((size_t)r->n, sizeof *ans);
-  char (*saved)[128] = calloc((size_t)r->n, sizeof *saved);
+  char(*saved)[128] = calloc((size_t)r->n, sizeof *saved);
   if (!ans || !saved) {
     free(ans), free(saved);
     set_error(err, "LaunchError", strdup("out of memory"), NULL);
@@ -710,7 +875,19 @@ int ln_ranks_run(ln_ranks_t *r, const char *so_path, const char *symbol, int cou
       ans[i].status = reap(r, i, 1) ? -1 : LN_RK_ERROR;
   }
   r->snap_ms = 0;
+  r->watch = 1;
   collect(r, ans, NULL, NULL);
+  r->watch = 0;
+  if (r->nodes && first_failure(r, ans) >= 0) {
+    if (!r->snap_ms) /* every rank died before a pass saw the stop */
+      snapshot(r);
+    tell_nodes_stop(r, ans); /* again: the cause among every death seen */
+    await_remote_cause(r, ans);
+  }
+  if (r->nodes && !r->snap_ms) { /* finished here: the deciding node may wait for it */
+    ln_rk_nodes_verdict(r->nodes, r->seq, 'o', NULL);
+    r->seq_done = r->seq;
+  }
   for (int i = 0; i < r->n; i++)
     if (targets[i] && r->state[i] == RK_RUNNING)
       r->state[i] = RK_IDLE;
@@ -772,8 +949,8 @@ out:
   return rc;
 }
 
-int ln_ranks_push(ln_ranks_t *r, const unsigned char *targets, const char *kind,
-                  const char *name, const void *src, size_t size, ln_error_t *err) {
+int ln_ranks_push(ln_ranks_t *r, const unsigned char *targets, const char *kind, const char *name,
+                  const void *src, size_t size, ln_error_t *err) {
   memset(err, 0, sizeof *err);
   if (refuse_dead(r, targets, err))
     return -1;
@@ -842,12 +1019,14 @@ static void record_note(const ln_ranks_t *r, int i, nbf_rankstate_t *rec, int *r
   else if (rec->phase == NBF_RS_COLLECTIVE) {
     char after[48] = ""; /* the last stop's snapshot says after how long */
     if (r->snap_ms >= rec->call.start_ms)
-      snprintf(after, sizeof after, " after %.1f s", (double)(r->snap_ms - rec->call.start_ms) / 1e3);
+      snprintf(after, sizeof after, " after %.1f s",
+               (double)(r->snap_ms - rec->call.start_ms) / 1e3);
     snprintf(out, n, "; cut inside %s%s (%s)", call, after,
-             r->rebuild_epoch ? "its process group is rebuilt at its next collective"
-                              : "run %ranks restart");
-  }
-  else if (rec->phase == NBF_RS_RENDEZVOUS)
+             r->rebuild_epoch && !r->unmendable
+                 ? "its process group is rebuilt at its next collective"
+             : r->o.num_nodes > 1 ? "run %ranks restart on every node"
+                                  : "run %ranks restart");
+  } else if (rec->phase == NBF_RS_RENDEZVOUS)
     snprintf(out, n, "; in acc_new's rendezvous for %.1f s", (double)(now - rec->phase_ms) / 1e3);
   else if (rec->phase == NBF_RS_EXITED)
     snprintf(out, n, "; left its process group (acc_destroy)");
@@ -859,6 +1038,12 @@ static void record_note(const ln_ranks_t *r, int i, nbf_rankstate_t *rec, int *r
 }
 
 void ln_ranks_status(const ln_ranks_t *r, FILE *out) {
+  if (r->o.num_nodes > 1)
+    fprintf(out,
+            "one process group of world size %d: %d nodes x %d ranks; this is node %d (ranks "
+            "%d-%d); the other nodes' ranks: %%ranks status in their notebooks\n",
+            r->o.num_nodes * r->n, r->o.num_nodes, r->n, r->o.node_rank, r->first,
+            r->first + r->n - 1);
   fprintf(out, "%-5s %-8s %-8s %-9s %s\n", "rank", "pid", "device", "RSS", "state");
   for (int i = 0; i < r->n; i++) {
     ln_ranks_t *rw = (ln_ranks_t *)r; /* reaping updates the table */

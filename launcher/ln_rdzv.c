@@ -400,6 +400,12 @@ static int poll_other(ln_rdzv_t *r, char **error) {
       return -1;
     }
   }
+  /* no verdict yet: is our description still there? A node 0 that
+   * started its store again (a %ranks restart run on this node first: its
+   * old store was still up) has lost it: set it again at the next poll */
+  key_of(r, "node", o->node_rank, key, sizeof key);
+  if (r->self_set && acc_store_check(r->client, key, &exists) == ACC_OK && !exists)
+    r->self_set = 0;
   if (nbf_now_ms() < r->deadline_ms + (r->self_set ? LN_RDZV_GRACE_MS : 0))
     return 0;
   *error = r->self_set ? no_verdict_message(o) : unreachable_message(r);

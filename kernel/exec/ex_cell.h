@@ -108,6 +108,12 @@ const char *ex_cell_find_word(const char *text, const char *word);
  * its length in *n (0 at the end of the text); *p moves past it. */
 const char *ex_cell_next_word(const char **p, size_t *n);
 
+/* The identifier that starts at *p after white space, copied into
+ * `name` (NUL-terminated; `size` bytes): its length, or 0 when none
+ * starts there or it does not fit. *p moves past it and the white space
+ * after, so that *p is what follows the name. */
+size_t ex_cell_take_word(const char **p, char *name, size_t size);
+
 /* Whether the n bytes at w are one of the words of `list`, a string of
  * words each preceded by a space (" int long "). */
 int ex_cell_word_in(const char *list, const char *w, size_t n);

@@ -672,6 +672,41 @@ const char *ex_cell_find_word(const char *text, const char *word) {
   return NULL;
 }
 
+/* (ex_cell_state_impl.h; the type check compares texts with it too) */
+int ex_cell_same_text(const char *a, const char *b) {
+  for (;;) {
+    int wa = 0, wb = 0;
+    while (isspace((unsigned char)*a))
+      a++, wa = 1;
+    while (isspace((unsigned char)*b))
+      b++, wb = 1;
+    if (!*a || !*b)
+      return !*a && !*b;
+    if (wa != wb || *a != *b)
+      return 0;
+    a++;
+    b++;
+  }
+}
+
+size_t ex_cell_take_word(const char **p, char *name, size_t size) {
+  const char *q = *p;
+  while (isspace((unsigned char)*q))
+    q++;
+  const char *w = q;
+  while (isalnum((unsigned char)*q) || *q == '_')
+    q++;
+  size_t n = (size_t)(q - w);
+  while (isspace((unsigned char)*q))
+    q++;
+  *p = q;
+  if (n >= size)
+    return 0;
+  memcpy(name, w, n);
+  name[n] = 0;
+  return n;
+}
+
 const char *ex_cell_next_word(const char **p, size_t *n) {
   const char *q = *p;
   while (*q && !isalnum((unsigned char)*q) && *q != '_')

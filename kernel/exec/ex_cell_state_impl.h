@@ -64,7 +64,7 @@ int ex_cell_state_collect_words(const ex_cell_state_t *st, const char *text, int
 /* The index of the entry whose key is `key`, or -1. */
 long ex_cell_state_lookup(const ex_cell_state_t *st, const char *key);
 
-/* Equal but for the amount of white space (ex_cell_types.c). */
+/* Equal but for the amount of white space. */
 int ex_cell_same_text(const char *a, const char *b);
 
 #endif

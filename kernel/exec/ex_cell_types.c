@@ -38,23 +38,6 @@ static int mentions_type(const char *text, const char *name) {
   return 0;
 }
 
-/* (ex_cell_state_impl.h) */
-int ex_cell_same_text(const char *a, const char *b) {
-  for (;;) {
-    int wa = 0, wb = 0;
-    while (isspace((unsigned char)*a))
-      a++, wa = 1;
-    while (isspace((unsigned char)*b))
-      b++, wb = 1;
-    if (!*a || !*b)
-      return !*a && !*b;
-    if (wa != wb || *a != *b)
-      return 0;
-    a++;
-    b++;
-  }
-}
-
 /* One changed name. `eager`: a macro or an enumerator, whose value a type
  * that names it takes where it stands. */
 typedef struct {

@@ -96,19 +96,10 @@ static int scalar_param(const ex_cell_state_t *st, const char *text, size_t n) {
 int ex_jit_simple_call(const ex_cell_state_t *st, const char *call) {
   if (!st || !call)
     return 0;
-  while (isspace((unsigned char)*call))
-    call++;
-  const char *name = call;
-  while (isalnum((unsigned char)*call) || *call == '_')
-    call++;
-  size_t n = (size_t)(call - name);
-  while (isspace((unsigned char)*call))
-    call++;
-  if (!n || *call != '(' || n >= 128)
-    return 0; /* not NAME(...): a pointer call, a member, a macro... */
   char buf[128];
-  memcpy(buf, name, n);
-  buf[n] = 0;
+  size_t n = ex_cell_take_word(&call, buf, sizeof buf);
+  if (!n || *call != '(')
+    return 0; /* not NAME(...): a pointer call, a member, a macro... */
   ex_cell_name_t f;
   if (!ex_cell_find(st, buf, &f) || strcmp(f.kind, "function") || !f.decl)
     return 0;

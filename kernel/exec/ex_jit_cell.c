@@ -180,18 +180,11 @@ static int integer_operand(const ex_cell_state_t *st, const char *p) {
     p++;
   if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1])))
     return 1; /* a literal: folded, never a NaN */
-  const char *w = p;
-  while (isalnum((unsigned char)*p) || *p == '_')
-    p++;
-  size_t n = (size_t)(p - w);
-  while (isspace((unsigned char)*p))
-    p++;
-  if (!n || n >= 128 || strchr("([.", *p) || (*p == '-' && (p[1] == '>' || p[1] == '-')) ||
+  char name[128];
+  size_t n = ex_cell_take_word(&p, name, sizeof name);
+  if (!n || strchr("([.", *p) || (*p == '-' && (p[1] == '>' || p[1] == '-')) ||
       (*p == '+' && p[1] == '+'))
     return 0;
-  char name[128];
-  memcpy(name, w, n);
-  name[n] = 0;
   ex_cell_name_t d;
   if (!st || !ex_cell_find(st, name, &d) || strcmp(d.kind, "variable") || strchr(d.decl, '*') ||
       strchr(d.decl, '['))

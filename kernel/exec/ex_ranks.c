@@ -28,9 +28,15 @@ struct ex_ranks {
   int group_output;        /* its --group                                     */
 };
 
+/* What the runner below asks of the ranks (ex_run.h). */
+static const struct ex_run_ranks g_hooks = {ex_ranks_running, ex_ranks_cell_active,
+                                             ex_ranks_run_loaded, ex_ranks_loaded};
+
 static struct ex_ranks *state(ex_t *ex) {
-  if (!ex->ranks)
+  if (!ex->ranks) {
     ex->ranks = calloc(1, sizeof *ex->ranks);
+    ex->ranks_hooks = ex->ranks ? &g_hooks : NULL;
+  }
   return ex->ranks;
 }
 
@@ -260,6 +266,10 @@ static int start(ex_t *ex, const ln_options_t *o) {
   int n = ln_ranks_count(rs->group), first = ln_ranks_first(rs->group);
   printf("Started %d rank worker%s (ranks %d-%d): %%%%ranks cells run on them.\n", n,
          n == 1 ? "" : "s", first, first + n - 1);
+  if (o->num_nodes > 1) /* one group: the same cells must run on every node */
+    printf("They are node %d of %d in one process group of world size %d: run the same "
+           "%%%%ranks cells, in the same order, in every node's notebook.\n",
+           o->node_rank, o->num_nodes, o->num_nodes * n);
   fflush(stdout);
   return ex_event_reply_ok(NULL);
 }

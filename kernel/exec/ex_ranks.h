@@ -31,6 +31,10 @@
  * 1 with *rc = what sending returned; else return 0 (an ordinary cell). */
 int ex_ranks_handle(ex_t *ex, const char *code, int count, int *rc);
 
+/* The next four are what ex_run.c calls through ex_t.ranks_hooks
+ * (ex_run.h), registered with the ranks' state: the runner is below
+ * this file and does not include it. */
+
 /* Whether the cell being compiled is a %%ranks cell (ex_run.c runs it
  * through ex_ranks_run_loaded instead of here). */
 int ex_ranks_cell_active(const ex_t *ex);

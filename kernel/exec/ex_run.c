@@ -17,7 +17,6 @@
 #include "ex_events.h"
 #include "ex_jit.h"
 #include "ex_memcells.h"
-#include "ex_ranks.h"
 #include "ex_timeit.h"
 #include "ex_cuda_hook.h"
 #include "ln_cuda.h"
@@ -91,6 +90,11 @@ volatile sig_atomic_t *ex_run_interrupt_flag(void) {
 
 void ex_run_clear_interrupt(void) {
   g_interrupted = 0;
+}
+
+/* Whether %ranks workers run (ex_t.ranks_hooks: registered by ex_ranks.c). */
+static int ranks_running(const ex_t *ex) {
+  return ex->ranks_hooks && ex->ranks_hooks->running(ex);
 }
 
 /* Report (once) the first cell after which CUDA is initialized here;
@@ -315,7 +319,7 @@ static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit
   char *so = NULL, *diag = NULL;
   ex_result_t r = EX_ERR_COMPILE;
   /* %ranks workers load each new cell's object by its path: none in memory then */
-  int in_memory = u->tinycc && ex->memcells && !ex_ranks_running(ex);
+  int in_memory = u->tinycc && ex->memcells && !ranks_running(ex);
   *mem = in_memory ? ex_memcells_find(ex->memcells, u->tag) : NULL;
   if (*mem)
     return NULL;   /* a re-run: the same code, already in memory */
@@ -531,7 +535,7 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
                                 "[rdzv_endpoint=HOST:PORT] [rdzv_timeout=300]");
   if (!launch)
     return ex_event_reply_error("LinkError", "the launch thunk was not found in the cell", NULL);
-  if (ex_ranks_running(ex)) /* their store is a thread here: the fork guard would refuse */
+  if (ranks_running(ex)) /* their store is a thread here: the fork guard would refuse */
     return ex_event_reply_error("LaunchError",
                                 "the rank workers of %ranks are running; %launch forks only from "
                                 "a kernel without them",
@@ -563,8 +567,8 @@ static int run_launch(ex_t *ex, const ex_magic_result_t *m, int (*launch)(void))
  * %launch. Returns what sending the reply returned. */
 static int run_loaded(ex_t *ex, const ex_magic_result_t *m, int count, const entry_points_t *ep) {
   ex_cuda_hook_cell(count, m->code); /* a cuInit now is this cell's */
-  if (ex_ranks_cell_active(ex)) /* a %%ranks cell: its ranks run it */
-    return g_interrupted ? reply_interrupted() : ex_ranks_run_loaded(ex, count, ep->run);
+  if (ex->ranks_hooks && ex->ranks_hooks->cell_active(ex)) /* a %%ranks cell: its ranks run it */
+    return g_interrupted ? reply_interrupted() : ex->ranks_hooks->run_loaded(ex, count, ep->run);
   if (g_interrupted) {
     check_cuda(ex, count);
     return reply_interrupted();
@@ -643,7 +647,8 @@ int ex_run_code(ex_t *ex, const ex_magic_result_t *m, int count) {
               ex_memcells_script(ex->memcells));
       fflush(stderr);
     }
-    ex_ranks_loaded(ex, ep.run); /* the ranks see its definitions too */
+    if (ex->ranks_hooks)
+      ex->ranks_hooks->loaded(ex, ep.run); /* the ranks see its definitions too */
   }
   ex_cell_unit_free(&u);
   if (!loaded)

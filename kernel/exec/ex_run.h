@@ -50,8 +50,22 @@ typedef struct {
   char *cuda_by; /* who called cuInit (ex_cuda_hook_describe), or NULL; kept */
   char *nvcc;    /* CUDA compiler found at start, or NULL */
   struct ex_ranks *ranks; /* %ranks' workers and %%ranks cells (ex_ranks.h); NULL until used */
+  const struct ex_run_ranks *ranks_hooks; /* set with `ranks` (ex_ranks.c); NULL: no ranks */
   struct ex_memcells *memcells; /* cells TinyCC compiled into memory (ex_memcells.h) */
 } ex_t;
+
+/* What the runner asks of the interactive ranks. ex_ranks.c stands above
+ * this file (a %%ranks cell goes through ex_run_code) and registers these
+ * in ex_t.ranks_hooks when it first keeps state; the runner calls them
+ * only through that pointer, so it never names the layer above it.
+ * (Each one is the ex_ranks_* function of that name, ex_ranks.h.) */
+struct ex_run_ranks {
+  int (*running)(const ex_t *ex);     /* rank workers are running */
+  int (*cell_active)(const ex_t *ex); /* the cell being compiled is a %%ranks cell */
+  /* run the loaded %%ranks cell on its ranks; sends the reply */
+  int (*run_loaded)(ex_t *ex, int count, void (*run)(void));
+  void (*loaded)(ex_t *ex, void (*run)(void)); /* an ordinary cell was loaded */
+};
 
 /* Install the SIGINT handler (see ex_run.c for what an interrupt does,
  * and its caveat). 0, or -1 with errno set. */

@@ -340,26 +340,39 @@ static acc_result_t all_gather_run(acc_t *acc, const void *send, void *recv, siz
   return ACC_OK;
 }
 
-acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
-                            acc_dtype_t dtype) {
-  ACC_CHECK(check(acc, "all-gather", send, recv, count, dtype));
-  if (acc->world == 1) {
-    acc_result_t r1;
-    if (count && device_call(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM, &r1))
-      return r1;
-    memmove(recv, send, count * acc_dtype_size(dtype));
-    return ACC_OK;
+acc_result_t acc__local_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                                   acc_dtype_t dtype) {
+  ACC_CHECK(check(acc, "node all-gather", send, recv, count, dtype));
+  if (!acc->node) {
+    if (acc->world == 1) {
+      memmove(recv, send, count * acc_dtype_size(dtype));
+      return ACC_OK;
+    }
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "node all-gather: no node groups (shared-memory collectives are off)");
   }
-  int dev = acc->device >= 0 && count && (on_device(acc, send) || on_device(acc, recv));
   coll_t k;
-  acc_result_t r = coll_begin(acc, &k, NBF_RS_ALL_GATHER, count, dtype, ACC_SUM, -1, dev);
-  if (r == ACC_OK)
-    r = all_gather_run(acc, send, recv, count, dtype);
+  acc_result_t r = coll_begin(acc, &k, NBF_RS_ALL_GATHER, count, dtype, ACC_SUM, -1, 0);
+  if (r == ACC_OK && count) {
+    r = ACC_OK;
+    if (acc->broken) {
+      r = broken(acc);
+    } else {
+      char err[1024];
+      r = acc__node_local_all_gather(acc, send, recv, count * acc_dtype_size(dtype), err,
+                                     sizeof err);
+      if (r != ACC_OK)
+        r = shm_failed(acc, r, err);
+    }
+  }
   return coll_end(acc, &k, r);
 }
 
-/* Host reduce-scatter as PyTorch's Gloo backend does it: all-reduce a
- * copy of the whole input with Gloo, keep this rank's block. */
+/* Host reduce-scatter: through shared memory by node; else Gloo's
+ * reduce-scatter (half an all-reduce's traffic) on a copy of the input,
+ * or, for the half types and counts past Gloo's int, as PyTorch's Gloo
+ * backend does: all-reduce a copy of the whole input, keep this rank's
+ * block. */
 static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv, size_t count,
                                        acc_dtype_t dtype, acc_op_t op) {
   acc_result_t r;
@@ -381,10 +394,15 @@ static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv,
     return acc__set_error(acc, ACC_ERR_NO_MEMORY, "reduce-scatter: no memory for %zu bytes", total);
   memcpy(tmp, send, total);
   char err[1024];
-  r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,
-                          acc_reduce_get(dtype, op), err, sizeof err);
+  acc_op_t o = op == ACC_AVG ? ACC_SUM : op;
+  unsigned char *mine = tmp; /* Gloo's reduce-scatter leaves the block first */
+  r = acc_gloo_reduce_scatter(acc->gloo, tmp, count, dtype, o, err, sizeof err);
+  if (r == ACC_ERR_UNSUPPORTED) {
+    r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,
+                            acc_reduce_get(dtype, op), err, sizeof err);
+    mine = tmp + (size_t)acc->rank * bytes;
+  }
   if (r == ACC_OK) {
-    unsigned char *mine = tmp + (size_t)acc->rank * bytes;
     if (op == ACC_AVG)
       acc_reduce_divide(mine, count, dtype, acc->world);
     memcpy(recv, mine, bytes);
@@ -393,24 +411,42 @@ static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv,
   return r == ACC_OK ? ACC_OK : gloo_failed(acc, r, err);
 }
 
+/* All-gather (op unused) or reduce-scatter after its argument checks:
+ * alone, the copy of send into recv (through NCCL for device buffers);
+ * else numbered and recorded like every collective, then run. */
+static acc_result_t send_recv_collective(acc_t *acc, acc_nccl_coll_t coll, const void *send,
+                                         void *recv, size_t count, acc_dtype_t dtype,
+                                         acc_op_t op) {
+  if (acc->world == 1) {
+    acc_result_t r1;
+    if (count && device_call(acc, coll, send, recv, count, dtype, op, &r1))
+      return r1;
+    memmove(recv, send, count * acc_dtype_size(dtype));
+    return ACC_OK;
+  }
+  int gather = coll == ACC_NCCL_ALL_GATHER;
+  int dev = acc->device >= 0 && count && (on_device(acc, send) || on_device(acc, recv));
+  coll_t k;
+  acc_result_t r = coll_begin(acc, &k, gather ? NBF_RS_ALL_GATHER : NBF_RS_REDUCE_SCATTER, count,
+                              dtype, op, -1, dev);
+  if (r == ACC_OK)
+    r = gather ? all_gather_run(acc, send, recv, count, dtype)
+               : reduce_scatter_run(acc, send, recv, count, dtype, op);
+  return coll_end(acc, &k, r);
+}
+
+acc_result_t acc_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                            acc_dtype_t dtype) {
+  ACC_CHECK(check(acc, "all-gather", send, recv, count, dtype));
+  return send_recv_collective(acc, ACC_NCCL_ALL_GATHER, send, recv, count, dtype, ACC_SUM);
+}
+
 acc_result_t acc_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
                                 acc_dtype_t dtype, acc_op_t op) {
   ACC_CHECK(check(acc, "reduce-scatter", send, recv, count, dtype));
   if (!acc_op_valid(op))
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "reduce-scatter: unknown op %d", (int)op);
-  if (acc->world == 1) {
-    acc_result_t r1;
-    if (count && device_call(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op, &r1))
-      return r1;
-    memmove(recv, send, count * acc_dtype_size(dtype));
-    return ACC_OK;
-  }
-  int dev = acc->device >= 0 && count && (on_device(acc, send) || on_device(acc, recv));
-  coll_t k;
-  acc_result_t r = coll_begin(acc, &k, NBF_RS_REDUCE_SCATTER, count, dtype, op, -1, dev);
-  if (r == ACC_OK)
-    r = reduce_scatter_run(acc, send, recv, count, dtype, op);
-  return coll_end(acc, &k, r);
+  return send_recv_collective(acc, ACC_NCCL_REDUCE_SCATTER, send, recv, count, dtype, op);
 }
 
 static acc_result_t barrier_run(acc_t *acc) {

@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "acc_internal.h"
-#include "acc_reduce.h"
 #include "nbf_util.h"
 
 #ifdef NBFORK_WITH_CUDA

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "acc_half.h"
+#include "acc_internal.h"
 
 #define SUM(a, b) ((a) + (b))
 #define MAXNAN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b))
@@ -58,13 +59,6 @@ HALF_KERNEL(min_f16, acc_f16_to_f32, acc_f32_to_f16, MINNAN)
 HALF_KERNEL(sum_bf16, acc_bf16_to_f32, acc_f32_to_bf16, SUM)
 HALF_KERNEL(max_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MAXNAN)
 HALF_KERNEL(min_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MINNAN)
-
-int acc_dtype_valid(acc_dtype_t dtype) {
-  return (unsigned)dtype <= (unsigned)ACC_I64;
-}
-int acc_op_valid(acc_op_t op) {
-  return (unsigned)op <= (unsigned)ACC_MIN;
-}
 
 acc_reduce_fn acc_reduce_get(acc_dtype_t dtype, acc_op_t op) {
   /* rows: dtype in enum order; columns: SUM, MAX, MIN */
@@ -143,6 +137,7 @@ void acc_reduce_divide(void *buf, size_t count, acc_dtype_t dtype, int world) {
 /* ---- many inputs (acc_reduce_many) ---- */
 
 enum { RM_BLOCK = 1024 }; /* elements per block: 8 KiB of f64/i64, in L1 */
+enum { FOLD_BLOCK = 4096 }; /* elements per block folded into out: 32 KiB of f64/i64 at most */
 
 /* Half inputs: widen each block to f32, fold with the f32 kernel, divide,
  * round once. */
@@ -199,12 +194,21 @@ void acc_reduce_many(void *out, const void *const *in, int n, size_t count, acc_
   if (!f || !esz)
     return;
   if (n >= 2 && !overlaps_later(out, in, n, count * esz)) {
-    /* fold straight into out: one pass less over the data */
-    f(out, in[0], in[1], count);
-    for (int j = 2; j < n; j++)
-      f(out, out, in[j], count);
-    if (divide_by > 1)
-      acc_reduce_divide(out, count, dtype, divide_by);
+    /* fold straight into out: one pass less over the data; with AVG, a
+     * block at a time so that the division finds it still in L1 instead
+     * of reading and writing the whole output again (the same operations
+     * on every element, so the same bits as dividing afterwards:
+     * tests/runtime/test_reduce.c) */
+    size_t step = divide_by > 1 ? FOLD_BLOCK : count;
+    for (size_t at = 0; at < count; at += step) {
+      size_t m = count - at < step ? count - at : step, off = at * esz;
+      char *o = (char *)out + off;
+      f(o, (const char *)in[0] + off, (const char *)in[1] + off, m);
+      for (int j = 2; j < n; j++)
+        f(o, o, (const char *)in[j] + off, m);
+      if (divide_by > 1)
+        acc_reduce_divide(o, m, dtype, divide_by);
+    }
     return;
   }
   uint64_t block[RM_BLOCK]; /* RM_BLOCK elements of up to 8 bytes */

@@ -35,9 +35,6 @@ void acc_reduce_divide(void *buf, size_t count, acc_dtype_t dtype, int world);
 void acc_reduce_many(void *out, const void *const *in, int n, size_t count, acc_dtype_t dtype,
                      acc_op_t op, int divide_by);
 
-/* 1 when dtype/op are valid enum values. */
-int acc_dtype_valid(acc_dtype_t dtype);
-int acc_op_valid(acc_op_t op);
 
 #ifdef __cplusplus
 }

@@ -182,6 +182,16 @@ acc_sampler_t *acc__sampler_new_for(int rank, int world, size_t n, size_t batch_
  * 0 = the runtime's choice by size). For benchmarks (bench/allreduce);
  * every rank must set the same. */
 void acc__set_allreduce_algo(acc_t *acc, int algo);
+/* 1 when dtype/op are values of nbfork.h's enums: the collectives'
+ * argument checks, and the guards of the reduction and NCCL tables that
+ * are indexed by them (comm/). */
+static inline int acc_dtype_valid(acc_dtype_t dtype) {
+  return (unsigned)dtype <= (unsigned)ACC_I64;
+}
+static inline int acc_op_valid(acc_op_t op) {
+  return (unsigned)op <= (unsigned)ACC_MIN;
+}
+
 /* Gradient buckets (see grad_buckets): all-reduce (AVG) `n` floats of a
  * bucket now (mode 1) or on the worker thread (mode 2); wait for all
  * queued buckets. Errors as acc_all_reduce. */
@@ -197,6 +207,11 @@ acc_result_t acc__final_barrier(acc_t *acc);
  * it has not rebuilt for yet (every collective calls this first). ACC_OK
  * when nothing was due or the new group is up; else the error (stored). */
 acc_result_t acc__rebuild_if_due(acc_t *acc);
+/* The epoch acc_rebuild_process_groups asked for last (0: none): a group
+ * made after it is in step (acc_new). acc_rebuild.c, as the two above. */
+unsigned acc__rebuild_epoch(void);
+/* NBFORK_GLOO_BUSY_POLL, or its default for this node (acc_rebuild.c). */
+int acc__gloo_busy_poll(const acc_t *acc);
 
 /* Join the group by node, unless NBFORK_SHM_COLLECTIVES=0: the ranks
  * exchange their shared-memory cards through the store (O(N) messages,
@@ -225,6 +240,20 @@ acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size
 acc_result_t acc__node_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
                                       acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen);
 acc_result_t acc__node_barrier(acc_t *acc, int leaving, char *err, size_t errlen);
+/* HYBRID_SHARD's groups (nbf_shard.h): this rank's node has `members`
+ * ranks, this one is member `me` (rank order), of `nnodes` nodes.
+ * Returns 0, 1 when the nodes differ in size, -1 without node groups
+ * (shared memory off or not set up). */
+int acc__node_shape(const acc_t *acc, int *members, int *me, int *nnodes);
+/* All-gather among the members of this rank's node only (shared memory):
+ * recv gets members * bytes, member-major. */
+acc_result_t acc__node_local_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes,
+                                        char *err, size_t errlen);
+/* The same as a collective of the group (recorded, checked, fatal or
+ * returned as acc_all_gather's); acc_collective.c. Every rank calls it:
+ * each node gathers its own members' blocks. */
+acc_result_t acc__local_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                                   acc_dtype_t dtype);
 /* After a failure: the rank it lost (or -1); wake this node's members. */
 int acc__node_lost_rank(const acc_t *acc);
 void acc__node_abort(acc_t *acc);
@@ -309,6 +338,11 @@ typedef struct {
 /* DIR (created) / FILE written atomically with the sections in order. */
 acc_result_t acc__ckpt_write(acc_t *acc, const char *dir, const char *file, uint32_t kind,
                              uint32_t rank, const acc__ckpt_sec_t *s, int n);
+/* Every rank learns whether any rank failed (r != OK anywhere), by one
+ * all-reduce; the local error text is kept. Returns r where it failed,
+ * else the first failed rank's code with "WHAT failed on rank R (see that
+ * rank's error)AFTER" (collective: every rank calls it; world 1: r). */
+acc_result_t acc__ckpt_agree(acc_t *acc, acc_result_t r, const char *what, const char *after);
 /* Read and check (magic, version, kind, CRC, section table) PATH. */
 acc_result_t acc__ckpt_read(acc_t *acc, const char *path, uint32_t kind, acc__ckpt_file_t *f);
 /* The section `name`, or NULL (unaligned: memcpy records out). */

@@ -367,11 +367,9 @@ void acc__unregister_for_checkpointing(acc_t *acc, const char *name) {
     }
 }
 
-/* Every rank learns whether any rank failed (r != OK anywhere). Returns
- * the local result, or ACC_ERR_PEER-like IO error when only others
- * failed. */
-static acc_result_t agree(acc_t *acc, acc_result_t r, const char *what) {
-  if (acc->world == 1 || acc->broken)
+/* (acc_internal.h) */
+acc_result_t acc__ckpt_agree(acc_t *acc, acc_result_t r, const char *what, const char *after) {
+  if (acc->world == 1)
     return r;
   int32_t bad[2] = {r != ACC_OK ? (int32_t)r : 0, r != ACC_OK ? acc->rank : -1};
   char keep[sizeof acc->err];
@@ -380,10 +378,17 @@ static acc_result_t agree(acc_t *acc, acc_result_t r, const char *what) {
   memcpy(acc->err, keep, sizeof keep);
   ACC_CHECK(r);
   if (bad[0] != 0)
-    return acc__set_error(acc, (acc_result_t)bad[0],
-                          "%s failed on rank %d (see that rank's error); nothing was changed here",
-                          what, bad[1]);
+    return acc__set_error(acc, (acc_result_t)bad[0], "%s failed on rank %d (see that rank's error)%s",
+                          what, bad[1], after);
   return ACC_OK;
+}
+
+/* acc__ckpt_agree, unless the group is broken already (then the local
+ * result: no collective would answer). */
+static acc_result_t agree(acc_t *acc, acc_result_t r, const char *what) {
+  if (acc->broken)
+    return r;
+  return acc__ckpt_agree(acc, r, what, "; nothing was changed here");
 }
 
 /* The open accumulation window's buffer, wherever acc_backward keeps it:

@@ -51,22 +51,6 @@ static acc_result_t type_from_env(acc_t *acc, int *type) {
   return ACC_OK;
 }
 
-/* Every rank learns whether any failed; the local error is kept. */
-static acc_result_t agree(acc_t *acc, acc_result_t r, const char *what) {
-  if (acc->world == 1)
-    return r;
-  int32_t bad[2] = {r != ACC_OK ? (int32_t)r : 0, r != ACC_OK ? acc->rank : -1};
-  char keep[sizeof acc->err];
-  memcpy(keep, acc->err, sizeof keep);
-  ACC_CHECK(acc_all_reduce(acc, bad, 2, ACC_I32, ACC_MAX));
-  memcpy(acc->err, keep, sizeof keep);
-  ACC_CHECK(r);
-  if (bad[0] != 0)
-    return acc__set_error(acc, (acc_result_t)bad[0], "%s failed on rank %d (see its error)", what,
-                          bad[1]);
-  return ACC_OK;
-}
-
 static size_t own_total(const acc_shard_t *sh) {
   size_t t = 0;
   for (int i = 0; i < sh->nunits; i++)
@@ -182,12 +166,17 @@ static acc_result_t write_shard(acc_shard_t *sh, const char *dir) {
 
 static acc_result_t save_sharded(acc_shard_t *sh, const char *dir) {
   acc_t *acc = sh->acc;
+  if (sh->ngroups > 1) /* the shard files' layout has no place for the nodes */
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "acc_shard_save_state: a SHARDED_STATE_DICT of HYBRID_SHARD is not "
+                          "implemented (%d nodes hold a copy each): save a FULL_STATE_DICT",
+                          sh->ngroups);
   mark_t mk = {ACC_SHARDED_STATE_DICT, sh->world, sh->stage, sh->nunits, sh->model->num_params};
   ACC_CHECK(acc_register_for_checkpointing(acc, MARK, &mk, sizeof mk));
   acc_result_t r = acc_save_state(acc, dir, NULL, NULL); /* scaler, objects, RNG, accumulation */
   acc__unregister_for_checkpointing(acc, MARK);
   ACC_CHECK(r);
-  return agree(acc, write_shard(sh, dir), "acc_shard_save_state");
+  return acc__ckpt_agree(acc, write_shard(sh, dir), "acc_shard_save_state", "");
 }
 
 /* ---- FULL_STATE_DICT -------------------------------------------------- */
@@ -202,11 +191,11 @@ static acc_result_t gather_state(acc_shard_t *sh, const acc__shard_unit_t *u, in
       memcpy(full + u->off, own, u->n * sizeof(float));
     return ACC_OK;
   }
-  float *mine = sh->buf + (size_t)sh->rank * u->s;
+  float *mine = sh->buf + (size_t)sh->srank * u->s;
   memset(mine, 0, u->s * sizeof(float));
   if (own)
     memcpy(mine, own, u->own * sizeof(float));
-  ACC_CHECK(acc_all_gather(sh->acc, mine, sh->buf, u->s, ACC_F32));
+  ACC_CHECK(acc__shard_all_gather(sh, mine, sh->buf, u->s));
   if (full)
     memcpy(full + u->off, sh->buf, u->n * sizeof(float));
   return ACC_OK;
@@ -242,7 +231,7 @@ static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
   acc_optim_t *full = NULL;
   if (r == ACC_OK)
     r = gather_optim(sh, &o, &full);
-  r = agree(acc, r, "acc_shard_save_state");
+  r = acc__ckpt_agree(acc, r, "acc_shard_save_state", "");
   mark_t mk = {ACC_FULL_STATE_DICT, sh->world, sh->stage, sh->nunits, m->num_params};
   if (r == ACC_OK && !m->mlp)
     r = acc_register_for_checkpointing(acc, PARAMS_ITEM, m->params, m->num_params * sizeof(float));
@@ -314,7 +303,7 @@ static void take_params(acc_shard_t *sh) {
     return;
   for (int i = 0; i < sh->nunits; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
-    memcpy(sh->P + u->soff, sh->model->params + u->off + (size_t)sh->rank * u->s,
+    memcpy(sh->P + u->soff, sh->model->params + u->off + (size_t)sh->srank * u->s,
            u->own * sizeof(float));
   }
   sh->gathered = 1;
@@ -342,7 +331,7 @@ static acc_result_t load_full(acc_shard_t *sh, const char *dir, const mark_t *mk
     const acc__shard_unit_t *u = &sh->units[i];
     if (!u->opt)
       continue;
-    size_t at = u->off + slice_start(sh->stage, sh->rank, u->s);
+    size_t at = u->off + slice_start(sh->stage, sh->srank, u->s);
     acc__optim_view_t uv;
     if ((r = acc__optim_view(acc, u->opt, &uv)) != ACC_OK)
       break;
@@ -447,7 +436,7 @@ static acc_result_t load_sharded(acc_shard_t *sh, const char *dir) {
   acc_result_t r = acc__ckpt_read(sh->acc, path, 2, &f);
   if (r == ACC_OK)
     r = check_shard(sh, &f, path);
-  r = agree(sh->acc, r, "acc_shard_load_state");
+  r = acc__ckpt_agree(sh->acc, r, "acc_shard_load_state", "");
   if (r == ACC_OK) /* scaler, registered objects, RNG, accumulation position */
     r = acc__load_state_ex(sh->acc, dir, NULL, NULL, 1);
   if (r == ACC_OK)

@@ -20,3 +20,15 @@ def ensure():
     already running there (or .venv/ is absent). Returns only then."""
     if os.path.exists(PYTHON) and os.path.realpath(sys.prefix) != os.path.realpath(VENV):
         os.execv(PYTHON, [PYTHON] + sys.argv)
+
+
+def torch_available():
+    """Whether .venv has PyTorch (the benchmarks' reference side); says so
+    on stdout when it has not."""
+    try:
+        import torch  # noqa: F401
+        return True
+    except ImportError:
+        print("torch is not in .venv: PyTorch's side is left out (scripts/deps.sh --bench "
+              "installs it)", flush=True)
+        return False

@@ -30,6 +30,13 @@ def free_port():
         return s.getsockname()[1]
 
 
+def machines_launch(*args):
+    """A free port, and `launch ARGS --main_process_port PORT`: the words
+    every machine of one multi-machine launch shares."""
+    port = str(free_port())
+    return port, ["launch", *args, "--main_process_port", port]
+
+
 class CliCase(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="nbf-cli-")
@@ -46,6 +53,12 @@ class CliCase(unittest.TestCase):
     def nbfork(self, *args, env=None, stdin=None):
         return subprocess.run([NBFORK, *args], capture_output=True, text=True, env=env or self.env,
                               timeout=TIMEOUT, input=stdin)
+
+    def start(self, *args):
+        """`nbfork ARGS` started, not waited for (another machine of a
+        launch); its stdout and stderr are pipes."""
+        return subprocess.Popen([NBFORK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=self.env)
 
     def assert_usage_error(self, r, *words):
         self.assertEqual(r.returncode, 2, r.stderr)
@@ -79,12 +92,8 @@ class Launch(CliCase):
             self.assertIn(f"[{rank}] rank {rank} of 3 (local rank {rank} of 3): sum 6 ok", r.stdout)
 
     def test_launch_two_machines_on_one_host(self):
-        port = str(free_port())
-        common = ["launch", "--num_processes", "4", "--num_machines", "2",
-                  "--main_process_port", port]
-        node1 = subprocess.Popen([NBFORK, *common, "--machine_rank", "1", PROG],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=self.env)
+        port, common = machines_launch("--num_processes", "4", "--num_machines", "2")
+        node1 = self.start(*common, "--machine_rank", "1", PROG)
         r0 = self.nbfork(*common, "--machine_rank", "0", PROG)
         out1, err1 = node1.communicate(timeout=TIMEOUT)
         self.assertEqual(r0.returncode, 0, r0.stderr)
@@ -95,11 +104,8 @@ class Launch(CliCase):
     def test_machines_that_differ_are_named_in_the_commands_words(self):
         # issue 21 item 6: `--num_processes 4 on machine 0, 2 on machine 1`,
         # not %launch's `num_processes: node 0 has 2` and "launch cells"
-        port = str(free_port())
-        common = ["launch", "--num_machines", "2", "--main_process_port", port]
-        node1 = subprocess.Popen([NBFORK, *common, "--num_processes", "2", "--machine_rank", "1",
-                                  PROG], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=self.env)
+        port, common = machines_launch("--num_machines", "2")
+        node1 = self.start(*common, "--num_processes", "2", "--machine_rank", "1", PROG)
         r0 = self.nbfork(*common, "--num_processes", "4", "--machine_rank", "0", PROG)
         node1.communicate(timeout=TIMEOUT)
         self.assertEqual(r0.returncode, 1, r0.stderr)
@@ -111,12 +117,8 @@ class Launch(CliCase):
     def test_rendezvous_secret_mismatch_in_the_commands_words(self):
         # issue 21 item 6: the rendezvous' messages name --rdzv_conf and
         # machines, not %launch's rdzv_conf=secret= and "launch cells"
-        port = str(free_port())
-        common = ["launch", "--num_processes", "2", "--num_machines", "2",
-                  "--main_process_port", port]
-        node1 = subprocess.Popen([NBFORK, *common, "--machine_rank", "1", "--rdzv_conf",
-                                  "join_timeout=3", PROG], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=self.env)
+        port, common = machines_launch("--num_processes", "2", "--num_machines", "2")
+        node1 = self.start(*common, "--machine_rank", "1", "--rdzv_conf", "join_timeout=3", PROG)
         r0 = self.nbfork(*common, "--machine_rank", "0", "--rdzv_conf",
                          "secret=alpha,join_timeout=3", PROG)
         _, err1 = node1.communicate(timeout=TIMEOUT)
@@ -147,12 +149,8 @@ class Launch(CliCase):
     def test_machine_0_without_verdict_in_the_commands_words(self):
         # machine 0 waits for a third machine longer than machine 1 waits
         # for its verdict
-        port = str(free_port())
-        common = ["launch", "--num_processes", "3", "--num_machines", "3",
-                  "--main_process_port", port]
-        node0 = subprocess.Popen([NBFORK, *common, "--machine_rank", "0", "--rdzv_conf",
-                                  "join_timeout=60", PROG], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, env=self.env)
+        port, common = machines_launch("--num_processes", "3", "--num_machines", "3")
+        node0 = self.start(*common, "--machine_rank", "0", "--rdzv_conf", "join_timeout=60", PROG)
         try:
             r1 = self.nbfork(*common, "--machine_rank", "1", "--rdzv_conf", "join_timeout=1",
                              PROG)

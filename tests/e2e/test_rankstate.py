@@ -61,6 +61,24 @@ class RankState(unittest.TestCase):
         self.assertGreaterEqual(i, 0, r.stderr)
         return r.stderr[i + len("nbfork launch: WorkerFailed: "):]
 
+    def interrupt_hang(self, during):
+        """Launch 2 ranks of PROG hang (rank 1 reaches step 58 at once; rank 0
+        then waits in all-reduce #58), call during(p) 3 s in, then SIGINT the
+        launcher; asserts that it exited 130 and returns its stderr."""
+        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
+                              "0", PROG, "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=dict(self.env, NBFORK_TIMEOUT_S="60"))
+        try:
+            time.sleep(3)
+            during(p)
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=TIMEOUT)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        self.assertEqual(p.returncode, 130, err)
+        return err
+
     def timed_launch(self, n, mode, mark, **env):
         """Launch, and time from the worker's "rank 1 <mark> at T" line
         (CLOCK_MONOTONIC, as time.monotonic) to the launcher's report line."""
@@ -165,11 +183,7 @@ class RankState(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 30)  # nobody waited for the timeout
         self.assertIn("killed by signal 11 (SIGSEGV", r.stderr)
         self.assertEqual(sorted(os.listdir("/dev/shm")), before)
-        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
-                              "0", PROG, "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=dict(self.env, NBFORK_TIMEOUT_S="60"))
-        try:
-            time.sleep(3)
+        def check_maps(p):
             maps = ""
             for pid in os.listdir("/proc"):
                 try:
@@ -180,28 +194,14 @@ class RankState(unittest.TestCase):
                     pass
             self.assertIn("/memfd:nbfork-shm", maps)  # the path under test is the one in use
             self.assertNotIn("/dev/shm/", maps)
-            p.send_signal(signal.SIGINT)
-            out, err = p.communicate(timeout=TIMEOUT)
-        finally:
-            if p.poll() is None:
-                p.kill()
-        self.assertEqual(p.returncode, 130, err)
+        self.interrupt_hang(check_maps)
         self.assertEqual(sorted(os.listdir("/dev/shm")), before)
 
     def test_sigquit_prints_where_every_rank_is(self):
-        p = subprocess.Popen([NBFORK, "launch", "--num_processes", "2", "--main_process_port",
-                              "0", PROG, "hang"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=dict(self.env, NBFORK_TIMEOUT_S="60"))
-        try:
-            time.sleep(3)  # rank 1 reaches step 58 at once; rank 0 then waits in #58
+        def quit_first(p):
             p.send_signal(signal.SIGQUIT)
             time.sleep(1)
-            p.send_signal(signal.SIGINT)
-            out, err = p.communicate(timeout=TIMEOUT)
-        finally:
-            if p.poll() is None:
-                p.kill()
-        self.assertEqual(p.returncode, 130, err)
+        err = self.interrupt_hang(quit_first)
         self.assertRegex(err, r"nbfork: where each rank is, \d+\.\d s into the run \(SIGQUIT; "
                               r"their state records\):")
         self.assertRegex(err, r"  rank 0: in all_reduce #58 \(f32 x 4096\) for \d+\.\d s\n")

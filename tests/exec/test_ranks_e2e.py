@@ -8,6 +8,7 @@ method is its own ctest test, exec.e2e.ranks.NAME (tests/exec/CMakeLists.txt).
 """
 import os
 import re
+import threading
 import time
 import unittest
 
@@ -24,6 +25,18 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def both(f0, f1):
+    """f0() and f1() at once (the two nodes' notebooks): [f0(), f1()]."""
+    out = [None, None]
+    threads = [threading.Thread(target=lambda i=i, f=f: out.__setitem__(i, f()))
+               for i, f in enumerate((f0, f1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
 
 
 class RanksE2ETest(nbf_harness.KernelTestCase):
@@ -53,6 +66,42 @@ class RanksE2ETest(nbf_harness.KernelTestCase):
         self.ok('#include <stdlib.h>\n'
                 'int my_rank(void) { const char *r = getenv("RANK"); return r ? atoi(r) : -1; }')
         return self.pids()
+
+    def two_nodes(self):
+        """self.k is node 0, the kernel returned node 1 (its own process,
+        as a second machine's notebook would be): each starts 2 ranks of
+        one group of 4, meeting at node 0's store on loopback with a
+        secret, as two `%launch`es across machines do."""
+        b = Kernel(env={"TMPDIR": self.workdir})
+        self.addCleanup(b.close)
+        for attempt in range(3):
+            port = nbf_harness.free_port()
+            start = ("%%ranks start num_processes=2 num_nodes=2 node_rank=%d use_port=%d "
+                     "rdzv_conf=secret=two-kernels rdzv_timeout=30")
+            r0, r1 = both(lambda: self.run_cell(start % (0, port)),
+                          lambda: b.run(start % (1, port), timeout=TIMEOUT))
+            if nbf_harness.PORT_IN_USE not in str(r0[0]) + str(r1[0]):
+                break
+            both(lambda: self.run_cell("%ranks stop"), lambda: b.run("%ranks stop"))
+        for node, (reply, outputs, _, _) in enumerate((r0, r1)):
+            self.assertEqual(reply["status"], "ok", reply)
+            self.assertIn("node %d of 2 in one process group of world size 4" % node,
+                          stream_text(outputs))
+        return b
+
+    def on_both(self, b, code, **kw0):
+        """Run `code` in node 0's kernel (with kw0: interrupt_when, ...) and
+        node 1's at once: [(reply, outputs, times)] for node 0, node 1."""
+        r0, r1 = both(lambda: self.run_cell(code, **kw0), lambda: b.run(code, timeout=TIMEOUT))
+        return [(r[0], r[1], r[3]) for r in (r0, r1)]
+
+    def assert_each_rank(self, out, value):
+        """on_both's cell succeeded on both nodes and each node's two ranks
+        (0-1 on node 0, 2-3 on node 1) showed `value`."""
+        for node, (reply, outputs, _) in enumerate(out):
+            self.assertEqual(reply["status"], "ok", reply)
+            self.assertEqual(sorted(results(outputs)),
+                             ["[rank %d] %s" % (2 * node + k, value) for k in (0, 1)])
 
     def pids(self):
         text = stream_text(self.ok("%ranks status"))
@@ -275,6 +324,73 @@ class RanksE2ETest(nbf_harness.KernelTestCase):
         self.assertTrue(nbf_harness.wait_until(lambda: not any(alive(p) for p in pids), 10),
                         "rank workers outlived their executor")
         self.assertIn("No rank workers", stream_text(self.ok("%ranks status")))
+
+    # ------------------------------------------------- two nodes, two kernels
+
+    def test_two_nodes_form_one_group_and_rebuild_it_after_a_cut(self):
+        b = self.two_nodes()
+        out = self.on_both(b, "%%ranks\n#include <stdio.h>\n#include <unistd.h>\n"
+                              "acc_t *acc = acc_new(NULL);\nfloat v = acc_rank(acc) + 1;\n"
+                              "acc_all_reduce(acc, &v, 1, ACC_F32, ACC_SUM);\n"
+                              'printf("world %d\\n", acc_world_size(acc));\nv')
+        for node, (reply, outputs, _) in enumerate(out):
+            self.assertEqual(reply["status"], "ok", reply)
+            # each kernel's cell ran on its own node's ranks, the sum on all 4
+            ranks = (0, 1) if node == 0 else (2, 3)
+            self.assertEqual(sorted(results(outputs)), ["[rank %d] 1e+01" % k for k in ranks])
+            self.assertEqual(stream_text(outputs).count("world 4"), 2)
+        status = [stream_text(k.execute("%ranks status")[1]) for k in (self.k, b)]
+        for node, text in enumerate(status):
+            self.assertIn("one process group of world size 4: 2 nodes x 2 ranks; this is node %d"
+                          % node, text)
+            self.assertEqual(sorted(int(m) for m in re.findall(r"(?m)^(\d+)\s+\d+\s", text)),
+                             [2 * node, 2 * node + 1], text)
+        # node 0's kernel is interrupted while rank 1 never joins the
+        # all-reduce the others wait in: both nodes end the cell
+        out = self.on_both(b, '%%ranks\nfloat cut = 100;\nprintf("entered\\n"); fflush(stdout);\n'
+                              "if (acc_rank(acc) != 1) acc_all_reduce(acc, &cut, 1, ACC_F32, "
+                              "ACC_SUM);\nelse for (;;) pause();",
+                           interrupt_when=lambda o: stream_text(o).count("entered") == 2)
+        (r0, _, t0), (r1, _, t1) = out
+        self.assertEqual((r0["ename"], r1["ename"]), ("KeyboardInterrupt", "KeyboardInterrupt"))
+        self.assertLess(t0["idle"] - t0["interrupt"], 2.0)
+        self.assertIn("node 0 was interrupted during this cell", r1["evalue"])
+        for reply in (r0, r1):
+            self.assertRegex("\n".join(reply["traceback"]),
+                             r"every rank of the 2 nodes rebuilds its process groups at its next "
+                             r"collective \(.* epoch \d+ agreed by the nodes")
+        # the next collective runs on one new group of 4: 1+2+3+4, not the
+        # cut call's 100s
+        out = self.on_both(b, "%%ranks\nfloat w = acc_rank(acc) + 1;\n"
+                              "acc_all_reduce(acc, &w, 1, ACC_F32, ACC_SUM);\nw")
+        self.assert_each_rank(out, "1e+01")
+
+    def test_two_nodes_a_crash_is_reported_on_both_and_restart_recovers(self):
+        b = self.two_nodes()
+        self.on_both(b, "%%ranks\n#include <unistd.h>\nacc_t *acc = acc_new(NULL);")
+        out = self.on_both(b, "%%ranks\nfloat x = 1;\n"
+                              "if (acc_rank(acc) == 3) { usleep(300000); *(volatile int *)0 = 1; }"
+                              "\nacc_all_reduce(acc, &x, 1, ACC_F32, ACC_SUM);")
+        (r0, _, t0), (r1, _, _) = out
+        self.assertEqual((r0["ename"], r1["ename"]), ("RankFailed", "RankFailed"))
+        self.assertIn("rank 3", r1["evalue"])
+        # node 0's ranks waited on the dead rank's node: stopped, and told why
+        self.assertLess(t0["idle"] - t0["sent"], 10.0)
+        # (first, whether node 0's ranks were stopped or lost node 1's first)
+        self.assertRegex(r0["evalue"], r"^rank 3 \(node 1, pid \d+\) was killed by signal 11 "
+                                       r"\(SIGSEGV\)( on another node)? during this cell")
+        for reply in (r0, r1):
+            self.assertRegex("\n".join(reply["traceback"]),
+                             r"cannot be used again \([^)]*rank [\d, ]+ dead on node 1[^)]*\): run "
+                             r"%ranks restart on every node")
+        status = stream_text(b.execute("%ranks status")[1])
+        self.assertRegex(status, r"(?m)^3\s.*killed by signal 11")
+        out = self.on_both(b, "%ranks restart")
+        for reply, _, _ in out:
+            self.assertEqual(reply["status"], "ok", reply)
+        out = self.on_both(b, "%%ranks\nacc_t *acc2 = acc_new(NULL);\nfloat y = 1;\n"
+                              "acc_all_reduce(acc2, &y, 1, ACC_F32, ACC_SUM);\ny")
+        self.assert_each_rank(out, "4")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@
 #include "ln_leftover.h"
 #include "ln_options.h"
 #include "ln_probe.h"
+#include "ln_ranks_nodes.h"
 #include "ln_rdzv.h"
 #include "ln_worker.h"
 #include "nbf_rankstate.h"
@@ -930,6 +931,56 @@ NBF_TEST(rdzv_conf_join_timeout_and_secret) {
   ln_options_init(&o);
   ASSERT_EQ(ln_options_parse("num_processes=1 rdzv_conf=join_timeout=0", &o, err, sizeof err), -1);
   ASSERT_CONTAINS(err, "join_timeout=SECONDS");
+}
+
+/* Two nodes' executors of %ranks against one store (served from this
+ * process): a node's stop is seen by the other and never by itself; the
+ * decision on a stopped cell is one for both, made from both verdicts. */
+NBF_TEST(ranks_nodes_agree_on_a_stopped_cell) {
+  char err[256];
+  acc_store_server_t *srv = acc_store_server_start("127.0.0.1", 0, err, sizeof err);
+  ASSERT_NOT_NULL(srv);
+  ln_options_t o[2];
+  ln_rk_nodes_t *n[2];
+  for (int k = 0; k < 2; k++) {
+    ln_options_init(&o[k]);
+    o[k].num_nodes = 2;
+    o[k].node_rank = k;
+    o[k].use_port = acc_store_server_port(srv);
+    char *e = NULL;
+    n[k] = ln_rk_nodes_open(&o[k], 0, &e);
+    ASSERT_NOT_NULL(n[k]);
+  }
+  /* cell 1: node 1 interrupted, node 0's ranks cut inside a collective */
+  ln_rk_nodes_stop(n[1], 1, 'I', "node 1 was interrupted");
+  ASSERT_NULL(ln_rk_nodes_stopped(n[1], 1));
+  ASSERT_NULL(ln_rk_nodes_stopped(n[0], 2));
+  char *stop = ln_rk_nodes_stopped(n[0], 1);
+  ASSERT_EQ_STR(stop, "Inode 1 was interrupted");
+  free(stop);
+  ln_rk_nodes_verdict(n[0], 1, 'c', NULL);
+  ln_rk_nodes_verdict(n[1], 1, 'k', NULL);
+  char *why = NULL;
+  for (int k = 1; k >= 0; k--) /* node 1 asks first: it decides */
+    ASSERT_EQ(ln_rk_nodes_decide(n[k], 1, &why), LN_RKN_REBUILD);
+  /* cell 2: a dead rank on node 1 forbids the rebuild a cut asks for */
+  ln_rk_nodes_verdict(n[0], 2, 'c', NULL);
+  ln_rk_nodes_verdict(n[1], 2, 'd', "rank 3 dead");
+  for (int k = 0; k < 2; k++) {
+    ASSERT_EQ(ln_rk_nodes_decide(n[k], 2, &why), LN_RKN_CANNOT);
+    ASSERT_EQ_STR(why, "rank 3 dead on node 1");
+    free(why);
+  }
+  /* cell 3: stopped outside collectives on one node, finished on the
+   * other: the group is in step */
+  ln_rk_nodes_verdict(n[0], 3, 'k', NULL);
+  ln_rk_nodes_verdict(n[1], 3, 'o', NULL);
+  for (int k = 0; k < 2; k++)
+    ASSERT_EQ(ln_rk_nodes_decide(n[k], 3, &why), LN_RKN_NOTHING);
+  for (int k = 0; k < 2; k++)
+    ln_rk_nodes_close(&n[k]);
+  ASSERT_NULL(n[0]);
+  acc_store_server_stop(&srv);
 }
 
 NBF_TEST_MAIN()

@@ -2,8 +2,12 @@
  * test_mlp.c — the model toolkit: MLP gradients (finite differences),
  * nn.Linear initialization bounds, SGD/AdamW against hand-computed
  * PyTorch updates, and a short Fashion-MNIST training run.
- *   test_mlp gradcheck|init|sgd|adamw|train_fashion_mnist|buckets|buckets_fp16|
- *            buckets_peer_exit
+ *   test_mlp gradcheck|host_backward_equals_reference|init|sgd|adamw|
+ *            train_fashion_mnist|buckets|buckets_fp16|buckets_peer_exit
+ *
+ * host_backward_equals_reference: the host backward's gradients are
+ * bit-for-bit those of a plain reference in this file (the same CBLAS
+ * calls, the ReLU mask as the conditional store it replaced).
  *
  * buckets*: the gradient all-reduce of acc_mlp_backward_xent per bucket
  * (NBFORK_GRAD_BUCKETS=1) and per bucket overlapping the backward pass
@@ -16,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cblas.h>
 
 #include "nbfork.h"
 #include "rt_mlp.h"
@@ -80,6 +86,96 @@ NBF_TEST(gradcheck) {
   printf("max relative gradient error %.2e\n", max_rel);
   acc_mlp_destroy(&m);
   ASSERT_NULL(m);
+}
+
+/* The reference forward of layer l: out (B × nout) = in · W^T + b, ReLU
+ * on hidden layers; the calls acc_mlp.c makes. */
+static void ref_forward(const float *w, const float *b, const float *in, int B, int nin, int nout,
+                        int relu, float *out) {
+  for (int r = 0; r < B; r++)
+    memcpy(out + (size_t)r * nout, b, (size_t)nout * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, nout, nin, 1.0f, in, nin, w, nin, 1.0f,
+              out, nout);
+  for (int i = 0; relu && i < B * nout; i++)
+    out[i] = out[i] > 0.0f ? out[i] : 0.0f;
+}
+
+/* dz = (softmax(z) - onehot(y)) / B, in acc_mlp.c's order of operations. */
+static void ref_xent(const float *z, const int64_t *y, int B, int C, float *dz) {
+  const float invB = 1.0f / (float)B;
+  for (int r = 0; r < B; r++) {
+    const float *zr = z + (size_t)r * C;
+    float *d = dz + (size_t)r * C, mx = zr[0], s = 0.0f;
+    for (int c = 1; c < C; c++)
+      mx = zr[c] > mx ? zr[c] : mx;
+    for (int c = 0; c < C; c++) {
+      d[c] = expf(zr[c] - mx);
+      s += d[c];
+    }
+    float inv = invB / s;
+    for (int c = 0; c < C; c++)
+      d[c] *= inv;
+    d[y[r]] -= invB;
+  }
+}
+
+NBF_TEST(host_backward_equals_reference) {
+  enum { L = 3, B = 16 };
+  const int sizes[L + 1] = {5, 7, 6, 4};
+  acc_set_seed(NULL, 5, 0);
+  acc_mlp_t *m = acc_mlp_new(NULL, sizes, L, B);
+  ASSERT_NOT_NULL(m);
+  float x[B * 5], act[L + 1][B * 7], dz[B * 7], dprev[B * 7];
+  int64_t y[B];
+  for (int i = 0; i < B * 5; i++)
+    x[i] = (float)acc_rand_normal(NULL);
+  for (int r = 0; r < B; r++)
+    y[r] = r % 4;
+  size_t n = acc_mlp_num_params(m), w_off[L], off = 0;
+  for (int l = 0; l < L; l++) {
+    w_off[l] = off;
+    off += (size_t)sizes[l + 1] * (size_t)(sizes[l] + 1); /* W_l, then b_l */
+  }
+  ASSERT_EQ(off, n);
+  const float *p = acc_mlp_params(m);
+  float *want = calloc(n, sizeof(float));
+  memcpy(act[0], x, sizeof x);
+  for (int l = 0; l < L; l++)
+    ref_forward(p + w_off[l], p + w_off[l] + (size_t)sizes[l + 1] * sizes[l], act[l], B, sizes[l],
+                sizes[l + 1], l < L - 1, act[l + 1]);
+  ref_xent(act[L], y, B, sizes[L], dz);
+  int masked = 0;
+  for (int l = L - 1; l >= 0; l--) {
+    const int nin = sizes[l], nout = sizes[l + 1];
+    float *gw = want + w_off[l], *gb = gw + (size_t)nout * nin;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nout, nin, B, 1.0f, dz, nout, act[l], nin,
+                1.0f, gw, nin);
+    for (int r = 0; r < B; r++)
+      for (int c = 0; c < nout; c++)
+        gb[c] += dz[r * nout + c];
+    if (l == 0)
+      break;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout,
+                p + w_off[l], nin, 0.0f, dprev, nin);
+    for (int i = 0; i < B * nin; i++)
+      if (!(act[l][i] > 0.0f)) { /* the mask as acc_mlp.c had it */
+        dprev[i] = 0.0f;
+        masked++;
+      }
+    memcpy(dz, dprev, (size_t)B * nin * sizeof(float));
+  }
+  ASSERT_GT(masked, B); /* the mask zeroed something: the test exercises it */
+  acc_mlp_zero_grad(m);
+  const float *z = acc_mlp_forward(m, x, B);
+  ASSERT_NOT_NULL(z);
+  ASSERT_TRUE(memcmp(z, act[L], (size_t)B * sizes[L] * sizeof(float)) == 0);
+  ASSERT_TRUE(isfinite(acc_mlp_backward_xent(m, y)));
+  const float *g = acc_mlp_grads(m);
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&g[i], &want[i], sizeof(float)) != 0)
+      NBF_TEST_FAIL("gradient %zu: %.9g, reference %.9g", i, g[i], want[i]);
+  free(want);
+  acc_mlp_destroy(&m);
 }
 
 NBF_TEST(init) {

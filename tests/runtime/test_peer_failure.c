@@ -28,22 +28,30 @@
  * room for a loaded 2-core machine. */
 #define AT_ONCE_S 2.5
 
+/* All-reduce `buf` (4096 floats) until a call fails (at most `tries`);
+ * prints and returns that result, *dt_s = seconds it took. */
+static acc_result_t reduce_until_error(acc_t *acc, int rank, float *buf, int tries, double *dt_s) {
+  double t0 = rt_now();
+  acc_result_t r = ACC_OK;
+  for (int it = 0; it < tries && r == ACC_OK; it++)
+    r = acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM);
+  *dt_s = rt_now() - t0;
+  fprintf(stderr, "rank %d: error after %.2f s: %s (%s)\n", rank, *dt_s, acc_strerror(r),
+          acc_last_error(acc));
+  return r;
+}
+
 static int survivor(acc_t *acc, int rank) {
   float buf[4096];
   for (int i = 0; i < 4096; i++)
     buf[i] = 1.0f;
-  double t0 = rt_now();
-  acc_result_t r = ACC_OK;
-  for (int it = 0; it < 100000 && r == ACC_OK; it++)
-    r = acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM);
-  double dt = rt_now() - t0;
-  fprintf(stderr, "rank %d: error after %.2f s: %s (%s)\n", rank, dt, acc_strerror(r),
-          acc_last_error(acc));
+  double dt;
+  acc_result_t r = reduce_until_error(acc, rank, buf, 100000, &dt);
   ASSERT_TRUE(r == ACC_ERR_PEER || r == ACC_ERR_TIMEOUT);
   ASSERT_DBL_LT(dt, TIMEOUT_S + MARGIN_S);
   ASSERT_TRUE(strlen(acc_last_error(acc)) > 20);
   /* the group is unusable now: errors at once, never a hang */
-  t0 = rt_now();
+  double t0 = rt_now();
   ASSERT_NE(acc_all_reduce(acc, buf, 4, ACC_F32, ACC_SUM), ACC_OK);
   ASSERT_NE(acc_wait_for_everyone(acc), ACC_OK);
   ASSERT_DBL_LT(rt_now() - t0, AT_ONCE_S);
@@ -123,13 +131,8 @@ static int nodes_rank(int rank, int world, void *arg) {
     usleep(200000);
     raise(SIGKILL);
   }
-  double t0 = rt_now();
-  acc_result_t r = ACC_OK;
-  for (int it = 0; it < 1000000 && r == ACC_OK; it++)
-    r = acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM);
-  double dt = rt_now() - t0;
-  fprintf(stderr, "rank %d: error after %.2f s: %s (%s)\n", rank, dt, acc_strerror(r),
-          acc_last_error(acc));
+  double dt;
+  acc_result_t r = reduce_until_error(acc, rank, buf, 1000000, &dt);
   ASSERT_EQ(r, ACC_ERR_PEER);
   ASSERT_DBL_LT(dt, AT_ONCE_S);
   acc_destroy(&acc);
