@@ -53,7 +53,10 @@ int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, struc
  * as ex_cell_state_prelude gives them, but only the functions and
  * variables `code` names (directly, through earlier macros, or through
  * the declarations kept), so that a cell's unit does not grow with the
- * notebook (issue 20, item 7: a new cell after 20,000 distinct ones). A
+ * notebook (issue 20, item 7: a new cell after 20,000 distinct ones);
+ * found by looking the words up by key, so neither does the work of
+ * making it (O(words of the cell and of what it keeps) lookups, plus the
+ * types, macros and preprocessor lines every prelude keeps). A
  * name it misses makes TinyCC fail, and the cell goes to the system
  * compiler with the whole prelude. 0, or -1 when memory ran out. */
 int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,

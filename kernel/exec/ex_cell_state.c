@@ -37,6 +37,7 @@ void ex_cell_state_destroy(ex_cell_state_t **st_p) {
     entry_free(&st->entries[i]);
   free(st->entries);
   free(st->slots);
+  nbf_buf_free(&st->others);
   for (size_t i = 0; i < st->ntypedefs; i++)
     free(st->typedefs[i]);
   free(st->typedefs);
@@ -60,6 +61,11 @@ static char *concat(const char *a, const char *b) {
     memcpy(r + la, b, lb + 1);
   }
   return r;
+}
+
+/* Is `key` one a prelude keeps only when the cell's words name it? */
+static int by_name(const char *key) {
+  return !strncmp(key, "sym:", 4) || !strncmp(key, "proto:", 6);
 }
 
 /* Key under which a chunk's definition is registered (caller frees), or
@@ -123,7 +129,7 @@ int ex_cell_state_defines(const ex_split_t *sp, const char *key) {
  * re-run)? Its prelude line then stays where it was: an earlier type
  * whose array size names the macro comes after it in the prelude but
  * before the cell's own #define (C allows an identical redefinition). */
-static int same_macro(const ex_split_t *sp, const entry_t *e) {
+int ex_cell_state_same_macro(const ex_split_t *sp, const entry_t *e) {
   if (strncmp(e->key, "macro:", 6) || !e->uses)
     return 0;
   for (size_t i = 0; i < sp->count; i++) {
@@ -137,36 +143,139 @@ static int same_macro(const ex_split_t *sp, const entry_t *e) {
 int ex_cell_state_prelude(const ex_cell_state_t *st, const ex_split_t *sp, nbf_buf_t *out) {
   int bad = 0;
   for (size_t i = 0; i < st->n; i++)
-    if (!ex_cell_state_defines(sp, st->entries[i].key) || same_macro(sp, &st->entries[i]))
+    if (!ex_cell_state_defines(sp, st->entries[i].key) ||
+        ex_cell_state_same_macro(sp, &st->entries[i]))
       bad |= nbf_buf_puts(out, st->entries[i].text);
   return bad ? -1 : 0;
 }
 
-static int collect_words(const ex_cell_state_t *st, const char *text, int depth, nbf_buf_t *words);
+/* Entry indices in an nbf_buf: a max-heap while the prelude is chosen,
+ * then a list. */
+#define IDX(b) ((size_t *)(b)->data)
+#define NIDX(b) ((b)->len / sizeof(size_t))
+
+static int idx_add(nbf_buf_t *b, size_t i) {
+  return nbf_buf_append(b, &i, sizeof i);
+}
+
+static int heap_push(nbf_buf_t *h, size_t x) {
+  if (idx_add(h, x))
+    return -1;
+  size_t *v = IDX(h), i = NIDX(h) - 1;
+  for (; i && v[(i - 1) / 2] < x; i = (i - 1) / 2)
+    v[i] = v[(i - 1) / 2];
+  v[i] = x;
+  return 0;
+}
+
+static size_t heap_pop(nbf_buf_t *h) {
+  h->len -= sizeof(size_t);
+  size_t *v = IDX(h), n = NIDX(h), top = v[0], x = v[n], i = 0;
+  for (size_t c; (c = 2 * i + 1) < n; i = c) {
+    if (c + 1 < n && v[c + 1] > v[c])
+      c++;
+    if (v[c] <= x)
+      break;
+    v[i] = v[c];
+  }
+  if (n)
+    v[i] = x;
+  return top;
+}
+
+/* The index of the entry `prefix` + the word w (n bytes), -1 when there
+ * is none, -2 when memory ran out. */
+static long lookup_word(const ex_cell_state_t *st, const char *prefix, const char *w, size_t n) {
+  char small[160], *key = small;
+  size_t pl = strlen(prefix);
+  if (pl + n + 1 > sizeof small && !(key = malloc(pl + n + 1)))
+    return -2;
+  memcpy(key, prefix, pl);
+  memcpy(key + pl, w, n);
+  key[pl + n] = 0;
+  long at = ex_cell_state_lookup(st, key);
+  if (key != small)
+    free(key);
+  return at;
+}
+
+/* Push the entries the words of `words` (" w1 w2 ...") name that are
+ * older than entry `below`: those a pass from the newest back would see
+ * named once it reached them. */
+static int push_named(const ex_cell_state_t *st, const char *words, size_t below, nbf_buf_t *h) {
+  static const char *const prefixes[] = {"sym:", "proto:"};
+  int bad = 0;
+  const char *p = words;
+  size_t n;
+  for (const char *w = ex_cell_next_word(&p, &n); n; w = ex_cell_next_word(&p, &n))
+    for (int k = 0; k < 2; k++) {
+      long at = lookup_word(st, prefixes[k], w, n);
+      bad |= at == -2;
+      if (at >= 0 && (size_t)at < below)
+        bad |= heap_push(h, (size_t)at);
+    }
+  return bad;
+}
+
+/* The entries every prelude keeps (*v, *n): st->others, or, after memory
+ * ran out keeping that list, a pass into *owned (the caller frees it).
+ * 0, or -1 when memory ran out here too. */
+static int others_of(const ex_cell_state_t *st, const size_t **v, size_t *n, size_t **owned) {
+  *v = (const size_t *)st->others.data;
+  *n = st->others.len / sizeof(size_t);
+  *owned = NULL;
+  if (!st->others_lost)
+    return 0;
+  size_t *w = malloc((st->n + 1) * sizeof *w);
+  if (!w)
+    return -1;
+  *n = 0;
+  for (size_t i = 0; i < st->n; i++)
+    if (!by_name(st->entries[i].key))
+      w[(*n)++] = i;
+  *v = *owned = w;
+  return 0;
+}
+
+/* The prelude's entries, ascending: `others` and the named ones (`named`,
+ * descending) merged, each when the cell does not define it again. */
+static int emit_prelude(const ex_cell_state_t *st, const ex_split_t *sp, const size_t *others,
+                        size_t nothers, const nbf_buf_t *named, nbf_buf_t *out) {
+  int bad = 0;
+  const size_t *v = IDX(named);
+  size_t a = 0, b = NIDX(named);
+  while (!bad && (a < nothers || b > 0)) {
+    size_t i = b == 0 || (a < nothers && others[a] < v[b - 1]) ? others[a++] : v[--b];
+    const entry_t *e = &st->entries[i];
+    if (!ex_cell_state_defines(sp, e->key) || ex_cell_state_same_macro(sp, e))
+      bad |= nbf_buf_puts(out, e->text);
+  }
+  return bad;
+}
 
 int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
                               nbf_buf_t *out) {
-  nbf_buf_t words = {0};
-  char *keep = calloc(st->n + 1, 1);
-  int bad = !keep || nbf_buf_puts(&words, " ") || collect_words(st, code, 0, &words) ||
+  nbf_buf_t words = {0}, heap = {0}, named = {0};
+  int bad = nbf_buf_puts(&words, " ") || ex_cell_state_collect_words(st, code, 0, &words) ||
             nbf_buf_puts(&words, " ");
-  /* from the newest back: a declaration kept may name older ones
-   * (`__typeof__(x) y`), whose words then count too */
-  for (size_t i = st->n; !bad && i-- > 0;) {
-    const entry_t *e = &st->entries[i];
-    int named = strncmp(e->key, "sym:", 4) && strncmp(e->key, "proto:", 6);
-    if (!named) {
-      const char *name = strchr(e->key, ':') + 1;
-      named = ex_cell_word_in(words.data, name, strlen(name));
-      if (named)
-        bad |= collect_words(st, e->text, 0, &words) | nbf_buf_puts(&words, " ");
-    }
-    keep[i] = named && (!ex_cell_state_defines(sp, e->key) || same_macro(sp, e));
+  bad = bad || push_named(st, words.data, st->n, &heap);
+  /* newest first: a declaration kept may name older ones (`__typeof__(x)
+   * y`), whose words then count too */
+  while (!bad && heap.len) {
+    size_t i = heap_pop(&heap); /* once: each word is looked up once */
+    bad |= idx_add(&named, i);  /* descending */
+    size_t from = words.len;
+    bad |=
+        ex_cell_state_collect_words(st, st->entries[i].text, 0, &words) | nbf_buf_puts(&words, " ");
+    bad = bad || push_named(st, words.data + from, i, &heap);
   }
-  for (size_t i = 0; !bad && i < st->n; i++)
-    if (keep[i])
-      bad |= nbf_buf_puts(out, st->entries[i].text);
-  free(keep);
+  const size_t *others = NULL;
+  size_t nothers = 0, *owned = NULL;
+  bad = bad || others_of(st, &others, &nothers, &owned) ||
+        emit_prelude(st, sp, others, nothers, &named, out);
+  free(owned);
+  nbf_buf_free(&heap);
+  nbf_buf_free(&named);
   nbf_buf_free(&words);
   return bad ? -1 : 0;
 }
@@ -174,7 +283,8 @@ int ex_cell_state_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, c
 /* Append to `words` (" w1 w2 ... ") each word of `text`, and the words
  * of the bodies of earlier cells' macros it names, three levels deep (as
  * ex_jit_cell_safe looks). */
-static int collect_words(const ex_cell_state_t *st, const char *text, int depth, nbf_buf_t *words) {
+int ex_cell_state_collect_words(const ex_cell_state_t *st, const char *text, int depth,
+                                nbf_buf_t *words) {
   int bad = 0;
   const char *p = text;
   size_t n;
@@ -188,24 +298,37 @@ static int collect_words(const ex_cell_state_t *st, const char *text, int depth,
     snprintf(key, sizeof key, "macro:%.*s", (int)n, w);
     long at = ex_cell_state_lookup(st, key);
     if (at >= 0 && st->entries[at].uses)
-      bad |= collect_words(st, st->entries[at].uses, depth + 1, words);
+      bad |= ex_cell_state_collect_words(st, st->entries[at].uses, depth + 1, words);
   }
   return bad;
 }
 
+static int cmp_index(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  return (x > y) - (x < y);
+}
+
 int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
                            nbf_buf_t *out) {
-  nbf_buf_t words = {0};
-  int bad =
-      nbf_buf_puts(&words, " ") | collect_words(st, code, 0, &words) | nbf_buf_puts(&words, " ");
-  int any = 0;
-  for (size_t i = 0; !bad && i < st->n; i++) {
-    const entry_t *e = &st->entries[i];
+  nbf_buf_t words = {0}, vars = {0};
+  int bad = nbf_buf_puts(&words, " ") | ex_cell_state_collect_words(st, code, 0, &words) |
+            nbf_buf_puts(&words, " ");
+  /* the earlier variables the words name, by key; in the registry's order */
+  const char *p = bad ? "" : words.data;
+  size_t n;
+  for (const char *w = ex_cell_next_word(&p, &n); !bad && n; w = ex_cell_next_word(&p, &n)) {
+    long at = lookup_word(st, "sym:", w, n);
+    bad |= at == -2;
+    const entry_t *e = at >= 0 ? &st->entries[at] : NULL;
+    if (e && e->kind && !strcmp(e->kind, "variable") && !ex_cell_state_defines(sp, e->key))
+      bad |= idx_add(&vars, (size_t)at);
+  }
+  if (vars.len)
+    qsort(vars.data, NIDX(&vars), sizeof(size_t), cmp_index);
+  for (size_t k = 0; !bad && k < NIDX(&vars); k++) {
+    const entry_t *e = &st->entries[IDX(&vars)[k]];
     const char *name = e->key + 4;
-    if (strncmp(e->key, "sym:", 4) || !e->kind || strcmp(e->kind, "variable") ||
-        !ex_cell_word_in(words.data, name, strlen(name)) || ex_cell_state_defines(sp, e->key))
-      continue;
-    if (!any++)
+    if (!k)
       bad |= nbf_buf_puts(out, "#line 1 \"<nbfork>\"\n");
     if (e->addr) /* in memory: no symbol names it, its address does */
       bad |= nbf_buf_printf(out,
@@ -218,6 +341,7 @@ int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, cons
           name, name);
     bad |= nbf_buf_printf(out, "#define %s (*(0, __nbf_p_%s))\n", name, name);
   }
+  nbf_buf_free(&vars);
   nbf_buf_free(&words);
   return bad ? -1 : 0;
 }
@@ -237,8 +361,18 @@ static void index_put(ex_cell_state_t *st, size_t i) {
   st->slots[s] = i + 1;
 }
 
+/* Note entry i in `others` when every prelude keeps it. */
+static void others_note(ex_cell_state_t *st, size_t i) {
+  if (!by_name(st->entries[i].key) && !st->others_lost)
+    st->others_lost = nbf_buf_append(&st->others, &i, sizeof i) != 0;
+}
+
 /* Index every entry again (after entries moved, or to grow): 0 or -1. */
 static int index_rebuild(ex_cell_state_t *st) {
+  st->others.len = 0;
+  st->others_lost = 0;
+  for (size_t i = 0; i < st->n; i++)
+    others_note(st, i);
   size_t want = 64;
   while (want < 2 * st->n + 2)
     want *= 2;
@@ -304,10 +438,12 @@ static int put_entry(ex_cell_state_t *st, entry_t e) {
     st->cap = cap;
   }
   st->entries[st->n++] = e;
-  if (moved || !st->slots || 2 * st->n + 2 > st->nslots)
+  if (moved || !st->slots || 2 * st->n + 2 > st->nslots) {
     index_rebuild(st); /* a failure leaves no index: lookups make a pass */
-  else
+  } else {
     index_put(st, st->n - 1);
+    others_note(st, st->n - 1);
+  }
   return 0;
 oom:
   entry_free(&e);

@@ -426,16 +426,28 @@ int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
   TCCState *s = tcc_new();
   if (!s)
     return -1;
-#ifdef NBFORK_TCC_LIB_DIR
-  tcc_set_lib_path(s, NBFORK_TCC_LIB_DIR); /* before output type: it reads libtcc1.a */
-#endif
   tcc_set_error_func(s, NULL, quiet);
   /* -Werror: a warning sends the cell to GCC, whose diagnostics (with
    * -Werror=implicit-function-declaration) the user then sees */
   /* 4 KiB between its segments, not 2 MiB: no gap to map (dlopen), a
    * small span to copy (ex_jit_dll_load) */
   tcc_set_options(s, "-Werror -std=c11 -Wl,-section-alignment=0x1000");
+#ifdef NBFORK_TCC_LIB_DIR
+  tcc_set_lib_path(s, NBFORK_TCC_LIB_DIR); /* before output type: it reads libtcc1.a */
+  /* No libc.so and crti/crtn in the link, only TinyCC's runtime helpers
+   * (libtcc1.a): reading libc's ~3,000 dynamic symbols into the object's
+   * tables was a third of a trivial cell's instructions (issue 20, item
+   * 8). libc is in the executor already: the cell's references to it
+   * bind there when it is loaded (ex_jit_dll_load's dlsym, or dlopen for
+   * %ranks), as the system compiler's cells do (-nodefaultlibs,
+   * ex_compile.c); the relocations are checked all the same. */
+  tcc_set_options(s, "-nostdlib");
+#endif
   int rc = tcc_set_output_type(s, TCC_OUTPUT_DLL);
+#ifdef NBFORK_TCC_LIB_DIR
+  if (rc == 0)
+    rc = tcc_add_file(s, NBFORK_TCC_LIB_DIR "/libtcc1.a");
+#endif
   if (rc == 0 && incdir)
     rc = tcc_add_include_path(s, incdir);
   if (rc == 0)

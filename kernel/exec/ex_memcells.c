@@ -23,6 +23,10 @@ struct ex_memcells {
   size_t used, cap, bytes;
   ex_memcell_t *cells;
   size_t n, ncap;
+  size_t *slots; /* hash index of the tags: cell index + 1, 0 empty (a
+                    long notebook's lookups are not a pass over it); NULL
+                    after memory ran out (then a pass) */
+  size_t nslots; /* a power of two, at least twice n */
   char script[PATH_MAX];
   int has_script;
   uint64_t hash;
@@ -54,15 +58,56 @@ void ex_memcells_destroy(ex_memcells_t **m_p) {
   for (size_t i = 0; i < (*m_p)->n; i++)
     cell_free(&(*m_p)->cells[i]);
   free((*m_p)->cells);
+  free((*m_p)->slots);
   free(*m_p);
   *m_p = NULL;
 }
 
+static uint64_t fnv1a(const char *s, uint64_t h) {
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+#define FNV_OFFSET 14695981039346656037ULL
+
 const ex_memcell_t *ex_memcells_find(const ex_memcells_t *m, const char *tag) {
+  if (m && m->slots) {
+    size_t mask = m->nslots - 1;
+    for (size_t s = fnv1a(tag, FNV_OFFSET) & mask; m->slots[s]; s = (s + 1) & mask)
+      if (!strcmp(m->cells[m->slots[s] - 1].tag, tag))
+        return &m->cells[m->slots[s] - 1];
+    return NULL;
+  }
   for (size_t i = m ? m->n : 0; i-- > 0;)
     if (!strcmp(m->cells[i].tag, tag))
       return &m->cells[i];
   return NULL;
+}
+
+/* Put cell i into the index (which has room); the newest of a tag wins. */
+static void index_put(ex_memcells_t *m, size_t i) {
+  size_t mask = m->nslots - 1, s = fnv1a(m->cells[i].tag, FNV_OFFSET) & mask;
+  while (m->slots[s] && strcmp(m->cells[m->slots[s] - 1].tag, m->cells[i].tag))
+    s = (s + 1) & mask;
+  m->slots[s] = i + 1;
+}
+
+/* Index cell m->n - 1, just added: grown and rebuilt when it would fill
+ * half the table. Out of memory leaves no index (lookups make a pass). */
+static void index_add(ex_memcells_t *m) {
+  if (2 * m->n + 2 > m->nslots) {
+    size_t want = m->nslots ? m->nslots * 2 : 256;
+    free(m->slots);
+    m->slots = calloc(want, sizeof *m->slots);
+    m->nslots = m->slots ? want : 0;
+    for (size_t i = 0; m->slots && i + 1 < m->n; i++)
+      index_put(m, i);
+  }
+  if (m->slots)
+    index_put(m, m->n - 1);
 }
 
 /* ex_jit_dll_load's allocator: n bytes of the arena (a new arena when the
@@ -157,16 +202,9 @@ const ex_memcell_t *ex_memcells_load(ex_memcells_t *m, const ex_cell_unit_t *u,
   free_names(names, nv > 0 ? (size_t)nv : 0);
   if (!c.run)
     return NULL;
-  m->cells[m->n] = c;
-  return &m->cells[m->n++];
-}
-
-static uint64_t fnv1a(const char *s, uint64_t h) {
-  for (; *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 1099511628211ULL;
-  }
-  return h;
+  m->cells[m->n++] = c;
+  index_add(m);
+  return &m->cells[m->n - 1];
 }
 
 int ex_memcells_publish(ex_memcells_t *m, const ex_memcell_t *c, ex_cell_state_t *st) {
@@ -182,7 +220,7 @@ int ex_memcells_publish(ex_memcells_t *m, const ex_memcell_t *c, ex_cell_state_t
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(id, sizeof id, "%d.%lld.%ld.%p", (int)getpid(), (long long)ts.tv_sec, ts.tv_nsec,
              (void *)m->arena);
-    m->hash = fnv1a(id, 14695981039346656037ULL) | 1;
+    m->hash = fnv1a(id, FNV_OFFSET) | 1;
   }
   FILE *f = fopen(m->script, "a");
   if (!f)

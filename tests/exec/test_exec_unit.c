@@ -7,8 +7,10 @@
  * Run one case: build/bin/test_exec_unit split_function  (--list for all).
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@
 
 #include "../common/nbf_test.h"
 #include "ex_cell.h"
+#include "ex_cell_state_impl.h"
 #include "ex_compile.h"
 #include "ex_cuda_hook.h"
 #include "ex_decl.h"
@@ -538,6 +541,162 @@ NBF_TEST(cell_prelude_for_later_cells) {
   ASSERT_TRUE(!ex_cell_find(c.st, "nothing", &n));
   ex_cell_unit_free(&u1);
   ex_cell_unit_free(&u2);
+  ex_cell_state_destroy(&c.st);
+}
+
+/* ------------------------------------ the prelude by key (issue 20, 7) */
+
+/* The passes over the whole registry that ex_cell_state_prelude_for and
+ * ex_cell_state_indirect made before they looked names up by key (a new
+ * cell after 20,000 distinct ones cost 1.5x the first): the reference
+ * their output must equal, byte for byte (the helpers both use, word
+ * collection and the re-run macro rule, are the registry's own). */
+static void ref_prelude_for(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                            nbf_buf_t *out) {
+  nbf_buf_t words = {0};
+  char *keep = calloc(st->n + 1, 1);
+  nbf_buf_puts(&words, " ");
+  ex_cell_state_collect_words(st, code, 0, &words);
+  nbf_buf_puts(&words, " ");
+  for (size_t i = st->n; i-- > 0;) {
+    const entry_t *e = &st->entries[i];
+    int named = strncmp(e->key, "sym:", 4) && strncmp(e->key, "proto:", 6);
+    if (!named) {
+      const char *name = strchr(e->key, ':') + 1;
+      named = ex_cell_word_in(words.data, name, strlen(name));
+      if (named) {
+        ex_cell_state_collect_words(st, e->text, 0, &words);
+        nbf_buf_puts(&words, " ");
+      }
+    }
+    keep[i] = named && (!ex_cell_state_defines(sp, e->key) || ex_cell_state_same_macro(sp, e));
+  }
+  for (size_t i = 0; i < st->n; i++)
+    if (keep[i])
+      nbf_buf_puts(out, st->entries[i].text);
+  free(keep);
+  nbf_buf_free(&words);
+}
+
+static void ref_indirect(const ex_cell_state_t *st, const ex_split_t *sp, const char *code,
+                         nbf_buf_t *out) {
+  nbf_buf_t words = {0};
+  nbf_buf_puts(&words, " ");
+  ex_cell_state_collect_words(st, code, 0, &words);
+  nbf_buf_puts(&words, " ");
+  int any = 0;
+  for (size_t i = 0; i < st->n; i++) {
+    const entry_t *e = &st->entries[i];
+    const char *name = e->key + 4;
+    if (strncmp(e->key, "sym:", 4) || !e->kind || strcmp(e->kind, "variable") ||
+        !ex_cell_word_in(words.data, name, strlen(name)) || ex_cell_state_defines(sp, e->key))
+      continue;
+    if (!any++)
+      nbf_buf_puts(out, "#line 1 \"<nbfork>\"\n");
+    if (e->addr)
+      nbf_buf_printf(out,
+                     "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = "
+                     "(__typeof__(%s) *)%#lxUL;\n",
+                     name, name, name, (unsigned long)(uintptr_t)e->addr);
+    else
+      nbf_buf_printf(out,
+                     "static __typeof__(%s) *const __nbf_p_%s __attribute__((unused)) = &%s;\n",
+                     name, name, name);
+    nbf_buf_printf(out, "#define %s (*(0, __nbf_p_%s))\n", name, name);
+  }
+  nbf_buf_free(&words);
+}
+
+/* A name of the generated notebook: v0..v11, f0..f5, M0..M3, and one
+ * longer than the lookup's stack buffer. */
+static const char *pick_name(unsigned *seed, char *buf, size_t n) {
+  static char longname[220];
+  if (!longname[0]) {
+    memset(longname, 'w', sizeof longname - 1);
+    longname[0] = 'L';
+  }
+  *seed = *seed * 1103515245u + 12345u;
+  unsigned r = (*seed >> 8) % 24;
+  if (r < 12)
+    snprintf(buf, n, "v%u", r);
+  else if (r < 18)
+    snprintf(buf, n, "f%u", r - 12);
+  else if (r < 22)
+    snprintf(buf, n, "M%u", r - 18);
+  else
+    snprintf(buf, n, "%s", longname);
+  return buf;
+}
+
+/* The next cell of the generated notebook: definitions that name each
+ * other (`__typeof__`, macros, prototypes then definitions, redefinitions
+ * that move an entry to the end, types, an #include). */
+static void gen_cell(unsigned *seed, char *cell, size_t n) {
+  char a[240], b[240];
+  pick_name(seed, a, sizeof a);
+  pick_name(seed, b, sizeof b);
+  *seed = *seed * 1103515245u + 12345u;
+  unsigned kind = (*seed >> 8) % 8;
+  if (a[0] == 'M')
+    snprintf(cell, n, "#define %s (%s + 1)", a, b[0] == 'M' ? "2" : b);
+  else if (a[0] == 'f' && kind < 3)
+    snprintf(cell, n, "int %s(int x);", a);
+  else if (a[0] == 'f')
+    snprintf(cell, n, "int %s(int x) { return x + (int)%s; }", a, b[0] == 'f' ? "1" : b);
+  else if (kind == 0)
+    snprintf(cell, n, "double %s = 2.5;", a);
+  else if (kind == 1 && b[0] == 'v')
+    snprintf(cell, n, "__typeof__(%s) %s = 3;", b, a);
+  else if (kind == 2)
+    snprintf(cell, n, "struct T%u { int a; }; int %s = 4;", *seed % 5, a);
+  else if (kind == 3)
+    snprintf(cell, n, "#include <stddef.h>\nlong %s = 5;", a);
+  else
+    snprintf(cell, n, "int %s = %u;", a, *seed % 100);
+}
+
+NBF_TEST(cell_prelude_by_key_equals_the_pass) {
+  cells_t c = cells_new();
+  unsigned seed = 20;
+  size_t compared = 0;
+  for (int i = 0; i < 400; i++) {
+    char cell[600], err[256];
+    gen_cell(&seed, cell, sizeof cell);
+    ex_cell_unit_t u;
+    if (ex_cell_generate(c.st, cell, 0, "cell[1]", NULL, NULL, "", &u, err, sizeof err) == EX_OK) {
+      ASSERT_EQ(ex_cell_commit(c.st, &u), EX_OK);
+      if (i % 3 == 0 && u.split.count && u.split.chunks[0].kind == EX_CHUNK_VARIABLE)
+        ex_cell_state_place(c.st, u.split.chunks[0].decls[0].name, (void *)(uintptr_t)(i * 64 + 64),
+                            4);
+      ex_cell_unit_free(&u);
+    }
+    /* probes: statements naming a few names, and a cell defining one */
+    for (int p = 0; p < 4; p++) {
+      char a[240], b[240], probe[600];
+      pick_name(&seed, a, sizeof a);
+      pick_name(&seed, b, sizeof b);
+      if (p == 3)
+        snprintf(probe, sizeof probe, "int %s = 1;\n%s;", a[0] == 'v' ? a : "v0", b);
+      else
+        snprintf(probe, sizeof probe, "%s + %s;", a, b);
+      ex_split_t sp;
+      if (ex_split(probe, 0, ex_cell_is_type, c.st, &sp, err, sizeof err) != EX_OK)
+        continue;
+      nbf_buf_t got = {0}, want = {0};
+      ASSERT_EQ(ex_cell_state_prelude_for(c.st, &sp, probe, &got), 0);
+      ASSERT_EQ(ex_cell_state_indirect(c.st, &sp, probe, &got), 0);
+      ref_prelude_for(c.st, &sp, probe, &want);
+      ref_indirect(c.st, &sp, probe, &want);
+      if (strcmp(got.data ? got.data : "", want.data ? want.data : ""))
+        NBF_TEST_FAIL("cell %d, probe %s:\n--- by key:\n%s\n--- the pass:\n%s", i, probe,
+                      got.data ? got.data : "", want.data ? want.data : "");
+      compared += want.len > 0;
+      nbf_buf_free(&got);
+      nbf_buf_free(&want);
+      ex_split_free(&sp);
+    }
+  }
+  ASSERT_TRUE(compared > 1000); /* the probes named something */
   ex_cell_state_destroy(&c.st);
 }
 

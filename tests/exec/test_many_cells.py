@@ -12,6 +12,7 @@ Usage: test_many_cells.py [--cells N] [--executor PATH]
 Exit 0 when it holds, 1 when not, 77 without an executor or TinyCC."""
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -47,6 +48,13 @@ def main():
         return 77
     os.environ["NBFORK_WORKDIR"] = tempfile.mkdtemp(prefix="nbf-many-")
     os.environ.pop("NBFORK_JIT", None)
+    try:
+        return run(a)
+    finally:  # two files a cell: nothing left behind
+        shutil.rmtree(os.environ["NBFORK_WORKDIR"], ignore_errors=True)
+
+
+def run(a):
     proc, pipes = exec_notebook.start_executor(a.executor)
     count = [0]
 
