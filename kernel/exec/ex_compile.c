@@ -385,8 +385,12 @@ static int tinycc_unit(const ex_toolchain_t *tc, const char *source, int cuda,
     return -1;
   /* private as the system compiler's objects are (its child runs under
    * umask 077): TinyCC writes from this process */
+  const char *libs[3] = {NULL, NULL, NULL};
+  /* an object dlopen() binds links libc and libm (ex_jit.h) */
+  if (!tc->in_memory && !loaded_libc(&libs[0], &libs[1]))
+    return -1;
   mode_t mask = umask(077);
-  int rc = ex_jit_cell_so(source, tc->incdir, p->tmp);
+  int rc = ex_jit_cell_so(source, tc->incdir, p->tmp, tc->in_memory ? NULL : libs);
   umask(mask);
   if (rc)
     return -1;

@@ -34,6 +34,8 @@ typedef struct {
                                          2: TinyCC only (a unit generated for
                                          it): EX_ERR_COMPILE, no diagnostics,
                                          when it declines */
+  int in_memory;                      /* TinyCC's object will be bound by ex_memcells
+                                         (dlsym), not dlopen(): no libc in its link */
 } ex_toolchain_t;
 
 /* Compile `source` (C, or CUDA when cuda != 0) into WORKDIR/cell_TAG.so.

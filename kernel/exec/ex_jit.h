@@ -93,8 +93,14 @@ int ex_jit_cell_safe(const ex_cell_state_t *st, const char *code);
  * that is not a function (TinyCC reaches an external object used as an
  * SSE/x87 operand, or whose address it takes, through one: issue 20's
  * class a) or any relocation type but GLOB_DAT, JUMP_SLOT, RELATIVE and
- * 64 (`path` is removed then): compile with the system compiler instead. */
-int ex_jit_cell_so(const char *source, const char *incdir, const char *path);
+ * 64 (`path` is removed then): compile with the system compiler instead.
+ * `dsos` (NULL-terminated, or NULL): shared objects to link, the
+ * executor's libc.so.6 and libm.so.6 when the object will be dlopen()ed,
+ * so that its references record their default symbol versions (without
+ * one the loader binds the oldest: exec.difftest.g_versioned_libc_symbols);
+ * NULL when ex_jit_dll_load binds it (dlsym gives the default versions). */
+int ex_jit_cell_so(const char *source, const char *incdir, const char *path,
+                   const char *const *dsos);
 
 /* Load the shared object TinyCC wrote at `path` (which ex_jit_cell_so
  * accepted: its dynamic relocations are RELATIVE, GLOB_DAT, JUMP_SLOT of

@@ -420,7 +420,8 @@ static void quiet(void *opaque, const char *msg) {
   (void)msg;
 }
 
-int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
+int ex_jit_cell_so(const char *source, const char *incdir, const char *path,
+                   const char *const *dsos) {
   if (!source || !path || !ex_jit_enabled())
     return -1;
   TCCState *s = tcc_new();
@@ -435,18 +436,20 @@ int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
 #ifdef NBFORK_TCC_LIB_DIR
   tcc_set_lib_path(s, NBFORK_TCC_LIB_DIR); /* before output type: it reads libtcc1.a */
   /* No libc.so and crti/crtn in the link, only TinyCC's runtime helpers
-   * (libtcc1.a): reading libc's ~3,000 dynamic symbols into the object's
-   * tables was a third of a trivial cell's instructions (issue 20, item
-   * 8). libc is in the executor already: the cell's references to it
-   * bind there when it is loaded (ex_jit_dll_load's dlsym, or dlopen for
-   * %ranks), as the system compiler's cells do (-nodefaultlibs,
-   * ex_compile.c); the relocations are checked all the same. */
+   * (libtcc1.a) and `dsos`: reading libc's ~3,000 dynamic symbols into
+   * the object's tables was a third of a trivial cell's instructions
+   * (issue 20, item 8). An object ex_jit_dll_load binds needs none (its
+   * dlsym gives each reference the default version); one that is
+   * dlopen()ed (%ranks, a fallback) links the executor's libc and libm
+   * (`dsos`), or the loader would bind the oldest versions. */
   tcc_set_options(s, "-nostdlib");
 #endif
   int rc = tcc_set_output_type(s, TCC_OUTPUT_DLL);
 #ifdef NBFORK_TCC_LIB_DIR
   if (rc == 0)
     rc = tcc_add_file(s, NBFORK_TCC_LIB_DIR "/libtcc1.a");
+  for (const char *const *d = dsos; rc == 0 && d && *d; d++)
+    rc = tcc_add_file(s, *d);
 #endif
   if (rc == 0 && incdir)
     rc = tcc_add_include_path(s, incdir);
@@ -621,10 +624,12 @@ int ex_jit_dll_load(const char *path, void *(*alloc)(size_t, void *), void *ctx,
 
 #else /* no libtcc: every cell goes to the system compiler */
 
-int ex_jit_cell_so(const char *source, const char *incdir, const char *path) {
+int ex_jit_cell_so(const char *source, const char *incdir, const char *path,
+                   const char *const *dsos) {
   (void)source;
   (void)incdir;
   (void)path;
+  (void)dsos;
   return -1;
 }
 

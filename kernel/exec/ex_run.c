@@ -306,6 +306,23 @@ static int tinycc_fits(const ex_t *ex, const ex_magic_result_t *m) {
 static ex_result_t regenerate(ex_t *ex, const ex_magic_result_t *m, const char *label,
                               ex_cell_unit_t *u, int *replied);
 
+/* An object ex_memcells loaded was linked without libc (ex_jit.h): it
+ * is renamed cell_TAG.mem.so, out of the compile cache's way (which
+ * would give it to a later dlopen(), %ranks running), kept for a look. */
+static void set_aside(const char *so) {
+  size_t n = strlen(so);
+  char *to = malloc(n + 5);
+  if (to && n > 3 && !strcmp(so + n - 3, ".so")) {
+    memcpy(to, so, n - 3);
+    memcpy(to + n - 3, ".mem.so", 8);
+    if (rename(so, to))
+      unlink(so);
+  } else {
+    unlink(so);
+  }
+  free(to);
+}
+
 /* Compile `u` (TinyCC where u->tinycc, else the system compiler) and
  * load it (RTLD_GLOBAL: later cells bind to its symbols). Returns the
  * handle, or NULL after replying with the error (*replied = what that
@@ -325,15 +342,27 @@ static void *compile_and_load(ex_t *ex, const ex_magic_result_t *m, ex_cell_unit
     return NULL;   /* a re-run: the same code, already in memory */
   if (u->tinycc) { /* TinyCC's unit is TinyCC's only: see ex_cell_state_indirect */
     ex->tc.tinycc = 2;
+    ex->tc.in_memory = in_memory;
     r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
     free(diag);
     diag = NULL;
     if (r == EX_OK && in_memory && (*mem = ex_memcells_load(ex->memcells, u, so))) {
+      set_aside(so); /* linked for ex_memcells only: no later dlopen() may reuse it */
       free(so);
       ex->tc.cflags = NULL;
-      ex->tc.tinycc = 0;
+      ex->tc.tinycc = ex->tc.in_memory = 0;
       return NULL;
     }
+    if (r == EX_OK && in_memory) { /* not in memory after all: dlopen() needs libc linked */
+      unlink(so);
+      free(so);
+      so = NULL;
+      ex->tc.in_memory = 0;
+      r = ex_compile(&ex->tc, u->source, u->tag, m->cuda, &so, &diag);
+      free(diag);
+      diag = NULL;
+    }
+    ex->tc.in_memory = 0;
     if (r != EX_OK && regenerate(ex, m, label, u, replied) != EX_OK) {
       ex->tc.cflags = NULL;
       ex->tc.tinycc = 0;

@@ -1668,7 +1668,7 @@ NBF_TEST(jit_cell_object_links_with_system_compiled_cells) {
   ASSERT_EQ(system(cmd), 0);
   ex_cell_unit_t u = gen(&e.cells, "int w = undeclared_fn(1);", 0);
   snprintf(path, sizeof path, "%s/tcc_declined.so", e.workdir);
-  ASSERT_EQ(ex_jit_cell_so(u.source, e.tc.incdir, path), -1);
+  ASSERT_EQ(ex_jit_cell_so(u.source, e.tc.incdir, path, NULL), -1);
   ASSERT_TRUE(access(path, F_OK) != 0);
   ex_cell_unit_free(&u);
   dlclose(h2);
@@ -1701,9 +1701,9 @@ NBF_TEST(jit_cell_reaches_earlier_doubles_through_pointers) {
   ASSERT_TRUE(strstr(via.source, "#define V (*(0, __nbf_p_V))") != NULL);
   ASSERT_TRUE(strstr(via.source, "__nbf_p_C") == NULL); /* its own global: no pointer */
   snprintf(path, sizeof path, "%s/direct.so", e.workdir);
-  ASSERT_EQ(ex_jit_cell_so(direct.source, e.tc.incdir, path), -1); /* the safety net */
+  ASSERT_EQ(ex_jit_cell_so(direct.source, e.tc.incdir, path, NULL), -1); /* the safety net */
   snprintf(path, sizeof path, "%s/via.so", e.workdir);
-  ASSERT_EQ(ex_jit_cell_so(via.source, e.tc.incdir, path), 0);
+  ASSERT_EQ(ex_jit_cell_so(via.source, e.tc.incdir, path, NULL), 0);
   void *h2 = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
   ASSERT_TRUE(h2 != NULL);
   void (*run)(void) = (void (*)(void))dlsym(h2, via.run_symbol);

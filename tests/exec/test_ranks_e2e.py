@@ -146,6 +146,19 @@ class RanksE2ETest(nbf_harness.KernelTestCase):
         self.ok("%ranks push k")
         self.assertEqual(sorted(results(self.ok("%%ranks\nk"))), ["[rank 0] 100", "[rank 1] 100"])
 
+    def test_libc_calls_bind_their_default_versions(self):
+        """A cell the ranks dlopen() links libc by file, so realpath(p,
+        NULL) is GLIBC_2.3's (the oldest, 2.2.5's, wants a buffer: EINVAL);
+        statements (TinyCC) and a function (the system compiler) both."""
+        self.start(2)
+        self.ok("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <errno.h>")
+        out = self.ok('%%ranks\nchar *rp = realpath("/tmp/..", NULL);\n'
+                      'printf("%s\\n", rp ? rp : strerror(errno));')
+        self.assertEqual(sorted(stream_text(out).splitlines()), ["[rank 0] /", "[rank 1] /"])
+        out = self.ok('%%ranks\nint rp_ok(void) { char *q = realpath("/", NULL);'
+                      ' int ok = q ? 1 : -errno; free(q); return ok; }\nrp_ok()')
+        self.assertEqual(sorted(results(out)), ["[rank 0] 1", "[rank 1] 1"])
+
     def test_accelerator_across_cells(self):
         self.start(2)
         self.ok("%%ranks\nacc_t *acc = acc_new(NULL);")
