@@ -57,8 +57,9 @@
  *            shards does in total) and each rank keeps its owned block.
  *            Needs the node groups of the shared-memory collectives
  *            (NBFORK_SHM_COLLECTIVES=1, the default) and nodes of equal
- *            sizes (UNSUPPORTED / INVALID_ARGUMENT otherwise); a
- *            SHARDED_STATE_DICT save is refused (save FULL_STATE_DICT).
+ *            sizes (UNSUPPORTED / INVALID_ARGUMENT otherwise). A
+ *            SHARDED_STATE_DICT holds one replica's shards (see
+ *            acc_shard_save_state).
  *
  * Gradient accumulation (acc_config_t.gradient_accumulation_steps = k):
  * as Accelerate's, each micro-step's contribution is scaled by 1/k; the
@@ -201,6 +202,13 @@ ACC_API acc_result_t acc_shard_gather_params(acc_shard_t *sh);
  *     slices, the unit table, its gradient buffer (a save inside an
  *     accumulation window resumes exactly). `nbfork merge-weights`
  *     (acc_shard_merge_weights) turns it into a FULL_STATE_DICT one.
+ *     HYBRID_SHARD (as FSDP's hybrid sharded state dict): the nodes hold
+ *     identical replicas, so R is the shard rank (0 .. ranks per node - 1)
+ *     and shard R is written by the lowest rank of shard rank R (rank 0's
+ *     node); every other rank writes DIR/nbfork_grads<rank>.bin (its
+ *     gradient buffer only). On resume every node's rank of shard rank R
+ *     reads shard R. The marks record the stage, world size, ranks per
+ *     node and nodes.
  *   ACC_STATE_DICT_FROM_ENV: FSDP_STATE_DICT_TYPE (FULL_STATE_DICT, the
  *     default, or SHARDED_STATE_DICT; set by the launcher from
  *     fsdp_state_dict_type or %launch state_dict_type=).
@@ -214,8 +222,9 @@ typedef enum {
 } acc_state_dict_type_t;
 ACC_API acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type);
 /* Restore a checkpoint of either type (recognized from its files) into
- * `sh`, collective. A SHARDED one needs the same world size, stage and
- * model (INVALID_ARGUMENT naming both setups otherwise: resume from a
+ * `sh`, collective. A SHARDED one needs the same world size, stage,
+ * model and shard groups (HYBRID_SHARD's nodes of the same size, or
+ * none) (INVALID_ARGUMENT naming both setups otherwise: resume from a
  * FULL one, or merge it first); a FULL one loads at any world size and
  * stage (each rank takes its owned slices) — at the saving world size
  * with the per-rank RNG states, accumulation position and gradients,
@@ -225,7 +234,8 @@ ACC_API acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int 
  * every rank can load. Errors: acc_load_state's. */
 ACC_API acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir);
 /* `nbfork merge-weights CKPT OUT` (Accelerate's merge-weights): read the
- * SHARDED_STATE_DICT checkpoint CKPT (every nbfork_shard<R>.bin) and
+ * SHARDED_STATE_DICT checkpoint CKPT (every nbfork_shard<R>.bin; one
+ * replica's with HYBRID_SHARD) and
  * write into directory OUT the FULL_STATE_DICT checkpoint that
  * acc_shard_save_state would have written at the same point:
  * OUT/nbfork_state.bin (parameters, optimizer state, loss scaler,

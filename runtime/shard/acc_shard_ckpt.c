@@ -9,12 +9,22 @@
  * what it reads; a plain acc_save_state checkpoint has none and is read
  * as a FULL one.
  *
- * nbfork_shard<R>.bin (acc_checkpoint.c's format, kind 2): sections
- * shard.meta (mark_t), shard.units (unit_rec_t per unit), shard.params
- * (the owned elements of every unit, in unit order), optim
- * (acc__ckpt_optim_rec_t with n = all parameters), shard.m / shard.v
- * (owned moments, when the optimizer has them), model.grads (the rank's
- * whole gradient buffer), model.sizes (a toolkit MLP's layer sizes).
+ * nbfork_shard<R>.bin, R the shard rank (acc_checkpoint.c's format,
+ * kind 2): sections shard.meta (mark_t), shard.units (unit_rec_t per
+ * unit), shard.params (the owned elements of every unit, in unit order),
+ * optim (acc__ckpt_optim_rec_t with n = all parameters), shard.m /
+ * shard.v (owned moments, when the optimizer has them), model.grads (the
+ * writing rank's whole gradient buffer), shard.rank (that rank, int32),
+ * model.sizes (a toolkit MLP's layer sizes).
+ *
+ * HYBRID_SHARD (as FSDP's hybrid state dict): every node holds the same
+ * replica, so one replica's shards are the checkpoint. Shard R is written
+ * by the lowest rank of shard rank R (rank 0's node in practice) and read
+ * by every rank of shard rank R; the other ranks write only their
+ * gradients (the local sums of an unfinished accumulation window) into
+ * nbfork_grads<rank>.bin (shard.meta, model.grads). The marks record the
+ * shard group's size and the nodes, so a resume under another layout is
+ * refused by name.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +44,16 @@ typedef acc__shard_unit_rec_t unit_rec_t;
 
 static void shard_path(char *out, size_t len, const char *dir, int rank) {
   snprintf(out, len, "%s/nbfork_shard%d.bin", dir, rank);
+}
+
+/* HYBRID_SHARD: a rank's gradients when another rank wrote its shard. */
+static void grads_path(char *out, size_t len, const char *dir, int rank) {
+  snprintf(out, len, "%s/nbfork_grads%d.bin", dir, rank);
+}
+
+static mark_t mark_of(const acc_shard_t *sh, int type) {
+  return (mark_t){type,       sh->world,  sh->stage, sh->nunits, sh->model->num_params,
+                  sh->sworld, sh->ngroups};
 }
 
 static acc_result_t type_from_env(acc_t *acc, int *type) {
@@ -123,7 +143,8 @@ static acc_result_t write_shard(acc_shard_t *sh, const char *dir) {
   size_t tot = own_total(sh), nu = (size_t)sh->nunits;
   acc__ckpt_optim_rec_t o;
   ACC_CHECK(optim_rec(sh, &o));
-  mark_t mk = {ACC_SHARDED_STATE_DICT, sh->world, sh->stage, sh->nunits, m->num_params};
+  mark_t mk = mark_of(sh, ACC_SHARDED_STATE_DICT);
+  int32_t me = sh->rank;
   float *st[3] = {malloc(tot * sizeof(float) + 4), o.has_m ? malloc(tot * sizeof(float) + 4) : NULL,
                   o.has_v ? malloc(tot * sizeof(float) + 4) : NULL};
   unit_rec_t *ur = malloc(nu * sizeof *ur);
@@ -142,12 +163,13 @@ static acc_result_t write_shard(acc_shard_t *sh, const char *dir) {
   }
   int nl = 0;
   const int *sizes = m->mlp ? acc__mlp_sizes(m->mlp, &nl) : NULL;
-  acc__ckpt_sec_t secs[8] = {{"shard.meta", &mk, sizeof mk},
+  acc__ckpt_sec_t secs[9] = {{"shard.meta", &mk, sizeof mk},
                              {"shard.units", ur, nu * sizeof *ur},
                              {"shard.params", st[0], tot * sizeof(float)},
                              {"optim", &o, sizeof o},
-                             {"model.grads", m->grads, m->num_params * sizeof(float)}};
-  int n = 5;
+                             {"model.grads", m->grads, m->num_params * sizeof(float)},
+                             {"shard.rank", &me, sizeof me}};
+  int n = 6;
   if (st[1])
     secs[n++] = (acc__ckpt_sec_t){"shard.m", st[1], tot * sizeof(float)};
   if (st[2])
@@ -155,28 +177,54 @@ static acc_result_t write_shard(acc_shard_t *sh, const char *dir) {
   if (sizes)
     secs[n++] = (acc__ckpt_sec_t){"model.sizes", sizes, (size_t)(nl + 1) * sizeof(int)};
   char name[64];
-  snprintf(name, sizeof name, "nbfork_shard%d.bin", sh->rank);
+  snprintf(name, sizeof name, "nbfork_shard%d.bin", sh->srank);
   if (r == ACC_OK)
-    r = acc__ckpt_write(acc, dir, name, 2, (uint32_t)sh->rank, secs, n);
+    r = acc__ckpt_write(acc, dir, name, 2, (uint32_t)sh->srank, secs, n);
   for (int w = 0; w < 3; w++)
     free(st[w]);
   free(ur);
   return r;
 }
 
+/* HYBRID_SHARD, a rank that does not write its shard: its gradients. */
+static acc_result_t write_grads(acc_shard_t *sh, const char *dir) {
+  mark_t mk = mark_of(sh, ACC_SHARDED_STATE_DICT);
+  acc__ckpt_sec_t secs[2] = {
+      {"shard.meta", &mk, sizeof mk},
+      {"model.grads", sh->model->grads, sh->model->num_params * sizeof(float)}};
+  char name[64];
+  snprintf(name, sizeof name, "nbfork_grads%d.bin", sh->rank);
+  return acc__ckpt_write(sh->acc, dir, name, 2, (uint32_t)sh->rank, secs, 2);
+}
+
+/* Whether this rank writes its shard: the lowest rank of its shard rank
+ * (every rank without HYBRID_SHARD). Collective with HYBRID_SHARD. */
+static acc_result_t writes_shard(acc_shard_t *sh, int *writes) {
+  *writes = 1;
+  if (sh->ngroups == 1)
+    return ACC_OK;
+  int64_t mine = sh->srank, *all = malloc((size_t)sh->world * sizeof *all);
+  if (!all)
+    return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_save_state: no memory");
+  acc_result_t r = acc_all_gather(sh->acc, &mine, all, 1, ACC_I64);
+  for (int q = 0; r == ACC_OK && q < sh->rank; q++)
+    if (all[q] == mine)
+      *writes = 0;
+  free(all);
+  return r;
+}
+
 static acc_result_t save_sharded(acc_shard_t *sh, const char *dir) {
   acc_t *acc = sh->acc;
-  if (sh->ngroups > 1) /* the shard files' layout has no place for the nodes */
-    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                          "acc_shard_save_state: a SHARDED_STATE_DICT of HYBRID_SHARD is not "
-                          "implemented (%d nodes hold a copy each): save a FULL_STATE_DICT",
-                          sh->ngroups);
-  mark_t mk = {ACC_SHARDED_STATE_DICT, sh->world, sh->stage, sh->nunits, sh->model->num_params};
+  mark_t mk = mark_of(sh, ACC_SHARDED_STATE_DICT);
+  int writes;
+  ACC_CHECK(writes_shard(sh, &writes));
   ACC_CHECK(acc_register_for_checkpointing(acc, MARK, &mk, sizeof mk));
   acc_result_t r = acc_save_state(acc, dir, NULL, NULL); /* scaler, objects, RNG, accumulation */
   acc__unregister_for_checkpointing(acc, MARK);
   ACC_CHECK(r);
-  return acc__ckpt_agree(acc, write_shard(sh, dir), "acc_shard_save_state", "");
+  r = writes ? write_shard(sh, dir) : write_grads(sh, dir);
+  return acc__ckpt_agree(acc, r, "acc_shard_save_state", "");
 }
 
 /* ---- FULL_STATE_DICT -------------------------------------------------- */
@@ -232,7 +280,7 @@ static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
   if (r == ACC_OK)
     r = gather_optim(sh, &o, &full);
   r = acc__ckpt_agree(acc, r, "acc_shard_save_state", "");
-  mark_t mk = {ACC_FULL_STATE_DICT, sh->world, sh->stage, sh->nunits, m->num_params};
+  mark_t mk = mark_of(sh, ACC_FULL_STATE_DICT);
   if (r == ACC_OK && !m->mlp)
     r = acc_register_for_checkpointing(acc, PARAMS_ITEM, m->params, m->num_params * sizeof(float));
   if (r == ACC_OK)
@@ -245,6 +293,8 @@ static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
   if (r == ACC_OK) { /* the marker says FULL; an older SHARDED save's file is stale */
     char p[4200];
     shard_path(p, sizeof p, dir, sh->rank);
+    unlink(p);
+    grads_path(p, sizeof p, dir, sh->rank);
     unlink(p);
   }
   return r;
@@ -271,7 +321,7 @@ acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type) {
  * for a plain acc_save_state checkpoint (or an unreadable file: the load
  * names it). */
 static acc_result_t read_mark(acc_shard_t *sh, const char *dir, mark_t *mk, int *found) {
-  int64_t w[4] = {0};
+  int64_t w[1 + (sizeof *mk + 7) / 8] = {0};
   if (sh->rank == 0) {
     char p[4200];
     snprintf(p, sizeof p, "%s/nbfork_state.bin", dir);
@@ -279,18 +329,17 @@ static acc_result_t read_mark(acc_shard_t *sh, const char *dir, mark_t *mk, int 
     char keep[sizeof sh->acc->err];
     memcpy(keep, sh->acc->err, sizeof keep);
     if (acc__ckpt_read(sh->acc, p, 0, &f) == ACC_OK) {
-      size_t b;
-      const void *d = acc__ckpt_find(&f, "user." MARK, &b);
-      if (d && b == sizeof *mk) {
+      mark_t got;
+      if (acc__shard_mark_get(&f, "user." MARK, &got)) {
         w[0] = 1;
-        memcpy(&w[1], d, sizeof *mk);
+        memcpy(&w[1], &got, sizeof got);
       }
       free(f.buf);
     }
     memcpy(sh->acc->err, keep, sizeof keep);
   }
   if (sh->world > 1)
-    ACC_CHECK(acc_broadcast(sh->acc, w, 4, ACC_I64, 0));
+    ACC_CHECK(acc_broadcast(sh->acc, w, sizeof w / sizeof *w, ACC_I64, 0));
   *found = (int)w[0];
   memcpy(mk, &w[1], sizeof *mk);
   return ACC_OK;
@@ -347,24 +396,39 @@ static acc_result_t load_full(acc_shard_t *sh, const char *dir, const mark_t *mk
   return r;
 }
 
+/* A SHARDED checkpoint's mark (from `path`) against the live setup: the
+ * same stage, world, shard groups (HYBRID_SHARD's nodes) and model. */
+static acc_result_t check_layout(acc_shard_t *sh, const mark_t *m, const char *path) {
+  mark_t mk = *m, live = mark_of(sh, ACC_SHARDED_STATE_DICT);
+  if (mk.world == live.world && mk.stage == live.stage && mk.num_params == live.num_params &&
+      mk.nunits == live.nunits && mk.sworld == live.sworld && mk.ngroups == live.ngroups)
+    return ACC_OK;
+  return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT,
+                        "%s was saved by ZeRO stage %d on %d ranks sharded in %d group%s of %d "
+                        "(%llu parameters, %d units); this run is stage %d on %d ranks sharded "
+                        "in %d group%s of %d (%zu parameters, %d units): a SHARDED_STATE_DICT "
+                        "resumes the same setup only (groups: HYBRID_SHARD's nodes; save a "
+                        "FULL_STATE_DICT, or `nbfork merge-weights` it, to change it)",
+                        path, mk.stage, mk.world, mk.ngroups, mk.ngroups == 1 ? "" : "s", mk.sworld,
+                        (unsigned long long)mk.num_params, mk.nunits, sh->stage, sh->world,
+                        sh->ngroups, sh->ngroups == 1 ? "" : "s", sh->sworld, sh->model->num_params,
+                        sh->nunits);
+}
+
+/* A file's shard.meta against the live setup (check_layout). */
+static acc_result_t check_mark(acc_shard_t *sh, const acc__ckpt_file_t *f, const char *path) {
+  mark_t mk;
+  if (!acc__shard_mark_get(f, "shard.meta", &mk))
+    return acc__set_error(sh->acc, ACC_ERR_IO, "%s: no shard.meta section", path);
+  return check_layout(sh, &mk, path);
+}
+
 /* Check this rank's shard file against the live setup. */
 static acc_result_t check_shard(acc_shard_t *sh, const acc__ckpt_file_t *f, const char *path) {
   acc_t *acc = sh->acc;
   size_t b, bu, tot = own_total(sh);
-  mark_t mk;
-  const void *d = acc__ckpt_find(f, "shard.meta", &b);
-  if (!d || b != sizeof mk)
-    return acc__set_error(acc, ACC_ERR_IO, "%s: no shard.meta section", path);
-  memcpy(&mk, d, sizeof mk);
-  if (mk.world != sh->world || mk.stage != sh->stage || mk.num_params != sh->model->num_params ||
-      mk.nunits != sh->nunits)
-    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
-                          "%s was saved by ZeRO stage %d on %d ranks (%llu parameters, %d units); "
-                          "this run is stage %d on %d ranks (%zu parameters, %d units): a "
-                          "SHARDED_STATE_DICT resumes the same setup only (save a "
-                          "FULL_STATE_DICT, or `nbfork merge-weights` it, to change it)",
-                          path, mk.stage, mk.world, (unsigned long long)mk.num_params, mk.nunits,
-                          sh->stage, sh->world, sh->model->num_params, sh->nunits);
+  const void *d;
+  ACC_CHECK(check_mark(sh, f, path));
   const unit_rec_t *ur = acc__ckpt_find(f, "shard.units", &bu);
   if (!ur || bu != (size_t)sh->nunits * sizeof *ur)
     return acc__set_error(acc, ACC_ERR_IO, "%s: unit table missing or short", path);
@@ -397,9 +461,33 @@ static acc_result_t check_shard(acc_shard_t *sh, const acc__ckpt_file_t *f, cons
   return ACC_OK;
 }
 
+/* This rank's gradients: the shard file's when this rank wrote it (or
+ * the file does not say who did), else nbfork_grads<rank>.bin's (read
+ * into *g, checked). */
+static acc_result_t load_grads(acc_shard_t *sh, const char *dir, const acc__ckpt_file_t *f,
+                               acc__ckpt_file_t *g, const void **grads) {
+  size_t b, bw;
+  int32_t writer;
+  const void *w = acc__ckpt_find(f, "shard.rank", &bw);
+  *grads = acc__ckpt_find(f, "model.grads", &b);
+  if (!w || bw != sizeof writer)
+    return ACC_OK;
+  memcpy(&writer, w, sizeof writer);
+  if (writer == sh->rank)
+    return ACC_OK;
+  char path[4200];
+  grads_path(path, sizeof path, dir, sh->rank);
+  ACC_CHECK(acc__ckpt_read(sh->acc, path, 2, g));
+  ACC_CHECK(check_mark(sh, g, path));
+  *grads = acc__ckpt_find(g, "model.grads", &b);
+  if (!*grads || b != sh->model->num_params * sizeof(float))
+    return acc__set_error(sh->acc, ACC_ERR_IO, "%s: model.grads missing or short", path);
+  return ACC_OK;
+}
+
 /* Put the checked shard file's slices in place (stages 1/2: then gather
  * every unit, collective). */
-static acc_result_t apply_shard(acc_shard_t *sh, const acc__ckpt_file_t *f) {
+static acc_result_t apply_shard(acc_shard_t *sh, const acc__ckpt_file_t *f, const void *g) {
   size_t b;
   static const char *const names[] = {"shard.params", "shard.m", "shard.v"};
   acc__ckpt_optim_rec_t o;
@@ -418,8 +506,7 @@ static acc_result_t apply_shard(acc_shard_t *sh, const acc__ckpt_file_t *f) {
   for (int i = 0; i < sh->nunits; i++)
     if (sh->units[i].opt)
       acc__optim_restore(sh->units[i].opt, &hp);
-  const void *g = acc__ckpt_find(f, "model.grads", &b); /* b set before the copy */
-  memcpy(sh->model->grads, g, b);
+  memcpy(sh->model->grads, g, sh->model->num_params * sizeof(float)); /* checked */
   if (sh->stage == 3) {
     sh->gathered = 1;
     acc__shard_release_all(sh);
@@ -429,19 +516,25 @@ static acc_result_t apply_shard(acc_shard_t *sh, const acc__ckpt_file_t *f) {
   return ACC_OK;
 }
 
-static acc_result_t load_sharded(acc_shard_t *sh, const char *dir) {
+static acc_result_t load_sharded(acc_shard_t *sh, const char *dir, const mark_t *mk) {
   char path[4200];
-  shard_path(path, sizeof path, dir, sh->rank);
-  acc__ckpt_file_t f = {0};
+  snprintf(path, sizeof path, "%s/nbfork_state.bin", dir);
+  ACC_CHECK(check_layout(sh, mk, path)); /* the same on every rank: before any file */
+  shard_path(path, sizeof path, dir, sh->srank);
+  acc__ckpt_file_t f = {0}, g = {0};
+  const void *grads = NULL;
   acc_result_t r = acc__ckpt_read(sh->acc, path, 2, &f);
   if (r == ACC_OK)
     r = check_shard(sh, &f, path);
+  if (r == ACC_OK)
+    r = load_grads(sh, dir, &f, &g, &grads);
   r = acc__ckpt_agree(sh->acc, r, "acc_shard_load_state", "");
   if (r == ACC_OK) /* scaler, registered objects, RNG, accumulation position */
     r = acc__load_state_ex(sh->acc, dir, NULL, NULL, 1);
   if (r == ACC_OK)
-    r = apply_shard(sh, &f);
+    r = apply_shard(sh, &f, grads);
   free(f.buf);
+  free(g.buf);
   return r;
 }
 
@@ -454,6 +547,6 @@ acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir) {
   int found;
   ACC_CHECK(read_mark(sh, dir, &mk, &found));
   if (found && mk.type == ACC_SHARDED_STATE_DICT)
-    return load_sharded(sh, dir);
+    return load_sharded(sh, dir, &mk);
   return load_full(sh, dir, &mk, found);
 }

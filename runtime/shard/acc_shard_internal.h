@@ -6,6 +6,9 @@
 #ifndef ACC_SHARD_INTERNAL_H
 #define ACC_SHARD_INTERNAL_H
 
+#include <stddef.h>
+#include <string.h>
+
 #include "acc_internal.h"
 #include "nbf_shard.h"
 
@@ -48,7 +51,25 @@ struct acc_shard {
 typedef struct {
   int32_t type, world, stage, nunits; /* acc_state_dict_type_t, ... */
   uint64_t num_params;
+  /* the shard group's size and the groups (HYBRID_SHARD: ranks per node,
+   * nodes; else world, 1): a SHARDED checkpoint holds sworld shards */
+  int32_t sworld, ngroups;
 } acc__shard_mark_t;
+/* The mark in section `name` of f into *mk: 1, or 0 when there is none
+ * or its size fits no version (the first, without sworld / ngroups, was
+ * 24 bytes: read as one group of the world). */
+static inline int acc__shard_mark_get(const acc__ckpt_file_t *f, const char *name,
+                                      acc__shard_mark_t *mk) {
+  size_t b;
+  const void *d = acc__ckpt_find(f, name, &b);
+  if (!d || (b != sizeof *mk && b != offsetof(acc__shard_mark_t, sworld)))
+    return 0;
+  *mk = (acc__shard_mark_t){0};
+  memcpy(mk, d, b);
+  if (b < sizeof *mk)
+    mk->sworld = mk->world, mk->ngroups = 1;
+  return 1;
+}
 typedef struct {
   uint64_t off, n, s, own;
 } acc__shard_unit_rec_t;

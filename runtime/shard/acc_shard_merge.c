@@ -6,7 +6,8 @@
  * writes: OUT/nbfork_state.bin in acc_save_state's section order
  * (scaler, model.sizes, model.params, optim, optim.m, optim.v, the
  * registered objects) and OUT/nbfork_rank0.bin (rank 0's sections plus
- * its model.grads). The result is a world-size-1 checkpoint.
+ * its model.grads). The result is a world-size-1 checkpoint. A
+ * HYBRID_SHARD checkpoint holds one replica: the mark's sworld shards.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,7 @@ static void *dup_bytes(const void *p, size_t n) {
   return d;
 }
 
-/* Rank r's shard file into m (the first one sets the optimizer record,
+/* Shard r's file into m (the first one sets the optimizer record,
  * sizes and gradients). */
 static acc_result_t merge_one(acc_t *acc, const char *ckpt, int r, merged_t *m) {
   char path[4200];
@@ -44,12 +45,10 @@ static acc_result_t merge_one(acc_t *acc, const char *ckpt, int r, merged_t *m) 
   acc_result_t res = ACC_OK;
   size_t b, bu, tot = 0;
   mark_t mk;
-  const void *d = acc__ckpt_find(&f, "shard.meta", &b);
+  int ok = acc__shard_mark_get(&f, "shard.meta", &mk);
   const unsigned char *ur = acc__ckpt_find(&f, "shard.units", &bu);
-  if (d && b == sizeof mk)
-    memcpy(&mk, d, sizeof mk);
-  if (!d || b != sizeof mk || mk.world != m->mk.world || mk.num_params != m->mk.num_params || !ur ||
-      bu != (size_t)mk.nunits * sizeof(unit_rec_t)) {
+  if (!ok || mk.world != m->mk.world || mk.sworld != m->mk.sworld ||
+      mk.num_params != m->mk.num_params || !ur || bu != (size_t)mk.nunits * sizeof(unit_rec_t)) {
     free(f.buf);
     return acc__set_error(acc, ACC_ERR_IO, "%s does not belong to the checkpoint in %s", path,
                           ckpt);
@@ -111,7 +110,7 @@ static acc_result_t write_state(acc_t *acc, const acc__ckpt_file_t *sf, merged_t
   const size_t np = m->mk.num_params * sizeof(float);
   mark_t full = m->mk;
   full.type = ACC_FULL_STATE_DICT;
-  full.world = 1;
+  full.world = full.sworld = full.ngroups = 1;
   off = 0;
   for (const void *d; (d = acc__ckpt_next(sf, &off, names[n], &b));) {
     if (!strcmp(names[n], "user.nbfork.state_dict")) {
@@ -165,7 +164,7 @@ static acc_result_t merge(acc_t *acc, const char *ckpt, const acc__ckpt_file_t *
     if (!(m->st[w] = calloc(m->mk.num_params ? m->mk.num_params : 1, sizeof(float))))
       return acc__set_error(acc, ACC_ERR_NO_MEMORY, "merge-weights: no memory for %llu parameters",
                             (unsigned long long)m->mk.num_params);
-  for (int r = 0; r < m->mk.world; r++) {
+  for (int r = 0; r < m->mk.sworld; r++) {
     ACC_CHECK(merge_one(acc, ckpt, r, m));
     if (r == 0 && !m->o.has_m) /* the optimizer has no such buffer */
       free(m->st[1]), m->st[1] = NULL;
@@ -188,12 +187,9 @@ acc_result_t acc_shard_merge_weights(acc_t *acc, const char *ckpt, const char *o
   acc__ckpt_file_t sf;
   ACC_CHECK(acc__ckpt_read(acc, path, 0, &sf));
   merged_t m = {0};
-  size_t b;
-  const void *d = acc__ckpt_find(&sf, "user.nbfork.state_dict", &b);
-  if (d && b == sizeof m.mk)
-    memcpy(&m.mk, d, sizeof m.mk);
+  int ok = acc__shard_mark_get(&sf, "user.nbfork.state_dict", &m.mk);
   acc_result_t r;
-  if (!d || b != sizeof m.mk || m.mk.type != ACC_SHARDED_STATE_DICT || m.mk.world < 1)
+  if (!ok || m.mk.type != ACC_SHARDED_STATE_DICT || m.mk.sworld < 1 || m.mk.sworld > m.mk.world)
     r = acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                        "merge-weights: %s is not a SHARDED_STATE_DICT checkpoint (a "
                        "FULL_STATE_DICT one already holds the whole model in nbfork_state.bin)",

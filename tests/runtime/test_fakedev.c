@@ -397,6 +397,30 @@ NBF_TEST(trainer_refuses_checkpoints_of_custom_device_model) {
   acc_destroy(&acc);
 }
 
+/* Sharding (issue 23) runs on host buffers only for now: a device model
+ * is refused by acc_shard_new at every stage, and by the Trainer with
+ * --fsdp, before any host access of its buffers (which would fault
+ * here) and naming the device. */
+NBF_TEST(shard_refuses_device_model) {
+  acc_t *acc = fake_acc("no");
+  acc_model_t m = device_model();
+  for (int stage = 0; stage <= 3; stage++) {
+    acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+    cfg.stage = stage;
+    ASSERT_TRUE(acc_shard_new(acc, &m, &cfg) == NULL);
+    ASSERT_TRUE(strstr(acc_last_error(acc), "on device 0 is not implemented") != NULL);
+  }
+  acc_training_args_t args;
+  acc_training_args_init(&args);
+  ASSERT_EQ(acc_training_args_set(&args, "save_strategy", "no"), ACC_OK);
+  ASSERT_EQ(acc_training_args_set(&args, "fsdp", "full_shard"), ACC_OK);
+  acc_dataset_t ds = dataset();
+  acc_trainer_t *tr = acc_trainer_new(acc, &args, &m, &ds, NULL);
+  ASSERT_TRUE(tr == NULL);
+  ASSERT_TRUE(strstr(acc_last_error(acc), "on device 0 is not implemented") != NULL);
+  acc_destroy(&acc);
+}
+
 /* GaLore is host BLAS over the parameters: a device model is refused
  * (as LOMO refuses one), not projected on the host. */
 NBF_TEST(galore_refuses_device_model) {

@@ -24,17 +24,23 @@
  * hybrid STAGE NP VARIANT: HYBRID_SHARD over 2 simulated nodes, as
  * match_ddp (bitwise at NP 4 too: see the case).
  *
- * resume STAGE NP TYPE VARIANT: a run saved (TYPE full|sharded) after
- * some micro-steps (VARIANT accum: inside an accumulation window) and
- * resumed by new processes from a model of another seed continues bit
- * for bit as the uninterrupted run (1e-5 where the order is not fixed, as above); generic:
- * an acc_model_t without the MLP's layer sizes and hooks.
+ * resume STAGE NP TYPE VARIANT [hybrid]: a run saved (TYPE full|sharded)
+ * after some micro-steps (VARIANT accum: inside an accumulation window)
+ * and resumed by new processes from a model of another seed continues
+ * bit for bit as the uninterrupted run (1e-5 where the order is not
+ * fixed, as above); generic: an acc_model_t without the MLP's layer
+ * sizes and hooks; hybrid: HYBRID_SHARD over 2 simulated nodes (one
+ * replica's shards saved, every node resuming from them).
+ * resume_layout STAGE: a HYBRID_SHARD SHARDED checkpoint of 4 ranks (2
+ * nodes of 2) is refused, naming both layouts, by FULL_SHARD on 4 ranks
+ * (4 shards), and the other way round.
  * resume_other_world STAGE NP_SAVE NP_LOAD: a FULL_STATE_DICT saved on
  * NP_SAVE ranks, resumed on NP_LOAD at STAGE, against stage 0 from the
  * same checkpoint (at NP_LOAD 1: against DDP's acc_load_state).
- * merge_weights STAGE NP: `nbfork merge-weights` of a SHARDED checkpoint
- * equals the FULL one saved at the same step: the same rank-0 file, and
- * DDP resumed from either (acc_load_state) trains alike bit for bit.
+ * merge_weights STAGE NP [hybrid]: `nbfork merge-weights` of a SHARDED
+ * checkpoint equals the FULL one saved at the same step: the same rank-0
+ * file, and DDP resumed from either (acc_load_state) trains alike bit for
+ * bit (hybrid: of HYBRID_SHARD's one-replica checkpoint).
  */
 #define _GNU_SOURCE /* nftw, mkdtemp */
 #include <ftw.h>
@@ -470,6 +476,13 @@ static acc_t *ck_acc(const char *variant) {
 }
 
 static int ck_generic; /* resume VARIANT generic: no layer sizes, no hooks */
+static int ck_hybrid;  /* HYBRID_SHARD over 2 simulated nodes */
+
+/* The simulated node of a rank (before acc_new), as simulate_nodes. */
+static void ck_nodes(int rank) {
+  case_t c = {.hybrid = ck_hybrid};
+  simulate_nodes(&c, rank);
+}
 
 /* A fresh MLP (from `seed`) sharded at `stage`, AdamW lr 0.01. */
 static acc_shard_t *ck_new(acc_t *acc, int stage, unsigned seed, acc_mlp_t **m,
@@ -483,6 +496,7 @@ static acc_shard_t *ck_new(acc_t *acc, int stage, unsigned seed, acc_mlp_t **m,
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = stage;
   cfg.lr = 0.01f;
+  cfg.hybrid = ck_hybrid;
   acc_shard_t *sh = acc_shard_new(acc, model, &cfg);
   ASSERT_NOT_NULL(sh);
   return sh;
@@ -526,8 +540,9 @@ static int ck_type(const ck_t *c) {
 
 /* First processes: train to k1 and save. */
 static int ck_save_body(int rank, int world, void *arg) {
-  (void)rank, (void)world;
+  (void)world;
   const ck_t *c = arg;
+  ck_nodes(rank);
   acc_t *acc = ck_acc(c->variant);
   acc_mlp_t *m;
   acc_model_t model;
@@ -573,6 +588,7 @@ static void ck_compare(const float *l0, const float *l1, int k0, int k1, const f
 static int ck_resume_body(int rank, int world, void *arg) {
   const ck_t *c = arg;
   static float la[CK_NK], lb[CK_NK], pa[CK_NP], pb[CK_NP];
+  ck_nodes(rank);
   acc_t *acc = ck_acc(c->variant);
   acc_mlp_t *m;
   acc_model_t model;
@@ -590,9 +606,11 @@ static int ck_resume_body(int rank, int world, void *arg) {
   ck_end(&sh, &model, &m, pb);
   if (rank == 0) {
     char what[96];
-    snprintf(what, sizeof what, "resume stage %d np %d %s %s", c->stage, world, c->type,
-             c->variant);
-    ck_compare(la, lb, ck_k1(c), ck_total(c), pa, pb, rt_fixed_reduction_order(world), what);
+    snprintf(what, sizeof what, "resume stage %d np %d %s %s%s", c->stage, world, c->type,
+             c->variant, ck_hybrid ? " hybrid" : "");
+    /* HYBRID_SHARD's node-local sums have one order (see the hybrid case) */
+    ck_compare(la, lb, ck_k1(c), ck_total(c), pa, pb, rt_fixed_reduction_order(world) || ck_hybrid,
+               what);
   }
   acc_destroy(&acc);
   return 0;
@@ -615,11 +633,49 @@ NBF_TEST_P(resume) {
   c.type = nbf_test_arg(2);
   c.variant = nbf_test_arg(3);
   ck_generic = !strcmp(c.variant, "generic");
+  ck_hybrid = nbf_test_argc > 4 && !strcmp(nbf_test_arg(4), "hybrid");
   ck_tmpdir(&c);
   rt_spawn_opts_t o = {.world = world, .deadline_s = 90};
   ASSERT_EQ(rt_spawn(&o, ck_save_body, &c, NULL), 0);
   ASSERT_EQ(rt_spawn(&o, ck_resume_body, &c, NULL), 0);
   nftw(c.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* resume_layout: the load of c->dir at the other layout than the save's
+ * (ck_hybrid is the save's) fails on every rank, naming both. */
+static int ck_layout_body(int rank, int world, void *arg) {
+  (void)world;
+  const ck_t *c = arg;
+  ck_hybrid = !ck_hybrid;
+  ck_nodes(rank);
+  acc_t *acc = ck_acc("f32");
+  acc_mlp_t *m;
+  acc_model_t model;
+  acc_shard_t *sh = ck_new(acc, c->stage, 999, &m, &model);
+  ASSERT_EQ(acc_shard_load_state(sh, c->dir), ACC_ERR_INVALID_ARGUMENT);
+  const char *e = acc_last_error(acc);
+  if (rank == 0)
+    printf("refused: %s\n", e);
+  ASSERT_NOT_NULL(strstr(e, "2 groups of 2"));
+  ASSERT_NOT_NULL(strstr(e, "1 group of 4"));
+  ck_end(&sh, &model, &m, NULL);
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST_P(resume_layout) {
+  static ck_t c;
+  c.stage = atoi(nbf_test_arg(0));
+  c.type = "sharded";
+  c.variant = "f32";
+  rt_spawn_opts_t o = {.world = 4, .deadline_s = 90};
+  for (int save_hybrid = 0; save_hybrid < 2; save_hybrid++) {
+    ck_tmpdir(&c);
+    ck_hybrid = save_hybrid;
+    ASSERT_EQ(rt_spawn(&o, ck_save_body, &c, NULL), 0);
+    ASSERT_EQ(rt_spawn(&o, ck_layout_body, &c, NULL), 0);
+    nftw(c.dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  }
 }
 
 /* DDP from a checkpoint through acc_load_state: micro-steps k0..k1. */
@@ -709,6 +765,7 @@ NBF_TEST_P(merge_weights) {
   c.stage = atoi(nbf_test_arg(0));
   c.type = "both"; /* FULL into dir, SHARDED into dir/sharded */
   c.variant = "f32";
+  ck_hybrid = nbf_test_argc > 2 && !strcmp(nbf_test_arg(2), "hybrid");
   ck_tmpdir(&c);
   rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(1)), .deadline_s = 90};
   ASSERT_EQ(rt_spawn(&o, ck_save_body, &c, NULL), 0);
