@@ -33,12 +33,32 @@
  *            the model's buffer right before its forward and again before
  *            its backward and releases its pages right after (FSDP's
  *            free-after-forward/backward; with mixed precision the layer's
- *            half-precision shadow too). Another acc_model_t has no
+ *            half-precision shadow too). Prefetch (FSDP's forward_prefetch
+ *            and backward_prefetch=BACKWARD_PRE; cfg.prefetch): while
+ *            layer k computes, a helper thread all-gathers the next layer
+ *            (k+1 in forward, k-1 in backward) into a second staging
+ *            buffer, so at most two layers are gathered at once; the
+ *            main thread waits for it before its next collective, so the
+ *            collectives keep one order on every rank and the results are
+ *            bitwise those without prefetch. Another acc_model_t has no
  *            layer hooks: every unit is gathered before forward_loss and
  *            released after backward (peak = the full parameters, steady
- *            state 1/N). No prefetch of the next unit.
- *   HYBRID_SHARD is refused (UNSUPPORTED): it needs one process group
- *   per node, and nbfork's collectives span the world only.
+ *            state 1/N), without prefetch.
+ *   HYBRID_SHARD (cfg.hybrid with stage 3; _HYBRID_SHARD_ZERO2 with
+ *            stage 2; any stage >= 1 is accepted): the stage within each
+ *            node, the model replicated across nodes (FSDP's hybrid
+ *            strategies; DeepSpeed's ZeRO++ hpZ keeps a node-local copy of
+ *            the parameters likewise). N above is then the ranks of a
+ *            node; parameters are all-gathered between the node's ranks
+ *            only (shared memory); a unit's gradient is all-reduced (AVG)
+ *            over the world (within the node through shared memory, then
+ *            between the node leaders through Gloo: each node's leader
+ *            sends the unit once, as FSDP's inter-node all-reduce of the
+ *            shards does in total) and each rank keeps its owned block.
+ *            Needs the node groups of the shared-memory collectives
+ *            (NBFORK_SHM_COLLECTIVES=1, the default) and nodes of equal
+ *            sizes (UNSUPPORTED / INVALID_ARGUMENT otherwise); a
+ *            SHARDED_STATE_DICT save is refused (save FULL_STATE_DICT).
  *
  * Gradient accumulation (acc_config_t.gradient_accumulation_steps = k):
  * as Accelerate's, each micro-step's contribution is scaled by 1/k; the
@@ -52,17 +72,22 @@
  * (no scaling).
  *
  * Equality with DDP (tests/runtime/test_shard.c, 1, 2 and 4 processes):
- * bit for bit at N <= 2 for every stage, precision and accumulation (the
- * update is elementwise, and a sum of two addends does not depend on
- * their order). At N = 4 the tolerance is 1e-5 relative (losses;
- * parameters: of the largest parameter), measured <= 4e-7: there two
- * DDP runs in one process already differ in the last bit (Gloo's
- * all-reduce of 4 ranks does not sum in a fixed order from one call to
- * the next here), and stages 2/3 reduce each unit apart (on the host
- * nbfork's reduce-scatter is Gloo's all-reduce of the unit, as
- * PyTorch's Gloo backend does). Clipping above stage 0: the norm is
- * summed in another order (partial sums per rank, then all-reduced):
- * within 1e-5.
+ * bit for bit for every stage, precision and accumulation wherever the
+ * host collectives sum in one order every call (the update is
+ * elementwise): at N <= 2 (a sum of two addends does not depend on
+ * their order), and at any N through shared memory on one node (the
+ * default: members' values are added in member order whatever the
+ * buffer's size or algorithm, so a unit's reduce-scatter sums each
+ * element as DDP's all-reduce of the whole buffer does); HYBRID_SHARD
+ * over 2 nodes of 2 ranks too. Through Gloo (NBFORK_SHM_COLLECTIVES=0)
+ * at N = 4 the tolerance is 1e-5 relative (losses; parameters: of the
+ * largest parameter), measured <= 4e-7: there two DDP runs in one
+ * process already differ in the last bit (Gloo's all-reduce of 4 ranks
+ * does not sum in a fixed order from one call to the next), and stages
+ * 2/3 reduce each unit apart (through Gloo, Gloo's recursive-halving
+ * reduce-scatter: half an all-reduce's traffic, ZeRO's volume).
+ * Clipping above stage 0: the norm is summed in another order (partial
+ * sums per rank, then all-reduced): within 1e-5 (measured 0 here).
 
  * Offload (offload_optimizer_device: cpu, fsdp_offload_params: true): on
  * a CPU run the state already is in host memory: a no-op, stated by
@@ -93,7 +118,8 @@ typedef enum {
 typedef struct {
   /* ZeRO stage 0..3, or ACC_SHARD_FROM_ENV: ACCELERATE_USE_FSDP=true with
    * FSDP_SHARDING_STRATEGY (1|FULL_SHARD -> 3, 2|SHARD_GRAD_OP -> 2,
-   * 3|NO_SHARD -> 0, 4|HYBRID_SHARD -> refused) and FSDP_OFFLOAD_PARAMS,
+   * 3|NO_SHARD -> 0, 4|HYBRID_SHARD -> 3 hybrid, 5|_HYBRID_SHARD_ZERO2 ->
+   * 2 hybrid) and FSDP_OFFLOAD_PARAMS,
    * or ACCELERATE_USE_DEEPSPEED=true with ACCELERATE_DEEPSPEED_ZERO_STAGE
    * (0..3) and ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE (none|cpu);
    * neither: stage 0. */
@@ -103,12 +129,20 @@ typedef struct {
                   0 = SGD (lr, momentum, weight_decay)                 */
   float lr, beta1, beta2, eps, weight_decay, momentum;
   double max_grad_norm; /* > 0: clip by global norm; 0 = no clipping    */
+  int hybrid;           /* 1 = HYBRID_SHARD: shard within each node only   */
+  /* stage 3 with a toolkit MLP: ACC_SHARD_PREFETCH_FORWARD |
+   * ACC_SHARD_PREFETCH_BACKWARD (the default), 0 = none; with
+   * ACC_SHARD_FROM_ENV, FSDP_BACKWARD_PREFETCH=NO_PREFETCH and
+   * FSDP_FORWARD_PREFETCH=false clear their bit. */
+  int prefetch;
 } acc_shard_config_t;
 
+enum { ACC_SHARD_PREFETCH_FORWARD = 1, ACC_SHARD_PREFETCH_BACKWARD = 2 };
+
 /* Stage from the environment, AdamW(1e-3, 0.9, 0.999, 1e-8, 0.01), no
- * clipping: torch.optim.AdamW's defaults. */
+ * clipping: torch.optim.AdamW's defaults; not hybrid; prefetch both ways. */
 #define ACC_SHARD_CONFIG_INIT                                                                      \
-  { ACC_SHARD_FROM_ENV, 0, 1, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.0f, 0.0 }
+  { ACC_SHARD_FROM_ENV, 0, 1, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.0f, 0.0, 0, 3 }
 
 typedef struct acc_shard acc_shard_t;
 
@@ -117,8 +151,9 @@ typedef struct acc_shard acc_shard_t;
  * (model->mlp) it installs the layer hooks; the model must not be driven
  * by another optimizer meanwhile. Collective (every rank, the same
  * config). Errors: INVALID_ARGUMENT (NULL, stage outside 0..3, bad
- * hyper-parameters, an environment value not understood — named),
- * UNSUPPORTED (HYBRID_SHARD; a model on a device), NO_MEMORY. */
+ * hyper-parameters, an environment value not understood — named;
+ * HYBRID_SHARD over nodes of unequal sizes), UNSUPPORTED (HYBRID_SHARD
+ * without shared-memory node groups; a model on a device), NO_MEMORY. */
 ACC_API acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_config_t *cfg);
 /* Removes the hooks, gathers the full parameters into the model's buffer
  * (collective with stage 3, so every rank must call it) and frees the
@@ -222,6 +257,9 @@ ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);
  *   stage 2: 4Ψ + (4 + k)Ψ/N + 4L(N-1)/N     (L = the unit in backward)
  *   stage 3: (8 + k)Ψ/N + 8L                  (k = 8 AdamW, 4 SGD)
  * plus 4Ψ for the half shadow with mixed precision below stage 3.
+ * Stage 3's prefetch adds up to one more unit's parameters (4L): the
+ * estimate is that of cfg.prefetch = 0. With HYBRID_SHARD, N is the
+ * ranks of a node.
  * The ZeRO paper's mixed-precision figures (fp16 parameters and
  * gradients, f32 master and moments) are acc_shard_paper_bytes. */
 ACC_API double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage,

@@ -261,12 +261,14 @@ typedef struct {
                                      * log lines and trainer_state.json are written anyway) */
   /* Sharded data parallel (nbf_shard.h; README "Sharding"), Transformers'
    * names. fsdp: space-separated FSDPOption words: full_shard (ZeRO 3),
-   * shard_grad_op (2), no_shard (0), offload, auto_wrap (the wrap units
-   * are the model's layers / named tensor groups already); hybrid_shard
-   * is refused. fsdp_config: a JSON file or inline JSON object (keys with
-   * or without "fsdp_"): offload_params and state_dict_type
-   * (FULL_STATE_DICT | SHARDED_STATE_DICT) honoured; min_num_params,
-   * transformer_layer_cls_to_wrap, backward_prefetch, forward_prefetch,
+   * shard_grad_op (2), no_shard (0), hybrid_shard (3 within each node),
+   * hybrid_shard_zero2 (2 within each node), offload, auto_wrap (the wrap
+   * units are the model's layers / named tensor groups already).
+   * fsdp_config: a JSON file or inline JSON object (keys with or without
+   * "fsdp_"): offload_params, state_dict_type (FULL_STATE_DICT |
+   * SHARDED_STATE_DICT), backward_prefetch "no_prefetch" and
+   * forward_prefetch false (stage 3's prefetch off) honoured;
+   * min_num_params, transformer_layer_cls_to_wrap, other prefetch values,
    * limit_all_gathers, use_orig_params, sync_module_states,
    * cpu_ram_efficient_loading accepted as hints; activation_checkpointing
    * and xla refused when true; others refused by name. deepspeed: a

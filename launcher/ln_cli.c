@@ -56,6 +56,9 @@ static const struct {
     {"fsdp_offload_params", "offload"},
     {"offload_optimizer_device", "offload"},
     {"fsdp_state_dict_type", "state_dict_type"},
+    {"fsdp_backward_prefetch", "backward_prefetch"},
+    {"fsdp_backward_prefetch_policy", "backward_prefetch"},
+    {"fsdp_forward_prefetch", "forward_prefetch"},
 };
 
 static const char *const names[] = {"config_file",
@@ -82,6 +85,9 @@ static const char *const names[] = {"config_file",
                                     "fsdp_offload_params",
                                     "offload_optimizer_device",
                                     "fsdp_state_dict_type",
+                                    "fsdp_backward_prefetch",
+                                    "fsdp_backward_prefetch_policy",
+                                    "fsdp_forward_prefetch",
                                     "zero_stage",
                                     NULL};
 
@@ -241,6 +247,10 @@ char *ln_cli_launch_options(const ln_cli_t *c, int which) {
     put_option(f, "offload", o->offload ? "true" : "false");
   if (GIVEN("fsdp_state_dict_type"))
     put_option(f, "state_dict_type", o->state_dict_type);
+  if (GIVEN("fsdp_backward_prefetch") || GIVEN("fsdp_backward_prefetch_policy"))
+    put_option(f, "backward_prefetch", o->backward_prefetch);
+  if (GIVEN("fsdp_forward_prefetch"))
+    put_option(f, "forward_prefetch", o->forward_prefetch ? "true" : "false");
   if (GIVEN("log_line_prefix_template") && o->log_line_prefix_template[0])
     put_option(f, "log_line_prefix_template", o->log_line_prefix_template);
 #undef PUT_INT

@@ -34,11 +34,14 @@
  * |                          |                   | FSDP (fsdp_config), DEEPSPEED          |
  * |                          |                   | (deepspeed_config): sharding below     |
  * | sharding                 | no                | %launch's sharding (ln_options.h)      |
- * | fsdp_sharding_strategy   | FULL_SHARD        | 1..4 or names: sharding                |
+ * | fsdp_sharding_strategy   | FULL_SHARD        | 1..5 or names: sharding                |
  * | zero_stage               | 2 (DEEPSPEED)     | 0..3: sharding=zeroN                   |
  * | fsdp_offload_params,     | false / none      | offload (a no-op on CPU runs)          |
  * | offload_optimizer_device |                   |                                        |
  * | fsdp_state_dict_type     | FULL_STATE_DICT   | state_dict_type                        |
+ * | fsdp_backward_prefetch   | BACKWARD_PRE      | backward_prefetch (also                |
+ * |                          |                   | fsdp_backward_prefetch_policy)         |
+ * | fsdp_forward_prefetch    | true              | forward_prefetch                       |
  */
 #ifndef LN_CLI_H
 #define LN_CLI_H

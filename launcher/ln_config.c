@@ -81,8 +81,8 @@ static int mpirun_config(ln_cli_t *c, yaml_document_t *d, yaml_node_t *map, cons
 
 /* fsdp_config / deepspeed_config keys: what nbfork does with each. A key
  * with a setting is passed to ln_cli_set under that name; "" = accepted
- * with no effect (wrapping, prefetch and loading hints: nbfork's wrap
- * units are the layers, it does not prefetch); NULL = refused when on. */
+ * with no effect (wrapping and loading hints: nbfork's wrap units are
+ * the layers); NULL = refused when on. */
 static const struct {
   const char *key, *setting, *why;
 } section_keys[] = {
@@ -92,9 +92,9 @@ static const struct {
     {"fsdp_auto_wrap_policy", "", NULL},
     {"fsdp_transformer_layer_cls_to_wrap", "", NULL},
     {"fsdp_min_num_params", "", NULL},
-    {"fsdp_backward_prefetch", "", NULL},
-    {"fsdp_backward_prefetch_policy", "", NULL},
-    {"fsdp_forward_prefetch", "", NULL},
+    {"fsdp_backward_prefetch", "fsdp_backward_prefetch", NULL},
+    {"fsdp_backward_prefetch_policy", "fsdp_backward_prefetch_policy", NULL},
+    {"fsdp_forward_prefetch", "fsdp_forward_prefetch", NULL},
     {"fsdp_use_orig_params", "", NULL},
     {"fsdp_sync_module_states", "", NULL},
     {"fsdp_cpu_ram_efficient_loading", "", NULL},

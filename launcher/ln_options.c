@@ -24,6 +24,8 @@ void ln_options_init(ln_options_t *o) {
   o->monitor_interval_s = 0.1;
   snprintf(o->sharding, sizeof o->sharding, "no");
   snprintf(o->state_dict_type, sizeof o->state_dict_type, "FULL_STATE_DICT");
+  snprintf(o->backward_prefetch, sizeof o->backward_prefetch, "BACKWARD_PRE");
+  o->forward_prefetch = 1;
   const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
   if (secret && strlen(secret) < sizeof o->rdzv_secret)
     memcpy(o->rdzv_secret, secret, strlen(secret) + 1);
@@ -37,19 +39,22 @@ static const char *const known[] = {"num_processes",    "mixed_precision",
                                     "rdzv_conf",        "max_restarts",
                                     "monitor_interval", "log_line_prefix_template",
                                     "sharding",         "offload",
-                                    "state_dict_type",  NULL};
+                                    "state_dict_type",  "backward_prefetch",
+                                    "forward_prefetch", NULL};
 
-/* FSDP's strategies by number (Accelerate's config writes 1..4) and name. */
-static const char *const fsdp_names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"};
+/* FSDP's strategies by number (Accelerate's config writes 1..5) and name. */
+static const char *const fsdp_names[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
+                                         "_HYBRID_SHARD_ZERO2"};
 
 /* The sharding options; -2 when `key` is not one of them, else 0/-1 with
  * *accepted set (the caller words the error). */
 static int sharding_set(ln_options_t *o, const char *key, const char *v, const char **accepted) {
   if (!strcmp(key, "sharding")) {
-    *accepted = "no, FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD (or FSDP's numbers 1..4), "
+    *accepted = "no, FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2 (or "
+                "FSDP's numbers 1..5), "
                 "zero0, zero1, zero2, zero3";
     int ok = !strcmp(v, "no") || (!strncmp(v, "zero", 4) && v[4] >= '0' && v[4] <= '3' && !v[5]);
-    for (int i = 0; i < 4 && !ok; i++)
+    for (int i = 0; i < 5 && !ok; i++)
       if (!strcasecmp(v, fsdp_names[i]) || (v[0] == '1' + i && !v[1])) {
         v = fsdp_names[i];
         ok = 1;
@@ -62,6 +67,20 @@ static int sharding_set(ln_options_t *o, const char *key, const char *v, const c
       return o->offload = 1, 0;
     if (!strcasecmp(v, "false") || !strcmp(v, "0") || !strcasecmp(v, "none"))
       return o->offload = 0, 0;
+    return -1;
+  }
+  if (!strcmp(key, "backward_prefetch")) {
+    *accepted = "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH";
+    if (strcmp(v, "BACKWARD_PRE") && strcmp(v, "BACKWARD_POST") && strcmp(v, "NO_PREFETCH"))
+      return -1;
+    return ln_copy_text(o->backward_prefetch, sizeof o->backward_prefetch, v);
+  }
+  if (!strcmp(key, "forward_prefetch")) {
+    *accepted = "true or false";
+    if (!strcasecmp(v, "true") || !strcmp(v, "1"))
+      return o->forward_prefetch = 1, 0;
+    if (!strcasecmp(v, "false") || !strcmp(v, "0"))
+      return o->forward_prefetch = 0, 0;
     return -1;
   }
   if (!strcmp(key, "state_dict_type")) {
@@ -86,6 +105,8 @@ void ln_options_sharding_env(const ln_options_t *o) {
   nbf_param_set(NBF_P_FSDP_SHARDING_STRATEGY, o->sharding);
   nbf_param_set(NBF_P_FSDP_OFFLOAD_PARAMS, o->offload ? "true" : "false");
   nbf_param_set(NBF_P_FSDP_STATE_DICT_TYPE, o->state_dict_type);
+  nbf_param_set(NBF_P_FSDP_BACKWARD_PREFETCH, o->backward_prefetch);
+  nbf_param_set(NBF_P_FSDP_FORWARD_PREFETCH, o->forward_prefetch ? "true" : "false");
 }
 
 int ln_parse_int(const char *v, long lo, long hi, int *out) {

@@ -26,12 +26,18 @@
  * |                          |                     | {local_rank}, {node_rank}|
  * | sharding                 | no                  | no; FSDP: FULL_SHARD,    |
  * |                          |                     | SHARD_GRAD_OP, NO_SHARD, |
- * |                          |                     | HYBRID_SHARD or 1..4;    |
+ * |                          |                     | HYBRID_SHARD,            |
+ * |                          |                     | _HYBRID_SHARD_ZERO2 or   |
+ * |                          |                     | 1..5;                    |
  * |                          |                     | DeepSpeed: zero0..zero3  |
  * | offload                  | false               | true, false (a no-op on  |
  * |                          |                     | CPU runs; nbf_shard.h)   |
  * | state_dict_type          | FULL_STATE_DICT     | FULL_STATE_DICT,         |
  * |                          |                     | SHARDED_STATE_DICT       |
+ * | backward_prefetch        | BACKWARD_PRE        | BACKWARD_PRE,            |
+ * |                          |                     | BACKWARD_POST,           |
+ * |                          |                     | NO_PREFETCH (stage 3)    |
+ * | forward_prefetch         | true                | true or false (stage 3)  |
  */
 #ifndef LN_OPTIONS_H
 #define LN_OPTIONS_H
@@ -58,9 +64,11 @@ typedef struct {
   /* sharded data parallel (nbf_shard.h): "no", an FSDP strategy name
    * (FULL_SHARD, ...) or "zero0".."zero3"; the workers get Accelerate's
    * environment for it (ln_options_sharding_env) */
-  char sharding[16];
+  char sharding[24];
   int offload;
   char state_dict_type[24];
+  char backward_prefetch[16]; /* FSDP's BackwardPrefetch name or NO_PREFETCH */
+  int forward_prefetch;
 } ln_options_t;
 
 /* Defaults as in the table above. */

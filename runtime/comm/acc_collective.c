@@ -331,8 +331,39 @@ static acc_result_t all_gather_run(acc_t *acc, const void *send, void *recv, siz
   return ACC_OK;
 }
 
-/* Host reduce-scatter as PyTorch's Gloo backend does it: all-reduce a
- * copy of the whole input with Gloo, keep this rank's block. */
+acc_result_t acc__local_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                                   acc_dtype_t dtype) {
+  ACC_CHECK(check(acc, "node all-gather", send, recv, count, dtype));
+  if (!acc->node) {
+    if (acc->world == 1) {
+      memmove(recv, send, count * acc_dtype_size(dtype));
+      return ACC_OK;
+    }
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "node all-gather: no node groups (shared-memory collectives are off)");
+  }
+  coll_t k;
+  acc_result_t r = coll_begin(acc, &k, NBF_RS_ALL_GATHER, count, dtype, ACC_SUM, -1, 0);
+  if (r == ACC_OK && count) {
+    r = ACC_OK;
+    if (acc->broken) {
+      r = broken(acc);
+    } else {
+      char err[1024];
+      r = acc__node_local_all_gather(acc, send, recv, count * acc_dtype_size(dtype), err,
+                                     sizeof err);
+      if (r != ACC_OK)
+        r = shm_failed(acc, r, err);
+    }
+  }
+  return coll_end(acc, &k, r);
+}
+
+/* Host reduce-scatter: through shared memory by node; else Gloo's
+ * reduce-scatter (half an all-reduce's traffic) on a copy of the input,
+ * or, for the half types and counts past Gloo's int, as PyTorch's Gloo
+ * backend does: all-reduce a copy of the whole input, keep this rank's
+ * block. */
 static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv, size_t count,
                                        acc_dtype_t dtype, acc_op_t op) {
   acc_result_t r;
@@ -354,10 +385,15 @@ static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv,
     return acc__set_error(acc, ACC_ERR_NO_MEMORY, "reduce-scatter: no memory for %zu bytes", total);
   memcpy(tmp, send, total);
   char err[1024];
-  r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,
-                          acc_reduce_get(dtype, op), err, sizeof err);
+  acc_op_t o = op == ACC_AVG ? ACC_SUM : op;
+  unsigned char *mine = tmp; /* Gloo's reduce-scatter leaves the block first */
+  r = acc_gloo_reduce_scatter(acc->gloo, tmp, count, dtype, o, err, sizeof err);
+  if (r == ACC_ERR_UNSUPPORTED) {
+    r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,
+                            acc_reduce_get(dtype, op), err, sizeof err);
+    mine = tmp + (size_t)acc->rank * bytes;
+  }
   if (r == ACC_OK) {
-    unsigned char *mine = tmp + (size_t)acc->rank * bytes;
     if (op == ACC_AVG)
       acc_reduce_divide(mine, count, dtype, acc->world);
     memcpy(recv, mine, bytes);

@@ -463,6 +463,19 @@ acc_result_t acc__node_reduce_scatter(acc_t *acc, const void *send, void *recv, 
   return r;
 }
 
+int acc__node_shape(const acc_t *acc, int *members, int *me, int *nnodes) {
+  const acc_node_t *nd = acc ? acc->node : NULL;
+  if (!nd)
+    return -1;
+  *members = nd->n, *me = nd->me, *nnodes = nd->nnodes;
+  return nd->maxn * nd->nnodes == acc->world ? 0 : 1; /* 1: nodes of unequal sizes */
+}
+
+acc_result_t acc__node_local_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes,
+                                        char *err, size_t errlen) {
+  return local_done(acc->node, acc_shm_all_gather(acc->node->shm, send, recv, bytes, err, errlen));
+}
+
 acc_result_t acc__node_barrier(acc_t *acc, int leaving, char *err, size_t errlen) {
   acc_node_t *nd = acc->node;
   acc_result_t r = local_done(nd, acc_shm_barrier(nd->shm, leaving, err, errlen));

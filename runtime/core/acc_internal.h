@@ -221,6 +221,20 @@ acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size
 acc_result_t acc__node_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
                                       acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen);
 acc_result_t acc__node_barrier(acc_t *acc, int leaving, char *err, size_t errlen);
+/* HYBRID_SHARD's groups (nbf_shard.h): this rank's node has `members`
+ * ranks, this one is member `me` (rank order), of `nnodes` nodes.
+ * Returns 0, 1 when the nodes differ in size, -1 without node groups
+ * (shared memory off or not set up). */
+int acc__node_shape(const acc_t *acc, int *members, int *me, int *nnodes);
+/* All-gather among the members of this rank's node only (shared memory):
+ * recv gets members * bytes, member-major. */
+acc_result_t acc__node_local_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes,
+                                        char *err, size_t errlen);
+/* The same as a collective of the group (recorded, checked, fatal or
+ * returned as acc_all_gather's); acc_collective.c. Every rank calls it:
+ * each node gathers its own members' blocks. */
+acc_result_t acc__local_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                                   acc_dtype_t dtype);
 /* After a failure: the rank it lost (or -1); wake this node's members. */
 int acc__node_lost_rank(const acc_t *acc);
 void acc__node_abort(acc_t *acc);

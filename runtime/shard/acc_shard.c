@@ -19,7 +19,9 @@
 #include "nbf_param.h"
 
 /* FSDP_SHARDING_STRATEGY (a number as Accelerate's config writes it, or
- * the name) -> stage; -2 for HYBRID_SHARD, -1 when not understood. */
+ * the name) -> stage, + HYBRID for the hybrid ones; -1 when not
+ * understood. */
+enum { HYBRID = 16 };
 static int fsdp_stage(const char *v) {
   static const struct {
     const char *num, *name;
@@ -27,42 +29,60 @@ static int fsdp_stage(const char *v) {
   } t[] = {{"1", "FULL_SHARD", 3},
            {"2", "SHARD_GRAD_OP", 2},
            {"3", "NO_SHARD", 0},
-           {"4", "HYBRID_SHARD", -2},
-           {"5", "_HYBRID_SHARD_ZERO2", -2}};
+           {"4", "HYBRID_SHARD", 3 + HYBRID},
+           {"5", "_HYBRID_SHARD_ZERO2", 2 + HYBRID}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
     if (!strcmp(v, t[i].num) || !strcasecmp(v, t[i].name))
       return t[i].stage;
   return -1;
 }
 
-/* The stage and offload choice of the launcher's environment; an error
- * names the variable and its value. */
-static acc_result_t stage_from_env(acc_t *acc, int *stage, int *offload) {
-  *stage = 0;
+/* FSDP's prefetch settings (Accelerate's FSDP_BACKWARD_PREFETCH,
+ * FSDP_FORWARD_PREFETCH) clear the bits of cfg.prefetch they turn off. */
+static acc_result_t prefetch_from_env(acc_t *acc, int *prefetch) {
+  const char *b = nbf_param_FSDP_BACKWARD_PREFETCH();
+  if (!strcasecmp(b, "NO_PREFETCH"))
+    *prefetch &= ~ACC_SHARD_PREFETCH_BACKWARD;
+  else if (strcasecmp(b, "BACKWARD_PRE") && strcasecmp(b, "BACKWARD_POST"))
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                          "FSDP_BACKWARD_PREFETCH=%s: expected BACKWARD_PRE, BACKWARD_POST or "
+                          "NO_PREFETCH",
+                          b);
+  int fwd = 1;
+  if (nbf_param_bool_strict(NBF_P_FSDP_FORWARD_PREFETCH, &fwd) < 0)
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "FSDP_FORWARD_PREFETCH=%s: expected %s",
+                          nbf_param_raw(NBF_P_FSDP_FORWARD_PREFETCH), NBF_BOOL_WORDS);
+  if (!fwd)
+    *prefetch &= ~ACC_SHARD_PREFETCH_FORWARD;
+  return ACC_OK;
+}
+
+/* The stage, hybrid, offload and prefetch choices of the launcher's
+ * environment; an error names the variable and its value. */
+static acc_result_t stage_from_env(acc_t *acc, acc_shard_config_t *c) {
+  c->stage = 0;
   if (nbf_param_ACCELERATE_USE_FSDP() == 1) {
     const char *v = nbf_param_str(NBF_P_FSDP_SHARDING_STRATEGY);
-    *stage = fsdp_stage(v);
-    if (*stage == -2)
-      return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                            "FSDP_SHARDING_STRATEGY=%s: HYBRID_SHARD needs one process group per "
-                            "node; nbfork's collectives span the world only (use FULL_SHARD)",
-                            v);
-    if (*stage < 0)
+    int st = fsdp_stage(v);
+    if (st < 0)
       return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                             "FSDP_SHARDING_STRATEGY=%s: expected 1|FULL_SHARD, 2|SHARD_GRAD_OP, "
-                            "3|NO_SHARD or 4|HYBRID_SHARD",
+                            "3|NO_SHARD, 4|HYBRID_SHARD or 5|_HYBRID_SHARD_ZERO2",
                             v);
-    *offload |= (nbf_param_FSDP_OFFLOAD_PARAMS() == 1);
+    c->stage = st % HYBRID;
+    c->hybrid |= st >= HYBRID;
+    c->offload |= (nbf_param_FSDP_OFFLOAD_PARAMS() == 1);
+    ACC_CHECK(prefetch_from_env(acc, &c->prefetch));
   } else if (nbf_param_ACCELERATE_USE_DEEPSPEED() == 1) {
     long s = 0;
     if (nbf_param_ACCELERATE_DEEPSPEED_ZERO_STAGE(&s) != 0 || s < 0 || s > 3)
       return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                             "ACCELERATE_DEEPSPEED_ZERO_STAGE=%s: expected 0, 1, 2 or 3",
                             nbf_param_raw(NBF_P_ACCELERATE_DEEPSPEED_ZERO_STAGE));
-    *stage = (int)s;
+    c->stage = (int)s;
     const char *od = nbf_param_str(NBF_P_ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE);
     const char *pd = nbf_param_str(NBF_P_ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE);
-    *offload |= (od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu"));
+    c->offload |= (od && !strcmp(od, "cpu")) || (pd && !strcmp(pd, "cpu"));
   }
   return ACC_OK;
 }
@@ -110,13 +130,13 @@ static acc_result_t layout(acc_shard_t *sh) {
   sh->nunits = sh->stage == 0 ? 1 : count_units(m, off, len);
   if (sh->stage == 0)
     off[0] = 0, len[0] = m->num_params;
-  size_t N = (size_t)sh->world, maxs = 0;
+  size_t N = (size_t)sh->sworld, maxs = 0;
   for (int i = 0; i < sh->nunits; i++) {
     acc__shard_unit_t *u = &sh->units[i];
     u->off = off[i];
     u->n = len[i];
     u->s = sh->stage == 0 ? u->n : (u->n + N - 1) / N;
-    size_t start = sh->stage == 0 ? 0 : (size_t)sh->rank * u->s;
+    size_t start = sh->stage == 0 ? 0 : (size_t)sh->srank * u->s;
     u->own = u->n > start ? (u->n - start < u->s ? u->n - start : u->s) : 0;
     u->soff = sh->S;
     sh->S += u->s;
@@ -154,14 +174,34 @@ static acc_result_t make_optimizers(acc_shard_t *sh) {
   return ACC_OK;
 }
 
+/* Transparent huge pages for a buffer whose pages are released and
+ * faulted in again every step (stage 3's parameters and gradients, stage
+ * 2's gradients): one fault per 2 MiB instead of per 4 KiB (the 4 KiB
+ * faults took about a third of a stage-3 step's time: bench/sharding.py
+ * under perf). Advice only: ignored where THP is off. */
+static void huge_pages(float *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+  const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = (uintptr_t)(p + n) & ~(pg - 1);
+  if (p && e > a)
+    (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+  (void)p, (void)n;
+#endif
+}
+
 /* Stage 3 keeps the owned elements only: copy them out of the model's
  * (equal on every rank) buffer, then release it. Stage 2 releases the
  * gradient pages it does not own. */
 static void take_shards(acc_shard_t *sh) {
   acc_model_t *m = sh->model;
+  if (sh->stage == 3)
+    huge_pages(m->params, m->num_params);
+  if (sh->stage >= 2)
+    huge_pages(m->grads, m->num_params);
   for (int i = 0; i < sh->nunits && sh->stage == 3; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
-    memcpy(sh->P + u->soff, m->params + u->off + (size_t)sh->rank * u->s, u->own * sizeof(float));
+    memcpy(sh->P + u->soff, m->params + u->off + (size_t)sh->srank * u->s, u->own * sizeof(float));
   }
   if (sh->stage == 3) {
     acc__shard_release(m->params, m->num_params);
@@ -169,7 +209,7 @@ static void take_shards(acc_shard_t *sh) {
   } else if (sh->stage == 2) {
     for (int i = 0; i < sh->nunits; i++) {
       const acc__shard_unit_t *u = &sh->units[i];
-      size_t start = (size_t)sh->rank * u->s;
+      size_t start = (size_t)sh->srank * u->s;
       start = start < u->n ? start : u->n;
       acc__shard_release(m->grads + u->off, start);
       acc__shard_release(m->grads + u->off + start + u->own, u->n - start - u->own);
@@ -182,18 +222,44 @@ static void describe(acc_shard_t *sh) {
   size_t own = 0;
   for (int i = 0; i < sh->nunits; i++)
     own += sh->units[i].own;
+  char hybrid[96] = "";
+  if (sh->cfg.hybrid && sh->stage > 0)
+    snprintf(hybrid, sizeof hybrid, ", HYBRID_SHARD: within each of %d node%s of %d rank%s",
+             sh->ngroups, sh->ngroups == 1 ? "" : "s", sh->sworld, sh->sworld == 1 ? "" : "s");
   snprintf(sh->desc, sizeof sh->desc,
-           "ZeRO stage %d (%s) on %d rank%s, %d unit%s, %zu of %zu parameters owned; offload: %s",
-           sh->stage, names[sh->stage], sh->world, sh->world == 1 ? "" : "s", sh->nunits,
-           sh->nunits == 1 ? "" : "s", own, sh->model->num_params,
+           "ZeRO stage %d (%s) on %d rank%s%s, %d unit%s, %zu of %zu parameters owned; "
+           "prefetch: %s; offload: %s",
+           sh->stage, names[sh->stage], sh->world, sh->world == 1 ? "" : "s", hybrid, sh->nunits,
+           sh->nunits == 1 ? "" : "s", own, sh->model->num_params, sh->pf ? "next unit" : "off",
            sh->cfg.offload ? "no-op on CPU (the state is in host memory)" : "off");
+}
+
+/* The shard group: the world, or with HYBRID_SHARD this rank's node. */
+static acc_result_t shard_group(acc_shard_t *sh) {
+  sh->srank = sh->rank, sh->sworld = sh->world, sh->ngroups = 1;
+  if (!sh->cfg.hybrid || sh->stage == 0 || sh->world == 1)
+    return ACC_OK;
+  int members, me, nnodes, rc = acc__node_shape(sh->acc, &members, &me, &nnodes);
+  if (rc < 0)
+    return acc__set_error(sh->acc, ACC_ERR_UNSUPPORTED,
+                          "acc_shard_new: HYBRID_SHARD shards within each node through the node "
+                          "groups of the shared-memory collectives, which this process group "
+                          "does not have (NBFORK_SHM_COLLECTIVES=0, or a rank could not map "
+                          "shared memory): use FULL_SHARD, or turn shared memory on");
+  if (rc > 0)
+    return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT,
+                          "acc_shard_new: HYBRID_SHARD needs nodes of equal sizes (this rank's "
+                          "node has %d of %d ranks on %d nodes): use FULL_SHARD",
+                          members, sh->world, nnodes);
+  sh->srank = me, sh->sworld = members, sh->ngroups = nnodes;
+  return ACC_OK;
 }
 
 static acc_result_t check_new(acc_t *acc, acc_model_t *model, acc_shard_config_t *c) {
   if (!acc || !model || !model->params || !model->grads || !model->num_params)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: NULL accelerator/model");
   if (c->stage == ACC_SHARD_FROM_ENV)
-    ACC_CHECK(stage_from_env(acc, &c->stage, &c->offload));
+    ACC_CHECK(stage_from_env(acc, c));
   if (c->stage < 0 || c->stage > 3)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: stage %d not in 0..3",
                           c->stage);
@@ -227,7 +293,9 @@ acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_confi
                       .world = acc_world_size(acc),
                       .grad_norm = NAN,
                       .gathered = 1};
-  if (layout(sh) != ACC_OK || make_optimizers(sh) != ACC_OK) {
+  if (shard_group(sh) != ACC_OK || layout(sh) != ACC_OK || make_optimizers(sh) != ACC_OK ||
+      (sh->stage == 3 && model->mlp && c.prefetch && sh->sworld > 1 &&
+       !(sh->pf = acc__shard_pf_new(sh)))) {
     acc_shard_destroy(&sh);
     return NULL;
   }
@@ -251,6 +319,7 @@ void acc_shard_destroy(acc_shard_t **sh_p) {
     acc__mlp_set_unit_hook(sh->model->mlp, NULL, NULL);
   if (sh->stage == 3 && sh->P)
     (void)acc_shard_gather_params(sh); /* leave the model whole */
+  acc__shard_pf_destroy(&sh->pf);
   for (int i = 0; sh->units && i < sh->nunits; i++)
     acc_optim_destroy(&sh->units[i].opt);
   free(sh->units);

@@ -166,6 +166,11 @@ static acc_result_t write_shard(acc_shard_t *sh, const char *dir) {
 
 static acc_result_t save_sharded(acc_shard_t *sh, const char *dir) {
   acc_t *acc = sh->acc;
+  if (sh->ngroups > 1) /* the shard files' layout has no place for the nodes */
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "acc_shard_save_state: a SHARDED_STATE_DICT of HYBRID_SHARD is not "
+                          "implemented (%d nodes hold a copy each): save a FULL_STATE_DICT",
+                          sh->ngroups);
   mark_t mk = {ACC_SHARDED_STATE_DICT, sh->world, sh->stage, sh->nunits, sh->model->num_params};
   ACC_CHECK(acc_register_for_checkpointing(acc, MARK, &mk, sizeof mk));
   acc_result_t r = acc_save_state(acc, dir, NULL, NULL); /* scaler, objects, RNG, accumulation */
@@ -186,11 +191,11 @@ static acc_result_t gather_state(acc_shard_t *sh, const acc__shard_unit_t *u, in
       memcpy(full + u->off, own, u->n * sizeof(float));
     return ACC_OK;
   }
-  float *mine = sh->buf + (size_t)sh->rank * u->s;
+  float *mine = sh->buf + (size_t)sh->srank * u->s;
   memset(mine, 0, u->s * sizeof(float));
   if (own)
     memcpy(mine, own, u->own * sizeof(float));
-  ACC_CHECK(acc_all_gather(sh->acc, mine, sh->buf, u->s, ACC_F32));
+  ACC_CHECK(acc__shard_all_gather(sh, mine, sh->buf, u->s));
   if (full)
     memcpy(full + u->off, sh->buf, u->n * sizeof(float));
   return ACC_OK;
@@ -298,7 +303,7 @@ static void take_params(acc_shard_t *sh) {
     return;
   for (int i = 0; i < sh->nunits; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
-    memcpy(sh->P + u->soff, sh->model->params + u->off + (size_t)sh->rank * u->s,
+    memcpy(sh->P + u->soff, sh->model->params + u->off + (size_t)sh->srank * u->s,
            u->own * sizeof(float));
   }
   sh->gathered = 1;
@@ -326,7 +331,7 @@ static acc_result_t load_full(acc_shard_t *sh, const char *dir, const mark_t *mk
     const acc__shard_unit_t *u = &sh->units[i];
     if (!u->opt)
       continue;
-    size_t at = u->off + slice_start(sh->stage, sh->rank, u->s);
+    size_t at = u->off + slice_start(sh->stage, sh->srank, u->s);
     acc__optim_view_t uv;
     if ((r = acc__optim_view(acc, u->opt, &uv)) != ACC_OK)
       break;

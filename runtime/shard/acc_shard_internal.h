@@ -17,11 +17,17 @@ typedef struct {
   acc_optim_t *opt; /* over the owned elements; NULL when own == 0 */
 } acc__shard_unit_t;
 
+typedef struct acc__shard_prefetch acc__shard_prefetch_t;
+
 struct acc_shard {
   acc_t *acc;
   acc_model_t *model;
   acc_shard_config_t cfg;
   int stage, rank, world;
+  /* the shard group: this rank's index and the group's size (the world;
+   * with HYBRID_SHARD the node's ranks), and the groups (nodes) */
+  int srank, sworld, ngroups;
+  acc__shard_prefetch_t *pf; /* stage 3 prefetch (acc_shard_prefetch.c) or NULL */
   int nunits;
   acc__shard_unit_t *units;
   float *P, *G; /* stage 3: the owned parameters and gradients, S each */
@@ -54,8 +60,30 @@ float *acc__shard_own_grads(acc_shard_t *sh, const acc__shard_unit_t *u);
 void acc__shard_release(float *p, size_t n);
 /* Record the current model-state bytes into the peak. */
 void acc__shard_sample(acc_shard_t *sh);
-/* All-gather unit u into the model's parameter buffer. */
+/* All-gather unit u into the model's parameter buffer (staging through
+ * sh->buf). */
 acc_result_t acc__shard_gather_unit(acc_shard_t *sh, const acc__shard_unit_t *u);
+/* The same through `stage` (sworld * u->s floats): the prefetch helper's. */
+acc_result_t acc__shard_gather_unit_via(acc_shard_t *sh, const acc__shard_unit_t *u, float *stage);
+/* Whether unit u has no padding (n = sworld * s): then it is gathered
+ * into and reduce-scattered from the model's buffer in place. */
+int acc__shard_unpadded(const acc_shard_t *sh, const acc__shard_unit_t *u);
+/* All-gather `count` floats of each member of the shard group (the world,
+ * or the node with HYBRID_SHARD) into recv, member-major. */
+acc_result_t acc__shard_all_gather(acc_shard_t *sh, const float *send, float *recv, size_t count);
+
+/* Stage 3 prefetch (acc_shard_prefetch.c): a helper thread that gathers
+ * one unit at a time while the caller computes. new: NULL on failure
+ * (acc->err set). start: gather unit `u` (nothing else may be pending).
+ * wait: until the pending gather, if any, is done; its result (the
+ * helper's error is in acc->err; reported once); *unit_out (may be NULL)
+ * = the unit the last gather left in the model's buffer, or -1; take = 1
+ * forgets it (the caller uses or releases it). Only one collective runs
+ * at a time: the caller waits before its own. NULL-safe. */
+acc__shard_prefetch_t *acc__shard_pf_new(acc_shard_t *sh);
+void acc__shard_pf_destroy(acc__shard_prefetch_t **pf_p);
+void acc__shard_pf_start(acc__shard_prefetch_t *pf, int u);
+acc_result_t acc__shard_pf_wait(acc__shard_prefetch_t *pf, int *unit_out, int take);
 /* Stage 3: release every unit's parameter pages when gathered. */
 void acc__shard_release_all(acc_shard_t *sh);
 /* The layer hook of a toolkit MLP (acc__mlp_unit_hook_fn). */

@@ -21,13 +21,13 @@
 float *acc__shard_own_params(acc_shard_t *sh, const acc__shard_unit_t *u) {
   if (sh->stage == 3)
     return sh->P + u->soff;
-  return sh->model->params + u->off + (sh->stage ? (size_t)sh->rank * u->s : 0);
+  return sh->model->params + u->off + (sh->stage ? (size_t)sh->srank * u->s : 0);
 }
 
 float *acc__shard_own_grads(acc_shard_t *sh, const acc__shard_unit_t *u) {
   if (sh->stage == 3)
     return sh->G + u->soff;
-  return sh->model->grads + u->off + (sh->stage ? (size_t)sh->rank * u->s : 0);
+  return sh->model->grads + u->off + (sh->stage ? (size_t)sh->srank * u->s : 0);
 }
 
 /* ---- memory ---------------------------------------------------------- */

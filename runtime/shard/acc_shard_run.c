@@ -1,7 +1,8 @@
 /*
  * acc_shard_run.c — what sharded data parallel does each step
- * (nbf_shard.h): the all-gather of a unit's parameters (stages 1/2 after
- * the update; stage 3 before each use), the reduce-scatter of a unit's
+ * (nbf_shard.h): the all-gather of a unit's parameters (acc_shard_gather.c;
+ * stages 1/2 after the update; stage 3 before each use, with the next
+ * unit prefetched by acc_shard_prefetch.c), the reduce-scatter of a unit's
  * gradient (stages 2/3), the toolkit MLP's layer hooks that do both
  * during forward and backward, and the step (unscale with one inf/NaN
  * decision for all ranks, clipping by the global norm over the shards,
@@ -12,12 +13,13 @@
 
 #include "acc_shard_internal.h"
 
-acc_result_t acc__shard_gather_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
-  float *mine = sh->buf + (size_t)sh->rank * u->s;
-  memcpy(mine, acc__shard_own_params(sh, u), u->own * sizeof(float));
-  memset(mine + u->own, 0, (u->s - u->own) * sizeof(float)); /* the padding */
-  ACC_CHECK(acc_all_gather(sh->acc, mine, sh->buf, u->s, ACC_F32));
-  memcpy(sh->model->params + u->off, sh->buf, u->n * sizeof(float));
+/* HYBRID_SHARD: the unit's gradient all-reduced (AVG) over the world in
+ * place (shared memory within the node, Gloo between the leaders), the
+ * owned block moved to the owned gradients. */
+static acc_result_t reduce_unit_hybrid(acc_shard_t *sh, const acc__shard_unit_t *u, float *g,
+                                       size_t start) {
+  ACC_CHECK(acc_all_reduce(sh->acc, g, u->n, ACC_F32, ACC_AVG));
+  memmove(acc__shard_own_grads(sh, u), g + (start < u->n ? start : u->n), u->own * sizeof(float));
   return ACC_OK;
 }
 
@@ -26,12 +28,23 @@ acc_result_t acc__shard_gather_unit(acc_shard_t *sh, const acc__shard_unit_t *u)
  * where the owned elements live in G). */
 static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
   float *g = sh->model->grads + u->off;
-  const size_t N = (size_t)sh->world, start = (size_t)sh->rank * u->s;
-  memcpy(sh->buf, g, u->n * sizeof(float));
-  memset(sh->buf + u->n, 0, (N * u->s - u->n) * sizeof(float));
-  /* in place: the result lands on this rank's block of the input */
-  ACC_CHECK(acc_reduce_scatter(sh->acc, sh->buf, sh->buf + start, u->s, ACC_F32, ACC_AVG));
-  memcpy(acc__shard_own_grads(sh, u), sh->buf + start, u->own * sizeof(float));
+  const size_t N = (size_t)sh->sworld, start = (size_t)sh->srank * u->s;
+  if (sh->ngroups > 1) {
+    ACC_CHECK(reduce_unit_hybrid(sh, u, g, start));
+  } else if (acc__shard_unpadded(sh, u)) {
+    /* stage 3's owned gradients lie apart from g; stage 2's inside it,
+     * where the result may not land (it overlaps the input) */
+    float *own = acc__shard_own_grads(sh, u), *out = sh->stage == 3 ? own : sh->buf;
+    ACC_CHECK(acc_reduce_scatter(sh->acc, g, out, u->s, ACC_F32, ACC_AVG));
+    if (out != own)
+      memcpy(own, out, u->own * sizeof(float));
+  } else {
+    memcpy(sh->buf, g, u->n * sizeof(float));
+    memset(sh->buf + u->n, 0, (N * u->s - u->n) * sizeof(float));
+    /* in place: the result lands on this rank's block of the input */
+    ACC_CHECK(acc_reduce_scatter(sh->acc, sh->buf, sh->buf + start, u->s, ACC_F32, ACC_AVG));
+    memcpy(acc__shard_own_grads(sh, u), sh->buf + start, u->own * sizeof(float));
+  }
   if (sh->stage == 3) {
     acc__shard_release(g, u->n);
   } else {
@@ -56,24 +69,44 @@ static int reduce_in_hooks(const acc_shard_t *sh) {
   return sh->acc->accum_steps == 1 && sh->acc->sync_gradients;
 }
 
+/* Stage 3: have unit `layer` gathered, from the prefetch when it did
+ * that one, then hand the next one (`next`, -1 none) to the helper. */
+static acc_result_t gather_for(acc_shard_t *sh, int layer, int next) {
+  int ready = -1;
+  acc_result_t r = acc__shard_pf_wait(sh->pf, &ready, 1);
+  if (r == ACC_OK && ready != layer)
+    r = acc__shard_gather_unit(sh, &sh->units[layer]);
+  if (r == ACC_OK && sh->pf && next >= 0 && next < sh->nunits)
+    acc__shard_pf_start(sh->pf, next);
+  return r;
+}
+
 int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t n) {
   acc_shard_t *sh = user;
   const acc__shard_unit_t *u = &sh->units[layer];
   (void)offset, (void)n; /* the MLP's layers are the units, in order */
   acc_result_t r = ACC_OK;
   int gather = sh->stage == 3 && !sh->gathered;
-  if ((phase == ACC__UNIT_FWD_BEGIN || phase == ACC__UNIT_BWD_BEGIN) && gather)
-    r = acc__shard_gather_unit(sh, u);
+  const int pf = sh->cfg.prefetch;
+  if (phase == ACC__UNIT_FWD_BEGIN && gather)
+    r = gather_for(sh, layer, pf & ACC_SHARD_PREFETCH_FORWARD ? layer + 1 : -1);
+  if (phase == ACC__UNIT_BWD_BEGIN && gather)
+    r = gather_for(sh, layer, pf & ACC_SHARD_PREFETCH_BACKWARD ? layer - 1 : -1);
   acc__shard_sample(sh); /* the layer is in memory now */
   if (phase == ACC__UNIT_FWD_END && gather)
     release_params(sh, u);
   if (phase == ACC__UNIT_BWD_END) {
-    if (reduce_in_hooks(sh)) {
+    /* the prefetch's gather ends before this rank's next collective; the
+     * unit it gathered stays for the next BWD_BEGIN */
+    acc_result_t rp = acc__shard_pf_wait(sh->pf, NULL, 0);
+    acc__shard_sample(sh); /* this unit's gradient and the next unit's parameters */
+    if (reduce_in_hooks(sh) && rp == ACC_OK) {
       r = reduce_unit(sh, u);
       sh->reduced = layer == 0 && r == ACC_OK;
     }
     if (gather)
       release_params(sh, u);
+    r = r == ACC_OK ? rp : r;
   }
   return r == ACC_OK ? 0 : -1;
 }
@@ -83,6 +116,7 @@ acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
     return ACC_ERR_INVALID_ARGUMENT;
   if (sh->stage < 3 || sh->gathered)
     return ACC_OK;
+  ACC_CHECK(acc__shard_pf_wait(sh->pf, NULL, 1));
   for (int i = 0; i < sh->nunits; i++)
     ACC_CHECK(acc__shard_gather_unit(sh, &sh->units[i]));
   sh->gathered = 1;
@@ -92,6 +126,10 @@ acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
 
 /* Stage 3 after a forward/backward that gathered every unit. */
 void acc__shard_release_all(acc_shard_t *sh) {
+  int ready = -1; /* a prefetched unit is stale after a step: release it too */
+  (void)acc__shard_pf_wait(sh->pf, &ready, 1);
+  if (ready >= 0 && !sh->gathered)
+    release_params(sh, &sh->units[ready]);
   if (sh->stage < 3 || !sh->gathered)
     return;
   for (int i = 0; i < sh->nunits; i++)
@@ -128,7 +166,8 @@ acc_result_t acc_shard_backward(acc_shard_t *sh) {
 acc_result_t acc__shard_reduce(acc_shard_t *sh) {
   acc_model_t *m = sh->model;
   acc_t *acc = sh->acc;
-  int reduced = sh->reduced; /* by this backward's hooks */
+  ACC_CHECK(acc__shard_pf_wait(sh->pf, NULL, 0)); /* before this rank's next collective */
+  int reduced = sh->reduced;                      /* by this backward's hooks */
   sh->reduced = 0;
   acc__shard_sample(sh);
   acc_result_t r = ACC_OK;
@@ -173,6 +212,7 @@ static acc_result_t clip(acc_shard_t *sh) {
   }
   if (sh->stage > 0)
     ACC_CHECK(acc_all_reduce(sh->acc, &ss, 1, ACC_F64, ACC_SUM));
+  ss /= sh->ngroups; /* HYBRID_SHARD: every node holds all the shards */
   float norm = (float)sqrt(ss);
   sh->grad_norm = norm;
   double max_norm = sh->cfg.max_grad_norm;
@@ -207,7 +247,9 @@ int acc_shard_step(acc_shard_t *sh) {
   acc_t *acc = sh->acc;
   if (!acc->sync_gradients)
     return 0;
-  acc_result_t r = ACC_OK;
+  acc_result_t r = acc__shard_pf_wait(sh->pf, NULL, 0);
+  if (r != ACC_OK)
+    return -1;
   int finite = unscale_all(sh, &r);
   if (r != ACC_OK)
     return -1;

@@ -22,12 +22,10 @@ static acc_result_t fsdp_words(acc_t *acc, const char *s, acc_shard_config_t *c)
   static const struct {
     const char *word;
     int stage; /* -1: no stage change */
-    int offload;
-  } W[] = {{"full_shard", 3, 0},
-           {"shard_grad_op", 2, 0},
-           {"no_shard", 0, 0},
-           {"offload", -1, 1},
-           {"auto_wrap", -1, 0}};
+    int offload, hybrid;
+  } W[] = {{"full_shard", 3, 0, 0},   {"shard_grad_op", 2, 0, 0},      {"no_shard", 0, 0, 0},
+           {"hybrid_shard", 3, 0, 1}, {"hybrid_shard_zero2", 2, 0, 1}, {"offload", -1, 1, 0},
+           {"auto_wrap", -1, 0, 0}};
   char buf[128];
   snprintf(buf, sizeof buf, "%s", s);
   c->stage = 3; /* Accelerate's default strategy: FULL_SHARD */
@@ -35,19 +33,15 @@ static acc_result_t fsdp_words(acc_t *acc, const char *s, acc_shard_config_t *c)
     size_t i = 0;
     while (i < sizeof W / sizeof W[0] && strcasecmp(w, W[i].word))
       i++;
-    if (!strncasecmp(w, "hybrid_shard", 12))
-      return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                            "--fsdp %s: HYBRID_SHARD needs one process group per node; nbfork's "
-                            "collectives span the world only (use full_shard)",
-                            w);
     if (i == sizeof W / sizeof W[0])
       return bad(acc,
                  "--fsdp: unknown option '%s' (expected full_shard, shard_grad_op, no_shard, "
-                 "offload, auto_wrap)",
+                 "hybrid_shard, hybrid_shard_zero2, offload, auto_wrap)",
                  w);
     if (W[i].stage >= 0)
       c->stage = W[i].stage;
     c->offload |= W[i].offload;
+    c->hybrid |= W[i].hybrid;
   }
   return ACC_OK;
 }
@@ -88,6 +82,11 @@ static acc_result_t fsdp_config(acc_t *acc, const char *v, acc_shard_config_t *c
       h++;
     if (!strcmp(k, "offload_params")) {
       c->offload |= truthy(val);
+    } else if (!strcmp(k, "backward_prefetch") && json_is_string(val) &&
+               !strcasecmp(json_string_value(val), "no_prefetch")) {
+      c->prefetch &= ~ACC_SHARD_PREFETCH_BACKWARD;
+    } else if (!strcmp(k, "forward_prefetch") && !truthy(val)) {
+      c->prefetch &= ~ACC_SHARD_PREFETCH_FORWARD;
     } else if (!strcmp(k, "state_dict_type") && json_is_string(val) &&
                (!strcmp(json_string_value(val), "FULL_STATE_DICT") ||
                 !strcmp(json_string_value(val), "SHARDED_STATE_DICT"))) {

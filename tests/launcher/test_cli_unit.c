@@ -280,8 +280,29 @@ NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
   ASSERT_EQ_STR(nbf_param_raw(NBF_P_ACCELERATE_USE_FSDP), "true");
   ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_SHARDING_STRATEGY), "SHARD_GRAD_OP");
   ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_OFFLOAD_PARAMS), "true");
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_BACKWARD_PREFETCH), "BACKWARD_PRE");
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_FORWARD_PREFETCH), "true");
   char *opts = ln_cli_launch_options(&c, LN_OPTS_GIVEN);
   ASSERT_CONTAINS(opts, "sharding=SHARD_GRAD_OP");
+  free(opts);
+  /* the hybrid strategies by number (FSDP's 4 and 5) reach the workers by name */
+  char *hyb = write_file("hyb.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                     "  fsdp_sharding_strategy: 5\nnum_processes: 4\n");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", hyb, "prog", NULL), 2);
+  ASSERT_EQ_STR(c.o.sharding, "_HYBRID_SHARD_ZERO2");
+  ln_options_sharding_env(&c.o);
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_SHARDING_STRATEGY), "_HYBRID_SHARD_ZERO2");
+  /* prefetch off from the config reaches the workers */
+  char *nopf = write_file("nopf.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                       "  fsdp_backward_prefetch: NO_PREFETCH\n"
+                                       "  fsdp_forward_prefetch: false\nnum_processes: 2\n");
+  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", nopf, "prog", NULL), 2);
+  ln_options_sharding_env(&c.o);
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_BACKWARD_PREFETCH), "NO_PREFETCH");
+  ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_FORWARD_PREFETCH), "false");
+  opts = ln_cli_launch_options(&c, LN_OPTS_GIVEN);
+  ASSERT_CONTAINS(opts, "backward_prefetch=NO_PREFETCH");
+  ASSERT_CONTAINS(opts, "forward_prefetch=false");
   free(opts);
   /* FSDP without a strategy: FULL_SHARD, as Accelerate */
   char *plain = write_file("fsdp1.yaml", "distributed_type: FSDP\nnum_processes: 2\n");
@@ -317,6 +338,15 @@ NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
   ln_options_init(&o);
   ASSERT_EQ(ln_options_parse("num_processes=2 sharding=1 offload=true", &o, err, sizeof err), 0);
   ASSERT_EQ_STR(o.sharding, "FULL_SHARD");
+  ASSERT_EQ(ln_options_parse("num_processes=4 sharding=HYBRID_SHARD", &o, err, sizeof err), 0);
+  ASSERT_EQ_STR(o.sharding, "HYBRID_SHARD");
+  ASSERT_EQ(ln_options_parse("num_processes=2 backward_prefetch=NO_PREFETCH forward_prefetch=false",
+                             &o, err, sizeof err),
+            0);
+  ASSERT_EQ_STR(o.backward_prefetch, "NO_PREFETCH");
+  ASSERT_EQ(o.forward_prefetch, 0);
+  ASSERT_EQ(ln_options_parse("num_processes=2 backward_prefetch=SOMETIMES", &o, err, sizeof err),
+            -1);
   ASSERT_EQ(ln_options_parse("num_processes=2 sharding=zero9", &o, err, sizeof err), -1);
   ASSERT_CONTAINS(err, "sharding");
   const char *files[] = {fsdp, plain, json, ds, ds1, other};

@@ -7,7 +7,10 @@
 #ifndef RT_TEST_H
 #define RT_TEST_H
 
+#include <stdlib.h>
+
 #include "nbf_assert.h"
+#include "nbf_param.h"
 #include "nbf_test.h"
 #include "nbfork.h"
 
@@ -20,6 +23,17 @@
       NBF_TEST_FAIL("%s returned %d (%s): %s", #expr, (int)rt_r_, acc_strerror(rt_r_),             \
                     acc_last_error(acc));                                                          \
   } while (0)
+
+/* Whether the host collectives of `world` ranks sum in one order every
+ * call, so that results may be compared bit for bit: 2 ranks (a sum of
+ * two addends has one value), or shared memory on one node (the default:
+ * the members' values are added in member order whatever the buffer's
+ * size or algorithm). Gloo's all-reduce of more ranks
+ * (NBFORK_SHM_COLLECTIVES=0) does not. */
+static inline int rt_fixed_reduction_order(int world) {
+  const char *v = getenv("NBFORK_SHM_COLLECTIVES");
+  return world <= 2 || !v || !*v || nbf_truthy(v);
+}
 
 /* Read up to `cap` bytes of the file `path` into `buf` and return the
  * count, or fail the test naming the file. */
@@ -49,8 +63,7 @@ static inline acc_t *rt_acc_new(const char *precision, int accum) {
  * differ; *n gets the length. The resume tests compare an uninterrupted
  * run's parameters with a resumed run's this way. */
 static inline size_t rt_compare_files(const char *dir, const char *a, const char *b,
-                                      unsigned char *ba, unsigned char *bb, size_t cap,
-                                      size_t *n) {
+                                      unsigned char *ba, unsigned char *bb, size_t cap, size_t *n) {
   unsigned char *own = ba ? NULL : malloc(2 * cap);
   if (!ba) {
     ASSERT_NOT_NULL(own);

@@ -5,21 +5,29 @@
  * first as DDP (acc_backward + the Trainer's unscale / clip /
  * acc_optim_step), then through acc_shard at STAGE, from the same seed
  * on the same batches; every step's loss and the final parameters must
- * be equal bit for bit at NP <= 2 (no clipping above stage 0), else
- * within 1e-5 relative (losses; parameters: of the largest parameter;
- * nbf_shard.h says why). Layer sizes are odd so
- * that no unit divides by NP (the padding is exercised). VARIANT: f32,
+ * be equal bit for bit (no clipping above stage 0) where the sums have
+ * one order (rt_fixed_reduction_order: 2 ranks, or shared memory on one
+ * node, the default), else within 1e-5 relative (losses; parameters: of
+ * the largest parameter; nbf_shard.h says why). The units (726, 578
+ * and 90 elements) divide by 2 but not by 4: NP 2 runs the unpadded path
+ * (gathered into and reduced from the model's buffer), NP 4 the padded
+ * one (through the staging buffer). VARIANT: f32,
  * fp16, bf16, accum (2 micro-steps per step), clip (max_grad_norm below
  * the norm), generic (an acc_model_t without the MLP's layer hooks),
  * sgd (SGD with momentum instead of AdamW).
  *
- * memory STAGE NP: the measured peak model-state bytes of a rank
- * (acc_shard_state_bytes) within 10% of acc_shard_estimate_bytes.
+ * memory STAGE NP [prefetch]: the measured peak model-state bytes of a
+ * rank (acc_shard_state_bytes) within 10% of acc_shard_estimate_bytes
+ * (without prefetch); with stage 3's prefetch, at most one unit's
+ * parameters more (two units gathered at once).
+ * prefetch NP VARIANT: stage 3 with and without prefetch, bit for bit.
+ * hybrid STAGE NP VARIANT: HYBRID_SHARD over 2 simulated nodes, as
+ * match_ddp (bitwise at NP 4 too: see the case).
  *
  * resume STAGE NP TYPE VARIANT: a run saved (TYPE full|sharded) after
  * some micro-steps (VARIANT accum: inside an accumulation window) and
  * resumed by new processes from a model of another seed continues bit
- * for bit as the uninterrupted run (1e-5 at NP 4, as above); generic:
+ * for bit as the uninterrupted run (1e-5 where the order is not fixed, as above); generic:
  * an acc_model_t without the MLP's layer sizes and hooks.
  * resume_other_world STAGE NP_SAVE NP_LOAD: a FULL_STATE_DICT saved on
  * NP_SAVE ranks, resumed on NP_LOAD at STAGE, against stage 0 from the
@@ -49,6 +57,8 @@ static const int SIZES[] = {21, 33, 17, 5};
 typedef struct {
   int stage;
   const char *variant;
+  int hybrid;   /* HYBRID_SHARD over 2 simulated nodes (NODE_RANK = rank % 2) */
+  int prefetch; /* cfg.prefetch of the sharded run */
 } case_t;
 
 /* Deterministic batch `step` of `rank` (LCG). */
@@ -140,9 +150,13 @@ static void run_shard(acc_t *acc, const case_t *c, float *loss, float *params) {
     cfg.lr = 0.05f, cfg.momentum = 0.9f;
   }
   cfg.max_grad_norm = is(c, "clip") ? 0.05 : 0.0;
+  cfg.hybrid = c->hybrid;
+  cfg.prefetch = c->prefetch;
   acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
   if (!sh)
     fprintf(stderr, "%s\n", acc_last_error(acc));
+  if (acc_rank(acc) == 0 && c->hybrid)
+    printf("%s\n", acc_shard_describe(sh));
   ASSERT_NOT_NULL(sh);
   float x[B * 21];
   int64_t y[B];
@@ -166,20 +180,37 @@ static double rel(float a, float b) {
   return s > 0 ? d / s : d;
 }
 
-static int match_body(int rank, int world, void *arg) {
-  const case_t *c = arg;
+/* HYBRID_SHARD's cases: ranks on 2 simulated nodes, interleaved (the
+ * nodes hold ranks {0, 2} and {1, 3}: a node's members are not
+ * consecutive ranks). */
+static void simulate_nodes(const case_t *c, int rank) {
+  char node[16];
+  snprintf(node, sizeof node, "%d", c->hybrid ? rank % 2 : 0);
+  setenv("NODE_RANK", node, 1);
+}
+
+/* The accelerator of a case: its accumulation and precision. */
+static acc_t *case_acc(const case_t *c) {
   acc_config_t ac = ACC_CONFIG_INIT;
   ac.gradient_accumulation_steps = accum_of(c);
   ac.mixed_precision = is(c, "fp16") ? "fp16" : is(c, "bf16") ? "bf16" : "no";
   acc_t *acc = acc_new(&ac);
   ASSERT_NOT_NULL(acc);
+  return acc;
+}
+
+static int match_body(int rank, int world, void *arg) {
+  const case_t *c = arg;
+  simulate_nodes(c, rank);
+  acc_t *acc = case_acc(c);
   enum { NP = 33 * 21 + 33 + 17 * 33 + 17 + 5 * 17 + 5, NK = STEPS * 2 };
   static float l0[NK], l1[NK], p0[NP], p1[NP];
   run_ddp(acc, c, l0, p0);
   run_shard(acc, c, l1, p1);
-  /* at 4 ranks two DDP runs in one process already differ in the last
-   * bit (Gloo's all-reduce; see nbf_shard.h) */
-  int exact = world <= 2 && !(is(c, "clip") && c->stage > 0 && world > 1);
+  /* through Gloo at 4 ranks two DDP runs in one process already differ
+   * in the last bit (see nbf_shard.h, rt_fixed_reduction_order) */
+  int exact = (rt_fixed_reduction_order(world) || c->hybrid) &&
+              !(is(c, "clip") && c->stage > 0 && world > 1);
   double worst = 0;
   for (int k = 0; k < STEPS * accum_of(c); k++)
     worst = fmax(worst, rel(l0[k], l1[k]));
@@ -206,17 +237,63 @@ static int match_body(int rank, int world, void *arg) {
   return 0;
 }
 
-/* `body` on nbf_test_arg(1) ranks, for stage nbf_test_arg(0) and `variant`. */
-static void spawn_case(int (*body)(int, int, void *), const char *variant) {
+/* `body` on nbf_test_arg(1) ranks, for stage nbf_test_arg(0) and
+ * `variant`, HYBRID_SHARD when `hybrid`, with the `prefetch` bits. */
+static void spawn_case(int (*body)(int, int, void *), const char *variant, int hybrid,
+                       int prefetch) {
   static case_t c;
   c.stage = atoi(nbf_test_arg(0));
   c.variant = variant;
+  c.hybrid = hybrid;
+  c.prefetch = prefetch;
   rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(1)), .deadline_s = 90};
   ASSERT_EQ(rt_spawn(&o, body, &c, NULL), 0);
 }
 
+enum { BOTH = ACC_SHARD_PREFETCH_FORWARD | ACC_SHARD_PREFETCH_BACKWARD };
+
 NBF_TEST_P(match_ddp) {
-  spawn_case(match_body, nbf_test_arg(2));
+  spawn_case(match_body, nbf_test_arg(2), 0, BOTH);
+}
+
+/* hybrid STAGE NP VARIANT: HYBRID_SHARD (the stage within each of 2
+ * simulated nodes) against DDP on the same ranks, as match_ddp. With 2
+ * ranks a node the sums have two addends within a node and two across:
+ * bitwise at NP 4 too (clipping: 1e-5, its norm is summed in another
+ * order). */
+NBF_TEST_P(hybrid) {
+  spawn_case(match_body, nbf_test_arg(2), 1, BOTH);
+}
+
+/* prefetch NP VARIANT: stage 3 with the next unit's gather on the helper
+ * thread trains bit for bit as without it (at any NP: the same
+ * collectives in the same order; its memory: memory_prefetch). */
+static int prefetch_body(int rank, int world, void *arg) {
+  const case_t *c0 = arg;
+  acc_t *acc = case_acc(c0);
+  enum { NP = 33 * 21 + 33 + 17 * 33 + 17 + 5 * 17 + 5, NK = STEPS * 2 };
+  static float l0[NK], l1[NK], p0[NP], p1[NP];
+  case_t c = *c0;
+  c.prefetch = 0;
+  run_shard(acc, &c, l0, p0);
+  c.prefetch = ACC_SHARD_PREFETCH_FORWARD | ACC_SHARD_PREFETCH_BACKWARD;
+  run_shard(acc, &c, l1, p1);
+  if (rank == 0)
+    printf("stage 3 np %d %s: prefetch %s\n", world, c.variant,
+           memcmp(l0, l1, sizeof l0) || memcmp(p0, p1, sizeof p0) ? "differs" : "bitwise equal");
+  ASSERT_EQ(memcmp(l0, l1, sizeof(float) * (size_t)(STEPS * accum_of(&c))), 0);
+  ASSERT_EQ(memcmp(p0, p1, sizeof p0), 0);
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST_P(prefetch) {
+  static case_t c;
+  c.stage = 3;
+  int world = atoi(nbf_test_arg(0));
+  c.variant = nbf_test_arg(1);
+  rt_spawn_opts_t o = {.world = world, .deadline_s = 90};
+  ASSERT_EQ(rt_spawn(&o, prefetch_body, &c, NULL), 0);
 }
 
 static int memory_body(int rank, int world, void *arg) {
@@ -230,6 +307,7 @@ static int memory_body(int rank, int world, void *arg) {
   ASSERT_EQ(acc_mlp_model(m, &model), ACC_OK);
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = c->stage;
+  cfg.prefetch = c->prefetch;
   acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
   ASSERT_NOT_NULL(sh);
   static float x[16 * 784];
@@ -252,7 +330,10 @@ static int memory_body(int rank, int world, void *arg) {
     printf("%s\nstage %d np %d: measured peak %.0f bytes, estimate %.0f (%.1f%%), DDP 16P = %.0f\n",
            acc_shard_describe(sh), c->stage, world, got, est, 100.0 * (got - est) / est,
            16.0 * (double)model.num_params);
-  ASSERT_TRUE(fabs(got - est) <= 0.10 * est);
+  if (c->prefetch) /* + the next unit's parameters at most (two units gathered) */
+    ASSERT_TRUE(got >= 0.9 * est && got <= 1.1 * (est + 4.0 * (double)largest));
+  else
+    ASSERT_TRUE(fabs(got - est) <= 0.10 * est);
   acc_shard_destroy(&sh);
   acc_model_release(&model);
   acc_mlp_destroy(&m);
@@ -261,7 +342,8 @@ static int memory_body(int rank, int world, void *arg) {
 }
 
 NBF_TEST_P(memory) {
-  spawn_case(memory_body, "f32");
+  spawn_case(memory_body, "f32", 0,
+             nbf_test_argc > 2 && !strcmp(nbf_test_arg(2), "prefetch") ? BOTH : 0);
 }
 
 /* The launcher's environment picks the stage (Accelerate's names). */
@@ -291,20 +373,80 @@ NBF_TEST(stage_from_environment) {
     acc_mlp_destroy(&m);
     acc_destroy(&acc);
   }
-  /* HYBRID_SHARD is refused by name */
+}
+
+/* HYBRID_SHARD (4) and _HYBRID_SHARD_ZERO2 (5) at world 1: the stage
+ * (one node: nothing to replicate); a prefetch value not understood is
+ * named. */
+static void env_case(const char *strategy, const char *bwd, int stage, const char *err) {
   setenv("ACCELERATE_USE_FSDP", "true", 1);
-  setenv("FSDP_SHARDING_STRATEGY", "4", 1);
+  setenv("FSDP_SHARDING_STRATEGY", strategy, 1);
+  bwd ? setenv("FSDP_BACKWARD_PREFETCH", bwd, 1) : unsetenv("FSDP_BACKWARD_PREFETCH");
   acc_t *acc = acc_new(NULL);
   acc_mlp_t *m = acc_mlp_new(acc, SIZES, NL, B);
   acc_model_t model;
   ASSERT_EQ(acc_mlp_model(m, &model), ACC_OK);
-  ASSERT_TRUE(acc_shard_new(acc, &model, NULL) == NULL);
-  ASSERT_NOT_NULL(strstr(acc_last_error(acc), "HYBRID_SHARD"));
+  acc_shard_t *sh = acc_shard_new(acc, &model, NULL);
+  if (err) {
+    ASSERT_TRUE(sh == NULL);
+    ASSERT_NOT_NULL(strstr(acc_last_error(acc), err));
+  } else {
+    ASSERT_NOT_NULL(sh);
+    ASSERT_EQ(acc_shard_stage(sh), stage);
+  }
+  acc_shard_destroy(&sh);
   acc_model_release(&model);
   acc_mlp_destroy(&m);
   acc_destroy(&acc);
   unsetenv("ACCELERATE_USE_FSDP");
   unsetenv("FSDP_SHARDING_STRATEGY");
+  unsetenv("FSDP_BACKWARD_PREFETCH");
+}
+
+NBF_TEST(hybrid_and_prefetch_from_environment) {
+  env_case("4", NULL, 3, NULL);
+  env_case("HYBRID_SHARD", "NO_PREFETCH", 3, NULL);
+  env_case("_HYBRID_SHARD_ZERO2", NULL, 2, NULL);
+  env_case("1", "BACKWARD_SOMETIMES", 3, "BACKWARD_SOMETIMES");
+  env_case("6", NULL, 3, "FSDP_SHARDING_STRATEGY=6");
+}
+
+/* HYBRID_SHARD's refusals, each naming the reason: nodes of unequal
+ * sizes (3 ranks on 2 nodes); no node groups (shared memory off). */
+static int hybrid_refused_body(int rank, int world, void *arg) {
+  const char *why = arg;
+  char node[16];
+  snprintf(node, sizeof node, "%d", rank % 2);
+  setenv("NODE_RANK", node, 1);
+  if (!strcmp(why, "shm_off"))
+    setenv("NBFORK_SHM_COLLECTIVES", "0", 1);
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  acc_mlp_t *m = acc_mlp_new(acc, SIZES, NL, B);
+  acc_model_t model;
+  ASSERT_EQ(acc_mlp_model(m, &model), ACC_OK);
+  acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+  cfg.stage = 3;
+  cfg.hybrid = 1;
+  ASSERT_TRUE(acc_shard_new(acc, &model, &cfg) == NULL);
+  if (rank == 0)
+    printf("%d ranks, %s: %s\n", world, why, acc_last_error(acc));
+  ASSERT_NOT_NULL(strstr(acc_last_error(acc),
+                         !strcmp(why, "shm_off") ? "NBFORK_SHM_COLLECTIVES=0" : "equal sizes"));
+  acc_model_release(&model);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST(hybrid_refuses_unequal_nodes) {
+  rt_spawn_opts_t o = {.world = 3, .deadline_s = 60};
+  ASSERT_EQ(rt_spawn(&o, hybrid_refused_body, "unequal", NULL), 0);
+}
+
+NBF_TEST(hybrid_refuses_without_shared_memory) {
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 60};
+  ASSERT_EQ(rt_spawn(&o, hybrid_refused_body, "shm_off", NULL), 0);
 }
 
 /* ---- checkpoints ------------------------------------------------------ */
@@ -450,7 +592,7 @@ static int ck_resume_body(int rank, int world, void *arg) {
     char what[96];
     snprintf(what, sizeof what, "resume stage %d np %d %s %s", c->stage, world, c->type,
              c->variant);
-    ck_compare(la, lb, ck_k1(c), ck_total(c), pa, pb, world <= 2, what);
+    ck_compare(la, lb, ck_k1(c), ck_total(c), pa, pb, rt_fixed_reduction_order(world), what);
   }
   acc_destroy(&acc);
   return 0;
@@ -535,7 +677,7 @@ static int ck_other_body(int rank, int world, void *arg) {
   if (rank == 0) {
     char what[96];
     snprintf(what, sizeof what, "full checkpoint resumed at stage %d np %d", c->stage, world);
-    ck_compare(l0, l1, 3, STEPS, p0, p1, world <= 2, what);
+    ck_compare(l0, l1, 3, STEPS, p0, p1, rt_fixed_reduction_order(world), what);
   }
   acc_destroy(&acc);
   return 0;

@@ -1,0 +1,277 @@
+#!/usr/bin/python3
+"""bench/sharding: sharded data parallel on CPU, nbfork against PyTorch
+(issue 23 item 8): per-rank memory and samples/s for DDP and ZeRO stages
+1-3 on 2 and 4 processes, one MLP of 50-100 M parameters, interleaved
+round by round, with the load average printed.
+
+- nbfork: bench/sharding.c (compiled here against the build tree's
+  libnbfork) forks the ranks; each trains the toolkit MLP (OpenBLAS's
+  sgemm, one thread per process) through acc_shard at the stage (stage 0 =
+  DDP: the gradient all-reduced; host collectives through shared memory,
+  the default on one node), AdamW, one fixed batch per rank.
+- PyTorch (.venv): torch.multiprocessing (fork) + init_process_group("gloo"),
+  nn.Sequential of the same Linear/ReLU layers, torch.optim.AdamW,
+  cross-entropy, torch.set_num_threads(1), the same batch shape. DDP:
+  DistributedDataParallel. Stage 3: FSDP2 `fully_shard` on every Linear
+  and the root (reshard_after_forward=True: FULL_SHARD). Stages 1 and 2:
+  `fully_shard(..., reshard_after_forward=False)` (FSDP's SHARD_GRAD_OP,
+  the nearest FSDP has: FSDP has no optimizer-only sharding; it is
+  compared with both).
+
+Each side is checked to have done the work: the same number of steps, and
+the loss of the last step below that of the first (the batch is fixed, so
+training must fit it). Memory per rank, the largest over the ranks:
+"state" = parameters + gradients + optimizer state. nbfork's is measured
+(acc_shard_state_bytes: resident pages, peak over the step and after it);
+PyTorch's is counted from the local tensors after the last step (shards
+for FSDP2: its steady state; its peak during a step is not visible from
+Python). "RSS" = the process's peak resident set (getrusage), both sides.
+The goals checked: nbfork's stage 3 state after a step <= DDP's / N +10%
+(and its peak, which holds the gathered units too, printed beside it);
+nbfork's samples/s >= 1.5x PyTorch's at each stage.
+
+Usage: bench/sharding.py [--build DIR] [--rounds R] [--steps K]
+                         [--batch B] [--nprocs 2,4] [--sizes 2048,...]
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+import nbf_venv  # noqa: E402  (.venv's Python: PyPI's torch)
+nbf_venv.ensure()
+from nbf_harness import free_port  # noqa: E402  (the one test harness)
+
+# 12 layers 2048 x 2048 and a 1000-way head: 52.4 M parameters (params())
+DEFAULT_SIZES = "2048," * 12 + "2048,1000"
+
+
+def params(sizes):
+    return sum(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1))
+
+
+# ---------------------------------------------------------------- nbfork
+
+def build_c(build):
+    lib = os.path.join(build, "lib")
+    if not os.path.exists(os.path.join(lib, "libnbfork.so")):
+        sys.exit("no %s/libnbfork.so: build first (cmake --build %s) or pass --build" %
+                 (lib, build))
+    exe = os.path.join(build, "bench_sharding")
+    subprocess.run(["cc", "-O2", "-Wall", "-Wextra", os.path.join(HERE, "sharding.c"),
+                    "-I", os.path.join(ROOT, "include"), "-I", os.path.join(ROOT, "common"),
+                    "-L", lib, "-lnbfork", "-Wl,-rpath," + lib, "-lm", "-lpthread", "-o", exe],
+                   check=True)
+    return exe
+
+
+def blas_of_nbfork(build):
+    """The BLAS libnbfork.so is linked against (ldd)."""
+    out = subprocess.run(["ldd", os.path.join(build, "lib", "libnbfork.so")],
+                         stdout=subprocess.PIPE, text=True).stdout
+    libs = sorted(set(re.findall(r"(lib\S*blas\S*\.so\S*) => (\S+)", out)))
+    return ", ".join("%s (%s)" % (n, os.path.realpath(p)) for n, p in libs) or "(none linked)"
+
+
+def run_nbfork(exe, stage, nproc, steps, batch, sizes):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    out = subprocess.run([exe, "--nproc", str(nproc), "--stage", str(stage), "--steps",
+                          str(steps), "--batch", str(batch)] + [str(s) for s in sizes],
+                         env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
+    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    return rows[0]
+
+
+# ---------------------------------------------------------------- PyTorch
+
+def torch_worker(rank, world, port, stage, steps, batch, sizes, q):
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(1)
+    layers = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    model = nn.Sequential(*layers)
+    if stage == 0:
+        from torch.nn.parallel import DistributedDataParallel
+        model = DistributedDataParallel(model)
+    else:
+        from torch.distributed.fsdp import fully_shard
+        reshard = stage == 3
+        for m in model:
+            if isinstance(m, nn.Linear):
+                fully_shard(m, reshard_after_forward=reshard)
+        fully_shard(model, reshard_after_forward=reshard)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(rank + 1)
+    x = torch.rand(batch, sizes[0], generator=g) * 2 - 1
+    y = torch.arange(batch) % sizes[-1]
+    lossf = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = lossf(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    first = last = step()  # warm-up
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        last = step()
+    dist.barrier()
+    dt = time.perf_counter() - t0
+
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    state = 0
+    for p in model.parameters():
+        state += local(p).numel() * 4
+        if p.grad is not None:
+            state += local(p.grad).numel() * 4
+    for st in opt.state.values():
+        for v in st.values():
+            if torch.is_tensor(v) and v.numel() > 1:
+                state += local(v).numel() * v.element_size()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t = torch.tensor([float(state), float(rss)], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        q.put({"side": "pytorch", "stage": stage, "nproc": world, "steps": steps,
+               "params": params(sizes), "samples_per_s": world * batch * steps / dt,
+               "loss_first": first, "loss_last": last, "state_after_step_bytes": t[0].item(),
+               "maxrss_bytes": t[1].item()})
+    dist.destroy_process_group()
+
+
+def run_torch(stage, nproc, steps, batch, sizes):
+    import torch.multiprocessing as mp
+    q = mp.get_context("fork").SimpleQueue()
+    mp.start_processes(torch_worker, args=(nproc, free_port(), stage, steps, batch, sizes, q),
+                       nprocs=nproc, start_method="fork")
+    return q.get()
+
+
+def torch_blas():
+    import torch
+    cfg = torch.__config__.show()
+    m = re.search(r"BLAS_INFO=(\w+)", cfg)
+    return "torch %s, BLAS_INFO=%s" % (torch.__version__, m.group(1) if m else "?")
+
+
+# ---------------------------------------------------------------- report
+
+TORCH_NAME = {0: "DDP", 1: "FSDP2 reshard_after_forward=False (SHARD_GRAD_OP)",
+              2: "FSDP2 reshard_after_forward=False (SHARD_GRAD_OP)",
+              3: "FSDP2 reshard_after_forward=True (FULL_SHARD)"}
+
+
+def check_work(row, steps):
+    ok = row["steps"] == steps and row["loss_last"] < row["loss_first"]
+    if not ok:
+        print("WORK CHECK FAILED: %s" % json.dumps(row))
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description="sharding: nbfork ZeRO/FSDP vs PyTorch FSDP2")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--nprocs", default="2,4")
+    ap.add_argument("--stages", default="0,1,2,3")
+    ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    nprocs = [int(n) for n in args.nprocs.split(",")]
+    stages = [int(s) for s in args.stages.split(",")]
+    exe = build_c(args.build)
+    runs = {}  # (side, stage, nproc) -> [row per round]
+    load = [os.getloadavg()[0]]
+    ok = True
+    for r in range(args.rounds):
+        for n in nprocs:
+            for st in stages:
+                for side in ("nbfork", "pytorch"):
+                    print("round %d/%d: %s stage %d, %d processes..." %
+                          (r + 1, args.rounds, side, st, n), flush=True)
+                    row = (run_nbfork(exe, st, n, args.steps, args.batch, sizes)
+                           if side == "nbfork" else run_torch(st, n, args.steps, args.batch, sizes))
+                    ok &= check_work(row, args.steps)
+                    runs.setdefault((side, st, n), []).append(row)
+        load.append(os.getloadavg()[0])
+    report(runs, sizes, nprocs, stages, args, load, blas_of_nbfork(args.build), torch_blas())
+    return 0 if ok else 1
+
+
+def mb(x):
+    return "%.0f" % (x / 1e6)
+
+
+def report(runs, sizes, nprocs, stages, args, load, nb_blas, th_blas):
+    P = params(sizes)
+    print()
+    print("MLP %s: %.1f M parameters, AdamW, batch %d per rank, %d timed steps (+1 warm-up), "
+          "%d rounds interleaved; load average (1 min) %s on %d CPUs" %
+          ("-".join(map(str, sizes)), P / 1e6, args.batch, args.steps, args.rounds,
+           " ".join("%.1f" % x for x in load), os.cpu_count()))
+    print("nbfork: %s, one thread per process; PyTorch: %s, torch.set_num_threads(1); "
+          "Gloo (torch) and shared memory (nbfork, one node)" % (nb_blas, th_blas))
+    print("samples/s: median over rounds (all ranks' samples); MB = 1e6 bytes, largest rank")
+    print()
+    hdr = ("| N | stage | nbfork samples/s | PyTorch samples/s | ratio | nbfork state peak / after "
+           "step MB | PyTorch state MB | nbfork RSS MB | PyTorch RSS MB | PyTorch side |")
+    print(hdr)
+    print("|---" * (hdr.count("|") - 1) + "|")
+    goals = []
+    for n in nprocs:
+        ddp_state = None
+        for st in stages:
+            a, b = runs.get(("nbfork", st, n), []), runs.get(("pytorch", st, n), [])
+            if not a or not b:
+                continue
+            sa = statistics.median(x["samples_per_s"] for x in a)
+            sb = statistics.median(x["samples_per_s"] for x in b)
+            peak = max(x["state_peak_bytes"] for x in a)
+            after = max(x["state_after_step_bytes"] for x in a)
+            if st == 0:
+                ddp_state = after
+            print("| %d | %d | %.1f | %.1f | %.2fx | %s / %s | %s | %s | %s | %s |" %
+                  (n, st, sa, sb, sa / sb, mb(peak), mb(after),
+                   mb(max(x["state_after_step_bytes"] for x in b)),
+                   mb(max(x["maxrss_bytes"] for x in a)), mb(max(x["maxrss_bytes"] for x in b)),
+                   TORCH_NAME[st]))
+            goals.append("N=%d stage %d: throughput %.2fx PyTorch's (goal >= 1.5x): %s" %
+                         (n, st, sa / sb, "met" if sa / sb >= 1.5 else "NOT met"))
+            if st == 3 and ddp_state:
+                lim = ddp_state / n * 1.10
+                goals.append("N=%d stage 3: state after a step %s MB, peak %s MB; DDP's / N + 10%% "
+                             "= %s MB: %s after a step, %s at peak" %
+                             (n, mb(after), mb(peak), mb(lim), "met" if after <= lim else "NOT met",
+                              "met" if peak <= lim else "NOT met (the gathered units)"))
+    print()
+    for g in goals:
+        print(g)
+    for k in sorted(k for k in runs if k[0] == "nbfork" and k[1] == 3):
+        print("nbfork stage 3, N=%d: %s" % (k[2], runs[k][-1]["describe"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
