@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* CLOCK_MONOTONIC in nanoseconds, milliseconds and seconds. */
 int64_t nbf_now_ns(void);
@@ -40,6 +41,22 @@ const char *nbf_strerror(int err, char *buf, size_t size);
  * followed). 0 once nothing is left there (also when there was nothing),
  * or -1 with errno set (the first removal that failed). */
 int nbf_rmtree(const char *path);
+
+/* CZMQ's destroy convention, x_destroy(x_t **self_p): the object in the
+ * caller's handle, taken out of it (*self_p is left NULL, so the caller
+ * cannot use it again); NULL when self_p or *self_p is NULL. NBF_TAKE
+ * accepts only a pointer to an object pointer (the sizeof checks it at
+ * compile time, evaluating nothing). memcpy, not a void ** cast: the
+ * handle is read as the pointer type it was written as. */
+static inline void *nbf_take(void *self_p) {
+  void *obj = NULL;
+  if (self_p) {
+    memcpy(&obj, self_p, sizeof obj);
+    memset(self_p, 0, sizeof obj);
+  }
+  return obj;
+}
+#define NBF_TAKE(self_p) ((void)sizeof(*(self_p) == NULL), nbf_take(self_p))
 
 /* vasprintf into a new string (caller frees), or NULL when out of memory. */
 char *nbf_xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

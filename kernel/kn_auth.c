@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nbf_util.h"
+
 struct kn_auth {
   EVP_MAC *mac;      /* NULL when disabled */
   EVP_MAC_CTX *base; /* initialised with the key; re-initialised per message */
@@ -41,13 +43,12 @@ err:
 }
 
 void kn_auth_destroy(kn_auth_t **self_p) {
-  if (!self_p || !*self_p)
+  kn_auth_t *a = NBF_TAKE(self_p);
+  if (!a)
     return;
-  kn_auth_t *a = *self_p;
   EVP_MAC_CTX_free(a->base);
   EVP_MAC_free(a->mac);
   free(a);
-  *self_p = NULL;
 }
 
 bool kn_auth_enabled(const kn_auth_t *a) {

@@ -24,16 +24,15 @@ kn_history_t *kn_history_new(void) {
 }
 
 void kn_history_destroy(kn_history_t **self_p) {
-  if (!self_p || !*self_p)
+  kn_history_t *h = NBF_TAKE(self_p);
+  if (!h)
     return;
-  kn_history_t *h = *self_p;
   for (int i = 0; i < h->n; i++) {
     free(h->v[i].input);
     free(h->v[i].output);
   }
   free(h->v);
   free(h);
-  *self_p = NULL;
 }
 
 kn_result_t kn_history_add(kn_history_t *h, int line, const char *input) {

@@ -9,6 +9,7 @@
 #include "kn_log.h"
 #include "nbf_wire.h"
 #include "nbf_param.h"
+#include "nbf_util.h"
 
 /* ---------------------------------------------------------------- sending */
 
@@ -96,9 +97,9 @@ kn_kernel_t *kn_kernel_new(kn_io_t io, const char *executor_path) {
 }
 
 void kn_kernel_destroy(kn_kernel_t **self_p) {
-  if (!self_p || !*self_p)
+  kn_kernel_t *k = NBF_TAKE(self_p);
+  if (!k)
     return;
-  kn_kernel_t *k = *self_p;
   nbf_executor_stop(&k->ex, 1000);
   kn_pending_destroy(&k->pending);
   while (k->queue_head) {
@@ -110,7 +111,6 @@ void kn_kernel_destroy(kn_kernel_t **self_p) {
   json_decref(k->last_parent);
   kn_history_destroy(&k->history);
   free(k);
-  *self_p = NULL;
 }
 
 /* ----------------------------------------------------------------- queue */

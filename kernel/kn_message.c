@@ -66,9 +66,9 @@ kn_msg_t *kn_msg_new(const char *msg_type, const char *session, const char *user
 }
 
 void kn_msg_destroy(kn_msg_t **self_p) {
-  if (!self_p || !*self_p)
+  kn_msg_t *m = NBF_TAKE(self_p);
+  if (!m)
     return;
-  kn_msg_t *m = *self_p;
   kn_frames_clear(&m->ids);
   kn_frames_clear(&m->buffers);
   json_decref(m->header);
@@ -76,7 +76,6 @@ void kn_msg_destroy(kn_msg_t **self_p) {
   json_decref(m->metadata);
   json_decref(m->content);
   free(m);
-  *self_p = NULL;
 }
 
 static const char *header_str(const kn_msg_t *m, const char *key) {

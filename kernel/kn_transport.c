@@ -11,6 +11,7 @@
 #include "kn_auth.h"
 #include "kn_heartbeat.h"
 #include "kn_log.h"
+#include "nbf_util.h"
 
 #define KN_LINGER_MS 1000
 #define KN_IOPUB_HWM 10000 /* messages queued per subscriber before PUB drops */
@@ -116,9 +117,9 @@ fail:
 }
 
 void kn_transport_destroy(kn_transport_t **self_p) {
-  if (!self_p || !*self_p)
+  kn_transport_t *t = NBF_TAKE(self_p);
+  if (!t)
     return;
-  kn_transport_t *t = *self_p;
   for (int i = 0; i < KN_CH_COUNT; i++)
     if (t->sock[i])
       zmq_close(t->sock[i]);
@@ -130,7 +131,6 @@ void kn_transport_destroy(kn_transport_t **self_p) {
   kn_auth_destroy(&t->auth);
   kn_dump_cache_clear(&t->parent);
   free(t);
-  *self_p = NULL;
 }
 
 kn_io_t kn_transport_io(kn_transport_t *t) {

@@ -33,10 +33,7 @@ ln_display_view_t *ln_display_view_new(FILE *out, int tty, int64_t interval_ms) 
   ln_display_view_t *v = calloc(1, sizeof *v);
   if (!v)
     return NULL;
-  v->out = out;
-  v->tty = tty;
-  v->interval_ms = interval_ms;
-  v->last_line = -1;
+  *v = (ln_display_view_t){.out = out, .tty = tty, .interval_ms = interval_ms, .last_line = -1};
   return v;
 }
 

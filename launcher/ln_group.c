@@ -439,6 +439,11 @@ static void describe_cause(const ln_group_t *g, const ln_worker_t *w, ln_cause_t
  * WorkerFailed summary (ln_launch.c). The classes come from the exit
  * statuses and the ranks' state records, never from their output. */
 static char *group_failures(const ln_group_t *g, const char *lost) {
+  int n = g->started, base = g->o->node_rank * g->o->num_processes;
+  nbf_rankstate_t fin_buf[n + 1];
+  const nbf_rankstate_t *fin[n + 1];
+  for (int i = 0; i < n; i++)
+    fin[i] = nbf_rankstate_read(g->w[i].rs, &fin_buf[i]) == 0 ? &fin_buf[i] : NULL;
   char *text = NULL;
   size_t cap = 0;
   FILE *f = open_memstream(&text, &cap);
@@ -446,11 +451,6 @@ static char *group_failures(const ln_group_t *g, const char *lost) {
     return NULL;
   if (lost)
     fputs(lost, f);
-  int n = g->started, base = g->o->node_rank * g->o->num_processes;
-  nbf_rankstate_t fin_buf[n + 1];
-  const nbf_rankstate_t *fin[n + 1];
-  for (int i = 0; i < n; i++)
-    fin[i] = nbf_rankstate_read(g->w[i].rs, &fin_buf[i]) == 0 ? &fin_buf[i] : NULL;
   int remote = remote_loss(g, fin);
   if (remote >= 0)
     fprintf(f,

@@ -218,14 +218,14 @@ static void describe_refusals(const ln_rdzv_t *r, FILE *f) {
  * what the arrived nodes disagree on. */
 static char *missing_message(ln_rdzv_t *r) {
   const ln_options_t *o = r->o;
+  int count = 0;
+  for (int n = 1; n < o->num_nodes; n++)
+    count += !r->present[n];
   char *text = NULL;
   size_t cap = 0;
   FILE *f = open_memstream(&text, &cap);
   if (!f)
     return NULL;
-  int count = 0;
-  for (int n = 1; n < o->num_nodes; n++)
-    count += !r->present[n];
   fprintf(f, "rendezvous: %s%s", o->cli ? "machine" : "node", count > 1 ? "s" : "");
   for (int n = 1, j = 0; n < o->num_nodes; n++)
     if (!r->present[n])

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "nbf_param.h"
+#include "nbf_util.h"
 
 #ifndef NBFORK_HAVE_LIBCLANG
 
@@ -75,15 +76,14 @@ ex_clang_t *ex_clang_new(const char *incdir) {
 }
 
 void ex_clang_destroy(ex_clang_t **c_p) {
-  if (!c_p || !*c_p)
+  ex_clang_t *c = NBF_TAKE(c_p);
+  if (!c)
     return;
-  ex_clang_t *c = *c_p;
   if (c->tu)
     clang_disposeTranslationUnit(c->tu);
   clang_disposeIndex(c->index);
   free(c->ctx_text);
   free(c);
-  *c_p = NULL;
 }
 
 /* The brackets still open at code[0, cut) closed, as text to append

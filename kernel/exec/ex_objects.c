@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,8 +44,7 @@ static int may_be_macro(const ex_cell_state_t *st, const char *w, size_t n) {
   char name[128];
   if (n >= sizeof name)
     return 1;
-  memcpy(name, w, n);
-  name[n] = 0;
+  snprintf(name, sizeof name, "%.*s", (int)n, w);
   ex_cell_name_t d;
   if (ex_cell_find(st, name, &d) && !strcmp(d.kind, "macro"))
     return 1;

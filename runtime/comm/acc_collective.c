@@ -211,31 +211,22 @@ static acc_result_t coll_end(acc_t *acc, const coll_t *k, acc_result_t r) {
   coll_fatal(acc, &k->c, r);
 }
 
-/* Run the Gloo shim call `call` on a group that is not broken; `call`
- * writes its text into the `err` this macro declares. A failure breaks
- * the group and returns from the enclosing function with the shim's
- * text as the error. */
-#define GLOO_CHECK(acc, call)                                                                      \
+/* Run the backend call `call` on a group that is not broken; `call`
+ * writes its text into the `err` this macro declares. A failure goes to
+ * `failed` (gloo_failed, or shm_failed, which also aborts the peers'
+ * waits): it breaks the group, and the enclosing function returns its
+ * result, the backend's text as the error. */
+#define BACKEND_CHECK(acc, call, failed)                                                           \
   do {                                                                                             \
     if ((acc)->broken)                                                                             \
       return broken(acc);                                                                          \
     char err[1024];                                                                                \
-    acc_result_t gloo_r_ = (call);                                                                 \
-    if (gloo_r_ != ACC_OK)                                                                         \
-      return gloo_failed((acc), gloo_r_, err);                                                     \
+    acc_result_t backend_r_ = (call);                                                              \
+    if (backend_r_ != ACC_OK)                                                                      \
+      return failed((acc), backend_r_, err);                                                       \
   } while (0)
-
-/* The same for a shared-memory call (acc_shm.h), which also aborts the
- * peers' waits. */
-#define SHM_CHECK(acc, call)                                                                       \
-  do {                                                                                             \
-    if ((acc)->broken)                                                                             \
-      return broken(acc);                                                                          \
-    char err[1024];                                                                                \
-    acc_result_t shm_r_ = (call);                                                                  \
-    if (shm_r_ != ACC_OK)                                                                          \
-      return shm_failed((acc), shm_r_, err);                                                       \
-  } while (0)
+#define GLOO_CHECK(acc, call) BACKEND_CHECK(acc, call, gloo_failed)
+#define SHM_CHECK(acc, call) BACKEND_CHECK(acc, call, shm_failed)
 
 /* Host collectives go by node (shared memory) when the group was joined
  * so. */

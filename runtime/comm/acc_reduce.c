@@ -28,19 +28,16 @@
 /* Integer sums wrap (two's complement) instead of being undefined. */
 #define SUM_WRAP32(a, b) ((int32_t)((uint32_t)(a) + (uint32_t)(b)))
 #define SUM_WRAP64(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
-KERNEL(sum_i32, int32_t, SUM_WRAP32)
-KERNEL(sum_i64, int64_t, SUM_WRAP64)
 
-KERNEL(sum_f32, float, SUM)
-KERNEL(max_f32, float, MAXNAN)
-KERNEL(min_f32, float, MINNAN)
-KERNEL(sum_f64, double, SUM)
-KERNEL(max_f64, double, MAXNAN)
-KERNEL(min_f64, double, MINNAN)
-KERNEL(max_i32, int32_t, MAXI)
-KERNEL(min_i32, int32_t, MINI)
-KERNEL(max_i64, int64_t, MAXI)
-KERNEL(min_i64, int64_t, MINI)
+/* sum_<t>, max_<t> and min_<t> of one dtype (a row of acc_reduce_get's table) */
+#define KERNELS(t, T, SUM_OP, MAX_OP, MIN_OP)                                                      \
+  KERNEL(sum_##t, T, SUM_OP)                                                                       \
+  KERNEL(max_##t, T, MAX_OP)                                                                       \
+  KERNEL(min_##t, T, MIN_OP)
+KERNELS(f32, float, SUM, MAXNAN, MINNAN)
+KERNELS(f64, double, SUM, MAXNAN, MINNAN)
+KERNELS(i32, int32_t, SUM_WRAP32, MAXI, MINI)
+KERNELS(i64, int64_t, SUM_WRAP64, MAXI, MINI)
 
 /* Half types: widen to float, reduce, round back (nearest even). */
 #define HALF_KERNEL(name, TOF, FROMF, OP)                                                          \
@@ -52,13 +49,12 @@ KERNEL(min_i64, int64_t, MINI)
       o[i] = FROMF(OP(x, y));                                                                      \
     }                                                                                              \
   }
-
-HALF_KERNEL(sum_f16, acc_f16_to_f32, acc_f32_to_f16, SUM)
-HALF_KERNEL(max_f16, acc_f16_to_f32, acc_f32_to_f16, MAXNAN)
-HALF_KERNEL(min_f16, acc_f16_to_f32, acc_f32_to_f16, MINNAN)
-HALF_KERNEL(sum_bf16, acc_bf16_to_f32, acc_f32_to_bf16, SUM)
-HALF_KERNEL(max_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MAXNAN)
-HALF_KERNEL(min_bf16, acc_bf16_to_f32, acc_f32_to_bf16, MINNAN)
+#define HALF_KERNELS(t, TOF, FROMF)                                                                \
+  HALF_KERNEL(sum_##t, TOF, FROMF, SUM)                                                            \
+  HALF_KERNEL(max_##t, TOF, FROMF, MAXNAN)                                                         \
+  HALF_KERNEL(min_##t, TOF, FROMF, MINNAN)
+HALF_KERNELS(f16, acc_f16_to_f32, acc_f32_to_f16)
+HALF_KERNELS(bf16, acc_bf16_to_f32, acc_f32_to_bf16)
 
 acc_reduce_fn acc_reduce_get(acc_dtype_t dtype, acc_op_t op) {
   /* rows: dtype in enum order; columns: SUM, MAX, MIN */

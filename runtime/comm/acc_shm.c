@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "acc_reduce.h"
+#include "nbf_util.h"
 
 #define SHM_MAGIC 0x6e62666f726b7368ULL /* "nbforksh" */
 #define HDR_BYTES ((size_t)4096)
@@ -250,10 +251,9 @@ void acc_shm_close_fds(acc_shm_t *s) {
 }
 
 void acc_shm_destroy(acc_shm_t **s_p) {
-  if (!s_p || !*s_p)
+  acc_shm_t *s = NBF_TAKE(s_p);
+  if (!s)
     return;
-  acc_shm_t *s = *s_p;
-  *s_p = NULL;
   if (s->seg)
     for (int j = 0; j < s->n; j++)
       if (j != s->me && s->seg[j])

@@ -42,6 +42,7 @@
 #include "nbf_cluster.h"
 #include "nbf_param.h"
 #include "nbf_rankstate.h"
+#include "nbf_util.h"
 
 /* Defaults (NBFORK_TIMEOUT_S 300, MASTER_PORT 29500, NBFORK_GRAD_BUCKETS 0:
  * see acc_mlp_backward_xent in nbfork.h for the measurements) live in
@@ -397,10 +398,9 @@ acc_t *acc_new(const acc_config_t *cfg) {
 }
 
 void acc_destroy(acc_t **acc_p) {
-  if (!acc_p || !*acc_p)
+  acc_t *acc = NBF_TAKE(acc_p);
+  if (!acc)
     return;
-  acc_t *acc = *acc_p;
-  *acc_p = NULL;
   acc__charts_flush(acc);
   acc__charts_free(acc);
   /* Rank 0 stops hosting the store BEFORE the final barrier: no rank uses

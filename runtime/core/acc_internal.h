@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "acc_check.h"
 #include "acc_rng.h"
 #include "acc_store.h"
 #include "nbf_rankstate.h"
@@ -118,28 +119,8 @@ struct acc {
  *   know travels in the rank's state record (nbf_rankstate.h), never as
  *   text.
  *
- * ACC_CHECK(expr): evaluate `expr` (an acc_result_t) once; if it is not
- * ACC_OK, return it from the enclosing function unchanged. It adds no
- * text and prints nothing: the failing call already stored why, and a
- * second message would replace the more precise first one.
- *
- * ACC_CHECK_GOTO(expr, label): evaluate `expr` into the enclosing
- * function's local `acc_result_t r`; if it is not ACC_OK, jump to
- * `label` (the function's one cleanup label, which frees and returns r).
+ * ACC_CHECK and ACC_CHECK_GOTO (acc_check.h) pass a code up.
  */
-#define ACC_CHECK(expr)                                                                            \
-  do {                                                                                             \
-    acc_result_t acc_check_r_ = (expr);                                                            \
-    if (acc_check_r_ != ACC_OK)                                                                    \
-      return acc_check_r_;                                                                         \
-  } while (0)
-
-#define ACC_CHECK_GOTO(expr, label)                                                                \
-  do {                                                                                             \
-    r = (expr);                                                                                    \
-    if (r != ACC_OK)                                                                               \
-      goto label;                                                                                  \
-  } while (0)
 
 /* Store `code` and a printf-formatted message ("rank R: ...") as the
  * last error of `acc`; returns `code`. */

@@ -58,12 +58,12 @@ acc_sampler_t *acc__sampler_new_for(int rank, int world, size_t n, size_t batch_
   acc_sampler_t *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
-  s->rank = rank;
-  s->world = world;
-  s->n = n;
-  s->batch = batch_size;
-  s->shuffle = shuffle != 0;
-  s->seed = seed;
+  *s = (acc_sampler_t){.rank = rank,
+                       .world = world,
+                       .n = n,
+                       .batch = batch_size,
+                       .shuffle = shuffle != 0,
+                       .seed = seed};
   size_t round = batch_size * (size_t)s->world;
   s->total = (n + round - 1) / round * round;
   s->nbatches = s->total / round;

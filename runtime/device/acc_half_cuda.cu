@@ -59,24 +59,16 @@ extern "C" acc_result_t acc_cuda_convert(int kind, void *dst, const void *src, s
     return ACC_OK;
   const unsigned b = acc_blocks_for(n);
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  switch (kind) {
-  case 0:
-    k_map<uint16_t, float, to_f16><<<b, 256, 0, st>>>(dst, src, n);
-    break;
-  case 1:
-    k_map<float, uint16_t, from_f16><<<b, 256, 0, st>>>(dst, src, n);
-    break;
-  case 2:
-    k_map<uint16_t, float, to_bf16><<<b, 256, 0, st>>>(dst, src, n);
-    break;
-  case 3:
-    k_map<float, uint16_t, from_bf16><<<b, 256, 0, st>>>(dst, src, n);
-    break;
-  default:
+  /* indexed by kind (acc_half_cuda.h): 0 to fp16, 1 from fp16, 2 to bf16, 3 from bf16 */
+  static void (*const KERNELS[])(void *, const void *, size_t) = {
+      k_map<uint16_t, float, to_f16>, k_map<float, uint16_t, from_f16>,
+      k_map<uint16_t, float, to_bf16>, k_map<float, uint16_t, from_bf16>};
+  if (kind < 0 || kind >= (int)(sizeof KERNELS / sizeof KERNELS[0])) {
     if (err && errlen)
       std::snprintf(err, errlen, "unknown conversion %d", kind);
     return ACC_ERR_INVALID_ARGUMENT;
   }
+  KERNELS[kind]<<<b, 256, 0, st>>>(dst, src, n);
   acc_result_t r = acc_cuda_check(cudaGetLastError(), "conversion kernel launch", err, errlen);
   if (r != ACC_OK)
     return r;

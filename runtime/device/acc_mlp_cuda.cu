@@ -23,6 +23,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "acc_check.h"
 #include "acc_cuda_kernels.cuh"
 
 struct acc_mlp_dev {
@@ -218,14 +219,6 @@ acc_result_t blas_check(cublasStatus_t s, const char *what, char *err, size_t er
   return s == CUBLAS_STATUS_ALLOC_FAILED ? ACC_ERR_NO_MEMORY : ACC_ERR_BACKEND;
 }
 
-/* acc_internal.h's ACC_CHECK, which C++ cannot include (C99 restrict). */
-#define DEV_CHECK(expr)                                                                            \
-  do {                                                                                             \
-    acc_result_t r_ = (expr);                                                                      \
-    if (r_ != ACC_OK)                                                                              \
-      return r_;                                                                                   \
-  } while (0)
-
 cudaDataType_t gemm_type(acc_precision_t prec) {
   return prec == ACC_PRECISION_FP16   ? CUDA_R_16F
          : prec == ACC_PRECISION_BF16 ? CUDA_R_16BF
@@ -253,46 +246,46 @@ size_t half_bytes(size_t n) {
 acc_result_t alloc_all(acc_mlp_dev_t *d, char *err, size_t errlen) {
   const size_t B = (size_t)d->max_batch, wide = B * (size_t)d->widest;
   const size_t nx = B * (size_t)d->sizes[0], C = (size_t)d->sizes[d->nlayers];
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->params, d->nparams * sizeof(float)), "cudaMalloc", err,
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->params, d->nparams * sizeof(float)), "cudaMalloc", err,
                            errlen));
-  DEV_CHECK(
+  ACC_CHECK(
       acc_cuda_check(cudaMalloc(&d->grads, d->nparams * sizeof(float)), "cudaMalloc", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->x, nx * sizeof(float)), "cudaMalloc", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dz_a, wide * sizeof(float)), "cudaMalloc", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dz_b, wide * sizeof(float)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->x, nx * sizeof(float)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->dz_a, wide * sizeof(float)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->dz_b, wide * sizeof(float)), "cudaMalloc", err, errlen));
   size_t wmax = 1;
   for (int l = 0; l < d->nlayers; l++) {
     const size_t w = (size_t)d->sizes[l + 1] * (size_t)d->sizes[l];
     wmax = w > wmax ? w : wmax;
   }
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->gtmp, wmax * sizeof(float)), "cudaMalloc", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->wh, half_bytes(d->nparams)), "cudaMalloc", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->xh, half_bytes(nx)), "cudaMalloc", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_a, half_bytes(wide)), "cudaMalloc", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_b, half_bytes(wide)), "cudaMalloc", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->labels, B * sizeof(int64_t)), "cudaMalloc", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMalloc(&d->row_loss, B * sizeof(float)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->gtmp, wmax * sizeof(float)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->wh, half_bytes(d->nparams)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->xh, half_bytes(nx)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_a, half_bytes(wide)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_b, half_bytes(wide)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->labels, B * sizeof(int64_t)), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->row_loss, B * sizeof(float)), "cudaMalloc", err, errlen));
   for (int l = 1; l <= d->nlayers; l++) {
-    DEV_CHECK(acc_cuda_check(cudaMalloc(&d->act[l], B * (size_t)d->sizes[l] * sizeof(float)),
+    ACC_CHECK(acc_cuda_check(cudaMalloc(&d->act[l], B * (size_t)d->sizes[l] * sizeof(float)),
                              "cudaMalloc", err, errlen));
-    DEV_CHECK(acc_cuda_check(cudaMalloc(&d->acth[l], half_bytes(B * (size_t)d->sizes[l])),
+    ACC_CHECK(acc_cuda_check(cudaMalloc(&d->acth[l], half_bytes(B * (size_t)d->sizes[l])),
                              "cudaMalloc", err, errlen));
   }
-  DEV_CHECK(
+  ACC_CHECK(
       acc_cuda_check(cudaMallocHost(&d->h_x, nx * sizeof(float)), "cudaMallocHost", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_logits, B * C * sizeof(float)), "cudaMallocHost",
+  ACC_CHECK(acc_cuda_check(cudaMallocHost(&d->h_logits, B * C * sizeof(float)), "cudaMallocHost",
                            err, errlen));
-  DEV_CHECK(
+  ACC_CHECK(
       acc_cuda_check(cudaMallocHost(&d->h_loss, B * sizeof(float)), "cudaMallocHost", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMallocHost(&d->h_labels, B * sizeof(int64_t)), "cudaMallocHost", err,
+  ACC_CHECK(acc_cuda_check(cudaMallocHost(&d->h_labels, B * sizeof(int64_t)), "cudaMallocHost", err,
                            errlen));
-  DEV_CHECK(acc_cuda_check(cudaEventCreateWithFlags(&d->x_staged, cudaEventDisableTiming),
+  ACC_CHECK(acc_cuda_check(cudaEventCreateWithFlags(&d->x_staged, cudaEventDisableTiming),
                            "cudaEventCreate", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaEventCreateWithFlags(&d->labels_staged, cudaEventDisableTiming),
+  ACC_CHECK(acc_cuda_check(cudaEventCreateWithFlags(&d->labels_staged, cudaEventDisableTiming),
                            "cudaEventCreate", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaMemset(d->grads, 0, d->nparams * sizeof(float)), "cudaMemset", err,
+  ACC_CHECK(acc_cuda_check(cudaMemset(d->grads, 0, d->nparams * sizeof(float)), "cudaMemset", err,
                            errlen));
-  DEV_CHECK(blas_ready(err, errlen));
+  ACC_CHECK(blas_ready(err, errlen));
   return blas_check(g_blas.create(&d->blas), "cublasCreate", err, errlen);
 }
 
@@ -405,12 +398,12 @@ static acc_result_t stage_upload(void *dst, void *stage, const void *src, size_t
                                  int *pending, cudaStream_t st, const char *what, char *err,
                                  size_t errlen) {
   if (*pending)
-    DEV_CHECK(acc_cuda_check(cudaEventSynchronize(ev), what, err, errlen));
+    ACC_CHECK(acc_cuda_check(cudaEventSynchronize(ev), what, err, errlen));
   *pending = 0;
   std::memcpy(stage, src, n);
-  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, st), what, err,
+  ACC_CHECK(acc_cuda_check(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, st), what, err,
                            errlen));
-  DEV_CHECK(acc_cuda_check(cudaEventRecord(ev, st), what, err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaEventRecord(ev, st), what, err, errlen));
   *pending = 1;
   return ACC_OK;
 }
@@ -424,9 +417,9 @@ extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, in
   d->batch = B;
   d->prec = prec;
   d->fwd_stream = st;
-  DEV_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
+  ACC_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
   /* pinned staging: the copy is a DMA, not a pageable bounce */
-  DEV_CHECK(stage_upload(d->x, d->h_x, x, nx * sizeof(float), d->x_staged, &d->x_pending, st,
+  ACC_CHECK(stage_upload(d->x, d->h_x, x, nx * sizeof(float), d->x_staged, &d->x_pending, st,
                          "staging the batch", err, errlen));
   const bool half = prec != ACC_PRECISION_NO;
   if (half) {
@@ -439,7 +432,7 @@ extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, in
   for (int l = 0; l < L; l++) {
     const int nin = d->sizes[l], nout = d->sizes[l + 1];
     /* out (B × nout) = in (B × nin) · W^T (W: nout × nin) */
-    DEV_CHECK(gemm(d, CUBLAS_OP_T, CUBLAS_OP_N, nout, B, nin, w_base + d->w_off[l] * esz, nin, in,
+    ACC_CHECK(gemm(d, CUBLAS_OP_T, CUBLAS_OP_N, nout, B, nin, w_base + d->w_off[l] * esz, nin, in,
                    nin, 0.0f, d->act[l + 1], nout, err, errlen));
     const size_t n = (size_t)B * (size_t)nout;
     k_bias_act<<<acc_blocks_for(n), 256, 0, st>>>(d->act[l + 1], d->params + d->b_off[l], (size_t)B,
@@ -452,10 +445,10 @@ extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, in
 extern "C" acc_result_t acc_mlp_dev_logits(acc_mlp_dev_t *d, float *logits, char *err,
                                            size_t errlen) {
   const size_t nl = (size_t)d->batch * (size_t)d->sizes[d->nlayers];
-  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(d->h_logits, d->act[d->nlayers], nl * sizeof(float),
+  ACC_CHECK(acc_cuda_check(cudaMemcpyAsync(d->h_logits, d->act[d->nlayers], nl * sizeof(float),
                                            cudaMemcpyDeviceToHost, d->fwd_stream),
                            "copying the logits", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaStreamSynchronize(d->fwd_stream), "forward", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaStreamSynchronize(d->fwd_stream), "forward", err, errlen));
   std::memcpy(logits, d->h_logits, nl * sizeof(float));
   return ACC_OK;
 }
@@ -465,7 +458,7 @@ extern "C" acc_result_t acc_mlp_dev_logits(acc_mlp_dev_t *d, float *logits, char
 static acc_result_t loss_grad(acc_mlp_dev_t *d, const int64_t *labels, float scale, cudaStream_t st,
                               char *err, size_t errlen) {
   const int B = d->batch, C = d->sizes[d->nlayers];
-  DEV_CHECK(stage_upload(d->labels, d->h_labels, labels, (size_t)B * sizeof(int64_t),
+  ACC_CHECK(stage_upload(d->labels, d->h_labels, labels, (size_t)B * sizeof(int64_t),
                          d->labels_staged, &d->labels_pending, st, "staging the labels", err,
                          errlen));
   k_xent<<<(B + 127) / 128, 128, 0, st>>>(d->act[d->nlayers], d->labels, B, C, scale, (int)d->prec,
@@ -488,8 +481,8 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
     }
   d->bwd_stream = st;
   d->loss_batch = B;
-  DEV_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
-  DEV_CHECK(loss_grad(d, labels, scale, st, err, errlen));
+  ACC_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
+  ACC_CHECK(loss_grad(d, labels, scale, st, err, errlen));
   const bool half = d->prec != ACC_PRECISION_NO;
   const size_t esz = half ? 2 : 4;
   float *dz = d->dz_a, *dprev = d->dz_b;
@@ -503,7 +496,7 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
      * precision the product is rounded to the half type before it is
      * added (as on the CPU) */
     float *gw = d->grads + d->w_off[l];
-    DEV_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, B, in, nin, dzo, nout,
+    ACC_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, B, in, nin, dzo, nout,
                    half ? 0.0f : 1.0f, half ? d->gtmp : gw, nin, err, errlen));
     if (half) {
       const size_t nw = (size_t)nout * (size_t)nin;
@@ -514,7 +507,7 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
       break;
     /* dprev (B × nin) = dz (B × nout) · W (nout × nin) */
     const char *w = static_cast<const char *>(half ? d->wh : static_cast<void *>(d->params));
-    DEV_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_N, nin, B, nout, w + d->w_off[l] * esz, nin, dzo, nout,
+    ACC_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_N, nin, B, nout, w + d->w_off[l] * esz, nin, dzo, nout,
                    0.0f, dprev, nin, err, errlen));
     const size_t n = (size_t)B * (size_t)nin;
     k_relu_back<<<acc_blocks_for(n), 256, 0, st>>>(dprev, d->act[l], n, p, dprevh);
@@ -528,10 +521,10 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
 
 extern "C" acc_result_t acc_mlp_dev_loss(acc_mlp_dev_t *d, float *loss, char *err, size_t errlen) {
   const int B = d->loss_batch;
-  DEV_CHECK(acc_cuda_check(cudaMemcpyAsync(d->h_loss, d->row_loss, (size_t)B * sizeof(float),
+  ACC_CHECK(acc_cuda_check(cudaMemcpyAsync(d->h_loss, d->row_loss, (size_t)B * sizeof(float),
                                            cudaMemcpyDeviceToHost, d->bwd_stream),
                            "copying the loss", err, errlen));
-  DEV_CHECK(acc_cuda_check(cudaStreamSynchronize(d->bwd_stream), "cross-entropy", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaStreamSynchronize(d->bwd_stream), "cross-entropy", err, errlen));
   double s = 0.0; /* the mean as the CPU model takes it: a double sum */
   for (int r = 0; r < B; r++)
     s += d->h_loss[r];
@@ -543,8 +536,8 @@ extern "C" acc_result_t acc_mlp_dev_copy(acc_mlp_dev_t *d, int what, float *host
                                          char *err, size_t errlen) {
   float *dev = what ? d->grads : d->params;
   const size_t bytes = d->nparams * sizeof(float);
-  DEV_CHECK(acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen));
-  DEV_CHECK(acc_cuda_check(to_device ? cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)
+  ACC_CHECK(acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen));
+  ACC_CHECK(acc_cuda_check(to_device ? cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)
                                      : cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost),
                            "cudaMemcpy", err, errlen));
   /* a pageable upload may return before its DMA ends, and the legacy

@@ -184,10 +184,9 @@ void acc_progress_update(acc_progress_t *p, size_t n, const char *postfix) {
 }
 
 void acc_progress_destroy(acc_progress_t **p_p) {
-  if (!p_p || !*p_p)
+  acc_progress_t *p = NBF_TAKE(p_p);
+  if (!p)
     return;
-  acc_progress_t *p = *p_p;
-  *p_p = NULL;
   if (p->active)
     draw(p, 1); /* final count, elapsed time and rate */
   free(p);

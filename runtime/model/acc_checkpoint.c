@@ -56,6 +56,31 @@
 #define CKPT_MAX_ITEMS 64
 #define SHARED_FILE "nbfork_state.bin"
 
+/* The header of a checkpoint file, in the writer's byte order (`bom`
+ * tells a reader of the other order): magic, format version, byte-order
+ * mark, kind (0 shared, 1 per-rank), rank, payload bytes, the payload's
+ * CRC-32, a reserved zero. Every field sits on its natural alignment, so
+ * the struct has no padding and is copied whole. */
+typedef struct {
+  char magic[8];
+  uint32_t version, bom, kind, rank;
+  uint64_t payload_len;
+  uint32_t crc, zero;
+} ckpt_header_t;
+_Static_assert(sizeof(ckpt_header_t) == CKPT_HEADER, "the checkpoint header is 40 bytes");
+
+/* CRC-32 of p[n]; zlib's crc32 takes uInt lengths, so large payloads go
+ * in pieces. */
+static uint32_t payload_crc(const unsigned char *p, size_t n) {
+  uint32_t crc = (uint32_t)crc32(0L, p, 0);
+  for (size_t off = 0; off < n;) {
+    size_t len = n - off > (1u << 30) ? (1u << 30) : n - off;
+    crc = (uint32_t)crc32(crc, p + off, (uInt)len);
+    off += len;
+  }
+  return crc;
+}
+
 /* ---------------------------------------------------------------- errors */
 
 static acc_result_t io_error(acc_t *acc, const char *what, const char *path, int e) {
@@ -90,23 +115,14 @@ static unsigned char *finish(const wbuf_t *payload, uint32_t kind, uint32_t rank
   unsigned char *out = malloc(CKPT_HEADER + payload->b.len);
   if (!out)
     return NULL;
-  uint32_t ver = CKPT_VERSION, bom = CKPT_BOM, zero = 0;
-  uint64_t plen = payload->b.len;
-  uint32_t crc = (uint32_t)crc32(0L, (const unsigned char *)payload->b.data, (uInt)0);
-  /* crc32 takes uInt lengths: feed large payloads in pieces */
-  for (size_t off = 0; off < payload->b.len;) {
-    size_t n = payload->b.len - off > (1u << 30) ? (1u << 30) : payload->b.len - off;
-    crc = (uint32_t)crc32(crc, (const unsigned char *)payload->b.data + off, (uInt)n);
-    off += n;
-  }
-  memcpy(out, CKPT_MAGIC, 8);
-  memcpy(out + 8, &ver, 4);
-  memcpy(out + 12, &bom, 4);
-  memcpy(out + 16, &kind, 4);
-  memcpy(out + 20, &rank, 4);
-  memcpy(out + 24, &plen, 8);
-  memcpy(out + 32, &crc, 4);
-  memcpy(out + 36, &zero, 4);
+  ckpt_header_t h = {.version = CKPT_VERSION,
+                     .bom = CKPT_BOM,
+                     .kind = kind,
+                     .rank = rank,
+                     .payload_len = payload->b.len,
+                     .crc = payload_crc((const unsigned char *)payload->b.data, payload->b.len)};
+  memcpy(h.magic, CKPT_MAGIC, 8);
+  memcpy(out, &h, sizeof h);
   if (payload->b.len)
     memcpy(out + CKPT_HEADER, (const unsigned char *)payload->b.data, payload->b.len);
   *len = CKPT_HEADER + payload->b.len;
@@ -219,37 +235,26 @@ static acc_result_t read_file(acc_t *acc, const char *path, unsigned char **out,
 
 /* Check the header and CRC of `f` (buf/len set); `what` names it. */
 static acc_result_t parse(acc_t *acc, rfile_t *f, uint32_t kind, const char *what) {
-  uint32_t ver, bom, k, crc;
-  uint64_t plen;
+  ckpt_header_t h;
   if (f->len < CKPT_HEADER || memcmp(f->buf, CKPT_MAGIC, 8) != 0)
     return acc__set_error(acc, ACC_ERR_IO, "%s is not an nbfork checkpoint file (bad magic)", what);
-  memcpy(&ver, f->buf + 8, 4);
-  memcpy(&bom, f->buf + 12, 4);
-  memcpy(&k, f->buf + 16, 4);
-  memcpy(&plen, f->buf + 24, 8);
-  memcpy(&crc, f->buf + 32, 4);
-  if (bom != CKPT_BOM)
+  memcpy(&h, f->buf, sizeof h);
+  if (h.bom != CKPT_BOM)
     return acc__set_error(acc, ACC_ERR_IO, "%s was written on a machine of other byte order", what);
-  if (ver != CKPT_VERSION)
+  if (h.version != CKPT_VERSION)
     return acc__set_error(acc, ACC_ERR_IO, "%s has format version %u; this nbfork reads %u", what,
-                          ver, CKPT_VERSION);
-  if (k != kind)
+                          h.version, CKPT_VERSION);
+  if (h.kind != kind)
     return acc__set_error(acc, ACC_ERR_IO, "%s is a %s file, expected a %s file", what,
-                          k ? "per-rank" : "shared", kind ? "per-rank" : "shared");
-  if (plen != f->len - CKPT_HEADER)
+                          h.kind ? "per-rank" : "shared", kind ? "per-rank" : "shared");
+  if (h.payload_len != f->len - CKPT_HEADER)
     return acc__set_error(acc, ACC_ERR_IO,
                           "%s is truncated or has trailing bytes (%zu payload bytes, header says "
                           "%llu)",
-                          what, f->len - CKPT_HEADER, (unsigned long long)plen);
+                          what, f->len - CKPT_HEADER, (unsigned long long)h.payload_len);
   f->payload = f->buf + CKPT_HEADER;
-  f->plen = (size_t)plen;
-  uint32_t c = (uint32_t)crc32(0L, f->payload, 0);
-  for (size_t off = 0; off < f->plen;) {
-    size_t n = f->plen - off > (1u << 30) ? (1u << 30) : f->plen - off;
-    c = (uint32_t)crc32(c, f->payload + off, (uInt)n);
-    off += n;
-  }
-  if (c != crc)
+  f->plen = (size_t)h.payload_len;
+  if (payload_crc(f->payload, f->plen) != h.crc)
     return acc__set_error(acc, ACC_ERR_IO, "%s is corrupt (CRC-32 mismatch)", what);
   /* sections must tile the payload exactly */
   size_t off = 0;

@@ -23,6 +23,7 @@
 
 #include "acc_internal.h"
 #include "acc_nccl.h"
+#include "nbf_util.h"
 
 /* LAPACK (Fortran ABI, with the hidden lengths of the character arguments). */
 void sgesvd_(const char *jobu, const char *jobvt, const int *m, const int *n, float *a,
@@ -76,15 +77,14 @@ static size_t low_len(const gl_tensor_t *t) {
 }
 
 void acc_galore_destroy(acc_galore_t **g_p) {
-  if (!g_p || !*g_p)
+  acc_galore_t *g = NBF_TAKE(g_p);
+  if (!g)
     return;
-  acc_galore_t *g = *g_p;
   acc__unregister_for_checkpointing(g->acc, "galore.step");
   acc__unregister_for_checkpointing(g->acc, "galore.state");
   free(g->is_target), free(g->state), free(g->a), free(g->s), free(g->u), free(g->vt);
   free(g->work), free(g->low), free(g->full);
   free(g);
-  *g_p = NULL;
 }
 
 /* Pick the targets, size the state block and the SVD workspace. */

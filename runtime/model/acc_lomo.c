@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "acc_internal.h"
+#include "nbf_util.h"
 
 #define LOMO_EPS1 1e-30f
 #define LOMO_EPS2 1e-3f
@@ -270,9 +271,9 @@ size_t acc_lomo_state_bytes(const acc_lomo_t *o) {
 }
 
 void acc_lomo_destroy(acc_lomo_t **o_p) {
-  if (!o_p || !*o_p)
+  acc_lomo_t *o = NBF_TAKE(o_p);
+  if (!o)
     return;
-  acc_lomo_t *o = *o_p;
   if (o->acc && o->adaptive) {
     acc__unregister_for_checkpointing(o->acc, "lomo.step");
     acc__unregister_for_checkpointing(o->acc, "lomo.state");
@@ -282,5 +283,4 @@ void acc_lomo_destroy(acc_lomo_t **o_p) {
   free(o->upd);
   free(o->cinv);
   free(o);
-  *o_p = NULL;
 }

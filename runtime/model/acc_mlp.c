@@ -43,6 +43,7 @@
 
 #include "acc_internal.h"
 #include "acc_mlp_cuda.h"
+#include "nbf_util.h"
 
 struct acc_mlp {
   acc_t *acc; /* borrowed: precision, loss scale, process group */
@@ -107,10 +108,9 @@ static void *alloc64(size_t bytes) {
 }
 
 void acc_mlp_destroy(acc_mlp_t **m_p) {
-  if (!m_p || !*m_p)
+  acc_mlp_t *m = NBF_TAKE(m_p);
+  if (!m)
     return;
-  acc_mlp_t *m = *m_p;
-  *m_p = NULL;
   acc_mlp_dev_destroy(&m->dev);
   if (m->act)
     for (int l = 1; l <= m->nlayers; l++)
@@ -161,9 +161,7 @@ acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch)
   acc_mlp_t *m = calloc(1, sizeof *m);
   if (!m)
     goto oom;
-  m->acc = acc;
-  m->nlayers = nlayers;
-  m->max_batch = max_batch;
+  *m = (acc_mlp_t){.acc = acc, .nlayers = nlayers, .max_batch = max_batch};
   m->sizes = malloc((size_t)(nlayers + 1) * sizeof(int));
   m->w_off = malloc((size_t)nlayers * sizeof(size_t));
   m->b_off = malloc((size_t)nlayers * sizeof(size_t));

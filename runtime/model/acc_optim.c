@@ -58,12 +58,8 @@ static acc_optim_t *opt_new(opt_kind_t kind, float *params, float *grads, size_t
   acc_optim_t *o = calloc(1, sizeof *o);
   if (!o)
     return NULL;
-  o->kind = kind;
-  o->params = params;
-  o->grads = grads;
-  o->n = n;
-  o->hp = hp;
-  o->on_device = -1;
+  *o = (acc_optim_t){
+      .kind = kind, .params = params, .grads = grads, .n = n, .hp = hp, .on_device = -1};
   if ((need_m && !(o->m = calloc(n, sizeof(float)))) ||
       (need_v && !(o->v = calloc(n, sizeof(float)))))
     acc_optim_destroy(&o);

@@ -221,10 +221,9 @@ acc_store_client_t *acc_store_client_open(const char *addr, int port, int timeou
 }
 
 void acc_store_client_destroy(acc_store_client_t **c_p) {
-  if (!c_p || !*c_p)
+  acc_store_client_t *c = NBF_TAKE(c_p);
+  if (!c)
     return;
-  acc_store_client_t *c = *c_p;
-  *c_p = NULL;
   close_socket(c);
   while (zmq_ctx_term(c->ctx) != 0 && errno == EINTR)
     ;

@@ -521,10 +521,9 @@ int acc_store_server_port(const acc_store_server_t *srv) {
 }
 
 void acc_store_server_stop(acc_store_server_t **srv_p) {
-  if (!srv_p || !*srv_p)
+  acc_store_server_t *s = NBF_TAKE(srv_p);
+  if (!s)
     return;
-  acc_store_server_t *s = *srv_p;
-  *srv_p = NULL;
   while (zmq_send(s->ctl_main, "STOP", 4, 0) < 0 && errno == EINTR)
     ;
   pthread_join(s->thread, NULL);

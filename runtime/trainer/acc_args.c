@@ -23,91 +23,64 @@ typedef struct {
   size_t off, size;
   const char *choices; /* "a|b|c" for strings; NULL = free text */
   double min;          /* numbers: smallest accepted value */
+  const char *dflt;    /* Transformers' default as text; NULL = 0 / "" / false */
 } arg_def_t;
 
-#define F(name, type, choices, min)                                                                \
+#define F(name, type, choices, min, dflt)                                                          \
   {                                                                                                \
 #name, type, offsetof(acc_training_args_t, name), sizeof(((acc_training_args_t *)0)->name),    \
-        choices, min                                                                               \
+        choices, min, dflt                                                                         \
   }
 #define LEVELS "debug|info|warning|error|critical|passive"
 #define SCHEDULERS "linear|cosine|cosine_with_min_lr|constant|constant_with_warmup|inverse_sqrt"
 
 static const arg_def_t ARGS[] = {
-    F(output_dir, T_STR, NULL, 0),
-    F(learning_rate, T_DOUBLE, NULL, 0),
-    F(per_device_train_batch_size, T_INT, NULL, 1),
-    F(per_device_eval_batch_size, T_INT, NULL, 1),
-    F(num_train_epochs, T_DOUBLE, NULL, 0),
-    F(max_steps, T_LONG, NULL, -1),
-    F(weight_decay, T_DOUBLE, NULL, 0),
-    F(adam_beta1, T_DOUBLE, NULL, 0),
-    F(adam_beta2, T_DOUBLE, NULL, 0),
-    F(adam_epsilon, T_DOUBLE, NULL, 0),
-    F(warmup_steps, T_DOUBLE, NULL, 0),
-    F(lr_scheduler_type, T_STR, SCHEDULERS, 0),
-    F(lr_scheduler_kwargs, T_STR, NULL, 0),
-    F(eval_strategy, T_STR, "no|steps|epoch", 0),
-    F(save_strategy, T_STR, "no|steps|epoch|best", 0),
-    F(logging_strategy, T_STR, "no|steps|epoch", 0),
-    F(eval_steps, T_DOUBLE, NULL, 0),
-    F(save_steps, T_DOUBLE, NULL, 0),
-    F(logging_steps, T_DOUBLE, NULL, 0),
-    F(save_total_limit, T_INT, NULL, -1),
-    F(load_best_model_at_end, T_BOOL, NULL, 0),
-    F(metric_for_best_model, T_STR, NULL, 0),
-    F(greater_is_better, T_BOOL, NULL, 0),
-    F(gradient_accumulation_steps, T_INT, NULL, 1),
-    F(max_grad_norm, T_DOUBLE, NULL, 0),
-    F(seed, T_LLONG, NULL, 0),
-    F(mixed_precision, T_STR, "no|fp16|bf16", 0),
-    F(log_level, T_STR, LEVELS, 0),
-    F(log_level_replica, T_STR, LEVELS, 0),
-    F(log_on_each_node, T_BOOL, NULL, 0),
-    F(neftune_noise_alpha, T_DOUBLE, NULL, 0),
-    F(optim, T_STR, "sgd|adamw|galore_adamw|lomo|adalomo", 0),
-    F(optim_args, T_STR, NULL, 0),
-    F(optim_target_modules, T_STR, NULL, 0),
-    F(resume_from_checkpoint, T_STR, NULL, 0),
-    F(early_stopping_patience, T_INT, NULL, 0),
-    F(early_stopping_threshold, T_DOUBLE, NULL, 0),
-    F(disable_tqdm, T_BOOL, NULL, 0),
-    F(do_train, T_BOOL, NULL, 0),
-    F(do_eval, T_BOOL, NULL, 0),
-    F(report_to, T_STR, "none|all", 0),
-    F(fsdp, T_STR, NULL, 0),
-    F(fsdp_config, T_STR, NULL, 0),
-    F(deepspeed, T_STR, NULL, 0),
+    F(output_dir, T_STR, NULL, 0, "trainer_output"),
+    F(learning_rate, T_DOUBLE, NULL, 0, "5e-5"),
+    F(per_device_train_batch_size, T_INT, NULL, 1, "8"),
+    F(per_device_eval_batch_size, T_INT, NULL, 1, "8"),
+    F(num_train_epochs, T_DOUBLE, NULL, 0, "3"),
+    F(max_steps, T_LONG, NULL, -1, "-1"),
+    F(weight_decay, T_DOUBLE, NULL, 0, NULL),
+    F(adam_beta1, T_DOUBLE, NULL, 0, "0.9"),
+    F(adam_beta2, T_DOUBLE, NULL, 0, "0.999"),
+    F(adam_epsilon, T_DOUBLE, NULL, 0, "1e-8"),
+    F(warmup_steps, T_DOUBLE, NULL, 0, NULL),
+    F(lr_scheduler_type, T_STR, SCHEDULERS, 0, "linear"),
+    F(lr_scheduler_kwargs, T_STR, NULL, 0, NULL),
+    F(eval_strategy, T_STR, "no|steps|epoch", 0, "no"),
+    F(save_strategy, T_STR, "no|steps|epoch|best", 0, "steps"),
+    F(logging_strategy, T_STR, "no|steps|epoch", 0, "steps"),
+    F(eval_steps, T_DOUBLE, NULL, 0, NULL),
+    F(save_steps, T_DOUBLE, NULL, 0, "500"),
+    F(logging_steps, T_DOUBLE, NULL, 0, "500"),
+    F(save_total_limit, T_INT, NULL, -1, "-1"),
+    F(load_best_model_at_end, T_BOOL, NULL, 0, NULL),
+    F(metric_for_best_model, T_STR, NULL, 0, NULL),
+    F(greater_is_better, T_BOOL, NULL, 0, NULL),
+    F(gradient_accumulation_steps, T_INT, NULL, 1, "1"),
+    F(max_grad_norm, T_DOUBLE, NULL, 0, "1.0"),
+    F(seed, T_LLONG, NULL, 0, "42"),
+    F(mixed_precision, T_STR, "no|fp16|bf16", 0, "no"),
+    F(log_level, T_STR, LEVELS, 0, "passive"),
+    F(log_level_replica, T_STR, LEVELS, 0, "warning"),
+    F(log_on_each_node, T_BOOL, NULL, 0, "true"),
+    F(neftune_noise_alpha, T_DOUBLE, NULL, 0, NULL),
+    F(optim, T_STR, "sgd|adamw|galore_adamw|lomo|adalomo", 0, "adamw"),
+    F(optim_args, T_STR, NULL, 0, NULL),
+    F(optim_target_modules, T_STR, NULL, 0, NULL),
+    F(resume_from_checkpoint, T_STR, NULL, 0, NULL),
+    F(early_stopping_patience, T_INT, NULL, 0, NULL),
+    F(early_stopping_threshold, T_DOUBLE, NULL, 0, NULL),
+    F(disable_tqdm, T_BOOL, NULL, 0, NULL),
+    F(do_train, T_BOOL, NULL, 0, NULL),
+    F(do_eval, T_BOOL, NULL, 0, NULL),
+    F(report_to, T_STR, "none|all", 0, "none"),
+    F(fsdp, T_STR, NULL, 0, NULL),
+    F(fsdp_config, T_STR, NULL, 0, NULL),
+    F(deepspeed, T_STR, NULL, 0, NULL),
 };
 #define NARGS (sizeof ARGS / sizeof ARGS[0])
-
-void acc_training_args_init(acc_training_args_t *a) {
-  memset(a, 0, sizeof *a);
-  snprintf(a->output_dir, sizeof a->output_dir, "trainer_output");
-  a->learning_rate = 5e-5;
-  a->per_device_train_batch_size = a->per_device_eval_batch_size = 8;
-  a->num_train_epochs = 3.0;
-  a->max_steps = -1;
-  a->adam_beta1 = 0.9;
-  a->adam_beta2 = 0.999;
-  a->adam_epsilon = 1e-8;
-  snprintf(a->lr_scheduler_type, sizeof a->lr_scheduler_type, "linear");
-  snprintf(a->eval_strategy, sizeof a->eval_strategy, "no");
-  snprintf(a->save_strategy, sizeof a->save_strategy, "steps");
-  snprintf(a->logging_strategy, sizeof a->logging_strategy, "steps");
-  a->save_steps = a->logging_steps = 500;
-  a->save_total_limit = -1;
-  a->greater_is_better = -1;
-  a->gradient_accumulation_steps = 1;
-  a->max_grad_norm = 1.0;
-  a->seed = 42;
-  snprintf(a->mixed_precision, sizeof a->mixed_precision, "no");
-  snprintf(a->log_level, sizeof a->log_level, "passive");
-  snprintf(a->log_level_replica, sizeof a->log_level_replica, "warning");
-  a->log_on_each_node = 1;
-  snprintf(a->optim, sizeof a->optim, "adamw");
-  snprintf(a->report_to, sizeof a->report_to, "none");
-}
 
 /* 1 when `v` is one of the '|'-separated `choices`. */
 static int in_choices(const char *choices, const char *v) {
@@ -178,6 +151,16 @@ static acc_result_t set_field(acc_training_args_t *a, const arg_def_t *d, const 
   else
     *(long long *)field = strtoll(v, NULL, 10);
   return ACC_OK;
+}
+
+/* Transformers' defaults: each field's default text of ARGS, stored as the
+ * command line would store it. */
+void acc_training_args_init(acc_training_args_t *a) {
+  memset(a, 0, sizeof *a);
+  for (size_t i = 0; i < NARGS; i++)
+    if (ARGS[i].dflt && set_field(a, &ARGS[i], ARGS[i].dflt) != ACC_OK)
+      abort(); /* a default the table itself refuses: a bug in ARGS */
+  a->greater_is_better = -1; /* None: follows metric_for_best_model */
 }
 
 /* --fp16 / --bf16 (TrainingArguments' booleans) are mixed_precision here;

@@ -17,6 +17,7 @@ port to a %launch cell use execute_with_port, which retries the same way.
 
 Environment: NBFORK_BUILD_DIR (set by ctest) points at the build tree.
 """
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -321,6 +322,14 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def at_once(*calls):
+    """Every call of `calls` at once, each in its own thread (the nodes of
+    a multi-node launch: each blocks until the others joined); their
+    results in order. A call that raised raises here."""
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(lambda call: call(), calls))
 
 
 def wait_until(predicate, timeout=30, interval=0.05):

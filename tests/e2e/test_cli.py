@@ -60,6 +60,16 @@ class CliCase(unittest.TestCase):
         return subprocess.Popen([NBFORK, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=self.env)
 
+    def path_with_scontrol(self, script):
+        """A PATH whose `scontrol` is the shell script `script` (Slurm's
+        answer, faked), before the machine's own PATH."""
+        bindir = os.path.join(self.tmp.name, "bin")
+        os.makedirs(bindir, exist_ok=True)
+        with open(os.path.join(bindir, "scontrol"), "w") as f:
+            f.write("#!/bin/sh\n" + script)
+        os.chmod(os.path.join(bindir, "scontrol"), 0o755)
+        return bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin")
+
     def assert_usage_error(self, r, *words):
         self.assertEqual(r.returncode, 2, r.stderr)
         lines = r.stderr.strip().splitlines()
@@ -251,14 +261,9 @@ class BadInput(CliCase):
     def test_srun_launch_with_unresolvable_first_node_asks_for_main_process_ip(self):
         # `srun nbfork launch` whose first node neither resolves nor is known
         # to scontrol: a usage error, not every machine on its own loopback
-        bindir = os.path.join(self.tmp.name, "bin")
-        os.mkdir(bindir)
-        with open(os.path.join(bindir, "scontrol"), "w") as f:
-            f.write("#!/bin/sh\nexit 1\n")
-        os.chmod(os.path.join(bindir, "scontrol"), 0o755)
         env = dict(self.env, SLURM_STEP_ID="0", SLURM_NNODES="2", SLURM_NODEID="1",
                    SLURM_JOB_NODELIST="nbf-no-such-node[1-2]",
-                   PATH=bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin"))
+                   PATH=self.path_with_scontrol("exit 1\n"))
         self.assert_usage_error(
             self.nbfork("launch", "--num_processes", "2", "--main_process_port", "29999", PROG,
                         env=env),
@@ -584,18 +589,14 @@ class ClusterEnvironment(CliCase):
         # SLURM_JOB_NODELIST's first node resolves nowhere and Slurm does not
         # answer (an scontrol that fails): the store's error says where
         # MASTER_ADDR came from and what to set
-        bindir = os.path.join(self.tmp.name, "bin")
-        os.mkdir(bindir)
-        with open(os.path.join(bindir, "scontrol"), "w") as f:
-            f.write("#!/bin/sh\necho 'scontrol: error: no cluster' >&2\nexit 1\n")
-        os.chmod(os.path.join(bindir, "scontrol"), 0o755)
+        path = self.path_with_scontrol("echo 'scontrol: error: no cluster' >&2\nexit 1\n")
         procs = []
         for rank in range(2):
             env = dict(self.env, SLURM_PROCID=str(rank), SLURM_NTASKS="2",
                        SLURM_LOCALID=str(rank), SLURM_NODEID="0", SLURM_TASKS_PER_NODE="2",
                        SLURM_JOB_NODELIST="nbf-no-such-node[1-2]",
                        SLURM_JOB_ID=str(40000 + os.getpid() % 5000), NBFORK_TIMEOUT_S="3",
-                       PATH=bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin"))
+                       PATH=path)
             env.pop("MASTER_ADDR", None)
             env.pop("MASTER_PORT", None)
             procs.append(subprocess.Popen([PROG], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -18,7 +18,6 @@ import re
 import signal
 import socket
 import tempfile
-import threading
 import time
 import unittest
 
@@ -455,21 +454,6 @@ class RendezvousTimeoutTests(KernelWithDefs):
         self.assertEqual(reply["status"], "ok", h.errors(out))
 
 
-def both(f0, f1):
-    """Run f0 and f1 (node 0's and node 1's launch) at once; [r0, r1]."""
-    results = [None, None]
-
-    def run(i, f):
-        results[i] = f()
-
-    threads = [threading.Thread(target=run, args=(i, f)) for i, f in enumerate((f0, f1))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
 class TwoNodeTests(unittest.TestCase):
     def test_wrong_secret_is_refused(self):
         a, b = h.Kernel(), h.Kernel()
@@ -481,7 +465,7 @@ class TwoNodeTests(unittest.TestCase):
                     "%%launch reduce_ones() num_processes=1 num_nodes=2 node_rank=%d use_port=%d "
                     "rdzv_timeout=3 rdzv_conf=secret=%s" % (node, port, secret), timeout=120)
 
-            results = on_free_port(lambda port: both(
+            results = on_free_port(lambda port: h.at_once(
                 lambda: run(a, 0, "right", port), lambda: run(b, 1, "wrong", port)))
             e0, e1 = h.errors(results[0][1]), h.errors(results[1][1])
             self.assertIn("node 1 of num_nodes=2 did not join", e0[0]["evalue"])
@@ -502,8 +486,8 @@ class TwoNodeTests(unittest.TestCase):
                     "use_port=%d rdzv_id=twonode rdzv_conf=secret=shared" % (node, port),
                     timeout=180)
 
-            results = on_free_port(lambda port: both(lambda: run(a, 0, port),
-                                                     lambda: run(b, 1, port)))
+            results = on_free_port(lambda port: h.at_once(lambda: run(a, 0, port),
+                                                          lambda: run(b, 1, port)))
             text = ""
             for node in (0, 1):
                 reply, out = results[node]

@@ -8,12 +8,11 @@ method is its own ctest test, exec.e2e.ranks.NAME (tests/exec/CMakeLists.txt).
 """
 import os
 import re
-import threading
 import time
 import unittest
 
 import nbf_harness
-from nbf_harness import Kernel, errors, results, stream_text
+from nbf_harness import Kernel, at_once, errors, results, stream_text
 
 TIMEOUT = 60
 
@@ -25,18 +24,6 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def both(f0, f1):
-    """f0() and f1() at once (the two nodes' notebooks): [f0(), f1()]."""
-    out = [None, None]
-    threads = [threading.Thread(target=lambda i=i, f=f: out.__setitem__(i, f()))
-               for i, f in enumerate((f0, f1))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
 
 
 class RanksE2ETest(nbf_harness.KernelTestCase):
@@ -78,11 +65,11 @@ class RanksE2ETest(nbf_harness.KernelTestCase):
             port = nbf_harness.free_port()
             start = ("%%ranks start num_processes=2 num_nodes=2 node_rank=%d use_port=%d "
                      "rdzv_conf=secret=two-kernels rdzv_timeout=30")
-            r0, r1 = both(lambda: self.run_cell(start % (0, port)),
-                          lambda: b.run(start % (1, port), timeout=TIMEOUT))
+            r0, r1 = at_once(lambda: self.run_cell(start % (0, port)),
+                             lambda: b.run(start % (1, port), timeout=TIMEOUT))
             if nbf_harness.PORT_IN_USE not in str(r0[0]) + str(r1[0]):
                 break
-            both(lambda: self.run_cell("%ranks stop"), lambda: b.run("%ranks stop"))
+            at_once(lambda: self.run_cell("%ranks stop"), lambda: b.run("%ranks stop"))
         for node, (reply, outputs, _, _) in enumerate((r0, r1)):
             self.assertEqual(reply["status"], "ok", reply)
             self.assertIn("node %d of 2 in one process group of world size 4" % node,
@@ -92,7 +79,7 @@ class RanksE2ETest(nbf_harness.KernelTestCase):
     def on_both(self, b, code, **kw0):
         """Run `code` in node 0's kernel (with kw0: interrupt_when, ...) and
         node 1's at once: [(reply, outputs, times)] for node 0, node 1."""
-        r0, r1 = both(lambda: self.run_cell(code, **kw0), lambda: b.run(code, timeout=TIMEOUT))
+        r0, r1 = at_once(lambda: self.run_cell(code, **kw0), lambda: b.run(code, timeout=TIMEOUT))
         return [(r[0], r[1], r[3]) for r in (r0, r1)]
 
     def assert_each_rank(self, out, value):

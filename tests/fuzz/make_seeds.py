@@ -19,6 +19,12 @@ def put(harness, name, data):
         f.write(data if isinstance(data, bytes) else data.encode())
 
 
+def put_each(harness, mode, texts):
+    """One seed per name of `texts`: the harness's mode byte, then the text."""
+    for name, text in texts.items():
+        put(harness, name, mode + text.encode())
+
+
 def wire():
     hdr = json.dumps({"msg_id": "a1", "session": "s", "username": "u", "date": "2026-01-01T00:00:00Z",
                       "msg_type": "execute_request", "version": "5.3"})
@@ -37,7 +43,7 @@ def wire():
 
 
 def split():
-    cells = {
+    put_each("split", b"\x00", {
         "preproc": "#include <stdio.h>\n#define N 10\n#pragma once\n",
         "types": "typedef struct point { int x, y; } point_t;\nstruct s { float f; };\nenum e { A, B = 2 };\ntypedef int (*fn)(int);\n",
         "function": "static inline int sq(int x) { return x * x; }\nint proto(void);\nextern int ext;\n",
@@ -48,20 +54,16 @@ def split():
         "unbalanced": "int f() { if (1) { }\n",
         "unterminated": "/* never ends\nint x;",
         "string_open": "char *s = \"abc;\n",
-    }
-    for name, text in cells.items():
-        put("split", name, b"\x00" + text.encode())
-    cxx = {
+    })
+    put_each("split", b"\x01", {
         "cxx_template": "template <typename T> T twice(T x) { return 2 * x; }\nnamespace n { int v; }\nusing std::vector;\n",
         "cxx_kernel": "__global__ void k(float *x) { x[threadIdx.x] = 0; }\n__device__ int d;\nextern \"C\" int g(void);\nstatic_assert(1, \"ok\");\n",
         "cxx_class": "class C { public: int m() { return 1; } };\nstruct S : C { };\nk<<<1, 32>>>(p);\n",
-    }
-    for name, text in cxx.items():
-        put("split", name, b"\x01" + text.encode())
+    })
 
 
 def options():
-    texts = {
+    put_each("options", b"\xff", {
         "minimal": "num_processes=2",
         "all": "num_processes=4 mixed_precision=fp16 use_port=29501 master_addr=127.0.0.1 node_rank=0 "
                "num_nodes=1 rdzv_backend=static rdzv_id=job1 rdzv_timeout=30 max_restarts=0 "
@@ -74,9 +76,7 @@ def options():
         "unknown": "num_procs=2",
         "unterminated": "num_processes=2 rdzv_id='abc",
         "big": "num_processes=99999999999999999999 use_port=-1",
-    }
-    for name, t in texts.items():
-        put("options", name, b"\xff" + t.encode())
+    })
     put("options", "short_err", b"\x07num_processes=x")
 
 

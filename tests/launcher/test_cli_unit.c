@@ -69,6 +69,21 @@ static int parse(ln_cli_t *c, char *err, size_t n, ...) {
   return ln_cli_parse(c, argc, argv, err, n);
 }
 
+/* `--config_file NAME prog` with the file NAME holding `yaml` (removed
+ * again): the parse must accept it (2: the command starts at prog) and,
+ * unless `sharding` is NULL, choose that sharding. */
+static void parse_config(ln_cli_t *c, const char *name, const char *yaml, const char *sharding) {
+  char err[512], *path = write_file(name, yaml);
+  ASSERT_NOT_NULL(path);
+  int r = parse(c, err, sizeof err, "--config_file", path, "prog", NULL);
+  unlink(path);
+  free(path);
+  if (r != 2)
+    NBF_TEST_FAIL("%s: parse returned %d: %s", name, r, err);
+  if (sharding)
+    ASSERT_EQ_STR(c->o.sharding, sharding);
+}
+
 NBF_TEST(accelerate_option_names_map_to_the_launch) {
   isolate();
   ln_cli_t c;
@@ -257,23 +272,23 @@ NBF_TEST(config_writer_output_reads_back) {
  * names. */
 NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
   isolate();
-  char *fsdp = write_file("fsdp.yaml", "compute_environment: LOCAL_MACHINE\n"
-                                       "distributed_type: FSDP\n"
-                                       "fsdp_config:\n"
-                                       "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
-                                       "  fsdp_backward_prefetch_policy: BACKWARD_PRE\n"
-                                       "  fsdp_forward_prefetch: true\n"
-                                       "  fsdp_offload_params: true\n"
-                                       "  fsdp_sharding_strategy: 2\n"
-                                       "  fsdp_state_dict_type: SHARDED_STATE_DICT\n"
-                                       "  fsdp_sync_module_states: true\n"
-                                       "  fsdp_transformer_layer_cls_to_wrap: BertLayer\n"
-                                       "  fsdp_use_orig_params: true\n"
-                                       "num_processes: 2\n");
   ln_cli_t c;
   char err[512];
-  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", fsdp, "prog", NULL), 2);
-  ASSERT_EQ_STR(c.o.sharding, "SHARD_GRAD_OP");
+  parse_config(&c, "fsdp.yaml",
+               "compute_environment: LOCAL_MACHINE\n"
+               "distributed_type: FSDP\n"
+               "fsdp_config:\n"
+               "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+               "  fsdp_backward_prefetch_policy: BACKWARD_PRE\n"
+               "  fsdp_forward_prefetch: true\n"
+               "  fsdp_offload_params: true\n"
+               "  fsdp_sharding_strategy: 2\n"
+               "  fsdp_state_dict_type: SHARDED_STATE_DICT\n"
+               "  fsdp_sync_module_states: true\n"
+               "  fsdp_transformer_layer_cls_to_wrap: BertLayer\n"
+               "  fsdp_use_orig_params: true\n"
+               "num_processes: 2\n",
+               "SHARD_GRAD_OP");
   ASSERT_EQ(c.o.offload, 1);
   ASSERT_EQ_STR(c.o.state_dict_type, "SHARDED_STATE_DICT");
   ln_options_sharding_env(&c.o);
@@ -286,17 +301,18 @@ NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
   ASSERT_CONTAINS(opts, "sharding=SHARD_GRAD_OP");
   free(opts);
   /* the hybrid strategies by number (FSDP's 4 and 5) reach the workers by name */
-  char *hyb = write_file("hyb.yaml", "distributed_type: FSDP\nfsdp_config:\n"
-                                     "  fsdp_sharding_strategy: 5\nnum_processes: 4\n");
-  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", hyb, "prog", NULL), 2);
-  ASSERT_EQ_STR(c.o.sharding, "_HYBRID_SHARD_ZERO2");
+  parse_config(
+      &c, "hyb.yaml",
+      "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 5\nnum_processes: 4\n",
+      "_HYBRID_SHARD_ZERO2");
   ln_options_sharding_env(&c.o);
   ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_SHARDING_STRATEGY), "_HYBRID_SHARD_ZERO2");
   /* prefetch off from the config reaches the workers */
-  char *nopf = write_file("nopf.yaml", "distributed_type: FSDP\nfsdp_config:\n"
-                                       "  fsdp_backward_prefetch: NO_PREFETCH\n"
-                                       "  fsdp_forward_prefetch: false\nnum_processes: 2\n");
-  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", nopf, "prog", NULL), 2);
+  parse_config(&c, "nopf.yaml",
+               "distributed_type: FSDP\nfsdp_config:\n"
+               "  fsdp_backward_prefetch: NO_PREFETCH\n"
+               "  fsdp_forward_prefetch: false\nnum_processes: 2\n",
+               NULL);
   ln_options_sharding_env(&c.o);
   ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_BACKWARD_PREFETCH), "NO_PREFETCH");
   ASSERT_EQ_STR(nbf_param_raw(NBF_P_FSDP_FORWARD_PREFETCH), "false");
@@ -305,9 +321,7 @@ NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
   ASSERT_CONTAINS(opts, "forward_prefetch=false");
   free(opts);
   /* FSDP without a strategy: FULL_SHARD, as Accelerate */
-  char *plain = write_file("fsdp1.yaml", "distributed_type: FSDP\nnum_processes: 2\n");
-  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", plain, "prog", NULL), 2);
-  ASSERT_EQ_STR(c.o.sharding, "FULL_SHARD");
+  parse_config(&c, "fsdp1.yaml", "distributed_type: FSDP\nnum_processes: 2\n", "FULL_SHARD");
   /* DeepSpeed: zero_stage and the offload device; the JSON file's
    * zero_optimization section */
   char *json = write_file("ds.json", "{\"zero_optimization\": {\"stage\": 3, "
@@ -317,22 +331,20 @@ NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
            "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: %s\n"
            "  zero3_init_flag: true\nnum_processes: 2\n",
            json);
-  char *ds = write_file("ds.yaml", yaml);
-  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", ds, "prog", NULL), 2);
-  ASSERT_EQ_STR(c.o.sharding, "zero3");
+  parse_config(&c, "ds.yaml", yaml, "zero3");
   ASSERT_EQ(c.o.offload, 1);
-  char *ds1 = write_file("ds1.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
-                                     "  zero_stage: 1\n  offload_optimizer_device: none\n");
-  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", ds1, "prog", NULL), 2);
-  ASSERT_EQ_STR(c.o.sharding, "zero1");
+  parse_config(&c, "ds1.yaml",
+               "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+               "  zero_stage: 1\n  offload_optimizer_device: none\n",
+               "zero1");
   ln_options_sharding_env(&c.o);
   ASSERT_EQ_STR(nbf_param_raw(NBF_P_ACCELERATE_USE_DEEPSPEED), "true");
   ASSERT_EQ_STR(nbf_param_raw(NBF_P_ACCELERATE_DEEPSPEED_ZERO_STAGE), "1");
   /* a section of another distributed_type is ignored, as Accelerate does */
-  char *other = write_file("o.yaml", "distributed_type: MULTI_GPU\nfsdp_config:\n"
-                                     "  fsdp_sharding_strategy: 1\n");
-  ASSERT_EQ(parse(&c, err, sizeof err, "--config_file", other, "prog", NULL), 2);
-  ASSERT_EQ_STR(c.o.sharding, "no");
+  parse_config(&c, "o.yaml",
+               "distributed_type: MULTI_GPU\nfsdp_config:\n"
+               "  fsdp_sharding_strategy: 1\n",
+               "no");
   /* %launch's option */
   ln_options_t o;
   ln_options_init(&o);
@@ -349,9 +361,8 @@ NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
             -1);
   ASSERT_EQ(ln_options_parse("num_processes=2 sharding=zero9", &o, err, sizeof err), -1);
   ASSERT_CONTAINS(err, "sharding");
-  const char *files[] = {fsdp, plain, json, ds, ds1, other};
-  for (int i = 0; i < 6; i++)
-    unlink(files[i]), free((void *)files[i]);
+  unlink(json);
+  free(json);
 }
 
 NBF_TEST(mpirun_config_and_command_as_accelerate_builds_it) {

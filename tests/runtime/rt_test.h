@@ -46,12 +46,29 @@ static inline size_t rt_read_file(const char *path, void *buf, size_t cap) {
   return n;
 }
 
-/* Read dir/a and dir/b (at most `cap` bytes each, into `ba` and `bb`),
- * fail the test unless they have the same length of more than 100 bytes,
- * and return how many bytes differ; *n gets the length. The resume tests
- * compare an uninterrupted run's parameters with a resumed run's this way. */
+/* acc_new with ACC_CONFIG_INIT's settings but mixed_precision
+ * `precision` ("no", "fp16", "bf16") and gradient_accumulation_steps
+ * `accum`; NULL when acc_new fails (the caller asserts, or first sets an
+ * error handler on what it got). */
+static inline acc_t *rt_acc_new(const char *precision, int accum) {
+  acc_config_t cfg = ACC_CONFIG_INIT;
+  cfg.mixed_precision = precision;
+  cfg.gradient_accumulation_steps = accum;
+  return acc_new(&cfg);
+}
+
+/* Read dir/a and dir/b (at most `cap` bytes each, into `ba` and `bb`, or
+ * into buffers of its own when they are NULL), fail the test unless they
+ * have the same length of more than 100 bytes, and return how many bytes
+ * differ; *n gets the length. The resume tests compare an uninterrupted
+ * run's parameters with a resumed run's this way. */
 static inline size_t rt_compare_files(const char *dir, const char *a, const char *b,
                                       unsigned char *ba, unsigned char *bb, size_t cap, size_t *n) {
+  unsigned char *own = ba ? NULL : malloc(2 * cap);
+  if (!ba) {
+    ASSERT_NOT_NULL(own);
+    ba = own, bb = own + cap;
+  }
   char pa[512], pb[512];
   snprintf(pa, sizeof pa, "%s/%s", dir, a);
   snprintf(pb, sizeof pb, "%s/%s", dir, b);
@@ -62,6 +79,7 @@ static inline size_t rt_compare_files(const char *dir, const char *a, const char
   for (size_t i = 0; i < na; i++)
     diff += ba[i] != bb[i];
   *n = na;
+  free(own);
   return diff;
 }
 

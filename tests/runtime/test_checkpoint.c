@@ -50,10 +50,7 @@ typedef struct {
 static int run_body(int rank, int world, void *arg) {
   (void)world;
   const run_t *r = arg;
-  acc_config_t cfg = ACC_CONFIG_INIT;
-  cfg.mixed_precision = r->precision;
-  cfg.gradient_accumulation_steps = r->accum;
-  acc_t *acc = acc_new(&cfg);
+  acc_t *acc = rt_acc_new(r->precision, r->accum);
   ASSERT_NOT_NULL(acc);
   /* a resumed run starts from other parameters: the load must set them */
   acc_set_seed(acc, r->resume ? 999 : 7, r->per_rank);

@@ -114,6 +114,17 @@ static int matrix_reduce(acc_t *acc, int rank, int world, acc_dtype_t d, acc_op_
   return 0;
 }
 
+/* Fails the test unless block r of the all-gather result `recv` holds
+ * rank r's value(r, i) for every rank r; `what` names the call. */
+static void expect_gathered(const void *recv, acc_dtype_t d, int rank, int world, size_t n,
+                            const char *what) {
+  for (int r = 0; r < world; r++)
+    for (size_t i = 0; i < n; i++)
+      if (get(recv, d, (size_t)r * n + i) != value(r, i))
+        NBF_TEST_FAIL("%s n=%zu rank %d block %d element %zu: got %.9g want %d", what, n, rank, r,
+                      i, get(recv, d, (size_t)r * n + i), value(r, i));
+}
+
 static int matrix_move(acc_t *acc, int rank, int world, acc_dtype_t d, size_t n) {
   size_t esz = acc_dtype_size(d);
   void *buf = malloc(n * esz), *recv = malloc(n * esz * (size_t)world);
@@ -128,10 +139,7 @@ static int matrix_move(acc_t *acc, int rank, int world, acc_dtype_t d, size_t n)
   for (size_t i = 0; i < n; i++)
     put(buf, d, i, value(rank, i));
   ASSERT_OK(acc, acc_all_gather(acc, buf, recv, n, d));
-  for (int r = 0; r < world; r++)
-    for (size_t i = 0; i < n; i++)
-      if (get(recv, d, (size_t)r * n + i) != value(r, i))
-        NBF_TEST_FAIL("all-gather n=%zu rank %d block %d element %zu", n, rank, r, i);
+  expect_gathered(recv, d, rank, world, n, "all-gather");
   ASSERT_OK(acc, acc_wait_for_everyone(acc));
   free(buf);
   free(recv);
@@ -171,20 +179,12 @@ static int check_all_gather(acc_t *acc, int rank, int world, acc_dtype_t d, size
   for (size_t i = 0; i < n; i++)
     put(send, d, i, value(rank, i));
   ASSERT_OK(acc, acc_all_gather(acc, send, recv, n, d));
-  for (int r = 0; r < world; r++)
-    for (size_t i = 0; i < n; i++)
-      if (get(recv, d, (size_t)r * n + i) != value(r, i))
-        NBF_TEST_FAIL("rank %d block %d element %zu: got %.9g want %d", rank, r, i,
-                      get(recv, d, (size_t)r * n + i), value(r, i));
+  expect_gathered(recv, d, rank, world, n, "all-gather");
   /* in place: the own block already sits in recv */
   memset(recv, 0, n * esz * (size_t)world);
   memcpy((char *)recv + (size_t)rank * n * esz, send, n * esz);
   ASSERT_OK(acc, acc_all_gather(acc, (char *)recv + (size_t)rank * n * esz, recv, n, d));
-  for (int r = 0; r < world; r++)
-    for (size_t i = 0; i < n; i++)
-      if (get(recv, d, (size_t)r * n + i) != value(r, i))
-        NBF_TEST_FAIL("in place: rank %d block %d element %zu: got %.9g want %d", rank, r, i,
-                      get(recv, d, (size_t)r * n + i), value(r, i));
+  expect_gathered(recv, d, rank, world, n, "in-place all-gather");
   free(send);
   free(recv);
   return 0;

@@ -316,9 +316,7 @@ static acc_t *fake_acc(const char *precision) {
     ASSERT_TRUE(g_dev != MAP_FAILED);
   }
   unsetenv("ACCELERATE_USE_CPU");
-  acc_config_t cfg = ACC_CONFIG_INIT;
-  cfg.mixed_precision = precision;
-  acc_t *acc = acc_new(&cfg);
+  acc_t *acc = rt_acc_new(precision, 1);
   ASSERT_NOT_NULL(acc);
   ASSERT_EQ(acc_device(acc), 0);
   return acc;

@@ -22,19 +22,31 @@
 #include "rt_test.h"
 
 static acc_t *new_acc(const char *precision) {
-  acc_config_t cfg = ACC_CONFIG_INIT;
-  cfg.mixed_precision = precision;
-  acc_t *acc = acc_new(&cfg);
+  acc_t *acc = rt_acc_new(precision, 1);
   ASSERT_NOT_NULL(acc);
   return acc;
 }
 
-/* Every 16-bit pattern into h[n], converted to f32 (f) and back (back). */
-static void round_trip_all(int bf16, uint16_t *h, float *f, uint16_t *back, size_t n) {
+/* The buffers of a conversion test: n halves, n floats, n halves. */
+typedef struct {
+  uint16_t *h, *back;
+  float *f;
+} conv_bufs_t;
+
+/* Every 16-bit pattern into h[n] (n = 65536), converted to f32 (f) and
+ * back (back); free with conv_bufs_free. */
+static conv_bufs_t round_trip_all(int bf16, size_t n) {
+  conv_bufs_t b = {malloc(n * 2), malloc(n * 2), malloc(n * 4)};
+  ASSERT_TRUE(b.h && b.back && b.f);
   for (size_t i = 0; i < n; i++)
-    h[i] = (uint16_t)i;
-  ASSERT_OK(NULL, bf16 ? acc_from_bf16(NULL, f, h, n) : acc_from_f16(NULL, f, h, n));
-  ASSERT_OK(NULL, bf16 ? acc_to_bf16(NULL, back, f, n) : acc_to_f16(NULL, back, f, n));
+    b.h[i] = (uint16_t)i;
+  ASSERT_OK(NULL, bf16 ? acc_from_bf16(NULL, b.f, b.h, n) : acc_from_f16(NULL, b.f, b.h, n));
+  ASSERT_OK(NULL, bf16 ? acc_to_bf16(NULL, b.back, b.f, n) : acc_to_f16(NULL, b.back, b.f, n));
+  return b;
+}
+
+static void conv_bufs_free(conv_bufs_t *b) {
+  free(b->h), free(b->back), free(b->f);
 }
 
 /* n pseudo-random f32 bit patterns (every exponent: overflow,
@@ -53,49 +65,47 @@ static void random_to_half(int bf16, uint32_t seed, float *f, uint16_t *back, si
  * test_half checks against brute force). */
 NBF_TEST(convert_f16) {
   const size_t n = 65536;
-  uint16_t *h = malloc(n * 2), *back = malloc(n * 2);
-  float *f = malloc(n * 4);
-  round_trip_all(0, h, f, back, n);
+  conv_bufs_t b = round_trip_all(0, n);
   for (size_t i = 0; i < n; i++) {
     int is_nan = (i & 0x7c00) == 0x7c00 && (i & 0x3ff);
-    ASSERT_TRUE(is_nan ? isnan(f[i]) : f[i] == acc_f16_to_f32(h[i]));
+    ASSERT_TRUE(is_nan ? isnan(b.f[i]) : b.f[i] == acc_f16_to_f32(b.h[i]));
     if (is_nan)
-      ASSERT_TRUE((back[i] & 0x7c00) == 0x7c00 && (back[i] & 0x3ff));
-    else if (back[i] != h[i])
-      NBF_TEST_FAIL("half 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
+      ASSERT_TRUE((b.back[i] & 0x7c00) == 0x7c00 && (b.back[i] & 0x3ff));
+    else if (b.back[i] != b.h[i])
+      NBF_TEST_FAIL("half 0x%04zx -> %.9g -> 0x%04x", i, b.f[i], b.back[i]);
   }
-  random_to_half(0, 7, f, back, n);
+  random_to_half(0, 7, b.f, b.back, n);
   for (size_t i = 0; i < n; i++)
-    if (!isnan(f[i]) && back[i] != acc_f32_to_f16(f[i]))
-      NBF_TEST_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", f[i], back[i], acc_f32_to_f16(f[i]));
-  ASSERT_EQ(acc_to_f16(NULL, NULL, f, 4), ACC_ERR_INVALID_ARGUMENT);
+    if (!isnan(b.f[i]) && b.back[i] != acc_f32_to_f16(b.f[i]))
+      NBF_TEST_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", b.f[i], b.back[i],
+                    acc_f32_to_f16(b.f[i]));
+  ASSERT_EQ(acc_to_f16(NULL, NULL, b.f, 4), ACC_ERR_INVALID_ARGUMENT);
   ASSERT_OK(NULL, acc_to_f16(NULL, NULL, NULL, 0));
-  free(h), free(back), free(f);
+  conv_bufs_free(&b);
 }
 
 NBF_TEST(convert_bf16) {
   const size_t n = 65536;
-  uint16_t *h = malloc(n * 2), *back = malloc(n * 2);
-  float *f = malloc(n * 4);
-  round_trip_all(1, h, f, back, n);
+  conv_bufs_t b = round_trip_all(1, n);
   for (size_t i = 0; i < n; i++) {
-    if (isnan(f[i]))
-      ASSERT_TRUE(isnan(acc_bf16_to_f32(back[i])));
-    else if (back[i] != h[i])
-      NBF_TEST_FAIL("bf16 0x%04zx -> %.9g -> 0x%04x", i, f[i], back[i]);
+    if (isnan(b.f[i]))
+      ASSERT_TRUE(isnan(acc_bf16_to_f32(b.back[i])));
+    else if (b.back[i] != b.h[i])
+      NBF_TEST_FAIL("bf16 0x%04zx -> %.9g -> 0x%04x", i, b.f[i], b.back[i]);
   }
-  random_to_half(1, 11, f, back, n);
+  random_to_half(1, 11, b.f, b.back, n);
   for (size_t i = 0; i < n; i++)
-    if (isnan(f[i]))
-      ASSERT_TRUE(isnan(acc_bf16_to_f32(back[i])));
-    else if (back[i] != acc_f32_to_bf16(f[i]))
-      NBF_TEST_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", f[i], back[i], acc_f32_to_bf16(f[i]));
+    if (isnan(b.f[i]))
+      ASSERT_TRUE(isnan(acc_bf16_to_f32(b.back[i])));
+    else if (b.back[i] != acc_f32_to_bf16(b.f[i]))
+      NBF_TEST_FAIL("f32 %.9g: 0x%04x vs reference 0x%04x", b.f[i], b.back[i],
+                    acc_f32_to_bf16(b.f[i]));
   /* ties to even: 1 + 2^-8 rounds to 1, 1 + 3*2^-8 rounds up */
   float t[2] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256};
-  ASSERT_OK(NULL, acc_to_bf16(NULL, back, t, 2));
-  ASSERT_EQ(back[0], 0x3f80);
-  ASSERT_EQ(back[1], 0x3f82);
-  free(h), free(back), free(f);
+  ASSERT_OK(NULL, acc_to_bf16(NULL, b.back, t, 2));
+  ASSERT_EQ(b.back[0], 0x3f80);
+  ASSERT_EQ(b.back[1], 0x3f82);
+  conv_bufs_free(&b);
 }
 
 /* One SGD step (lr 1, no momentum) on gradients g scaled by the current

@@ -309,9 +309,7 @@ typedef struct {
 static int bucket_rank(int rank, int world, void *arg) {
   (void)world;
   const bucket_run_t *a = arg;
-  acc_config_t cfg = ACC_CONFIG_INIT;
-  cfg.mixed_precision = a->precision;
-  acc_t *acc = acc_new(&cfg);
+  acc_t *acc = rt_acc_new(a->precision, 1);
   if (acc) /* the survivor's returned error is what this test checks */
     acc_set_errhandler(acc, ACC_ERRORS_RETURN);
   ASSERT_NOT_NULL(acc);
