@@ -878,9 +878,10 @@ int ln_ranks_run(ln_ranks_t *r, const char *so_path, const char *symbol, int cou
   r->watch = 1;
   collect(r, ans, NULL, NULL);
   r->watch = 0;
-  if (r->nodes && first_failure(r, ans) >= 0) {
-    if (!r->snap_ms) /* every rank died before a pass saw the stop */
-      snapshot(r);
+  int failed = first_failure(r, ans) >= 0;
+  if (failed && !r->snap_ms) /* every rank died before a pass saw the stop */
+    snapshot(r);            /* (a dead rank's record stays readable) */
+  if (r->nodes && failed) {
     tell_nodes_stop(r, ans); /* again: the cause among every death seen */
     await_remote_cause(r, ans);
   }
