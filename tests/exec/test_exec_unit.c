@@ -25,13 +25,13 @@
 #include "ex_cuda_hook.h"
 #include "ex_decl.h"
 #include "ex_diag.h"
-#include "nbf_util.h"
 #include "ex_jit.h"
 #include "ex_magic.h"
 #include "ex_objects.h"
 #include "ex_split.h"
 #include "ex_timeit.h"
 #include "nbf_buf.h"
+#include "nbf_util.h"
 
 #ifndef EX_TEST_INCDIR
 #error "EX_TEST_INCDIR (directory of nbfork.h) must be defined"
@@ -254,7 +254,6 @@ NBF_TEST(split_struct_enum_union) {
   ASSERT_EQ_STR(s.chunks[0].decls[0].name, "global_cfg");
   ex_split_free(&s);
 }
-
 
 /* A lone `enum` ending the cell: a TYPE without a name. Its tag was read
  * one token past the end; with exactly 64 tokens (the token list full)
@@ -484,6 +483,37 @@ static char *label_of(const char *name, const char *tag) {
   static char buf[128];
   snprintf(buf, sizeof buf, "__asm__(\"%s__c%s\")", name, tag);
   return buf;
+}
+
+/* A TinyCC unit includes nbfork.h only when it names a runtime name,
+ * stddef.h/stdint.h only when it may name theirs; a system compiler's
+ * unit always includes nbfork.h (ex_cell.c: tinycc_headers). */
+NBF_TEST(cell_tinycc_headers_by_need) {
+  static const struct {
+    const char *code;
+    int lib, std;
+  } cases[] = {{"int a = 1;", 0, 0},         {"size_t b = 2;", 0, 1},
+               {"int64_t c = 3;", 0, 1},     {"int w = INT32_MAX > 0;", 0, 1},
+               {"acc_t *d = 0;", 1, 0},      {"int e = ACC_F32;", 1, 0},
+               {"double f = 0.5 * 3;", 0, 0}};
+  cells_t c = cells_new();
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    ex_cell_unit_t fast, plain;
+    char err[256];
+    ASSERT_EQ(ex_cell_generate_for(c.st, cases[i].code, 0, "cell[1]", NULL, NULL, "salt", 1, &fast,
+                                   err, sizeof err),
+              EX_OK);
+    ASSERT_TRUE(fast.tinycc);
+    ASSERT_EQ(strstr(fast.source, "#include <nbfork.h>") != NULL, cases[i].lib);
+    ASSERT_EQ(strstr(fast.source, "#include <stdint.h>") != NULL, cases[i].std);
+    ASSERT_EQ(ex_cell_generate_for(c.st, cases[i].code, 0, "cell[1]", NULL, NULL, "salt", 0, &plain,
+                                   err, sizeof err),
+              EX_OK);
+    ASSERT_CONTAINS(plain.source, "#include <nbfork.h>");
+    ex_cell_unit_free(&fast);
+    ex_cell_unit_free(&plain);
+  }
+  ex_cell_state_destroy(&c.st);
 }
 
 NBF_TEST(cell_versioned_symbols) {
@@ -1764,8 +1794,8 @@ NBF_TEST(magic_usage_errors) {
   static const struct {
     const char *src, *why;
   } bad[] = {{"%timeit -q f()", "unknown option -q"}, {"%env =x", "is not NAME"},
-             {"%who x", "takes no arguments"},      {"%lsmagic all", "takes no arguments"},
-             {"%time -p f()", "takes no options"}, {"%%timeit -z\nf();", "unknown option -z"},
+             {"%who x", "takes no arguments"},        {"%lsmagic all", "takes no arguments"},
+             {"%time -p f()", "takes no options"},    {"%%timeit -z\nf();", "unknown option -z"},
              {"%%writefile\nx", "needs a file name"}, {"%%file -b f\nx", "unknown option -b"}};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     ASSERT_EQ(magics(bad[i].src, &m, err), EX_ERR_USAGE);
@@ -2065,4 +2095,3 @@ NBF_TEST(objects_sweep_closes_what_nothing_names) {
   ex_cell_unit_free(&v);
   ex_cell_state_destroy(&c.st);
 }
-
