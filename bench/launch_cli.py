@@ -117,15 +117,17 @@ def main():
     else:
         print("accelerate: not found (install Accelerate in .venv: scripts/deps.sh --bench); "
               "column skipped")
-    times = {k: [] for k in cmds}
-    load = [os.getloadavg()[0]]
-    for k, make in cmds.items():  # warm-up: page cache, Python bytecode
-        timed(k, make(), env)
-    for _ in range(args.runs):
-        for k, make in cmds.items():
-            times[k].append(timed(k, make(), env))
-    load.append(os.getloadavg()[0])
-    shutil.rmtree(tmp)
+    try:  # the script folder goes on every exit (a failed check raises)
+        times = {k: [] for k in cmds}
+        load = [os.getloadavg()[0]]
+        for k, make in cmds.items():  # warm-up: page cache, Python bytecode
+            timed(k, make(), env)
+        for _ in range(args.runs):
+            for k, make in cmds.items():
+                times[k].append(timed(k, make(), env))
+        load.append(os.getloadavg()[0])
+    finally:
+        shutil.rmtree(tmp)
     base = statistics.median(times["torchrun"]) if "torchrun" in times else None
     print(f"\n2 workers: rendezvous + one all-reduce + exit, median of {args.runs} interleaved "
           f"runs, each checked to have run ranks 0 and 1; load average (1 min) "
