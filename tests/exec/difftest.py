@@ -24,6 +24,7 @@ import concurrent.futures
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -613,6 +614,13 @@ def tinycc_objects(workdir):
     return n
 
 
+def exit_on_sigterm():
+    """SIGTERM (a killed campaign) ends the process through SystemExit, so
+    the `with` blocks remove the work directories (nbf-difftest-*) and
+    stop the executors; the pool's workers install it too."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def compare(executor, cells, label):
     """(1 when the three runs differ on some cell (printed), else 0,
     cells TinyCC compiled in the first run)."""
@@ -638,6 +646,7 @@ def compare(executor, cells, label):
 
 
 def main():
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--executor", default=os.path.join(
         os.environ.get("NBFORK_BUILD_DIR", os.path.join(ROOT, "build")), "bin", "nbfork-executor"))
@@ -679,7 +688,8 @@ def main():
     # nothing from more, and its other users lose)
     idle = len(os.sched_getaffinity(0)) - os.getloadavg()[0]
     njobs = a.jobs or max(1, min(4, int(idle + 0.5)))
-    with concurrent.futures.ProcessPoolExecutor(max_workers=njobs) as pool:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=njobs,
+                                                initializer=exit_on_sigterm) as pool:
         results = list(pool.map(one_sequence, jobs))
     diffs, ntcc = sum(r[0] for r in results), sum(r[1] for r in results)
     print("difftest: %d cells in %d sequences (%d compiled by TinyCC), %d sequences with a "
