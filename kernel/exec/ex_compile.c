@@ -9,8 +9,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,18 +154,25 @@ static const char *loaded_from(const void *sym) {
   return NULL;
 }
 
-/* The executor's own libc and libm (libc.so.6, libm.so.6 as loaded here),
- * or 0 where one is not found. A cell links them by file name, not
- * through libc.so's linker script: reading the shared objects' symbols is
+/* The executor's own libc and libm (libc.so.6, libm.so.6 as loaded here,
+ * looked up once), or 0 where one is not found. A cell links them by
+ * file name, not through libc.so's linker script: reading the shared objects' symbols is
  * what makes ld record each reference's default version (GLIBC_2.3 of
  * realpath, GLIBC_2.3.2 of pthread_cond_wait, GLIBC_2.29 of exp); a
  * reference without one binds at load time to the symbol's oldest version
  * (realpath(p, NULL) then fails with EINVAL: exec.difftest.g_versioned_libc_symbols). */
 static int loaded_libc(const char **libc, const char **libm) {
-  *libc = loaded_from((const void *)&printf);
-  double (*volatile m)(double) = cos; /* a libm function, as loaded here */
-  *libm = loaded_from((const void *)m);
-  return *libc && *libm;
+  static const char *c, *m; /* looked up once: what is loaded does not change */
+  static int probed;
+  if (!probed) {
+    double (*volatile cos_fn)(double) = cos; /* a libm function, as loaded here */
+    c = loaded_from((const void *)&printf);
+    m = loaded_from((const void *)cos_fn);
+    probed = 1;
+  }
+  *libc = c;
+  *libm = m;
+  return c && m;
 }
 
 /* The paths of one compile: WORKDIR/cell_TAG.{c,cu,so,so.tmp,warnings}
@@ -250,8 +257,7 @@ static ex_result_t build_argv(ex_argv_t *a, const ex_toolchain_t *tc, int cuda, 
     return EX_ERR_NOMEM;
   EX_CHECK(argv_words(a, tc->ldflags, "linker", out));
   if (nonshared)
-    bad = argv_push(a, "-lgcc") | argv_push(a, nonshared) | argv_push(a, libc) |
-          argv_push(a, libm);
+    bad = argv_push(a, "-lgcc") | argv_push(a, nonshared) | argv_push(a, libc) | argv_push(a, libm);
   else
     bad = argv_push(a, "-lm");
   return bad ? EX_ERR_NOMEM : EX_OK;
