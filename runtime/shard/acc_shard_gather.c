@@ -1,9 +1,11 @@
 /*
  * acc_shard_gather.c — a unit's parameters all-gathered from the shards
- * into the model's buffer (nbf_shard.h's stages 1-3): within the shard
- * group (the world, or the node with HYBRID_SHARD), staged through a
- * buffer when the unit is padded. Below both its callers: the step
- * (acc_shard_run.c) and stage 3's prefetch thread (acc_shard_prefetch.c).
+ * into the model's buffer (nbf_shard.h's stages 1/2, staged through a
+ * buffer when the unit is padded) or into a unit buffer with room for the
+ * padding (stage 3's layer hooks): within the shard group (the world, or
+ * the node with HYBRID_SHARD). Below both its callers: the step and the
+ * hooks (acc_shard_run.c) and stage 3's prefetch thread
+ * (acc_shard_prefetch.c).
  */
 #include <string.h>
 
