@@ -160,7 +160,8 @@ static acc_result_t unit_buffers(acc_shard_t *sh) {
   const size_t pg = 4096, bytes = (sh->buf_n * sizeof(float) + pg - 1) / pg * pg;
   for (int i = 0; i < (sh->pf ? 2 : 1); i++)
     if (!(sh->ubuf[i] = aligned_alloc(pg, bytes)))
-      return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_new: no memory for the unit buffers");
+      return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY,
+                            "acc_shard_new: no memory for the unit buffers");
   return ACC_OK;
 }
 

@@ -2,8 +2,9 @@
  * acc_shard_prefetch.c — stage 3's prefetch of the next unit (FSDP's
  * forward_prefetch and backward_prefetch=BACKWARD_PRE): one helper
  * thread per acc_shard_t that all-gathers a unit into the unit buffer
- * the caller's thread does not use while it computes the current unit. The caller hands over one unit at a time and waits for
- * it before its next collective (acc_shard_run.c's hooks), so a rank's
+ * the caller's thread does not use while it computes the current unit.
+ * The caller hands over one unit at a time and waits for it before its
+ * next collective (acc_shard_run.c's hooks), so a rank's
  * collectives never overlap and keep the same order on every rank, as
  * one stream of collectives needs (Gloo's pairs and the shared-memory
  * slots both do). The gathered values are those of the synchronous
