@@ -2,13 +2,18 @@
 """bench/sharding: sharded data parallel on CPU, nbfork against PyTorch
 (issue 23 item 8): per-rank memory and samples/s for DDP and ZeRO stages
 1-3 on 2 and 4 processes, one MLP of 50-100 M parameters, interleaved
-round by round, with the load average printed.
+round by round, with the load average printed; two models of about the
+same size: 12 layers 2048 wide (large wrap units: one layer is 8% of the
+model) and 48 layers 1024 wide (2%), since stage 3's peak holds one or
+two gathered units beyond the shards.
 
 - nbfork: bench/sharding.c (compiled here against the build tree's
   libnbfork) forks the ranks; each trains the toolkit MLP (OpenBLAS's
   sgemm, one thread per process) through acc_shard at the stage (stage 0 =
   DDP: the gradient all-reduced; host collectives through shared memory,
-  the default on one node), AdamW, one fixed batch per rank.
+  the default on one node), AdamW, one fixed batch per rank. Stage 3 runs
+  twice: with prefetch of the next unit (the default, as FSDP2's) and
+  without (cfg.prefetch = 0: one unit gathered at a time).
 - PyTorch (.venv): torch.multiprocessing (fork) + init_process_group("gloo"),
   nn.Sequential of the same Linear/ReLU layers, torch.optim.AdamW,
   cross-entropy, torch.set_num_threads(1), the same batch shape. DDP:
@@ -22,16 +27,18 @@ Each side is checked to have done the work: the same number of steps, and
 the loss of the last step below that of the first (the batch is fixed, so
 training must fit it). Memory per rank, the largest over the ranks:
 "state" = parameters + gradients + optimizer state. nbfork's is measured
-(acc_shard_state_bytes: resident pages, peak over the step and after it);
+(acc_shard_state_bytes: resident pages, peak over the step and after it;
+at stage 3 the unit buffers a layer is gathered into and its gradient
+computed in count, the one a prefetch is filling whole);
 PyTorch's is counted from the local tensors after the last step (shards
 for FSDP2: its steady state; its peak during a step is not visible from
 Python). "RSS" = the process's peak resident set (getrusage), both sides.
-The goals checked: nbfork's stage 3 state after a step <= DDP's / N +10%
-(and its peak, which holds the gathered units too, printed beside it);
-nbfork's samples/s >= 1.5x PyTorch's at each stage.
+The goals checked: nbfork's stage 3 state, after a step and at its peak,
+<= DDP's / N +10%; nbfork's samples/s >= 1.5x PyTorch's at each stage.
 
 Usage: bench/sharding.py [--build DIR] [--rounds R] [--steps K]
-                         [--batch B] [--nprocs 2,4] [--sizes 2048,...]
+                         [--batch B] [--nprocs 2,4] [--stages 0,1,2,3]
+                         [--models 12,48 | --sizes 2048,...]
 """
 import argparse
 import json
@@ -50,8 +57,9 @@ import nbf_venv  # noqa: E402  (.venv's Python: PyPI's torch)
 nbf_venv.ensure()
 from nbf_harness import free_port  # noqa: E402  (the one test harness)
 
-# 12 layers 2048 x 2048 and a 1000-way head: 52.4 M parameters (params())
-DEFAULT_SIZES = "2048," * 12 + "2048,1000"
+# 12 layers 2048 x 2048 and a 1000-way head: 52.4 M parameters (params());
+# 48 layers 1024 x 1024 and the head: 51.4 M parameters in units 4x smaller
+MODELS = {"12": [2048] * 13 + [1000], "48": [1024] * 49 + [1000]}
 
 
 def params(sizes):
@@ -81,10 +89,11 @@ def blas_of_nbfork(build):
     return ", ".join("%s (%s)" % (n, os.path.realpath(p)) for n, p in libs) or "(none linked)"
 
 
-def run_nbfork(exe, stage, nproc, steps, batch, sizes):
+def run_nbfork(exe, stage, nproc, steps, batch, sizes, prefetch=True):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     out = subprocess.run([exe, "--nproc", str(nproc), "--stage", str(stage), "--steps",
-                          str(steps), "--batch", str(batch)] + [str(s) for s in sizes],
+                          str(steps), "--batch", str(batch)] + ([] if prefetch else ["--no-prefetch"])
+                         + [str(s) for s in sizes],
                          env=env, check=True, stdout=subprocess.PIPE, text=True).stdout
     rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     return rows[0]
@@ -189,6 +198,15 @@ def check_work(row, steps):
     return ok
 
 
+SIDES = {"nbfork": "nbfork", "nbfork_np": "nbfork, no prefetch", "pytorch": "PyTorch"}
+
+
+def run_side(side, exe, st, n, args, sizes):
+    if side == "pytorch":
+        return run_torch(st, n, args.steps, args.batch, sizes)
+    return run_nbfork(exe, st, n, args.steps, args.batch, sizes, prefetch=side == "nbfork")
+
+
 def main():
     ap = argparse.ArgumentParser(description="sharding: nbfork ZeRO/FSDP vs PyTorch FSDP2")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -197,27 +215,39 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--nprocs", default="2,4")
     ap.add_argument("--stages", default="0,1,2,3")
-    ap.add_argument("--sizes", default=DEFAULT_SIZES)
+    ap.add_argument("--models", default="12,48", help="of " + ", ".join(MODELS))
+    ap.add_argument("--sizes", help="one model of these layer sizes instead of --models")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    models = ([("custom", [int(s) for s in args.sizes.split(",")])] if args.sizes else
+              [(k, MODELS[k]) for k in args.models.split(",")])
     nprocs = [int(n) for n in args.nprocs.split(",")]
     stages = [int(s) for s in args.stages.split(",")]
     exe = build_c(args.build)
-    runs = {}  # (side, stage, nproc) -> [row per round]
+    runs = {}  # (model, side, stage, nproc) -> [row per round]
     load = [os.getloadavg()[0]]
     ok = True
     for r in range(args.rounds):
-        for n in nprocs:
-            for st in stages:
-                for side in ("nbfork", "pytorch"):
-                    print("round %d/%d: %s stage %d, %d processes..." %
-                          (r + 1, args.rounds, side, st, n), flush=True)
-                    row = (run_nbfork(exe, st, n, args.steps, args.batch, sizes)
-                           if side == "nbfork" else run_torch(st, n, args.steps, args.batch, sizes))
-                    ok &= check_work(row, args.steps)
-                    runs.setdefault((side, st, n), []).append(row)
+        for name, sizes in models:
+            for n in nprocs:
+                for st in stages:
+                    for side in ("nbfork", "nbfork_np", "pytorch"):
+                        if side == "nbfork_np" and st != 3:
+                            continue
+                        print("round %d/%d: model %s, %s stage %d, %d processes..." %
+                              (r + 1, args.rounds, name, SIDES[side], st, n), flush=True)
+                        row = run_side(side, exe, st, n, args, sizes)
+                        ok &= check_work(row, args.steps)
+                        runs.setdefault((name, side, st, n), []).append(row)
         load.append(os.getloadavg()[0])
-    report(runs, sizes, nprocs, stages, args, load, blas_of_nbfork(args.build), torch_blas())
+    print()
+    print("load average (1 min) %s on %d CPUs; %d rounds interleaved" %
+          (" ".join("%.1f" % x for x in load), os.cpu_count(), args.rounds))
+    print("nbfork: %s, one thread per process; PyTorch: %s, torch.set_num_threads(1); "
+          "Gloo (torch) and shared memory (nbfork, one node)" %
+          (blas_of_nbfork(args.build), torch_blas()))
+    print("samples/s: median over rounds (all ranks' samples); MB = 1e6 bytes, largest rank")
+    for name, sizes in models:
+        report(runs, name, sizes, nprocs, stages, args)
     return 0 if ok else 1
 
 
@@ -225,16 +255,13 @@ def mb(x):
     return "%.0f" % (x / 1e6)
 
 
-def report(runs, sizes, nprocs, stages, args, load, nb_blas, th_blas):
+def report(runs, name, sizes, nprocs, stages, args):
     P = params(sizes)
+    unit = max(sizes[i] * sizes[i + 1] + sizes[i + 1] for i in range(len(sizes) - 1))
     print()
-    print("MLP %s: %.1f M parameters, AdamW, batch %d per rank, %d timed steps (+1 warm-up), "
-          "%d rounds interleaved; load average (1 min) %s on %d CPUs" %
-          ("-".join(map(str, sizes)), P / 1e6, args.batch, args.steps, args.rounds,
-           " ".join("%.1f" % x for x in load), os.cpu_count()))
-    print("nbfork: %s, one thread per process; PyTorch: %s, torch.set_num_threads(1); "
-          "Gloo (torch) and shared memory (nbfork, one node)" % (nb_blas, th_blas))
-    print("samples/s: median over rounds (all ranks' samples); MB = 1e6 bytes, largest rank")
+    print("MLP %s (%s): %.1f M parameters, largest unit (layer) %.1f M = %.1f%% of the model; "
+          "AdamW, batch %d per rank, %d timed steps (+1 warm-up)" %
+          (name, compact(sizes), P / 1e6, unit / 1e6, 100.0 * unit / P, args.batch, args.steps))
     print()
     hdr = ("| N | stage | nbfork samples/s | PyTorch samples/s | ratio | nbfork state peak / after "
            "step MB | PyTorch state MB | nbfork RSS MB | PyTorch RSS MB | PyTorch side |")
@@ -244,33 +271,50 @@ def report(runs, sizes, nprocs, stages, args, load, nb_blas, th_blas):
     for n in nprocs:
         ddp_state = None
         for st in stages:
-            a, b = runs.get(("nbfork", st, n), []), runs.get(("pytorch", st, n), [])
-            if not a or not b:
-                continue
-            sa = statistics.median(x["samples_per_s"] for x in a)
-            sb = statistics.median(x["samples_per_s"] for x in b)
-            peak = max(x["state_peak_bytes"] for x in a)
-            after = max(x["state_after_step_bytes"] for x in a)
-            if st == 0:
-                ddp_state = after
-            print("| %d | %d | %.1f | %.1f | %.2fx | %s / %s | %s | %s | %s | %s |" %
-                  (n, st, sa, sb, sa / sb, mb(peak), mb(after),
-                   mb(max(x["state_after_step_bytes"] for x in b)),
-                   mb(max(x["maxrss_bytes"] for x in a)), mb(max(x["maxrss_bytes"] for x in b)),
-                   TORCH_NAME[st]))
-            goals.append("N=%d stage %d: throughput %.2fx PyTorch's (goal >= 1.5x): %s" %
-                         (n, st, sa / sb, "met" if sa / sb >= 1.5 else "NOT met"))
-            if st == 3 and ddp_state:
-                lim = ddp_state / n * 1.10
-                goals.append("N=%d stage 3: state after a step %s MB, peak %s MB; DDP's / N + 10%% "
-                             "= %s MB: %s after a step, %s at peak" %
-                             (n, mb(after), mb(peak), mb(lim), "met" if after <= lim else "NOT met",
-                              "met" if peak <= lim else "NOT met (the gathered units)"))
+            b = runs.get((name, "pytorch", st, n), [])
+            for side in ("nbfork", "nbfork_np"):
+                a = runs.get((name, side, st, n), [])
+                if not a or not b:
+                    continue
+                label = "%d%s" % (st, " (no prefetch)" if side == "nbfork_np" else "")
+                sa = statistics.median(x["samples_per_s"] for x in a)
+                sb = statistics.median(x["samples_per_s"] for x in b)
+                peak = max(x["state_peak_bytes"] for x in a)
+                after = max(x["state_after_step_bytes"] for x in a)
+                if st == 0:
+                    ddp_state = after
+                print("| %d | %s | %.1f | %.1f | %.2fx | %s / %s | %s | %s | %s | %s |" %
+                      (n, label, sa, sb, sa / sb, mb(peak), mb(after),
+                       mb(max(x["state_after_step_bytes"] for x in b)),
+                       mb(max(x["maxrss_bytes"] for x in a)),
+                       mb(max(x["maxrss_bytes"] for x in b)), TORCH_NAME[st]))
+                goals.append("N=%d stage %s: throughput %.2fx PyTorch's (goal >= 1.5x): %s" %
+                             (n, label, sa / sb, "met" if sa / sb >= 1.5 else "NOT met"))
+                if st == 3 and ddp_state:
+                    lim = ddp_state / n * 1.10
+                    goals.append("N=%d stage %s: state after a step %s MB, peak %s MB (+%.1f%%); "
+                                 "DDP's / N + 10%% = %s MB: %s after a step, %s at peak" %
+                                 (n, label, mb(after), mb(peak),
+                                  100.0 * (peak * n / ddp_state - 1), mb(lim),
+                                  "met" if after <= lim else "NOT met",
+                                  "met" if peak <= lim else "NOT met"))
     print()
     for g in goals:
         print(g)
-    for k in sorted(k for k in runs if k[0] == "nbfork" and k[1] == 3):
-        print("nbfork stage 3, N=%d: %s" % (k[2], runs[k][-1]["describe"]))
+    for k in sorted(k for k in runs if k[0] == name and k[1] == "nbfork" and k[2] == 3):
+        print("nbfork stage 3, N=%d: %s" % (k[3], runs[k][-1]["describe"]))
+
+
+def compact(sizes):
+    """2048x13-1000 for 2048,2048,...,1000."""
+    out, i = [], 0
+    while i < len(sizes):
+        j = i
+        while j < len(sizes) and sizes[j] == sizes[i]:
+            j += 1
+        out.append("%dx%d" % (sizes[i], j - i) if j - i > 1 else str(sizes[i]))
+        i = j
+    return "-".join(out)
 
 
 if __name__ == "__main__":

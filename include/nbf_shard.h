@@ -29,15 +29,21 @@
  *            and the pages of the full gradient outside the owned
  *            elements are returned to the OS (madvise MADV_DONTNEED).
  *   stage 3  FULL_SHARD: + parameters sharded: the owned elements live
- *            in a shard buffer; a toolkit MLP all-gathers each layer into
- *            the model's buffer right before its forward and again before
- *            its backward and releases its pages right after (FSDP's
- *            free-after-forward/backward; with mixed precision the layer's
- *            half-precision shadow too). Prefetch (FSDP's forward_prefetch
- *            and backward_prefetch=BACKWARD_PRE; cfg.prefetch): while
- *            layer k computes, a helper thread all-gathers the next layer
- *            (k+1 in forward, k-1 in backward) into a second staging
- *            buffer, so at most two layers are gathered at once; the
+ *            in a shard buffer; a toolkit MLP all-gathers each layer right
+ *            before its forward and again before its backward into a unit
+ *            buffer reused layer after layer (FSDP's all-gather output;
+ *            the model's own buffers stay untouched). Its backward
+ *            computes the layer's input gradient first, then its weight
+ *            gradient into the same buffer, which is reduce-scattered
+ *            into the owned gradients: a rank holds one layer's
+ *            parameters or its gradient at a time (with mixed precision
+ *            the layer's half-precision shadow too, released after its
+ *            use), and gives the unit buffers back to the OS after each
+ *            backward. Prefetch (FSDP's forward_prefetch and
+ *            backward_prefetch=BACKWARD_PRE; cfg.prefetch): while layer k
+ *            computes, a helper thread all-gathers the next layer (k+1 in
+ *            forward, k-1 in backward) into a second unit buffer, so at
+ *            most two units are held at once; the
  *            main thread waits for it before its next collective, so the
  *            collectives keep one order on every rank and the results are
  *            bitwise those without prefetch. Another acc_model_t has no
@@ -254,7 +260,9 @@ ACC_API const char *acc_shard_describe(const acc_shard_t *sh);
 
 /* Model-state bytes of this rank, measured: the resident pages
  * (mincore) of the model's parameter, gradient and half-shadow buffers
- * plus the shard buffers and the optimizer's state. `peak` = the largest
+ * plus the shard buffers, stage 3's unit buffers (the one a prefetch is
+ * filling counted whole) and the optimizer's state; not the collectives'
+ * staging (sh->buf, transport buffers). `peak` = the largest
  * value seen at the sample points (after acc_shard_new, each layer hook,
  * each backward and step); current otherwise. */
 ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);
@@ -265,11 +273,12 @@ ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);
  * gradients, AdamW's two moments (adamw != 0) or one SGD momentum:
  *   stage 0: (8 + k)Ψ      stage 1: 8Ψ + kΨ/N
  *   stage 2: 4Ψ + (4 + k)Ψ/N + 4L(N-1)/N     (L = the unit in backward)
- *   stage 3: (8 + k)Ψ/N + 8L                  (k = 8 AdamW, 4 SGD)
- * plus 4Ψ for the half shadow with mixed precision below stage 3.
- * Stage 3's prefetch adds up to one more unit's parameters (4L): the
- * estimate is that of cfg.prefetch = 0. With HYBRID_SHARD, N is the
- * ranks of a node.
+ *   stage 3: (8 + k)Ψ/N + 4L                  (k = 8 AdamW, 4 SGD)
+ * (stage 3's 4L: one unit buffer, a layer's parameters, then its
+ * gradient) plus 4Ψ for the half shadow with mixed precision below stage
+ * 3, 4L at stage 3. Stage 3's prefetch on more than one rank adds the
+ * second unit buffer (4L): the estimate is that of cfg.prefetch = 0.
+ * With HYBRID_SHARD, N is the ranks of a node.
  * The ZeRO paper's mixed-precision figures (fp16 parameters and
  * gradients, f32 master and moments) are acc_shard_paper_bytes. */
 ACC_API double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, int stage,

@@ -358,13 +358,30 @@ float *acc__mlp_host(acc_mlp_t *m, int what);
  * runtime/shard/acc_shard.c): FWD_BEGIN before layer l's forward reads
  * its parameters (weight then bias: `n` elements from `offset`), FWD_END
  * after, BWD_BEGIN before its backward reads them, BWD_END when its
- * gradient is complete (after the LOMO layer hook). Nonzero stops the
- * pass (the hook sets the error). Under mixed precision the layer's half
- * shadow is refreshed after FWD_BEGIN and BWD_BEGIN. NULL removes it;
- * gradient buckets are off while it is set. */
-enum { ACC__UNIT_FWD_BEGIN = 0, ACC__UNIT_FWD_END, ACC__UNIT_BWD_BEGIN, ACC__UNIT_BWD_END };
+ * gradient is complete (after the LOMO layer hook). While a hook is set
+ * the backward of a layer computes its input gradient first, then calls
+ * BWD_WEIGHTS_DONE (its parameters are not read again by this backward),
+ * then computes its weight gradient, so that a sharded model never holds
+ * a layer's gathered parameters and its full gradient at once. Nonzero
+ * stops the pass (the hook sets the error). Under mixed precision the
+ * layer's half shadow is refreshed after FWD_BEGIN and BWD_BEGIN. NULL
+ * removes it and every unit view (below); gradient buckets are off while
+ * it is set. */
+enum {
+  ACC__UNIT_FWD_BEGIN = 0,
+  ACC__UNIT_FWD_END,
+  ACC__UNIT_BWD_BEGIN,
+  ACC__UNIT_BWD_END,
+  ACC__UNIT_BWD_WEIGHTS_DONE
+};
 typedef int (*acc__mlp_unit_hook_fn)(void *user, int phase, int layer, size_t offset, size_t n);
 void acc__mlp_set_unit_hook(acc_mlp_t *m, acc__mlp_unit_hook_fn fn, void *user);
+/* A unit view (from a unit hook): layer l's forward and backward read its
+ * parameters (weight then bias, `n` elements) from `params` instead of
+ * the model's buffer, and its backward adds its gradient into `grads`
+ * instead; NULL = the model's buffer. Lets a sharded model gather a layer
+ * into a reused buffer (no page of the model's buffers touched). */
+void acc__mlp_set_unit_view(acc_mlp_t *m, int l, const float *params, float *grads);
 /* The model's host buffer (params what = 0, grads 1, the half shadow 2:
  * NULL before the first half-precision forward) without copying
  * from the device: to fill before acc__mlp_upload. */

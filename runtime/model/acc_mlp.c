@@ -70,11 +70,30 @@ struct acc_mlp {
   void *hook_user;
   acc__mlp_unit_hook_fn uhook; /* around each layer's use (sharding, acc_shard.c), or NULL */
   void *uhook_user;
+  /* unit views (acc__mlp_set_unit_view): per layer, NULL = the model's buffer */
+  const float **view_p;
+  float **view_g;
 };
 
 void acc__mlp_set_unit_hook(acc_mlp_t *m, acc__mlp_unit_hook_fn fn, void *user) {
   m->uhook = fn;
   m->uhook_user = user;
+  for (int l = 0; l < m->nlayers; l++)
+    m->view_p[l] = NULL, m->view_g[l] = NULL;
+}
+
+void acc__mlp_set_unit_view(acc_mlp_t *m, int l, const float *params, float *grads) {
+  m->view_p[l] = params;
+  m->view_g[l] = grads;
+}
+
+/* Layer l's parameters (weight then bias) and gradient: its unit view or
+ * the model's buffer. */
+static const float *layer_params(const acc_mlp_t *m, int l) {
+  return m->view_p[l] ? m->view_p[l] : m->params + m->w_off[l];
+}
+static float *layer_grads_buf(const acc_mlp_t *m, int l) {
+  return m->view_g[l] ? m->view_g[l] : m->grads + m->w_off[l];
 }
 
 /* Call the unit hook (when set) for `phase` of layer l: 0 when none is set
@@ -91,7 +110,7 @@ static int unit_hook(acc_mlp_t *m, int phase, int l) {
  * layer by layer equals refreshing the whole buffer at once. */
 static void refresh_half(acc_mlp_t *m, int l) {
   size_t n = (size_t)m->sizes[l + 1] * (size_t)(m->sizes[l] + 1);
-  memcpy(m->wh + m->w_off[l], m->params + m->w_off[l], n * sizeof(float));
+  memcpy(m->wh + m->w_off[l], layer_params(m, l), n * sizeof(float));
   acc__round_half(m->prec, m->wh + m->w_off[l], n);
 }
 
@@ -126,6 +145,8 @@ void acc_mlp_destroy(acc_mlp_t **m_p) {
   free(m->w_off);
   free(m->b_off);
   free(m->sizes);
+  free(m->view_p);
+  free(m->view_g);
   free(m);
 }
 
@@ -166,7 +187,9 @@ acc_mlp_t *acc_mlp_new(acc_t *acc, const int *sizes, int nlayers, int max_batch)
   m->w_off = malloc((size_t)nlayers * sizeof(size_t));
   m->b_off = malloc((size_t)nlayers * sizeof(size_t));
   m->act = calloc((size_t)nlayers + 1, sizeof(float *));
-  if (!m->sizes || !m->w_off || !m->b_off || !m->act)
+  m->view_p = calloc((size_t)nlayers, sizeof *m->view_p);
+  m->view_g = calloc((size_t)nlayers, sizeof *m->view_g);
+  if (!m->sizes || !m->w_off || !m->b_off || !m->act || !m->view_p || !m->view_g)
     goto oom;
   memcpy(m->sizes, sizes, (size_t)(nlayers + 1) * sizeof(int));
   size_t off = 0;
@@ -298,7 +321,9 @@ static acc_result_t host_forward(acc_mlp_t *m, const float *x, int batch) {
       return ACC_ERR_BACKEND; /* the hook's error is in acc_last_error */
     if (m->prec != ACC_PRECISION_NO)
       refresh_half(m, l);
-    const float *w = params + m->w_off[l], *b = params + m->b_off[l];
+    /* the bias follows the weight (b_off = w_off + nout·nin) */
+    const float *w = m->prec == ACC_PRECISION_NO ? layer_params(m, l) : params + m->w_off[l];
+    const float *b = w + (size_t)nout * (size_t)nin;
     for (int r = 0; r < batch; r++)
       memcpy(out + (size_t)r * nout, b, (size_t)nout * sizeof(float));
     /* out (batch × nout) += in (batch × nin) · W^T (nin × nout) */
@@ -493,7 +518,7 @@ static int xent_grad(acc_mlp_t *m, const int64_t *labels, float scale, float *dz
 static acc_result_t layer_grads(acc_mlp_t *m, int l, const float *dz, const float *in, int bucketed,
                                 acc_result_t bucket_err) {
   const int B = m->batch, nin = m->sizes[l], nout = m->sizes[l + 1];
-  float *gw = m->grads + m->w_off[l];
+  float *gw = layer_grads_buf(m, l);
   /* The weight gradient in row blocks when its all-reduce can overlap:
    * each block's all-reduce runs on the worker thread while the next
    * block is computed; the bias goes with the last block (W then b are
@@ -521,7 +546,7 @@ static acc_result_t layer_grads(acc_mlp_t *m, int l, const float *dz, const floa
  * layer l's input. */
 static void input_grad(acc_mlp_t *m, int l, const float *dz, const float *in, float *dprev) {
   const int B = m->batch, nin = m->sizes[l], nout = m->sizes[l + 1];
-  const float *w = (m->prec == ACC_PRECISION_NO ? m->params : m->wh) + m->w_off[l];
+  const float *w = m->prec == ACC_PRECISION_NO ? layer_params(m, l) : m->wh + m->w_off[l];
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, nin, nout, 1.0f, dz, nout, w, nin, 0.0f,
               dprev, nin);
   size_t n = (size_t)B * (size_t)nin;
@@ -564,9 +589,18 @@ static acc_result_t host_backward(acc_mlp_t *m, const int64_t *labels, float sca
       return ACC_ERR_BACKEND;
     if (m->uhook && prec != ACC_PRECISION_NO)
       refresh_half(m, l); /* a sharded model released it after the forward */
-    bucket_err = layer_grads(m, l, dz, in, bucketed, bucket_err);
+    /* sharded (a unit hook): W_l's last read first, so that its gathered
+     * copy goes before the weight gradient is written; the two products
+     * are independent (the values do not depend on the order) */
+    if (!m->uhook)
+      bucket_err = layer_grads(m, l, dz, in, bucketed, bucket_err);
     if (l > 0)
       input_grad(m, l, dz, in, dprev);
+    if (m->uhook) {
+      if (unit_hook(m, ACC__UNIT_BWD_WEIGHTS_DONE, l) != 0)
+        return ACC_ERR_BACKEND;
+      bucket_err = layer_grads(m, l, dz, in, bucketed, bucket_err);
+    }
     /* layer l's gradient is complete and W_l no longer needed by this
      * backward (as a PyTorch hook on AccumulateGrad sees it) */
     if (m->hook && m->hook(m->hook_user, l, m->w_off[l], (size_t)nout * (size_t)(nin + 1)) != 0)

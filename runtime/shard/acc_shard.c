@@ -151,6 +151,20 @@ static acc_result_t layout(acc_shard_t *sh) {
   return ACC_OK;
 }
 
+/* Stage 3 with layer hooks: one unit buffer, two with prefetch (page
+ * aligned, so that releasing one gives all of its pages back; untouched
+ * until the first gather). */
+static acc_result_t unit_buffers(acc_shard_t *sh) {
+  if (sh->stage != 3 || !sh->model->mlp)
+    return ACC_OK;
+  const size_t pg = 4096, bytes = (sh->buf_n * sizeof(float) + pg - 1) / pg * pg;
+  for (int i = 0; i < (sh->pf ? 2 : 1); i++)
+    if (!(sh->ubuf[i] = aligned_alloc(pg, bytes)))
+      return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY,
+                            "acc_shard_new: no memory for the unit buffers");
+  return ACC_OK;
+}
+
 /* One optimizer per unit over its owned elements (torch's param groups
  * with the same hyper-parameters: the update is elementwise, so it equals
  * one optimizer over the whole buffer). */
@@ -295,12 +309,14 @@ acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_confi
                       .gathered = 1};
   if (shard_group(sh) != ACC_OK || layout(sh) != ACC_OK || make_optimizers(sh) != ACC_OK ||
       (sh->stage == 3 && model->mlp && c.prefetch && sh->sworld > 1 &&
-       !(sh->pf = acc__shard_pf_new(sh)))) {
+       !(sh->pf = acc__shard_pf_new(sh))) ||
+      unit_buffers(sh) != ACC_OK) {
     acc_shard_destroy(&sh);
     return NULL;
   }
   take_shards(sh);
   sh->gathered = sh->stage < 3;
+  sh->uheld = -1;
   if (model->mlp && sh->stage >= 2) {
     acc__mlp_set_unit_hook(model->mlp, acc__shard_mlp_hook, sh);
     sh->hooked = 1;
@@ -326,6 +342,8 @@ void acc_shard_destroy(acc_shard_t **sh_p) {
   free(sh->P);
   free(sh->G);
   free(sh->buf);
+  free(sh->ubuf[0]);
+  free(sh->ubuf[1]);
   free(sh);
 }
 

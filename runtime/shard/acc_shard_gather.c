@@ -1,9 +1,11 @@
 /*
  * acc_shard_gather.c — a unit's parameters all-gathered from the shards
- * into the model's buffer (nbf_shard.h's stages 1-3): within the shard
- * group (the world, or the node with HYBRID_SHARD), staged through a
- * buffer when the unit is padded. Below both its callers: the step
- * (acc_shard_run.c) and stage 3's prefetch thread (acc_shard_prefetch.c).
+ * into the model's buffer (nbf_shard.h's stages 1/2, staged through a
+ * buffer when the unit is padded) or into a unit buffer with room for the
+ * padding (stage 3's layer hooks): within the shard group (the world, or
+ * the node with HYBRID_SHARD). Below both its callers: the step and the
+ * hooks (acc_shard_run.c) and stage 3's prefetch thread
+ * (acc_shard_prefetch.c).
  */
 #include <string.h>
 
@@ -25,19 +27,20 @@ int acc__shard_unpadded(const acc_shard_t *sh, const acc__shard_unit_t *u) {
   return u->n == (size_t)sh->sworld * u->s;
 }
 
-acc_result_t acc__shard_gather_unit_via(acc_shard_t *sh, const acc__shard_unit_t *u, float *stage) {
-  if (acc__shard_unpadded(sh,
-                          u)) /* stages 1/2: in place (the owned block is in the buffer already) */
-    return acc__shard_all_gather(sh, acc__shard_own_params(sh, u), sh->model->params + u->off,
-                                 u->s);
-  float *mine = stage + (size_t)sh->srank * u->s;
+acc_result_t acc__shard_gather_into(acc_shard_t *sh, const acc__shard_unit_t *u, float *dst) {
+  if (acc__shard_unpadded(sh, u)) /* stages 1/2: dst holds the owned block already */
+    return acc__shard_all_gather(sh, acc__shard_own_params(sh, u), dst, u->s);
+  float *mine = dst + (size_t)sh->srank * u->s;
   memcpy(mine, acc__shard_own_params(sh, u), u->own * sizeof(float));
   memset(mine + u->own, 0, (u->s - u->own) * sizeof(float)); /* the padding */
-  ACC_CHECK(acc__shard_all_gather(sh, mine, stage, u->s));
-  memcpy(sh->model->params + u->off, stage, u->n * sizeof(float));
-  return ACC_OK;
+  return acc__shard_all_gather(sh, mine, dst, u->s);
 }
 
 acc_result_t acc__shard_gather_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
-  return acc__shard_gather_unit_via(sh, u, sh->buf);
+  float *dst = sh->model->params + u->off;
+  if (acc__shard_unpadded(sh, u))
+    return acc__shard_gather_into(sh, u, dst);
+  ACC_CHECK(acc__shard_gather_into(sh, u, sh->buf)); /* the padding does not fit in place */
+  memcpy(dst, sh->buf, u->n * sizeof(float));
+  return ACC_OK;
 }

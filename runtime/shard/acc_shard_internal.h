@@ -37,6 +37,13 @@ struct acc_shard {
   size_t S;
   float *buf; /* communication staging: N · max s_u */
   size_t buf_n;
+  /* stage 3 with layer hooks: the unit buffers (buf_n floats each; the
+   * second only with prefetch) a layer is gathered into and its gradient
+   * computed in, reused layer after layer (FSDP's all-gather output
+   * buffer) and given back to the OS after each backward; ubuf[ucur] is
+   * the one in use, holding the parameters of unit uheld (-1: none) */
+  float *ubuf[2];
+  int ucur, uheld;
   int hooked;   /* the toolkit MLP's layer hooks are installed */
   int reduced;  /* this backward's hooks reduced every unit */
   int gathered; /* stage 3: every unit is in the model's buffer */
@@ -84,8 +91,9 @@ void acc__shard_sample(acc_shard_t *sh);
 /* All-gather unit u into the model's parameter buffer (staging through
  * sh->buf). */
 acc_result_t acc__shard_gather_unit(acc_shard_t *sh, const acc__shard_unit_t *u);
-/* The same through `stage` (sworld * u->s floats): the prefetch helper's. */
-acc_result_t acc__shard_gather_unit_via(acc_shard_t *sh, const acc__shard_unit_t *u, float *stage);
+/* All-gather unit u into dst (sworld * u->s floats: the unit, then its
+ * padding): a unit buffer (stage 3's hooks, the prefetch helper). */
+acc_result_t acc__shard_gather_into(acc_shard_t *sh, const acc__shard_unit_t *u, float *dst);
 /* Whether unit u has no padding (n = sworld * s): then it is gathered
  * into and reduce-scattered from the model's buffer in place. */
 int acc__shard_unpadded(const acc_shard_t *sh, const acc__shard_unit_t *u);
@@ -95,17 +103,21 @@ acc_result_t acc__shard_all_gather(acc_shard_t *sh, const float *send, float *re
 
 /* Stage 3 prefetch (acc_shard_prefetch.c): a helper thread that gathers
  * one unit at a time while the caller computes. new: NULL on failure
- * (acc->err set). start: gather unit `u` (nothing else may be pending).
- * wait: until the pending gather, if any, is done; its result (the
- * helper's error is in acc->err; reported once); *unit_out (may be NULL)
- * = the unit the last gather left in the model's buffer, or -1; take = 1
- * forgets it (the caller uses or releases it). Only one collective runs
- * at a time: the caller waits before its own. NULL-safe. */
+ * (acc->err set). start: gather unit `u` into `dst` (a unit buffer;
+ * nothing else may be pending). wait: until the pending gather, if any,
+ * is done; its result (the helper's error is in acc->err; reported
+ * once); *unit_out (may be NULL) = the unit the last gather left in its
+ * buffer, or -1; take = 1 forgets it (the caller uses or drops it). job:
+ * the unit handed over and not waited for yet, or -1 (for the memory
+ * accounting). Only one collective runs at a time: the caller waits
+ * before its own. NULL-safe. */
 acc__shard_prefetch_t *acc__shard_pf_new(acc_shard_t *sh);
 void acc__shard_pf_destroy(acc__shard_prefetch_t **pf_p);
-void acc__shard_pf_start(acc__shard_prefetch_t *pf, int u);
+void acc__shard_pf_start(acc__shard_prefetch_t *pf, int u, float *dst);
 acc_result_t acc__shard_pf_wait(acc__shard_prefetch_t *pf, int *unit_out, int take);
-/* Stage 3: release every unit's parameter pages when gathered. */
+int acc__shard_pf_job(acc__shard_prefetch_t *pf);
+/* Stage 3: drop a prefetched unit, give the unit buffers' pages back,
+ * and release every unit's parameter pages when all were gathered. */
 void acc__shard_release_all(acc_shard_t *sh);
 /* The layer hook of a toolkit MLP (acc__mlp_unit_hook_fn). */
 int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t n);

@@ -75,6 +75,18 @@ static size_t current_bytes(const acc_shard_t *sh) {
   if (m->mlp)
     b += resident(acc__mlp_host_buffer(m->mlp, 2), nb);
   b += 2 * sh->S * sizeof(float) * (sh->P != NULL);
+  /* stage 3's unit buffers: a unit's gathered parameters or its full
+   * gradient (temporaries of the step, counted: FSDP's peak holds them
+   * too); the one a prefetch is filling counts whole */
+  int job = acc__shard_pf_job(sh->pf);
+  for (int i = 0; i < 2; i++) {
+    size_t r = resident(sh->ubuf[i], sh->ubuf[i] ? sh->buf_n * sizeof(float) : 0);
+    if (job >= 0 && i != sh->ucur) {
+      size_t full = (size_t)sh->sworld * sh->units[job].s * sizeof(float);
+      r = full > r ? full : r;
+    }
+    b += r;
+  }
   for (int i = 0; i < sh->nunits; i++)
     b += sh->units[i].opt ? acc__optim_state_bytes(sh->units[i].opt) : 0;
   return b;
@@ -106,8 +118,8 @@ double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, in
   case 2:
     b = 4.0 * P + (4.0 + k) * P / N + 4.0 * L * (N - 1.0) / N;
     break;
-  case 3:
-    return (8.0 + k) * P / N + 8.0 * L + (mixed ? 4.0 * L : 0.0);
+  case 3: /* + one unit buffer: a layer's parameters, then its gradient */
+    return (8.0 + k) * P / N + 4.0 * L + (mixed ? 4.0 * L : 0.0);
   default:
     return NAN;
   }

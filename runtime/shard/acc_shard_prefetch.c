@@ -1,10 +1,10 @@
 /*
  * acc_shard_prefetch.c — stage 3's prefetch of the next unit (FSDP's
  * forward_prefetch and backward_prefetch=BACKWARD_PRE): one helper
- * thread per acc_shard_t that all-gathers a unit into the model's buffer
- * through its own staging buffer while the caller's thread computes the
- * current unit. The caller hands over one unit at a time and waits for
- * it before its next collective (acc_shard_run.c's hooks), so a rank's
+ * thread per acc_shard_t that all-gathers a unit into the unit buffer
+ * the caller's thread does not use while it computes the current unit.
+ * The caller hands over one unit at a time and waits for it before its
+ * next collective (acc_shard_run.c's hooks), so a rank's
  * collectives never overlap and keep the same order on every rank, as
  * one stream of collectives needs (Gloo's pairs and the shared-memory
  * slots both do). The gathered values are those of the synchronous
@@ -19,7 +19,7 @@
 
 struct acc__shard_prefetch {
   acc_shard_t *sh;
-  float *stage; /* sworld * max s_u floats */
+  float *dst; /* the job's unit buffer */
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -44,7 +44,7 @@ static void *helper(void *arg) {
       break;
     int u = pf->job;
     pthread_mutex_unlock(&pf->mu);
-    acc_result_t r = acc__shard_gather_unit_via(pf->sh, &pf->sh->units[u], pf->stage);
+    acc_result_t r = acc__shard_gather_into(pf->sh, &pf->sh->units[u], pf->dst);
     pthread_mutex_lock(&pf->mu);
     pf->r = r;
     pf->ready = r == ACC_OK ? u : -1;
@@ -57,11 +57,7 @@ static void *helper(void *arg) {
 
 acc__shard_prefetch_t *acc__shard_pf_new(acc_shard_t *sh) {
   acc__shard_prefetch_t *pf = calloc(1, sizeof *pf);
-  if (pf)
-    pf->stage = malloc(sh->buf_n * sizeof(float));
-  if (!pf || !pf->stage) {
-    if (pf)
-      free(pf);
+  if (!pf) {
     acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_new: no memory for the prefetch");
     return NULL;
   }
@@ -72,7 +68,6 @@ acc__shard_prefetch_t *acc__shard_pf_new(acc_shard_t *sh) {
   if (pthread_create(&pf->thread, NULL, helper, pf) != 0) {
     pthread_mutex_destroy(&pf->mu);
     pthread_cond_destroy(&pf->cv);
-    free(pf->stage);
     free(pf);
     acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_new: cannot start the prefetch thread");
     return NULL;
@@ -94,13 +89,13 @@ void acc__shard_pf_destroy(acc__shard_prefetch_t **pf_p) {
   pthread_join(pf->thread, NULL);
   pthread_mutex_destroy(&pf->mu);
   pthread_cond_destroy(&pf->cv);
-  free(pf->stage);
   free(pf);
 }
 
-void acc__shard_pf_start(acc__shard_prefetch_t *pf, int u) {
+void acc__shard_pf_start(acc__shard_prefetch_t *pf, int u, float *dst) {
   pthread_mutex_lock(&pf->mu);
   pf->job = u;
+  pf->dst = dst;
   pf->busy = 1;
   pf->ready = -1;
   pthread_cond_broadcast(&pf->cv);
@@ -123,4 +118,13 @@ acc_result_t acc__shard_pf_wait(acc__shard_prefetch_t *pf, int *unit_out, int ta
     pf->ready = -1;
   pthread_mutex_unlock(&pf->mu);
   return r;
+}
+
+int acc__shard_pf_job(acc__shard_prefetch_t *pf) {
+  if (!pf)
+    return -1;
+  pthread_mutex_lock(&pf->mu);
+  int u = pf->job;
+  pthread_mutex_unlock(&pf->mu);
+  return u;
 }

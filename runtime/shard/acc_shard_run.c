@@ -23,11 +23,12 @@ static acc_result_t reduce_unit_hybrid(acc_shard_t *sh, const acc__shard_unit_t 
   return ACC_OK;
 }
 
-/* Reduce-scatter (AVG) unit u's gradient from the model's buffer into the
- * owned elements, then release the rest of it (all of it at stage 3,
- * where the owned elements live in G). */
-static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
-  float *g = sh->model->grads + u->off;
+/* Reduce-scatter (AVG) unit u's gradient at g (the model's buffer, or at
+ * stage 3 a unit buffer: room for the padding, `ub`) into the owned
+ * elements, then release the rest of the model's buffer (all of it at
+ * stage 3, where the owned elements live in G); a unit buffer is kept
+ * for the next unit. */
+static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u, float *g, int ub) {
   const size_t N = (size_t)sh->sworld, start = (size_t)sh->srank * u->s;
   if (sh->ngroups > 1) {
     ACC_CHECK(reduce_unit_hybrid(sh, u, g, start));
@@ -39,13 +40,17 @@ static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
     if (out != own)
       memcpy(own, out, u->own * sizeof(float));
   } else {
-    memcpy(sh->buf, g, u->n * sizeof(float));
-    memset(sh->buf + u->n, 0, (N * u->s - u->n) * sizeof(float));
+    float *b = ub ? g : sh->buf; /* the padded unit: staged unless g has room */
+    if (b != g)
+      memcpy(b, g, u->n * sizeof(float));
+    memset(b + u->n, 0, (N * u->s - u->n) * sizeof(float));
     /* in place: the result lands on this rank's block of the input */
-    ACC_CHECK(acc_reduce_scatter(sh->acc, sh->buf, sh->buf + start, u->s, ACC_F32, ACC_AVG));
-    memcpy(acc__shard_own_grads(sh, u), sh->buf + start, u->own * sizeof(float));
+    ACC_CHECK(acc_reduce_scatter(sh->acc, b, b + start, u->s, ACC_F32, ACC_AVG));
+    memcpy(acc__shard_own_grads(sh, u), b + start, u->own * sizeof(float));
   }
-  if (sh->stage == 3) {
+  if (ub) {
+    return ACC_OK;
+  } else if (sh->stage == 3) {
     acc__shard_release(g, u->n);
   } else {
     size_t s0 = start < u->n ? start : u->n;
@@ -55,9 +60,11 @@ static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
   return ACC_OK;
 }
 
-/* Stage 3: give back unit u's parameter pages (and its half shadow). */
-static void release_params(acc_shard_t *sh, const acc__shard_unit_t *u) {
-  acc__shard_release(sh->model->params + u->off, u->n);
+/* Stage 3: give back unit u's pages in the model's parameter buffer and
+ * its half shadow (mixed precision). */
+static void release_params(acc_shard_t *sh, const acc__shard_unit_t *u, int model_buffer) {
+  if (model_buffer)
+    acc__shard_release(sh->model->params + u->off, u->n);
   float *wh = sh->model->mlp ? acc__mlp_host_buffer(sh->model->mlp, 2) : NULL;
   if (wh)
     acc__shard_release(wh + u->off, u->n);
@@ -69,45 +76,75 @@ static int reduce_in_hooks(const acc_shard_t *sh) {
   return sh->acc->accum_steps == 1 && sh->acc->sync_gradients;
 }
 
-/* Stage 3: have unit `layer` gathered, from the prefetch when it did
- * that one, then hand the next one (`next`, -1 none) to the helper. */
+/* Stage 3: have unit `layer`'s parameters in the unit buffer in use
+ * (from the prefetch when it gathered that one into the other buffer;
+ * kept from its forward when still there: the last layer), the layer's
+ * view on it, then hand the next one (`next`, -1 none) to the helper,
+ * into the other buffer. */
 static acc_result_t gather_for(acc_shard_t *sh, int layer, int next) {
   int ready = -1;
   acc_result_t r = acc__shard_pf_wait(sh->pf, &ready, 1);
-  if (r == ACC_OK && ready != layer)
-    r = acc__shard_gather_unit(sh, &sh->units[layer]);
+  if (r == ACC_OK && ready == layer)
+    sh->ucur ^= 1;
+  else if (r == ACC_OK && sh->uheld != layer)
+    r = acc__shard_gather_into(sh, &sh->units[layer], sh->ubuf[sh->ucur]);
+  sh->uheld = r == ACC_OK ? layer : -1;
+  acc__mlp_set_unit_view(sh->model->mlp, layer, sh->ubuf[sh->ucur], NULL);
   if (r == ACC_OK && sh->pf && next >= 0 && next < sh->nunits)
-    acc__shard_pf_start(sh->pf, next);
+    acc__shard_pf_start(sh->pf, next, sh->ubuf[sh->ucur ^ 1]);
+  return r;
+}
+
+/* Stage 3, layer `layer`'s parameters read for the last time in this
+ * backward: its half shadow goes; its gradient is computed in the unit
+ * buffer that held them (zeroed: the backward adds into it) when the
+ * hooks reduce it, else into the model's buffer (accumulation). */
+static void weights_done(acc_shard_t *sh, int layer, int in_unit_buffer) {
+  const acc__shard_unit_t *u = &sh->units[layer];
+  release_params(sh, u, 0);
+  float *g = NULL;
+  if (in_unit_buffer) {
+    g = sh->ubuf[sh->ucur];
+    memset(g, 0, u->n * sizeof(float));
+    sh->uheld = -1;
+  }
+  acc__mlp_set_unit_view(sh->model->mlp, layer, NULL, g);
+}
+
+/* BWD_END: the pending prefetch done (before this rank's next
+ * collective; its unit stays for the next BWD_BEGIN), the layer's
+ * gradient reduced when the hooks reduce. */
+static acc_result_t backward_end(acc_shard_t *sh, int layer, int gather) {
+  const acc__shard_unit_t *u = &sh->units[layer];
+  acc_result_t r = acc__shard_pf_wait(sh->pf, NULL, 0);
+  acc__shard_sample(sh); /* this unit's gradient and the next unit's parameters */
+  if (reduce_in_hooks(sh) && r == ACC_OK) {
+    int ub = gather; /* the gradient is in the unit buffer (weights_done) */
+    r = reduce_unit(sh, u, ub ? sh->ubuf[sh->ucur] : sh->model->grads + u->off, ub);
+    sh->reduced = layer == 0 && r == ACC_OK;
+  }
   return r;
 }
 
 int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t n) {
   acc_shard_t *sh = user;
-  const acc__shard_unit_t *u = &sh->units[layer];
   (void)offset, (void)n; /* the MLP's layers are the units, in order */
   acc_result_t r = ACC_OK;
   int gather = sh->stage == 3 && !sh->gathered;
   const int pf = sh->cfg.prefetch;
+  if (!gather && (phase == ACC__UNIT_FWD_BEGIN || phase == ACC__UNIT_BWD_BEGIN))
+    acc__mlp_set_unit_view(sh->model->mlp, layer, NULL, NULL); /* the model's buffers */
   if (phase == ACC__UNIT_FWD_BEGIN && gather)
     r = gather_for(sh, layer, pf & ACC_SHARD_PREFETCH_FORWARD ? layer + 1 : -1);
   if (phase == ACC__UNIT_BWD_BEGIN && gather)
     r = gather_for(sh, layer, pf & ACC_SHARD_PREFETCH_BACKWARD ? layer - 1 : -1);
   acc__shard_sample(sh); /* the layer is in memory now */
   if (phase == ACC__UNIT_FWD_END && gather)
-    release_params(sh, u);
-  if (phase == ACC__UNIT_BWD_END) {
-    /* the prefetch's gather ends before this rank's next collective; the
-     * unit it gathered stays for the next BWD_BEGIN */
-    acc_result_t rp = acc__shard_pf_wait(sh->pf, NULL, 0);
-    acc__shard_sample(sh); /* this unit's gradient and the next unit's parameters */
-    if (reduce_in_hooks(sh) && rp == ACC_OK) {
-      r = reduce_unit(sh, u);
-      sh->reduced = layer == 0 && r == ACC_OK;
-    }
-    if (gather)
-      release_params(sh, u);
-    r = r == ACC_OK ? rp : r;
-  }
+    release_params(sh, &sh->units[layer], 0);
+  if (phase == ACC__UNIT_BWD_WEIGHTS_DONE && gather)
+    weights_done(sh, layer, reduce_in_hooks(sh));
+  if (phase == ACC__UNIT_BWD_END)
+    r = backward_end(sh, layer, gather);
   return r == ACC_OK ? 0 : -1;
 }
 
@@ -124,16 +161,24 @@ acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
   return ACC_OK;
 }
 
-/* Stage 3 after a forward/backward that gathered every unit. */
+/* Stage 3 after a backward: the unit buffers' pages back to the OS, so
+ * that between steps a rank holds its shards alone. */
+static void release_unit_buffers(acc_shard_t *sh) {
+  for (int i = 0; i < 2; i++)
+    acc__shard_release(sh->ubuf[i], sh->ubuf[i] ? sh->buf_n : 0);
+  sh->uheld = -1;
+}
+
+/* Stage 3 after a step (a prefetched unit is stale: dropped), a load or
+ * a backward without layer hooks: the unit buffers, and every unit's
+ * parameter pages when all were gathered. */
 void acc__shard_release_all(acc_shard_t *sh) {
-  int ready = -1; /* a prefetched unit is stale after a step: release it too */
-  (void)acc__shard_pf_wait(sh->pf, &ready, 1);
-  if (ready >= 0 && !sh->gathered)
-    release_params(sh, &sh->units[ready]);
+  (void)acc__shard_pf_wait(sh->pf, NULL, 1);
+  release_unit_buffers(sh);
   if (sh->stage < 3 || !sh->gathered)
     return;
   for (int i = 0; i < sh->nunits; i++)
-    release_params(sh, &sh->units[i]);
+    release_params(sh, &sh->units[i], 1);
   sh->gathered = 0;
 }
 
@@ -141,6 +186,7 @@ float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *lab
                              int training) {
   if (!sh)
     return NAN;
+  sh->uheld = -1; /* the shards may have been loaded since the last gather */
   /* a model without layer hooks needs all of its parameters at once */
   if (!sh->hooked && acc_shard_gather_params(sh) != ACC_OK)
     return NAN;
@@ -176,10 +222,12 @@ acc_result_t acc__shard_reduce(acc_shard_t *sh) {
   } else if (!reduced) {
     r = acc__accumulate_scale(acc, m->grads, m->num_params);
     for (int i = 0; r == ACC_OK && acc->sync_gradients && i < sh->nunits; i++)
-      r = reduce_unit(sh, &sh->units[i]);
+      r = reduce_unit(sh, &sh->units[i], m->grads + sh->units[i].off, 0);
   }
   if (!sh->hooked)
     acc__shard_release_all(sh);
+  else if (sh->stage == 3)
+    release_unit_buffers(sh);
   acc__shard_sample(sh);
   return r;
 }

@@ -18,8 +18,10 @@
  *
  * memory STAGE NP [prefetch]: the measured peak model-state bytes of a
  * rank (acc_shard_state_bytes) within 10% of acc_shard_estimate_bytes
- * (without prefetch); with stage 3's prefetch, at most one unit's
- * parameters more (two units gathered at once).
+ * (without prefetch); with stage 3's prefetch, within 10% of it plus
+ * the second unit buffer (the largest layer's neighbour); at stage 3 the
+ * bytes after the last step within 10% of the estimate less its unit
+ * buffer (the shards alone).
  * prefetch NP VARIANT: stage 3 with and without prefetch, bit for bit.
  * hybrid STAGE NP VARIANT: HYBRID_SHARD over 2 simulated nodes, as
  * match_ddp (bitwise at NP 4 too: see the case).
@@ -336,10 +338,15 @@ static int memory_body(int rank, int world, void *arg) {
     printf("%s\nstage %d np %d: measured peak %.0f bytes, estimate %.0f (%.1f%%), DDP 16P = %.0f\n",
            acc_shard_describe(sh), c->stage, world, got, est, 100.0 * (got - est) / est,
            16.0 * (double)model.num_params);
-  if (c->prefetch) /* + the next unit's parameters at most (two units gathered) */
-    ASSERT_TRUE(got >= 0.9 * est && got <= 1.1 * (est + 4.0 * (double)largest));
-  else
-    ASSERT_TRUE(fabs(got - est) <= 0.10 * est);
+  /* prefetch (with more than one rank): + the second unit buffer, which
+   * holds the largest layer's neighbour while the largest is in use */
+  const double neighbour = 512 * 512 + 512;
+  double want = est + (c->stage == 3 && c->prefetch && world > 1 ? 4.0 * neighbour : 0.0);
+  ASSERT_TRUE(fabs(got - want) <= 0.10 * want);
+  if (c->stage == 3) { /* after a step the unit buffers are given back: the shards alone */
+    double after = (double)acc_shard_state_bytes(sh, 0), shards = est - 4.0 * (double)largest;
+    ASSERT_TRUE(fabs(after - shards) <= 0.10 * shards);
+  }
   acc_shard_destroy(&sh);
   acc_model_release(&model);
   acc_mlp_destroy(&m);
