@@ -300,9 +300,21 @@ static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
   return r;
 }
 
+/* A device model's shards are device memory, which these files are not
+ * written from yet: refused by name, before anything is written or read. */
+static acc_result_t refuse_device(acc_shard_t *sh, const char *what) {
+  return acc__set_error(sh->acc, ACC_ERR_UNSUPPORTED,
+                        "%s: checkpoints of a sharded model on device %d are not implemented "
+                        "(ZeRO stage %d): save_strategy no, or train it on the CPU "
+                        "(ACCELERATE_USE_CPU=1)",
+                        what, sh->acc->device, sh->stage);
+}
+
 acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type) {
   if (!sh)
     return ACC_ERR_INVALID_ARGUMENT;
+  if (sh->dev)
+    return refuse_device(sh, "acc_shard_save_state");
   if (type == ACC_STATE_DICT_FROM_ENV)
     ACC_CHECK(type_from_env(sh->acc, &type));
   if (type == ACC_SHARDED_STATE_DICT)
@@ -541,6 +553,8 @@ static acc_result_t load_sharded(acc_shard_t *sh, const char *dir, const mark_t 
 acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir) {
   if (!sh)
     return ACC_ERR_INVALID_ARGUMENT;
+  if (sh->dev)
+    return refuse_device(sh, "acc_shard_load_state");
   if (!dir || !*dir)
     return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_load_state: no directory");
   mark_t mk;

@@ -6,10 +6,11 @@
  * gradient (stages 2/3), the toolkit MLP's layer hooks that do both
  * during forward and backward, and the step (unscale with one inf/NaN
  * decision for all ranks, clipping by the global norm over the shards,
- * the owned update).
+ * the owned update). A unit's copies, zeroing and releases and the
+ * step's arithmetic on the owned gradients are acc_shard_dev.c's, on host
+ * or device memory.
  */
 #include <math.h>
-#include <string.h>
 
 #include "acc_shard_internal.h"
 
@@ -19,8 +20,8 @@
 static acc_result_t reduce_unit_hybrid(acc_shard_t *sh, const acc__shard_unit_t *u, float *g,
                                        size_t start) {
   ACC_CHECK(acc_all_reduce(sh->acc, g, u->n, ACC_F32, ACC_AVG));
-  memmove(acc__shard_own_grads(sh, u), g + (start < u->n ? start : u->n), u->own * sizeof(float));
-  return ACC_OK;
+  return acc__shard_copy(sh, acc__shard_own_grads(sh, u), g + (start < u->n ? start : u->n),
+                         u->own);
 }
 
 /* Reduce-scatter (AVG) unit u's gradient from the model's buffer into the
@@ -37,30 +38,28 @@ static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u) {
     float *own = acc__shard_own_grads(sh, u), *out = sh->stage == 3 ? own : sh->buf;
     ACC_CHECK(acc_reduce_scatter(sh->acc, g, out, u->s, ACC_F32, ACC_AVG));
     if (out != own)
-      memcpy(own, out, u->own * sizeof(float));
+      ACC_CHECK(acc__shard_copy(sh, own, out, u->own));
   } else {
-    memcpy(sh->buf, g, u->n * sizeof(float));
-    memset(sh->buf + u->n, 0, (N * u->s - u->n) * sizeof(float));
+    ACC_CHECK(acc__shard_copy(sh, sh->buf, g, u->n));
+    ACC_CHECK(acc__shard_zero(sh, sh->buf + u->n, N * u->s - u->n));
     /* in place: the result lands on this rank's block of the input */
     ACC_CHECK(acc_reduce_scatter(sh->acc, sh->buf, sh->buf + start, u->s, ACC_F32, ACC_AVG));
-    memcpy(acc__shard_own_grads(sh, u), sh->buf + start, u->own * sizeof(float));
+    ACC_CHECK(acc__shard_copy(sh, acc__shard_own_grads(sh, u), sh->buf + start, u->own));
   }
-  if (sh->stage == 3) {
-    acc__shard_release(g, u->n);
-  } else {
-    size_t s0 = start < u->n ? start : u->n;
-    acc__shard_release(g, s0);
-    acc__shard_release(g + s0 + u->own, u->n - s0 - u->own);
-  }
-  return ACC_OK;
+  if (sh->stage == 3)
+    return acc__shard_drop(sh, g, u->n);
+  size_t s0 = start < u->n ? start : u->n;
+  ACC_CHECK(acc__shard_drop(sh, g, s0));
+  return acc__shard_drop(sh, g + s0 + u->own, u->n - s0 - u->own);
 }
 
-/* Stage 3: give back unit u's parameter pages (and its half shadow). */
-static void release_params(acc_shard_t *sh, const acc__shard_unit_t *u) {
-  acc__shard_release(sh->model->params + u->off, u->n);
-  float *wh = sh->model->mlp ? acc__mlp_host_buffer(sh->model->mlp, 2) : NULL;
+/* Stage 3: give back unit u's parameter pages (and its half shadow; a
+ * device model has none). */
+static acc_result_t release_params(acc_shard_t *sh, const acc__shard_unit_t *u) {
+  float *wh = sh->model->mlp && !sh->dev ? acc__mlp_host_buffer(sh->model->mlp, 2) : NULL;
   if (wh)
     acc__shard_release(wh + u->off, u->n);
+  return acc__shard_drop(sh, sh->model->params + u->off, u->n);
 }
 
 /* The gradients are reduced in the backward hooks only when this
@@ -94,7 +93,7 @@ int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t 
     r = gather_for(sh, layer, pf & ACC_SHARD_PREFETCH_BACKWARD ? layer - 1 : -1);
   acc__shard_sample(sh); /* the layer is in memory now */
   if (phase == ACC__UNIT_FWD_END && gather)
-    release_params(sh, u);
+    r = release_params(sh, u);
   if (phase == ACC__UNIT_BWD_END) {
     /* the prefetch's gather ends before this rank's next collective; the
      * unit it gathered stays for the next BWD_BEGIN */
@@ -104,9 +103,9 @@ int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t 
       r = reduce_unit(sh, u);
       sh->reduced = layer == 0 && r == ACC_OK;
     }
-    if (gather)
-      release_params(sh, u);
+    acc_result_t rr = gather ? release_params(sh, u) : ACC_OK;
     r = r == ACC_OK ? rp : r;
+    r = r == ACC_OK ? rr : r;
   }
   return r == ACC_OK ? 0 : -1;
 }
@@ -125,16 +124,17 @@ acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
 }
 
 /* Stage 3 after a forward/backward that gathered every unit. */
-void acc__shard_release_all(acc_shard_t *sh) {
+acc_result_t acc__shard_release_all(acc_shard_t *sh) {
   int ready = -1; /* a prefetched unit is stale after a step: release it too */
   (void)acc__shard_pf_wait(sh->pf, &ready, 1);
   if (ready >= 0 && !sh->gathered)
-    release_params(sh, &sh->units[ready]);
+    ACC_CHECK(release_params(sh, &sh->units[ready]));
   if (sh->stage < 3 || !sh->gathered)
-    return;
-  for (int i = 0; i < sh->nunits; i++)
-    release_params(sh, &sh->units[i]);
+    return ACC_OK;
   sh->gathered = 0;
+  for (int i = 0; i < sh->nunits; i++)
+    ACC_CHECK(release_params(sh, &sh->units[i]));
+  return ACC_OK;
 }
 
 float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *labels, int batch,
@@ -178,8 +178,10 @@ acc_result_t acc__shard_reduce(acc_shard_t *sh) {
     for (int i = 0; r == ACC_OK && acc->sync_gradients && i < sh->nunits; i++)
       r = reduce_unit(sh, &sh->units[i]);
   }
-  if (!sh->hooked)
-    acc__shard_release_all(sh);
+  if (!sh->hooked) {
+    acc_result_t rr = acc__shard_release_all(sh);
+    r = r == ACC_OK ? rr : r;
+  }
   acc__shard_sample(sh);
   return r;
 }
@@ -191,10 +193,10 @@ static int unscale_all(acc_shard_t *sh, acc_result_t *r) {
   if (acc->precision != ACC_PRECISION_FP16)
     return 1;
   const float inv = (float)(1.0 / (double)acc->scale);
-  int32_t bad = 0;
-  for (int i = 0; i < sh->nunits; i++) {
-    const acc__shard_unit_t *u = &sh->units[i];
-    bad |= acc__unscale_host(acc__shard_own_grads(sh, u), u->own, inv);
+  int32_t bad = acc__shard_unscale(sh, inv);
+  if (bad < 0) { /* a device error, not an overflow */
+    *r = ACC_ERR_BACKEND;
+    return 0;
   }
   if (sh->stage > 0) /* below, every rank holds the same gradients */
     *r = acc_all_reduce(acc, &bad, 1, ACC_I32, ACC_MAX);
@@ -206,10 +208,7 @@ static int unscale_all(acc_shard_t *sh, acc_result_t *r) {
  * ranks; the gradients scaled by max_norm / (norm + 1e-6) when below 1. */
 static acc_result_t clip(acc_shard_t *sh) {
   double ss = 0.0;
-  for (int i = 0; i < sh->nunits; i++) {
-    const acc__shard_unit_t *u = &sh->units[i];
-    ss += acc__sumsq(acc__shard_own_grads(sh, u), u->own);
-  }
+  ACC_CHECK(acc__shard_owned_sumsq(sh, &ss));
   if (sh->stage > 0)
     ACC_CHECK(acc_all_reduce(sh->acc, &ss, 1, ACC_F64, ACC_SUM));
   ss /= sh->ngroups; /* HYBRID_SHARD: every node holds all the shards */
@@ -218,27 +217,24 @@ static acc_result_t clip(acc_shard_t *sh) {
   double max_norm = sh->cfg.max_grad_norm;
   if (max_norm > 0 && isfinite(norm)) {
     float coef = (float)(max_norm / ((double)norm + 1e-6));
-    for (int i = 0; coef < 1.0f && i < sh->nunits; i++) {
-      const acc__shard_unit_t *u = &sh->units[i];
-      float *g = acc__shard_own_grads(sh, u);
-      for (size_t j = 0; j < u->own; j++)
-        g[j] *= coef;
-    }
+    if (coef < 1.0f)
+      return acc__shard_owned_scale(sh, coef);
   }
   return ACC_OK;
 }
 
 /* Zero what holds gradients after the step: the model's whole buffer
  * below stage 2, the owned elements above (the rest was released). */
-static void zero_grads(acc_shard_t *sh) {
-  if (sh->stage < 2) {
-    memset(sh->model->grads, 0, sh->model->num_params * sizeof(float));
-    return;
-  }
+static acc_result_t zero_grads(acc_shard_t *sh) {
+  if (sh->stage < 2)
+    return acc__shard_zero(sh, sh->model->grads, sh->model->num_params);
+  if (sh->stage == 3 && sh->dev) /* one memset: the padding is zeros too */
+    return acc__shard_zero(sh, sh->G, sh->S);
   for (int i = 0; i < sh->nunits; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
-    memset(acc__shard_own_grads(sh, u), 0, u->own * sizeof(float));
+    ACC_CHECK(acc__shard_zero(sh, acc__shard_own_grads(sh, u), u->own));
   }
+  return ACC_OK;
 }
 
 int acc_shard_step(acc_shard_t *sh) {
@@ -257,17 +253,16 @@ int acc_shard_step(acc_shard_t *sh) {
     acc_update_loss_scale(acc, !finite);
   else
     acc->found_inf = 0;
-  if (!finite) {
-    zero_grads(sh);
-    return 0;
-  }
+  if (!finite)
+    return zero_grads(sh) == ACC_OK ? 0 : -1;
   if (clip(sh) != ACC_OK)
     return -1;
   for (int i = 0; i < sh->nunits; i++)
     if (sh->units[i].opt && acc__optim_step_raw(acc, sh->units[i].opt) < 0)
       return -1;
-  zero_grads(sh);
-  acc__shard_release_all(sh); /* stage 3: the gathered parameters are stale now */
+  /* stage 3: the gathered parameters are stale now */
+  if (zero_grads(sh) != ACC_OK || acc__shard_release_all(sh) != ACC_OK)
+    return -1;
   for (int i = 0; sh->stage == 1 || sh->stage == 2 ? i < sh->nunits : 0; i++)
     if (acc__shard_gather_unit(sh, &sh->units[i]) != ACC_OK)
       return -1;
