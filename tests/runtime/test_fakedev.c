@@ -970,4 +970,55 @@ NBF_TEST(shard_device_refusals) {
   acc_destroy(&acc);
 }
 
+
+/* The Trainer's --fsdp full_shard on a device MLP (it was refused):
+ * trains through acc_shard_* on the device, the host never touching its
+ * memory; a checkpoint of it is refused by name at the first save. */
+NBF_TEST(trainer_fsdp_device) {
+  g_rw = 2, g_cublas_ok = 1, g_nccl_ok = 1;
+  acc_t *acc = fake_acc("no");
+  acc_mlp_t *m = acc_mlp_new(acc, SH_SIZES, 2, SH_BATCH);
+  if (!m)
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
+  acc_model_t model;
+  ASSERT_OK(acc, acc_mlp_model(m, &model));
+  static float x[NSAMPLE * 8];
+  static int64_t y[NSAMPLE];
+  acc_dataset_t ds = {.x = x, .y = y, .n = NSAMPLE, .dim = 8};
+  for (int save = 0; save <= 1; save++) {
+    acc_training_args_t args;
+    acc_training_args_init(&args);
+    ASSERT_EQ(acc_training_args_set(&args, "save_strategy", save ? "steps" : "no"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "save_steps", "1"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "max_steps", "2"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "per_device_train_batch_size", "4"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "per_device_eval_batch_size", "4"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "disable_tqdm", "true"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "fsdp", "full_shard"), ACC_OK);
+    char dir[] = "/tmp/nbfork_fakedev_fsdp_XXXXXX";
+    ASSERT_NOT_NULL(mkdtemp(dir));
+    ASSERT_EQ(acc_training_args_set(&args, "output_dir", dir), ACC_OK);
+    acc_trainer_t *tr = acc_trainer_new(acc, &args, &model, &ds, NULL);
+    if (!tr)
+      NBF_TEST_FAIL("acc_trainer_new: %s", acc_last_error(acc));
+    const int ag = g_nccl_ag, rs = g_nccl_rs;
+    acc_result_t r = acc_trainer_train(tr);
+    printf("save_strategy %s: %d: %s; %d all-gathers, %d reduce-scatters\n",
+           save ? "steps" : "no", (int)r, r == ACC_OK ? "" : acc_last_error(acc), g_nccl_ag - ag,
+           g_nccl_rs - rs);
+    if (!save) {
+      ASSERT_OK(acc, r);
+      ASSERT_TRUE(g_nccl_ag - ag >= 2 * 2 && g_nccl_rs - rs == 2 * 2); /* 2 steps, 2 layers */
+    } else {
+      ASSERT_EQ(r, ACC_ERR_UNSUPPORTED);
+      ASSERT_TRUE(strstr(acc_last_error(acc), "checkpoints of a sharded model on device 0"));
+    }
+    acc_trainer_destroy(&tr);
+    remove_dir(dir);
+  }
+  acc_model_release(&model);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+}
+
 NBF_TEST_MAIN()
