@@ -88,6 +88,26 @@ void acc__shard_free(acc_shard_t *sh, float **p) {
   }
 }
 
+acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size_t n,
+                                  int to_host) {
+  if (!n)
+    return ACC_OK;
+  if (!sh->dev) {
+    if (to_host)
+      memcpy(host, buf, n * sizeof(float));
+    else
+      memcpy(buf, host, n * sizeof(float));
+    return ACC_OK;
+  }
+  char err[512];
+  acc_result_t r = acc_optim_cuda_copy(host, buf, n, !to_host, err, sizeof err);
+  return r == ACC_OK ? ACC_OK
+                     : dev_failed(sh, ACC_ERR_BACKEND,
+                                  to_host ? "copying a checkpoint's state from the device"
+                                          : "copying a checkpoint's state to the device",
+                                  err);
+}
+
 /* The owned gradients as ranges: each unit's owned block; on a device
  * at stage 3 the one buffer G (its padding is zeros: one kernel instead
  * of one per unit; the host keeps its per-unit sums, whose order the

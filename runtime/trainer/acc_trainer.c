@@ -149,16 +149,6 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
   int shard = tr_shard_wanted(acc, args);
   if (shard && tr_shard_config(acc, args, &shard_cfg, &tr->state_dict_type) != ACC_OK)
     goto fail;
-  if (shard && tr->grads_on_device &&
-      (strcmp(args->save_strategy, "no") || args->resume_from_checkpoint[0])) {
-    /* acc_shard_save_state refuses them: said before any step or file */
-    acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                   "acc_trainer_new: checkpoints of a sharded model on device %d are not "
-                   "implemented (--fsdp/--deepspeed): use save_strategy \"no\" without "
-                   "resume_from_checkpoint, or train on the CPU (ACCELERATE_USE_CPU=1)",
-                   acc_device(acc));
-    goto fail;
-  }
   if (shard) {
     /* acc_shard_new below, once every rank holds rank 0's parameters */
   } else if (!strcmp(args->optim, "galore_adamw")) {

@@ -322,15 +322,23 @@ cudaError_t cudaStreamDestroy(cudaStream_t st) {
 }
 
 /* g_nccl_ok: the set-up succeeds and the collectives (counted) do
- * nothing: device memory is never touched here. */
-static int g_nccl_ok, g_nccl_ag, g_nccl_rs, g_nccl_ar;
+ * nothing to device memory, except alone (one rank) on the readable
+ * device (g_rw 1), where they are what NCCL does there: the copy of send
+ * into recv (f32 only, which is all the sharding sends). */
+static int g_nccl_ok, g_nccl_ag, g_nccl_rs, g_nccl_ar, g_nccl_world;
 static int g_comm;
+
+static void nccl_alone(const void *s, void *r, size_t n) {
+  if (g_rw == 1 && g_nccl_world == 1 && s != r)
+    memmove(r, s, n * sizeof(float));
+}
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfig_t *cfg) {
   (void)nranks, (void)rank, (void)cfg;
   g_inits++;
   g_init_id = id;
+  g_nccl_world = nranks;
   *comm = g_nccl_ok ? (ncclComm_t)(void *)&g_comm : NULL;
   return g_nccl_ok ? ncclSuccess : ncclRemoteError;
 }
@@ -343,22 +351,25 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *st) {
 
 ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t st) {
-  (void)s, (void)r, (void)n, (void)t, (void)c, (void)st;
+  (void)t, (void)c, (void)st;
   g_nccl_ag++;
+  nccl_alone(s, r, n);
   return ncclSuccess;
 }
 
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t st) {
-  (void)s, (void)r, (void)n, (void)t, (void)op, (void)c, (void)st;
+  (void)t, (void)op, (void)c, (void)st;
   g_nccl_rs++;
+  nccl_alone(s, r, n);
   return ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t c, cudaStream_t st) {
-  (void)s, (void)r, (void)n, (void)t, (void)op, (void)c, (void)st;
+  (void)t, (void)op, (void)c, (void)st;
   g_nccl_ar++;
+  nccl_alone(s, r, n);
   return ncclSuccess;
 }
 
@@ -930,8 +941,8 @@ NBF_TEST(shard_accumulation_clipping_fp16_device) {
 }
 
 /* What a device model cannot have yet is refused by name, before any
- * host access: HYBRID_SHARD, offload, checkpoints; parameters and
- * gradients on different sides. */
+ * host access: HYBRID_SHARD, offload, a custom model's checkpoints;
+ * parameters and gradients on different sides. */
 NBF_TEST(shard_device_refusals) {
   g_rw = 2, g_cublas_ok = 1;
   acc_t *acc = fake_acc("no");
@@ -954,13 +965,16 @@ NBF_TEST(shard_device_refusals) {
   cfg.offload = 0;
   ASSERT_TRUE(acc_shard_new(acc, &mixed, &cfg) == NULL);
   ASSERT_TRUE(strstr(acc_last_error(acc), "both on device 0 or both on the host") != NULL);
-  acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
+  /* a custom device model's checkpoint (its parameters as host bytes) */
+  acc_model_t custom = model;
+  custom.mlp = NULL;
+  acc_shard_t *sh = acc_shard_new(acc, &custom, &cfg);
   if (!sh)
     NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
   char dir[] = "/tmp/nbfork_fakedev_shard_XXXXXX", names[512];
   ASSERT_NOT_NULL(mkdtemp(dir));
   ASSERT_EQ(acc_shard_save_state(sh, dir, ACC_SHARDED_STATE_DICT), ACC_ERR_UNSUPPORTED);
-  ASSERT_TRUE(strstr(acc_last_error(acc), "checkpoints of a sharded model on device 0") != NULL);
+  ASSERT_TRUE(strstr(acc_last_error(acc), "sharded custom model (not acc_mlp_model) on device 0"));
   ASSERT_EQ(acc_shard_load_state(sh, dir), ACC_ERR_UNSUPPORTED);
   ASSERT_EQ(dir_files(dir, names, sizeof names), 0); /* nothing written */
   remove_dir(dir);
@@ -973,8 +987,8 @@ NBF_TEST(shard_device_refusals) {
 
 /* The Trainer's --fsdp full_shard on a device MLP (it was refused):
  * trains through acc_shard_* on the device, the host never touching its
- * memory; checkpoints of it are refused by name by acc_trainer_new,
- * before any step or file. */
+ * memory, and saves its checkpoints (FULL_STATE_DICT, the Trainer's
+ * default) through host copies. */
 NBF_TEST(trainer_fsdp_device) {
   g_rw = 2, g_cublas_ok = 1, g_nccl_ok = 1;
   acc_t *acc = fake_acc("no");
@@ -1000,27 +1014,97 @@ NBF_TEST(trainer_fsdp_device) {
     ASSERT_NOT_NULL(mkdtemp(dir));
     ASSERT_EQ(acc_training_args_set(&args, "output_dir", dir), ACC_OK);
     acc_trainer_t *tr = acc_trainer_new(acc, &args, &model, &ds, NULL);
-    char names[512];
-    if (save) {
-      ASSERT_TRUE(tr == NULL);
-      printf("save_strategy steps: %s\n", acc_last_error(acc));
-      ASSERT_TRUE(strstr(acc_last_error(acc), "checkpoints of a sharded model on device 0"));
-      ASSERT_EQ(dir_files(dir, names, sizeof names), 0);
-      remove_dir(dir);
-      continue;
-    }
     if (!tr)
       NBF_TEST_FAIL("acc_trainer_new: %s", acc_last_error(acc));
     const int ag = g_nccl_ag, rs = g_nccl_rs;
     ASSERT_OK(acc, acc_trainer_train(tr));
-    printf("save_strategy no: %d all-gathers, %d reduce-scatters\n", g_nccl_ag - ag,
-           g_nccl_rs - rs);
+    char names[512], sub[256];
+    const int n = dir_files(dir, names, sizeof names);
+    printf("save_strategy %s: %d all-gathers, %d reduce-scatters; in the output folder: %s\n",
+           save ? "steps" : "no", g_nccl_ag - ag, g_nccl_rs - rs, n ? names : "nothing");
     ASSERT_TRUE(g_nccl_ag - ag >= 2 * 2 && g_nccl_rs - rs == 2 * 2); /* 2 steps, 2 layers */
+    snprintf(sub, sizeof sub, "%s/checkpoint-2/nbfork_state.bin", dir);
+    ASSERT_EQ(access(sub, R_OK) == 0, save);
     acc_trainer_destroy(&tr);
-    remove_dir(dir);
+    snprintf(sub, sizeof sub, "rm -rf %s", dir);
+    ASSERT_EQ(system(sub), 0);
   }
   acc_model_release(&model);
   acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+}
+
+/* A sharded device MLP (the readable fake device, one rank: copies and
+ * NCCL's copies are real, kernels do nothing) at seed `seed`. */
+typedef struct {
+  acc_mlp_t *m;
+  acc_model_t model;
+  acc_shard_t *sh;
+} dev_shard_t;
+
+static void dev_shard(dev_shard_t *d, acc_t *acc, int stage, int seed) {
+  acc_set_seed(acc, (uint64_t)seed, 0);
+  d->m = acc_mlp_new(acc, SH_SIZES, 2, SH_BATCH);
+  if (!d->m)
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
+  ASSERT_TRUE(in_rw(acc_mlp_params(d->m)));
+  ASSERT_OK(acc, acc_mlp_model(d->m, &d->model));
+  acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+  cfg.stage = stage;
+  if (!(d->sh = acc_shard_new(acc, &d->model, &cfg))) /* keeps &d->model */
+    NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
+}
+
+static void dev_shard_free(dev_shard_t *d) {
+  acc_shard_destroy(&d->sh);
+  acc_model_release(&d->model);
+  acc_mlp_destroy(&d->m);
+}
+
+/* Each stage's SHARDED and FULL checkpoints of a device MLP: a run at
+ * seed 1 (two steps) saves; a run at seed 2 loads it and saves a SHARDED
+ * one again; its shard file equals the first run's own SHARDED save
+ * byte for byte (the owned parameters, moments, gradients and step count
+ * came back through the host copies; seed 2's parameters differ). */
+NBF_TEST(shard_device_checkpoints) {
+  g_rw = 1, g_cublas_ok = 1, g_nccl_ok = 1;
+  acc_t *acc = fake_acc("no");
+  float x[SH_BATCH * 8] = {0};
+  int64_t y[SH_BATCH] = {0, 1, 2, 0};
+  for (int stage = 1; stage <= 3; stage++)
+    for (int full = 0; full <= 1; full++) {
+      char a[] = "/tmp/nbfork_fakedev_ck_XXXXXX", b[] = "/tmp/nbfork_fakedev_ck_XXXXXX",
+           c[] = "/tmp/nbfork_fakedev_ck_XXXXXX";
+      ASSERT_TRUE(mkdtemp(a) && mkdtemp(b) && mkdtemp(c));
+      dev_shard_t one, two;
+      dev_shard(&one, acc, stage, 1);
+      for (int k = 0; k < 2; k++) {
+        ASSERT_TRUE(!isnan(acc_shard_forward_loss(one.sh, x, y, SH_BATCH, 1)));
+        ASSERT_OK(acc, acc_shard_backward(one.sh));
+        ASSERT_EQ(acc_shard_step(one.sh), 1);
+      }
+      const int type = full ? ACC_FULL_STATE_DICT : ACC_SHARDED_STATE_DICT;
+      ASSERT_OK(acc, acc_shard_save_state(one.sh, a, type));
+      ASSERT_OK(acc, acc_shard_save_state(one.sh, b, ACC_SHARDED_STATE_DICT));
+      dev_shard(&two, acc, stage, 2);
+      ASSERT_OK(acc, acc_shard_load_state(two.sh, a));
+      ASSERT_OK(acc, acc_shard_save_state(two.sh, c, ACC_SHARDED_STATE_DICT));
+      char pb[128], pc[128];
+      snprintf(pb, sizeof pb, "%s/nbfork_shard0.bin", b);
+      snprintf(pc, sizeof pc, "%s/nbfork_shard0.bin", c);
+      static unsigned char fb[1 << 16], fc[1 << 16];
+      size_t nb = rt_read_file(pb, fb, sizeof fb), nc = rt_read_file(pc, fc, sizeof fc);
+      printf("stage %d, %s: the resumed run's shard file: %zu bytes, %s\n", stage,
+             full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT", nc,
+             nb == nc && !memcmp(fb, fc, nb) ? "equal" : "DIFFERENT");
+      ASSERT_TRUE(nb > 1000 && nb == nc);
+      ASSERT_EQ(memcmp(fb, fc, nb), 0);
+      dev_shard_free(&two);
+      dev_shard_free(&one);
+      char cmd[256];
+      snprintf(cmd, sizeof cmd, "rm -rf %s %s %s", a, b, c);
+      ASSERT_EQ(system(cmd), 0);
+    }
   acc_destroy(&acc);
 }
 
