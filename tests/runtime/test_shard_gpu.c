@@ -15,6 +15,10 @@
  *     norm in another order) and fp16/bf16, within test_mlp_gpu.c's
  *     tolerances (f32 1e-4, fp16 5e-3, bf16 2e-2 of the largest value);
  *     the steps taken and the final loss scale are equal.
+ * Checkpoints: a run that saves after half of its steps (SHARDED or
+ * FULL state dict), drops its model and shards, builds them again from
+ * another seed and loads the checkpoint ends with the uninterrupted
+ * run's losses and parameters bit for bit (stages 1, 2, 3).
  * On each side both ranks end with the same parameters, bit for bit.
  * SKIP (77) without a GPU; scripts/gpu_check.sh runs them on one.
  */
@@ -43,6 +47,7 @@ typedef struct {
   int accum;   /* gradient_accumulation_steps */
   double clip; /* max_grad_norm (0 off) */
   const char *precision;
+  int resume; /* 0, or save, rebuild and load after half the steps: 1 SHARDED, 2 FULL */
   const char *dir;
   const char *tag;
 } run_t;
@@ -88,6 +93,42 @@ static float micro(acc_t *acc, acc_mlp_t *m, acc_shard_t *sh, const float *x, co
   return loss;
 }
 
+/* The model (seed `seed`) and its shards or its DDP optimizer. */
+static void build(acc_t *acc, const run_t *r, int seed, acc_mlp_t **m, acc_model_t *model,
+                  acc_shard_t **sh, acc_optim_t **o) {
+  acc_set_seed(acc, (uint64_t)seed, 0);
+  if (!(*m = acc_mlp_new(acc, SIZES, NL, BATCH)))
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
+  ASSERT_OK(acc, acc_mlp_model(*m, model));
+  acc_shard_config_t cfg = shard_cfg(r);
+  *sh = NULL, *o = NULL;
+  if (r->stage != 0 && !(*sh = acc_shard_new(acc, model, &cfg)))
+    NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
+  if (r->stage == 0)
+    *o = acc_adamw_new(acc_mlp_params(*m), acc_mlp_grads(*m), acc_mlp_num_params(*m), cfg.lr,
+                       cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
+  ASSERT_TRUE(*sh || *o);
+}
+
+static void unbuild(acc_mlp_t **m, acc_model_t *model, acc_shard_t **sh, acc_optim_t **o) {
+  acc_shard_destroy(sh);
+  acc_optim_destroy(o);
+  acc_model_release(model);
+  acc_mlp_destroy(m);
+}
+
+/* After half the steps: save, rebuild from another seed, load. */
+static void resume(acc_t *acc, const run_t *r, acc_mlp_t **m, acc_model_t *model,
+                   acc_shard_t **sh, acc_optim_t **o) {
+  char ck[512];
+  snprintf(ck, sizeof ck, "%s/ckpt", r->dir);
+  ASSERT_OK(acc, acc_shard_save_state(*sh, ck, r->resume == 1 ? ACC_SHARDED_STATE_DICT
+                                                               : ACC_FULL_STATE_DICT));
+  unbuild(m, model, sh, o);
+  build(acc, r, 99, m, model, sh, o);
+  ASSERT_OK(acc, acc_shard_load_state(*sh, ck));
+}
+
 static int rank_main(int rank, int world, void *arg) {
   const run_t *r = arg;
   if (r->stage == -2) {
@@ -97,22 +138,12 @@ static int rank_main(int rank, int world, void *arg) {
   acc_t *acc = rt_acc_new(r->precision, r->accum);
   ASSERT_NOT_NULL(acc);
   ASSERT_EQ(acc_device(acc) >= 0, r->gpu);
-  acc_set_seed(acc, 7, 0);
-  acc_mlp_t *m = acc_mlp_new(acc, SIZES, NL, BATCH);
-  if (!m)
-    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
-  const size_t n = acc_mlp_num_params(m), rows = (size_t)STEPS * r->accum * world * BATCH;
+  acc_mlp_t *m;
   acc_model_t model;
-  ASSERT_OK(acc, acc_mlp_model(m, &model));
-  acc_shard_config_t cfg = shard_cfg(r);
-  acc_shard_t *sh = NULL;
-  acc_optim_t *o = NULL;
-  if (r->stage != 0 && !(sh = acc_shard_new(acc, &model, &cfg)))
-    NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
-  if (r->stage == 0)
-    o = acc_adamw_new(acc_mlp_params(m), acc_mlp_grads(m), n, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps,
-                      cfg.weight_decay);
-  ASSERT_TRUE(sh || o);
+  acc_shard_t *sh;
+  acc_optim_t *o;
+  build(acc, r, 7, &m, &model, &sh, &o);
+  const size_t n = acc_mlp_num_params(m), rows = (size_t)STEPS * r->accum * world * BATCH;
   float *x = malloc(rows * SIZES[0] * sizeof(float));
   int64_t *y = malloc(rows * sizeof(int64_t));
   rt_make_data(x, y, (int)rows, SIZES[0], SIZES[NL]);
@@ -126,6 +157,8 @@ static int rank_main(int rank, int world, void *arg) {
     ASSERT_TRUE(h.stepped[k] >= 0);
     if (o)
       acc_optim_zero_grad(acc, o);
+    if (r->resume && k == STEPS / 2 * r->accum - 1)
+      resume(acc, r, &m, &model, &sh, &o);
   }
   h.scale = acc_loss_scale(acc);
   if (sh)
@@ -143,10 +176,7 @@ static int rank_main(int rank, int world, void *arg) {
   ASSERT_EQ(fwrite(p, sizeof(float), n, f), n);
   ASSERT_EQ(fclose(f), 0);
   free(p), free(x), free(y);
-  acc_shard_destroy(&sh);
-  acc_optim_destroy(&o);
-  acc_model_release(&model);
-  acc_mlp_destroy(&m);
+  unbuild(&m, &model, &sh, &o);
   acc_destroy(&acc);
   return 0;
 }
@@ -248,6 +278,31 @@ static void against_cpu(int stage, int accum, double clip, const char *precision
   run_t want = got;
   want.gpu = 0;
   compare(&got, &want, rel);
+}
+
+/* Stage `stage`, resumed from a checkpoint of type `resume` halfway,
+ * against the uninterrupted run: bit for bit. */
+static void resumed(int stage, int resume) {
+  run_t got = {.stage = stage, .gpu = 1, .accum = 1, .precision = "no", .resume = resume};
+  run_t want = got;
+  want.resume = 0;
+  compare(&got, &want, 0.0);
+}
+
+NBF_TEST(stage1_resume_sharded_bitexact) {
+  resumed(1, 1);
+}
+
+NBF_TEST(stage2_resume_full_bitexact) {
+  resumed(2, 2);
+}
+
+NBF_TEST(stage3_resume_sharded_bitexact) {
+  resumed(3, 1);
+}
+
+NBF_TEST(stage3_resume_full_bitexact) {
+  resumed(3, 2);
 }
 
 NBF_TEST(stage1_matches_ddp) {
