@@ -110,8 +110,12 @@
  * gradient buffer below stage 3 (the elements a rank does not own are
  * zeros or every rank's same values) and the norm is summed by the
  * device's kernel (another order than the host's: a tolerance, not bits).
+ * Checkpoints of a device MLP: the same files through host copies (the
+ * owned slices and gradients copied synchronously, the optimizer's
+ * moments through its host buffers and uploaded at the next step).
  * Refused (UNSUPPORTED, named): HYBRID_SHARD (its node groups are host
- * shared memory), offload, and acc_shard_save_state/acc_shard_load_state.
+ * shared memory), offload, and the checkpoints of a custom model (not
+ * acc_mlp_model) on a device.
  *
  * Errors follow nbfork.h (acc_result_t; the text in acc_last_error(acc)).
  */
