@@ -104,9 +104,9 @@
  * of squares are the two values read back, one synchronization each per
  * step). A device MLP runs without the layer hooks: stage 3 gathers every
  * unit before the forward and reduce-scatters each after the backward
- * (no prefetch; the model's whole buffers stay allocated, so stage 3
- * saves device memory only in the gradients' and optimizer's state), and
- * "released" is zeroed. On a device the unscale runs over the whole
+ * (no prefetch; the model's whole buffers stay allocated, so every stage
+ * saves device memory in the optimizer state only: stage 3's owned
+ * parameters and gradients come on top), and "released" is zeroed. On a device the unscale runs over the whole
  * gradient buffer below stage 3 (the elements a rank does not own are
  * zeros or every rank's same values) and the norm is summed by the
  * device's kernel (another order than the host's: a tolerance, not bits).
