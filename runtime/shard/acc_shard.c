@@ -273,18 +273,15 @@ static acc_result_t check_device(acc_t *acc, const acc_model_t *model,
                           dp ? "device" : "host", dg ? "device" : "host", acc->device);
   if (!dp || c->stage == 0)
     return ACC_OK;
-  if (c->hybrid)
-    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                          "acc_shard_new: HYBRID_SHARD of a model on device %d is not "
-                          "implemented (its node groups are the host's shared-memory "
-                          "collectives): use FULL_SHARD or SHARD_GRAD_OP",
-                          acc->device);
-  if (c->offload)
-    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                          "acc_shard_new: offload of a model on device %d to host memory is "
-                          "not implemented (fsdp_offload_params / offload_optimizer_device: "
-                          "cpu): turn offload off",
-                          acc->device);
+  const char *what = c->hybrid ? "HYBRID_SHARD" : c->offload ? "offload" : NULL;
+  if (what)
+    return acc__set_error(
+        acc, ACC_ERR_UNSUPPORTED, "acc_shard_new: %s of a model on device %d is not implemented (%s)",
+        what, acc->device,
+        c->hybrid ? "its node groups are the host's shared-memory collectives: use FULL_SHARD or "
+                    "SHARD_GRAD_OP"
+                  : "to host memory, fsdp_offload_params / offload_optimizer_device: cpu: turn "
+                    "it off");
   return ACC_OK;
 }
 

@@ -170,11 +170,7 @@ static int rank_main(int rank, int world, void *arg) {
     memcpy(p, acc_mlp_params(m), n * sizeof(float));
   char path[512];
   path_of(path, sizeof path, r, rank);
-  FILE *f = fopen(path, "wb");
-  ASSERT_NOT_NULL(f);
-  ASSERT_EQ(fwrite(&h, sizeof h, 1, f), 1);
-  ASSERT_EQ(fwrite(p, sizeof(float), n, f), n);
-  ASSERT_EQ(fclose(f), 0);
+  rt_write_run(path, &h, sizeof h, p, n);
   free(p), free(x), free(y);
   unbuild(&m, &model, &sh, &o);
   acc_destroy(&acc);
@@ -184,14 +180,7 @@ static int rank_main(int rank, int world, void *arg) {
 static float *read_run(const run_t *r, int rank, head_t *h) {
   char path[512];
   path_of(path, sizeof path, r, rank);
-  FILE *f = fopen(path, "rb");
-  ASSERT_NOT_NULL(f);
-  const size_t n = nparams();
-  float *p = malloc(n * sizeof(float));
-  ASSERT_EQ(fread(h, sizeof *h, 1, f), 1);
-  ASSERT_EQ(fread(p, sizeof(float), n, f), n);
-  fclose(f);
-  return p;
+  return rt_read_run(path, h, sizeof *h, nparams());
 }
 
 /* max |got - want| <= rel * max |want|, else fail naming the worst. */
