@@ -789,6 +789,16 @@ NBF_TEST(nccl_init_retry_publishes_no_second_id) {
 static const int SH_SIZES[3] = {8, 15, 3};
 enum { SH_BATCH = 4, SH_STEPS = 3 };
 
+/* The sharding cases' MLP on the fake device and its acc_model_t. */
+static acc_mlp_t *shard_mlp(acc_t *acc, acc_model_t *model) {
+  acc_mlp_t *m = acc_mlp_new(acc, SH_SIZES, 2, SH_BATCH);
+  if (!m)
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
+  ASSERT_TRUE(in_rw(acc_mlp_params(m)) && in_rw(acc_mlp_grads(m)));
+  ASSERT_OK(acc, acc_mlp_model(m, model));
+  return m;
+}
+
 typedef struct {
   int stage;       /* 1..3, or -2: FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP from the environment */
   int accum;       /* gradient_accumulation_steps */
@@ -840,17 +850,14 @@ static int shard_rank(int rank, int world, void *arg) {
     setenv("FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP", 1);
   }
   acc_t *acc = fake_acc_accum(c->precision, c->accum);
-  acc_mlp_t *m = acc_mlp_new(acc, SH_SIZES, 2, SH_BATCH);
-  if (!m)
-    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
+  acc_model_t model;
+  acc_mlp_t *m = shard_mlp(acc, &model);
   ASSERT_TRUE(in_na(acc_mlp_params(m)) && in_na(acc_mlp_grads(m)));
   /* what the model's own forward waits for and reads back (the logits) */
   float x[SH_BATCH * 8] = {0};
   shard_counts_t f0 = shard_counts();
   ASSERT_NOT_NULL(acc_mlp_forward(m, x, SH_BATCH));
   const shard_counts_t fwd = shard_delta(f0, shard_counts());
-  acc_model_t model;
-  ASSERT_OK(acc, acc_mlp_model(m, &model));
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = c->stage == -2 ? ACC_SHARD_FROM_ENV : c->stage;
   cfg.max_grad_norm = c->max_norm;
@@ -940,11 +947,8 @@ NBF_TEST(shard_accumulation_clipping_fp16_device) {
 NBF_TEST(shard_device_refusals) {
   g_rw = 2, g_cublas_ok = 1;
   acc_t *acc = fake_acc("no");
-  acc_mlp_t *m = acc_mlp_new(acc, SH_SIZES, 2, SH_BATCH);
-  if (!m)
-    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
   acc_model_t model;
-  ASSERT_OK(acc, acc_mlp_model(m, &model));
+  acc_mlp_t *m = shard_mlp(acc, &model);
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = 3;
   cfg.hybrid = 1;
@@ -986,11 +990,8 @@ NBF_TEST(shard_device_refusals) {
 NBF_TEST(trainer_fsdp_device) {
   g_rw = 2, g_cublas_ok = 1, g_nccl_ok = 1;
   acc_t *acc = fake_acc("no");
-  acc_mlp_t *m = acc_mlp_new(acc, SH_SIZES, 2, SH_BATCH);
-  if (!m)
-    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
   acc_model_t model;
-  ASSERT_OK(acc, acc_mlp_model(m, &model));
+  acc_mlp_t *m = shard_mlp(acc, &model);
   static float x[NSAMPLE * 8];
   static int64_t y[NSAMPLE];
   acc_dataset_t ds = {.x = x, .y = y, .n = NSAMPLE, .dim = 8};
@@ -1038,11 +1039,7 @@ typedef struct {
 
 static void dev_shard(dev_shard_t *d, acc_t *acc, int stage, int seed) {
   acc_set_seed(acc, (uint64_t)seed, 0);
-  d->m = acc_mlp_new(acc, SH_SIZES, 2, SH_BATCH);
-  if (!d->m)
-    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
-  ASSERT_TRUE(in_rw(acc_mlp_params(d->m)));
-  ASSERT_OK(acc, acc_mlp_model(d->m, &d->model));
+  d->m = shard_mlp(acc, &d->model);
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = stage;
   if (!(d->sh = acc_shard_new(acc, &d->model, &cfg))) /* keeps &d->model */

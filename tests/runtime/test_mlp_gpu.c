@@ -629,12 +629,7 @@ static float *ddp_read(const ddp_arg_t *a, int rank, ddp_head_t *h, size_t n) {
  * ranks end with the same parameters, bit for bit. */
 static void ddp_compare(const char *precision, double rel) {
   rt_gpu_ranks(DDP_WORLD);
-  setenv("NBFORK_SHARE_GPU", "1", 1);
-  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-  char first[64] = "0";
-  if (vis && *vis)
-    snprintf(first, sizeof first, "%.*s", (int)strcspn(vis, ","), vis);
-  setenv("CUDA_VISIBLE_DEVICES", first, 1);
+  rt_first_gpu_only();
   char dir[] = "/tmp/nbf_gpu_ddp_XXXXXX";
   ASSERT_NOT_NULL(mkdtemp(dir));
   ddp_arg_t cpu = {precision, dir, 0}, gpu = {precision, dir, 1};

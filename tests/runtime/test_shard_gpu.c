@@ -215,12 +215,7 @@ static void compare(run_t *got, run_t *want, double rel) {
   rt_gpu_ranks(WORLD);
   if (!acc_mlp_dev_available())
     NBF_TEST_SKIP("nbfork was built without a CUDA compiler: models stay on the host");
-  setenv("NBFORK_SHARE_GPU", "1", 1);
-  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-  char first[64] = "0";
-  if (vis && *vis)
-    snprintf(first, sizeof first, "%.*s", (int)strcspn(vis, ","), vis);
-  setenv("CUDA_VISIBLE_DEVICES", first, 1);
+  rt_first_gpu_only();
   char dir[] = "/tmp/nbf_shard_gpu_XXXXXX";
   ASSERT_NOT_NULL(mkdtemp(dir));
   got->dir = want->dir = dir;
