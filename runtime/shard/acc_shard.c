@@ -276,8 +276,8 @@ static acc_result_t check_device(acc_t *acc, const acc_model_t *model,
   const char *what = c->hybrid ? "HYBRID_SHARD" : c->offload ? "offload" : NULL;
   if (what)
     return acc__set_error(
-        acc, ACC_ERR_UNSUPPORTED, "acc_shard_new: %s of a model on device %d is not implemented (%s)",
-        what, acc->device,
+        acc, ACC_ERR_UNSUPPORTED,
+        "acc_shard_new: %s of a model on device %d is not implemented (%s)", what, acc->device,
         c->hybrid ? "its node groups are the host's shared-memory collectives: use FULL_SHARD or "
                     "SHARD_GRAD_OP"
                   : "to host memory, fsdp_offload_params / offload_optimizer_device: cpu: turn "

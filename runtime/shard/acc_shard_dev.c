@@ -20,8 +20,7 @@
 #include "acc_shard_internal.h"
 
 /* The device layer's error `err` of `what` as the accelerator's error. */
-static acc_result_t dev_failed(acc_shard_t *sh, acc_result_t r, const char *what,
-                               const char *err) {
+static acc_result_t dev_failed(acc_shard_t *sh, acc_result_t r, const char *what, const char *err) {
   return acc__set_error(sh->acc, r, "sharding (ZeRO stage %d) on device %d: %s: %s", sh->stage,
                         sh->acc->device, what, err);
 }
@@ -88,8 +87,7 @@ void acc__shard_free(acc_shard_t *sh, float **p) {
   }
 }
 
-acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size_t n,
-                                  int to_host) {
+acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size_t n, int to_host) {
   if (!n)
     return ACC_OK;
   if (!sh->dev) {

@@ -92,8 +92,7 @@ void acc__shard_free(acc_shard_t *sh, float **p);
 /* Checkpoints: n floats between a host buffer and `buf` (the model's or
  * the shards'; to_host 1: buf -> host). On a device: synchronous, after
  * the device's pending work (acc_optim_cuda_copy). */
-acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size_t n,
-                                  int to_host);
+acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size_t n, int to_host);
 /* The step's pieces over the owned gradients: unscale by inv (1 when an
  * element was inf/NaN, 0 when none, -1 on a device error); the f64 sum
  * of squares; g *= coef. */

@@ -780,7 +780,6 @@ NBF_TEST(nccl_init_retry_publishes_no_second_id) {
   ASSERT_EQ(rt_spawn(&o, nccl_retry_rank, NULL, NULL), 0);
 }
 
-
 /* ---- sharding of a device model (issue 23: "Gloo on CPU, NCCL on GPU") */
 
 /* The MLP of the sharding cases: layer 0 has 15·8 + 15 = 135 elements
@@ -800,8 +799,8 @@ static acc_mlp_t *shard_mlp(acc_t *acc, acc_model_t *model) {
 }
 
 typedef struct {
-  int stage;       /* 1..3, or -2: FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP from the environment */
-  int accum;       /* gradient_accumulation_steps */
+  int stage; /* 1..3, or -2: FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP from the environment */
+  int accum; /* gradient_accumulation_steps */
   const char *precision;
   double max_norm; /* clipping (0: off) */
 } shard_case_t;
@@ -817,8 +816,13 @@ static shard_counts_t shard_counts(void) {
 }
 
 static shard_counts_t shard_delta(shard_counts_t a, shard_counts_t b) {
-  return (shard_counts_t){b.ag - a.ag,       b.rs - a.rs,   b.ar - a.ar, b.syncs - a.syncs,
-                          b.d2h - a.d2h, b.launches - a.launches, 0};
+  return (shard_counts_t){b.ag - a.ag,
+                          b.rs - a.rs,
+                          b.ar - a.ar,
+                          b.syncs - a.syncs,
+                          b.d2h - a.d2h,
+                          b.launches - a.launches,
+                          0};
 }
 
 /* One optimizer step of the sharded device MLP: its counts. */
@@ -869,7 +873,7 @@ static int shard_rank(int rank, int world, void *arg) {
     printf("%s\n", acc_shard_describe(sh));
   ASSERT_TRUE(strstr(acc_shard_describe(sh), "on the device (NCCL)") != NULL);
   ASSERT_TRUE(strstr(acc_shard_describe(sh), "prefetch: off") != NULL);
-  const size_t np = acc_mlp_num_params(m); /* 183 */
+  const size_t np = acc_mlp_num_params(m);                             /* 183 */
   ASSERT_TRUE(acc_shard_state_bytes(sh, 0) >= 2 * np * sizeof(float)); /* device bytes */
   shard_counts_t d = {0};
   for (int step = 0; step < SH_STEPS; step++)
@@ -882,8 +886,8 @@ static int shard_rank(int rank, int world, void *arg) {
   ASSERT_EQ(d.stepped, 1); /* zeros are finite: the fp16 step is taken */
   /* the collectives of each stage, per optimizer step, on the device */
   const int units = 2;
-  ASSERT_EQ(d.ar, stage == 1 ? 1 : 0);                     /* stage 1: DDP's all-reduce */
-  ASSERT_EQ(d.rs, stage >= 2 ? units : 0);                 /* stages 2, 3: per unit, once */
+  ASSERT_EQ(d.ar, stage == 1 ? 1 : 0);                    /* stage 1: DDP's all-reduce */
+  ASSERT_EQ(d.rs, stage >= 2 ? units : 0);                /* stages 2, 3: per unit, once */
   ASSERT_EQ(d.ag, stage == 3 ? units * c->accum : units); /* stage 3: before each forward */
   /* read back per step: what each forward of the model reads (its
    * logits), the unscale's inf flag (fp16), the norm's sum of squares
@@ -981,7 +985,6 @@ NBF_TEST(shard_device_refusals) {
   acc_mlp_destroy(&m);
   acc_destroy(&acc);
 }
-
 
 /* The Trainer's --fsdp full_shard on a device MLP (it was refused):
  * trains through acc_shard_* on the device, the host never touching its

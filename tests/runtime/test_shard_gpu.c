@@ -118,12 +118,12 @@ static void unbuild(acc_mlp_t **m, acc_model_t *model, acc_shard_t **sh, acc_opt
 }
 
 /* After half the steps: save, rebuild from another seed, load. */
-static void resume(acc_t *acc, const run_t *r, acc_mlp_t **m, acc_model_t *model,
-                   acc_shard_t **sh, acc_optim_t **o) {
+static void resume(acc_t *acc, const run_t *r, acc_mlp_t **m, acc_model_t *model, acc_shard_t **sh,
+                   acc_optim_t **o) {
   char ck[512];
   snprintf(ck, sizeof ck, "%s/ckpt", r->dir);
-  ASSERT_OK(acc, acc_shard_save_state(*sh, ck, r->resume == 1 ? ACC_SHARDED_STATE_DICT
-                                                               : ACC_FULL_STATE_DICT));
+  ASSERT_OK(acc, acc_shard_save_state(
+                     *sh, ck, r->resume == 1 ? ACC_SHARDED_STATE_DICT : ACC_FULL_STATE_DICT));
   unbuild(m, model, sh, o);
   build(acc, r, 99, m, model, sh, o);
   ASSERT_OK(acc, acc_shard_load_state(*sh, ck));
