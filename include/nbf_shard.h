@@ -106,11 +106,11 @@
  * unit before the forward and reduce-scatters each after the backward
  * (no prefetch; the model's whole buffers stay allocated, so every stage
  * saves device memory in the optimizer state only: stage 3's owned
- * parameters and gradients come on top), and "released" is zeroed. On a device the unscale runs
- over the whole
- * gradient buffer below stage 3 (the elements a rank does not own are
- * zeros or every rank's same values) and the norm is summed by the
- * device's kernel (another order than the host's: a tolerance, not bits).
+ * parameters and gradients come on top), and "released" is zeroed. On a
+ * device the unscale runs over the whole gradient buffer below stage 3
+ * (the elements a rank does not own are zeros or every rank's same
+ * values) and the norm is summed by the device's kernel (another order
+ * than the host's: a tolerance, not bits).
  * Checkpoints of a device MLP: the same files through host copies (the
  * owned slices and gradients copied synchronously, the optimizer's
  * moments through its host buffers and uploaded at the next step).

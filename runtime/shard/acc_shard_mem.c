@@ -2,9 +2,10 @@
  * acc_shard_mem.c — where a unit's owned elements lie, giving pages back
  * to the OS, and the model-state memory: measured (resident pages, its
  * peak; a device model's device bytes) and estimated
- * (acc_shard_estimate_bytes, the ZeRO paper's formula). The lowest file of the sharding:
- * acc_shard.c (set-up), acc_shard_run.c (gathers, reductions, step) and acc_shard_ckpt.c use it; it
- * calls none of them.
+ * (acc_shard_estimate_bytes, the ZeRO paper's formula). The lowest file
+ * of the sharding: acc_shard.c (set-up), acc_shard_dev.c (host or device
+ * memory), acc_shard_run.c (gathers, reductions, step) and
+ * acc_shard_ckpt.c use it; it calls none of them.
  */
 #define _DEFAULT_SOURCE /* madvise, mincore */
 #include <math.h>
