@@ -281,8 +281,8 @@ static acc_result_t gather_optim(acc_shard_t *sh, const acc__ckpt_optim_rec_t *o
   }
   /* the moments are host memory: so is their staging (sh->buf is a
    * device model's device memory) */
-  float *stage = sh->dev ? malloc((sh->buf_n ? sh->buf_n : 1) * sizeof(float)) : sh->buf;
-  if (!stage)
+  float *stage = sh->buf; /* NULL at stage 0, which needs none */
+  if (sh->dev && !(stage = malloc((sh->buf_n ? sh->buf_n : 1) * sizeof(float))))
     return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_save_state: no memory");
   acc_result_t r = ACC_OK;
   for (int w = 1; w <= 2 && r == ACC_OK; w++) {
