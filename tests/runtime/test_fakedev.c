@@ -1055,17 +1055,18 @@ static void dev_shard_free(dev_shard_t *d) {
   acc_mlp_destroy(&d->m);
 }
 
-/* Each stage's SHARDED and FULL checkpoints of a device MLP: a run at
- * seed 1 (two steps) saves; a run at seed 2 loads it and saves a SHARDED
- * one again; its shard file equals the first run's own SHARDED save
- * byte for byte (the owned parameters, moments, gradients and step count
- * came back through the host copies; seed 2's parameters differ). */
+/* Each stage's (0: NO_SHARD too) SHARDED and FULL checkpoints of a
+ * device MLP: a run at seed 1 (two steps) saves; a run at seed 2 loads it
+ * and saves a SHARDED one again; its shard file equals the first run's
+ * own SHARDED save byte for byte (the owned parameters, moments,
+ * gradients and step count came back through the host copies; seed 2's
+ * parameters differ). */
 NBF_TEST(shard_device_checkpoints) {
   g_rw = 1, g_cublas_ok = 1, g_nccl_ok = 1;
   acc_t *acc = fake_acc("no");
   float x[SH_BATCH * 8] = {0};
   int64_t y[SH_BATCH] = {0, 1, 2, 0};
-  for (int stage = 1; stage <= 3; stage++)
+  for (int stage = 0; stage <= 3; stage++)
     for (int full = 0; full <= 1; full++) {
       char a[] = "/tmp/nbfork_fakedev_ck_XXXXXX", b[] = "/tmp/nbfork_fakedev_ck_XXXXXX",
            c[] = "/tmp/nbfork_fakedev_ck_XXXXXX";
