@@ -98,8 +98,31 @@
 
  * Offload (offload_optimizer_device: cpu, fsdp_offload_params: true): on
  * a CPU run the state already is in host memory: a no-op, stated by
- * acc_shard_describe. A model on a device is refused (UNSUPPORTED) at
- * every stage: sharding runs on host models (Gloo) only.
+ * acc_shard_describe.
+ *
+ * A model on a device (its parameters and gradients device memory,
+ * acc_mlp_model on a GPU; both or neither, else INVALID_ARGUMENT): the
+ * same stages through NCCL, the shards (stage 3's P and G, the staging
+ * buffer) and the optimizer state in device memory, every copy, zeroing,
+ * unscale, norm and update a device call on the accelerator's stream
+ * (the host never reads device memory; the collectives wait for their
+ * stream as the DDP path's do; the unscale's inf flag and the norm's sum
+ * of squares are the two values read back, one synchronization each per
+ * step). A device MLP runs without the layer hooks: stage 3 gathers every
+ * unit before the forward and reduce-scatters each after the backward
+ * (no prefetch; the model's whole buffers stay allocated, so every stage
+ * saves device memory in the optimizer state only: stage 3's owned
+ * parameters and gradients come on top), and "released" is zeroed. On a
+ * device the unscale runs over the whole gradient buffer below stage 3
+ * (the elements a rank does not own are zeros or every rank's same
+ * values) and the norm is summed by the device's kernel (another order
+ * than the host's: a tolerance, not bits).
+ * Checkpoints of a device MLP: the same files through host copies (the
+ * owned slices and gradients copied synchronously, the optimizer's
+ * moments through its host buffers and uploaded at the next step).
+ * Refused (UNSUPPORTED, named): HYBRID_SHARD (its node groups are host
+ * shared memory), offload, and the checkpoints of a custom model (not
+ * acc_mlp_model) on a device.
  *
  * Errors follow nbfork.h (acc_result_t; the text in acc_last_error(acc)).
  */
@@ -261,8 +284,9 @@ ACC_API const char *acc_shard_describe(const acc_shard_t *sh);
 /* Model-state bytes of this rank, measured: the resident pages
  * (mincore) of the model's parameter, gradient and half-shadow buffers
  * plus the shard buffers, stage 3's unit buffers (the one a prefetch is
- * filling counted whole) and the optimizer's state; not the collectives'
- * staging (sh->buf, transport buffers). `peak` = the largest
+ * filling counted whole) and the optimizer's state (a device model: the
+ * device bytes of the same, its whole buffers counted); not the
+ * collectives' staging (sh->buf, transport buffers). `peak` = the largest
  * value seen at the sample points (after acc_shard_new, each layer hook,
  * each backward and step); current otherwise. */
 ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);

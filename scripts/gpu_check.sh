@@ -147,10 +147,10 @@ fi
 # -j2: ~70 tests share one GPU, and NCCL's socket transport (ranks sharing
 # a GPU, NBFORK_SHARE_GPU) busy-polls: more at once risks the timeouts.
 # --no-tests=error: a regular expression that matches nothing is a failure.
-gpu_tests='runtime\.nccl\.|runtime\.mlp_gpu\.|runtime\.mixed\.gpu_|runtime\.fakedev\.'
+gpu_tests='runtime\.nccl\.|runtime\.mlp_gpu\.|runtime\.shard_gpu\.|runtime\.mixed\.gpu_|runtime\.fakedev\.'
 export gpu_tests
 # shellcheck disable=SC2016 # expanded by the inner bash
-run "GPU tests (NCCL, streams, MLP, Trainer)" gpu_tests.log bash -c '
+run "GPU tests (NCCL, streams, MLP, Trainer, sharding)" gpu_tests.log bash -c '
   ctest --test-dir "$BUILD_DIR" -R "$gpu_tests" -j2 --no-tests=error --timeout 180 \
     --output-on-failure >"$0" 2>&1
   rc=$?

@@ -126,3 +126,21 @@ acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err, 
   (void)buf, (void)n, (void)stream;
   return unsupported(err, errlen);
 }
+
+acc_result_t acc_optim_cuda_sumsq(float *const *g, const size_t *n, int k, float *scratch,
+                                  void *stream, double *ss, char *err, size_t errlen) {
+  (void)g, (void)n, (void)k, (void)scratch, (void)stream, (void)ss;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_optim_cuda_scale(float *g, size_t n, float coef, void *stream, char *err,
+                                  size_t errlen) {
+  (void)g, (void)n, (void)coef, (void)stream;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_optim_cuda_copy_async(float *dst, const float *src, size_t n, void *stream,
+                                       char *err, size_t errlen) {
+  (void)dst, (void)src, (void)n, (void)stream;
+  return unsupported(err, errlen);
+}

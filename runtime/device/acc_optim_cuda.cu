@@ -178,3 +178,40 @@ extern "C" acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, 
       cudaMemsetAsync(buf, 0, n * sizeof(float), static_cast<cudaStream_t>(stream)),
       "cudaMemsetAsync", err, errlen);
 }
+
+extern "C" acc_result_t acc_optim_cuda_sumsq(float *const *g, const size_t *n, int k,
+                                             float *scratch, void *stream, double *ss, char *err,
+                                             size_t errlen) {
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  double *d_ss = reinterpret_cast<double *>(scratch);
+  acc_result_t r =
+      acc_cuda_check(cudaMemsetAsync(d_ss, 0, sizeof(double), st), "cudaMemsetAsync", err, errlen);
+  for (int i = 0; r == ACC_OK && i < k; i++)
+    if (n[i]) {
+      k_sumsq<<<acc_blocks_for(n[i]), 256, 0, st>>>(g[i], n[i], d_ss);
+      r = acc_cuda_check(cudaGetLastError(), "sum of squares kernel", err, errlen);
+    }
+  if (r == ACC_OK)
+    r = acc_cuda_check(cudaMemcpyAsync(ss, d_ss, sizeof *ss, cudaMemcpyDeviceToHost, st),
+                       "sum of squares", err, errlen);
+  if (r == ACC_OK)
+    r = acc_cuda_check(cudaStreamSynchronize(st), "sum of squares", err, errlen);
+  return r;
+}
+
+extern "C" acc_result_t acc_optim_cuda_scale(float *g, size_t n, float coef, void *stream,
+                                             char *err, size_t errlen) {
+  if (!n)
+    return ACC_OK;
+  k_scale<<<acc_blocks_for(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(g, n, coef);
+  return acc_cuda_check(cudaGetLastError(), "scaling kernel", err, errlen);
+}
+
+extern "C" acc_result_t acc_optim_cuda_copy_async(float *dst, const float *src, size_t n,
+                                                  void *stream, char *err, size_t errlen) {
+  if (!n || dst == src)
+    return ACC_OK;
+  return acc_cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                        static_cast<cudaStream_t>(stream)),
+                        "cudaMemcpyAsync", err, errlen);
+}

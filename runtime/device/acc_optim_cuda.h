@@ -61,6 +61,23 @@ acc_result_t acc_optim_cuda_clip_norm(float *g, size_t n, double max_norm, float
 /* *buf = 0 for n floats, asynchronous on stream (zero_grad). */
 acc_result_t acc_optim_cuda_zero(float *buf, size_t n, void *stream, char *err, size_t errlen);
 
+/* Sharded data parallel (runtime/shard): the f64 sum of squares of k
+ * device ranges g[i] (n[i] floats each) into *ss, summed on the device
+ * into `scratch` (at least 2 device floats: one f64), one
+ * synchronization for all of them (clipping's partial norm of a rank's
+ * owned gradients). */
+acc_result_t acc_optim_cuda_sumsq(float *const *g, const size_t *n, int k, float *scratch,
+                                  void *stream, double *ss, char *err, size_t errlen);
+
+/* g *= coef for n device floats, asynchronous on stream (clipping). */
+acc_result_t acc_optim_cuda_scale(float *g, size_t n, float coef, void *stream, char *err,
+                                  size_t errlen);
+
+/* dst = src, n floats, both device buffers, asynchronous on stream (a
+ * unit's gather staging and reduce copies). */
+acc_result_t acc_optim_cuda_copy_async(float *dst, const float *src, size_t n, void *stream,
+                                       char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

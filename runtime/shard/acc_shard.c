@@ -144,10 +144,11 @@ static acc_result_t layout(acc_shard_t *sh) {
   }
   free(off), free(len);
   sh->buf_n = sh->stage == 0 ? 0 : N * maxs;
-  if ((sh->buf_n && !(sh->buf = calloc(sh->buf_n, sizeof(float)))) ||
+  /* host or device memory, as the model's (acc_shard_dev.c) */
+  if ((sh->buf_n && !(sh->buf = acc__shard_alloc(sh, sh->buf_n))) ||
       (sh->stage == 3 &&
-       (!(sh->P = calloc(sh->S, sizeof(float))) || !(sh->G = calloc(sh->S, sizeof(float))))))
-    return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_new: no memory for the shards");
+       (!(sh->P = acc__shard_alloc(sh, sh->S)) || !(sh->G = acc__shard_alloc(sh, sh->S)))))
+    return ACC_ERR_NO_MEMORY; /* set by acc__shard_alloc */
   return ACC_OK;
 }
 
@@ -155,7 +156,7 @@ static acc_result_t layout(acc_shard_t *sh) {
  * aligned, so that releasing one gives all of its pages back; untouched
  * until the first gather). */
 static acc_result_t unit_buffers(acc_shard_t *sh) {
-  if (sh->stage != 3 || !sh->model->mlp)
+  if (sh->stage != 3 || !sh->model->mlp || sh->dev) /* a device MLP has no layer hooks */
     return ACC_OK;
   const size_t pg = 4096, bytes = (sh->buf_n * sizeof(float) + pg - 1) / pg * pg;
   for (int i = 0; i < (sh->pf ? 2 : 1); i++)
@@ -206,29 +207,31 @@ static void huge_pages(float *p, size_t n) {
 
 /* Stage 3 keeps the owned elements only: copy them out of the model's
  * (equal on every rank) buffer, then release it. Stage 2 releases the
- * gradient pages it does not own. */
-static void take_shards(acc_shard_t *sh) {
+ * gradient pages it does not own. (A device model: the same copies on
+ * the device; released = zeroed, acc_shard_dev.c.) */
+static acc_result_t take_shards(acc_shard_t *sh) {
   acc_model_t *m = sh->model;
-  if (sh->stage == 3)
+  if (sh->stage == 3 && !sh->dev)
     huge_pages(m->params, m->num_params);
-  if (sh->stage >= 2)
+  if (sh->stage >= 2 && !sh->dev)
     huge_pages(m->grads, m->num_params);
   for (int i = 0; i < sh->nunits && sh->stage == 3; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
-    memcpy(sh->P + u->soff, m->params + u->off + (size_t)sh->srank * u->s, u->own * sizeof(float));
+    ACC_CHECK(acc__shard_copy(sh, sh->P + u->soff, m->params + u->off + (size_t)sh->srank * u->s,
+                              u->own));
   }
   if (sh->stage == 3) {
-    acc__shard_release(m->params, m->num_params);
-    acc__shard_release(m->grads, m->num_params);
-  } else if (sh->stage == 2) {
-    for (int i = 0; i < sh->nunits; i++) {
-      const acc__shard_unit_t *u = &sh->units[i];
-      size_t start = (size_t)sh->srank * u->s;
-      start = start < u->n ? start : u->n;
-      acc__shard_release(m->grads + u->off, start);
-      acc__shard_release(m->grads + u->off + start + u->own, u->n - start - u->own);
-    }
+    ACC_CHECK(acc__shard_drop(sh, m->params, m->num_params));
+    return acc__shard_drop(sh, m->grads, m->num_params);
   }
+  for (int i = 0; i < sh->nunits && sh->stage == 2; i++) {
+    const acc__shard_unit_t *u = &sh->units[i];
+    size_t start = (size_t)sh->srank * u->s;
+    start = start < u->n ? start : u->n;
+    ACC_CHECK(acc__shard_drop(sh, m->grads + u->off, start));
+    ACC_CHECK(acc__shard_drop(sh, m->grads + u->off + start + u->own, u->n - start - u->own));
+  }
+  return ACC_OK;
 }
 
 static void describe(acc_shard_t *sh) {
@@ -242,10 +245,11 @@ static void describe(acc_shard_t *sh) {
              sh->ngroups, sh->ngroups == 1 ? "" : "s", sh->sworld, sh->sworld == 1 ? "" : "s");
   snprintf(sh->desc, sizeof sh->desc,
            "ZeRO stage %d (%s) on %d rank%s%s, %d unit%s, %zu of %zu parameters owned; "
-           "prefetch: %s; offload: %s",
+           "prefetch: %s; offload: %s%s",
            sh->stage, names[sh->stage], sh->world, sh->world == 1 ? "" : "s", hybrid, sh->nunits,
            sh->nunits == 1 ? "" : "s", own, sh->model->num_params, sh->pf ? "next unit" : "off",
-           sh->cfg.offload ? "no-op on CPU (the state is in host memory)" : "off");
+           sh->cfg.offload ? "no-op on CPU (the state is in host memory)" : "off",
+           sh->dev ? "; on the device (NCCL), every unit gathered before the forward" : "");
 }
 
 /* The shard group: the world, or with HYBRID_SHARD this rank's node. */
@@ -269,6 +273,32 @@ static acc_result_t shard_group(acc_shard_t *sh) {
   return ACC_OK;
 }
 
+/* A device model (its parameters in device memory, NCCL's collectives):
+ * the gradients there too; HYBRID_SHARD's node groups and offload are
+ * host mechanisms, refused by name. */
+static acc_result_t check_device(acc_t *acc, const acc_model_t *model,
+                                 const acc_shard_config_t *c) {
+  const int dp = acc->device >= 0 && acc_nccl_is_device_ptr(model->params);
+  const int dg = acc->device >= 0 && acc_nccl_is_device_ptr(model->grads);
+  if (dp != dg)
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                          "acc_shard_new: the parameters are %s memory but the gradients %s "
+                          "memory: both on device %d or both on the host",
+                          dp ? "device" : "host", dg ? "device" : "host", acc->device);
+  if (!dp || c->stage == 0)
+    return ACC_OK;
+  const char *what = c->hybrid ? "HYBRID_SHARD" : c->offload ? "offload" : NULL;
+  if (what)
+    return acc__set_error(
+        acc, ACC_ERR_UNSUPPORTED,
+        "acc_shard_new: %s of a model on device %d is not implemented (%s)", what, acc->device,
+        c->hybrid ? "its node groups are the host's shared-memory collectives: use FULL_SHARD or "
+                    "SHARD_GRAD_OP"
+                  : "to host memory, fsdp_offload_params / offload_optimizer_device: cpu: turn "
+                    "it off");
+  return ACC_OK;
+}
+
 static acc_result_t check_new(acc_t *acc, acc_model_t *model, acc_shard_config_t *c) {
   if (!acc || !model || !model->params || !model->grads || !model->num_params)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: NULL accelerator/model");
@@ -277,13 +307,7 @@ static acc_result_t check_new(acc_t *acc, acc_model_t *model, acc_shard_config_t
   if (c->stage < 0 || c->stage > 3)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: stage %d not in 0..3",
                           c->stage);
-  int dev = acc->device >= 0 && acc_nccl_is_device_ptr(model->params);
-  if (dev)
-    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                          "acc_shard_new: ZeRO stage %d of a model on device %d is not "
-                          "implemented (host models only; train a device model with DDP: "
-                          "acc_backward and acc_optim_step)",
-                          c->stage, acc->device);
+  ACC_CHECK(check_device(acc, model, c));
   if (!(c->max_grad_norm >= 0))
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: max_grad_norm %g < 0",
                           c->max_grad_norm);
@@ -306,18 +330,21 @@ acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_confi
                       .rank = acc_rank(acc),
                       .world = acc_world_size(acc),
                       .grad_norm = NAN,
-                      .gathered = 1};
+                      .gathered = 1,
+                      .dev = acc->device >= 0 && acc_nccl_is_device_ptr(model->params)};
+  /* a device MLP runs its layers on the device without the unit hooks:
+   * every unit is gathered before its forward, no prefetch */
+  const int hooks = model->mlp && !sh->dev;
   if (shard_group(sh) != ACC_OK || layout(sh) != ACC_OK || make_optimizers(sh) != ACC_OK ||
-      (sh->stage == 3 && model->mlp && c.prefetch && sh->sworld > 1 &&
+      (sh->stage == 3 && hooks && c.prefetch && sh->sworld > 1 &&
        !(sh->pf = acc__shard_pf_new(sh))) ||
-      unit_buffers(sh) != ACC_OK) {
+      take_shards(sh) != ACC_OK || unit_buffers(sh) != ACC_OK) {
     acc_shard_destroy(&sh);
     return NULL;
   }
-  take_shards(sh);
   sh->gathered = sh->stage < 3;
   sh->uheld = -1;
-  if (model->mlp && sh->stage >= 2) {
+  if (hooks && sh->stage >= 2) {
     acc__mlp_set_unit_hook(model->mlp, acc__shard_mlp_hook, sh);
     sh->hooked = 1;
   }
@@ -339,10 +366,10 @@ void acc_shard_destroy(acc_shard_t **sh_p) {
   for (int i = 0; sh->units && i < sh->nunits; i++)
     acc_optim_destroy(&sh->units[i].opt);
   free(sh->units);
-  free(sh->P);
-  free(sh->G);
-  free(sh->buf);
-  free(sh->ubuf[0]);
+  acc__shard_free(sh, &sh->P);
+  acc__shard_free(sh, &sh->G);
+  acc__shard_free(sh, &sh->buf);
+  free(sh->ubuf[0]); /* host memory: the hooks' (no device model has them) */
   free(sh->ubuf[1]);
   free(sh);
 }

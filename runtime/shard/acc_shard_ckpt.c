@@ -25,6 +25,13 @@
  * nbfork_grads<rank>.bin (shard.meta, model.grads). The marks record the
  * shard group's size and the nodes, so a resume under another layout is
  * refused by name.
+ *
+ * A device model (a toolkit MLP on a GPU): the same files, written from
+ * and read into host copies — its parameters through acc_save_state's
+ * device copy (FULL), the owned slices and the gradients through
+ * acc__shard_host_copy (SHARDED), the optimizer's moments through its
+ * host buffers (acc__optim_view; uploaded at the next step after a
+ * load), the FULL moments gathered through Gloo on host staging.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,12 +158,19 @@ static acc_result_t write_shard(acc_shard_t *sh, const char *dir) {
   acc_result_t r = ACC_OK;
   if (!st[0] || (o.has_m && !st[1]) || (o.has_v && !st[2]) || !ur)
     r = acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_shard_save_state: no memory");
+  float *grads = sh->dev ? malloc(m->num_params * sizeof(float)) : m->grads;
+  if (r == ACC_OK && !grads)
+    r = acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_shard_save_state: no memory");
+  if (r == ACC_OK && grads != m->grads) /* a device model's: a host copy */
+    r = acc__shard_host_copy(sh, grads, m->grads, m->num_params, 1);
   for (size_t i = 0, at = 0; r == ACC_OK && i < nu; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
     ur[i] = (unit_rec_t){u->off, u->n, u->s, u->own};
-    for (int w = 0; w < 3; w++) {
-      const float *src = st[w] && u->own ? own_state(sh, u, w) : NULL;
-      if (src)
+    for (int w = 0; r == ACC_OK && w < 3; w++) {
+      float *src = st[w] && u->own ? own_state(sh, u, w) : NULL;
+      if (src && w == 0) /* the parameters: host or device memory */
+        r = acc__shard_host_copy(sh, st[w] + at, src, u->own, 1);
+      else if (src)
         memcpy(st[w] + at, src, u->own * sizeof(float));
     }
     at += u->own;
@@ -167,7 +181,7 @@ static acc_result_t write_shard(acc_shard_t *sh, const char *dir) {
                              {"shard.units", ur, nu * sizeof *ur},
                              {"shard.params", st[0], tot * sizeof(float)},
                              {"optim", &o, sizeof o},
-                             {"model.grads", m->grads, m->num_params * sizeof(float)},
+                             {"model.grads", grads, m->num_params * sizeof(float)},
                              {"shard.rank", &me, sizeof me}};
   int n = 6;
   if (st[1])
@@ -183,6 +197,8 @@ static acc_result_t write_shard(acc_shard_t *sh, const char *dir) {
   for (int w = 0; w < 3; w++)
     free(st[w]);
   free(ur);
+  if (grads != m->grads)
+    free(grads);
   return r;
 }
 
@@ -229,23 +245,25 @@ static acc_result_t save_sharded(acc_shard_t *sh, const char *dir) {
 
 /* ---- FULL_STATE_DICT -------------------------------------------------- */
 
-/* Unit u's moment `which` of every rank into full + u->off (rank 0 only;
- * full NULL elsewhere). Collective above stage 0. */
+/* Unit u's moment `which` (host memory, also for a device model) of
+ * every rank into full + u->off (rank 0 only; full NULL elsewhere),
+ * through the host buffer `stage` (sworld * max s_u floats). Collective
+ * above stage 0. */
 static acc_result_t gather_state(acc_shard_t *sh, const acc__shard_unit_t *u, int which,
-                                 float *full) {
+                                 float *full, float *stage) {
   const float *own = u->own ? own_state(sh, u, which) : NULL;
   if (sh->stage == 0) {
     if (full && own)
       memcpy(full + u->off, own, u->n * sizeof(float));
     return ACC_OK;
   }
-  float *mine = sh->buf + (size_t)sh->srank * u->s;
+  float *mine = stage + (size_t)sh->srank * u->s;
   memset(mine, 0, u->s * sizeof(float));
   if (own)
     memcpy(mine, own, u->own * sizeof(float));
-  ACC_CHECK(acc__shard_all_gather(sh, mine, sh->buf, u->s));
+  ACC_CHECK(acc__shard_all_gather(sh, mine, stage, u->s));
   if (full)
-    memcpy(full + u->off, sh->buf, u->n * sizeof(float));
+    memcpy(full + u->off, stage, u->n * sizeof(float));
   return ACC_OK;
 }
 
@@ -261,13 +279,21 @@ static acc_result_t gather_optim(acc_shard_t *sh, const acc__ckpt_optim_rec_t *o
                                o->eps, o->t};
     acc__optim_restore(*full, &hp);
   }
-  for (int w = 1; w <= 2; w++) {
+  /* the moments are host memory: so is their staging (sh->buf is a
+   * device model's device memory) */
+  float *stage = sh->buf; /* NULL at stage 0, which needs none */
+  if (sh->dev && !(stage = malloc((sh->buf_n ? sh->buf_n : 1) * sizeof(float))))
+    return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_save_state: no memory");
+  acc_result_t r = ACC_OK;
+  for (int w = 1; w <= 2 && r == ACC_OK; w++) {
     if ((w == 1 && !o->has_m) || (w == 2 && !o->has_v))
       continue;
-    for (int i = 0; i < sh->nunits; i++)
-      ACC_CHECK(gather_state(sh, &sh->units[i], w, sh->rank == 0 ? (w == 1 ? fv.m : fv.v) : NULL));
+    for (int i = 0; r == ACC_OK && i < sh->nunits; i++)
+      r = gather_state(sh, &sh->units[i], w, sh->rank == 0 ? (w == 1 ? fv.m : fv.v) : NULL, stage);
   }
-  return ACC_OK;
+  if (stage != sh->buf)
+    free(stage);
+  return r;
 }
 
 static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
@@ -300,9 +326,23 @@ static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
   return r;
 }
 
+/* A custom model (not acc_mlp_model) on a device: its full parameters
+ * would be saved as host bytes (PARAMS_ITEM): refused by name, before
+ * anything is written or read, as the Trainer refuses its DDP
+ * checkpoints. */
+static acc_result_t refuse_device(acc_shard_t *sh, const char *what) {
+  return acc__set_error(sh->acc, ACC_ERR_UNSUPPORTED,
+                        "%s: checkpoints of a sharded custom model (not acc_mlp_model) on "
+                        "device %d are not implemented (ZeRO stage %d): use the toolkit MLP, "
+                        "save_strategy no, or train it on the CPU (ACCELERATE_USE_CPU=1)",
+                        what, sh->acc->device, sh->stage);
+}
+
 acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type) {
   if (!sh)
     return ACC_ERR_INVALID_ARGUMENT;
+  if (sh->dev && !sh->model->mlp)
+    return refuse_device(sh, "acc_shard_save_state");
   if (type == ACC_STATE_DICT_FROM_ENV)
     ACC_CHECK(type_from_env(sh->acc, &type));
   if (type == ACC_SHARDED_STATE_DICT)
@@ -347,16 +387,16 @@ static acc_result_t read_mark(acc_shard_t *sh, const char *dir, mark_t *mk, int 
 
 /* Stage 3: the owned slices of the model's (full) buffer into P, then its
  * pages released; stages 1/2 keep the full buffer. */
-static void take_params(acc_shard_t *sh) {
+static acc_result_t take_params(acc_shard_t *sh) {
   if (sh->stage < 3)
-    return;
+    return ACC_OK;
   for (int i = 0; i < sh->nunits; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
-    memcpy(sh->P + u->soff, sh->model->params + u->off + (size_t)sh->srank * u->s,
-           u->own * sizeof(float));
+    ACC_CHECK(acc__shard_copy(sh, sh->P + u->soff,
+                              sh->model->params + u->off + (size_t)sh->srank * u->s, u->own));
   }
   sh->gathered = 1;
-  acc__shard_release_all(sh);
+  return acc__shard_release_all(sh);
 }
 
 static acc_result_t load_full(acc_shard_t *sh, const char *dir, const mark_t *mk, int found) {
@@ -391,7 +431,7 @@ static acc_result_t load_full(acc_shard_t *sh, const char *dir, const mark_t *mk
     acc__optim_restore(u->opt, &fv.hp);
   }
   if (r == ACC_OK)
-    take_params(sh);
+    r = take_params(sh);
   acc_optim_destroy(&full);
   return r;
 }
@@ -498,18 +538,22 @@ static acc_result_t apply_shard(acc_shard_t *sh, const acc__ckpt_file_t *f, cons
     for (int i = 0, at = 0; src && i < sh->nunits; i++) {
       const acc__shard_unit_t *u = &sh->units[i];
       float *dst = u->own ? own_state(sh, u, w) : NULL;
-      if (dst)
-        memcpy(dst, src + (size_t)at * sizeof(float), u->own * sizeof(float));
+      const float *from = (const float *)(const void *)(src + (size_t)at * sizeof(float));
+      if (dst && w == 0) /* the parameters: host or device memory */
+        ACC_CHECK(acc__shard_host_copy(sh, (float *)from, dst, u->own, 0));
+      else if (dst)
+        memcpy(dst, from, u->own * sizeof(float));
       at += (int)u->own;
     }
   }
   for (int i = 0; i < sh->nunits; i++)
     if (sh->units[i].opt)
       acc__optim_restore(sh->units[i].opt, &hp);
-  memcpy(sh->model->grads, g, sh->model->num_params * sizeof(float)); /* checked */
+  /* checked by check_shard / load_grads */
+  ACC_CHECK(acc__shard_host_copy(sh, (float *)g, sh->model->grads, sh->model->num_params, 0));
   if (sh->stage == 3) {
     sh->gathered = 1;
-    acc__shard_release_all(sh);
+    ACC_CHECK(acc__shard_release_all(sh));
   }
   for (int i = 0; (sh->stage == 1 || sh->stage == 2) && i < sh->nunits; i++)
     ACC_CHECK(acc__shard_gather_unit(sh, &sh->units[i]));
@@ -541,6 +585,8 @@ static acc_result_t load_sharded(acc_shard_t *sh, const char *dir, const mark_t 
 acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir) {
   if (!sh)
     return ACC_ERR_INVALID_ARGUMENT;
+  if (sh->dev && !sh->model->mlp)
+    return refuse_device(sh, "acc_shard_load_state");
   if (!dir || !*dir)
     return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_load_state: no directory");
   mark_t mk;

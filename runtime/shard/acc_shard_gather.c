@@ -3,12 +3,10 @@
  * into the model's buffer (nbf_shard.h's stages 1/2, staged through a
  * buffer when the unit is padded) or into a unit buffer with room for the
  * padding (stage 3's layer hooks): within the shard group (the world, or
- * the node with HYBRID_SHARD). Below both its callers: the step and the
- * hooks (acc_shard_run.c) and stage 3's prefetch thread
- * (acc_shard_prefetch.c).
+ * the node with HYBRID_SHARD); host or device memory (the copies are
+ * acc_shard_dev.c's). Below both its callers: the step and the hooks
+ * (acc_shard_run.c) and stage 3's prefetch thread (acc_shard_prefetch.c).
  */
-#include <string.h>
-
 #include "acc_shard_internal.h"
 
 acc_result_t acc__shard_all_gather(acc_shard_t *sh, const float *send, float *recv, size_t count) {
@@ -30,9 +28,9 @@ int acc__shard_unpadded(const acc_shard_t *sh, const acc__shard_unit_t *u) {
 acc_result_t acc__shard_gather_into(acc_shard_t *sh, const acc__shard_unit_t *u, float *dst) {
   if (acc__shard_unpadded(sh, u)) /* stages 1/2: dst holds the owned block already */
     return acc__shard_all_gather(sh, acc__shard_own_params(sh, u), dst, u->s);
-  float *mine = dst + (size_t)sh->srank * u->s;
-  memcpy(mine, acc__shard_own_params(sh, u), u->own * sizeof(float));
-  memset(mine + u->own, 0, (u->s - u->own) * sizeof(float)); /* the padding */
+  float *mine = dst + (size_t)sh->srank * u->s; /* host or device (acc_shard_dev.c) */
+  ACC_CHECK(acc__shard_copy(sh, mine, acc__shard_own_params(sh, u), u->own));
+  ACC_CHECK(acc__shard_zero(sh, mine + u->own, u->s - u->own)); /* the padding */
   return acc__shard_all_gather(sh, mine, dst, u->s);
 }
 
@@ -41,6 +39,5 @@ acc_result_t acc__shard_gather_unit(acc_shard_t *sh, const acc__shard_unit_t *u)
   if (acc__shard_unpadded(sh, u))
     return acc__shard_gather_into(sh, u, dst);
   ACC_CHECK(acc__shard_gather_into(sh, u, sh->buf)); /* the padding does not fit in place */
-  memcpy(dst, sh->buf, u->n * sizeof(float));
-  return ACC_OK;
+  return acc__shard_copy(sh, dst, sh->buf, u->n);
 }

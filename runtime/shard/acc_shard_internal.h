@@ -44,6 +44,7 @@ struct acc_shard {
    * the one in use, holding the parameters of unit uheld (-1: none) */
   float *ubuf[2];
   int ucur, uheld;
+  int dev;      /* the model's buffers are device memory (acc_shard_dev.c) */
   int hooked;   /* the toolkit MLP's layer hooks are installed */
   int reduced;  /* this backward's hooks reduced every unit */
   int gathered; /* stage 3: every unit is in the model's buffer */
@@ -86,6 +87,25 @@ float *acc__shard_own_params(acc_shard_t *sh, const acc__shard_unit_t *u);
 float *acc__shard_own_grads(acc_shard_t *sh, const acc__shard_unit_t *u);
 /* Zero n floats at p and give their whole pages back to the OS. */
 void acc__shard_release(float *p, size_t n);
+/* Host or device memory (acc_shard_dev.c; sh->dev): n floats copied,
+ * zeroed, released (host: pages given back; device: zeroed), allocated
+ * zeroed (NULL with the error set), freed; the device calls are
+ * asynchronous on the accelerator's stream. The errors are set in acc. */
+acc_result_t acc__shard_copy(acc_shard_t *sh, float *dst, const float *src, size_t n);
+acc_result_t acc__shard_zero(acc_shard_t *sh, float *p, size_t n);
+acc_result_t acc__shard_drop(acc_shard_t *sh, float *p, size_t n);
+float *acc__shard_alloc(acc_shard_t *sh, size_t n);
+void acc__shard_free(acc_shard_t *sh, float **p);
+/* Checkpoints: n floats between a host buffer and `buf` (the model's or
+ * the shards'; to_host 1: buf -> host). On a device: synchronous, after
+ * the device's pending work (acc_optim_cuda_copy). */
+acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size_t n, int to_host);
+/* The step's pieces over the owned gradients: unscale by inv (1 when an
+ * element was inf/NaN, 0 when none, -1 on a device error); the f64 sum
+ * of squares; g *= coef. */
+int acc__shard_unscale(acc_shard_t *sh, float inv);
+acc_result_t acc__shard_owned_sumsq(acc_shard_t *sh, double *ss);
+acc_result_t acc__shard_owned_scale(acc_shard_t *sh, float coef);
 /* Record the current model-state bytes into the peak. */
 void acc__shard_sample(acc_shard_t *sh);
 /* All-gather unit u into the model's parameter buffer (staging through
@@ -117,8 +137,9 @@ void acc__shard_pf_start(acc__shard_prefetch_t *pf, int u, float *dst);
 acc_result_t acc__shard_pf_wait(acc__shard_prefetch_t *pf, int *unit_out, int take);
 int acc__shard_pf_job(acc__shard_prefetch_t *pf);
 /* Stage 3: drop a prefetched unit, give the unit buffers' pages back,
- * and release every unit's parameter pages when all were gathered. */
-void acc__shard_release_all(acc_shard_t *sh);
+ * and release every unit's parameter pages when all were gathered (a
+ * device model's zeroed; the error of a device call). */
+acc_result_t acc__shard_release_all(acc_shard_t *sh);
 /* The layer hook of a toolkit MLP (acc__mlp_unit_hook_fn). */
 int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t n);
 

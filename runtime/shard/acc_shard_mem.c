@@ -1,10 +1,11 @@
 /*
  * acc_shard_mem.c — where a unit's owned elements lie, giving pages back
  * to the OS, and the model-state memory: measured (resident pages, its
- * peak) and estimated (acc_shard_estimate_bytes, the ZeRO paper's
- * formula). The lowest file of the sharding: acc_shard.c (set-up),
- * acc_shard_run.c (gathers, reductions, step) and acc_shard_ckpt.c use
- * it; it calls none of them.
+ * peak; a device model's device bytes) and estimated
+ * (acc_shard_estimate_bytes, the ZeRO paper's formula). The lowest file
+ * of the sharding: acc_shard.c (set-up), acc_shard_dev.c (host or device
+ * memory), acc_shard_run.c (gathers, reductions, step) and
+ * acc_shard_ckpt.c use it; it calls none of them.
  */
 #define _DEFAULT_SOURCE /* madvise, mincore */
 #include <math.h>
@@ -71,8 +72,10 @@ static size_t resident(const void *p, size_t bytes) {
 static size_t current_bytes(const acc_shard_t *sh) {
   const acc_model_t *m = sh->model;
   size_t nb = m->num_params * sizeof(float);
-  size_t b = resident(m->params, nb) + resident(m->grads, nb);
-  if (m->mlp)
+  /* a device model's buffers are allocated whole on the device: no
+   * pages come and go there (mincore would not see them either) */
+  size_t b = sh->dev ? 2 * nb : resident(m->params, nb) + resident(m->grads, nb);
+  if (m->mlp && !sh->dev)
     b += resident(acc__mlp_host_buffer(m->mlp, 2), nb);
   b += 2 * sh->S * sizeof(float) * (sh->P != NULL);
   /* stage 3's unit buffers: a unit's gathered parameters or its full

@@ -6,10 +6,11 @@
  * gradient (stages 2/3), the toolkit MLP's layer hooks that do both
  * during forward and backward, and the step (unscale with one inf/NaN
  * decision for all ranks, clipping by the global norm over the shards,
- * the owned update).
+ * the owned update). A unit's copies, zeroing and releases and the
+ * step's arithmetic on the owned gradients are acc_shard_dev.c's, on host
+ * or device memory.
  */
 #include <math.h>
-#include <string.h>
 
 #include "acc_shard_internal.h"
 
@@ -19,8 +20,8 @@
 static acc_result_t reduce_unit_hybrid(acc_shard_t *sh, const acc__shard_unit_t *u, float *g,
                                        size_t start) {
   ACC_CHECK(acc_all_reduce(sh->acc, g, u->n, ACC_F32, ACC_AVG));
-  memmove(acc__shard_own_grads(sh, u), g + (start < u->n ? start : u->n), u->own * sizeof(float));
-  return ACC_OK;
+  return acc__shard_copy(sh, acc__shard_own_grads(sh, u), g + (start < u->n ? start : u->n),
+                         u->own);
 }
 
 /* Reduce-scatter (AVG) unit u's gradient at g (the model's buffer, or at
@@ -38,36 +39,33 @@ static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u, flo
     float *own = acc__shard_own_grads(sh, u), *out = sh->stage == 3 ? own : sh->buf;
     ACC_CHECK(acc_reduce_scatter(sh->acc, g, out, u->s, ACC_F32, ACC_AVG));
     if (out != own)
-      memcpy(own, out, u->own * sizeof(float));
+      ACC_CHECK(acc__shard_copy(sh, own, out, u->own));
   } else {
     float *b = ub ? g : sh->buf; /* the padded unit: staged unless g has room */
     if (b != g)
-      memcpy(b, g, u->n * sizeof(float));
-    memset(b + u->n, 0, (N * u->s - u->n) * sizeof(float));
+      ACC_CHECK(acc__shard_copy(sh, b, g, u->n));
+    ACC_CHECK(acc__shard_zero(sh, b + u->n, N * u->s - u->n));
     /* in place: the result lands on this rank's block of the input */
     ACC_CHECK(acc_reduce_scatter(sh->acc, b, b + start, u->s, ACC_F32, ACC_AVG));
-    memcpy(acc__shard_own_grads(sh, u), b + start, u->own * sizeof(float));
+    ACC_CHECK(acc__shard_copy(sh, acc__shard_own_grads(sh, u), b + start, u->own));
   }
-  if (ub) {
+  if (ub)
     return ACC_OK;
-  } else if (sh->stage == 3) {
-    acc__shard_release(g, u->n);
-  } else {
-    size_t s0 = start < u->n ? start : u->n;
-    acc__shard_release(g, s0);
-    acc__shard_release(g + s0 + u->own, u->n - s0 - u->own);
-  }
-  return ACC_OK;
+  if (sh->stage == 3)
+    return acc__shard_drop(sh, g, u->n);
+  size_t s0 = start < u->n ? start : u->n;
+  ACC_CHECK(acc__shard_drop(sh, g, s0));
+  return acc__shard_drop(sh, g + s0 + u->own, u->n - s0 - u->own);
 }
 
-/* Stage 3: give back unit u's pages in the model's parameter buffer and
- * its half shadow (mixed precision). */
-static void release_params(acc_shard_t *sh, const acc__shard_unit_t *u, int model_buffer) {
-  if (model_buffer)
-    acc__shard_release(sh->model->params + u->off, u->n);
-  float *wh = sh->model->mlp ? acc__mlp_host_buffer(sh->model->mlp, 2) : NULL;
+/* Stage 3: give back unit u's pages in the model's parameter buffer (a
+ * device model's zeroed) and its half shadow (mixed precision; a device
+ * model has none). */
+static acc_result_t release_params(acc_shard_t *sh, const acc__shard_unit_t *u, int model_buffer) {
+  float *wh = sh->model->mlp && !sh->dev ? acc__mlp_host_buffer(sh->model->mlp, 2) : NULL;
   if (wh)
     acc__shard_release(wh + u->off, u->n);
+  return model_buffer ? acc__shard_drop(sh, sh->model->params + u->off, u->n) : ACC_OK;
 }
 
 /* The gradients are reduced in the backward hooks only when this
@@ -101,7 +99,7 @@ static acc_result_t gather_for(acc_shard_t *sh, int layer, int next) {
  * hooks reduce it, else into the model's buffer (accumulation). */
 static void weights_done(acc_shard_t *sh, int layer, int in_unit_buffer) {
   const acc__shard_unit_t *u = &sh->units[layer];
-  release_params(sh, u, 0);
+  (void)release_params(sh, u, 0); /* host pages only: cannot fail */
   float *g = NULL;
   if (in_unit_buffer) {
     g = sh->ubuf[sh->ucur];
@@ -140,7 +138,7 @@ int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t 
     r = gather_for(sh, layer, pf & ACC_SHARD_PREFETCH_BACKWARD ? layer - 1 : -1);
   acc__shard_sample(sh); /* the layer is in memory now */
   if (phase == ACC__UNIT_FWD_END && gather)
-    release_params(sh, &sh->units[layer], 0);
+    (void)release_params(sh, &sh->units[layer], 0); /* host pages only: cannot fail */
   if (phase == ACC__UNIT_BWD_WEIGHTS_DONE && gather)
     weights_done(sh, layer, reduce_in_hooks(sh));
   if (phase == ACC__UNIT_BWD_END)
@@ -172,14 +170,15 @@ static void release_unit_buffers(acc_shard_t *sh) {
 /* Stage 3 after a step (a prefetched unit is stale: dropped), a load or
  * a backward without layer hooks: the unit buffers, and every unit's
  * parameter pages when all were gathered. */
-void acc__shard_release_all(acc_shard_t *sh) {
+acc_result_t acc__shard_release_all(acc_shard_t *sh) {
   (void)acc__shard_pf_wait(sh->pf, NULL, 1);
   release_unit_buffers(sh);
   if (sh->stage < 3 || !sh->gathered)
-    return;
-  for (int i = 0; i < sh->nunits; i++)
-    release_params(sh, &sh->units[i], 1);
+    return ACC_OK;
   sh->gathered = 0;
+  for (int i = 0; i < sh->nunits; i++)
+    ACC_CHECK(release_params(sh, &sh->units[i], 1));
+  return ACC_OK;
 }
 
 float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *labels, int batch,
@@ -224,10 +223,12 @@ acc_result_t acc__shard_reduce(acc_shard_t *sh) {
     for (int i = 0; r == ACC_OK && acc->sync_gradients && i < sh->nunits; i++)
       r = reduce_unit(sh, &sh->units[i], m->grads + sh->units[i].off, 0);
   }
-  if (!sh->hooked)
-    acc__shard_release_all(sh);
-  else if (sh->stage == 3)
+  if (!sh->hooked) {
+    acc_result_t rr = acc__shard_release_all(sh);
+    r = r == ACC_OK ? rr : r;
+  } else if (sh->stage == 3) {
     release_unit_buffers(sh);
+  }
   acc__shard_sample(sh);
   return r;
 }
@@ -239,10 +240,10 @@ static int unscale_all(acc_shard_t *sh, acc_result_t *r) {
   if (acc->precision != ACC_PRECISION_FP16)
     return 1;
   const float inv = (float)(1.0 / (double)acc->scale);
-  int32_t bad = 0;
-  for (int i = 0; i < sh->nunits; i++) {
-    const acc__shard_unit_t *u = &sh->units[i];
-    bad |= acc__unscale_host(acc__shard_own_grads(sh, u), u->own, inv);
+  int32_t bad = acc__shard_unscale(sh, inv);
+  if (bad < 0) { /* a device error, not an overflow */
+    *r = ACC_ERR_BACKEND;
+    return 0;
   }
   if (sh->stage > 0) /* below, every rank holds the same gradients */
     *r = acc_all_reduce(acc, &bad, 1, ACC_I32, ACC_MAX);
@@ -254,10 +255,7 @@ static int unscale_all(acc_shard_t *sh, acc_result_t *r) {
  * ranks; the gradients scaled by max_norm / (norm + 1e-6) when below 1. */
 static acc_result_t clip(acc_shard_t *sh) {
   double ss = 0.0;
-  for (int i = 0; i < sh->nunits; i++) {
-    const acc__shard_unit_t *u = &sh->units[i];
-    ss += acc__sumsq(acc__shard_own_grads(sh, u), u->own);
-  }
+  ACC_CHECK(acc__shard_owned_sumsq(sh, &ss));
   if (sh->stage > 0)
     ACC_CHECK(acc_all_reduce(sh->acc, &ss, 1, ACC_F64, ACC_SUM));
   ss /= sh->ngroups; /* HYBRID_SHARD: every node holds all the shards */
@@ -266,27 +264,24 @@ static acc_result_t clip(acc_shard_t *sh) {
   double max_norm = sh->cfg.max_grad_norm;
   if (max_norm > 0 && isfinite(norm)) {
     float coef = (float)(max_norm / ((double)norm + 1e-6));
-    for (int i = 0; coef < 1.0f && i < sh->nunits; i++) {
-      const acc__shard_unit_t *u = &sh->units[i];
-      float *g = acc__shard_own_grads(sh, u);
-      for (size_t j = 0; j < u->own; j++)
-        g[j] *= coef;
-    }
+    if (coef < 1.0f)
+      return acc__shard_owned_scale(sh, coef);
   }
   return ACC_OK;
 }
 
 /* Zero what holds gradients after the step: the model's whole buffer
  * below stage 2, the owned elements above (the rest was released). */
-static void zero_grads(acc_shard_t *sh) {
-  if (sh->stage < 2) {
-    memset(sh->model->grads, 0, sh->model->num_params * sizeof(float));
-    return;
-  }
+static acc_result_t zero_grads(acc_shard_t *sh) {
+  if (sh->stage < 2)
+    return acc__shard_zero(sh, sh->model->grads, sh->model->num_params);
+  if (sh->stage == 3 && sh->dev) /* one memset: the padding is zeros too */
+    return acc__shard_zero(sh, sh->G, sh->S);
   for (int i = 0; i < sh->nunits; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
-    memset(acc__shard_own_grads(sh, u), 0, u->own * sizeof(float));
+    ACC_CHECK(acc__shard_zero(sh, acc__shard_own_grads(sh, u), u->own));
   }
+  return ACC_OK;
 }
 
 int acc_shard_step(acc_shard_t *sh) {
@@ -305,17 +300,16 @@ int acc_shard_step(acc_shard_t *sh) {
     acc_update_loss_scale(acc, !finite);
   else
     acc->found_inf = 0;
-  if (!finite) {
-    zero_grads(sh);
-    return 0;
-  }
+  if (!finite)
+    return zero_grads(sh) == ACC_OK ? 0 : -1;
   if (clip(sh) != ACC_OK)
     return -1;
   for (int i = 0; i < sh->nunits; i++)
     if (sh->units[i].opt && acc__optim_step_raw(acc, sh->units[i].opt) < 0)
       return -1;
-  zero_grads(sh);
-  acc__shard_release_all(sh); /* stage 3: the gathered parameters are stale now */
+  /* stage 3: the gathered parameters are stale now */
+  if (zero_grads(sh) != ACC_OK || acc__shard_release_all(sh) != ACC_OK)
+    return -1;
   for (int i = 0; sh->stage == 1 || sh->stage == 2 ? i < sh->nunits : 0; i++)
     if (acc__shard_gather_unit(sh, &sh->units[i]) != ACC_OK)
       return -1;

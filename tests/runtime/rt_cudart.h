@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,6 +94,17 @@ static inline int rt_gpu_ranks(int world) {
   if (world > ngpu)
     setenv("NBFORK_SHARE_GPU", "1", 1);
   return ngpu;
+}
+
+/* Ranks sharing one GPU: the first visible one only (CUDA_VISIBLE_DEVICES
+ * cut to its first entry), NBFORK_SHARE_GPU set. */
+static inline void rt_first_gpu_only(void) {
+  setenv("NBFORK_SHARE_GPU", "1", 1);
+  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+  char first[64] = "0";
+  if (vis && *vis)
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(vis, ","), vis);
+  setenv("CUDA_VISIBLE_DEVICES", first, 1);
 }
 
 #endif /* RT_CUDART_H */

@@ -46,6 +46,31 @@ static inline size_t rt_read_file(const char *path, void *buf, size_t cap) {
   return n;
 }
 
+/* A rank's run for its parent to compare (the multi-rank GPU tests): a
+ * header of hb bytes, then n floats, written to `path`; read back into
+ * *head with the floats in a malloc'ed buffer. Fail the test on error. */
+static inline void rt_write_run(const char *path, const void *head, size_t hb, const float *p,
+                                size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f)
+    NBF_TEST_FAIL("cannot write %s", path);
+  ASSERT_EQ(fwrite(head, hb, 1, f), 1);
+  ASSERT_EQ(fwrite(p, sizeof(float), n, f), n);
+  ASSERT_EQ(fclose(f), 0);
+}
+
+static inline float *rt_read_run(const char *path, void *head, size_t hb, size_t n) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    NBF_TEST_FAIL("cannot read %s", path);
+  float *p = malloc(n * sizeof(float));
+  ASSERT_NOT_NULL(p);
+  ASSERT_EQ(fread(head, hb, 1, f), 1);
+  ASSERT_EQ(fread(p, sizeof(float), n, f), n);
+  fclose(f);
+  return p;
+}
+
 /* acc_new with ACC_CONFIG_INIT's settings but mixed_precision
  * `precision` ("no", "fp16", "bf16") and gradient_accumulation_steps
  * `accum`; NULL when acc_new fails (the caller asserts, or first sets an

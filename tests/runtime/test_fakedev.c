@@ -25,6 +25,15 @@
  * the stream it creates): two forked ranks on the fake device with the
  * real rendezvous store on 127.0.0.1 check what a failed set-up publishes.
  *
+ * The sharding cases (g_rw = 2) make the device memory itself
+ * inaccessible again while the runtime allocates, copies and launches:
+ * cudaMalloc hands out a PROT_NONE region, copies and memsets touching it
+ * are counted and do nothing to it (a copy back writes zeros to the host
+ * buffer), and NCCL's set-up succeeds (g_nccl_ok) with collectives that
+ * are counted and do nothing. A sharded device MLP then trains for real
+ * on the host side (two forked ranks, Gloo for the host scalars) and any
+ * host access of its device memory is a SIGSEGV.
+ *
  * Built only with CUDA (NBFORK_WITH_CUDA); runs with or without a GPU.
  */
 #define _GNU_SOURCE
@@ -75,6 +84,13 @@ static int in_rw(const void *p) {
   return g_rw_dev && (const char *)p >= g_rw_dev && (const char *)p < g_rw_dev + g_rw_bytes;
 }
 
+/* g_rw == 2: cudaMalloc's region has no host access (the sharding cases);
+ * what was asked of it is counted. */
+static int g_memsets, g_d2d, g_h2d;
+static int in_na(const void *p) {
+  return g_rw == 2 && in_rw(p);
+}
+
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *ptr) {
   memset(a, 0, sizeof *a);
   const char *p = ptr;
@@ -89,7 +105,8 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
   if (!g_rw)
     return cudaErrorMemoryAllocation;
   if (!g_rw_dev) {
-    g_rw_dev = mmap(NULL, g_rw_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    g_rw_dev = mmap(NULL, g_rw_bytes, g_rw == 2 ? PROT_NONE : PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_TRUE(g_rw_dev != MAP_FAILED);
   }
   bytes = (bytes + 255) & ~(size_t)255;
@@ -121,7 +138,9 @@ cudaError_t cudaFreeHost(void *p) {
 cudaError_t cudaMemset(void *p, int v, size_t n) {
   if (!in_rw(p))
     return cudaErrorInvalidValue;
-  memset(p, v, n);
+  g_memsets++;
+  if (!in_na(p))
+    memset(p, v, n);
   return cudaSuccess;
 }
 
@@ -144,7 +163,14 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     return cudaErrorIllegalAddress;
   }
   g_d2h += k == cudaMemcpyDeviceToHost;
-  memcpy(dst, src, n);
+  g_d2d += k == cudaMemcpyDeviceToDevice;
+  g_h2d += k == cudaMemcpyHostToDevice;
+  if (in_na(dst) && in_na(src)) /* within the inaccessible device */
+    return cudaSuccess;
+  if (in_na(src) && !in_rw(dst)) /* back to the host: zeros */
+    memset(dst, 0, n);
+  else if (!in_na(dst))
+    memcpy(dst, src, n);
   return cudaSuccess;
 }
 
@@ -295,13 +321,70 @@ cudaError_t cudaStreamDestroy(cudaStream_t st) {
   return cudaSuccess;
 }
 
+/* g_nccl_ok: the set-up succeeds and the collectives (counted) do
+ * nothing to device memory, except alone (one rank) on the readable
+ * device (g_rw 1), where they are what NCCL does there: the copy of send
+ * into recv (f32 only, which is all the sharding sends). */
+static int g_nccl_ok, g_nccl_ag, g_nccl_rs, g_nccl_ar, g_nccl_world;
+static int g_comm;
+
+static void nccl_alone(const void *s, void *r, size_t n) {
+  if (g_rw == 1 && g_nccl_world == 1 && s != r)
+    memmove(r, s, n * sizeof(float));
+}
+
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                     ncclConfig_t *cfg) {
   (void)nranks, (void)rank, (void)cfg;
   g_inits++;
   g_init_id = id;
-  *comm = NULL;
-  return ncclRemoteError;
+  g_nccl_world = nranks;
+  *comm = g_nccl_ok ? (ncclComm_t)(void *)&g_comm : NULL;
+  return g_nccl_ok ? ncclSuccess : ncclRemoteError;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *st) {
+  (void)comm;
+  *st = ncclSuccess;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c,
+                           cudaStream_t st) {
+  (void)t, (void)c, (void)st;
+  return g_nccl_ag++, nccl_alone(s, r, n), ncclSuccess;
+}
+
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t c, cudaStream_t st) {
+  (void)t, (void)op, (void)c, (void)st;
+  return g_nccl_rs++, nccl_alone(s, r, n), ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                           ncclComm_t c, cudaStream_t st) {
+  (void)t, (void)op, (void)c, (void)st;
+  return g_nccl_ar++, nccl_alone(s, r, n), ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  (void)comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  (void)comm;
+  return ncclSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t st) {
+  (void)st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t e, unsigned flags) {
+  (void)st, (void)e, (void)flags;
+  return cudaSuccess;
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
@@ -309,17 +392,22 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-/* An accelerator on the fake device 0. */
-static acc_t *fake_acc(const char *precision) {
+/* An accelerator on the fake device 0 (gradient_accumulation_steps
+ * accum). */
+static acc_t *fake_acc_accum(const char *precision, int accum) {
   if (!g_dev) {
     g_dev = mmap(NULL, g_dev_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_TRUE(g_dev != MAP_FAILED);
   }
   unsetenv("ACCELERATE_USE_CPU");
-  acc_t *acc = rt_acc_new(precision, 1);
+  acc_t *acc = rt_acc_new(precision, accum);
   ASSERT_NOT_NULL(acc);
   ASSERT_EQ(acc_device(acc), 0);
   return acc;
+}
+
+static acc_t *fake_acc(const char *precision) {
+  return fake_acc_accum(precision, 1);
 }
 
 static float dev_params_loss(void *self, const float *x, const int64_t *y, int b, int training) {
@@ -392,30 +480,6 @@ NBF_TEST(trainer_refuses_checkpoints_of_custom_device_model) {
   ASSERT_TRUE(tr == NULL);
   ASSERT_TRUE(strstr(acc_last_error(acc), "device memory is not supported") != NULL ||
               strstr(acc_last_error(acc), "device memory are not supported") != NULL);
-  acc_destroy(&acc);
-}
-
-/* Sharding (issue 23) runs on host buffers only for now: a device model
- * is refused by acc_shard_new at every stage, and by the Trainer with
- * --fsdp, before any host access of its buffers (which would fault
- * here) and naming the device. */
-NBF_TEST(shard_refuses_device_model) {
-  acc_t *acc = fake_acc("no");
-  acc_model_t m = device_model();
-  for (int stage = 0; stage <= 3; stage++) {
-    acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
-    cfg.stage = stage;
-    ASSERT_TRUE(acc_shard_new(acc, &m, &cfg) == NULL);
-    ASSERT_TRUE(strstr(acc_last_error(acc), "on device 0 is not implemented") != NULL);
-  }
-  acc_training_args_t args;
-  acc_training_args_init(&args);
-  ASSERT_EQ(acc_training_args_set(&args, "save_strategy", "no"), ACC_OK);
-  ASSERT_EQ(acc_training_args_set(&args, "fsdp", "full_shard"), ACC_OK);
-  acc_dataset_t ds = dataset();
-  acc_trainer_t *tr = acc_trainer_new(acc, &args, &m, &ds, NULL);
-  ASSERT_TRUE(tr == NULL);
-  ASSERT_TRUE(strstr(acc_last_error(acc), "on device 0 is not implemented") != NULL);
   acc_destroy(&acc);
 }
 
@@ -714,6 +778,329 @@ NBF_TEST(nccl_init_retry_publishes_no_second_id) {
   setenv("NBFORK_TEST_GPU", "1", 1);  /* rt_spawn: not forced on the CPU */
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 60, .timeout_s = "20"};
   ASSERT_EQ(rt_spawn(&o, nccl_retry_rank, NULL, NULL), 0);
+}
+
+/* ---- sharding of a device model (issue 23: "Gloo on CPU, NCCL on GPU") */
+
+/* The MLP of the sharding cases: layer 0 has 15·8 + 15 = 135 elements
+ * (padded to 2·68 on two ranks: the staged gather and reduction), layer
+ * 1 has 3·15 + 3 = 48 (unpadded: in place). */
+static const int SH_SIZES[3] = {8, 15, 3};
+enum { SH_BATCH = 4, SH_STEPS = 3 };
+
+/* The sharding cases' MLP on the fake device and its acc_model_t. */
+static acc_mlp_t *shard_mlp(acc_t *acc, acc_model_t *model) {
+  acc_mlp_t *m = acc_mlp_new(acc, SH_SIZES, 2, SH_BATCH);
+  if (!m)
+    NBF_TEST_FAIL("acc_mlp_new: %s", acc_last_error(acc));
+  ASSERT_TRUE(in_rw(acc_mlp_params(m)) && in_rw(acc_mlp_grads(m)));
+  ASSERT_OK(acc, acc_mlp_model(m, model));
+  return m;
+}
+
+typedef struct {
+  int stage; /* 1..3, or -2: FSDP_SHARDING_STRATEGY=SHARD_GRAD_OP from the environment */
+  int accum; /* gradient_accumulation_steps */
+  const char *precision;
+  double max_norm; /* clipping (0: off) */
+} shard_case_t;
+
+/* What one optimizer step (accum micro-steps and acc_shard_step) asked
+ * of the fake device and of NCCL. */
+typedef struct {
+  int ag, rs, ar, syncs, d2h, launches, stepped;
+} shard_counts_t;
+
+static shard_counts_t shard_counts(void) {
+  return (shard_counts_t){g_nccl_ag, g_nccl_rs, g_nccl_ar, g_syncs, g_d2h, g_launches, 0};
+}
+
+static shard_counts_t shard_delta(shard_counts_t a, shard_counts_t b) {
+  return (shard_counts_t){b.ag - a.ag,
+                          b.rs - a.rs,
+                          b.ar - a.ar,
+                          b.syncs - a.syncs,
+                          b.d2h - a.d2h,
+                          b.launches - a.launches,
+                          0};
+}
+
+/* One optimizer step of the sharded device MLP: its counts. */
+static shard_counts_t shard_step(acc_t *acc, acc_shard_t *sh, int accum) {
+  float x[SH_BATCH * 8] = {0};
+  int64_t y[SH_BATCH] = {0, 1, 2, 0};
+  shard_counts_t c0 = shard_counts();
+  int stepped = 0;
+  for (int k = 0; k < accum; k++) {
+    acc_accumulate_begin(acc, 0);
+    ASSERT_TRUE(!isnan(acc_shard_forward_loss(sh, x, y, SH_BATCH, 1)));
+    ASSERT_OK(acc, acc_shard_backward(sh));
+    acc_accumulate_end(acc);
+    ASSERT_EQ(acc_sync_gradients(acc), k == accum - 1);
+    stepped = acc_shard_step(sh);
+  }
+  if (stepped < 0)
+    NBF_TEST_FAIL("acc_shard_step: %s", acc_last_error(acc));
+  shard_counts_t d = shard_delta(c0, shard_counts());
+  d.stepped = stepped;
+  return d;
+}
+
+static int shard_rank(int rank, int world, void *arg) {
+  const shard_case_t *c = arg;
+  g_rw = 2, g_cublas_ok = 1, g_nccl_ok = 1;
+  if (c->stage == -2) {
+    setenv("ACCELERATE_USE_FSDP", "true", 1);
+    setenv("FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP", 1);
+  }
+  acc_t *acc = fake_acc_accum(c->precision, c->accum);
+  acc_model_t model;
+  acc_mlp_t *m = shard_mlp(acc, &model);
+  ASSERT_TRUE(in_na(acc_mlp_params(m)) && in_na(acc_mlp_grads(m)));
+  /* what the model's own forward waits for and reads back (the logits) */
+  float x[SH_BATCH * 8] = {0};
+  shard_counts_t f0 = shard_counts();
+  ASSERT_NOT_NULL(acc_mlp_forward(m, x, SH_BATCH));
+  const shard_counts_t fwd = shard_delta(f0, shard_counts());
+  acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+  cfg.stage = c->stage == -2 ? ACC_SHARD_FROM_ENV : c->stage;
+  cfg.max_grad_norm = c->max_norm;
+  acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
+  if (!sh)
+    NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
+  const int stage = acc_shard_stage(sh);
+  if (rank == 0)
+    printf("%s\n", acc_shard_describe(sh));
+  ASSERT_TRUE(strstr(acc_shard_describe(sh), "on the device (NCCL)") != NULL);
+  ASSERT_TRUE(strstr(acc_shard_describe(sh), "prefetch: off") != NULL);
+  const size_t np = acc_mlp_num_params(m);                             /* 183 */
+  ASSERT_TRUE(acc_shard_state_bytes(sh, 0) >= 2 * np * sizeof(float)); /* device bytes */
+  shard_counts_t d = {0};
+  for (int step = 0; step < SH_STEPS; step++)
+    d = shard_step(acc, sh, c->accum);
+  if (rank == 0)
+    printf("stage %d, accum %d, %s, max_norm %g: one step: %d all-gathers, %d reduce-scatters, "
+           "%d all-reduces (NCCL), %d synchronizations, %d copies back, %d kernels\n",
+           stage, c->accum, c->precision, c->max_norm, d.ag, d.rs, d.ar, d.syncs, d.d2h,
+           d.launches);
+  ASSERT_EQ(d.stepped, 1); /* zeros are finite: the fp16 step is taken */
+  /* the collectives of each stage, per optimizer step, on the device */
+  const int units = 2;
+  ASSERT_EQ(d.ar, stage == 1 ? 1 : 0);                    /* stage 1: DDP's all-reduce */
+  ASSERT_EQ(d.rs, stage >= 2 ? units : 0);                /* stages 2, 3: per unit, once */
+  ASSERT_EQ(d.ag, stage == 3 ? units * c->accum : units); /* stage 3: before each forward */
+  /* read back per step: what each forward of the model reads (its
+   * logits), the unscale's inf flag (fp16), the norm's sum of squares
+   * (always: acc_shard_grad_norm; clipping scales on the device);
+   * nothing else waits for the device */
+  const int fp16 = !strcmp(c->precision, "fp16");
+  ASSERT_EQ(d.d2h, c->accum * fwd.d2h + fp16 + 1);
+  ASSERT_EQ(d.syncs, c->accum * fwd.syncs + fp16 + 1);
+  ASSERT_TRUE(d.launches > 0);
+  ASSERT_TRUE(acc_shard_grad_norm(sh) == 0.0); /* the fake's sums of squares are zeros */
+  (void)world;
+  ASSERT_OK(acc, acc_shard_gather_params(sh));
+  acc_shard_destroy(&sh);
+  acc_model_release(&model);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+  return 0;
+}
+
+static void run_shard_case(shard_case_t c) {
+  setenv("NBFORK_SHARE_GPU", "1", 1); /* two ranks, one (fake) device */
+  setenv("NBFORK_TEST_GPU", "1", 1);  /* rt_spawn: not forced on the CPU */
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 90, .timeout_s = "30"};
+  ASSERT_EQ(rt_spawn(&o, shard_rank, &c, NULL), 0);
+}
+
+/* Each stage of a device MLP on two ranks: the device memory is never
+ * touched by the host (it faults here), every collective goes to NCCL
+ * (the number each stage needs), and a step reads back only the values
+ * it must. */
+NBF_TEST(shard_stage1_device) {
+  run_shard_case((shard_case_t){1, 1, "no", 0});
+}
+
+NBF_TEST(shard_stage2_device) {
+  run_shard_case((shard_case_t){2, 1, "no", 0});
+}
+
+NBF_TEST(shard_stage3_device) {
+  run_shard_case((shard_case_t){3, 1, "no", 0});
+}
+
+NBF_TEST(shard_grad_op_device) {
+  run_shard_case((shard_case_t){-2, 1, "no", 0});
+}
+
+/* Gradient accumulation, clipping by the global norm, fp16's unscale
+ * and bf16 at each sharded stage. */
+NBF_TEST(shard_accumulation_clipping_fp16_device) {
+  for (int stage = 1; stage <= 3; stage++) {
+    run_shard_case((shard_case_t){stage, 2, "no", 0});
+    run_shard_case((shard_case_t){stage, 1, "no", 1.0});
+    run_shard_case((shard_case_t){stage, 1, "fp16", 1.0});
+    run_shard_case((shard_case_t){stage, 2, "bf16", 0});
+  }
+}
+
+/* What a device model cannot have yet is refused by name, before any
+ * host access: HYBRID_SHARD, offload, a custom model's checkpoints;
+ * parameters and gradients on different sides. */
+NBF_TEST(shard_device_refusals) {
+  g_rw = 2, g_cublas_ok = 1;
+  acc_t *acc = fake_acc("no");
+  acc_model_t model;
+  acc_mlp_t *m = shard_mlp(acc, &model);
+  acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+  cfg.stage = 3;
+  cfg.hybrid = 1;
+  ASSERT_TRUE(acc_shard_new(acc, &model, &cfg) == NULL);
+  ASSERT_TRUE(strstr(acc_last_error(acc), "HYBRID_SHARD of a model on device 0") != NULL);
+  cfg.hybrid = 0, cfg.offload = 1;
+  ASSERT_TRUE(acc_shard_new(acc, &model, &cfg) == NULL);
+  ASSERT_TRUE(strstr(acc_last_error(acc), "offload of a model on device 0") != NULL);
+  acc_model_t mixed = model;
+  static float host_grads[256];
+  mixed.grads = host_grads;
+  cfg.offload = 0;
+  ASSERT_TRUE(acc_shard_new(acc, &mixed, &cfg) == NULL);
+  ASSERT_TRUE(strstr(acc_last_error(acc), "both on device 0 or both on the host") != NULL);
+  /* a custom device model's checkpoint (its parameters as host bytes) */
+  acc_model_t custom = model;
+  custom.mlp = NULL;
+  acc_shard_t *sh = acc_shard_new(acc, &custom, &cfg);
+  if (!sh)
+    NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
+  char dir[] = "/tmp/nbfork_fakedev_shard_XXXXXX", names[512];
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  ASSERT_EQ(acc_shard_save_state(sh, dir, ACC_SHARDED_STATE_DICT), ACC_ERR_UNSUPPORTED);
+  ASSERT_TRUE(strstr(acc_last_error(acc), "sharded custom model (not acc_mlp_model) on device 0"));
+  ASSERT_EQ(acc_shard_load_state(sh, dir), ACC_ERR_UNSUPPORTED);
+  ASSERT_EQ(dir_files(dir, names, sizeof names), 0); /* nothing written */
+  remove_dir(dir);
+  acc_shard_destroy(&sh);
+  acc_model_release(&model);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+}
+
+/* The Trainer's --fsdp full_shard on a device MLP (it was refused):
+ * trains through acc_shard_* on the device, the host never touching its
+ * memory, and saves its checkpoints (FULL_STATE_DICT, the Trainer's
+ * default) through host copies. */
+NBF_TEST(trainer_fsdp_device) {
+  g_rw = 2, g_cublas_ok = 1, g_nccl_ok = 1;
+  acc_t *acc = fake_acc("no");
+  acc_model_t model;
+  acc_mlp_t *m = shard_mlp(acc, &model);
+  static float x[NSAMPLE * 8];
+  static int64_t y[NSAMPLE];
+  acc_dataset_t ds = {.x = x, .y = y, .n = NSAMPLE, .dim = 8};
+  for (int save = 0; save <= 1; save++) {
+    acc_training_args_t args;
+    acc_training_args_init(&args);
+    ASSERT_EQ(acc_training_args_set(&args, "save_strategy", save ? "steps" : "no"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "save_steps", "1"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "max_steps", "2"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "per_device_train_batch_size", "4"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "per_device_eval_batch_size", "4"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "disable_tqdm", "true"), ACC_OK);
+    ASSERT_EQ(acc_training_args_set(&args, "fsdp", "full_shard"), ACC_OK);
+    char dir[] = "/tmp/nbfork_fakedev_fsdp_XXXXXX";
+    ASSERT_NOT_NULL(mkdtemp(dir));
+    ASSERT_EQ(acc_training_args_set(&args, "output_dir", dir), ACC_OK);
+    acc_trainer_t *tr = acc_trainer_new(acc, &args, &model, &ds, NULL);
+    if (!tr)
+      NBF_TEST_FAIL("acc_trainer_new: %s", acc_last_error(acc));
+    const int ag = g_nccl_ag, rs = g_nccl_rs;
+    ASSERT_OK(acc, acc_trainer_train(tr));
+    char names[512], sub[256];
+    const int n = dir_files(dir, names, sizeof names);
+    printf("save_strategy %s: %d all-gathers, %d reduce-scatters; in the output folder: %s\n",
+           save ? "steps" : "no", g_nccl_ag - ag, g_nccl_rs - rs, n ? names : "nothing");
+    ASSERT_TRUE(g_nccl_ag - ag >= 2 * 2 && g_nccl_rs - rs == 2 * 2); /* 2 steps, 2 layers */
+    snprintf(sub, sizeof sub, "%s/checkpoint-2/nbfork_state.bin", dir);
+    ASSERT_EQ(access(sub, R_OK) == 0, save);
+    acc_trainer_destroy(&tr);
+    snprintf(sub, sizeof sub, "rm -rf %s", dir);
+    ASSERT_EQ(system(sub), 0);
+  }
+  acc_model_release(&model);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+}
+
+/* A sharded device MLP (the readable fake device, one rank: copies and
+ * NCCL's copies are real, kernels do nothing) at seed `seed`. */
+typedef struct {
+  acc_mlp_t *m;
+  acc_model_t model;
+  acc_shard_t *sh;
+} dev_shard_t;
+
+static void dev_shard(dev_shard_t *d, acc_t *acc, int stage, int seed) {
+  acc_set_seed(acc, (uint64_t)seed, 0);
+  d->m = shard_mlp(acc, &d->model);
+  acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+  cfg.stage = stage;
+  if (!(d->sh = acc_shard_new(acc, &d->model, &cfg))) /* keeps &d->model */
+    NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
+}
+
+static void dev_shard_free(dev_shard_t *d) {
+  acc_shard_destroy(&d->sh);
+  acc_model_release(&d->model);
+  acc_mlp_destroy(&d->m);
+}
+
+/* Each stage's (0: NO_SHARD too) SHARDED and FULL checkpoints of a
+ * device MLP: a run at seed 1 (two steps) saves; a run at seed 2 loads it
+ * and saves a SHARDED one again; its shard file equals the first run's
+ * own SHARDED save byte for byte (the owned parameters, moments,
+ * gradients and step count came back through the host copies; seed 2's
+ * parameters differ). */
+NBF_TEST(shard_device_checkpoints) {
+  g_rw = 1, g_cublas_ok = 1, g_nccl_ok = 1;
+  acc_t *acc = fake_acc("no");
+  float x[SH_BATCH * 8] = {0};
+  int64_t y[SH_BATCH] = {0, 1, 2, 0};
+  for (int stage = 0; stage <= 3; stage++)
+    for (int full = 0; full <= 1; full++) {
+      char a[] = "/tmp/nbfork_fakedev_ck_XXXXXX", b[] = "/tmp/nbfork_fakedev_ck_XXXXXX",
+           c[] = "/tmp/nbfork_fakedev_ck_XXXXXX";
+      ASSERT_TRUE(mkdtemp(a) && mkdtemp(b) && mkdtemp(c));
+      dev_shard_t one, two;
+      dev_shard(&one, acc, stage, 1);
+      for (int k = 0; k < 2; k++) {
+        ASSERT_TRUE(!isnan(acc_shard_forward_loss(one.sh, x, y, SH_BATCH, 1)));
+        ASSERT_OK(acc, acc_shard_backward(one.sh));
+        ASSERT_EQ(acc_shard_step(one.sh), 1);
+      }
+      const int type = full ? ACC_FULL_STATE_DICT : ACC_SHARDED_STATE_DICT;
+      ASSERT_OK(acc, acc_shard_save_state(one.sh, a, type));
+      ASSERT_OK(acc, acc_shard_save_state(one.sh, b, ACC_SHARDED_STATE_DICT));
+      dev_shard(&two, acc, stage, 2);
+      ASSERT_OK(acc, acc_shard_load_state(two.sh, a));
+      ASSERT_OK(acc, acc_shard_save_state(two.sh, c, ACC_SHARDED_STATE_DICT));
+      char pb[128], pc[128];
+      snprintf(pb, sizeof pb, "%s/nbfork_shard0.bin", b);
+      snprintf(pc, sizeof pc, "%s/nbfork_shard0.bin", c);
+      static unsigned char fb[1 << 16], fc[1 << 16];
+      size_t nb = rt_read_file(pb, fb, sizeof fb), nc = rt_read_file(pc, fc, sizeof fc);
+      printf("stage %d, %s: the resumed run's shard file: %zu bytes, %s\n", stage,
+             full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT", nc,
+             nb == nc && !memcmp(fb, fc, nb) ? "equal" : "DIFFERENT");
+      ASSERT_TRUE(nb > 1000 && nb == nc);
+      ASSERT_EQ(memcmp(fb, fc, nb), 0);
+      dev_shard_free(&two);
+      dev_shard_free(&one);
+      char cmd[256];
+      snprintf(cmd, sizeof cmd, "rm -rf %s %s %s", a, b, c);
+      ASSERT_EQ(system(cmd), 0);
+    }
+  acc_destroy(&acc);
 }
 
 NBF_TEST_MAIN()

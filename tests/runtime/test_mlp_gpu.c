@@ -605,11 +605,7 @@ static int ddp_rank(int rank, int world, void *arg) {
     memcpy(p, acc_mlp_params(m), n * sizeof(float));
   char path[512];
   ddp_path(path, sizeof path, a, rank);
-  FILE *f = fopen(path, "wb");
-  ASSERT_NOT_NULL(f);
-  ASSERT_EQ(fwrite(&h, sizeof h, 1, f), 1);
-  ASSERT_EQ(fwrite(p, sizeof(float), n, f), n);
-  ASSERT_EQ(fclose(f), 0);
+  rt_write_run(path, &h, sizeof h, p, n);
   free(p), free(x), free(y);
   acc_optim_destroy(&o);
   acc_mlp_destroy(&m);
@@ -620,13 +616,7 @@ static int ddp_rank(int rank, int world, void *arg) {
 static float *ddp_read(const ddp_arg_t *a, int rank, ddp_head_t *h, size_t n) {
   char path[512];
   ddp_path(path, sizeof path, a, rank);
-  FILE *f = fopen(path, "rb");
-  ASSERT_NOT_NULL(f);
-  float *p = malloc(n * sizeof(float));
-  ASSERT_EQ(fread(h, sizeof *h, 1, f), 1);
-  ASSERT_EQ(fread(p, sizeof(float), n, f), n);
-  fclose(f);
-  return p;
+  return rt_read_run(path, h, sizeof *h, n);
 }
 
 /* Two CPU ranks (Gloo), then two ranks on ONE GPU (NBFORK_SHARE_GPU: a
@@ -639,12 +629,7 @@ static float *ddp_read(const ddp_arg_t *a, int rank, ddp_head_t *h, size_t n) {
  * ranks end with the same parameters, bit for bit. */
 static void ddp_compare(const char *precision, double rel) {
   rt_gpu_ranks(DDP_WORLD);
-  setenv("NBFORK_SHARE_GPU", "1", 1);
-  const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-  char first[64] = "0";
-  if (vis && *vis)
-    snprintf(first, sizeof first, "%.*s", (int)strcspn(vis, ","), vis);
-  setenv("CUDA_VISIBLE_DEVICES", first, 1);
+  rt_first_gpu_only();
   char dir[] = "/tmp/nbf_gpu_ddp_XXXXXX";
   ASSERT_NOT_NULL(mkdtemp(dir));
   ddp_arg_t cpu = {precision, dir, 0}, gpu = {precision, dir, 1};
