@@ -161,18 +161,21 @@ typedef struct {
   double max_grad_norm; /* > 0: clip by global norm; 0 = no clipping    */
   int hybrid;           /* 1 = HYBRID_SHARD: shard within each node only   */
   /* stage 3 with a toolkit MLP: ACC_SHARD_PREFETCH_FORWARD |
-   * ACC_SHARD_PREFETCH_BACKWARD (the default), 0 = none; with
-   * ACC_SHARD_FROM_ENV, FSDP_BACKWARD_PREFETCH=NO_PREFETCH and
-   * FSDP_FORWARD_PREFETCH=false clear their bit. */
+   * ACC_SHARD_PREFETCH_BACKWARD, 0 = none (the default, as Accelerate's
+   * FullyShardedDataParallelPlugin: backward_prefetch NO_PREFETCH,
+   * forward_prefetch False); with ACC_SHARD_FROM_ENV,
+   * FSDP_BACKWARD_PREFETCH=BACKWARD_PRE|BACKWARD_POST and
+   * FSDP_FORWARD_PREFETCH=true set their bit. A prefetch holds a second
+   * layer: at most 4L bytes more (acc_shard_estimate_bytes). */
   int prefetch;
 } acc_shard_config_t;
 
 enum { ACC_SHARD_PREFETCH_FORWARD = 1, ACC_SHARD_PREFETCH_BACKWARD = 2 };
 
 /* Stage from the environment, AdamW(1e-3, 0.9, 0.999, 1e-8, 0.01), no
- * clipping: torch.optim.AdamW's defaults; not hybrid; prefetch both ways. */
+ * clipping: torch.optim.AdamW's defaults; not hybrid; no prefetch. */
 #define ACC_SHARD_CONFIG_INIT                                                                      \
-  { ACC_SHARD_FROM_ENV, 0, 1, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.0f, 0.0, 0, 3 }
+  { ACC_SHARD_FROM_ENV, 0, 1, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.0f, 0.0, 0, 0 }
 
 typedef struct acc_shard acc_shard_t;
 

@@ -39,9 +39,9 @@
  * | fsdp_offload_params,     | false / none      | offload (a no-op on CPU runs)          |
  * | offload_optimizer_device |                   |                                        |
  * | fsdp_state_dict_type     | FULL_STATE_DICT   | state_dict_type                        |
- * | fsdp_backward_prefetch   | BACKWARD_PRE      | backward_prefetch (also                |
+ * | fsdp_backward_prefetch   | NO_PREFETCH       | backward_prefetch (also                |
  * |                          |                   | fsdp_backward_prefetch_policy)         |
- * | fsdp_forward_prefetch    | true              | forward_prefetch                       |
+ * | fsdp_forward_prefetch    | false             | forward_prefetch                       |
  */
 #ifndef LN_CLI_H
 #define LN_CLI_H

@@ -24,8 +24,8 @@ void ln_options_init(ln_options_t *o) {
   o->monitor_interval_s = 0.1;
   snprintf(o->sharding, sizeof o->sharding, "no");
   snprintf(o->state_dict_type, sizeof o->state_dict_type, "FULL_STATE_DICT");
-  snprintf(o->backward_prefetch, sizeof o->backward_prefetch, "BACKWARD_PRE");
-  o->forward_prefetch = 1;
+  snprintf(o->backward_prefetch, sizeof o->backward_prefetch, "NO_PREFETCH"); /* Accelerate's defaults */
+  o->forward_prefetch = 0;
   const char *secret = nbf_param_raw(NBF_P_NBFORK_RDZV_SECRET);
   if (secret && strlen(secret) < sizeof o->rdzv_secret)
     memcpy(o->rdzv_secret, secret, strlen(secret) + 1);

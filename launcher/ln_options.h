@@ -34,10 +34,10 @@
  * |                          |                     | CPU runs; nbf_shard.h)   |
  * | state_dict_type          | FULL_STATE_DICT     | FULL_STATE_DICT,         |
  * |                          |                     | SHARDED_STATE_DICT       |
- * | backward_prefetch        | BACKWARD_PRE        | BACKWARD_PRE,            |
+ * | backward_prefetch        | NO_PREFETCH         | BACKWARD_PRE,            |
  * |                          |                     | BACKWARD_POST,           |
  * |                          |                     | NO_PREFETCH (stage 3)    |
- * | forward_prefetch         | true                | true or false (stage 3)  |
+ * | forward_prefetch         | false               | true or false (stage 3)  |
  */
 #ifndef LN_OPTIONS_H
 #define LN_OPTIONS_H

@@ -38,22 +38,25 @@ static int fsdp_stage(const char *v) {
 }
 
 /* FSDP's prefetch settings (Accelerate's FSDP_BACKWARD_PREFETCH,
- * FSDP_FORWARD_PREFETCH) clear the bits of cfg.prefetch they turn off. */
+ * FSDP_FORWARD_PREFETCH) are cfg.prefetch's bits; unset, they are
+ * Accelerate's defaults (FullyShardedDataParallelPlugin: NO_PREFETCH,
+ * forward_prefetch False): no prefetch. */
 static acc_result_t prefetch_from_env(acc_t *acc, int *prefetch) {
   const char *b = nbf_param_FSDP_BACKWARD_PREFETCH();
-  if (!strcasecmp(b, "NO_PREFETCH"))
-    *prefetch &= ~ACC_SHARD_PREFETCH_BACKWARD;
-  else if (strcasecmp(b, "BACKWARD_PRE") && strcasecmp(b, "BACKWARD_POST"))
+  *prefetch = 0;
+  if (!strcasecmp(b, "BACKWARD_PRE") || !strcasecmp(b, "BACKWARD_POST"))
+    *prefetch |= ACC_SHARD_PREFETCH_BACKWARD;
+  else if (strcasecmp(b, "NO_PREFETCH"))
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                           "FSDP_BACKWARD_PREFETCH=%s: expected BACKWARD_PRE, BACKWARD_POST or "
                           "NO_PREFETCH",
                           b);
-  int fwd = 1;
+  int fwd = 0;
   if (nbf_param_bool_strict(NBF_P_FSDP_FORWARD_PREFETCH, &fwd) < 0)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "FSDP_FORWARD_PREFETCH=%s: expected %s",
                           nbf_param_raw(NBF_P_FSDP_FORWARD_PREFETCH), NBF_BOOL_WORDS);
-  if (!fwd)
-    *prefetch &= ~ACC_SHARD_PREFETCH_FORWARD;
+  if (fwd)
+    *prefetch |= ACC_SHARD_PREFETCH_FORWARD;
   return ACC_OK;
 }
 

@@ -350,6 +350,14 @@ NBF_TEST(fsdp_and_deepspeed_configs_set_the_sharding) {
   ln_options_init(&o);
   ASSERT_EQ(ln_options_parse("num_processes=2 sharding=1 offload=true", &o, err, sizeof err), 0);
   ASSERT_EQ_STR(o.sharding, "FULL_SHARD");
+  /* Accelerate's FSDP plugin's defaults: no prefetch either way */
+  ASSERT_EQ_STR(o.backward_prefetch, "NO_PREFETCH");
+  ASSERT_EQ(o.forward_prefetch, 0);
+  ASSERT_EQ(ln_options_parse("num_processes=2 backward_prefetch=BACKWARD_PRE forward_prefetch=true",
+                             &o, err, sizeof err),
+            0);
+  ASSERT_EQ_STR(o.backward_prefetch, "BACKWARD_PRE");
+  ASSERT_EQ(o.forward_prefetch, 1);
   ASSERT_EQ(ln_options_parse("num_processes=4 sharding=HYBRID_SHARD", &o, err, sizeof err), 0);
   ASSERT_EQ_STR(o.sharding, "HYBRID_SHARD");
   ASSERT_EQ(ln_options_parse("num_processes=2 backward_prefetch=NO_PREFETCH forward_prefetch=false",

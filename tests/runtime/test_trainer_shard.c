@@ -62,7 +62,8 @@ static void shard_args(acc_training_args_t *a, const char *v) {
     set(a, "fsdp", "full_shard");
     set(a, "fsdp_config",
         "{\"fsdp_offload_params\": false, \"backward_prefetch\": "
-        "\"backward_pre\", \"transformer_layer_cls_to_wrap\": [\"Linear\"]}");
+        "\"backward_pre\", \"forward_prefetch\": true, \"transformer_layer_cls_to_wrap\": "
+        "[\"Linear\"]}");
   } else if (!strcmp(v, "sharded_ckpt")) {
     set(a, "fsdp", "full_shard");
     set(a, "fsdp_config", "{\"state_dict_type\": \"SHARDED_STATE_DICT\"}");
@@ -249,6 +250,7 @@ NBF_TEST(bad_arguments) {
            {"fsdp", "full_shard bogus", "bogus"},
            {"fsdp_config", "{\"fsdp_activation_checkpointing\": true}", "activation_checkpointing"},
            {"fsdp_config", "{\"no_such_key\": 1}", "no_such_key"},
+           {"fsdp_config", "{\"backward_prefetch\": \"sometimes\"}", "backward_post"},
            {"fsdp_config", "/nonexistent/fsdp.json", "/nonexistent/fsdp.json"},
            {"deepspeed", "{\"zero_optimization\": {\"stage\": 5}}", "stage"},
            {"deepspeed", "{\"gradient_accumulation_steps\": 4}", "gradient_accumulation_steps"},
