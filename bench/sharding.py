@@ -12,8 +12,9 @@ two gathered units beyond the shards.
   sgemm, one thread per process) through acc_shard at the stage (stage 0 =
   DDP: the gradient all-reduced; host collectives through shared memory,
   the default on one node), AdamW, one fixed batch per rank. Stage 3 runs
-  twice: with prefetch of the next unit (the default, as FSDP2's) and
-  without (cfg.prefetch = 0: one unit gathered at a time).
+  twice: with prefetch of the next unit (cfg.prefetch both ways: FSDP's
+  BACKWARD_PRE + forward_prefetch) and without (the default, as
+  Accelerate's FSDP plugin: one unit gathered at a time).
 - PyTorch (.venv): torch.multiprocessing (fork) + init_process_group("gloo"),
   nn.Sequential of the same Linear/ReLU layers, torch.optim.AdamW,
   cross-entropy, torch.set_num_threads(1), the same batch shape. DDP:
