@@ -43,6 +43,7 @@
 #define SEG_BYTES (HDR_BYTES + 2 * ACC_SHM_SLOT)
 #define WAKE_MS 50 /* a sleeper's check of the deadline and the peer */
 #define SPIN_MIN_NS 2000L
+#define FUSE ((size_t)16 << 10) /* bytes reduced then copied out at a time */
 
 /* What a member called (written before its first post of the call, read
  * by the peers after it): a difference is an error (MISMATCH) instead of
@@ -536,11 +537,16 @@ static acc_result_t rsag_chunk(acc_shm_t *s, call_t *c, unsigned char *buf, size
   post(s);
   if ((r = sync_all(s, c)) != ACC_OK)
     return r;
+  /* the own block, FUSE bytes at a time: each piece is copied to buf
+   * while it is still in L1 */
   const void *in[s->n];
-  for (int j = 0; j < s->n; j++)
-    in[j] = j == s->me ? (const void *)(buf + lo) : (const void *)(slot(s, j, b) + lo);
-  acc_reduce_many(own + lo, in, s->n, (hi - lo) / esz, dtype, op, op == ACC_AVG ? s->n : 0);
-  memcpy(buf + lo, own + lo, hi - lo);
+  for (size_t at = lo; at < hi; at += FUSE) {
+    size_t k = hi - at < FUSE ? hi - at : FUSE;
+    for (int j = 0; j < s->n; j++)
+      in[j] = j == s->me ? (const void *)(buf + at) : (const void *)(slot(s, j, b) + at);
+    acc_reduce_many(own + at, in, s->n, k / esz, dtype, op, op == ACC_AVG ? s->n : 0);
+    memcpy(buf + at, own + at, k);
+  }
   post(s);
   if ((r = sync_all(s, c)) != ACC_OK)
     return r;
