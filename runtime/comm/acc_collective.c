@@ -482,6 +482,10 @@ void acc__set_allreduce_algo(acc_t *acc, int algo) {
     acc->allreduce_algo = algo;
 }
 
+void acc__gloo_poll_counts(const acc_t *acc, long *polled, long *slept) {
+  acc_gloo_poll_counts(acc ? acc->gloo : NULL, polled, slept);
+}
+
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
   if (!acc || acc->world == 1)
     return "none (one process)";

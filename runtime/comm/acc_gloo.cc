@@ -37,6 +37,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "acc_gloo_store.h"
+#include "acc_gloo_poll.h"
 #include "acc_gloo_waker.h"
 
 /* One cached buffer-based algorithm (see acc_gloo_all_reduce_cached and
@@ -80,7 +81,9 @@ struct acc_gloo {
    * mesh (Gloo refuses unbound buffers on synchronous pairs). */
   std::shared_ptr<gloo::Context> sctx;
   std::vector<std::string> peer_addr; /* per rank, "[IP]:PORT" (GlooStore::addresses) */
-  bool busy_poll = false;
+  /* polls or sleeps per collective on sctx (acc_gloo_poll.h); polling
+   * allowed by busy_poll at acc_gloo_connect */
+  accrt::PollGovernor poll{false};
   /* It costs a second rendezvous (~15 ms here), which a program that
    * all-reduces once (a launch that only checks the group) should not
    * pay: it is made at the first all-reduce (or small all-gather) of a
@@ -324,7 +327,7 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
      * all-reduce (connect_sync) */
     g->store = store;
     g->sync_prefix = std::string(key_prefix ? key_prefix : "") + "sync/";
-    g->busy_poll = busy_poll != 0;
+    g->poll = accrt::PollGovernor(busy_poll != 0);
   });
   if (r != ACC_OK) {
     acc_gloo_destroy(&g);
@@ -512,7 +515,7 @@ static void connect_sync(acc_gloo_t *g) {
   sctx->connectFullMesh(st, g->dev);
   for (int i = 0; i < sctx->size; i++)
     if (i != sctx->rank)
-      sctx->getPair(i)->setSync(true, g->busy_poll);
+      sctx->getPair(i)->setSync(true, false); /* polling: per call, g->poll */
   g->sctx = sctx;
 }
 
@@ -576,9 +579,19 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
       }
     });
     std::memcpy(e.in.data(), buf, count * esz);
-    e.algo->run();
+    if (g->sctx && count * esz <= kSyncMaxBytes) { /* on the synchronous mesh */
+      accrt::PolledRun polled(g->poll, g->sctx);
+      e.algo->run();
+    } else {
+      e.algo->run();
+    }
     std::memcpy(buf, e.in.data(), count * esz);
   });
+}
+
+void acc_gloo_poll_counts(const acc_gloo_t *g, long *polled, long *slept) {
+  *polled = g ? g->poll.polled() : 0;
+  *slept = g ? g->poll.slept() : 0;
 }
 
 acc_result_t acc_gloo_all_reduce_algo(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
@@ -758,6 +771,7 @@ static bool all_gather_sync(acc_gloo_t *g, const void *send, void *recv, size_t 
           new gloo::AllgatherRing<uint8_t>(g->sctx, in, c.out.data(), static_cast<int>(bytes)));
     });
     std::memcpy(e.in.data(), send, bytes); /* send may lie inside recv: copy it first */
+    accrt::PolledRun polled(g->poll, g->sctx);
     e.algo->run();
     std::memcpy(recv, e.out.data(), total);
   });

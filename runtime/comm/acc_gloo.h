@@ -44,6 +44,10 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
  * tells), or -1 when unknown. For the rank's state record. */
 int acc_gloo_lost_peer(const acc_gloo_t *g);
 
+/* Collectives of the synchronous mesh that busy-polled / slept in
+ * blocking reads so far (acc_gloo_poll.h; tests). */
+void acc_gloo_poll_counts(const acc_gloo_t *g, long *polled, long *slept);
+
 /* The store given to acc_gloo_connect is about to go: no second mesh
  * will be connected through it any more. */
 void acc_gloo_release_store(acc_gloo_t *g);
