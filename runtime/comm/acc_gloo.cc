@@ -32,7 +32,6 @@
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
-#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
@@ -275,22 +274,6 @@ std::unique_ptr<gloo::Algorithm> make_cached(acc_gloo_t *g, void *buf, size_t co
     break;
   }
   return std::unique_ptr<gloo::Algorithm>(a);
-}
-
-/* Gloo's reduce-scatter (recursive halving, Thakur, Rabenseifner & Gropp
- * 2005) in place on `buf` (size * count elements): each rank sends and
- * receives (size-1)/size of the buffer, half an all-reduce's traffic. */
-template <typename T>
-void run_reduce_scatter(acc_gloo_t *g, void *buf, size_t count, acc_op_t op) {
-  const gloo::ReductionFunction<T> *fn = op == ACC_MAX   ? gloo::ReductionFunction<T>::max
-                                         : op == ACC_MIN ? gloo::ReductionFunction<T>::min
-                                                         : gloo::ReductionFunction<T>::sum;
-  const int size = g->ctx->size;
-  std::vector<T *> ptrs{static_cast<T *>(buf)};
-  std::vector<int> blocks(static_cast<size_t>(size), static_cast<int>(count));
-  gloo::ReduceScatterHalvingDoubling<T> a(g->ctx, ptrs, static_cast<int>(count) * size, blocks,
-                                          fn);
-  a.run();
 }
 
 } // namespace
@@ -671,32 +654,6 @@ acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count, 
   if (count == 0 || count > (size_t)INT32_MAX || !cacheable(dtype))
     return ACC_ERR_UNSUPPORTED;
   return acc_gloo_all_reduce_algo(g, buf, count, dtype, op, ACC_GLOO_HALVING_DOUBLING, err, errlen);
-}
-
-acc_result_t acc_gloo_reduce_scatter(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
-                                     acc_op_t op, char *err, size_t errlen) {
-  if (count == 0)
-    return ACC_OK;
-  if (!cacheable(dtype) || count * (size_t)g->ctx->size > (size_t)INT32_MAX)
-    return ACC_ERR_UNSUPPORTED;
-  drain(g);
-  std::string what = "reduce-scatter of " + std::to_string(count) + " elements per rank";
-  return guard(g, what.c_str(), err, errlen, [&] {
-    switch (dtype) {
-    case ACC_F32:
-      run_reduce_scatter<float>(g, buf, count, op);
-      break;
-    case ACC_F64:
-      run_reduce_scatter<double>(g, buf, count, op);
-      break;
-    case ACC_I32:
-      run_reduce_scatter<int32_t>(g, buf, count, op);
-      break;
-    default:
-      run_reduce_scatter<int64_t>(g, buf, count, op);
-      break;
-    }
-  });
 }
 
 /* The choice by size, from bench/allreduce.py --algos (2 processes,

@@ -59,15 +59,6 @@ void acc_gloo_destroy(acc_gloo_t **g_p);
 acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t esz,
                                  acc_reduce_fn fn, char *err, size_t errlen);
 
-/* Reduce-scatter in place: `buf` holds size * count elements (block j for
- * rank j); afterwards its first `count` elements are the reduction (SUM,
- * MAX, MIN; AVG: SUM, the caller divides) of this rank's block over the
- * ranks. Gloo's ReduceScatterHalvingDoubling: each rank moves half of an
- * all-reduce's bytes. f32, f64, i32, i64 and size * count < 2^31 only:
- * ACC_ERR_UNSUPPORTED otherwise (the caller falls back to an all-reduce). */
-acc_result_t acc_gloo_reduce_scatter(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
-                                     acc_op_t op, char *err, size_t errlen);
-
 /* In-place all-reduce through Gloo's buffer-based halving-doubling
  * algorithm (Thakur, Rabenseifner & Gropp 2005), cached per (count,
  * dtype, op) with its own buffer (the data is copied in and out, so the

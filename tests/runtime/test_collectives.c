@@ -454,16 +454,12 @@ NBF_TEST_P(order_bit_equal_to_one_shot_reduction) {
   ASSERT_EQ(rt_spawn(&o, order_rank, NULL, NULL), 0);
 }
 
-/* Waiting that yields on Gloo's synchronous mesh (acc_gloo_poll.h), run
- * with NBFORK_SHM_COLLECTIVES=0: 200 all-reduces of 4 KiB, checked. With
- * the argument "one_cpu" both ranks are pinned to CPU 0, so a rank that
- * polls for its peer holds the CPU the peer needs and is preempted: the
- * governor must then sleep in blocking reads for a while (some calls
- * slept) and probe again later (more than one polled). With
- * NBFORK_GLOO_BUSY_POLL=0 no call may poll. Prints the counts. */
-static int poll_rank(int rank, int world, void *arg) {
-  const char *how = arg;
-  if (strcmp(how, "one_cpu") == 0) {
+/* Waiting that yields: this rank, pinned to CPU 0 when `one_cpu` (both
+ * ranks then share it, so a rank that waits by spinning or polling holds
+ * the CPU its peer needs and is switched out), joins a group whose host
+ * path must be `path` and runs 200 all-reduces of 4 KiB, checked. */
+static acc_t *two_hundred_all_reduces(int rank, int world, int one_cpu, const char *path) {
+  if (one_cpu) {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(0, &one);
@@ -471,7 +467,7 @@ static int poll_rank(int rank, int world, void *arg) {
   }
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
-  ASSERT_EQ_STR(acc__host_path(acc), "gloo");
+  ASSERT_EQ_STR(acc__host_path(acc), path);
   float buf[1024];
   for (int k = 0; k < 200; k++) {
     for (size_t i = 0; i < 1024; i++)
@@ -480,11 +476,23 @@ static int poll_rank(int rank, int world, void *arg) {
     for (size_t i = 0; i < 1024; i++)
       ASSERT_EQ((long long)buf[i], (long long)reference(ACC_F32, ACC_SUM, world, i));
   }
+  return acc;
+}
+
+/* Gloo's synchronous mesh (acc_gloo_poll.h), NBFORK_SHM_COLLECTIVES=0.
+ * "one_cpu": a polling rank is preempted, so the governor must sleep in
+ * blocking reads for a while (some calls slept) and probe again later
+ * (more than one polled). "off", with NBFORK_GLOO_BUSY_POLL=0: no call
+ * may poll. Prints the counts. */
+static int poll_rank(int rank, int world, void *arg) {
+  const char *how = arg;
+  int one_cpu = strcmp(how, "one_cpu") == 0;
+  acc_t *acc = two_hundred_all_reduces(rank, world, one_cpu, "gloo");
   long polled, slept;
   acc__gloo_poll_counts(acc, &polled, &slept);
   printf("rank %d (%s): %ld collectives polled, %ld slept\n", rank, how, polled, slept);
   ASSERT_GT(polled + slept, 150); /* the synchronous mesh ran them */
-  if (strcmp(how, "one_cpu") == 0) {
+  if (one_cpu) {
     ASSERT_GT(slept, 0);
     ASSERT_GT(polled, 1);
   } else {
@@ -494,27 +502,13 @@ static int poll_rank(int rank, int world, void *arg) {
   return 0;
 }
 
-/* The same on shared memory, both ranks on CPU 0: a spin that yields to
- * the peer is switched out, so later waits sleep at once (some did); on
- * two CPUs with nothing else runnable none need to, which a loaded test
- * machine cannot promise: not asserted. */
+/* The same on shared memory, on one CPU: a spin that yields to the peer
+ * is switched out, so later waits sleep at once (some did); on two CPUs
+ * with nothing else runnable none need to, which a loaded test machine
+ * cannot promise: not asserted. */
 static int shm_spin_rank(int rank, int world, void *arg) {
   (void)arg;
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(0, &one);
-  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
-  acc_t *acc = acc_new(NULL);
-  ASSERT_NOT_NULL(acc);
-  ASSERT_EQ_STR(acc__host_path(acc), "shared memory");
-  float buf[1024];
-  for (int k = 0; k < 200; k++) {
-    for (size_t i = 0; i < 1024; i++)
-      buf[i] = (float)value(rank, i);
-    ASSERT_OK(acc, acc_all_reduce(acc, buf, 1024, ACC_F32, ACC_SUM));
-    for (size_t i = 0; i < 1024; i++)
-      ASSERT_EQ((long long)buf[i], (long long)reference(ACC_F32, ACC_SUM, world, i));
-  }
+  acc_t *acc = two_hundred_all_reduces(rank, world, 1, "shared memory");
   long at_once = acc__shm_waits_slept_at_once(acc);
   printf("rank %d: %ld waits slept at once\n", rank, at_once);
   ASSERT_GT(at_once, 0);
