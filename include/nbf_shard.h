@@ -91,8 +91,10 @@
  * largest parameter), measured <= 4e-7: there two DDP runs in one
  * process already differ in the last bit (Gloo's all-reduce of 4 ranks
  * does not sum in a fixed order from one call to the next), and stages
- * 2/3 reduce each unit apart (through Gloo, Gloo's recursive-halving
- * reduce-scatter: half an all-reduce's traffic, ZeRO's volume).
+ * 2/3 reduce each unit apart (through Gloo, an all-reduce of a copy of
+ * the unit keeping this rank's block, as PyTorch's Gloo backend does:
+ * Gloo 0.5's recursive-halving reduce-scatter overwrote what it still
+ * sent; acc_collective.c).
  * Clipping above stage 0: the norm is summed in another order (partial
  * sums per rank, then all-reduced): within 1e-5 (measured 0 here).
 

@@ -359,11 +359,13 @@ acc_result_t acc__local_all_gather(acc_t *acc, const void *send, void *recv, siz
   return coll_end(acc, &k, r);
 }
 
-/* Host reduce-scatter: through shared memory by node; else Gloo's
- * reduce-scatter (half an all-reduce's traffic) on a copy of the input,
- * or, for the half types and counts past Gloo's int, as PyTorch's Gloo
- * backend does: all-reduce a copy of the whole input, keep this rank's
- * block. */
+/* Host reduce-scatter: through shared memory by node; else as PyTorch's
+ * Gloo backend does: all-reduce a copy of the whole input, keep this
+ * rank's block. Not Gloo 0.5's ReduceScatterHalvingDoubling (half the
+ * traffic): it moves a rank's result to the start of its buffer while its
+ * first step's send of that region may still be in flight (no waitSend
+ * before the memcpy), so the peer can receive the moved values: 2 of 6
+ * runs of runtime.gloo.matrix.np2 got a wrong f64 block element. */
 static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv, size_t count,
                                        acc_dtype_t dtype, acc_op_t op) {
   acc_result_t r;
@@ -386,13 +388,9 @@ static acc_result_t reduce_scatter_run(acc_t *acc, const void *send, void *recv,
   memcpy(tmp, send, total);
   char err[1024];
   acc_op_t o = op == ACC_AVG ? ACC_SUM : op;
-  unsigned char *mine = tmp; /* Gloo's reduce-scatter leaves the block first */
-  r = acc_gloo_reduce_scatter(acc->gloo, tmp, count, dtype, o, err, sizeof err);
-  if (r == ACC_ERR_UNSUPPORTED) {
-    r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,
-                            acc_reduce_get(dtype, op), err, sizeof err);
-    mine = tmp + (size_t)acc->rank * bytes;
-  }
+  unsigned char *mine = tmp + (size_t)acc->rank * bytes;
+  r = acc_gloo_all_reduce(acc->gloo, tmp, count * (size_t)acc->world, esz,
+                          acc_reduce_get(dtype, o), err, sizeof err);
   if (r == ACC_OK) {
     if (op == ACC_AVG)
       acc_reduce_divide(mine, count, dtype, acc->world);
@@ -480,6 +478,10 @@ acc_result_t acc__final_barrier(acc_t *acc) {
 void acc__set_allreduce_algo(acc_t *acc, int algo) {
   if (acc && algo >= 0 && algo <= (int)ACC_GLOO_BCUBE)
     acc->allreduce_algo = algo;
+}
+
+void acc__gloo_poll_counts(const acc_t *acc, long *polled, long *slept) {
+  acc_gloo_poll_counts(acc ? acc->gloo : NULL, polled, slept);
 }
 
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {

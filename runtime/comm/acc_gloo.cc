@@ -32,11 +32,11 @@
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
-#include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
 #include "acc_gloo_store.h"
+#include "acc_gloo_poll.h"
 #include "acc_gloo_waker.h"
 
 /* One cached buffer-based algorithm (see acc_gloo_all_reduce_cached and
@@ -80,7 +80,9 @@ struct acc_gloo {
    * mesh (Gloo refuses unbound buffers on synchronous pairs). */
   std::shared_ptr<gloo::Context> sctx;
   std::vector<std::string> peer_addr; /* per rank, "[IP]:PORT" (GlooStore::addresses) */
-  bool busy_poll = false;
+  /* polls or sleeps per collective on sctx (acc_gloo_poll.h); polling
+   * allowed by busy_poll at acc_gloo_connect */
+  accrt::PollGovernor poll{false};
   /* It costs a second rendezvous (~15 ms here), which a program that
    * all-reduces once (a launch that only checks the group) should not
    * pay: it is made at the first all-reduce (or small all-gather) of a
@@ -274,22 +276,6 @@ std::unique_ptr<gloo::Algorithm> make_cached(acc_gloo_t *g, void *buf, size_t co
   return std::unique_ptr<gloo::Algorithm>(a);
 }
 
-/* Gloo's reduce-scatter (recursive halving, Thakur, Rabenseifner & Gropp
- * 2005) in place on `buf` (size * count elements): each rank sends and
- * receives (size-1)/size of the buffer, half an all-reduce's traffic. */
-template <typename T>
-void run_reduce_scatter(acc_gloo_t *g, void *buf, size_t count, acc_op_t op) {
-  const gloo::ReductionFunction<T> *fn = op == ACC_MAX   ? gloo::ReductionFunction<T>::max
-                                         : op == ACC_MIN ? gloo::ReductionFunction<T>::min
-                                                         : gloo::ReductionFunction<T>::sum;
-  const int size = g->ctx->size;
-  std::vector<T *> ptrs{static_cast<T *>(buf)};
-  std::vector<int> blocks(static_cast<size_t>(size), static_cast<int>(count));
-  gloo::ReduceScatterHalvingDoubling<T> a(g->ctx, ptrs, static_cast<int>(count) * size, blocks,
-                                          fn);
-  a.run();
-}
-
 } // namespace
 
 extern "C" {
@@ -324,7 +310,7 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
      * all-reduce (connect_sync) */
     g->store = store;
     g->sync_prefix = std::string(key_prefix ? key_prefix : "") + "sync/";
-    g->busy_poll = busy_poll != 0;
+    g->poll = accrt::PollGovernor(busy_poll != 0);
   });
   if (r != ACC_OK) {
     acc_gloo_destroy(&g);
@@ -512,7 +498,7 @@ static void connect_sync(acc_gloo_t *g) {
   sctx->connectFullMesh(st, g->dev);
   for (int i = 0; i < sctx->size; i++)
     if (i != sctx->rank)
-      sctx->getPair(i)->setSync(true, g->busy_poll);
+      sctx->getPair(i)->setSync(true, false); /* polling: per call, g->poll */
   g->sctx = sctx;
 }
 
@@ -576,9 +562,19 @@ static acc_result_t all_reduce_now(acc_gloo_t *g, void *buf, size_t count, acc_d
       }
     });
     std::memcpy(e.in.data(), buf, count * esz);
-    e.algo->run();
+    if (g->sctx && count * esz <= kSyncMaxBytes) { /* on the synchronous mesh */
+      accrt::PolledRun polled(g->poll, g->sctx);
+      e.algo->run();
+    } else {
+      e.algo->run();
+    }
     std::memcpy(buf, e.in.data(), count * esz);
   });
+}
+
+void acc_gloo_poll_counts(const acc_gloo_t *g, long *polled, long *slept) {
+  *polled = g ? g->poll.polled() : 0;
+  *slept = g ? g->poll.slept() : 0;
 }
 
 acc_result_t acc_gloo_all_reduce_algo(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
@@ -660,32 +656,6 @@ acc_result_t acc_gloo_all_reduce_cached(acc_gloo_t *g, void *buf, size_t count, 
   return acc_gloo_all_reduce_algo(g, buf, count, dtype, op, ACC_GLOO_HALVING_DOUBLING, err, errlen);
 }
 
-acc_result_t acc_gloo_reduce_scatter(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
-                                     acc_op_t op, char *err, size_t errlen) {
-  if (count == 0)
-    return ACC_OK;
-  if (!cacheable(dtype) || count * (size_t)g->ctx->size > (size_t)INT32_MAX)
-    return ACC_ERR_UNSUPPORTED;
-  drain(g);
-  std::string what = "reduce-scatter of " + std::to_string(count) + " elements per rank";
-  return guard(g, what.c_str(), err, errlen, [&] {
-    switch (dtype) {
-    case ACC_F32:
-      run_reduce_scatter<float>(g, buf, count, op);
-      break;
-    case ACC_F64:
-      run_reduce_scatter<double>(g, buf, count, op);
-      break;
-    case ACC_I32:
-      run_reduce_scatter<int32_t>(g, buf, count, op);
-      break;
-    default:
-      run_reduce_scatter<int64_t>(g, buf, count, op);
-      break;
-    }
-  });
-}
-
 /* The choice by size, from bench/allreduce.py --algos (2 processes,
  * loopback TCP, 2 vCPUs; median per call, each algorithm in its own run,
  * best of 2 runs; buffers up to kSyncMaxBytes on the synchronous
@@ -758,6 +728,7 @@ static bool all_gather_sync(acc_gloo_t *g, const void *send, void *recv, size_t 
           new gloo::AllgatherRing<uint8_t>(g->sctx, in, c.out.data(), static_cast<int>(bytes)));
     });
     std::memcpy(e.in.data(), send, bytes); /* send may lie inside recv: copy it first */
+    accrt::PolledRun polled(g->poll, g->sctx);
     e.algo->run();
     std::memcpy(recv, e.out.data(), total);
   });

@@ -44,6 +44,10 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
  * tells), or -1 when unknown. For the rank's state record. */
 int acc_gloo_lost_peer(const acc_gloo_t *g);
 
+/* Collectives of the synchronous mesh that busy-polled / slept in
+ * blocking reads so far (acc_gloo_poll.h; tests). */
+void acc_gloo_poll_counts(const acc_gloo_t *g, long *polled, long *slept);
+
 /* The store given to acc_gloo_connect is about to go: no second mesh
  * will be connected through it any more. */
 void acc_gloo_release_store(acc_gloo_t *g);
@@ -54,15 +58,6 @@ void acc_gloo_destroy(acc_gloo_t **g_p);
 /* In-place all-reduce of `count` elements of `esz` bytes with `fn`. */
 acc_result_t acc_gloo_all_reduce(acc_gloo_t *g, void *buf, size_t count, size_t esz,
                                  acc_reduce_fn fn, char *err, size_t errlen);
-
-/* Reduce-scatter in place: `buf` holds size * count elements (block j for
- * rank j); afterwards its first `count` elements are the reduction (SUM,
- * MAX, MIN; AVG: SUM, the caller divides) of this rank's block over the
- * ranks. Gloo's ReduceScatterHalvingDoubling: each rank moves half of an
- * all-reduce's bytes. f32, f64, i32, i64 and size * count < 2^31 only:
- * ACC_ERR_UNSUPPORTED otherwise (the caller falls back to an all-reduce). */
-acc_result_t acc_gloo_reduce_scatter(acc_gloo_t *g, void *buf, size_t count, acc_dtype_t dtype,
-                                     acc_op_t op, char *err, size_t errlen);
 
 /* In-place all-reduce through Gloo's buffer-based halving-doubling
  * algorithm (Thakur, Rabenseifner & Gropp 2005), cached per (count,

@@ -332,6 +332,10 @@ const char *acc__host_path(const acc_t *acc) {
   return acc->node->nnodes > 1 ? "shared memory + gloo between nodes" : "shared memory";
 }
 
+long acc__shm_waits_slept_at_once(const acc_t *acc) {
+  return acc && acc->node ? acc_shm_waits_slept_at_once(acc->node->shm) : 0;
+}
+
 int acc__node_lost_rank(const acc_t *acc) {
   const acc_node_t *nd = acc->node;
   return nd ? nd->lost : -1;

@@ -29,7 +29,8 @@
  * compute faster. The price: while something else wants the same cores
  * (another job, a build), a spinning rank holds the core its peer needs
  * until the scheduler preempts it; an earlier measurement under such
- * load had 1 MiB all-reduces 20x slower. Set it to 0 on shared nodes. */
+ * load had 1 MiB all-reduces 20x slower. Hence polling is only allowed:
+ * acc_gloo_poll.h stops it for a while after each preempted collective. */
 int acc__gloo_busy_poll(const acc_t *acc) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   int set = nbf_param_NBFORK_GLOO_BUSY_POLL(); /* -1: unset */

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -43,6 +44,9 @@
 #define SEG_BYTES (HDR_BYTES + 2 * ACC_SHM_SLOT)
 #define WAKE_MS 50 /* a sleeper's check of the deadline and the peer */
 #define SPIN_MIN_NS 2000L
+#define FUSE ((size_t)16 << 10) /* bytes reduced then copied out at a time */
+#define BACKOFF_MIN 16   /* waits that sleep at once after a preempted spin */
+#define BACKOFF_MAX 4096 /* its ceiling (doubling per preempted spin) */
 
 /* What a member called (written before its first post of the call, read
  * by the peers after it): a difference is an error (MISMATCH) instead of
@@ -94,6 +98,9 @@ struct acc_shm {
   int timeout_ms;
   long spin_ns;     /* how long a wait spins before it sleeps (adaptive) */
   long spin_max_ns; /* its ceiling */
+  int no_spin;      /* waits left that sleep at once (after a preempted spin) */
+  int backoff;      /* no_spin after the next preempted spin */
+  long waits_slept_at_once; /* waits that skipped the spin (tests) */
   int lost;
   const char *what; /* the collective running, for error texts */
   uint64_t ncall;   /* calls so far */
@@ -240,6 +247,7 @@ int acc_shm_attach(acc_shm_t *s, const acc_shm_card_t *cards, const int *ranks, 
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   s->spin_max_ns = cpus > 0 && n > cpus ? SPIN_MIN_NS : 50000;
   s->spin_ns = s->spin_max_ns;
+  s->backoff = BACKOFF_MIN;
   return 0;
 }
 
@@ -334,21 +342,51 @@ static acc_result_t sleep_for(acc_shm_t *s, int j, uint32_t t, long deadline, ch
   }
 }
 
+/* The calling thread's involuntary context switches so far. */
+static long involuntary_switches(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : 0;
+}
+
+/* A spin that yielded ended: if the thread was switched out meanwhile
+ * (a yield that let another task run counts: someone else wanted this
+ * core), the next `backoff` waits sleep at once, and the backoff doubles;
+ * else it halves. As acc_gloo_poll.h does for Gloo's polling. */
+static void spin_ended(acc_shm_t *s, long switches) {
+  if (switches < 0)
+    return;
+  if (involuntary_switches() > switches) {
+    s->no_spin = s->backoff;
+    s->backoff = s->backoff * 2 > BACKOFF_MAX ? BACKOFF_MAX : s->backoff * 2;
+  } else if (s->backoff > BACKOFF_MIN) {
+    s->backoff /= 2;
+  }
+}
+
 /* Wait until member j posted t: spin for spin_ns (yielding the core
  * after the first 2 us: on a busy machine the peer may be waiting for
  * it), then sleep. The budget adapts as an adaptive mutex's does: a wait
  * that ended while spinning doubles it (back-to-back collectives: the
  * latency of a spin), one that had to sleep halves it (training steps,
- * whose ranks arrive milliseconds apart: no CPU burnt on spinning). */
+ * whose ranks arrive milliseconds apart: no CPU burnt on spinning). A
+ * spin that was switched out skips the spin of the next waits
+ * (spin_ended). */
 static acc_result_t wait_one(acc_shm_t *s, int j, uint32_t t, long deadline, char *err,
                              size_t errlen) {
   hdr_t *h = hdr(s, j);
   if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t))
     return ACC_OK;
+  if (s->no_spin > 0) {
+    s->no_spin--;
+    s->waits_slept_at_once++;
+    return sleep_for(s, j, t, deadline, err, errlen);
+  }
   long start = now_ns(), until = start + s->spin_ns, yield_from = start + SPIN_MIN_NS;
+  long switches = -1; /* read once the spin starts yielding */
   for (unsigned i = 1;; i++) {
     if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t)) {
       s->spin_ns = s->spin_ns * 2 > s->spin_max_ns ? s->spin_max_ns : s->spin_ns * 2;
+      spin_ended(s, switches);
       return ACC_OK;
     }
     cpu_relax();
@@ -356,10 +394,14 @@ static acc_result_t wait_one(acc_shm_t *s, int j, uint32_t t, long deadline, cha
       long now = now_ns();
       if (now > until)
         break;
-      if (now > yield_from) /* the peer may be waiting for this core */
+      if (now > yield_from) { /* the peer may be waiting for this core */
+        if (switches < 0)
+          switches = involuntary_switches();
         sched_yield();
+      }
     }
   }
+  spin_ended(s, switches);
   s->spin_ns = s->spin_ns / 2 < SPIN_MIN_NS ? SPIN_MIN_NS : s->spin_ns / 2;
   return sleep_for(s, j, t, deadline, err, errlen);
 }
@@ -391,6 +433,10 @@ void acc_shm_abort(acc_shm_t *s) {
   for (int j = 0; j < s->n; j++)
     if (s->seg[j])
       futex(&hdr(s, j)->seq, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+long acc_shm_waits_slept_at_once(const acc_shm_t *s) {
+  return s ? s->waits_slept_at_once : 0;
 }
 
 int acc_shm_lost_member(const acc_shm_t *s) {
@@ -536,11 +582,16 @@ static acc_result_t rsag_chunk(acc_shm_t *s, call_t *c, unsigned char *buf, size
   post(s);
   if ((r = sync_all(s, c)) != ACC_OK)
     return r;
+  /* the own block, FUSE bytes at a time: each piece is copied to buf
+   * while it is still in L1 */
   const void *in[s->n];
-  for (int j = 0; j < s->n; j++)
-    in[j] = j == s->me ? (const void *)(buf + lo) : (const void *)(slot(s, j, b) + lo);
-  acc_reduce_many(own + lo, in, s->n, (hi - lo) / esz, dtype, op, op == ACC_AVG ? s->n : 0);
-  memcpy(buf + lo, own + lo, hi - lo);
+  for (size_t at = lo; at < hi; at += FUSE) {
+    size_t k = hi - at < FUSE ? hi - at : FUSE;
+    for (int j = 0; j < s->n; j++)
+      in[j] = j == s->me ? (const void *)(buf + at) : (const void *)(slot(s, j, b) + at);
+    acc_reduce_many(own + at, in, s->n, k / esz, dtype, op, op == ACC_AVG ? s->n : 0);
+    memcpy(buf + at, own + at, k);
+  }
   post(s);
   if ((r = sync_all(s, c)) != ACC_OK)
     return r;

@@ -13,7 +13,8 @@
  * alone keep the memory.
  *
  * Waiting spins for a few microseconds, then sleeps on the peer's flag
- * (FUTEX_WAIT on the shared page), waking every 50 ms to check the
+ * (FUTEX_WAIT on the shared page); after a spin that was switched out
+ * (another task wanted the core) the next 16 to 4096 waits sleep at once, waking every 50 ms to check the
  * deadline and whether the peer still lives; a member that fails sets
  * every peer's abort word and wakes them, so they fail at once too.
  *
@@ -111,6 +112,10 @@ acc_result_t acc_shm_barrier(acc_shm_t *s, int leaving, char *err, size_t errlen
 /* A collective failed on this member: make every peer's current or next
  * wait fail at once (ACC_ERR_PEER). */
 void acc_shm_abort(acc_shm_t *s);
+
+/* Waits that slept without spinning because a recent spin was switched
+ * out (another task wanted the core); tests. */
+long acc_shm_waits_slept_at_once(const acc_shm_t *s);
 
 /* The member whose death or failure the last failed collective saw, or
  * -1. */

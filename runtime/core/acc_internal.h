@@ -243,6 +243,14 @@ void acc__node_abort(acc_t *acc);
  * path of host collectives. */
 const char *acc__host_path(const acc_t *acc);
 
+/* Shared-memory waits that slept without spinning (acc_shm.h); 0 without
+ * shared memory. */
+long acc__shm_waits_slept_at_once(const acc_t *acc);
+
+/* Host collectives of the synchronous Gloo mesh that busy-polled / slept
+ * so far (0 and 0 without a Gloo group). */
+void acc__gloo_poll_counts(const acc_t *acc, long *polled, long *slept);
+
 /* Name of the algorithm acc_all_reduce runs for `bytes` bytes of f32. */
 const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes);
 

@@ -14,6 +14,8 @@
  * the exact sum exactly as the runtime documents (float division rounded
  * to the dtype; integer division truncates).
  */
+#define _GNU_SOURCE /* sched_setaffinity */
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 
 #include "acc_half.h"
 #include "acc_internal.h"
+#include "acc_reduce.h"
 #include "nbf_param.h"
 #include "nbfork.h"
 #include "rt_collref.h"
@@ -385,6 +388,142 @@ static int half_rank(int rank, int world, void *arg) {
 NBF_TEST(half_types_accumulate_in_f32) {
   rt_spawn_opts_t o = {.world = 3, .deadline_s = 60};
   ASSERT_EQ(rt_spawn(&o, half_rank, NULL, NULL), 0);
+}
+
+/* Differential: the shared-memory all-reduce (naive, then reduce-scatter
+ * + all-gather by slots, the own block reduced and copied out in fused
+ * pieces) gives the bits of acc_reduce_many over the whole buffers in
+ * member order, the order contract, for values whose sums round (random
+ * floats, integers that wrap), at sizes around the naive limit, the
+ * pieces and several slots. */
+static uint64_t mix(uint64_t x) { /* splitmix64's finalizer */
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+static void fill_random(void *buf, acc_dtype_t d, size_t n, int rank, int call) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t h = mix(((uint64_t)call << 40) ^ ((uint64_t)rank << 32) ^ i);
+    if (d == ACC_I32)
+      ((int32_t *)buf)[i] = (int32_t)(uint32_t)h;
+    else /* [-1000, 1000) with every mantissa bit used */
+      put(buf, d, i, ((double)(h >> 11) / 9007199254740992.0 - 0.5) * 2000.0);
+  }
+}
+
+static int order_rank(int rank, int world, void *arg) {
+  (void)arg;
+  static const size_t counts[] = {3, 16385, 65536 + 5, 3 * 262144 + 1};
+  static const acc_dtype_t dts[] = {ACC_F32, ACC_F64, ACC_F16, ACC_BF16, ACC_I32};
+  static const acc_op_t ops[] = {ACC_SUM, ACC_AVG, ACC_MAX};
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  ASSERT_EQ_STR(acc__host_path(acc), "shared memory");
+  int call = 0;
+  for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++)
+    for (size_t di = 0; di < sizeof dts / sizeof *dts; di++)
+      for (size_t oi = 0; oi < sizeof ops / sizeof *ops; oi++, call++) {
+        size_t n = counts[ci], bytes = n * acc_dtype_size(dts[di]);
+        unsigned char *buf = malloc(bytes), *want = malloc(bytes), *all = malloc(bytes * world);
+        const void *in[8];
+        for (int r = 0; r < world; r++) {
+          fill_random(all + (size_t)r * bytes, dts[di], n, r, call);
+          in[r] = all + (size_t)r * bytes;
+        }
+        memcpy(buf, in[rank], bytes);
+        ASSERT_OK(acc, acc_all_reduce(acc, buf, n, dts[di], ops[oi]));
+        acc_reduce_many(want, in, world, n, dts[di], ops[oi], ops[oi] == ACC_AVG ? world : 0);
+        for (size_t i = 0; i < n; i++)
+          if (memcmp(buf + i * acc_dtype_size(dts[di]), want + i * acc_dtype_size(dts[di]),
+                     acc_dtype_size(dts[di])) != 0)
+            NBF_TEST_FAIL("dtype %d op %d n=%zu rank %d element %zu: got %.17g want %.17g",
+                          (int)dts[di], (int)ops[oi], n, rank, i, get(buf, dts[di], i),
+                          get(want, dts[di], i));
+        free(buf);
+        free(want);
+        free(all);
+      }
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST_P(order_bit_equal_to_one_shot_reduction) {
+  rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(0)), .deadline_s = 120};
+  ASSERT_TRUE(o.world >= 2 && o.world <= 8);
+  ASSERT_EQ(rt_spawn(&o, order_rank, NULL, NULL), 0);
+}
+
+/* Waiting that yields: this rank, pinned to CPU 0 when `one_cpu` (both
+ * ranks then share it, so a rank that waits by spinning or polling holds
+ * the CPU its peer needs and is switched out), joins a group whose host
+ * path must be `path` and runs 200 all-reduces of 4 KiB, checked. */
+static acc_t *two_hundred_all_reduces(int rank, int world, int one_cpu, const char *path) {
+  if (one_cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  }
+  acc_t *acc = acc_new(NULL);
+  ASSERT_NOT_NULL(acc);
+  ASSERT_EQ_STR(acc__host_path(acc), path);
+  float buf[1024];
+  for (int k = 0; k < 200; k++) {
+    for (size_t i = 0; i < 1024; i++)
+      buf[i] = (float)value(rank, i);
+    ASSERT_OK(acc, acc_all_reduce(acc, buf, 1024, ACC_F32, ACC_SUM));
+    for (size_t i = 0; i < 1024; i++)
+      ASSERT_EQ((long long)buf[i], (long long)reference(ACC_F32, ACC_SUM, world, i));
+  }
+  return acc;
+}
+
+/* Gloo's synchronous mesh (acc_gloo_poll.h), NBFORK_SHM_COLLECTIVES=0.
+ * "one_cpu": a polling rank is preempted, so the governor must sleep in
+ * blocking reads for a while (some calls slept) and probe again later
+ * (more than one polled). "off", with NBFORK_GLOO_BUSY_POLL=0: no call
+ * may poll. Prints the counts. */
+static int poll_rank(int rank, int world, void *arg) {
+  const char *how = arg;
+  int one_cpu = strcmp(how, "one_cpu") == 0;
+  acc_t *acc = two_hundred_all_reduces(rank, world, one_cpu, "gloo");
+  long polled, slept;
+  acc__gloo_poll_counts(acc, &polled, &slept);
+  printf("rank %d (%s): %ld collectives polled, %ld slept\n", rank, how, polled, slept);
+  ASSERT_GT(polled + slept, 150); /* the synchronous mesh ran them */
+  if (one_cpu) {
+    ASSERT_GT(slept, 0);
+    ASSERT_GT(polled, 1);
+  } else {
+    ASSERT_EQ(polled, 0);
+  }
+  acc_destroy(&acc);
+  return 0;
+}
+
+/* The same on shared memory, on one CPU: a spin that yields to the peer
+ * is switched out, so later waits sleep at once (some did); on two CPUs
+ * with nothing else runnable none need to, which a loaded test machine
+ * cannot promise: not asserted. */
+static int shm_spin_rank(int rank, int world, void *arg) {
+  (void)arg;
+  acc_t *acc = two_hundred_all_reduces(rank, world, 1, "shared memory");
+  long at_once = acc__shm_waits_slept_at_once(acc);
+  printf("rank %d: %ld waits slept at once\n", rank, at_once);
+  ASSERT_GT(at_once, 0);
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST(shm_spin_backs_off_when_switched_out) {
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 100};
+  ASSERT_EQ(rt_spawn(&o, shm_spin_rank, NULL, NULL), 0);
+}
+
+NBF_TEST_P(gloo_poll) {
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 100};
+  ASSERT_EQ(rt_spawn(&o, poll_rank, (void *)nbf_test_arg(0), NULL), 0);
 }
 
 /* One rank cannot create its workspace (its file size limit is below the
