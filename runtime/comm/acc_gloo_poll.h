@@ -10,15 +10,11 @@
  * scheduler preempts it, and it burns the whole wait. Without busyPoll the
  * rank sleeps in a blocking read, and every message costs a wake-up.
  *
- * A PollGovernor chooses per collective, as an adaptive mutex chooses
- * between spinning and sleeping: it polls while polling is allowed
+ * A PollGovernor chooses per collective by acc_backoff.h's rule (the one
+ * the shared-memory waits follow): it polls while polling is allowed
  * (NBFORK_GLOO_BUSY_POLL) and the collectives that polled ran without
- * being preempted; once one is preempted (an involuntary context switch of
- * the calling thread, getrusage(RUSAGE_THREAD).ru_nivcsw: someone else
- * wanted this core), the next `backoff` collectives sleep in blocking
- * reads, then one polls again to look. The backoff doubles at every
- * preempted probe (up to kMaxBackoff) and halves back at every quiet one,
- * so a busy machine is probed rarely and a quiet one polls almost always.
+ * being preempted; once one is preempted, the next 16 to 4096
+ * collectives sleep in blocking reads, then one polls again to look.
  */
 #pragma once
 
@@ -26,13 +22,12 @@
 
 #include <gloo/context.h>
 
+#include "acc_backoff.h"
+
 namespace accrt {
 
 class PollGovernor {
 public:
-  static constexpr int kMinBackoff = 16;   // collectives slept after a preemption
-  static constexpr int kMaxBackoff = 4096; // its ceiling
-
   explicit PollGovernor(bool allowed) : allowed_(allowed) {}
 
   // Around one collective on `ctx`'s synchronous pairs.
@@ -49,8 +44,7 @@ private:
   bool allowed_;
   bool polling_ = false; // the pairs' current mode
   bool known_ = false;   // the pairs were set at least once
-  int backoff_ = kMinBackoff;
-  int sleep_left_ = 0; // collectives to sleep before the next probe
+  acc_backoff_t backoff_ = ACC_BACKOFF_INIT; // collectives to sleep before the next probe
   long nivcsw_ = 0;    // the thread's involuntary switches before the call
   long polled_ = 0, slept_ = 0;
 };

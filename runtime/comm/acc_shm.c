@@ -29,13 +29,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "acc_backoff.h"
 #include "acc_reduce.h"
 #include "nbf_util.h"
 
@@ -45,8 +45,6 @@
 #define WAKE_MS 50 /* a sleeper's check of the deadline and the peer */
 #define SPIN_MIN_NS 2000L
 #define FUSE ((size_t)16 << 10) /* bytes reduced then copied out at a time */
-#define BACKOFF_MIN 16   /* waits that sleep at once after a preempted spin */
-#define BACKOFF_MAX 4096 /* its ceiling (doubling per preempted spin) */
 
 /* What a member called (written before its first post of the call, read
  * by the peers after it): a difference is an error (MISMATCH) instead of
@@ -98,8 +96,7 @@ struct acc_shm {
   int timeout_ms;
   long spin_ns;     /* how long a wait spins before it sleeps (adaptive) */
   long spin_max_ns; /* its ceiling */
-  int no_spin;      /* waits left that sleep at once (after a preempted spin) */
-  int backoff;      /* no_spin after the next preempted spin */
+  acc_backoff_t backoff; /* waits that sleep at once after a preempted spin */
   long waits_slept_at_once; /* waits that skipped the spin (tests) */
   int lost;
   const char *what; /* the collective running, for error texts */
@@ -247,7 +244,7 @@ int acc_shm_attach(acc_shm_t *s, const acc_shm_card_t *cards, const int *ranks, 
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   s->spin_max_ns = cpus > 0 && n > cpus ? SPIN_MIN_NS : 50000;
   s->spin_ns = s->spin_max_ns;
-  s->backoff = BACKOFF_MIN;
+  s->backoff = (acc_backoff_t)ACC_BACKOFF_INIT;
   return 0;
 }
 
@@ -342,25 +339,12 @@ static acc_result_t sleep_for(acc_shm_t *s, int j, uint32_t t, long deadline, ch
   }
 }
 
-/* The calling thread's involuntary context switches so far. */
-static long involuntary_switches(void) {
-  struct rusage ru;
-  return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : 0;
-}
-
-/* A spin that yielded ended: if the thread was switched out meanwhile
- * (a yield that let another task run counts: someone else wanted this
- * core), the next `backoff` waits sleep at once, and the backoff doubles;
- * else it halves. As acc_gloo_poll.h does for Gloo's polling. */
+/* A spin that yielded ended (switches >= 0: it read them when it began
+ * to yield; a yield that let another task run counts as switched out:
+ * someone else wanted this core): acc_backoff.h's rule. */
 static void spin_ended(acc_shm_t *s, long switches) {
-  if (switches < 0)
-    return;
-  if (involuntary_switches() > switches) {
-    s->no_spin = s->backoff;
-    s->backoff = s->backoff * 2 > BACKOFF_MAX ? BACKOFF_MAX : s->backoff * 2;
-  } else if (s->backoff > BACKOFF_MIN) {
-    s->backoff /= 2;
-  }
+  if (switches >= 0)
+    acc_backoff_ended(&s->backoff, switches);
 }
 
 /* Wait until member j posted t: spin for spin_ns (yielding the core
@@ -376,8 +360,7 @@ static acc_result_t wait_one(acc_shm_t *s, int j, uint32_t t, long deadline, cha
   hdr_t *h = hdr(s, j);
   if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t))
     return ACC_OK;
-  if (s->no_spin > 0) {
-    s->no_spin--;
+  if (!acc_backoff_may_spin(&s->backoff)) {
     s->waits_slept_at_once++;
     return sleep_for(s, j, t, deadline, err, errlen);
   }
@@ -396,7 +379,7 @@ static acc_result_t wait_one(acc_shm_t *s, int j, uint32_t t, long deadline, cha
         break;
       if (now > yield_from) { /* the peer may be waiting for this core */
         if (switches < 0)
-          switches = involuntary_switches();
+          switches = acc_backoff_switches();
         sched_yield();
       }
     }
