@@ -276,13 +276,17 @@ static acc_result_t shard_group(acc_shard_t *sh) {
   return ACC_OK;
 }
 
+/* Whether p is device memory of this rank's accelerator. */
+static int on_device(const acc_t *acc, const void *p) {
+  return acc->device >= 0 && acc_nccl_is_device_ptr(p);
+}
+
 /* A device model (its parameters in device memory, NCCL's collectives):
  * the gradients there too; HYBRID_SHARD's node groups and offload are
  * host mechanisms, refused by name. */
 static acc_result_t check_device(acc_t *acc, const acc_model_t *model,
                                  const acc_shard_config_t *c) {
-  const int dp = acc->device >= 0 && acc_nccl_is_device_ptr(model->params);
-  const int dg = acc->device >= 0 && acc_nccl_is_device_ptr(model->grads);
+  const int dp = on_device(acc, model->params), dg = on_device(acc, model->grads);
   if (dp != dg)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                           "acc_shard_new: the parameters are %s memory but the gradients %s "
@@ -334,7 +338,7 @@ acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_confi
                       .world = acc_world_size(acc),
                       .grad_norm = NAN,
                       .gathered = 1,
-                      .dev = acc->device >= 0 && acc_nccl_is_device_ptr(model->params)};
+                      .dev = on_device(acc, model->params)};
   /* a device MLP runs its layers on the device without the unit hooks:
    * every unit is gathered before its forward, no prefetch */
   const int hooks = model->mlp && !sh->dev;

@@ -106,13 +106,13 @@ acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size
                                   err);
 }
 
-/* The owned gradients as ranges: each unit's owned block; on a device
- * at stage 3 the one buffer G (its padding is zeros: one kernel instead
- * of one per unit; the host keeps its per-unit sums, whose order the
- * CPU results are pinned to). *k ranges into g, n (room for nunits). */
+/* A device model's owned gradients as ranges for one kernel: each
+ * unit's owned block, at stage 3 the one buffer G (its padding is zeros:
+ * one range instead of one per unit). *k ranges into g, n (room for
+ * nunits). */
 static void owned_ranges(acc_shard_t *sh, float **g, size_t *n, int *k) {
   *k = 0;
-  if (sh->stage == 3 && sh->dev) {
+  if (sh->stage == 3) {
     g[0] = sh->G, n[0] = sh->S, *k = 1;
     return;
   }
@@ -152,17 +152,20 @@ int acc__shard_unscale(acc_shard_t *sh, float inv) {
 }
 
 acc_result_t acc__shard_owned_sumsq(acc_shard_t *sh, double *ss) {
+  if (!sh->dev) { /* per unit, in unit order: the order the CPU results are pinned to */
+    *ss = 0.0;
+    for (int i = 0; i < sh->nunits; i++)
+      *ss += acc__sumsq(acc__shard_own_grads(sh, &sh->units[i]), sh->units[i].own);
+    return ACC_OK;
+  }
   float **g = malloc((size_t)(sh->nunits + 1) * sizeof *g);
   size_t *n = malloc((size_t)(sh->nunits + 1) * sizeof *n);
   int k = 0;
   acc_result_t r = ACC_OK;
   if (!g || !n) {
     r = acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_step: no memory");
-  } else if (owned_ranges(sh, g, n, &k), !sh->dev) {
-    *ss = 0.0;
-    for (int i = 0; i < k; i++)
-      *ss += acc__sumsq(g[i], n[i]);
   } else {
+    owned_ranges(sh, g, n, &k);
     float *scratch = acc__device_scratch(sh->acc);
     char err[512];
     r = scratch ? acc_optim_cuda_sumsq(g, n, k, scratch, sh->acc->stream, ss, err, sizeof err)
