@@ -63,13 +63,29 @@ static int truthy(const json_t *v) {
   return json_is_true(v) || (json_is_string(v) && !strcasecmp(json_string_value(v), "true"));
 }
 
-/* fsdp_config's backward_prefetch: 1 backward_pre / backward_post, 0
- * no_prefetch, -1 anything else (refused by name below). */
-static int prefetch_word(const json_t *v) {
-  const char *s = json_is_string(v) ? json_string_value(v) : "";
-  if (!strcasecmp(s, "backward_pre") || !strcasecmp(s, "backward_post"))
-    return 1;
-  return strcasecmp(s, "no_prefetch") ? -1 : 0;
+/* fsdp_config's backward_prefetch (k; "backward_pre", "backward_post" or
+ * "no_prefetch", Transformers' default) and forward_prefetch (a boolean,
+ * default false) set or clear their bit of *prefetch; another value is
+ * refused, naming `key` as written. */
+static acc_result_t prefetch_option(acc_t *acc, const char *k, const char *key, const json_t *val,
+                                    int *prefetch) {
+  const char *s = json_is_string(val) ? json_string_value(val) : "";
+  int bit = ACC_SHARD_PREFETCH_FORWARD, on;
+  if (!strcmp(k, "backward_prefetch")) {
+    bit = ACC_SHARD_PREFETCH_BACKWARD;
+    on = !strcasecmp(s, "backward_pre") || !strcasecmp(s, "backward_post");
+    if (!on && strcasecmp(s, "no_prefetch"))
+      return bad(acc,
+                 "--fsdp_config: %s: expected \"backward_pre\", \"backward_post\" or "
+                 "\"no_prefetch\"",
+                 key);
+  } else if (json_is_boolean(val) || json_is_string(val)) {
+    on = truthy(val);
+  } else {
+    return bad(acc, "--fsdp_config: %s: expected true or false", key);
+  }
+  *prefetch = on ? *prefetch | bit : *prefetch & ~bit;
+  return ACC_OK;
 }
 
 /* --fsdp_config's keys. */
@@ -90,15 +106,8 @@ static acc_result_t fsdp_config(acc_t *acc, const char *v, acc_shard_config_t *c
       h++;
     if (!strcmp(k, "offload_params")) {
       c->offload |= truthy(val);
-    } else if (!strcmp(k, "backward_prefetch") && prefetch_word(val) >= 0) {
-      c->prefetch &= ~ACC_SHARD_PREFETCH_BACKWARD; /* Transformers' default: no_prefetch */
-      c->prefetch |= prefetch_word(val) ? ACC_SHARD_PREFETCH_BACKWARD : 0;
-    } else if (!strcmp(k, "forward_prefetch") && (json_is_boolean(val) || json_is_string(val))) {
-      c->prefetch &= ~ACC_SHARD_PREFETCH_FORWARD; /* default false */
-      c->prefetch |= truthy(val) ? ACC_SHARD_PREFETCH_FORWARD : 0;
-    } else if (!strcmp(k, "backward_prefetch")) {
-      r = bad(acc, "--fsdp_config: %s: expected \"backward_pre\", \"backward_post\" or "
-                   "\"no_prefetch\"", key);
+    } else if (!strcmp(k, "backward_prefetch") || !strcmp(k, "forward_prefetch")) {
+      r = prefetch_option(acc, k, key, val, &c->prefetch);
     } else if (!strcmp(k, "state_dict_type") && json_is_string(val) &&
                (!strcmp(json_string_value(val), "FULL_STATE_DICT") ||
                 !strcmp(json_string_value(val), "SHARDED_STATE_DICT"))) {
