@@ -58,6 +58,17 @@ static inline void *nbf_take(void *self_p) {
 }
 #define NBF_TAKE(self_p) ((void)sizeof(*(self_p) == NULL), nbf_take(self_p))
 
+/* FNV-1a (Fowler, Noll, Vo; 64-bit) of the string s mixed into h: start
+ * from NBF_FNV_OFFSET; chain calls to hash several strings. For hash
+ * tables and cache keys, not for security. */
+#define NBF_FNV_OFFSET 14695981039346656037ULL
+#define NBF_FNV_PRIME 1099511628211ULL
+static inline uint64_t nbf_fnv1a(const char *s, uint64_t h) {
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * NBF_FNV_PRIME;
+  return h;
+}
+
 /* vasprintf into a new string (caller frees), or NULL when out of memory. */
 char *nbf_xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "nbf_buf.h"
+#include "nbf_util.h"
 
 /* Stands for the unit's tag until the unit's hash is known. */
 #define TAG_PLACEHOLDER "@NBFTAG@"
@@ -32,17 +33,9 @@ static uint64_t unit_hash(const char *s, uint64_t h) {
       continue;
     }
     h ^= (unsigned char)*s;
-    h *= 1099511628211ULL;
+    h *= NBF_FNV_PRIME;
     bol = *s == '\n';
     s++;
-  }
-  return h;
-}
-
-static uint64_t fnv1a(const char *s, uint64_t h) {
-  for (; *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 1099511628211ULL;
   }
   return h;
 }
@@ -81,7 +74,7 @@ static uint64_t hash_local_includes(const char *src, uint64_t h) {
                (long)st.st_mtim.tv_nsec, (long long)st.st_size);
     else
       snprintf(info, sizeof info, "|missing");
-    h = fnv1a(path, fnv1a(info, h));
+    h = nbf_fnv1a(path, nbf_fnv1a(info, h));
   }
   return h;
 }
@@ -468,7 +461,7 @@ static void emit_entry_points(gen_t *g, const ex_launch_site_t *launch, const ch
  * compiler it is meant for is part of the salt (item 3 of issue 20). */
 static ex_result_t finish_unit(ex_cell_unit_t *out, const char *src, const char *salt) {
   uint64_t h =
-      fnv1a(out->tinycc ? "|tinycc" : "|cc", fnv1a(salt ? salt : "", 14695981039346656037ULL));
+      nbf_fnv1a(out->tinycc ? "|tinycc" : "|cc", nbf_fnv1a(salt ? salt : "", NBF_FNV_OFFSET));
   h = unit_hash(src, h);
   h = hash_local_includes(src, h);
   snprintf(out->tag, sizeof out->tag, "%016llx", (unsigned long long)h);

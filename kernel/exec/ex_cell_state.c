@@ -347,10 +347,7 @@ int ex_cell_state_indirect(const ex_cell_state_t *st, const ex_split_t *sp, cons
 }
 
 static size_t key_hash(const char *k) {
-  uint64_t h = 14695981039346656037ULL;
-  for (; *k; k++)
-    h = (h ^ (unsigned char)*k) * 1099511628211ULL;
-  return (size_t)h;
+  return (size_t)nbf_fnv1a(k, NBF_FNV_OFFSET);
 }
 
 /* Put entry i into the index (which has room). */

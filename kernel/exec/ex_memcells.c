@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ex_jit.h"
+#include "nbf_util.h"
 
 /* One arena: a private anonymous RWX map, reserved (MAP_NORESERVE) and
  * filled from the start. */
@@ -63,20 +64,10 @@ void ex_memcells_destroy(ex_memcells_t **m_p) {
   *m_p = NULL;
 }
 
-static uint64_t fnv1a(const char *s, uint64_t h) {
-  for (; *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
-#define FNV_OFFSET 14695981039346656037ULL
-
 const ex_memcell_t *ex_memcells_find(const ex_memcells_t *m, const char *tag) {
   if (m && m->slots) {
     size_t mask = m->nslots - 1;
-    for (size_t s = fnv1a(tag, FNV_OFFSET) & mask; m->slots[s]; s = (s + 1) & mask)
+    for (size_t s = nbf_fnv1a(tag, NBF_FNV_OFFSET) & mask; m->slots[s]; s = (s + 1) & mask)
       if (!strcmp(m->cells[m->slots[s] - 1].tag, tag))
         return &m->cells[m->slots[s] - 1];
     return NULL;
@@ -89,7 +80,7 @@ const ex_memcell_t *ex_memcells_find(const ex_memcells_t *m, const char *tag) {
 
 /* Put cell i into the index (which has room); the newest of a tag wins. */
 static void index_put(ex_memcells_t *m, size_t i) {
-  size_t mask = m->nslots - 1, s = fnv1a(m->cells[i].tag, FNV_OFFSET) & mask;
+  size_t mask = m->nslots - 1, s = nbf_fnv1a(m->cells[i].tag, NBF_FNV_OFFSET) & mask;
   while (m->slots[s] && strcmp(m->cells[m->slots[s] - 1].tag, m->cells[i].tag))
     s = (s + 1) & mask;
   m->slots[s] = i + 1;
@@ -220,7 +211,7 @@ int ex_memcells_publish(ex_memcells_t *m, const ex_memcell_t *c, ex_cell_state_t
     clock_gettime(CLOCK_REALTIME, &ts);
     snprintf(id, sizeof id, "%d.%lld.%ld.%p", (int)getpid(), (long long)ts.tv_sec, ts.tv_nsec,
              (void *)m->arena);
-    m->hash = fnv1a(id, FNV_OFFSET) | 1;
+    m->hash = nbf_fnv1a(id, NBF_FNV_OFFSET) | 1;
   }
   FILE *f = fopen(m->script, "a");
   if (!f)
