@@ -26,7 +26,8 @@ typedef struct {
   int backoff;    /* sleep_left after the next preempted spin */
 } acc_backoff_t;
 
-#define ACC_BACKOFF_INIT {0, ACC_BACKOFF_MIN}
+#define ACC_BACKOFF_INIT                                                                           \
+  { 0, ACC_BACKOFF_MIN }
 
 /* The calling thread's involuntary context switches so far: read when a
  * spin starts, given to acc_backoff_ended when it ends. */

@@ -42,10 +42,10 @@ public:
 private:
   void set(const std::shared_ptr<::gloo::Context> &ctx, bool poll);
   bool allowed_;
-  bool polling_ = false; // the pairs' current mode
-  bool known_ = false;   // the pairs were set at least once
+  bool polling_ = false;                     // the pairs' current mode
+  bool known_ = false;                       // the pairs were set at least once
   acc_backoff_t backoff_ = ACC_BACKOFF_INIT; // collectives to sleep before the next probe
-  long nivcsw_ = 0;    // the thread's involuntary switches before the call
+  long nivcsw_ = 0;                          // the thread's involuntary switches before the call
   long polled_ = 0, slept_ = 0;
 };
 
@@ -53,7 +53,9 @@ private:
 // throws: the failure propagates).
 class PolledRun {
 public:
-  PolledRun(PollGovernor &g, const std::shared_ptr<::gloo::Context> &ctx) : g_(g) { g_.before(ctx); }
+  PolledRun(PollGovernor &g, const std::shared_ptr<::gloo::Context> &ctx) : g_(g) {
+    g_.before(ctx);
+  }
   ~PolledRun() { g_.after(); }
   PolledRun(const PolledRun &) = delete;
   PolledRun &operator=(const PolledRun &) = delete;
