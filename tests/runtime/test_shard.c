@@ -470,6 +470,14 @@ typedef struct {
   char dir[128];
 } ck_t;
 
+/* A checkpoint case of f32 runs at the stage of the test's first
+ * argument, saving `type` (full, sharded, both). */
+static void ck_case(ck_t *c, const char *type) {
+  c->stage = atoi(nbf_test_arg(0));
+  c->type = type;
+  c->variant = "f32";
+}
+
 enum { CK_NP = 33 * 21 + 33 + 17 * 33 + 17 + 5 * 17 + 5, CK_NK = STEPS * 2 };
 
 static acc_t *ck_acc(const char *variant) {
@@ -672,9 +680,7 @@ static int ck_layout_body(int rank, int world, void *arg) {
 
 NBF_TEST_P(resume_layout) {
   static ck_t c;
-  c.stage = atoi(nbf_test_arg(0));
-  c.type = "sharded";
-  c.variant = "f32";
+  ck_case(&c, "sharded");
   rt_spawn_opts_t o = {.world = 4, .deadline_s = 90};
   for (int save_hybrid = 0; save_hybrid < 2; save_hybrid++) {
     ck_tmpdir(&c);
@@ -748,9 +754,7 @@ static int ck_other_body(int rank, int world, void *arg) {
 
 NBF_TEST_P(resume_other_world) {
   static ck_t c;
-  c.stage = atoi(nbf_test_arg(0));
-  c.type = "full";
-  c.variant = "f32";
+  ck_case(&c, "full");
   ck_tmpdir(&c);
   rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(1)), .deadline_s = 90};
   ASSERT_EQ(rt_spawn(&o, ck_save_body, &c, NULL), 0);
@@ -769,9 +773,7 @@ static size_t ck_read(const char *path, unsigned char *buf, size_t cap) {
 
 NBF_TEST_P(merge_weights) {
   static ck_t c;
-  c.stage = atoi(nbf_test_arg(0));
-  c.type = "both"; /* FULL into dir, SHARDED into dir/sharded */
-  c.variant = "f32";
+  ck_case(&c, "both"); /* FULL into dir, SHARDED into dir/sharded */
   ck_hybrid = nbf_test_argc > 2 && !strcmp(nbf_test_arg(2), "hybrid");
   ck_tmpdir(&c);
   rt_spawn_opts_t o = {.world = atoi(nbf_test_arg(1)), .deadline_s = 90};
