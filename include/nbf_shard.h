@@ -56,16 +56,21 @@
  *            strategies; DeepSpeed's ZeRO++ hpZ keeps a node-local copy of
  *            the parameters likewise). N above is then the ranks of a
  *            node; parameters are all-gathered between the node's ranks
- *            only (shared memory); a unit's gradient is all-reduced (AVG)
- *            over the world (within the node through shared memory, then
- *            between the node leaders through Gloo: each node's leader
- *            sends the unit once, as FSDP's inter-node all-reduce of the
- *            shards does in total) and each rank keeps its owned block.
- *            Needs the node groups of the shared-memory collectives
+ *            only (shared memory); a unit's gradient is reduce-scattered
+ *            (SUM) within the node through shared memory, then only
+ *            this rank's block is all-reduced over its replica group
+ *            (the ranks with its index within the node on every node,
+ *            FSDP's inter-node group: Gloo, connected by acc_shard_new
+ *            through the store) and divided by the world (AVG): each
+ *            rank sends 1/N of the unit between nodes. Needs the node
+ *            groups of the shared-memory collectives
  *            (NBFORK_SHM_COLLECTIVES=1, the default) and nodes of equal
  *            sizes (UNSUPPORTED / INVALID_ARGUMENT otherwise). A
  *            SHARDED_STATE_DICT holds one replica's shards (see
- *            acc_shard_save_state).
+ *            acc_shard_save_state). On a device: NCCL's node and
+ *            replica communicators (ncclCommSplit of the world's, at
+ *            the first collective; AVG within the node, then AVG over
+ *            the replicas: a tolerance against DDP, not bits).
  *
  * Gradient accumulation (acc_config_t.gradient_accumulation_steps = k):
  * as Accelerate's, each micro-step's contribution is scaled by 1/k; the
@@ -86,7 +91,8 @@
  * default: members' values are added in member order whatever the
  * buffer's size or algorithm, so a unit's reduce-scatter sums each
  * element as DDP's all-reduce of the whole buffer does); HYBRID_SHARD
- * over 2 nodes of 2 ranks too. Through Gloo (NBFORK_SHM_COLLECTIVES=0)
+ * over 2 nodes of 2 and of 3 ranks too (the node's sum in member order,
+ * then two addends across nodes, as DDP's by node). Through Gloo (NBFORK_SHM_COLLECTIVES=0)
  * at N = 4 the tolerance is 1e-5 relative (losses; parameters: of the
  * largest parameter), measured <= 4e-7: there two DDP runs in one
  * process already differ in the last bit (Gloo's all-reduce of 4 ranks
@@ -122,9 +128,8 @@
  * Checkpoints of a device MLP: the same files through host copies (the
  * owned slices and gradients copied synchronously, the optimizer's
  * moments through its host buffers and uploaded at the next step).
- * Refused (UNSUPPORTED, named): HYBRID_SHARD (its node groups are host
- * shared memory), offload, and the checkpoints of a custom model (not
- * acc_mlp_model) on a device.
+ * Refused (UNSUPPORTED, named): offload, and the checkpoints of a custom
+ * model (not acc_mlp_model) on a device.
  *
  * Errors follow nbfork.h (acc_result_t; the text in acc_last_error(acc)).
  */
@@ -188,7 +193,9 @@ typedef struct acc_shard acc_shard_t;
  * config). Errors: INVALID_ARGUMENT (NULL, stage outside 0..3, bad
  * hyper-parameters, an environment value not understood — named;
  * HYBRID_SHARD over nodes of unequal sizes), UNSUPPORTED (HYBRID_SHARD
- * without shared-memory node groups; a model on a device), NO_MEMORY. */
+ * without shared-memory node groups; offload of a model on a device),
+ * NO_MEMORY; with HYBRID_SHARD over several nodes, the errors of
+ * connecting the replica group (TIMEOUT, PEER, STORE). */
 ACC_API acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_config_t *cfg);
 /* Removes the hooks, gathers the full parameters into the model's buffer
  * (collective with stage 3, so every rank must call it) and frees the

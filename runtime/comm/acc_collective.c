@@ -331,32 +331,66 @@ static acc_result_t all_gather_run(acc_t *acc, const void *send, void *recv, siz
   return ACC_OK;
 }
 
-acc_result_t acc__local_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
-                                   acc_dtype_t dtype) {
-  ACC_CHECK(check(acc, "node all-gather", send, recv, count, dtype));
-  if (!acc->node) {
+/* HYBRID_SHARD's collectives within the node or over the replica group
+ * (a gather, or the reduction when `gather` is 0): on device buffers
+ * through NCCL's node and replica communicators; on the host through
+ * the node group (shared memory, the replica group's Gloo). */
+static acc_result_t hybrid_run(acc_t *acc, int gather, const void *send, void *recv, size_t count,
+                               acc_dtype_t dtype, acc_op_t op, int dev) {
+  if (acc->broken)
+    return broken(acc);
+  if (dev && gather)
+    return acc_nccl_group_collective(acc, ACC_NCCL_NODE, ACC_NCCL_ALL_GATHER, send, recv, count,
+                                     dtype, op, 0);
+  if (dev) { /* AVG: the node's mean, then the nodes' mean */
+    acc_result_t r = acc_nccl_group_collective(acc, ACC_NCCL_NODE, ACC_NCCL_REDUCE_SCATTER, send,
+                                               recv, count, dtype, op, 0);
+    return r != ACC_OK ? r
+                       : acc_nccl_group_collective(acc, ACC_NCCL_REPLICA, ACC_NCCL_ALL_REDUCE, recv,
+                                                   recv, count, dtype, op, 0);
+  }
+  char err[1024];
+  acc_result_t r =
+      gather ? acc__node_local_all_gather(acc, send, recv, count * acc_dtype_size(dtype), err,
+                                          sizeof err)
+             : acc__node_hybrid_reduce_scatter(acc, send, recv, count, dtype, op, err, sizeof err);
+  return r == ACC_OK ? ACC_OK : shm_failed(acc, r, err);
+}
+
+/* acc__local_all_gather and acc__hybrid_reduce_scatter: checked,
+ * numbered and recorded as the world's collectives are. */
+static acc_result_t hybrid_collective(acc_t *acc, int gather, const void *send, void *recv,
+                                      size_t count, acc_dtype_t dtype, acc_op_t op) {
+  const char *what = gather ? "node all-gather" : "HYBRID_SHARD reduce-scatter";
+  ACC_CHECK(check(acc, what, send, recv, count, dtype));
+  int dev = acc->device >= 0 && count && (on_device(acc, send) || on_device(acc, recv));
+  if (!acc->node && !dev) {
     if (acc->world == 1) {
       memmove(recv, send, count * acc_dtype_size(dtype));
       return ACC_OK;
     }
     return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                          "node all-gather: no node groups (shared-memory collectives are off)");
+                          "%s: no node groups (shared-memory collectives are off)", what);
   }
   coll_t k;
-  acc_result_t r = coll_begin(acc, &k, NBF_RS_ALL_GATHER, count, dtype, ACC_SUM, -1, 0);
-  if (r == ACC_OK && count) {
-    r = ACC_OK;
-    if (acc->broken) {
-      r = broken(acc);
-    } else {
-      char err[1024];
-      r = acc__node_local_all_gather(acc, send, recv, count * acc_dtype_size(dtype), err,
-                                     sizeof err);
-      if (r != ACC_OK)
-        r = shm_failed(acc, r, err);
-    }
-  }
+  acc_result_t r = coll_begin(acc, &k, gather ? NBF_RS_ALL_GATHER : NBF_RS_REDUCE_SCATTER, count,
+                              dtype, op, -1, dev);
+  if (r == ACC_OK && count)
+    r = hybrid_run(acc, gather, send, recv, count, dtype, op, dev);
   return coll_end(acc, &k, r);
+}
+
+acc_result_t acc__local_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
+                                   acc_dtype_t dtype) {
+  return hybrid_collective(acc, 1, send, recv, count, dtype, ACC_SUM);
+}
+
+acc_result_t acc__hybrid_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                        acc_dtype_t dtype, acc_op_t op) {
+  if (!acc_op_valid(op))
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                          "HYBRID_SHARD reduce-scatter: unknown op %d", (int)op);
+  return hybrid_collective(acc, 0, send, recv, count, dtype, op);
 }
 
 /* Host reduce-scatter: through shared memory by node; else as PyTorch's

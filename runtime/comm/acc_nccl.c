@@ -19,6 +19,11 @@
 
 struct acc_nccl {
   ncclComm_t comm;
+  /* HYBRID_SHARD's groups, split from comm at their first use
+   * (ncclCommSplit, NCCL >= 2.18): this rank's node (color: the node,
+   * key: the member index) and its replicas (color: the member index,
+   * key: the node); NULL until then */
+  ncclComm_t group[2];
   cudaStream_t stream; /* NCCL's own, non-blocking: never the caller's */
   cudaEvent_t ready;   /* recorded on the caller's stream before each collective */
 };
@@ -76,6 +81,9 @@ static void free_nccl(struct acc_nccl *n) {
 
 static acc_result_t fail(acc_t *acc, acc_result_t code, const char *what, const char *detail) {
   if (acc->nccl) {
+    for (int i = 0; i < 2; i++)
+      if (acc->nccl->group[i])
+        ncclCommAbort(acc->nccl->group[i]);
     ncclCommAbort(acc->nccl->comm);
     free_nccl(acc->nccl);
     acc->nccl = NULL;
@@ -186,11 +194,11 @@ static ncclRedOp_t nccl_op(acc_op_t op) {
 }
 
 /* After enqueueing: wait for the enqueue itself, then for the stream. */
-static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
+static acc_result_t finish(acc_t *acc, ncclComm_t comm, ncclResult_t r, const char *what) {
   double deadline = nbf_now_s() + acc->timeout_ms / 1000.0;
   if (r != ncclSuccess && r != ncclInProgress)
     return fail(acc, ACC_ERR_BACKEND, what, ncclGetErrorString(r));
-  ACC_CHECK(wait_comm(acc, acc->nccl->comm, what, deadline));
+  ACC_CHECK(wait_comm(acc, comm, what, deadline));
   unsigned spins = 0;
   for (;;) {
     cudaError_t e = cudaStreamQuery(acc->nccl->stream);
@@ -199,7 +207,7 @@ static acc_result_t finish(acc_t *acc, ncclResult_t r, const char *what) {
     if (e != cudaErrorNotReady)
       return fail(acc, ACC_ERR_BACKEND, what, cudaGetErrorString(e));
     ncclResult_t st = ncclSuccess;
-    ncclCommGetAsyncError(acc->nccl->comm, &st);
+    ncclCommGetAsyncError(comm, &st);
     if (st != ncclSuccess && st != ncclInProgress)
       return fail(acc, ACC_ERR_PEER, what, ncclGetErrorString(st));
     if (nbf_now_s() > deadline)
@@ -244,26 +252,90 @@ static acc_result_t check_pair(acc_t *acc, acc_nccl_coll_t coll, const void *sen
                         ds ? "device" : "host", dr ? "device" : "host");
 }
 
-acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *send, void *recv,
-                                 size_t count, acc_dtype_t dtype, acc_op_t op, int root) {
+/* HYBRID_SHARD's node and replica communicators, split from the world's
+ * at the first call on either (every rank makes it: the first gather or
+ * reduction of a unit), both at once so that every rank splits in the
+ * same order. */
+static acc_result_t ensure_groups(acc_t *acc) {
+  struct acc_nccl *n = acc->nccl;
+  if (n->group[0])
+    return ACC_OK;
+  int node, me;
+  if (acc__node_place(acc, &node, &me) != 0)
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "NCCL's node and replica groups need the node groups of the "
+                          "shared-memory collectives (NBFORK_SHM_COLLECTIVES=0?)");
+  const int color[2] = {node, me}, key[2] = {me, node};
+  for (int i = 0; i < 2; i++) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclResult_t r = ncclCommSplit(n->comm, color[i], key[i], &n->group[i], &cfg);
+    if (r != ncclSuccess && r != ncclInProgress)
+      return fail(acc, ACC_ERR_BACKEND, "ncclCommSplit", ncclGetErrorString(r));
+    ACC_CHECK(wait_comm(acc, n->group[i], "ncclCommSplit", nbf_now_s() + acc->timeout_ms / 1000.0));
+  }
+  return ACC_OK;
+}
+
+acc_result_t acc_nccl_group_collective(acc_t *acc, acc_nccl_group_t group, acc_nccl_coll_t coll,
+                                       const void *send, void *recv, size_t count,
+                                       acc_dtype_t dtype, acc_op_t op, int root) {
   ACC_CHECK(check_pair(acc, coll, send, recv));
   ACC_CHECK(ensure_comm(acc));
+  if (group != ACC_NCCL_WORLD)
+    ACC_CHECK(ensure_groups(acc));
   ACC_CHECK(order_after_caller(acc));
-  ncclComm_t comm = acc->nccl->comm;
+  ncclComm_t comm = group == ACC_NCCL_WORLD ? acc->nccl->comm : acc->nccl->group[group - 1];
   cudaStream_t st = acc->nccl->stream;
   ncclDataType_t t = nccl_type(dtype);
   switch (coll) {
   case ACC_NCCL_ALL_REDUCE:
-    return finish(acc, ncclAllReduce(send, recv, count, t, nccl_op(op), comm, st), "all-reduce");
+    return finish(acc, comm, ncclAllReduce(send, recv, count, t, nccl_op(op), comm, st),
+                  "all-reduce");
   case ACC_NCCL_BROADCAST:
-    return finish(acc, ncclBroadcast(send, recv, count, t, root, comm, st), "broadcast");
+    return finish(acc, comm, ncclBroadcast(send, recv, count, t, root, comm, st), "broadcast");
   case ACC_NCCL_ALL_GATHER:
-    return finish(acc, ncclAllGather(send, recv, count, t, comm, st), "all-gather");
+    return finish(acc, comm, ncclAllGather(send, recv, count, t, comm, st), "all-gather");
   case ACC_NCCL_REDUCE_SCATTER:
-    return finish(acc, ncclReduceScatter(send, recv, count, t, nccl_op(op), comm, st),
+    return finish(acc, comm, ncclReduceScatter(send, recv, count, t, nccl_op(op), comm, st),
                   "reduce-scatter");
   }
   return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "unknown device collective %d", (int)coll);
+}
+
+acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *send, void *recv,
+                                 size_t count, acc_dtype_t dtype, acc_op_t op, int root) {
+  return acc_nccl_group_collective(acc, ACC_NCCL_WORLD, coll, send, recv, count, dtype, op, root);
+}
+
+/* Close one communicator: on a broken group abort it; else finalize
+ * (non-blocking, bounded by the timeout), then destroy, aborting when
+ * anything goes wrong so that we never block forever (ncclCommDestroy
+ * can). */
+static void close_comm(acc_t *acc, ncclComm_t comm) {
+  if (!comm)
+    return;
+  if (acc->broken) {
+    ncclCommAbort(comm);
+    return;
+  }
+  ncclResult_t r = ncclCommFinalize(comm);
+  double deadline = nbf_now_s() + acc->timeout_ms / 1000.0;
+  ncclResult_t st = r;
+  unsigned spins = 0;
+  while (r == ncclSuccess || r == ncclInProgress) {
+    if (ncclCommGetAsyncError(comm, &st) != ncclSuccess || st != ncclInProgress)
+      break;
+    if (nbf_now_s() > deadline) {
+      st = ncclInternalError;
+      break;
+    }
+    pause_briefly(&spins);
+  }
+  if (st == ncclSuccess)
+    ncclCommDestroy(comm);
+  else
+    ncclCommAbort(comm);
 }
 
 void acc_nccl_destroy(acc_t *acc) {
@@ -271,29 +343,9 @@ void acc_nccl_destroy(acc_t *acc) {
     return;
   struct acc_nccl *n = acc->nccl;
   acc->nccl = NULL;
-  if (acc->broken) {
-    ncclCommAbort(n->comm);
-  } else {
-    /* Finalize (non-blocking, bounded by the timeout), then destroy; abort
-     * when anything goes wrong so we never block forever. */
-    ncclResult_t r = ncclCommFinalize(n->comm);
-    double deadline = nbf_now_s() + acc->timeout_ms / 1000.0;
-    ncclResult_t st = r;
-    unsigned spins = 0;
-    while (r == ncclSuccess || r == ncclInProgress) {
-      if (ncclCommGetAsyncError(n->comm, &st) != ncclSuccess || st != ncclInProgress)
-        break;
-      if (nbf_now_s() > deadline) {
-        st = ncclInternalError;
-        break;
-      }
-      pause_briefly(&spins);
-    }
-    if (st == ncclSuccess)
-      ncclCommDestroy(n->comm);
-    else
-      ncclCommAbort(n->comm);
-  }
+  close_comm(acc, n->group[0]); /* the split ones before the one they came from */
+  close_comm(acc, n->group[1]);
+  close_comm(acc, n->comm);
   free_nccl(n);
 }
 
@@ -332,6 +384,13 @@ acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *s
   (void)coll, (void)send, (void)recv, (void)count, (void)dtype, (void)op, (void)root;
   return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
                         "collectives on device buffers need NCCL; nbfork was built without CUDA");
+}
+
+acc_result_t acc_nccl_group_collective(acc_t *acc, acc_nccl_group_t group, acc_nccl_coll_t coll,
+                                       const void *send, void *recv, size_t count,
+                                       acc_dtype_t dtype, acc_op_t op, int root) {
+  (void)group;
+  return acc_nccl_collective(acc, coll, send, recv, count, dtype, op, root);
 }
 void acc_nccl_destroy(acc_t *acc) {
   (void)acc;

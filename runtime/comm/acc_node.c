@@ -18,28 +18,17 @@
 
 #include "acc_gloo.h"
 #include "acc_internal.h"
+#include "acc_node_internal.h"
 #include "acc_reduce.h"
 #include "acc_shm.h"
 #include "nbf_param.h"
-
-struct acc_node {
-  acc_shm_t *shm;      /* this node's ranks */
-  int n, me;           /* members of this node, this rank's index */
-  int *member_rank;    /* global rank of each member */
-  int nnodes, node;    /* nodes, this rank's node */
-  int *node_of;        /* node of each global rank */
-  int *index_of;       /* member index of each global rank */
-  int *leader_of;      /* global rank of each node's leader */
-  int maxn;            /* members of the largest node */
-  acc_gloo_t *leaders; /* the leaders' group: on leaders, with several nodes */
-  int lost;            /* global rank the last failure lost, or -1 */
-};
 
 static void node_free(acc_node_t *nd) {
   if (!nd)
     return;
   acc_shm_destroy(&nd->shm);
   acc_gloo_destroy(&nd->leaders);
+  acc_gloo_destroy(&nd->replica);
   free(nd->member_rank);
   free(nd->node_of);
   free(nd->index_of);
@@ -216,29 +205,35 @@ static int all_agree(acc_t *acc, int ok) {
   return rc == 0 ? verdict : -1;
 }
 
-/* The leaders' Gloo group (several nodes; on leaders only). */
-static int leaders_connect(acc_t *acc, acc_node_t *nd, const char *host) {
-  if (nd->nnodes == 1 || nd->me != 0)
-    return 0;
+int acc__node_gloo_group(acc_t *acc, acc_gloo_t **g, int rank, int size, const char *host,
+                         const char *name, const char *what) {
   char prefix[256], err[1024];
-  snprintf(prefix, sizeof prefix, "%sleaders/", acc->key_prefix);
-  acc_result_t r = acc_gloo_connect(&nd->leaders, nd->node, nd->nnodes, host, acc->store, prefix,
-                                    acc->timeout_ms, 0, err, sizeof err);
+  snprintf(prefix, sizeof prefix, "%snode/%s/", acc->key_prefix, name);
+  acc_result_t r = acc_gloo_connect(g, rank, size, host, acc->store, prefix, acc->timeout_ms, 0,
+                                    err, sizeof err);
   /* The shim connects its second (synchronous) mesh at the first repeated
-   * all-reduce, through the store: connect it now, while every leader is
-   * here, so that no later collective waits in the store for a leader
+   * all-reduce, through the store: connect it now, while every member is
+   * here, so that no later collective waits in the store for a member
    * whose node already failed (its closed connections fail the others at
    * once; a store wait would last until NBFORK_TIMEOUT_S). */
   for (int i = 0; i < 2 && r == ACC_OK; i++) {
     float one = 1.0f;
-    r = acc_gloo_all_reduce_algo(nd->leaders, &one, 1, ACC_F32, ACC_SUM, ACC_GLOO_AUTO, err,
-                                 sizeof err);
+    r = acc_gloo_all_reduce_algo(*g, &one, 1, ACC_F32, ACC_SUM, ACC_GLOO_AUTO, err, sizeof err);
   }
   if (r != ACC_OK) {
-    acc__set_error(acc, r, "connecting the nodes' leaders: %s", err);
+    acc_gloo_destroy(g);
+    acc__set_error(acc, r, "connecting %s: %s", what, err);
     return -1;
   }
   return 0;
+}
+
+/* The leaders' Gloo group (several nodes; on leaders only). */
+static int leaders_connect(acc_t *acc, acc_node_t *nd, const char *host) {
+  if (nd->nnodes == 1 || nd->me != 0)
+    return 0;
+  return acc__node_gloo_group(acc, &nd->leaders, nd->node, nd->nnodes, host, "leaders",
+                              "the nodes' leaders");
 }
 
 /* The node tables and this rank's workspaces mapped: 1; some rank cannot
@@ -317,8 +312,10 @@ int acc__node_connect(acc_t *acc, const char *host) {
 }
 
 void acc__node_release_store(acc_t *acc) {
-  if (acc->node)
+  if (acc->node) {
     acc_gloo_release_store(acc->node->leaders);
+    acc_gloo_release_store(acc->node->replica);
+  }
 }
 
 void acc__node_destroy(acc_t *acc) {
@@ -350,13 +347,14 @@ void acc__node_abort(acc_t *acc) {
    * they abort their own nodes in turn. The group is broken: no call
    * needs the leaders' group again. */
   acc_gloo_destroy(&acc->node->leaders);
+  acc_gloo_destroy(&acc->node->replica);
 }
 
 /* ---- the collectives ---- */
 
 /* Record which rank a failure lost: a member (shared memory) or a node's
  * leader (Gloo between leaders). */
-static acc_result_t local_done(acc_node_t *nd, acc_result_t r) {
+acc_result_t acc__node_local_done(acc_node_t *nd, acc_result_t r) {
   if (r != ACC_OK) {
     int m = acc_shm_lost_member(nd->shm);
     nd->lost = m >= 0 && m < nd->n ? nd->member_rank[m] : -1;
@@ -381,16 +379,20 @@ acc_result_t acc__node_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype
                                   acc_op_t op, char *err, size_t errlen) {
   acc_node_t *nd = acc->node;
   if (nd->nnodes == 1)
-    return local_done(nd, acc_shm_all_reduce(nd->shm, buf, count, dtype, op, err, errlen));
+    return acc__node_local_done(nd,
+                                acc_shm_all_reduce(nd->shm, buf, count, dtype, op, err, errlen));
   /* AVG: sums, divided by the world once at the end */
   acc_op_t o = op == ACC_AVG ? ACC_SUM : op;
-  acc_result_t r = local_done(nd, acc_shm_all_reduce(nd->shm, buf, count, dtype, o, err, errlen));
+  acc_result_t r =
+      acc__node_local_done(nd, acc_shm_all_reduce(nd->shm, buf, count, dtype, o, err, errlen));
+  if (r == ACC_OK && leading(nd))
+    nd->cross_bytes += count * acc_dtype_size(dtype);
   if (r == ACC_OK && leading(nd))
     r = leaders_done(nd, acc_gloo_all_reduce_algo(nd->leaders, buf, count, dtype, o, ACC_GLOO_AUTO,
                                                   err, errlen));
   if (r == ACC_OK)
-    r = local_done(nd,
-                   acc_shm_broadcast(nd->shm, buf, count * acc_dtype_size(dtype), 0, err, errlen));
+    r = acc__node_local_done(
+        nd, acc_shm_broadcast(nd->shm, buf, count * acc_dtype_size(dtype), 0, err, errlen));
   if (r == ACC_OK && op == ACC_AVG)
     acc_reduce_divide(buf, count, dtype, acc->world);
   return r;
@@ -402,11 +404,13 @@ acc_result_t acc__node_broadcast(acc_t *acc, void *buf, size_t bytes, int root, 
   int rnode = nd->node_of[root], rmember = nd->index_of[root];
   acc_result_t r = ACC_OK;
   if (nd->node == rnode) /* the root's node first: its leader then has the data */
-    r = local_done(nd, acc_shm_broadcast(nd->shm, buf, bytes, rmember, err, errlen));
+    r = acc__node_local_done(nd, acc_shm_broadcast(nd->shm, buf, bytes, rmember, err, errlen));
+  if (r == ACC_OK && leading(nd))
+    nd->cross_bytes += bytes;
   if (r == ACC_OK && leading(nd))
     r = leaders_done(nd, acc_gloo_broadcast(nd->leaders, buf, bytes, rnode, err, errlen));
   if (r == ACC_OK && nd->node != rnode)
-    r = local_done(nd, acc_shm_broadcast(nd->shm, buf, bytes, 0, err, errlen));
+    r = acc__node_local_done(nd, acc_shm_broadcast(nd->shm, buf, bytes, 0, err, errlen));
   return r;
 }
 
@@ -421,7 +425,9 @@ static acc_result_t all_gather_nodes(acc_t *acc, const void *send, void *recv, s
   if (r != ACC_OK)
     snprintf(err, errlen, "all-gather: no memory for %zu bytes", block * nd->nnodes);
   if (r == ACC_OK)
-    r = local_done(nd, acc_shm_all_gather(nd->shm, send, local, bytes, err, errlen));
+    r = acc__node_local_done(nd, acc_shm_all_gather(nd->shm, send, local, bytes, err, errlen));
+  if (r == ACC_OK && leading(nd))
+    nd->cross_bytes += block;
   if (r == ACC_OK && leading(nd))
     r = leaders_done(nd, acc_gloo_all_gather(nd->leaders, local, all, block, err, errlen));
   if (r == ACC_OK && leading(nd))
@@ -429,8 +435,8 @@ static acc_result_t all_gather_nodes(acc_t *acc, const void *send, void *recv, s
       memcpy((unsigned char *)recv + (size_t)q * bytes,
              all + (size_t)nd->node_of[q] * block + (size_t)nd->index_of[q] * bytes, bytes);
   if (r == ACC_OK)
-    r = local_done(nd,
-                   acc_shm_broadcast(nd->shm, recv, bytes * (size_t)acc->world, 0, err, errlen));
+    r = acc__node_local_done(
+        nd, acc_shm_broadcast(nd->shm, recv, bytes * (size_t)acc->world, 0, err, errlen));
   free(local);
   free(all);
   return r;
@@ -440,7 +446,7 @@ acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size
                                   size_t errlen) {
   acc_node_t *nd = acc->node;
   if (nd->nnodes == 1)
-    return local_done(nd, acc_shm_all_gather(nd->shm, send, recv, bytes, err, errlen));
+    return acc__node_local_done(nd, acc_shm_all_gather(nd->shm, send, recv, bytes, err, errlen));
   return all_gather_nodes(acc, send, recv, bytes, err, errlen);
 }
 
@@ -448,8 +454,8 @@ acc_result_t acc__node_reduce_scatter(acc_t *acc, const void *send, void *recv, 
                                       acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen) {
   acc_node_t *nd = acc->node;
   if (nd->nnodes == 1)
-    return local_done(nd,
-                      acc_shm_reduce_scatter(nd->shm, send, recv, count, dtype, op, err, errlen));
+    return acc__node_local_done(
+        nd, acc_shm_reduce_scatter(nd->shm, send, recv, count, dtype, op, err, errlen));
   /* as the Gloo path: all-reduce a copy of the whole input, keep the own
    * block */
   size_t esz = acc_dtype_size(dtype), total = count * esz * (size_t)acc->world;
@@ -477,17 +483,18 @@ int acc__node_shape(const acc_t *acc, int *members, int *me, int *nnodes) {
 
 acc_result_t acc__node_local_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes,
                                         char *err, size_t errlen) {
-  return local_done(acc->node, acc_shm_all_gather(acc->node->shm, send, recv, bytes, err, errlen));
+  return acc__node_local_done(acc->node,
+                              acc_shm_all_gather(acc->node->shm, send, recv, bytes, err, errlen));
 }
 
 acc_result_t acc__node_barrier(acc_t *acc, int leaving, char *err, size_t errlen) {
   acc_node_t *nd = acc->node;
-  acc_result_t r = local_done(nd, acc_shm_barrier(nd->shm, leaving, err, errlen));
+  acc_result_t r = acc__node_local_done(nd, acc_shm_barrier(nd->shm, leaving, err, errlen));
   if (nd->nnodes == 1)
     return r;
   if (r == ACC_OK && leading(nd))
     r = leaders_done(nd, acc_gloo_barrier(nd->leaders, err, errlen));
   if (r == ACC_OK)
-    r = local_done(nd, acc_shm_barrier(nd->shm, leaving, err, errlen));
+    r = acc__node_local_done(nd, acc_shm_barrier(nd->shm, leaving, err, errlen));
   return r;
 }

@@ -235,6 +235,34 @@ acc_result_t acc__node_local_all_gather(acc_t *acc, const void *send, void *recv
  * each node gathers its own members' blocks. */
 acc_result_t acc__local_all_gather(acc_t *acc, const void *send, void *recv, size_t count,
                                    acc_dtype_t dtype);
+/* HYBRID_SHARD's gradient reduction (FSDP's HYBRID_SHARD): send holds
+ * members * count elements (member-major); the sum (op) over this rank's
+ * node is reduce-scattered through shared memory (recv: this member's
+ * count elements; recv may be send + me * count), then all-reduced over
+ * the replica group (acc_node_hybrid.c: the ranks with this member index
+ * on every node, Gloo) with AVG dividing by the world once at the end.
+ * Errors as acc__node_reduce_scatter's, plus those of connecting the
+ * replica group at its first use. */
+acc_result_t acc__node_hybrid_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                             acc_dtype_t dtype, acc_op_t op, char *err,
+                                             size_t errlen);
+/* Connect this rank's replica group now (every rank of the world calls
+ * it: acc_shard_new with HYBRID_SHARD), so that its failure is set-up's,
+ * not a step's. ACC_OK with one node or without node groups. */
+acc_result_t acc__node_replica_connect(acc_t *acc);
+/* The payload bytes this rank handed to Gloo between nodes so far (the
+ * leaders' collectives and the replica group's): the traffic a test
+ * compares; 0 without node groups. */
+uint64_t acc__node_cross_bytes(const acc_t *acc);
+/* This rank's node (numbered by lowest rank) and member index: 0, or -1
+ * without node groups (NCCL's split by node, acc_nccl.c). */
+int acc__node_place(const acc_t *acc, int *node, int *me);
+/* The same reduction as a collective of the group (recorded, checked,
+ * fatal or returned as acc_reduce_scatter's; acc_collective.c): on the
+ * host as above; device buffers through NCCL's node and replica
+ * communicators (acc_nccl.h). Every rank calls it. */
+acc_result_t acc__hybrid_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
+                                        acc_dtype_t dtype, acc_op_t op);
 /* After a failure: the rank it lost (or -1); wake this node's members. */
 int acc__node_lost_rank(const acc_t *acc);
 void acc__node_abort(acc_t *acc);

@@ -273,7 +273,9 @@ static acc_result_t shard_group(acc_shard_t *sh) {
                           "node has %d of %d ranks on %d nodes): use FULL_SHARD",
                           members, sh->world, nnodes);
   sh->srank = me, sh->sworld = members, sh->ngroups = nnodes;
-  return ACC_OK;
+  /* on the host, the replica group's Gloo mesh now (a device model's
+   * NCCL groups are split at the first collective) */
+  return sh->dev ? ACC_OK : acc__node_replica_connect(sh->acc);
 }
 
 /* Whether p is device memory of this rank's accelerator. */
@@ -282,8 +284,7 @@ static int on_device(const acc_t *acc, const void *p) {
 }
 
 /* A device model (its parameters in device memory, NCCL's collectives):
- * the gradients there too; HYBRID_SHARD's node groups and offload are
- * host mechanisms, refused by name. */
+ * the gradients there too; offload is refused by name. */
 static acc_result_t check_device(acc_t *acc, const acc_model_t *model,
                                  const acc_shard_config_t *c) {
   const int dp = on_device(acc, model->params), dg = on_device(acc, model->grads);
@@ -294,15 +295,12 @@ static acc_result_t check_device(acc_t *acc, const acc_model_t *model,
                           dp ? "device" : "host", dg ? "device" : "host", acc->device);
   if (!dp || c->stage == 0)
     return ACC_OK;
-  const char *what = c->hybrid ? "HYBRID_SHARD" : c->offload ? "offload" : NULL;
-  if (what)
-    return acc__set_error(
-        acc, ACC_ERR_UNSUPPORTED,
-        "acc_shard_new: %s of a model on device %d is not implemented (%s)", what, acc->device,
-        c->hybrid ? "its node groups are the host's shared-memory collectives: use FULL_SHARD or "
-                    "SHARD_GRAD_OP"
-                  : "to host memory, fsdp_offload_params / offload_optimizer_device: cpu: turn "
-                    "it off");
+  if (c->offload)
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "acc_shard_new: offload of a model on device %d is not implemented (to "
+                          "host memory, fsdp_offload_params / offload_optimizer_device: cpu: turn "
+                          "it off)",
+                          acc->device);
   return ACC_OK;
 }
 

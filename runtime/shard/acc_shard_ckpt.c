@@ -204,13 +204,23 @@ static acc_result_t write_shard(acc_shard_t *sh, const char *dir) {
 
 /* HYBRID_SHARD, a rank that does not write its shard: its gradients. */
 static acc_result_t write_grads(acc_shard_t *sh, const char *dir) {
+  acc_model_t *m = sh->model;
   mark_t mk = mark_of(sh, ACC_SHARDED_STATE_DICT);
-  acc__ckpt_sec_t secs[2] = {
-      {"shard.meta", &mk, sizeof mk},
-      {"model.grads", sh->model->grads, sh->model->num_params * sizeof(float)}};
+  float *grads = sh->dev ? malloc(m->num_params * sizeof(float)) : m->grads;
+  if (!grads)
+    return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY, "acc_shard_save_state: no memory");
+  acc_result_t r = ACC_OK;
+  if (grads != m->grads) /* a device model's: a host copy */
+    r = acc__shard_host_copy(sh, grads, m->grads, m->num_params, 1);
+  acc__ckpt_sec_t secs[2] = {{"shard.meta", &mk, sizeof mk},
+                             {"model.grads", grads, m->num_params * sizeof(float)}};
   char name[64];
   snprintf(name, sizeof name, "nbfork_grads%d.bin", sh->rank);
-  return acc__ckpt_write(sh->acc, dir, name, 2, (uint32_t)sh->rank, secs, 2);
+  if (r == ACC_OK)
+    r = acc__ckpt_write(sh->acc, dir, name, 2, (uint32_t)sh->rank, secs, 2);
+  if (grads != m->grads)
+    free(grads);
+  return r;
 }
 
 /* Whether this rank writes its shard: the lowest rank of its shard rank

@@ -3,7 +3,9 @@
  * into the model's buffer (nbf_shard.h's stages 1/2, staged through a
  * buffer when the unit is padded) or into a unit buffer with room for the
  * padding (stage 3's layer hooks): within the shard group (the world, or
- * the node with HYBRID_SHARD); host or device memory (the copies are
+ * the node with HYBRID_SHARD); the reduce-scatter of a unit's gradient
+ * (the world's, or HYBRID_SHARD's: the node's, then the replicas'); host
+ * or device memory (the copies are
  * acc_shard_dev.c's). Below both its callers: the step and the hooks
  * (acc_shard_run.c) and stage 3's prefetch thread (acc_shard_prefetch.c).
  */
@@ -13,6 +15,13 @@ acc_result_t acc__shard_all_gather(acc_shard_t *sh, const float *send, float *re
   if (sh->ngroups > 1) /* HYBRID_SHARD: within the node */
     return acc__local_all_gather(sh->acc, send, recv, count, ACC_F32);
   return acc_all_gather(sh->acc, send, recv, count, ACC_F32);
+}
+
+acc_result_t acc__shard_reduce_scatter(acc_shard_t *sh, const float *send, float *recv,
+                                       size_t count) {
+  if (sh->ngroups > 1) /* HYBRID_SHARD: within the node, then across the replicas */
+    return acc__hybrid_reduce_scatter(sh->acc, send, recv, count, ACC_F32, ACC_AVG);
+  return acc_reduce_scatter(sh->acc, send, recv, count, ACC_F32, ACC_AVG);
 }
 
 /* A unit without padding (n = N·s) is gathered straight into the model's

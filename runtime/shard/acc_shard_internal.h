@@ -120,6 +120,13 @@ int acc__shard_unpadded(const acc_shard_t *sh, const acc__shard_unit_t *u);
 /* All-gather `count` floats of each member of the shard group (the world,
  * or the node with HYBRID_SHARD) into recv, member-major. */
 acc_result_t acc__shard_all_gather(acc_shard_t *sh, const float *send, float *recv, size_t count);
+/* Reduce-scatter (AVG) sworld * count floats at send into this rank's
+ * count at recv (recv may be send + srank * count): over the world, or
+ * with HYBRID_SHARD summed within the node and all-reduced over the
+ * replica group (FSDP's HYBRID_SHARD: 1/members of the unit crosses
+ * between nodes per rank). */
+acc_result_t acc__shard_reduce_scatter(acc_shard_t *sh, const float *send, float *recv,
+                                       size_t count);
 
 /* Stage 3 prefetch (acc_shard_prefetch.c): a helper thread that gathers
  * one unit at a time while the caller computes. new: NULL on failure

@@ -14,16 +14,6 @@
 
 #include "acc_shard_internal.h"
 
-/* HYBRID_SHARD: the unit's gradient all-reduced (AVG) over the world in
- * place (shared memory within the node, Gloo between the leaders), the
- * owned block moved to the owned gradients. */
-static acc_result_t reduce_unit_hybrid(acc_shard_t *sh, const acc__shard_unit_t *u, float *g,
-                                       size_t start) {
-  ACC_CHECK(acc_all_reduce(sh->acc, g, u->n, ACC_F32, ACC_AVG));
-  return acc__shard_copy(sh, acc__shard_own_grads(sh, u), g + (start < u->n ? start : u->n),
-                         u->own);
-}
-
 /* Reduce-scatter (AVG) unit u's gradient at g (the model's buffer, or at
  * stage 3 a unit buffer: room for the padding, `ub`) into the owned
  * elements, then release the rest of the model's buffer (all of it at
@@ -31,13 +21,11 @@ static acc_result_t reduce_unit_hybrid(acc_shard_t *sh, const acc__shard_unit_t 
  * for the next unit. */
 static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u, float *g, int ub) {
   const size_t N = (size_t)sh->sworld, start = (size_t)sh->srank * u->s;
-  if (sh->ngroups > 1) {
-    ACC_CHECK(reduce_unit_hybrid(sh, u, g, start));
-  } else if (acc__shard_unpadded(sh, u)) {
+  if (acc__shard_unpadded(sh, u)) {
     /* stage 3's owned gradients lie apart from g; stage 2's inside it,
      * where the result may not land (it overlaps the input) */
     float *own = acc__shard_own_grads(sh, u), *out = sh->stage == 3 ? own : sh->buf;
-    ACC_CHECK(acc_reduce_scatter(sh->acc, g, out, u->s, ACC_F32, ACC_AVG));
+    ACC_CHECK(acc__shard_reduce_scatter(sh, g, out, u->s));
     if (out != own)
       ACC_CHECK(acc__shard_copy(sh, own, out, u->own));
   } else {
@@ -46,7 +34,7 @@ static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u, flo
       ACC_CHECK(acc__shard_copy(sh, b, g, u->n));
     ACC_CHECK(acc__shard_zero(sh, b + u->n, N * u->s - u->n));
     /* in place: the result lands on this rank's block of the input */
-    ACC_CHECK(acc_reduce_scatter(sh->acc, b, b + start, u->s, ACC_F32, ACC_AVG));
+    ACC_CHECK(acc__shard_reduce_scatter(sh, b, b + start, u->s));
     ACC_CHECK(acc__shard_copy(sh, acc__shard_own_grads(sh, u), b + start, u->own));
   }
   if (ub)

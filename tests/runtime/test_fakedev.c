@@ -327,6 +327,29 @@ cudaError_t cudaStreamDestroy(cudaStream_t st) {
  * into recv (f32 only, which is all the sharding sends). */
 static int g_nccl_ok, g_nccl_ag, g_nccl_rs, g_nccl_ar, g_nccl_world;
 static int g_comm;
+/* Per communicator (index 0 the world's, 1 and 2 the first and second
+ * ncclCommSplit: HYBRID_SHARD's node and replica groups): the
+ * collectives each got ([0] all-gathers, [1] reduce-scatters, [2]
+ * all-reduces), and each split's color and key. */
+static int g_split_comm[2], g_splits, g_split_color[2], g_split_key[2];
+static int g_by_comm[3][3];
+
+static int comm_index(ncclComm_t c) {
+  for (int i = 0; i < 2; i++)
+    if ((void *)c == (void *)&g_split_comm[i])
+      return i + 1;
+  return 0;
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                           ncclConfig_t *cfg) {
+  (void)cfg;
+  if (comm_index(comm) != 0 || g_splits >= 2)
+    return ncclInvalidUsage;
+  g_split_color[g_splits] = color, g_split_key[g_splits] = key;
+  *newcomm = (ncclComm_t)(void *)&g_split_comm[g_splits++];
+  return ncclSuccess;
+}
 
 static void nccl_alone(const void *s, void *r, size_t n) {
   if (g_rw == 1 && g_nccl_world == 1 && s != r)
@@ -351,19 +374,22 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *st) {
 
 ncclResult_t ncclAllGather(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t c,
                            cudaStream_t st) {
-  (void)t, (void)c, (void)st;
+  (void)t, (void)st;
+  g_by_comm[comm_index(c)][0]++;
   return g_nccl_ag++, nccl_alone(s, r, n), ncclSuccess;
 }
 
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t c, cudaStream_t st) {
-  (void)t, (void)op, (void)c, (void)st;
+  (void)t, (void)op, (void)st;
+  g_by_comm[comm_index(c)][1]++;
   return g_nccl_rs++, nccl_alone(s, r, n), ncclSuccess;
 }
 
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t c, cudaStream_t st) {
-  (void)t, (void)op, (void)c, (void)st;
+  (void)t, (void)op, (void)st;
+  g_by_comm[comm_index(c)][2]++;
   return g_nccl_ar++, nccl_alone(s, r, n), ncclSuccess;
 }
 
@@ -804,6 +830,10 @@ typedef struct {
   const char *precision;
   double max_norm; /* clipping (0: off) */
 } shard_case_t;
+/* The sharding cases run with HYBRID_SHARD on 4 ranks over 2 simulated
+ * nodes (NODE_RANK = rank % 2). */
+static int g_shard_hybrid;
+static char g_hybrid_dir[64]; /* its SHARDED_STATE_DICT (made by the parent) */
 
 /* What one optimizer step (accum micro-steps and acc_shard_step) asked
  * of the fake device and of NCCL. */
@@ -846,9 +876,45 @@ static shard_counts_t shard_step(acc_t *acc, acc_shard_t *sh, int accum) {
   return d;
 }
 
+/* HYBRID_SHARD on the device (2 nodes of 2): NCCL's node and replica
+ * communicators split from the world's (color: the node, key: the
+ * member; color: the member, key: the node), the gathers and the
+ * reduce-scatters of the SH_STEPS steps (d: one step's) on the node's,
+ * the units' all-reduces on the replicas', none on the world's but
+ * stage 1's DDP all-reduce. */
+static void check_hybrid_comms(int rank, int stage, int by0[3][3], shard_counts_t d) {
+  ASSERT_EQ(g_splits, 2);
+  ASSERT_EQ(g_split_color[0], rank % 2);
+  ASSERT_EQ(g_split_key[0], rank / 2);
+  ASSERT_EQ(g_split_color[1], rank / 2);
+  ASSERT_EQ(g_split_key[1], rank % 2);
+  int n[3][3];
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++)
+      n[i][j] = g_by_comm[i][j] - by0[i][j];
+  if (rank == 0)
+    printf("HYBRID_SHARD, %d steps: world %d/%d/%d, node %d/%d/%d, replicas %d/%d/%d "
+           "(all-gathers/reduce-scatters/all-reduces)\n",
+           SH_STEPS, n[0][0], n[0][1], n[0][2], n[1][0], n[1][1], n[1][2], n[2][0], n[2][1],
+           n[2][2]);
+  ASSERT_EQ(n[0][0], 0);
+  ASSERT_EQ(n[0][1], 0);
+  ASSERT_EQ(n[0][2], stage == 1 ? SH_STEPS : 0);
+  ASSERT_EQ(n[1][0], SH_STEPS * d.ag);
+  ASSERT_EQ(n[1][1], SH_STEPS * d.rs);
+  ASSERT_EQ(n[1][2], 0);
+  ASSERT_EQ(n[2][0] + n[2][1], 0);
+  ASSERT_EQ(n[2][2], stage >= 2 ? SH_STEPS * d.rs : 0); /* one per reduced unit */
+}
+
 static int shard_rank(int rank, int world, void *arg) {
   const shard_case_t *c = arg;
   g_rw = 2, g_cublas_ok = 1, g_nccl_ok = 1;
+  if (g_shard_hybrid) {
+    char node[16];
+    snprintf(node, sizeof node, "%d", rank % 2);
+    setenv("NODE_RANK", node, 1);
+  }
   if (c->stage == -2) {
     setenv("ACCELERATE_USE_FSDP", "true", 1);
     setenv("FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP", 1);
@@ -865,6 +931,7 @@ static int shard_rank(int rank, int world, void *arg) {
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = c->stage == -2 ? ACC_SHARD_FROM_ENV : c->stage;
   cfg.max_grad_norm = c->max_norm;
+  cfg.hybrid = g_shard_hybrid;
   acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
   if (!sh)
     NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
@@ -876,6 +943,8 @@ static int shard_rank(int rank, int world, void *arg) {
   const size_t np = acc_mlp_num_params(m);                             /* 183 */
   ASSERT_TRUE(acc_shard_state_bytes(sh, 0) >= 2 * np * sizeof(float)); /* device bytes */
   shard_counts_t d = {0};
+  int by0[3][3];
+  memcpy(by0, g_by_comm, sizeof by0);
   for (int step = 0; step < SH_STEPS; step++)
     d = shard_step(acc, sh, c->accum);
   if (rank == 0)
@@ -886,7 +955,8 @@ static int shard_rank(int rank, int world, void *arg) {
   ASSERT_EQ(d.stepped, 1); /* zeros are finite: the fp16 step is taken */
   /* the collectives of each stage, per optimizer step, on the device */
   const int units = 2;
-  ASSERT_EQ(d.ar, stage == 1 ? 1 : 0);                    /* stage 1: DDP's all-reduce */
+  /* stage 1: DDP's all-reduce; HYBRID_SHARD: the replicas' per unit */
+  ASSERT_EQ(d.ar, stage == 1 ? 1 : g_shard_hybrid ? units : 0);
   ASSERT_EQ(d.rs, stage >= 2 ? units : 0);                /* stages 2, 3: per unit, once */
   ASSERT_EQ(d.ag, stage == 3 ? units * c->accum : units); /* stage 3: before each forward */
   /* read back per step: what each forward of the model reads (its
@@ -898,6 +968,13 @@ static int shard_rank(int rank, int world, void *arg) {
   ASSERT_EQ(d.syncs, c->accum * fwd.syncs + fp16 + 1);
   ASSERT_TRUE(d.launches > 0);
   ASSERT_TRUE(acc_shard_grad_norm(sh) == 0.0); /* the fake's sums of squares are zeros */
+  if (g_shard_hybrid) {
+    check_hybrid_comms(rank, stage, by0, d);
+    /* one replica's shards, the other node's ranks their gradients
+     * (host copies: the device memory faults here), and back */
+    ASSERT_OK(acc, acc_shard_save_state(sh, g_hybrid_dir, ACC_SHARDED_STATE_DICT));
+    ASSERT_OK(acc, acc_shard_load_state(sh, g_hybrid_dir));
+  }
   (void)world;
   ASSERT_OK(acc, acc_shard_gather_params(sh));
   acc_shard_destroy(&sh);
@@ -908,9 +985,9 @@ static int shard_rank(int rank, int world, void *arg) {
 }
 
 static void run_shard_case(shard_case_t c) {
-  setenv("NBFORK_SHARE_GPU", "1", 1); /* two ranks, one (fake) device */
+  setenv("NBFORK_SHARE_GPU", "1", 1); /* two (four) ranks, one (fake) device */
   setenv("NBFORK_TEST_GPU", "1", 1);  /* rt_spawn: not forced on the CPU */
-  rt_spawn_opts_t o = {.world = 2, .deadline_s = 90, .timeout_s = "30"};
+  rt_spawn_opts_t o = {.world = g_shard_hybrid ? 4 : 2, .deadline_s = 90, .timeout_s = "30"};
   ASSERT_EQ(rt_spawn(&o, shard_rank, &c, NULL), 0);
 }
 
@@ -934,6 +1011,24 @@ NBF_TEST(shard_grad_op_device) {
   run_shard_case((shard_case_t){-2, 1, "no", 0});
 }
 
+/* HYBRID_SHARD of a device MLP (FSDP's: shard within a node, replicate
+ * across nodes) at each stage, with accumulation and fp16 clipping: the
+ * collectives on NCCL's node and replica communicators; its
+ * SHARDED_STATE_DICT saved and loaded without a host access of device
+ * memory. */
+NBF_TEST(shard_hybrid_device) {
+  g_shard_hybrid = 1;
+  for (int stage = 1; stage <= 3; stage++) {
+    for (int v = 0; v < 2; v++) {
+      snprintf(g_hybrid_dir, sizeof g_hybrid_dir, "/tmp/nbfork_fakedev_hybrid_XXXXXX");
+      ASSERT_NOT_NULL(mkdtemp(g_hybrid_dir));
+      run_shard_case(v ? (shard_case_t){stage, 2, "fp16", 1.0} : (shard_case_t){stage, 1, "no", 0});
+      remove_dir(g_hybrid_dir);
+    }
+  }
+  g_shard_hybrid = 0;
+}
+
 /* Gradient accumulation, clipping by the global norm, fp16's unscale
  * and bf16 at each sharded stage. */
 NBF_TEST(shard_accumulation_clipping_fp16_device) {
@@ -946,8 +1041,8 @@ NBF_TEST(shard_accumulation_clipping_fp16_device) {
 }
 
 /* What a device model cannot have yet is refused by name, before any
- * host access: HYBRID_SHARD, offload, a custom model's checkpoints;
- * parameters and gradients on different sides. */
+ * host access: offload, a custom model's checkpoints; parameters and
+ * gradients on different sides. */
 NBF_TEST(shard_device_refusals) {
   g_rw = 2, g_cublas_ok = 1;
   acc_t *acc = fake_acc("no");
@@ -955,10 +1050,7 @@ NBF_TEST(shard_device_refusals) {
   acc_mlp_t *m = shard_mlp(acc, &model);
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = 3;
-  cfg.hybrid = 1;
-  ASSERT_TRUE(acc_shard_new(acc, &model, &cfg) == NULL);
-  ASSERT_TRUE(strstr(acc_last_error(acc), "HYBRID_SHARD of a model on device 0") != NULL);
-  cfg.hybrid = 0, cfg.offload = 1;
+  cfg.offload = 1;
   ASSERT_TRUE(acc_shard_new(acc, &model, &cfg) == NULL);
   ASSERT_TRUE(strstr(acc_last_error(acc), "offload of a model on device 0") != NULL);
   acc_model_t mixed = model;

@@ -25,6 +25,8 @@
  * prefetch NP VARIANT: stage 3 with and without prefetch, bit for bit.
  * hybrid STAGE NP VARIANT: HYBRID_SHARD over 2 simulated nodes, as
  * match_ddp (bitwise at NP 4 too: see the case).
+ * hybrid_traffic STAGE NP: HYBRID_SHARD's bytes between the nodes in a
+ * backward: this member's block of each unit, on every rank.
  *
  * resume STAGE NP TYPE VARIANT [hybrid]: a run saved (TYPE full|sharded)
  * after some micro-steps (VARIANT accum: inside an accumulation window)
@@ -52,6 +54,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "acc_internal.h" /* acc__node_cross_bytes */
 #include "nbf_test.h"
 #include "nbfork.h"
 #include "rt_spawn.h"
@@ -271,6 +274,61 @@ NBF_TEST_P(match_ddp) {
  * order). */
 NBF_TEST_P(hybrid) {
   spawn_case(match_body, nbf_test_arg(2), 1, BOTH);
+}
+
+/* hybrid_traffic STAGE NP: what a rank sends between the 2 simulated
+ * nodes during a backward (the gradient reduction) with HYBRID_SHARD, as
+ * counted by the node groups (acc__node_cross_bytes: the payload handed
+ * to Gloo between nodes): exactly this member's block of every unit,
+ * 4 * sum ceil(n_u / members) bytes, on every rank. An all-reduce of each
+ * unit over the world instead has each node's leader send the whole
+ * model (4 * sum n_u) and the other members nothing. */
+static int traffic_body(int rank, int world, void *arg) {
+  const case_t *c = arg;
+  simulate_nodes(c, rank);
+  acc_t *acc = case_acc(c);
+  acc_set_seed(acc, 1234, 0);
+  acc_mlp_t *m = acc_mlp_new(acc, SIZES, NL, B);
+  ASSERT_NOT_NULL(m);
+  acc_model_t model;
+  ASSERT_EQ(acc_mlp_model(m, &model), ACC_OK);
+  acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+  cfg.stage = c->stage;
+  cfg.hybrid = 1;
+  acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
+  ASSERT_NOT_NULL(sh);
+  const int members = world / 2;
+  uint64_t want = 0, whole = 0;
+  for (int l = 0; l < NL; l++) {
+    uint64_t n = (uint64_t)SIZES[l + 1] * (uint64_t)SIZES[l] + (uint64_t)SIZES[l + 1];
+    want += 4 * ((n + (uint64_t)members - 1) / (uint64_t)members);
+    whole += 4 * n;
+  }
+  float x[B * 21];
+  int64_t y[B];
+  for (int k = 0; k < 2; k++) {
+    batch(rank, k, x, y);
+    ASSERT_TRUE(!isnan(acc_shard_forward_loss(sh, x, y, B, 1)));
+    uint64_t before = acc__node_cross_bytes(acc);
+    ASSERT_EQ(acc_shard_backward(sh), ACC_OK);
+    uint64_t sent = acc__node_cross_bytes(acc) - before;
+    printf("rank %d (member %d of node %d), stage %d: %llu bytes between nodes in a backward "
+           "(its block of each unit: %llu; the whole model, an all-reduce's leader: %llu)\n",
+           rank, rank / 2, rank % 2, c->stage, (unsigned long long)sent, (unsigned long long)want,
+           (unsigned long long)whole);
+    fflush(stdout);
+    ASSERT_EQ(sent, want);
+    ASSERT_TRUE(acc_shard_step(sh) >= 0);
+  }
+  acc_shard_destroy(&sh);
+  acc_model_release(&model);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+  return 0;
+}
+
+NBF_TEST_P(hybrid_traffic) {
+  spawn_case(traffic_body, "f32", 1, 0);
 }
 
 /* prefetch NP VARIANT: stage 3 with the next unit's gather on the helper

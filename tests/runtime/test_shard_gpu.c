@@ -19,6 +19,8 @@
  * FULL state dict), drops its model and shards, builds them again from
  * another seed and loads the checkpoint ends with the uninterrupted
  * run's losses and parameters bit for bit (stages 1, 2, 3).
+ * HYBRID_SHARD (each rank a simulated node: NCCL's node and replica
+ * communicators split from the world's) against DDP, and resumed.
  * On each side both ranks end with the same parameters, bit for bit.
  * SKIP (77) without a GPU; scripts/gpu_check.sh runs them on one.
  */
@@ -48,6 +50,7 @@ typedef struct {
   double clip; /* max_grad_norm (0 off) */
   const char *precision;
   int resume; /* 0, or save, rebuild and load after half the steps: 1 SHARDED, 2 FULL */
+  int hybrid; /* HYBRID_SHARD over 2 simulated nodes of one rank (NODE_RANK = rank) */
   const char *dir;
   const char *tag;
 } run_t;
@@ -75,6 +78,7 @@ static acc_shard_config_t shard_cfg(const run_t *r) {
   cfg.stage = r->stage == -2 ? ACC_SHARD_FROM_ENV : r->stage;
   cfg.lr = 0.01f;
   cfg.max_grad_norm = r->clip;
+  cfg.hybrid = r->hybrid;
   return cfg;
 }
 
@@ -131,6 +135,11 @@ static void resume(acc_t *acc, const run_t *r, acc_mlp_t **m, acc_model_t *model
 
 static int rank_main(int rank, int world, void *arg) {
   const run_t *r = arg;
+  if (r->hybrid) {
+    char node[16];
+    snprintf(node, sizeof node, "%d", rank);
+    setenv("NODE_RANK", node, 1);
+  }
   if (r->stage == -2) {
     setenv("ACCELERATE_USE_FSDP", "true", 1);
     setenv("FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP", 1);
@@ -287,6 +296,23 @@ NBF_TEST(stage3_resume_sharded_bitexact) {
 
 NBF_TEST(stage3_resume_full_bitexact) {
   resumed(3, 2);
+}
+
+/* HYBRID_SHARD on the device: each rank a simulated node, so the node
+ * communicator (ncclCommSplit) has one rank and the replica one both;
+ * the same sums as DDP's, and a SHARDED checkpoint of one replica
+ * resumed bit for bit. */
+NBF_TEST(hybrid_stage3_matches_ddp) {
+  run_t got = {.stage = 3, .gpu = 1, .accum = 1, .precision = "no", .hybrid = 1};
+  run_t want = {.stage = 0, .gpu = 1, .accum = 1, .precision = "no"};
+  compare(&got, &want, 1e-6);
+}
+
+NBF_TEST(hybrid_stage2_resume_sharded_bitexact) {
+  run_t got = {.stage = 2, .gpu = 1, .accum = 1, .precision = "no", .resume = 1, .hybrid = 1};
+  run_t want = got;
+  want.resume = 0;
+  compare(&got, &want, 0.0);
 }
 
 NBF_TEST(stage1_matches_ddp) {
