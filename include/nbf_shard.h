@@ -24,10 +24,15 @@
  *   stage 1  optimizer state sharded: gradients all-reduced (AVG), each
  *            rank updates its elements, then each unit is all-gathered.
  *   stage 2  SHARD_GRAD_OP: + each unit's gradient is reduce-scattered
- *            (AVG) as soon as the backward pass completes it (a toolkit
- *            MLP: from a layer hook; another model: after its backward),
- *            and the pages of the full gradient outside the owned
- *            elements are returned to the OS (madvise MADV_DONTNEED).
+ *            (AVG) as soon as the backward pass completes it. A toolkit
+ *            MLP computes a layer's gradient into one unit buffer, kept
+ *            from layer to layer and step to step, reduced from a layer
+ *            hook into the owned elements of the model's gradient
+ *            buffer, whose other pages were returned to the OS once
+ *            (madvise MADV_DONTNEED) and stay untouched (with gradient
+ *            accumulation the micro-steps add into the model's buffer,
+ *            as another model's backward does; its pages outside the
+ *            owned elements are returned after each reduction).
  *   stage 3  FULL_SHARD: + parameters sharded: the owned elements live
  *            in a shard buffer; a toolkit MLP all-gathers each layer right
  *            before its forward and again before its backward into a unit
@@ -308,10 +313,14 @@ ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);
  * elements) on `world` ranks at `stage`: f32 master parameters and
  * gradients, AdamW's two moments (adamw != 0) or one SGD momentum:
  *   stage 0: (8 + k)Ψ      stage 1: 8Ψ + kΨ/N
- *   stage 2: 4Ψ + (4 + k)Ψ/N + 4L(N-1)/N     (L = the unit in backward)
+ *   stage 2: 4Ψ + (4 + k)Ψ/N + 4L (N > 1)    (L = the largest unit)
  *   stage 3: (8 + k)Ψ/N + 4L                  (k = 8 AdamW, 4 SGD)
- * (stage 3's 4L: one unit buffer, a layer's parameters, then its
- * gradient) plus 4Ψ for the half shadow with mixed precision below stage
+ * (4L: one unit buffer; stage 2's holds a layer's gradient until its
+ * reduce-scatter and is kept between steps, stage 3's a layer's
+ * parameters, then its gradient, given back after each backward; a
+ * model without layer hooks holds the layer's gradient in its own
+ * buffer instead, 4L(N-1)/N at stage 2)
+ * plus 4Ψ for the half shadow with mixed precision below stage
  * 3, 4L at stage 3. Stage 3's prefetch on more than one rank adds the
  * second unit buffer (4L): the estimate is that of cfg.prefetch = 0.
  * With HYBRID_SHARD, N is the ranks of a node.

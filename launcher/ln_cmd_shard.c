@@ -213,8 +213,9 @@ int ln_cmd_estimate_memory(int argc, char **argv) {
     print_row(&m, dt[i], world, adamw);
   printf("Training and per-rank columns: parameters + gradients + optimizer state as nbfork keeps\n"
          "them (f32 master copies; a half-precision shadow with float16/bfloat16), activations\n"
-         "not counted; stage 0 = DDP (NO_SHARD), 2 = SHARD_GRAD_OP, 3 = FULL_SHARD (the shards\n"
-         "and one layer gathered; a prefetch, off by default, holds a second one). [brackets]:\n"
+         "not counted; stage 0 = DDP (NO_SHARD), 2 = SHARD_GRAD_OP (and one layer's gradient\n"
+         "before its reduce-scatter), 3 = FULL_SHARD (the shards and one layer gathered; a\n"
+         "prefetch, off by default, holds a second one). [brackets]:\n"
          "the ZeRO paper's mixed-precision Adam figures (16, 4+12/N, 2+14/N, 16/N bytes per\n"
          "parameter).\n");
   return 0;

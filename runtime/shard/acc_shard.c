@@ -155,11 +155,13 @@ static acc_result_t layout(acc_shard_t *sh) {
   return ACC_OK;
 }
 
-/* Stage 3 with layer hooks: one unit buffer, two with prefetch (page
- * aligned, so that releasing one gives all of its pages back; untouched
- * until the first gather). */
+/* Stages 2 and 3 with layer hooks: one unit buffer, two with stage 3's
+ * prefetch (page aligned, so that releasing one gives all of its pages
+ * back; untouched until the first use). */
 static acc_result_t unit_buffers(acc_shard_t *sh) {
-  if (sh->stage != 3 || !sh->model->mlp || sh->dev) /* a device MLP has no layer hooks */
+  if (sh->stage < 2 || !sh->model->mlp || sh->dev) /* a device MLP has no layer hooks */
+    return ACC_OK;
+  if (sh->stage == 2 && sh->sworld == 1) /* every gradient element is owned: no churn */
     return ACC_OK;
   const size_t pg = 4096, bytes = (sh->buf_n * sizeof(float) + pg - 1) / pg * pg;
   for (int i = 0; i < (sh->pf ? 2 : 1); i++)
@@ -348,7 +350,7 @@ acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_confi
     return NULL;
   }
   sh->gathered = sh->stage < 3;
-  sh->uheld = -1;
+  sh->uheld = sh->ugrad = -1;
   if (hooks && sh->stage >= 2) {
     acc__mlp_set_unit_hook(model->mlp, acc__shard_mlp_hook, sh);
     sh->hooked = 1;

@@ -37,13 +37,17 @@ struct acc_shard {
   size_t S;
   float *buf; /* communication staging: N · max s_u */
   size_t buf_n;
-  /* stage 3 with layer hooks: the unit buffers (buf_n floats each; the
-   * second only with prefetch) a layer is gathered into and its gradient
+  /* stages 2 and 3 with layer hooks: the unit buffers (buf_n floats each; the
+   * second only with stage 3's prefetch) a layer is gathered into and its gradient
    * computed in, reused layer after layer (FSDP's all-gather output
    * buffer) and given back to the OS after each backward; ubuf[ucur] is
    * the one in use, holding the parameters of unit uheld (-1: none) */
   float *ubuf[2];
   int ucur, uheld;
+  /* the layer whose gradient the backward computes in ubuf[ucur] (-1:
+   * none): stage 3's, and stage 2's, which has one unit buffer for this
+   * only, kept from step to step */
+  int ugrad;
   int dev;      /* the model's buffers are device memory (acc_shard_dev.c) */
   int hooked;   /* the toolkit MLP's layer hooks are installed */
   int reduced;  /* this backward's hooks reduced every unit */

@@ -61,8 +61,8 @@ double acc_shard_estimate_bytes(size_t num_params, size_t largest, int world, in
   case 1:
     b = 8.0 * P + k * P / N;
     break;
-  case 2:
-    b = 4.0 * P + (4.0 + k) * P / N + 4.0 * L * (N - 1.0) / N;
+  case 2: /* + one unit buffer: a layer's full gradient before its reduce-scatter */
+    b = 4.0 * P + (4.0 + k) * P / N + (N > 1 ? 4.0 * L : 0.0);
     break;
   case 3: /* + one unit buffer: a layer's parameters, then its gradient */
     return (8.0 + k) * P / N + 4.0 * L + (mixed ? 4.0 * L : 0.0);

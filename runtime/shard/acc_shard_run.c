@@ -14,17 +14,18 @@
 
 #include "acc_shard_internal.h"
 
-/* Reduce-scatter (AVG) unit u's gradient at g (the model's buffer, or at
- * stage 3 a unit buffer: room for the padding, `ub`) into the owned
- * elements, then release the rest of the model's buffer (all of it at
- * stage 3, where the owned elements live in G); a unit buffer is kept
- * for the next unit. */
+/* Reduce-scatter (AVG) unit u's gradient at g (the model's buffer, or
+ * a unit buffer with room for the padding, `ub`: stage 3's, or stage 2's
+ * when its hooks reduce) into the owned elements, then release the rest
+ * of the model's buffer (all of it at stage 3, where the owned elements
+ * live in G); a unit buffer is kept for the next unit. */
 static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u, float *g, int ub) {
   const size_t N = (size_t)sh->sworld, start = (size_t)sh->srank * u->s;
   if (acc__shard_unpadded(sh, u)) {
-    /* stage 3's owned gradients lie apart from g; stage 2's inside it,
-     * where the result may not land (it overlaps the input) */
-    float *own = acc__shard_own_grads(sh, u), *out = sh->stage == 3 ? own : sh->buf;
+    /* stage 3's owned gradients, and stage 2's when g is a unit buffer,
+     * lie apart from g; else inside it, where the result may not land
+     * (it overlaps the input) */
+    float *own = acc__shard_own_grads(sh, u), *out = sh->stage == 3 || ub ? own : sh->buf;
     ACC_CHECK(acc__shard_reduce_scatter(sh, g, out, u->s));
     if (out != own)
       ACC_CHECK(acc__shard_copy(sh, own, out, u->own));
@@ -81,31 +82,37 @@ static acc_result_t gather_for(acc_shard_t *sh, int layer, int next) {
   return r;
 }
 
-/* Stage 3, layer `layer`'s parameters read for the last time in this
- * backward: its half shadow goes; its gradient is computed in the unit
- * buffer that held them (zeroed: the backward adds into it) when the
- * hooks reduce it, else into the model's buffer (accumulation). */
+/* Layer `layer`'s parameters read for the last time in this backward:
+ * at stage 3 its half shadow goes; its gradient is computed in the unit
+ * buffer (stage 3: the one that held them; zeroed: the backward adds
+ * into it) when the hooks reduce it, else into the model's buffer
+ * (accumulation). Stage 2 so never touches the model's gradient pages
+ * outside its slices, which it gave back once (acc_shard.c): it used to
+ * fault them in and give them back, page by page, every step. */
 static void weights_done(acc_shard_t *sh, int layer, int in_unit_buffer) {
   const acc__shard_unit_t *u = &sh->units[layer];
-  (void)release_params(sh, u, 0); /* host pages only: cannot fail */
+  if (sh->stage == 3)
+    (void)release_params(sh, u, 0); /* host pages only: cannot fail */
   float *g = NULL;
   if (in_unit_buffer) {
     g = sh->ubuf[sh->ucur];
     memset(g, 0, u->n * sizeof(float));
     sh->uheld = -1;
   }
+  sh->ugrad = g ? layer : -1;
   acc__mlp_set_unit_view(sh->model->mlp, layer, NULL, g);
 }
 
 /* BWD_END: the pending prefetch done (before this rank's next
  * collective; its unit stays for the next BWD_BEGIN), the layer's
  * gradient reduced when the hooks reduce. */
-static acc_result_t backward_end(acc_shard_t *sh, int layer, int gather) {
+static acc_result_t backward_end(acc_shard_t *sh, int layer) {
   const acc__shard_unit_t *u = &sh->units[layer];
   acc_result_t r = acc__shard_pf_wait(sh->pf, NULL, 0);
   acc__shard_sample(sh); /* this unit's gradient and the next unit's parameters */
   if (reduce_in_hooks(sh) && r == ACC_OK) {
-    int ub = gather; /* the gradient is in the unit buffer (weights_done) */
+    int ub = sh->ugrad == layer; /* the gradient is in the unit buffer (weights_done) */
+    sh->ugrad = -1;
     r = reduce_unit(sh, u, ub ? sh->ubuf[sh->ucur] : sh->model->grads + u->off, ub);
     sh->reduced = layer == 0 && r == ACC_OK;
   }
@@ -127,10 +134,10 @@ int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t 
   acc__shard_sample(sh); /* the layer is in memory now */
   if (phase == ACC__UNIT_FWD_END && gather)
     (void)release_params(sh, &sh->units[layer], 0); /* host pages only: cannot fail */
-  if (phase == ACC__UNIT_BWD_WEIGHTS_DONE && gather)
+  if (phase == ACC__UNIT_BWD_WEIGHTS_DONE && (gather || (sh->stage == 2 && sh->ubuf[0])))
     weights_done(sh, layer, reduce_in_hooks(sh));
   if (phase == ACC__UNIT_BWD_END)
-    r = backward_end(sh, layer, gather);
+    r = backward_end(sh, layer);
   return r == ACC_OK ? 0 : -1;
 }
 
@@ -160,8 +167,10 @@ static void release_unit_buffers(acc_shard_t *sh) {
  * parameter pages when all were gathered. */
 acc_result_t acc__shard_release_all(acc_shard_t *sh) {
   (void)acc__shard_pf_wait(sh->pf, NULL, 1);
+  if (sh->stage < 3) /* stage 2's unit buffer stays: the next backward uses it */
+    return ACC_OK;
   release_unit_buffers(sh);
-  if (sh->stage < 3 || !sh->gathered)
+  if (!sh->gathered)
     return ACC_OK;
   sh->gathered = 0;
   for (int i = 0; i < sh->nunits; i++)
