@@ -57,9 +57,10 @@ struct acc_shard {
   char desc[256];
 };
 
-/* Checkpoints (acc_shard_ckpt.c, acc_shard_merge.c): the registered
- * object "nbfork.state_dict" of the shared file, and a unit's record in
- * a shard file. */
+/* Checkpoints (acc_shard_ckpt*.c, acc_shard_merge.c): the registered
+ * object ACC__SHARD_MARK of the shared file (its section there is
+ * "user." ACC__SHARD_MARK), and a unit's record in a shard file. */
+#define ACC__SHARD_MARK "nbfork.state_dict"
 typedef struct {
   int32_t type, world, stage, nunits; /* acc_state_dict_type_t, ... */
   uint64_t num_params;

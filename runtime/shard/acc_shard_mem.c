@@ -4,7 +4,7 @@
  * the ZeRO paper's formula; measured: acc_shard_account.c). The lowest
  * file of the sharding: acc_shard.c (set-up), acc_shard_dev.c (host or
  * device memory), acc_shard_gather.c, acc_shard_run.c (reductions, step)
- * and acc_shard_ckpt.c use it; it calls none of them.
+ * and acc_shard_ckpt*.c use it; it calls none of them.
  */
 #define _DEFAULT_SOURCE /* madvise */
 #include <math.h>

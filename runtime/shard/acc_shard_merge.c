@@ -1,7 +1,7 @@
 /*
  * acc_shard_merge.c — `nbfork merge-weights CKPT OUT`
  * (acc_shard_merge_weights, nbf_shard.h): a SHARDED_STATE_DICT
- * checkpoint's nbfork_shard<R>.bin files (acc_shard_ckpt.c's layout)
+ * checkpoint's nbfork_shard<R>.bin files (acc_shard_ckpt_sharded.c's layout)
  * put back together into the FULL_STATE_DICT files acc_shard_save_state
  * writes: OUT/nbfork_state.bin in acc_save_state's section order
  * (scaler, model.sizes, model.params, optim, optim.m, optim.v, the
@@ -113,7 +113,7 @@ static acc_result_t write_state(acc_t *acc, const acc__ckpt_file_t *sf, merged_t
   full.world = full.sworld = full.ngroups = 1;
   off = 0;
   for (const void *d; (d = acc__ckpt_next(sf, &off, names[n], &b));) {
-    if (!strcmp(names[n], "user.nbfork.state_dict")) {
+    if (!strcmp(names[n], "user." ACC__SHARD_MARK)) {
       if (!m->sizes) /* a model without layer sizes: the parameters as FULL saves them */
         secs[n++] = (acc__ckpt_sec_t){"user.nbfork.params", m->st[0], np};
       secs[n] = (acc__ckpt_sec_t){names[n], &full, sizeof full};
@@ -187,7 +187,7 @@ acc_result_t acc_shard_merge_weights(acc_t *acc, const char *ckpt, const char *o
   acc__ckpt_file_t sf;
   ACC_CHECK(acc__ckpt_read(acc, path, 0, &sf));
   merged_t m = {0};
-  int ok = acc__shard_mark_get(&sf, "user.nbfork.state_dict", &m.mk);
+  int ok = acc__shard_mark_get(&sf, "user." ACC__SHARD_MARK, &m.mk);
   acc_result_t r;
   if (!ok || m.mk.type != ACC_SHARDED_STATE_DICT || m.mk.sworld < 1 || m.mk.sworld > m.mk.world)
     r = acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
