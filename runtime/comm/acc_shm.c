@@ -81,6 +81,15 @@ typedef struct {
   _Atomic uint32_t abort; /* set by a member that failed */
   char pad3[60];
   desc_t desc[DESC_RING]; /* the member's last calls, by call number */
+  /* Member 0's alone are used: the group's counters of a claimed
+   * all-reduce (claimed_chunk): pieces handed out, pieces reduced (a
+   * futex word), sleepers on it. */
+  char pad4[64 - (DESC_RING * sizeof(desc_t)) % 64];
+  _Atomic uint32_t claim;
+  char pad5[60];
+  _Atomic uint32_t reduced;
+  char pad6[60];
+  _Atomic uint32_t reduced_sleepers;
 } hdr_t;
 
 struct acc_shm {
@@ -94,13 +103,15 @@ struct acc_shm {
   uint32_t done[2]; /* a slot may be written once every member posted this */
   unsigned step;
   int timeout_ms;
-  long spin_ns;     /* how long a wait spins before it sleeps (adaptive) */
-  long spin_max_ns; /* its ceiling */
-  acc_backoff_t backoff; /* waits that sleep at once after a preempted spin */
+  long spin_ns;             /* how long a wait spins before it sleeps (adaptive) */
+  long spin_max_ns;         /* its ceiling */
+  acc_backoff_t backoff;    /* waits that sleep at once after a preempted spin */
   long waits_slept_at_once; /* waits that skipped the spin (tests) */
   int lost;
-  const char *what; /* the collective running, for error texts */
-  uint64_t ncall;   /* calls so far */
+  const char *what;                  /* the collective running, for error texts */
+  uint64_t ncall;                    /* calls so far */
+  uint32_t claim_base, reduced_base; /* the group's counters at this call's start */
+  long pieces_reduced;               /* pieces of claimed all-reduces this member reduced (tests) */
 };
 
 static hdr_t *hdr(const acc_shm_t *s, int j) {
@@ -303,40 +314,61 @@ static acc_result_t fail(acc_shm_t *s, acc_result_t r, int j, char *err, size_t 
   return r;
 }
 
-/* Sleep on member j's flag until it reaches t, the deadline passes, j
- * dies, or someone aborts. */
-static acc_result_t sleep_for(acc_shm_t *s, int j, uint32_t t, long deadline, char *err,
-                              size_t errlen) {
-  hdr_t *h = hdr(s, j), *own = hdr(s, s->me);
+/* The first peer that is gone, or -1. */
+static int dead_peer(const acc_shm_t *s) {
+  for (int k = 0; k < s->n; k++)
+    if (k != s->me && dead(s->pid[k]))
+      return k;
+  return -1;
+}
+
+/* Sleep on `word` (its sleepers counted in `sleepers`) until it reaches
+ * t, the deadline passes, member j (every peer when j < 0: the group's
+ * counters) dies, or someone aborts. */
+static acc_result_t sleep_on(acc_shm_t *s, _Atomic uint32_t *word, _Atomic uint32_t *sleepers,
+                             int j, uint32_t t, long deadline, char *err, size_t errlen) {
+  hdr_t *own = hdr(s, s->me);
   char why[160];
   for (;;) {
-    atomic_fetch_add(&h->sleepers, 1);
-    uint32_t v = atomic_load(&h->seq);
+    atomic_fetch_add(sleepers, 1);
+    uint32_t v = atomic_load(word);
     if (!reached(v, t) && !atomic_load(&own->abort)) {
       struct timespec ts = {0, WAKE_MS * 1000000L};
-      futex(&h->seq, FUTEX_WAIT, v, &ts);
+      futex(word, FUTEX_WAIT, v, &ts);
     }
-    atomic_fetch_sub(&h->sleepers, 1);
-    if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t))
+    atomic_fetch_sub(sleepers, 1);
+    if (reached(atomic_load_explicit(word, memory_order_acquire), t))
       return ACC_OK;
     uint32_t who = atomic_load(&own->abort);
     if (who) {
       snprintf(why, sizeof why, "rank %d failed first (see its own error)", s->rank[(int)who - 1]);
       return fail(s, ACC_ERR_PEER, (int)who - 1, err, errlen, why);
     }
-    if (dead(s->pid[j])) {
+    int gone = j >= 0 ? (dead(s->pid[j]) ? j : -1) : dead_peer(s);
+    if (gone >= 0) {
       snprintf(why, sizeof why,
                "the connection to rank %d was lost: rank %d (pid %d) exited or died while this "
                "rank still needed it; see rank %d's own error",
-               s->rank[j], s->rank[j], (int)s->pid[j], s->rank[j]);
-      return fail(s, ACC_ERR_PEER, j, err, errlen, why);
+               s->rank[gone], s->rank[gone], (int)s->pid[gone], s->rank[gone]);
+      return fail(s, ACC_ERR_PEER, gone, err, errlen, why);
     }
     if (now_ns() > deadline) {
-      snprintf(why, sizeof why, "timed out after %d s waiting for rank %d", s->timeout_ms / 1000,
-               s->rank[j]);
+      if (j >= 0)
+        snprintf(why, sizeof why, "timed out after %d s waiting for rank %d", s->timeout_ms / 1000,
+                 s->rank[j]);
+      else
+        snprintf(why, sizeof why, "timed out after %d s waiting for the other ranks",
+                 s->timeout_ms / 1000);
       return fail(s, ACC_ERR_TIMEOUT, j, err, errlen, why);
     }
   }
+}
+
+/* Sleep on member j's flag until it reaches t (sleep_on). */
+static acc_result_t sleep_for(acc_shm_t *s, int j, uint32_t t, long deadline, char *err,
+                              size_t errlen) {
+  hdr_t *h = hdr(s, j);
+  return sleep_on(s, &h->seq, &h->sleepers, j, t, deadline, err, errlen);
 }
 
 /* A spin that yielded ended (switches >= 0: it read them when it began
@@ -420,6 +452,10 @@ void acc_shm_abort(acc_shm_t *s) {
 
 long acc_shm_waits_slept_at_once(const acc_shm_t *s) {
   return s ? s->waits_slept_at_once : 0;
+}
+
+long acc_shm_pieces_reduced(const acc_shm_t *s) {
+  return s ? s->pieces_reduced : 0;
 }
 
 int acc_shm_lost_member(const acc_shm_t *s) {
@@ -541,6 +577,75 @@ static acc_result_t naive_chunk(acc_shm_t *s, call_t *c, void *buf, size_t m, ac
   return ACC_OK;
 }
 
+/* Wait until the group's pieces reduced reach t: a short spin (what is
+ * left is pieces in flight, microseconds each), then sleep. */
+static acc_result_t wait_reduced(acc_shm_t *s, uint32_t t, long deadline, char *err,
+                                 size_t errlen) {
+  hdr_t *g = hdr(s, 0);
+  for (int i = 0; i < 4096; i++) {
+    if (reached(atomic_load_explicit(&g->reduced, memory_order_acquire), t))
+      return ACC_OK;
+    cpu_relax();
+  }
+  return sleep_on(s, &g->reduced, &g->reduced_sleepers, -1, t, deadline, err, errlen);
+}
+
+/* Claimed all-reduce of one chunk: every member copies its data into its
+ * slot and posts; then every member that runs takes pieces (FUSE bytes)
+ * from the group's counter until none is left, reduces each from all
+ * slots in member order (the bits of naive_chunk) into buf and copies it
+ * to member 0's slot (whose own piece was read by then, by this member
+ * only), and once every piece is reduced copies the pieces others reduced
+ * from there. A member that is switched out or asleep when its peers
+ * arrive holds up nobody: the members that run reduce its share, and the
+ * last to arrive never waits for a peer to wake (rsag_chunk's second
+ * synchronisation would make it). Each member makes exactly one claim
+ * past the end per chunk, so the counter's next base is known to all. */
+static acc_result_t claimed_chunk(acc_shm_t *s, call_t *c, unsigned char *buf, size_t m,
+                                  acc_dtype_t dtype, acc_op_t op) {
+  unsigned b;
+  acc_result_t r = step_begin(s, c, &b);
+  if (r != ACC_OK)
+    return r;
+  const size_t esz = acc_dtype_size(dtype), bytes = m * esz;
+  const size_t piece = FUSE / esz * esz, np = (bytes + piece - 1) / piece;
+  memcpy(slot(s, s->me, b), buf, bytes);
+  post(s);
+  if ((r = sync_all(s, c)) != ACC_OK)
+    return r;
+  hdr_t *g = hdr(s, 0);
+  unsigned char *out = slot(s, 0, b);
+  uint64_t mine[(ACC_SHM_SLOT / FUSE + 63) / 64] = {0};
+  const void *in[s->n];
+  for (;;) {
+    uint32_t k = atomic_fetch_add(&g->claim, 1) - s->claim_base;
+    if (k >= np)
+      break;
+    size_t at = (size_t)k * piece, len = bytes - at < piece ? bytes - at : piece;
+    for (int j = 0; j < s->n; j++)
+      in[j] = slot(s, j, b) + at;
+    acc_reduce_many(buf + at, in, s->n, len / esz, dtype, op, op == ACC_AVG ? s->n : 0);
+    memcpy(out + at, buf + at, len);
+    mine[k / 64] |= 1ULL << (k % 64);
+    s->pieces_reduced++;
+    if (atomic_fetch_add_explicit(&g->reduced, 1, memory_order_release) + 1 ==
+            s->reduced_base + (uint32_t)np &&
+        atomic_load(&g->reduced_sleepers))
+      futex(&g->reduced, FUTEX_WAKE, INT_MAX, NULL);
+  }
+  s->claim_base += (uint32_t)(np + (size_t)s->n);
+  s->reduced_base += (uint32_t)np;
+  if ((r = wait_reduced(s, s->reduced_base, c->deadline, c->err, c->errlen)) != ACC_OK)
+    return r;
+  for (size_t k = 0; k < np; k++)
+    if (!(mine[k / 64] >> (k % 64) & 1)) {
+      size_t at = k * piece;
+      memcpy(buf + at, out + at, bytes - at < piece ? bytes - at : piece);
+    }
+  step_end(s, b);
+  return ACC_OK;
+}
+
 /* Start of member j's block of a chunk of m elements (j = n: the end);
  * blocks start on 16-element boundaries. */
 static size_t block_at(size_t m, int j, int n) {
@@ -594,11 +699,16 @@ acc_result_t acc_shm_all_reduce(acc_shm_t *s, void *buf, size_t count, acc_dtype
                         count * acc_dtype_size(dtype));
   acc_result_t r = check_abort(s, &c);
   size_t esz = acc_dtype_size(dtype), per = ACC_SHM_SLOT / esz;
-  int naive = count * esz <= ACC_SHM_NAIVE_MAX;
+  const size_t bytes = count * esz;
   for (size_t at = 0; r == ACC_OK && at < count; at += per) {
     size_t m = count - at < per ? count - at : per;
     unsigned char *p = (unsigned char *)buf + at * esz;
-    r = naive ? naive_chunk(s, &c, p, m, dtype, op) : rsag_chunk(s, &c, p, m, dtype, op);
+    if (bytes <= ACC_SHM_NAIVE_MAX)
+      r = naive_chunk(s, &c, p, m, dtype, op);
+    else if (bytes <= ACC_SHM_CLAIM_MAX)
+      r = claimed_chunk(s, &c, p, m, dtype, op);
+    else
+      r = rsag_chunk(s, &c, p, m, dtype, op);
   }
   return r;
 }
