@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "acc_check.h"
 #include "acc_reduce.h"
 #include "acc_shm_internal.h"
 
@@ -21,9 +22,8 @@
 static acc_result_t naive_chunk(acc_shm_t *s, call_t *c, void *buf, size_t m, acc_dtype_t dtype,
                                 acc_op_t op) {
   unsigned b;
-  acc_result_t r = acc__shm_step_begin(s, c, &b);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(acc__shm_step_begin(s, c, &b));
+  acc_result_t r;
   size_t bytes = m * acc_dtype_size(dtype);
   memcpy(slot(s, s->me, b), buf, bytes);
   acc__shm_post(s);
@@ -64,9 +64,8 @@ static acc_result_t wait_reduced(acc_shm_t *s, uint32_t t, long deadline, char *
 static acc_result_t claimed_chunk(acc_shm_t *s, call_t *c, unsigned char *buf, size_t m,
                                   acc_dtype_t dtype, acc_op_t op) {
   unsigned b;
-  acc_result_t r = acc__shm_step_begin(s, c, &b);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(acc__shm_step_begin(s, c, &b));
+  acc_result_t r;
   const size_t esz = acc_dtype_size(dtype), bytes = m * esz;
   const size_t piece = FUSE / esz * esz, np = (bytes + piece - 1) / piece;
   memcpy(slot(s, s->me, b), buf, bytes);
@@ -119,9 +118,8 @@ static size_t block_at(size_t m, int j, int n) {
 static acc_result_t rsag_chunk(acc_shm_t *s, call_t *c, unsigned char *buf, size_t m,
                                acc_dtype_t dtype, acc_op_t op) {
   unsigned b;
-  acc_result_t r = acc__shm_step_begin(s, c, &b);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(acc__shm_step_begin(s, c, &b));
+  acc_result_t r;
   size_t esz = acc_dtype_size(dtype);
   size_t lo = block_at(m, s->me, s->n) * esz, hi = block_at(m, s->me + 1, s->n) * esz;
   unsigned char *own = slot(s, s->me, b);
@@ -180,9 +178,8 @@ static acc_result_t rs_chunk(acc_shm_t *s, call_t *c, const unsigned char *send,
                              unsigned char *recv, size_t count, size_t at, size_t m,
                              acc_dtype_t dtype, acc_op_t op) {
   unsigned b;
-  acc_result_t r = acc__shm_step_begin(s, c, &b);
-  if (r != ACC_OK)
-    return r;
+  ACC_CHECK(acc__shm_step_begin(s, c, &b));
+  acc_result_t r;
   size_t esz = acc_dtype_size(dtype), piece = m * esz;
   unsigned char *own = slot(s, s->me, b);
   for (int j = 0; j < s->n; j++)
