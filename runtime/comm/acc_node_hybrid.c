@@ -48,10 +48,13 @@ acc_result_t acc__node_replica_connect(acc_t *acc) {
              : acc__set_error(acc, r, "after connecting HYBRID_SHARD's replica groups: %s", err);
 }
 
-/* A failure of the replica group: the rank it lost (member me of node
- * k), and this node's members must not wait for the result. */
-static acc_result_t replica_done(acc_t *acc, acc_gloo_t *g, acc_result_t r) {
+/* A call of the replica group that handed it `bytes` of payload
+ * (counted: acc__node_cross_bytes) ended with r; a failure records the
+ * rank it lost (member me of node k), and this node's members must not
+ * wait for the result. */
+static acc_result_t replica_done(acc_t *acc, acc_gloo_t *g, size_t bytes, acc_result_t r) {
   acc_node_t *nd = acc->node;
+  nd->cross_bytes += bytes;
   if (r == ACC_OK)
     return r;
   int k = acc_gloo_lost_peer(g);
@@ -78,9 +81,9 @@ acc_result_t acc__node_hybrid_reduce_scatter(acc_t *acc, const void *send, void 
       snprintf(err, errlen, "%s", acc->err);
       return ACC_ERR_PEER;
     }
-    nd->cross_bytes += count * acc_dtype_size(dtype);
     r = replica_done(
-        acc, g, acc_gloo_all_reduce_algo(g, recv, count, dtype, o, ACC_GLOO_AUTO, err, errlen));
+        acc, g, count * acc_dtype_size(dtype),
+        acc_gloo_all_reduce_algo(g, recv, count, dtype, o, ACC_GLOO_AUTO, err, errlen));
   }
   if (r == ACC_OK && op == ACC_AVG)
     acc_reduce_divide(recv, count, dtype, acc->world);
