@@ -92,6 +92,10 @@ struct acc_gloo {
   std::string sync_prefix;
   bool sync_tried = false;
   int lost_peer = -1;                /* rank of the connection the last failure lost */
+  /* a group of some of the world's ranks (the node leaders', HYBRID_SHARD's
+   * replicas): the world rank of each member, named in error texts;
+   * empty: the group is the world */
+  std::vector<int> world_rank;
   std::vector<acc_gloo_cached> seen; /* sizes all-reduced/gathered before sctx */
   std::chrono::milliseconds timeout{300000};
   std::vector<acc_gloo_cached> cache; /* most recently used last */
@@ -212,12 +216,13 @@ acc_result_t guard(acc_gloo_t *g, const char *what, char *err, size_t errlen, F 
     lost = 1 - g->ctx->rank; /* the only peer */
   if (g)
     g->lost_peer = lost;
-  if (err && errlen && lost >= 0 && r == ACC_ERR_PEER)
+  if (err && errlen && lost >= 0 && r == ACC_ERR_PEER) {
+    int w = g && (size_t)lost < g->world_rank.size() ? g->world_rank[(size_t)lost] : lost;
     std::snprintf(err, errlen,
                   "%s failed: %s (the connection to rank %d was lost: rank %d exited or failed "
                   "while this rank still needed it; see rank %d's own error)",
-                  what, msg.c_str(), lost, lost, lost);
-  else if (err && errlen)
+                  what, msg.c_str(), w, w, w);
+  } else if (err && errlen)
     std::snprintf(err, errlen, "%s failed: %s%s", what, msg.c_str(), from_store ? "" : advice(r));
   if (g && g->ctx) {
     try {
@@ -364,6 +369,11 @@ void acc_gloo_destroy(acc_gloo_t **g_p) {
 
 int acc_gloo_lost_peer(const acc_gloo_t *g) {
   return g ? g->lost_peer : -1;
+}
+
+void acc_gloo_set_world_ranks(acc_gloo_t *g, const int *world_rank, int size) {
+  if (g && world_rank && size > 0)
+    g->world_rank.assign(world_rank, world_rank + size);
 }
 
 void acc_gloo_release_store(acc_gloo_t *g) {

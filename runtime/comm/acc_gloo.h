@@ -44,6 +44,11 @@ acc_result_t acc_gloo_connect(acc_gloo_t **out, int rank, int size, const char *
  * tells), or -1 when unknown. For the rank's state record. */
 int acc_gloo_lost_peer(const acc_gloo_t *g);
 
+/* A group of some of the world's ranks: world_rank[i] (size entries) is
+ * the world rank of group rank i, which error texts name instead of i
+ * (acc_gloo_lost_peer still answers the group rank). */
+void acc_gloo_set_world_ranks(acc_gloo_t *g, const int *world_rank, int size);
+
 /* Collectives of the synchronous mesh that busy-polled / slept in
  * blocking reads so far (acc_gloo_poll.h; tests). */
 void acc_gloo_poll_counts(const acc_gloo_t *g, long *polled, long *slept);

@@ -205,12 +205,12 @@ static int all_agree(acc_t *acc, int ok) {
   return rc == 0 ? verdict : -1;
 }
 
-int acc__node_gloo_group(acc_t *acc, acc_gloo_t **g, int rank, int size, const char *host,
+int acc__node_gloo_group(acc_t *acc, acc_node_t *nd, int member, acc_gloo_t **g, const char *host,
                          const char *name, const char *what) {
   char prefix[256], err[1024];
   snprintf(prefix, sizeof prefix, "%snode/%s/", acc->key_prefix, name);
-  acc_result_t r = acc_gloo_connect(g, rank, size, host, acc->store, prefix, acc->timeout_ms, 0,
-                                    err, sizeof err);
+  acc_result_t r = acc_gloo_connect(g, nd->node, nd->nnodes, host, acc->store, prefix,
+                                    acc->timeout_ms, 0, err, sizeof err);
   /* The shim connects its second (synchronous) mesh at the first repeated
    * all-reduce, through the store: connect it now, while every member is
    * here, so that no later collective waits in the store for a member
@@ -225,6 +225,13 @@ int acc__node_gloo_group(acc_t *acc, acc_gloo_t **g, int rank, int size, const c
     acc__set_error(acc, r, "connecting %s: %s", what, err);
     return -1;
   }
+  /* its error texts name world ranks (without the table, group ranks) */
+  int *world_rank = malloc((size_t)nd->nnodes * sizeof *world_rank);
+  for (int q = 0; world_rank && q < acc->world; q++)
+    if (nd->index_of[q] == member)
+      world_rank[nd->node_of[q]] = q;
+  acc_gloo_set_world_ranks(*g, world_rank, world_rank ? nd->nnodes : 0);
+  free(world_rank);
   return 0;
 }
 
@@ -232,8 +239,7 @@ int acc__node_gloo_group(acc_t *acc, acc_gloo_t **g, int rank, int size, const c
 static int leaders_connect(acc_t *acc, acc_node_t *nd, const char *host) {
   if (nd->nnodes == 1 || nd->me != 0)
     return 0;
-  return acc__node_gloo_group(acc, &nd->leaders, nd->node, nd->nnodes, host, "leaders",
-                              "the nodes' leaders");
+  return acc__node_gloo_group(acc, nd, 0, &nd->leaders, host, "leaders", "the nodes' leaders");
 }
 
 /* The node tables and this rank's workspaces mapped: 1; some rank cannot

@@ -26,8 +26,7 @@ static acc_gloo_t *replica_group(acc_t *acc) {
     char name[32], what[64];
     snprintf(name, sizeof name, "replica/%d", nd->me);
     snprintf(what, sizeof what, "HYBRID_SHARD's replica group of member %d", nd->me);
-    if (acc__node_gloo_group(acc, &nd->replica, nd->node, nd->nnodes, acc->gloo_host, name, what) !=
-        0)
+    if (acc__node_gloo_group(acc, nd, nd->me, &nd->replica, acc->gloo_host, name, what) != 0)
       return NULL;
   }
   return nd->replica;

@@ -33,13 +33,15 @@ struct acc_node {
   int lost; /* global rank the last failure lost, or -1 */
 };
 
-/* Connect *g: a Gloo group of `size` ranks (this one `rank`), one per
- * node, listening on `host`, its keys under "<key_prefix>node/<name>/",
- * and its synchronous mesh connected at once (two all-reduces of one
- * float) while every member is here, so that no later collective waits
- * in the store for a member whose node already failed. 0, or -1 with
- * acc's error set ("connecting <what>: ..."). */
-int acc__node_gloo_group(acc_t *acc, acc_gloo_t **g, int rank, int size, const char *host,
+/* Connect *g: a Gloo group of member `member` of every node (one rank
+ * per node, numbered by node; this rank is member `member` of its node),
+ * listening on `host`, its keys under "<key_prefix>node/<name>/", its
+ * error texts naming world ranks, and its synchronous mesh connected at
+ * once (two all-reduces of one float) while every member is here, so
+ * that no later collective waits in the store for a member whose node
+ * already failed. 0, or -1 with acc's error set ("connecting <what>:
+ * ..."). Collective over the group. */
+int acc__node_gloo_group(acc_t *acc, acc_node_t *nd, int member, acc_gloo_t **g, const char *host,
                          const char *name, const char *what);
 
 /* A shared-memory call's result: a failure records the member it lost. */
