@@ -300,7 +300,7 @@ ACC_API const char *acc_shard_describe(const acc_shard_t *sh);
 
 /* Model-state bytes of this rank, measured: the resident pages
  * (mincore) of the model's parameter, gradient and half-shadow buffers
- * plus the shard buffers, stage 3's unit buffers (the one a prefetch is
+ * plus the shard buffers, the unit buffers of stages 2 and 3 (the one a prefetch is
  * filling counted whole) and the optimizer's state (a device model: the
  * device bytes of the same, its whole buffers counted); not the
  * collectives' staging (sh->buf, transport buffers). `peak` = the largest

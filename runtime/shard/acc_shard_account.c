@@ -1,7 +1,7 @@
 /*
  * acc_shard_account.c — the model-state memory measured (nbf_shard.h's
  * acc_shard_state_bytes): the resident pages of the model's buffers, the
- * shards, stage 3's unit buffers (the one a prefetch is filling counted
+ * shards, the unit buffers of stages 2 and 3 (the one a prefetch is filling counted
  * whole) and the optimizer's state; a device model's device bytes; the
  * peak over the sample points. Above the prefetch (it asks which unit is
  * in flight), below set-up and the step (acc_shard.c, acc_shard_run.c),
@@ -42,7 +42,7 @@ static size_t current_bytes(const acc_shard_t *sh) {
   if (m->mlp && !sh->dev)
     b += resident(acc__mlp_host_buffer(m->mlp, 2), nb);
   b += 2 * sh->S * sizeof(float) * (sh->P != NULL);
-  /* stage 3's unit buffers: a unit's gathered parameters or its full
+  /* the unit buffers: a unit's gathered parameters (stage 3) or its full
    * gradient (temporaries of the step, counted: FSDP's peak holds them
    * too); the one a prefetch is filling counts whole */
   int job = acc__shard_pf_job(sh->pf);
