@@ -113,60 +113,34 @@ static int lonely_rank(int rank, int world, void *arg) {
 
 static const rt_spawn_opts_t OPTS = {.world = 3, .deadline_s = 40, .timeout_s = "5"};
 
+/* The two-node cases' collective: the world's all-reduce, or with
+ * `hybrid` HYBRID_SHARD's reduction (the node's reduce-scatter, then the
+ * replica group's all-reduce of the own block). */
+static acc_result_t node_call(acc_t *acc, int hybrid, float *buf) {
+  static float out[4096];
+  return hybrid ? acc__hybrid_reduce_scatter(acc, buf, out, 4096, ACC_F32, ACC_AVG)
+                : acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM);
+}
+
 /* Two simulated nodes (NODE_RANK = rank % 2: {0, 2} and {1, 3}); rank 3,
  * not a leader, dies: its leader sees it through shared memory and
  * closes its connections to the other leader, which aborts its own node:
- * every survivor fails at once, none waits for the timeout. */
+ * every survivor fails at once, none waits for the timeout. With
+ * HYBRID_SHARD's reduction (arg "hybrid") rank 3's replica peer, rank 2,
+ * loses its Gloo connection too and aborts node 0; each names a world
+ * rank. */
 static int nodes_rank(int rank, int world, void *arg) {
   (void)world;
-  (void)arg;
+  const int hybrid = arg != NULL;
   setenv("NODE_RANK", rank % 2 ? "1" : "0", 1);
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
   ASSERT_OK(acc, acc_set_errhandler(acc, ACC_ERRORS_RETURN));
   ASSERT_EQ_STR(acc__host_path(acc), "shared memory + gloo between nodes");
-  float buf[4096] = {0};
-  ASSERT_OK(acc, acc_all_reduce(acc, buf, 4096, ACC_F32, ACC_SUM));
-  if (rank == 3) {
-    usleep(200000);
-    raise(SIGKILL);
-  }
-  double dt;
-  acc_result_t r = reduce_until_error(acc, rank, buf, 1000000, &dt);
-  ASSERT_EQ(r, ACC_ERR_PEER);
-  ASSERT_DBL_LT(dt, AT_ONCE_S);
-  acc_destroy(&acc);
-  return 0;
-}
-
-NBF_TEST(shm_nodes_killed_member_fails_every_node_at_once) {
-  rt_spawn_opts_t o = OPTS;
-  o.world = 4;
-  int st[4] = {0};
-  rt_spawn(&o, nodes_rank, NULL, st);
-  ASSERT_EQ(st[0], 0);
-  ASSERT_EQ(st[1], 0);
-  ASSERT_EQ(st[2], 0);
-  ASSERT_EQ(st[3], -SIGKILL);
-}
-
-/* HYBRID_SHARD's reduction (the node's reduce-scatter, then the replica
- * group's all-reduce of the own block) on the same two simulated nodes;
- * rank 3 (member 1 of node 1) dies: its replica peer, rank 2, loses its
- * Gloo connection and aborts node 0, rank 1 sees it through shared
- * memory and closes its groups' connections to rank 0: every survivor
- * fails at once, none waits for the timeout, and each names a world
- * rank. */
-static int hybrid_rank(int rank, int world, void *arg) {
-  (void)world;
-  (void)arg;
-  setenv("NODE_RANK", rank % 2 ? "1" : "0", 1);
-  acc_t *acc = acc_new(NULL);
-  ASSERT_NOT_NULL(acc);
-  ASSERT_OK(acc, acc_set_errhandler(acc, ACC_ERRORS_RETURN));
-  ASSERT_OK(acc, acc__node_replica_connect(acc));
-  static float buf[2 * 4096], out[4096];
-  ASSERT_OK(acc, acc__hybrid_reduce_scatter(acc, buf, out, 4096, ACC_F32, ACC_AVG));
+  if (hybrid)
+    ASSERT_OK(acc, acc__node_replica_connect(acc));
+  static float buf[2 * 4096];
+  ASSERT_OK(acc, node_call(acc, hybrid, buf));
   if (rank == 3) {
     usleep(200000);
     raise(SIGKILL);
@@ -174,7 +148,7 @@ static int hybrid_rank(int rank, int world, void *arg) {
   double t0 = rt_now();
   acc_result_t r = ACC_OK;
   for (int it = 0; it < 1000000 && r == ACC_OK; it++)
-    r = acc__hybrid_reduce_scatter(acc, buf, out, 4096, ACC_F32, ACC_AVG);
+    r = node_call(acc, hybrid, buf);
   double dt = rt_now() - t0;
   fprintf(stderr, "rank %d: error after %.2f s: %s (%s)\n", rank, dt, acc_strerror(r),
           acc_last_error(acc));
@@ -183,21 +157,29 @@ static int hybrid_rank(int rank, int world, void *arg) {
   /* rank 2 failed in its replica group (not through its node, which
    * rank 0 may have aborted first): the text names the world rank it
    * lost, not its number in that group (1) */
-  if (rank == 2 && strstr(acc_last_error(acc), "all-reduce of"))
+  if (hybrid && rank == 2 && strstr(acc_last_error(acc), "all-reduce of"))
     ASSERT_CONTAINS(acc_last_error(acc), "connection to rank 3 was lost");
   acc_destroy(&acc);
   return 0;
 }
 
-NBF_TEST(hybrid_killed_member_fails_every_node_at_once) {
+static void two_nodes_rank_3_killed(const char *arg) {
   rt_spawn_opts_t o = OPTS;
   o.world = 4;
   int st[4] = {0};
-  rt_spawn(&o, hybrid_rank, NULL, st);
+  rt_spawn(&o, nodes_rank, (void *)arg, st);
   ASSERT_EQ(st[0], 0);
   ASSERT_EQ(st[1], 0);
   ASSERT_EQ(st[2], 0);
   ASSERT_EQ(st[3], -SIGKILL);
+}
+
+NBF_TEST(shm_nodes_killed_member_fails_every_node_at_once) {
+  two_nodes_rank_3_killed(NULL);
+}
+
+NBF_TEST(hybrid_killed_member_fails_every_node_at_once) {
+  two_nodes_rank_3_killed("hybrid");
 }
 
 NBF_TEST(killed) {
