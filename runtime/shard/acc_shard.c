@@ -147,20 +147,29 @@ static acc_result_t layout(acc_shard_t *sh) {
   }
   free(off), free(len);
   sh->buf_n = sh->stage == 0 ? 0 : N * maxs;
-  /* host or device memory, as the model's (acc_shard_dev.c) */
-  if ((sh->buf_n && !(sh->buf = acc__shard_alloc(sh, sh->buf_n))) ||
+  /* host or device memory, as the model's (acc_shard_dev.c); a lean
+   * device MLP stages through its unit buffer (unit_buffers) */
+  if ((sh->buf_n && !sh->lean && !(sh->buf = acc__shard_alloc(sh, sh->buf_n))) ||
       (sh->stage == 3 &&
        (!(sh->P = acc__shard_alloc(sh, sh->S)) || !(sh->G = acc__shard_alloc(sh, sh->S)))))
     return ACC_ERR_NO_MEMORY; /* set by acc__shard_alloc */
   return ACC_OK;
 }
 
-/* Stage 3 with layer hooks: one unit buffer, two with prefetch (page
- * aligned, so that releasing one gives all of its pages back; untouched
- * until the first gather). */
+/* Stage 3 with layer hooks: one unit buffer, two with prefetch (host:
+ * page aligned, so that releasing one gives all of its pages back;
+ * untouched until the first gather). A device MLP's is device memory,
+ * and its staging buffer too (sh->buf: used only outside a layer's use,
+ * to gather the whole model or reduce an accumulated gradient). */
 static acc_result_t unit_buffers(acc_shard_t *sh) {
-  if (sh->stage != 3 || !sh->model->mlp || sh->dev) /* a device MLP has no layer hooks */
+  if (sh->stage != 3 || !sh->model->mlp)
     return ACC_OK;
+  if (sh->dev) {
+    if (!(sh->ubuf[0] = acc__shard_alloc(sh, sh->buf_n)))
+      return ACC_ERR_NO_MEMORY; /* set by acc__shard_alloc */
+    sh->buf = sh->ubuf[0];
+    return ACC_OK;
+  }
   const size_t pg = 4096, bytes = (sh->buf_n * sizeof(float) + pg - 1) / pg * pg;
   for (int i = 0; i < (sh->pf ? 2 : 1); i++)
     if (!(sh->ubuf[i] = aligned_alloc(pg, bytes)))
@@ -211,7 +220,8 @@ static void huge_pages(float *p, size_t n) {
 /* Stage 3 keeps the owned elements only: copy them out of the model's
  * (equal on every rank) buffer, then release it. Stage 2 releases the
  * gradient pages it does not own. (A device model: the same copies on
- * the device; released = zeroed, acc_shard_dev.c.) */
+ * the device; released = zeroed, acc_shard_dev.c; a device MLP's full
+ * buffers freed.) */
 static acc_result_t take_shards(acc_shard_t *sh) {
   acc_model_t *m = sh->model;
   if (sh->stage == 3 && !sh->dev)
@@ -222,6 +232,10 @@ static acc_result_t take_shards(acc_shard_t *sh) {
     const acc__shard_unit_t *u = &sh->units[i];
     ACC_CHECK(acc__shard_copy(sh, sh->P + u->soff, m->params + u->off + (size_t)sh->srank * u->s,
                               u->own));
+  }
+  if (sh->lean) {
+    ACC_CHECK(acc__shard_whole(sh, 0, 0));
+    return acc__shard_whole(sh, 1, 0);
   }
   if (sh->stage == 3) {
     ACC_CHECK(acc__shard_drop(sh, m->params, m->num_params));
@@ -252,7 +266,10 @@ static void describe(acc_shard_t *sh) {
            sh->stage, names[sh->stage], sh->world, sh->world == 1 ? "" : "s", hybrid, sh->nunits,
            sh->nunits == 1 ? "" : "s", own, sh->model->num_params, sh->pf ? "next unit" : "off",
            sh->cfg.offload ? "no-op on CPU (the state is in host memory)" : "off",
-           sh->dev ? "; on the device (NCCL), every unit gathered before the forward" : "");
+           !sh->dev          ? ""
+           : sh->lean        ? "; on the device (NCCL), each layer gathered before its use"
+           : sh->stage == 3  ? "; on the device (NCCL), every unit gathered before the forward"
+                             : "; on the device (NCCL)");
 }
 
 /* The shard group: the world, or with HYBRID_SHARD this rank's node. */
@@ -339,11 +356,13 @@ acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_confi
                       .grad_norm = NAN,
                       .gathered = 1,
                       .dev = on_device(acc, model->params)};
-  /* a device MLP runs its layers on the device without the unit hooks:
-   * every unit is gathered before its forward, no prefetch */
-  const int hooks = model->mlp && !sh->dev;
+  /* the toolkit MLP, on the host or a device, runs its layers under the
+   * unit hooks; a device one without prefetch (its gathers are NCCL's on
+   * the accelerator's stream, not a helper thread's) */
+  const int hooks = model->mlp != NULL;
+  sh->lean = sh->dev && hooks && sh->stage == 3;
   if (shard_group(sh) != ACC_OK || layout(sh) != ACC_OK || make_optimizers(sh) != ACC_OK ||
-      (sh->stage == 3 && hooks && c.prefetch && sh->sworld > 1 &&
+      (sh->stage == 3 && hooks && !sh->dev && c.prefetch && sh->sworld > 1 &&
        !(sh->pf = acc__shard_pf_new(sh))) ||
       take_shards(sh) != ACC_OK || unit_buffers(sh) != ACC_OK) {
     acc_shard_destroy(&sh);
@@ -367,17 +386,24 @@ void acc_shard_destroy(acc_shard_t **sh_p) {
   *sh_p = NULL;
   if (sh->hooked)
     acc__mlp_set_unit_hook(sh->model->mlp, NULL, NULL);
-  if (sh->stage == 3 && sh->P)
-    (void)acc_shard_gather_params(sh); /* leave the model whole */
+  if (sh->stage == 3 && sh->P) { /* leave the model whole */
+    (void)acc_shard_gather_params(sh);
+    (void)acc__shard_whole(sh, 1, 1); /* zero gradients */
+  }
   acc__shard_pf_destroy(&sh->pf);
   for (int i = 0; sh->units && i < sh->nunits; i++)
     acc_optim_destroy(&sh->units[i].opt);
   free(sh->units);
   acc__shard_free(sh, &sh->P);
   acc__shard_free(sh, &sh->G);
+  if (sh->buf == sh->ubuf[0])
+    sh->buf = NULL; /* a lean device MLP's staging is its unit buffer */
   acc__shard_free(sh, &sh->buf);
-  free(sh->ubuf[0]); /* host memory: the hooks' (no device model has them) */
-  free(sh->ubuf[1]);
+  for (int i = 0; i < 2; i++)
+    if (sh->dev)
+      acc__shard_free(sh, &sh->ubuf[i]);
+    else
+      free(sh->ubuf[i]);
   free(sh);
 }
 

@@ -338,6 +338,17 @@ static acc_result_t refuse_device(acc_shard_t *sh, const char *what) {
                         what, sh->acc->device, sh->stage);
 }
 
+/* A lean device MLP (stage 3; its full device buffers freed while
+ * sharded) after a checkpoint: the parameters' buffer freed again unless
+ * gathered, the gradients' unless it held an accumulation window before
+ * (had_grads) or accumulates; r passed through. */
+static acc_result_t lean_after(acc_shard_t *sh, int had_grads, acc_result_t r) {
+  acc_result_t rr = sh->gathered ? ACC_OK : acc__shard_whole(sh, 0, 0);
+  if (rr == ACC_OK && !had_grads && sh->acc->accum_steps == 1)
+    rr = acc__shard_whole(sh, 1, 0);
+  return r != ACC_OK ? r : rr;
+}
+
 acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type) {
   if (!sh)
     return ACC_ERR_INVALID_ARGUMENT;
@@ -345,14 +356,15 @@ acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type) {
     return refuse_device(sh, "acc_shard_save_state");
   if (type == ACC_STATE_DICT_FROM_ENV)
     ACC_CHECK(type_from_env(sh->acc, &type));
-  if (type == ACC_SHARDED_STATE_DICT)
-    return save_sharded(sh, dir);
-  if (type == ACC_FULL_STATE_DICT)
-    return save_full(sh, dir);
-  return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT,
-                        "acc_shard_save_state: type %d is neither ACC_FULL_STATE_DICT nor "
-                        "ACC_SHARDED_STATE_DICT",
-                        type);
+  if (type != ACC_SHARDED_STATE_DICT && type != ACC_FULL_STATE_DICT)
+    return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT,
+                          "acc_shard_save_state: type %d is neither ACC_FULL_STATE_DICT nor "
+                          "ACC_SHARDED_STATE_DICT",
+                          type);
+  const int had = sh->model->grads != NULL; /* the file holds the gradients */
+  ACC_CHECK(acc__shard_whole(sh, 1, 1));
+  acc_result_t r = type == ACC_SHARDED_STATE_DICT ? save_sharded(sh, dir) : save_full(sh, dir);
+  return lean_after(sh, had, r);
 }
 
 /* ---- loading ---------------------------------------------------------- */
@@ -592,7 +604,13 @@ acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir) {
   mark_t mk;
   int found;
   ACC_CHECK(read_mark(sh, dir, &mk, &found));
-  if (found && mk.type == ACC_SHARDED_STATE_DICT)
-    return load_sharded(sh, dir, &mk);
-  return load_full(sh, dir, &mk, found);
+  /* a lean device MLP: the full buffers the load fills, then its shards */
+  const int had = sh->model->grads != NULL;
+  acc_result_t r = acc__shard_whole(sh, 0, 1);
+  if (r == ACC_OK)
+    r = acc__shard_whole(sh, 1, 1);
+  if (r == ACC_OK)
+    r = found && mk.type == ACC_SHARDED_STATE_DICT ? load_sharded(sh, dir, &mk)
+                                                   : load_full(sh, dir, &mk, found);
+  return lean_after(sh, had, r);
 }

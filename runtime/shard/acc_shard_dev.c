@@ -87,6 +87,18 @@ void acc__shard_free(acc_shard_t *sh, float **p) {
   }
 }
 
+acc_result_t acc__shard_whole(acc_shard_t *sh, int what, int keep) {
+  if (!sh->lean)
+    return ACC_OK;
+  acc_model_t *m = sh->model;
+  ACC_CHECK(acc__mlp_dev_buffer(m->mlp, what, keep)); /* its error is set */
+  if (what)
+    m->grads = acc_mlp_grads(m->mlp);
+  else
+    m->params = acc_mlp_params(m->mlp);
+  return ACC_OK;
+}
+
 acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size_t n, int to_host) {
   if (!n)
     return ACC_OK;

@@ -45,6 +45,11 @@ struct acc_shard {
   float *ubuf[2];
   int ucur, uheld;
   int dev;      /* the model's buffers are device memory (acc_shard_dev.c) */
+  /* stage 3 of a device MLP: the model's full device buffers are freed
+   * while sharded (the layers read the unit buffer), allocated again only
+   * to gather the whole model (acc_shard_gather_params, checkpoints) or to
+   * accumulate gradients over micro-steps; sh->buf is then ubuf[0] */
+  int lean;
   int hooked;   /* the toolkit MLP's layer hooks are installed */
   int reduced;  /* this backward's hooks reduced every unit */
   int gathered; /* stage 3: every unit is in the model's buffer */
@@ -96,6 +101,11 @@ acc_result_t acc__shard_zero(acc_shard_t *sh, float *p, size_t n);
 acc_result_t acc__shard_drop(acc_shard_t *sh, float *p, size_t n);
 float *acc__shard_alloc(acc_shard_t *sh, size_t n);
 void acc__shard_free(acc_shard_t *sh, float **p);
+/* A lean device MLP's full parameter (what 0) or gradient (1) device
+ * buffer allocated zeroed (keep 1; nothing when it exists) or freed
+ * (keep 0), the model's pointer (sh->model->params / grads) following;
+ * ACC_OK and nothing to do unless sh->lean. */
+acc_result_t acc__shard_whole(acc_shard_t *sh, int what, int keep);
 /* Checkpoints: n floats between a host buffer and `buf` (the model's or
  * the shards'; to_host 1: buf -> host). On a device: synchronous, after
  * the device's pending work (acc_optim_cuda_copy). */
