@@ -595,8 +595,10 @@ extern "C" acc_result_t acc_mlp_dev_buffer(acc_mlp_dev_t *d, int what, int keep,
     return ACC_OK;
   const size_t bytes = d->nparams * sizeof(float);
   ACC_CHECK(acc_cuda_check(cudaMalloc(buf, bytes), "cudaMalloc", err, errlen));
-  /* synchronous: the zeros are there for any stream */
-  return acc_cuda_check(cudaMemset(*buf, 0, bytes), "cudaMemset", err, errlen);
+  ACC_CHECK(acc_cuda_check(cudaMemset(*buf, 0, bytes), "cudaMemset", err, errlen));
+  /* cudaMemset may return before it is done, and the legacy stream does
+   * not order a non-blocking one: the zeros are there for any stream */
+  return acc_cuda_check(cudaDeviceSynchronize(), "cudaMemset", err, errlen);
 }
 
 extern "C" acc_result_t acc_mlp_dev_copy(acc_mlp_dev_t *d, int what, float *host, int to_device,
