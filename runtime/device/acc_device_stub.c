@@ -168,3 +168,14 @@ acc_result_t acc_optim_cuda_copy_async(float *dst, const float *src, size_t n, v
   (void)dst, (void)src, (void)n, (void)stream;
   return unsupported(err, errlen);
 }
+
+acc_result_t acc_optim_cuda_copy_host_async(float *dst, const float *src, size_t n, int to_device,
+                                            void *stream, char *err, size_t errlen) {
+  (void)dst, (void)src, (void)n, (void)to_device, (void)stream;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_optim_cuda_sync(void *stream, char *err, size_t errlen) {
+  (void)stream;
+  return unsupported(err, errlen);
+}

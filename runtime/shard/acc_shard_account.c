@@ -43,7 +43,10 @@ static size_t current_bytes(const acc_shard_t *sh) {
                      : resident(m->params, nb) + resident(m->grads, nb);
   if (m->mlp && !sh->dev)
     b += resident(acc__mlp_host_buffer(m->mlp, 2), nb);
-  b += 2 * sh->S * sizeof(float) * (sh->P != NULL);
+  /* P and G; a device model's offloaded P is host memory (not counted:
+   * a device model's count is its device bytes), as the offloaded
+   * optimizer state is */
+  b += (2 - sh->hostP) * sh->S * sizeof(float) * (sh->P != NULL);
   /* stage 3's unit buffers: a unit's gathered parameters or its full
    * gradient (temporaries of the step, counted: FSDP's peak holds them
    * too); the one a prefetch is filling counts whole */
@@ -59,7 +62,7 @@ static size_t current_bytes(const acc_shard_t *sh) {
     }
     b += r;
   }
-  for (int i = 0; i < sh->nunits; i++)
+  for (int i = 0; i < sh->nunits && !sh->offload; i++)
     b += sh->units[i].opt ? acc__optim_state_bytes(sh->units[i].opt) : 0;
   return b;
 }

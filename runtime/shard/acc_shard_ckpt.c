@@ -612,5 +612,7 @@ acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir) {
   if (r == ACC_OK)
     r = found && mk.type == ACC_SHARDED_STATE_DICT ? load_sharded(sh, dir, &mk)
                                                    : load_full(sh, dir, &mk, found);
+  if (r == ACC_OK) /* offloaded: the host master from the loaded parameters */
+    r = acc__shard_offload_pull(sh);
   return lean_after(sh, had, r);
 }

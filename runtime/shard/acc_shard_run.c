@@ -318,9 +318,14 @@ int acc_shard_step(acc_shard_t *sh) {
     return zero_grads(sh) == ACC_OK ? 0 : -1;
   if (clip(sh) != ACC_OK)
     return -1;
-  for (int i = 0; i < sh->nunits; i++)
-    if (sh->units[i].opt && acc__optim_step_raw(acc, sh->units[i].opt) < 0)
+  if (sh->offload) { /* on the host (acc_shard_offload.c) */
+    if (acc__shard_offload_step(sh) != ACC_OK)
       return -1;
+  } else {
+    for (int i = 0; i < sh->nunits; i++)
+      if (sh->units[i].opt && acc__optim_step_raw(acc, sh->units[i].opt) < 0)
+        return -1;
+  }
   /* stage 3: the gathered parameters are stale now */
   if (zero_grads(sh) != ACC_OK || acc__shard_release_all(sh) != ACC_OK)
     return -1;

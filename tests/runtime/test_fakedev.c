@@ -828,21 +828,17 @@ typedef struct {
 /* What one optimizer step (accum micro-steps and acc_shard_step) asked
  * of the fake device and of NCCL. */
 typedef struct {
-  int ag, rs, ar, syncs, d2h, launches, stepped;
+  int ag, rs, ar, syncs, d2h, launches, stepped, h2d;
 } shard_counts_t;
 
 static shard_counts_t shard_counts(void) {
-  return (shard_counts_t){g_nccl_ag, g_nccl_rs, g_nccl_ar, g_syncs, g_d2h, g_launches, 0};
+  return (shard_counts_t){g_nccl_ag, g_nccl_rs, g_nccl_ar, g_syncs, g_d2h, g_launches, 0, g_h2d};
 }
 
 static shard_counts_t shard_delta(shard_counts_t a, shard_counts_t b) {
-  return (shard_counts_t){b.ag - a.ag,
-                          b.rs - a.rs,
-                          b.ar - a.ar,
-                          b.syncs - a.syncs,
-                          b.d2h - a.d2h,
-                          b.launches - a.launches,
-                          0};
+  return (shard_counts_t){b.ag - a.ag,         b.rs - a.rs,       b.ar - a.ar,
+                          b.syncs - a.syncs,   b.d2h - a.d2h,     b.launches - a.launches,
+                          0,                   b.h2d - a.h2d};
 }
 
 /* One optimizer step of the sharded device MLP: its counts. */
@@ -1034,9 +1030,185 @@ NBF_TEST(shard_stage3_device_memory) {
   ASSERT_EQ(rt_spawn(&o, shard_memory_rank, NULL, NULL), 0);
 }
 
+/* Offload of a device MLP (issue 23 item 2: offload_optimizer_device
+ * cpu, fsdp_offload_params): two ranks on the inaccessible device train
+ * each stage with and without offload. Offloaded, the device holds
+ * neither the optimizer's moments (8 bytes per owned element, AdamW) nor,
+ * at stage 3, the parameter shards (4 per shard element): the live device
+ * bytes after the steps drop by exactly that; a step copies each unit's
+ * owned gradients to the host (one copy back per unit, one more
+ * synchronization) and its updated parameters back (stages 1, 2; at
+ * stage 3 each gather copies the owned block up from the host instead);
+ * the collectives are those of the stage. The host never touches device
+ * memory (it faults). */
+typedef struct {
+  size_t live;      /* device bytes after SH_STEPS steps */
+  shard_counts_t c; /* of the last step */
+  size_t own, S;    /* owned elements, shard elements */
+} offload_run_t;
+
+static offload_run_t offload_run(int stage, int offload) {
+  acc_t *acc = fake_acc("no");
+  acc_model_t model;
+  acc_mlp_t *m = shard_mlp(acc, &model);
+  acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+  cfg.stage = stage;
+  cfg.offload = offload;
+  acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
+  if (!sh)
+    NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
+  const char *d = acc_shard_describe(sh);
+  ASSERT_EQ(strstr(d, "in host memory") != NULL, offload);
+  ASSERT_EQ(strstr(d, "parameter shards in host memory") != NULL, offload && stage == 3);
+  offload_run_t o = {0};
+  for (int step = 0; step < SH_STEPS; step++)
+    o.c = shard_step(acc, sh, 1);
+  ASSERT_EQ(o.c.stepped, 1);
+  o.live = g_live;
+  const size_t n0 = 15 * 9, n1 = 3 * 16, s0 = (n0 + 1) / 2, s1 = (n1 + 1) / 2; /* 2 ranks */
+  const int r = acc_rank(acc);
+  o.S = s0 + s1;
+  o.own = (n0 - (size_t)r * s0 < s0 ? n0 - (size_t)r * s0 : s0) + s1;
+  if (offload && r == 0)
+    printf("stage %d offloaded: %s\n", stage, d);
+  acc_shard_destroy(&sh);
+  acc_model_release(&model);
+  acc_mlp_destroy(&m);
+  acc_destroy(&acc);
+  return o;
+}
+
+static int shard_offload_rank(int rank, int world, void *arg) {
+  (void)world, (void)arg;
+  g_rw = 2, g_cublas_ok = 1, g_nccl_ok = 1;
+  for (int stage = 1; stage <= 3; stage++) {
+    const size_t base = g_live; /* the other runs' leftovers: none expected */
+    offload_run_t on = offload_run(stage, 0);
+    ASSERT_EQ(g_live, base); /* everything given back */
+    offload_run_t off = offload_run(stage, 1);
+    ASSERT_EQ(g_live, base);
+    /* AdamW's two moments per owned element; stage 3's shards */
+    const size_t drop = 2 * off.own * sizeof(float) + (stage == 3 ? off.S * sizeof(float) : 0);
+    const int units = 2;
+    if (rank == 0)
+      printf("stage %d: device bytes %zu -> %zu offloaded (-%zu; moments %zu, parameter shards "
+             "%zu); a step: %d -> %d copies back, %d -> %d copies up, %d -> %d synchronizations\n",
+             stage, on.live, off.live, on.live - off.live, 2 * off.own * sizeof(float),
+             stage == 3 ? off.S * sizeof(float) : 0, on.c.d2h, off.c.d2h, on.c.h2d, off.c.h2d,
+             on.c.syncs, off.c.syncs);
+    ASSERT_EQ(on.live - off.live, drop);
+    ASSERT_EQ(off.c.d2h - on.c.d2h, units); /* the owned gradients */
+    ASSERT_EQ(off.c.syncs - on.c.syncs, 1);
+    /* the updated parameters up; at stage 3 each gather's owned block */
+    ASSERT_EQ(off.c.h2d - on.c.h2d, stage == 3 ? 2 * units - 1 : units);
+    ASSERT_TRUE(off.c.ag == on.c.ag && off.c.rs == on.c.rs && off.c.ar == on.c.ar);
+  }
+  return 0;
+}
+
+NBF_TEST(shard_offload_device) {
+  setenv("NBFORK_SHARE_GPU", "1", 1);
+  setenv("NBFORK_TEST_GPU", "1", 1);
+  rt_spawn_opts_t o = {.world = 2, .deadline_s = 90, .timeout_s = "30"};
+  ASSERT_EQ(rt_spawn(&o, shard_offload_rank, NULL, NULL), 0);
+}
+
+/* A custom (not toolkit) model on the readable fake device, one rank:
+ * two units ("a.weight" + "a.bias", "b.weight") of CU_N elements in all,
+ * its backward writing step k's known gradients into its device
+ * gradient buffer (host code may: the region is readable here), its
+ * forward a constant. */
+enum { CU_N = 300 };
+static const acc_tensor_info_t CU_TENSORS[3] = {
+    {"a.weight", 0, 10, 20}, {"a.bias", 200, 1, 20}, {"b.weight", 220, 8, 10}};
+typedef struct {
+  float *grads;
+  int k; /* backward calls so far */
+} custom_t;
+
+static void custom_grads(int k, float *g) {
+  for (int i = 0; i < CU_N; i++)
+    g[i] = (float)((i * 7 + k * 13) % 29 - 14) * 0.01f;
+}
+static float custom_loss(void *self, const float *x, const int64_t *y, int b, int training) {
+  (void)self, (void)x, (void)y, (void)b, (void)training;
+  return 1.0f;
+}
+static int custom_backward(void *self) {
+  custom_t *c = self;
+  custom_grads(c->k++, c->grads);
+  return 0;
+}
+
+static acc_model_t custom_model(custom_t *c, uint32_t seed) {
+  float *p = NULL, *g = NULL;
+  ASSERT_EQ(cudaMalloc((void **)&p, CU_N * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc((void **)&g, CU_N * sizeof(float)), cudaSuccess);
+  for (int i = 0; i < CU_N; i++)
+    p[i] = (float)((i * 31u + seed * 17u) % 97u) * 0.01f - 0.5f, g[i] = 0.0f;
+  *c = (custom_t){.grads = g};
+  return (acc_model_t){.params = p,
+                       .grads = g,
+                       .num_params = CU_N,
+                       .tensors = CU_TENSORS,
+                       .num_tensors = 3,
+                       .input_dim = DIM,
+                       .self = c,
+                       .forward_loss = custom_loss,
+                       .backward = custom_backward,
+                       .predict = dev_params_predict};
+}
+
+/* Each stage (0: NO_SHARD too) of the custom model, offloaded, ends with
+ * the parameters of torch-semantics AdamW stepped on the host over the
+ * same gradients (acc_adamw_new on host buffers: the update the CPU's
+ * sharded path makes, which test_shard proves equal to DDP), bit for bit:
+ * the master copy came from the device, the owned gradients went down,
+ * the updates came back up (stage 3: the shards stayed on the host and
+ * were gathered from there). The non-offloaded device step is a kernel
+ * this fake does not run (runtime.shard_gpu compares it on a GPU). */
+NBF_TEST(shard_offload_matches_host_adamw) {
+  g_rw = 1, g_cublas_ok = 1, g_nccl_ok = 1;
+  acc_t *acc = fake_acc("no");
+  float x[SH_BATCH * DIM] = {0};
+  int64_t y[SH_BATCH] = {0};
+  for (int stage = 0; stage <= 3; stage++) {
+    custom_t c;
+    acc_model_t model = custom_model(&c, 1);
+    static float want[CU_N], g[CU_N];
+    memcpy(want, model.params, sizeof want);
+    acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+    cfg.stage = stage;
+    cfg.offload = 1;
+    acc_optim_t *ref =
+        acc_adamw_new(want, g, CU_N, cfg.lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay);
+    ASSERT_NOT_NULL(ref);
+    acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
+    if (!sh)
+      NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
+    for (int k = 0; k < SH_STEPS; k++) {
+      ASSERT_TRUE(!isnan(acc_shard_forward_loss(sh, x, y, SH_BATCH, 1)));
+      ASSERT_OK(acc, acc_shard_backward(sh));
+      ASSERT_EQ(acc_shard_step(sh), 1);
+      custom_grads(k, g);
+      ASSERT_EQ(acc_optim_step(acc, ref), 1);
+    }
+    ASSERT_OK(acc, acc_shard_gather_params(sh));
+    const int same = !memcmp(model.params, want, sizeof want);
+    printf("stage %d offloaded, %d steps: the parameters %s host AdamW's\n", stage, SH_STEPS,
+           same ? "equal" : "DIFFER FROM");
+    ASSERT_TRUE(same);
+    acc_shard_destroy(&sh);
+    acc_optim_destroy(&ref);
+    cudaFree(model.params), cudaFree(model.grads);
+  }
+  acc_destroy(&acc);
+}
+
 /* What a device model cannot have yet is refused by name, before any
- * host access: HYBRID_SHARD, offload, a custom model's checkpoints;
- * parameters and gradients on different sides. */
+ * host access: HYBRID_SHARD, a custom model's checkpoints; parameters
+ * and gradients on different sides. (Offload was refused until
+ * shard_offload_device.) */
 NBF_TEST(shard_device_refusals) {
   g_rw = 2, g_cublas_ok = 1;
   acc_t *acc = fake_acc("no");
@@ -1047,13 +1219,10 @@ NBF_TEST(shard_device_refusals) {
   cfg.hybrid = 1;
   ASSERT_TRUE(acc_shard_new(acc, &model, &cfg) == NULL);
   ASSERT_TRUE(strstr(acc_last_error(acc), "HYBRID_SHARD of a model on device 0") != NULL);
-  cfg.hybrid = 0, cfg.offload = 1;
-  ASSERT_TRUE(acc_shard_new(acc, &model, &cfg) == NULL);
-  ASSERT_TRUE(strstr(acc_last_error(acc), "offload of a model on device 0") != NULL);
+  cfg.hybrid = 0;
   acc_model_t mixed = model;
   static float host_grads[256];
   mixed.grads = host_grads;
-  cfg.offload = 0;
   ASSERT_TRUE(acc_shard_new(acc, &mixed, &cfg) == NULL);
   ASSERT_TRUE(strstr(acc_last_error(acc), "both on device 0 or both on the host") != NULL);
   /* a custom device model's checkpoint (its parameters as host bytes) */
