@@ -1205,10 +1205,123 @@ NBF_TEST(shard_offload_matches_host_adamw) {
   acc_destroy(&acc);
 }
 
+/* Checkpoints of a custom (not toolkit) device model (issue 23 item 3;
+ * they were refused): each stage (0: NO_SHARD too), offloaded or not,
+ * SHARDED and FULL. A run at seed 1 takes two steps, saves (the type),
+ * takes a third and saves a SHARDED one; a run at seed 2 loads the first
+ * checkpoint, takes the same third step and saves a SHARDED one: the two
+ * shard files are equal byte for byte (parameters, moments, gradients and
+ * step count came back through the host copies; offloaded, the host
+ * master copy was refreshed from the loaded parameters before the third
+ * step, which the host optimizer computes for real here). */
+static acc_shard_t *custom_shard(acc_t *acc, acc_model_t *model, int stage, int offload) {
+  acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
+  cfg.stage = stage;
+  cfg.offload = offload;
+  acc_shard_t *sh = acc_shard_new(acc, model, &cfg);
+  if (!sh)
+    NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
+  return sh;
+}
+
+static void custom_step(acc_t *acc, acc_shard_t *sh) {
+  float x[SH_BATCH * DIM] = {0};
+  int64_t y[SH_BATCH] = {0};
+  ASSERT_TRUE(!isnan(acc_shard_forward_loss(sh, x, y, SH_BATCH, 1)));
+  ASSERT_OK(acc, acc_shard_backward(sh));
+  ASSERT_EQ(acc_shard_step(sh), 1);
+}
+
+static void custom_checkpoint_case(acc_t *acc, int stage, int offload, int full) {
+  char a[] = "/tmp/nbfork_fakedev_cu_XXXXXX", b[] = "/tmp/nbfork_fakedev_cu_XXXXXX",
+       c[] = "/tmp/nbfork_fakedev_cu_XXXXXX";
+  ASSERT_TRUE(mkdtemp(a) && mkdtemp(b) && mkdtemp(c));
+  custom_t c1, c2;
+  acc_model_t m1 = custom_model(&c1, 1), m2 = custom_model(&c2, 2);
+  acc_shard_t *one = custom_shard(acc, &m1, stage, offload);
+  custom_step(acc, one), custom_step(acc, one);
+  ASSERT_OK(acc, acc_shard_save_state(one, a, full ? ACC_FULL_STATE_DICT : ACC_SHARDED_STATE_DICT));
+  custom_step(acc, one);
+  ASSERT_OK(acc, acc_shard_save_state(one, b, ACC_SHARDED_STATE_DICT));
+  acc_shard_t *two = custom_shard(acc, &m2, stage, offload);
+  ASSERT_OK(acc, acc_shard_load_state(two, a));
+  c2.k = 2; /* the third step's gradients */
+  custom_step(acc, two);
+  ASSERT_OK(acc, acc_shard_save_state(two, c, ACC_SHARDED_STATE_DICT));
+  char pb[128], pc[128];
+  snprintf(pb, sizeof pb, "%s/nbfork_shard0.bin", b);
+  snprintf(pc, sizeof pc, "%s/nbfork_shard0.bin", c);
+  static unsigned char fb[1 << 16], fc[1 << 16];
+  size_t nb = rt_read_file(pb, fb, sizeof fb), nc = rt_read_file(pc, fc, sizeof fc);
+  printf("stage %d%s, %s: the resumed run's shard file after one more step: %zu bytes, %s\n",
+         stage, offload ? " offloaded" : "", full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT", nc,
+         nb == nc && !memcmp(fb, fc, nb) ? "equal" : "DIFFERENT");
+  ASSERT_TRUE(nb > CU_N * sizeof(float) && nb == nc);
+  ASSERT_EQ(memcmp(fb, fc, nb), 0);
+  acc_shard_destroy(&two);
+  acc_shard_destroy(&one);
+  cudaFree(m1.params), cudaFree(m1.grads), cudaFree(m2.params), cudaFree(m2.grads);
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf %s %s %s", a, b, c);
+  ASSERT_EQ(system(cmd), 0);
+}
+
+NBF_TEST(shard_custom_device_checkpoints) {
+  g_rw = 1, g_cublas_ok = 1, g_nccl_ok = 1;
+  acc_t *acc = fake_acc("no");
+  for (int stage = 0; stage <= 3; stage++)
+    for (int offload = 0; offload <= 1; offload++)
+      for (int full = 0; full <= 1; full++)
+        custom_checkpoint_case(acc, stage, offload, full);
+  acc_destroy(&acc);
+}
+
+/* The Trainer with --fsdp full_shard saves a custom device model's
+ * checkpoints (without sharding it still refuses them, as
+ * trainer_refuses_checkpoints_of_custom_device_model checks), the host
+ * never touching its device memory (inaccessible here). */
+NBF_TEST(trainer_fsdp_custom_device_checkpoints) {
+  g_rw = 2, g_cublas_ok = 1, g_nccl_ok = 1;
+  acc_t *acc = fake_acc("no");
+  float *p = NULL, *g = NULL;
+  ASSERT_EQ(cudaMalloc((void **)&p, CU_N * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc((void **)&g, CU_N * sizeof(float)), cudaSuccess);
+  acc_model_t m = {.params = p,
+                   .grads = g,
+                   .num_params = CU_N,
+                   .tensors = CU_TENSORS,
+                   .num_tensors = 3,
+                   .input_dim = DIM,
+                   .forward_loss = dev_params_loss,
+                   .backward = dev_params_backward,
+                   .predict = dev_params_predict};
+  acc_dataset_t ds = dataset();
+  acc_training_args_t args;
+  acc_training_args_init(&args);
+  char dir[] = "/tmp/nbfork_fakedev_cfsdp_XXXXXX", sub[256];
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  const char *kv[][2] = {{"save_strategy", "steps"}, {"save_steps", "1"},
+                         {"max_steps", "2"},         {"disable_tqdm", "true"},
+                         {"fsdp", "full_shard"},     {"output_dir", dir}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
+    ASSERT_EQ(acc_training_args_set(&args, kv[i][0], kv[i][1]), ACC_OK);
+  acc_trainer_t *tr = acc_trainer_new(acc, &args, &m, &ds, NULL);
+  if (!tr)
+    NBF_TEST_FAIL("acc_trainer_new: %s", acc_last_error(acc));
+  ASSERT_OK(acc, acc_trainer_train(tr));
+  snprintf(sub, sizeof sub, "%s/checkpoint-2/nbfork_state.bin", dir);
+  ASSERT_EQ(access(sub, R_OK), 0);
+  acc_trainer_destroy(&tr);
+  snprintf(sub, sizeof sub, "rm -rf %s", dir);
+  ASSERT_EQ(system(sub), 0);
+  cudaFree(p), cudaFree(g);
+  acc_destroy(&acc);
+}
+
 /* What a device model cannot have yet is refused by name, before any
- * host access: HYBRID_SHARD, a custom model's checkpoints; parameters
- * and gradients on different sides. (Offload was refused until
- * shard_offload_device.) */
+ * host access: HYBRID_SHARD; parameters and gradients on different
+ * sides. (Offload and a custom model's checkpoints were refused until
+ * shard_offload_device and shard_custom_device_checkpoints.) */
 NBF_TEST(shard_device_refusals) {
   g_rw = 2, g_cublas_ok = 1;
   acc_t *acc = fake_acc("no");
@@ -1225,7 +1338,10 @@ NBF_TEST(shard_device_refusals) {
   mixed.grads = host_grads;
   ASSERT_TRUE(acc_shard_new(acc, &mixed, &cfg) == NULL);
   ASSERT_TRUE(strstr(acc_last_error(acc), "both on device 0 or both on the host") != NULL);
-  /* a custom device model's checkpoint (its parameters as host bytes) */
+  /* a custom device model's checkpoints (refused until
+   * shard_custom_device_checkpoints): through host copies, the host never
+   * touching its device memory (it faults here) */
+  g_nccl_ok = 1; /* stage 3 gathers the whole model for FULL */
   acc_model_t custom = model;
   custom.mlp = NULL;
   acc_shard_t *sh = acc_shard_new(acc, &custom, &cfg);
@@ -1233,10 +1349,11 @@ NBF_TEST(shard_device_refusals) {
     NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
   char dir[] = "/tmp/nbfork_fakedev_shard_XXXXXX", names[512];
   ASSERT_NOT_NULL(mkdtemp(dir));
-  ASSERT_EQ(acc_shard_save_state(sh, dir, ACC_SHARDED_STATE_DICT), ACC_ERR_UNSUPPORTED);
-  ASSERT_TRUE(strstr(acc_last_error(acc), "sharded custom model (not acc_mlp_model) on device 0"));
-  ASSERT_EQ(acc_shard_load_state(sh, dir), ACC_ERR_UNSUPPORTED);
-  ASSERT_EQ(dir_files(dir, names, sizeof names), 0); /* nothing written */
+  ASSERT_OK(acc, acc_shard_save_state(sh, dir, ACC_SHARDED_STATE_DICT));
+  ASSERT_OK(acc, acc_shard_load_state(sh, dir));
+  ASSERT_OK(acc, acc_shard_save_state(sh, dir, ACC_FULL_STATE_DICT));
+  ASSERT_OK(acc, acc_shard_load_state(sh, dir));
+  ASSERT_TRUE(dir_files(dir, names, sizeof names) > 0);
   remove_dir(dir);
   acc_shard_destroy(&sh);
   acc_model_release(&model);
