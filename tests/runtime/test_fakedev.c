@@ -1415,11 +1415,12 @@ typedef struct {
   acc_shard_t *sh;
 } dev_shard_t;
 
-static void dev_shard(dev_shard_t *d, acc_t *acc, int stage, int seed) {
+static void dev_shard(dev_shard_t *d, acc_t *acc, int stage, int offload, int seed) {
   acc_set_seed(acc, (uint64_t)seed, 0);
   d->m = shard_mlp(acc, &d->model);
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = stage;
+  cfg.offload = offload;
   if (!(d->sh = acc_shard_new(acc, &d->model, &cfg))) /* keeps &d->model */
     NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
 }
@@ -1431,7 +1432,7 @@ static void dev_shard_free(dev_shard_t *d) {
 }
 
 /* Each stage's (0: NO_SHARD too) SHARDED and FULL checkpoints of a
- * device MLP: a run at seed 1 (two steps) saves; a run at seed 2 loads it
+ * device MLP, offloaded or not: a run at seed 1 (two steps) saves; a run at seed 2 loads it
  * and saves a SHARDED one again; its shard file equals the first run's
  * own SHARDED save byte for byte (the owned parameters, moments,
  * gradients and step count came back through the host copies; seed 2's
@@ -1442,12 +1443,13 @@ NBF_TEST(shard_device_checkpoints) {
   float x[SH_BATCH * 8] = {0};
   int64_t y[SH_BATCH] = {0, 1, 2, 0};
   for (int stage = 0; stage <= 3; stage++)
-    for (int full = 0; full <= 1; full++) {
+    for (int k = 0; k < 4; k++) {
+      const int full = k & 1, offload = k >> 1;
       char a[] = "/tmp/nbfork_fakedev_ck_XXXXXX", b[] = "/tmp/nbfork_fakedev_ck_XXXXXX",
            c[] = "/tmp/nbfork_fakedev_ck_XXXXXX";
       ASSERT_TRUE(mkdtemp(a) && mkdtemp(b) && mkdtemp(c));
       dev_shard_t one, two;
-      dev_shard(&one, acc, stage, 1);
+      dev_shard(&one, acc, stage, offload, 1);
       for (int k = 0; k < 2; k++) {
         ASSERT_TRUE(!isnan(acc_shard_forward_loss(one.sh, x, y, SH_BATCH, 1)));
         ASSERT_OK(acc, acc_shard_backward(one.sh));
@@ -1456,7 +1458,7 @@ NBF_TEST(shard_device_checkpoints) {
       const int type = full ? ACC_FULL_STATE_DICT : ACC_SHARDED_STATE_DICT;
       ASSERT_OK(acc, acc_shard_save_state(one.sh, a, type));
       ASSERT_OK(acc, acc_shard_save_state(one.sh, b, ACC_SHARDED_STATE_DICT));
-      dev_shard(&two, acc, stage, 2);
+      dev_shard(&two, acc, stage, offload, 2);
       ASSERT_OK(acc, acc_shard_load_state(two.sh, a));
       ASSERT_OK(acc, acc_shard_save_state(two.sh, c, ACC_SHARDED_STATE_DICT));
       char pb[128], pc[128];
@@ -1464,8 +1466,8 @@ NBF_TEST(shard_device_checkpoints) {
       snprintf(pc, sizeof pc, "%s/nbfork_shard0.bin", c);
       static unsigned char fb[1 << 16], fc[1 << 16];
       size_t nb = rt_read_file(pb, fb, sizeof fb), nc = rt_read_file(pc, fc, sizeof fc);
-      printf("stage %d, %s: the resumed run's shard file: %zu bytes, %s\n", stage,
-             full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT", nc,
+      printf("stage %d%s, %s: the resumed run's shard file: %zu bytes, %s\n", stage,
+             offload ? " offloaded" : "", full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT", nc,
              nb == nc && !memcmp(fb, fc, nb) ? "equal" : "DIFFERENT");
       ASSERT_TRUE(nb > 1000 && nb == nc);
       ASSERT_EQ(memcmp(fb, fc, nb), 0);
