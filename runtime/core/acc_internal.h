@@ -216,8 +216,8 @@ acc_result_t acc__node_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype
                                   acc_op_t op, char *err, size_t errlen);
 acc_result_t acc__node_broadcast(acc_t *acc, void *buf, size_t bytes, int root, char *err,
                                  size_t errlen);
-acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes,
-                                  char *err, size_t errlen);
+acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes, char *err,
+                                  size_t errlen);
 acc_result_t acc__node_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
                                       acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen);
 acc_result_t acc__node_barrier(acc_t *acc, int leaving, char *err, size_t errlen);

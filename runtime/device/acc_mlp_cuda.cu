@@ -537,8 +537,8 @@ extern "C" acc_result_t acc_mlp_dev_backward_input(acc_mlp_dev_t *d, int l, cons
   const void *dzo = half ? dzh : static_cast<const void *>(dz);
   const void *w = layer_operand(d, l, wb, st);
   /* dprev (B × nin) = dz (B × nout) · W (nout × nin) */
-  ACC_CHECK(
-      gemm(d, CUBLAS_OP_N, CUBLAS_OP_N, nin, B, nout, w, nin, dzo, nout, 0.0f, dprev, nin, err, errlen));
+  ACC_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_N, nin, B, nout, w, nin, dzo, nout, 0.0f, dprev, nin,
+                 err, errlen));
   const size_t n = (size_t)B * (size_t)nin;
   k_relu_back<<<acc_blocks_for(n), 256, 0, st>>>(dprev, d->act[l], n, (int)d->prec, dprevh);
   return acc_cuda_check(cudaGetLastError(), "backward kernels", err, errlen);

@@ -222,8 +222,7 @@ extern "C" acc_result_t acc_optim_cuda_copy_host_async(float *dst, const float *
   if (!n)
     return ACC_OK;
   return acc_cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float),
-                                        to_device ? cudaMemcpyHostToDevice
-                                                  : cudaMemcpyDeviceToHost,
+                                        to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
                                         static_cast<cudaStream_t>(stream)),
                         "cudaMemcpyAsync", err, errlen);
 }

@@ -426,8 +426,8 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
  * micro-step syncs (no accumulation window to leave unreduced). */
 static int buckets_on(const acc_mlp_t *m) {
   const acc_t *acc = m->acc;
-  if (!acc || acc->world < 2 || acc->accum_steps != 1 || acc->broken || (!acc->gloo && !acc->node) ||
-      m->hook || m->uhook)
+  if (!acc || acc->world < 2 || acc->accum_steps != 1 || acc->broken ||
+      (!acc->gloo && !acc->node) || m->hook || m->uhook)
     return 0; /* a layer hook all-reduces its own layer before it updates it */
   return acc->grad_buckets;
 }

@@ -286,10 +286,10 @@ static void describe(acc_shard_t *sh) {
            sh->stage, names[sh->stage], sh->world, sh->world == 1 ? "" : "s", hybrid, sh->nunits,
            sh->nunits == 1 ? "" : "s", own, sh->model->num_params, sh->pf ? "next unit" : "off",
            offload_words(sh),
-           !sh->dev          ? ""
-           : sh->lean        ? "; on the device (NCCL), each layer gathered before its use"
-           : sh->stage == 3  ? "; on the device (NCCL), every unit gathered before the forward"
-                             : "; on the device (NCCL)");
+           !sh->dev         ? ""
+           : sh->lean       ? "; on the device (NCCL), each layer gathered before its use"
+           : sh->stage == 3 ? "; on the device (NCCL), every unit gathered before the forward"
+                            : "; on the device (NCCL)");
 }
 
 /* The shard group: the world, or with HYBRID_SHARD this rank's node. */

@@ -40,10 +40,9 @@ acc_result_t acc__shard_copy(acc_shard_t *sh, float *dst, const float *src, size
     return ACC_OK;
   }
   char err[512];
-  acc_result_t r = hd || hs ? acc_optim_cuda_copy_host_async(dst, src, n, hs, sh->acc->stream, err,
-                                                             sizeof err)
-                            : acc_optim_cuda_copy_async(dst, src, n, sh->acc->stream, err,
-                                                        sizeof err);
+  acc_result_t r =
+      hd || hs ? acc_optim_cuda_copy_host_async(dst, src, n, hs, sh->acc->stream, err, sizeof err)
+               : acc_optim_cuda_copy_async(dst, src, n, sh->acc->stream, err, sizeof err);
   return r == ACC_OK ? ACC_OK : dev_failed(sh, r, "copying a unit", err);
 }
 

@@ -44,7 +44,7 @@ struct acc_shard {
    * the one in use, holding the parameters of unit uheld (-1: none) */
   float *ubuf[2];
   int ucur, uheld;
-  int dev;      /* the model's buffers are device memory (acc_shard_dev.c) */
+  int dev; /* the model's buffers are device memory (acc_shard_dev.c) */
   /* stage 3 of a device MLP: the model's full device buffers are freed
    * while sharded (the layers read the unit buffer), allocated again only
    * to gather the whole model (acc_shard_gather_params, checkpoints) or to

@@ -88,7 +88,7 @@ acc_result_t acc__shard_offload_step(acc_shard_t *sh) {
   ACC_CHECK(wait_stream(sh));
   for (int i = 0; i < sh->nunits; i++)
     if (sh->units[i].opt && acc__optim_step_raw(sh->acc, sh->units[i].opt) < 0)
-      return ACC_ERR_BACKEND; /* its error is set */
+      return ACC_ERR_BACKEND;                          /* its error is set */
   for (int i = 0; i < sh->nunits && !sh->hostP; i++) { /* the updated parameters up */
     const acc__shard_unit_t *u = &sh->units[i];
     if (u->opt)

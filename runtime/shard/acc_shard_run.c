@@ -66,8 +66,7 @@ static acc_result_t release_params(acc_shard_t *sh, const acc__shard_unit_t *u, 
   float *wh = sh->model->mlp && !sh->dev ? acc__mlp_host_buffer(sh->model->mlp, 2) : NULL;
   if (wh)
     acc__shard_release(wh + u->off, u->n);
-  return model_buffer && !sh->lean ? acc__shard_drop(sh, sh->model->params + u->off, u->n)
-                                   : ACC_OK;
+  return model_buffer && !sh->lean ? acc__shard_drop(sh, sh->model->params + u->off, u->n) : ACC_OK;
 }
 
 /* The gradients are reduced in the backward hooks only when this
@@ -161,7 +160,7 @@ acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
     return ACC_OK;
   ACC_CHECK(acc__shard_pf_wait(sh->pf, NULL, 1));
   ACC_CHECK(acc__shard_whole(sh, 0, 1)); /* a lean device MLP's buffer back */
-  sh->uheld = -1; /* the unit buffer may stage the gathers */
+  sh->uheld = -1;                        /* the unit buffer may stage the gathers */
   for (int i = 0; i < sh->nunits; i++)
     ACC_CHECK(acc__shard_gather_unit(sh, &sh->units[i]));
   sh->gathered = 1;

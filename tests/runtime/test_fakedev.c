@@ -836,9 +836,14 @@ static shard_counts_t shard_counts(void) {
 }
 
 static shard_counts_t shard_delta(shard_counts_t a, shard_counts_t b) {
-  return (shard_counts_t){b.ag - a.ag,         b.rs - a.rs,       b.ar - a.ar,
-                          b.syncs - a.syncs,   b.d2h - a.d2h,     b.launches - a.launches,
-                          0,                   b.h2d - a.h2d};
+  return (shard_counts_t){b.ag - a.ag,
+                          b.rs - a.rs,
+                          b.ar - a.ar,
+                          b.syncs - a.syncs,
+                          b.d2h - a.d2h,
+                          b.launches - a.launches,
+                          0,
+                          b.h2d - a.h2d};
 }
 
 /* One optimizer step of the sharded device MLP: its counts. */
@@ -902,8 +907,8 @@ static int shard_rank(int rank, int world, void *arg) {
   ASSERT_EQ(d.stepped, 1); /* zeros are finite: the fp16 step is taken */
   /* the collectives of each stage, per optimizer step, on the device */
   const int units = 2;
-  ASSERT_EQ(d.ar, stage == 1 ? 1 : 0);                    /* stage 1: DDP's all-reduce */
-  ASSERT_EQ(d.rs, stage >= 2 ? units : 0);                /* stages 2, 3: per unit, once */
+  ASSERT_EQ(d.ar, stage == 1 ? 1 : 0);     /* stage 1: DDP's all-reduce */
+  ASSERT_EQ(d.rs, stage >= 2 ? units : 0); /* stages 2, 3: per unit, once */
   /* stage 3: each layer before its forward and its backward (the last
    * layer's kept from its forward: 2·units - 1 per micro-step; it was
    * units, the whole model before the forward, until the device MLP ran
@@ -1008,7 +1013,7 @@ static int shard_memory_rank(int rank, int world, void *arg) {
            np, g_live_peak, 100.0 * ((double)g_live_peak / est - 1.0), est,
            acc_shard_state_bytes(sh, 1), whole, 100.0 * whole / est);
   ASSERT_TRUE((double)g_live_peak <= 1.10 * est && (double)g_live_peak >= 0.90 * est);
-  ASSERT_TRUE(whole > 0.10 * est); /* the buffers kept could not pass */
+  ASSERT_TRUE(whole > 0.10 * est);                          /* the buffers kept could not pass */
   ASSERT_TRUE(model.params == NULL && model.grads == NULL); /* freed while sharded */
   /* the runtime's own accounting of the model state agrees */
   ASSERT_TRUE((double)acc_shard_state_bytes(sh, 1) <= 1.10 * est);
@@ -1253,8 +1258,8 @@ static void custom_checkpoint_case(acc_t *acc, int stage, int offload, int full)
   snprintf(pc, sizeof pc, "%s/nbfork_shard0.bin", c);
   static unsigned char fb[1 << 16], fc[1 << 16];
   size_t nb = rt_read_file(pb, fb, sizeof fb), nc = rt_read_file(pc, fc, sizeof fc);
-  printf("stage %d%s, %s: the resumed run's shard file after one more step: %zu bytes, %s\n",
-         stage, offload ? " offloaded" : "", full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT", nc,
+  printf("stage %d%s, %s: the resumed run's shard file after one more step: %zu bytes, %s\n", stage,
+         offload ? " offloaded" : "", full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT", nc,
          nb == nc && !memcmp(fb, fc, nb) ? "equal" : "DIFFERENT");
   ASSERT_TRUE(nb > CU_N * sizeof(float) && nb == nc);
   ASSERT_EQ(memcmp(fb, fc, nb), 0);
@@ -1300,9 +1305,8 @@ NBF_TEST(trainer_fsdp_custom_device_checkpoints) {
   acc_training_args_init(&args);
   char dir[] = "/tmp/nbfork_fakedev_cfsdp_XXXXXX", sub[256];
   ASSERT_NOT_NULL(mkdtemp(dir));
-  const char *kv[][2] = {{"save_strategy", "steps"}, {"save_steps", "1"},
-                         {"max_steps", "2"},         {"disable_tqdm", "true"},
-                         {"fsdp", "full_shard"},     {"output_dir", dir}};
+  const char *kv[][2] = {{"save_strategy", "steps"}, {"save_steps", "1"},    {"max_steps", "2"},
+                         {"disable_tqdm", "true"},   {"fsdp", "full_shard"}, {"output_dir", dir}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++)
     ASSERT_EQ(acc_training_args_set(&args, kv[i][0], kv[i][1]), ACC_OK);
   acc_trainer_t *tr = acc_trainer_new(acc, &args, &m, &ds, NULL);

@@ -51,7 +51,7 @@ typedef struct {
   int accum;   /* gradient_accumulation_steps */
   double clip; /* max_grad_norm (0 off) */
   const char *precision;
-  int resume; /* 0, or save, rebuild and load after half the steps: 1 SHARDED, 2 FULL */
+  int resume;  /* 0, or save, rebuild and load after half the steps: 1 SHARDED, 2 FULL */
   int offload; /* cfg.offload: the optimizer on the host (a no-op on the CPU side) */
   const char *dir;
   const char *tag;
