@@ -932,11 +932,16 @@ static int shard_rank(int rank, int world, void *arg) {
   return 0;
 }
 
-static void run_shard_case(shard_case_t c) {
+/* fn(rank, 2, arg) on two forked ranks sharing the fake device. */
+static void spawn_two(int (*fn)(int, int, void *), void *arg) {
   setenv("NBFORK_SHARE_GPU", "1", 1); /* two ranks, one (fake) device */
   setenv("NBFORK_TEST_GPU", "1", 1);  /* rt_spawn: not forced on the CPU */
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 90, .timeout_s = "30"};
-  ASSERT_EQ(rt_spawn(&o, shard_rank, &c, NULL), 0);
+  ASSERT_EQ(rt_spawn(&o, fn, arg, NULL), 0);
+}
+
+static void run_shard_case(shard_case_t c) {
+  spawn_two(shard_rank, &c);
 }
 
 /* Each stage of a device MLP on two ranks: the device memory is never
@@ -1029,10 +1034,7 @@ static int shard_memory_rank(int rank, int world, void *arg) {
 }
 
 NBF_TEST(shard_stage3_device_memory) {
-  setenv("NBFORK_SHARE_GPU", "1", 1);
-  setenv("NBFORK_TEST_GPU", "1", 1);
-  rt_spawn_opts_t o = {.world = 2, .deadline_s = 90, .timeout_s = "30"};
-  ASSERT_EQ(rt_spawn(&o, shard_memory_rank, NULL, NULL), 0);
+  spawn_two(shard_memory_rank, NULL);
 }
 
 /* Offload of a device MLP (issue 23 item 2: offload_optimizer_device
@@ -1112,10 +1114,7 @@ static int shard_offload_rank(int rank, int world, void *arg) {
 }
 
 NBF_TEST(shard_offload_device) {
-  setenv("NBFORK_SHARE_GPU", "1", 1);
-  setenv("NBFORK_TEST_GPU", "1", 1);
-  rt_spawn_opts_t o = {.world = 2, .deadline_s = 90, .timeout_s = "30"};
-  ASSERT_EQ(rt_spawn(&o, shard_offload_rank, NULL, NULL), 0);
+  spawn_two(shard_offload_rank, NULL);
 }
 
 /* A custom (not toolkit) model on the readable fake device, one rank:
@@ -1145,11 +1144,13 @@ static int custom_backward(void *self) {
   return 0;
 }
 
+/* seed 0: left uninitialized (the inaccessible device: the caller
+ * replaces forward and backward by ones that touch nothing) */
 static acc_model_t custom_model(custom_t *c, uint32_t seed) {
   float *p = NULL, *g = NULL;
   ASSERT_EQ(cudaMalloc((void **)&p, CU_N * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMalloc((void **)&g, CU_N * sizeof(float)), cudaSuccess);
-  for (int i = 0; i < CU_N; i++)
+  for (int i = 0; seed && i < CU_N; i++)
     p[i] = (float)((i * 31u + seed * 17u) % 97u) * 0.01f - 0.5f, g[i] = 0.0f;
   *c = (custom_t){.grads = g};
   return (acc_model_t){.params = p,
@@ -1219,6 +1220,20 @@ NBF_TEST(shard_offload_matches_host_adamw) {
  * step count came back through the host copies; offloaded, the host
  * master copy was refreshed from the loaded parameters before the third
  * step, which the host optimizer computes for real here). */
+/* Rank 0's shard files of checkpoints b and c are equal byte for byte
+ * (and longer than `least` bytes); `what` names the case. */
+static void same_shard_files(const char *b, const char *c, size_t least, const char *what) {
+  char pb[128], pc[128];
+  snprintf(pb, sizeof pb, "%s/nbfork_shard0.bin", b);
+  snprintf(pc, sizeof pc, "%s/nbfork_shard0.bin", c);
+  static unsigned char fb[1 << 16], fc[1 << 16];
+  size_t nb = rt_read_file(pb, fb, sizeof fb), nc = rt_read_file(pc, fc, sizeof fc);
+  printf("%s: the resumed run's shard file: %zu bytes, %s\n", what, nc,
+         nb == nc && !memcmp(fb, fc, nb) ? "equal" : "DIFFERENT");
+  ASSERT_TRUE(nb > least && nb == nc);
+  ASSERT_EQ(memcmp(fb, fc, nb), 0);
+}
+
 static acc_shard_t *custom_shard(acc_t *acc, acc_model_t *model, int stage, int offload) {
   acc_shard_config_t cfg = ACC_SHARD_CONFIG_INIT;
   cfg.stage = stage;
@@ -1253,16 +1268,10 @@ static void custom_checkpoint_case(acc_t *acc, int stage, int offload, int full)
   c2.k = 2; /* the third step's gradients */
   custom_step(acc, two);
   ASSERT_OK(acc, acc_shard_save_state(two, c, ACC_SHARDED_STATE_DICT));
-  char pb[128], pc[128];
-  snprintf(pb, sizeof pb, "%s/nbfork_shard0.bin", b);
-  snprintf(pc, sizeof pc, "%s/nbfork_shard0.bin", c);
-  static unsigned char fb[1 << 16], fc[1 << 16];
-  size_t nb = rt_read_file(pb, fb, sizeof fb), nc = rt_read_file(pc, fc, sizeof fc);
-  printf("stage %d%s, %s: the resumed run's shard file after one more step: %zu bytes, %s\n", stage,
-         offload ? " offloaded" : "", full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT", nc,
-         nb == nc && !memcmp(fb, fc, nb) ? "equal" : "DIFFERENT");
-  ASSERT_TRUE(nb > CU_N * sizeof(float) && nb == nc);
-  ASSERT_EQ(memcmp(fb, fc, nb), 0);
+  char what[96];
+  snprintf(what, sizeof what, "stage %d%s, %s, after one more step", stage,
+           offload ? " offloaded" : "", full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT");
+  same_shard_files(b, c, CU_N * sizeof(float), what);
   acc_shard_destroy(&two);
   acc_shard_destroy(&one);
   cudaFree(m1.params), cudaFree(m1.grads), cudaFree(m2.params), cudaFree(m2.grads);
@@ -1288,18 +1297,9 @@ NBF_TEST(shard_custom_device_checkpoints) {
 NBF_TEST(trainer_fsdp_custom_device_checkpoints) {
   g_rw = 2, g_cublas_ok = 1, g_nccl_ok = 1;
   acc_t *acc = fake_acc("no");
-  float *p = NULL, *g = NULL;
-  ASSERT_EQ(cudaMalloc((void **)&p, CU_N * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMalloc((void **)&g, CU_N * sizeof(float)), cudaSuccess);
-  acc_model_t m = {.params = p,
-                   .grads = g,
-                   .num_params = CU_N,
-                   .tensors = CU_TENSORS,
-                   .num_tensors = 3,
-                   .input_dim = DIM,
-                   .forward_loss = dev_params_loss,
-                   .backward = dev_params_backward,
-                   .predict = dev_params_predict};
+  custom_t c;
+  acc_model_t m = custom_model(&c, 0);
+  m.forward_loss = dev_params_loss, m.backward = dev_params_backward;
   acc_dataset_t ds = dataset();
   acc_training_args_t args;
   acc_training_args_init(&args);
@@ -1318,7 +1318,7 @@ NBF_TEST(trainer_fsdp_custom_device_checkpoints) {
   acc_trainer_destroy(&tr);
   snprintf(sub, sizeof sub, "rm -rf %s", dir);
   ASSERT_EQ(system(sub), 0);
-  cudaFree(p), cudaFree(g);
+  cudaFree(m.params), cudaFree(m.grads);
   acc_destroy(&acc);
 }
 
@@ -1465,16 +1465,10 @@ NBF_TEST(shard_device_checkpoints) {
       dev_shard(&two, acc, stage, offload, 2);
       ASSERT_OK(acc, acc_shard_load_state(two.sh, a));
       ASSERT_OK(acc, acc_shard_save_state(two.sh, c, ACC_SHARDED_STATE_DICT));
-      char pb[128], pc[128];
-      snprintf(pb, sizeof pb, "%s/nbfork_shard0.bin", b);
-      snprintf(pc, sizeof pc, "%s/nbfork_shard0.bin", c);
-      static unsigned char fb[1 << 16], fc[1 << 16];
-      size_t nb = rt_read_file(pb, fb, sizeof fb), nc = rt_read_file(pc, fc, sizeof fc);
-      printf("stage %d%s, %s: the resumed run's shard file: %zu bytes, %s\n", stage,
-             offload ? " offloaded" : "", full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT", nc,
-             nb == nc && !memcmp(fb, fc, nb) ? "equal" : "DIFFERENT");
-      ASSERT_TRUE(nb > 1000 && nb == nc);
-      ASSERT_EQ(memcmp(fb, fc, nb), 0);
+      char what[96];
+      snprintf(what, sizeof what, "stage %d%s, %s", stage, offload ? " offloaded" : "",
+               full ? "FULL_STATE_DICT" : "SHARDED_STATE_DICT");
+      same_shard_files(b, c, 1000, what);
       dev_shard_free(&two);
       dev_shard_free(&one);
       char cmd[256];
