@@ -100,7 +100,13 @@
 
  * Offload (offload_optimizer_device: cpu, fsdp_offload_params: true): on
  * a CPU run the state already is in host memory: a no-op, stated by
- * acc_shard_describe.
+ * acc_shard_describe. On a device, ZeRO-Offload's (Ren et al., USENIX
+ * ATC 2021): the optimizer state and an f32 master copy of the owned
+ * parameters in host memory, the optimizer stepping there over the owned
+ * gradients copied down after the reduce (one synchronization per step),
+ * the updated owned parameters copied back up; at stage 3 the parameter
+ * shards themselves are host memory, copied up into the unit buffer at
+ * each gather. The two DeepSpeed keys are not told apart.
  *
  * A model on a device (its parameters and gradients device memory,
  * acc_mlp_model on a GPU; both or neither, else INVALID_ARGUMENT): the
@@ -110,21 +116,27 @@
  * (the host never reads device memory; the collectives wait for their
  * stream as the DDP path's do; the unscale's inf flag and the norm's sum
  * of squares are the two values read back, one synchronization each per
- * step). A device MLP runs without the layer hooks: stage 3 gathers every
- * unit before the forward and reduce-scatters each after the backward
- * (no prefetch; the model's whole buffers stay allocated, so every stage
- * saves device memory in the optimizer state only: stage 3's owned
- * parameters and gradients come on top), and "released" is zeroed. On a
- * device the unscale runs over the whole gradient buffer below stage 3
- * (the elements a rank does not own are zeros or every rank's same
- * values) and the norm is summed by the device's kernel (another order
- * than the host's: a tolerance, not bits).
- * Checkpoints of a device MLP: the same files through host copies (the
- * owned slices and gradients copied synchronously, the optimizer's
+ * step). A device MLP runs under the same layer hooks as a host one: at
+ * stage 3 each layer is gathered into one device unit buffer before its
+ * forward and its backward and its gradient reduce-scattered from there,
+ * and the model's full device buffers are freed while sharded (16Ψ/N +
+ * 4L per rank with AdamW, f32): acc_mlp_params / acc_mlp_grads and the
+ * acc_model_t given to acc_shard_new read NULL then; they are allocated
+ * again to gather the whole model (acc_shard_gather_params, a FULL save,
+ * acc_shard_destroy: the pointers may change, the acc_model_t follows),
+ * for a checkpoint's gradients, or to accumulate over micro-steps. No
+ * prefetch on a device. A custom device model has no layer hooks: stage 3
+ * gathers every unit before the forward, its buffers stay allocated and
+ * "released" is zeroed. On a device the unscale runs over the whole
+ * gradient buffer below stage 3 (the elements a rank does not own are
+ * zeros or every rank's same values) and the norm is summed by the
+ * device's kernel (another order than the host's: a tolerance, not bits).
+ * Checkpoints of a device model (MLP or custom): the same files through
+ * host copies (the owned slices and gradients copied synchronously, a
+ * custom model's full parameters through a host copy, the optimizer's
  * moments through its host buffers and uploaded at the next step).
- * Refused (UNSUPPORTED, named): HYBRID_SHARD (its node groups are host
- * shared memory), offload, and the checkpoints of a custom model (not
- * acc_mlp_model) on a device.
+ * Refused (UNSUPPORTED, named): HYBRID_SHARD of a device model (its node
+ * groups are host shared memory).
  *
  * Errors follow nbfork.h (acc_result_t; the text in acc_last_error(acc)).
  */
@@ -290,8 +302,9 @@ ACC_API const char *acc_shard_describe(const acc_shard_t *sh);
  * (mincore) of the model's parameter, gradient and half-shadow buffers
  * plus the shard buffers, stage 3's unit buffers (the one a prefetch is
  * filling counted whole) and the optimizer's state (a device model: the
- * device bytes of the same, its whole buffers counted); not the
- * collectives' staging (sh->buf, transport buffers). `peak` = the largest
+ * device bytes of the same: its whole buffers while allocated, a device
+ * staging buffer, not what is offloaded to host memory); not a host
+ * model's collective staging (sh->buf, transport buffers). `peak` = the largest
  * value seen at the sample points (after acc_shard_new, each layer hook,
  * each backward and step); current otherwise. */
 ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);

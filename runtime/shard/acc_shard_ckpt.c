@@ -26,12 +26,15 @@
  * shard group's size and the nodes, so a resume under another layout is
  * refused by name.
  *
- * A device model (a toolkit MLP on a GPU): the same files, written from
- * and read into host copies — its parameters through acc_save_state's
- * device copy (FULL), the owned slices and the gradients through
- * acc__shard_host_copy (SHARDED), the optimizer's moments through its
- * host buffers (acc__optim_view; uploaded at the next step after a
- * load), the FULL moments gathered through Gloo on host staging.
+ * A device model (a toolkit MLP or a custom acc_model_t on a GPU): the
+ * same files, written from and read into host copies — the MLP's
+ * parameters through acc_save_state's device copy (FULL), a custom
+ * model's through a host copy registered as "nbfork.params" (FULL), the
+ * owned slices and the gradients through acc__shard_host_copy (SHARDED),
+ * the optimizer's moments through its host buffers (acc__optim_view;
+ * uploaded at the next step after a load), the FULL moments gathered
+ * through Gloo on host staging. Offloaded shards are host memory
+ * already; after a load the offloaded master copy is refreshed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,6 +299,27 @@ static acc_result_t gather_optim(acc_shard_t *sh, const acc__ckpt_optim_rec_t *o
   return r;
 }
 
+/* A custom model's full parameters as the checkpoint's PARAMS_ITEM
+ * (registered): its buffer, or on a device a host copy (*host, the
+ * caller frees it), filled from the device now when `save`, copied up
+ * by the caller after a load. */
+static acc_result_t params_item(acc_shard_t *sh, float **host, int save) {
+  acc_model_t *m = sh->model;
+  float *p = m->params;
+  *host = NULL;
+  if (m->mlp)
+    return ACC_OK; /* acc_save_state writes the toolkit MLP itself */
+  if (sh->dev) {
+    if (!(p = *host = malloc(m->num_params * sizeof(float))))
+      return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY,
+                            "checkpoint: no host memory for a copy of the %zu parameters",
+                            m->num_params);
+    if (save)
+      ACC_CHECK(acc__shard_host_copy(sh, p, m->params, m->num_params, 1));
+  }
+  return acc_register_for_checkpointing(sh->acc, PARAMS_ITEM, p, m->num_params * sizeof(float));
+}
+
 static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
   acc_t *acc = sh->acc;
   acc_model_t *m = sh->model;
@@ -307,14 +331,16 @@ static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
     r = gather_optim(sh, &o, &full);
   r = acc__ckpt_agree(acc, r, "acc_shard_save_state", "");
   mark_t mk = mark_of(sh, ACC_FULL_STATE_DICT);
-  if (r == ACC_OK && !m->mlp)
-    r = acc_register_for_checkpointing(acc, PARAMS_ITEM, m->params, m->num_params * sizeof(float));
+  float *hp = NULL; /* a custom device model's parameters, on the host */
+  if (r == ACC_OK)
+    r = params_item(sh, &hp, 1);
   if (r == ACC_OK)
     r = acc_register_for_checkpointing(acc, MARK, &mk, sizeof mk);
   if (r == ACC_OK)
     r = acc_save_state(acc, dir, m->mlp, full);
   acc__unregister_for_checkpointing(acc, MARK);
   acc__unregister_for_checkpointing(acc, PARAMS_ITEM);
+  free(hp);
   acc_optim_destroy(&full);
   if (r == ACC_OK) { /* the marker says FULL; an older SHARDED save's file is stale */
     char p[4200];
@@ -326,33 +352,31 @@ static acc_result_t save_full(acc_shard_t *sh, const char *dir) {
   return r;
 }
 
-/* A custom model (not acc_mlp_model) on a device: its full parameters
- * would be saved as host bytes (PARAMS_ITEM): refused by name, before
- * anything is written or read, as the Trainer refuses its DDP
- * checkpoints. */
-static acc_result_t refuse_device(acc_shard_t *sh, const char *what) {
-  return acc__set_error(sh->acc, ACC_ERR_UNSUPPORTED,
-                        "%s: checkpoints of a sharded custom model (not acc_mlp_model) on "
-                        "device %d are not implemented (ZeRO stage %d): use the toolkit MLP, "
-                        "save_strategy no, or train it on the CPU (ACCELERATE_USE_CPU=1)",
-                        what, sh->acc->device, sh->stage);
+/* A lean device MLP (stage 3; its full device buffers freed while
+ * sharded) after a checkpoint: the parameters' buffer freed again unless
+ * gathered, the gradients' unless it held an accumulation window before
+ * (had_grads) or accumulates; r passed through. */
+static acc_result_t lean_after(acc_shard_t *sh, int had_grads, acc_result_t r) {
+  acc_result_t rr = sh->gathered ? ACC_OK : acc__shard_whole(sh, 0, 0);
+  if (rr == ACC_OK && !had_grads && sh->acc->accum_steps == 1)
+    rr = acc__shard_whole(sh, 1, 0);
+  return r != ACC_OK ? r : rr;
 }
 
 acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type) {
   if (!sh)
     return ACC_ERR_INVALID_ARGUMENT;
-  if (sh->dev && !sh->model->mlp)
-    return refuse_device(sh, "acc_shard_save_state");
   if (type == ACC_STATE_DICT_FROM_ENV)
     ACC_CHECK(type_from_env(sh->acc, &type));
-  if (type == ACC_SHARDED_STATE_DICT)
-    return save_sharded(sh, dir);
-  if (type == ACC_FULL_STATE_DICT)
-    return save_full(sh, dir);
-  return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT,
-                        "acc_shard_save_state: type %d is neither ACC_FULL_STATE_DICT nor "
-                        "ACC_SHARDED_STATE_DICT",
-                        type);
+  if (type != ACC_SHARDED_STATE_DICT && type != ACC_FULL_STATE_DICT)
+    return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT,
+                          "acc_shard_save_state: type %d is neither ACC_FULL_STATE_DICT nor "
+                          "ACC_SHARDED_STATE_DICT",
+                          type);
+  const int had = sh->model->grads != NULL; /* the file holds the gradients */
+  ACC_CHECK(acc__shard_whole(sh, 1, 1));
+  acc_result_t r = type == ACC_SHARDED_STATE_DICT ? save_sharded(sh, dir) : save_full(sh, dir);
+  return lean_after(sh, had, r);
 }
 
 /* ---- loading ---------------------------------------------------------- */
@@ -405,14 +429,16 @@ static acc_result_t load_full(acc_shard_t *sh, const char *dir, const mark_t *mk
   acc_optim_t *full = full_optim(sh);
   if (!full)
     return acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_shard_load_state: no memory");
-  acc_result_t r = ACC_OK;
-  if (!m->mlp)
-    r = acc_register_for_checkpointing(acc, PARAMS_ITEM, m->params, m->num_params * sizeof(float));
+  float *hp = NULL; /* a custom device model's parameters, on the host */
+  acc_result_t r = params_item(sh, &hp, 0);
   /* the per-rank files belong to the saving world size only */
   int rank_files = !found || mk->world == sh->world;
   if (r == ACC_OK)
     r = acc__load_state_ex(acc, dir, m->mlp, full, rank_files);
   acc__unregister_for_checkpointing(acc, PARAMS_ITEM);
+  if (r == ACC_OK && hp)
+    r = acc__shard_host_copy(sh, hp, m->params, m->num_params, 0);
+  free(hp);
   acc__optim_view_t fv;
   if (r == ACC_OK)
     r = acc__optim_view(acc, full, &fv);
@@ -585,14 +611,20 @@ static acc_result_t load_sharded(acc_shard_t *sh, const char *dir, const mark_t 
 acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir) {
   if (!sh)
     return ACC_ERR_INVALID_ARGUMENT;
-  if (sh->dev && !sh->model->mlp)
-    return refuse_device(sh, "acc_shard_load_state");
   if (!dir || !*dir)
     return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_load_state: no directory");
   mark_t mk;
   int found;
   ACC_CHECK(read_mark(sh, dir, &mk, &found));
-  if (found && mk.type == ACC_SHARDED_STATE_DICT)
-    return load_sharded(sh, dir, &mk);
-  return load_full(sh, dir, &mk, found);
+  /* a lean device MLP: the full buffers the load fills, then its shards */
+  const int had = sh->model->grads != NULL;
+  acc_result_t r = acc__shard_whole(sh, 0, 1);
+  if (r == ACC_OK)
+    r = acc__shard_whole(sh, 1, 1);
+  if (r == ACC_OK)
+    r = found && mk.type == ACC_SHARDED_STATE_DICT ? load_sharded(sh, dir, &mk)
+                                                   : load_full(sh, dir, &mk, found);
+  if (r == ACC_OK) /* offloaded: the host master from the loaded parameters */
+    r = acc__shard_offload_pull(sh);
+  return lean_after(sh, had, r);
 }
