@@ -24,11 +24,11 @@
  *   stage 1  optimizer state sharded: gradients all-reduced (AVG), each
  *            rank updates its elements, then each unit is all-gathered.
  *   stage 2  SHARD_GRAD_OP: + each unit's gradient is reduce-scattered
- *            (AVG) as soon as the backward pass completes it. A toolkit
- *            MLP computes a layer's gradient into one unit buffer, kept
- *            from layer to layer and step to step, reduced from a layer
- *            hook into the owned elements of the model's gradient
- *            buffer, whose other pages were returned to the OS once
+ *            (AVG) as soon as the backward pass completes it. A host
+ *            toolkit MLP computes a layer's gradient into one unit
+ *            buffer, kept from layer to layer and step to step,
+ *            reduced from a layer hook into the owned elements of the
+ *            model's gradient buffer, whose other pages were returned to the OS once
  *            (madvise MADV_DONTNEED) and stay untouched (with gradient
  *            accumulation the micro-steps add into the model's buffer,
  *            as another model's backward does; its pages outside the
@@ -111,7 +111,13 @@
 
  * Offload (offload_optimizer_device: cpu, fsdp_offload_params: true): on
  * a CPU run the state already is in host memory: a no-op, stated by
- * acc_shard_describe.
+ * acc_shard_describe. On a device, ZeRO-Offload's (Ren et al., USENIX
+ * ATC 2021): the optimizer state and an f32 master copy of the owned
+ * parameters in host memory, the optimizer stepping there over the owned
+ * gradients copied down after the reduce (one synchronization per step),
+ * the updated owned parameters copied back up; at stage 3 the parameter
+ * shards themselves are host memory, copied up into the unit buffer at
+ * each gather. The two DeepSpeed keys are not told apart.
  *
  * A model on a device (its parameters and gradients device memory,
  * acc_mlp_model on a GPU; both or neither, else INVALID_ARGUMENT): the
@@ -121,20 +127,28 @@
  * (the host never reads device memory; the collectives wait for their
  * stream as the DDP path's do; the unscale's inf flag and the norm's sum
  * of squares are the two values read back, one synchronization each per
- * step). A device MLP runs without the layer hooks: stage 3 gathers every
- * unit before the forward and reduce-scatters each after the backward
- * (no prefetch; the model's whole buffers stay allocated, so every stage
- * saves device memory in the optimizer state only: stage 3's owned
- * parameters and gradients come on top), and "released" is zeroed. On a
- * device the unscale runs over the whole gradient buffer below stage 3
- * (the elements a rank does not own are zeros or every rank's same
- * values) and the norm is summed by the device's kernel (another order
- * than the host's: a tolerance, not bits).
- * Checkpoints of a device MLP: the same files through host copies (the
- * owned slices and gradients copied synchronously, the optimizer's
+ * step). A device MLP runs under the same layer hooks as a host one: at
+ * stage 3 each layer is gathered into one device unit buffer before its
+ * forward and its backward and its gradient reduce-scattered from there,
+ * and the model's full device buffers are freed while sharded (16Ψ/N +
+ * 4L per rank with AdamW, f32): acc_mlp_params / acc_mlp_grads and the
+ * acc_model_t given to acc_shard_new read NULL then; they are allocated
+ * again to gather the whole model (acc_shard_gather_params, a FULL save,
+ * acc_shard_destroy: the pointers may change, the acc_model_t follows),
+ * for a checkpoint's gradients, or to accumulate over micro-steps. At
+ * stage 2 a device MLP's gradients stay in the model's device buffer,
+ * reduced from there in the layer hooks (no unit buffer: no pages to give
+ * back on a device). No prefetch on a device. A custom device model has no
+ * layer hooks: stage 3 gathers every unit before the forward, its buffers
+ * stay allocated and "released" is zeroed. On a device the unscale runs
+ * over the whole gradient buffer below stage 3 (the elements a rank does
+ * not own are zeros or every rank's same values) and the norm is summed by
+ * the device's kernel (another order than the host's: a tolerance, not
+ * bits).
+ * Checkpoints of a device model (MLP or custom): the same files through
+ * host copies (the owned slices and gradients copied synchronously, a
+ * custom model's full parameters through a host copy, the optimizer's
  * moments through its host buffers and uploaded at the next step).
- * Refused (UNSUPPORTED, named): offload, and the checkpoints of a custom
- * model (not acc_mlp_model) on a device.
  *
  * Errors follow nbfork.h (acc_result_t; the text in acc_last_error(acc)).
  */
@@ -198,9 +212,9 @@ typedef struct acc_shard acc_shard_t;
  * config). Errors: INVALID_ARGUMENT (NULL, stage outside 0..3, bad
  * hyper-parameters, an environment value not understood — named;
  * HYBRID_SHARD over nodes of unequal sizes), UNSUPPORTED (HYBRID_SHARD
- * without shared-memory node groups; offload of a model on a device),
- * NO_MEMORY; with HYBRID_SHARD over several nodes, the errors of
- * connecting the replica group (TIMEOUT, PEER, STORE). */
+ * without shared-memory node groups), NO_MEMORY; with HYBRID_SHARD over
+ * several nodes, the errors of connecting the replica group (TIMEOUT,
+ * PEER, STORE). */
 ACC_API acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_config_t *cfg);
 /* Removes the hooks, gathers the full parameters into the model's buffer
  * (collective with stage 3, so every rank must call it) and frees the
@@ -302,8 +316,9 @@ ACC_API const char *acc_shard_describe(const acc_shard_t *sh);
  * (mincore) of the model's parameter, gradient and half-shadow buffers
  * plus the shard buffers, the unit buffers of stages 2 and 3 (the one a prefetch is
  * filling counted whole) and the optimizer's state (a device model: the
- * device bytes of the same, its whole buffers counted); not the
- * collectives' staging (sh->buf, transport buffers). `peak` = the largest
+ * device bytes of the same: its whole buffers while allocated, a device
+ * staging buffer, not what is offloaded to host memory); not a host
+ * model's collective staging (sh->buf, transport buffers). `peak` = the largest
  * value seen at the sample points (after acc_shard_new, each layer hook,
  * each backward and step); current otherwise. */
 ACC_API size_t acc_shard_state_bytes(const acc_shard_t *sh, int peak);

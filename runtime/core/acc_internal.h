@@ -216,8 +216,8 @@ acc_result_t acc__node_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype
                                   acc_op_t op, char *err, size_t errlen);
 acc_result_t acc__node_broadcast(acc_t *acc, void *buf, size_t bytes, int root, char *err,
                                  size_t errlen);
-acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes,
-                                  char *err, size_t errlen);
+acc_result_t acc__node_all_gather(acc_t *acc, const void *send, void *recv, size_t bytes, char *err,
+                                  size_t errlen);
 acc_result_t acc__node_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
                                       acc_dtype_t dtype, acc_op_t op, char *err, size_t errlen);
 acc_result_t acc__node_barrier(acc_t *acc, int leaving, char *err, size_t errlen);
@@ -391,8 +391,8 @@ void acc__mlp_set_layer_hook(acc_mlp_t *m, acc__mlp_layer_hook_fn fn, void *user
  * refreshed from the device model when it has one (synchronous); NULL on
  * a device error (in acc_last_error). For checkpoints. */
 float *acc__mlp_host(acc_mlp_t *m, int what);
-/* Hooks around each layer's use in a host acc_mlp_t (sharding,
- * runtime/shard/acc_shard.c): FWD_BEGIN before layer l's forward reads
+/* Hooks around each layer's use in an acc_mlp_t, on the host or a device
+ * (sharding, runtime/shard/acc_shard.c): FWD_BEGIN before layer l's forward reads
  * its parameters (weight then bias: `n` elements from `offset`), FWD_END
  * after, BWD_BEGIN before its backward reads them, BWD_END when its
  * gradient is complete (after the LOMO layer hook). While a hook is set
@@ -426,6 +426,13 @@ float *acc__mlp_host_buffer(acc_mlp_t *m, int what);
 /* After writing acc__mlp_host's buffer: copy it to the device model
  * (ACC_OK and nothing to do on the host). */
 acc_result_t acc__mlp_upload(acc_mlp_t *m, int what);
+/* A device model's full parameter (what 0) or gradient (1) buffer freed
+ * (keep 0) or allocated zeroed (keep 1; nothing when it exists): stage 3
+ * of a sharded device MLP holds its shards and one gathered layer only,
+ * the layers reading unit views. The pointer may change: acc_mlp_params
+ * / acc_mlp_grads say where it is (NULL while freed). ACC_OK on the host
+ * (nothing to do); else the device error, set in the model's acc. */
+acc_result_t acc__mlp_dev_buffer(acc_mlp_t *m, int what, int keep);
 /* The RNG of `acc`, or the process-wide one when acc is NULL. */
 acc_rng_t *acc__rng(acc_t *acc);
 

@@ -46,9 +46,16 @@ acc_result_t acc_mlp_dev_zero_grad(acc_mlp_dev_t *d, void *stream, char *err, si
   return unsupported(err, errlen);
 }
 
-acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, int batch, acc_precision_t prec,
-                                 void *stream, char *err, size_t errlen) {
+acc_result_t acc_mlp_dev_forward_begin(acc_mlp_dev_t *d, const float *x, int batch,
+                                       acc_precision_t prec, void *stream, char *err,
+                                       size_t errlen) {
   (void)d, (void)x, (void)batch, (void)prec, (void)stream;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_mlp_dev_forward_layer(acc_mlp_dev_t *d, int l, const float *wb, char *err,
+                                       size_t errlen) {
+  (void)d, (void)l, (void)wb;
   return unsupported(err, errlen);
 }
 
@@ -57,14 +64,31 @@ acc_result_t acc_mlp_dev_logits(acc_mlp_dev_t *d, float *logits, char *err, size
   return unsupported(err, errlen);
 }
 
-acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_t *labels, float scale,
-                                       int *bad_row, void *stream, char *err, size_t errlen) {
+acc_result_t acc_mlp_dev_backward_begin(acc_mlp_dev_t *d, const int64_t *labels, float scale,
+                                        int *bad_row, void *stream, char *err, size_t errlen) {
   (void)d, (void)labels, (void)scale, (void)bad_row, (void)stream;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_mlp_dev_backward_input(acc_mlp_dev_t *d, int l, const float *wb, char *err,
+                                        size_t errlen) {
+  (void)d, (void)l, (void)wb;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_mlp_dev_backward_weights(acc_mlp_dev_t *d, int l, float *gwb, char *err,
+                                          size_t errlen) {
+  (void)d, (void)l, (void)gwb;
   return unsupported(err, errlen);
 }
 
 acc_result_t acc_mlp_dev_loss(acc_mlp_dev_t *d, float *loss, char *err, size_t errlen) {
   (void)d, (void)loss;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_mlp_dev_buffer(acc_mlp_dev_t *d, int what, int keep, char *err, size_t errlen) {
+  (void)d, (void)what, (void)keep;
   return unsupported(err, errlen);
 }
 
@@ -142,5 +166,16 @@ acc_result_t acc_optim_cuda_scale(float *g, size_t n, float coef, void *stream, 
 acc_result_t acc_optim_cuda_copy_async(float *dst, const float *src, size_t n, void *stream,
                                        char *err, size_t errlen) {
   (void)dst, (void)src, (void)n, (void)stream;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_optim_cuda_copy_host_async(float *dst, const float *src, size_t n, int to_device,
+                                            void *stream, char *err, size_t errlen) {
+  (void)dst, (void)src, (void)n, (void)to_device, (void)stream;
+  return unsupported(err, errlen);
+}
+
+acc_result_t acc_optim_cuda_sync(void *stream, char *err, size_t errlen) {
+  (void)stream;
   return unsupported(err, errlen);
 }

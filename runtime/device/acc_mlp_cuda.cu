@@ -29,16 +29,23 @@
 struct acc_mlp_dev {
   int nlayers, max_batch, batch, widest;
   int *sizes;
+  size_t lmax, wmax; /* the largest layer's elements (W and b), its weight's */
   size_t nparams, *w_off, *b_off;
   acc_precision_t prec; /* of the last forward */
   cublasHandle_t blas;
-  float *params, *grads; /* the flat buffers */
+  float *params, *grads; /* the flat buffers; NULL while freed (acc_mlp_dev_buffer) */
   float *x;              /* input, max_batch × sizes[0] */
   float **act;           /* act[l], l = 1..nlayers (post-ReLU; logits last) */
   float *dz_a, *dz_b;    /* backward, max_batch × widest */
-  float *gtmp;           /* one layer's weight gradient before rounding (half types) */
-  /* the half copies (2 bytes per element) under mixed precision */
-  void *wh, *xh, **acth, *dzh_a, *dzh_b;
+  int dz_b_cur;          /* the backward's current dz is dz_b (else dz_a) */
+  /* mixed precision, allocated at the first half-precision forward: one
+   * layer's weight gradient before rounding (wmax floats) and one layer's
+   * half parameters (lmax; refreshed before each use of a layer, so a
+   * layer may be read from any buffer: the unit views of acc_mlp.c) */
+  float *gtmp;
+  void *wh;
+  /* the half copies (2 bytes per element) of the input and activations */
+  void *xh, **acth, *dzh_a, *dzh_b;
   int64_t *labels;
   float *row_loss; /* max_batch: the last backward's per-row loss */
   /* pinned host staging; x_staged / labels_staged are recorded after
@@ -253,13 +260,6 @@ acc_result_t alloc_all(acc_mlp_dev_t *d, char *err, size_t errlen) {
   ACC_CHECK(acc_cuda_check(cudaMalloc(&d->x, nx * sizeof(float)), "cudaMalloc", err, errlen));
   ACC_CHECK(acc_cuda_check(cudaMalloc(&d->dz_a, wide * sizeof(float)), "cudaMalloc", err, errlen));
   ACC_CHECK(acc_cuda_check(cudaMalloc(&d->dz_b, wide * sizeof(float)), "cudaMalloc", err, errlen));
-  size_t wmax = 1;
-  for (int l = 0; l < d->nlayers; l++) {
-    const size_t w = (size_t)d->sizes[l + 1] * (size_t)d->sizes[l];
-    wmax = w > wmax ? w : wmax;
-  }
-  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->gtmp, wmax * sizeof(float)), "cudaMalloc", err, errlen));
-  ACC_CHECK(acc_cuda_check(cudaMalloc(&d->wh, half_bytes(d->nparams)), "cudaMalloc", err, errlen));
   ACC_CHECK(acc_cuda_check(cudaMalloc(&d->xh, half_bytes(nx)), "cudaMalloc", err, errlen));
   ACC_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_a, half_bytes(wide)), "cudaMalloc", err, errlen));
   ACC_CHECK(acc_cuda_check(cudaMalloc(&d->dzh_b, half_bytes(wide)), "cudaMalloc", err, errlen));
@@ -355,6 +355,9 @@ extern "C" acc_mlp_dev_t *acc_mlp_dev_new(const int *sizes, int nlayers, int max
     d->b_off[l] = off;
     off += (size_t)sizes[l + 1];
     d->widest = sizes[l + 1] > d->widest ? sizes[l + 1] : d->widest;
+    const size_t w = (size_t)sizes[l + 1] * (size_t)sizes[l];
+    d->wmax = w > d->wmax ? w : d->wmax;
+    d->lmax = w + (size_t)sizes[l + 1] > d->lmax ? w + (size_t)sizes[l + 1] : d->lmax;
   }
   if (off != nparams) {
     set_err(err, errlen, "acc_mlp_new", "parameter count does not match the sizes");
@@ -384,6 +387,8 @@ extern "C" float *acc_mlp_dev_grads(acc_mlp_dev_t *d) {
 
 extern "C" acc_result_t acc_mlp_dev_zero_grad(acc_mlp_dev_t *d, void *stream, char *err,
                                               size_t errlen) {
+  if (!d->grads) /* freed while sharded: nothing holds gradients there */
+    return ACC_OK;
   return acc_cuda_check(
       cudaMemsetAsync(d->grads, 0, d->nparams * sizeof(float), static_cast<cudaStream_t>(stream)),
       "cudaMemsetAsync", err, errlen);
@@ -408,37 +413,63 @@ static acc_result_t stage_upload(void *dst, void *stage, const void *src, size_t
   return ACC_OK;
 }
 
-extern "C" acc_result_t acc_mlp_dev_forward(acc_mlp_dev_t *d, const float *x, int batch,
-                                            acc_precision_t prec, void *stream, char *err,
-                                            size_t errlen) {
+/* The half-precision buffers of one layer, at the first half-precision
+ * forward (a model trained in f32 never holds them). */
+static acc_result_t half_buffers(acc_mlp_dev_t *d, char *err, size_t errlen) {
+  if (!d->wh)
+    ACC_CHECK(acc_cuda_check(cudaMalloc(&d->wh, half_bytes(d->lmax)), "cudaMalloc", err, errlen));
+  if (!d->gtmp)
+    ACC_CHECK(
+        acc_cuda_check(cudaMalloc(&d->gtmp, d->wmax * sizeof(float)), "cudaMalloc", err, errlen));
+  return ACC_OK;
+}
+
+/* Layer l's parameters at wb (W then b, f32) as the product's operand:
+ * wb itself, or under mixed precision its half copy in wh (rounded from
+ * wb now: elementwise, so a layer refreshed on its own equals the whole
+ * buffer rounded at once). */
+static const void *layer_operand(acc_mlp_dev_t *d, int l, const float *wb, cudaStream_t st) {
+  if (d->prec == ACC_PRECISION_NO)
+    return wb;
+  const size_t n = (size_t)d->sizes[l + 1] * (size_t)(d->sizes[l] + 1);
+  k_to_half<<<acc_blocks_for(n), 256, 0, st>>>(d->wh, wb, n, (int)d->prec);
+  return d->wh;
+}
+
+extern "C" acc_result_t acc_mlp_dev_forward_begin(acc_mlp_dev_t *d, const float *x, int batch,
+                                                  acc_precision_t prec, void *stream, char *err,
+                                                  size_t errlen) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const int B = batch, L = d->nlayers, p = (int)prec;
-  const size_t nx = (size_t)B * (size_t)d->sizes[0];
-  d->batch = B;
+  const size_t nx = (size_t)batch * (size_t)d->sizes[0];
+  d->batch = batch;
   d->prec = prec;
   d->fwd_stream = st;
   ACC_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
   /* pinned staging: the copy is a DMA, not a pageable bounce */
   ACC_CHECK(stage_upload(d->x, d->h_x, x, nx * sizeof(float), d->x_staged, &d->x_pending, st,
                          "staging the batch", err, errlen));
-  const bool half = prec != ACC_PRECISION_NO;
-  if (half) {
-    k_to_half<<<acc_blocks_for(d->nparams), 256, 0, st>>>(d->wh, d->params, d->nparams, p);
-    k_to_half<<<acc_blocks_for(nx), 256, 0, st>>>(d->xh, d->x, nx, p);
+  if (prec != ACC_PRECISION_NO) {
+    ACC_CHECK(half_buffers(d, err, errlen));
+    k_to_half<<<acc_blocks_for(nx), 256, 0, st>>>(d->xh, d->x, nx, (int)prec);
   }
-  const size_t esz = half ? 2 : 4;
-  const void *in = half ? d->xh : static_cast<const void *>(d->x);
-  const char *w_base = static_cast<const char *>(half ? d->wh : static_cast<void *>(d->params));
-  for (int l = 0; l < L; l++) {
-    const int nin = d->sizes[l], nout = d->sizes[l + 1];
-    /* out (B × nout) = in (B × nin) · W^T (W: nout × nin) */
-    ACC_CHECK(gemm(d, CUBLAS_OP_T, CUBLAS_OP_N, nout, B, nin, w_base + d->w_off[l] * esz, nin, in,
-                   nin, 0.0f, d->act[l + 1], nout, err, errlen));
-    const size_t n = (size_t)B * (size_t)nout;
-    k_bias_act<<<acc_blocks_for(n), 256, 0, st>>>(d->act[l + 1], d->params + d->b_off[l], (size_t)B,
-                                                  nout, l < L - 1, p, d->acth[l + 1]);
-    in = half ? d->acth[l + 1] : static_cast<const void *>(d->act[l + 1]);
-  }
+  return acc_cuda_check(cudaGetLastError(), "forward kernels", err, errlen);
+}
+
+extern "C" acc_result_t acc_mlp_dev_forward_layer(acc_mlp_dev_t *d, int l, const float *wb,
+                                                  char *err, size_t errlen) {
+  cudaStream_t st = d->fwd_stream;
+  const int B = d->batch, nin = d->sizes[l], nout = d->sizes[l + 1], p = (int)d->prec;
+  const bool half = d->prec != ACC_PRECISION_NO;
+  const void *in = l == 0 ? (half ? d->xh : static_cast<const void *>(d->x))
+                          : (half ? d->acth[l] : static_cast<const void *>(d->act[l]));
+  const void *w = layer_operand(d, l, wb, st);
+  /* out (B × nout) = in (B × nin) · W^T (W: nout × nin) */
+  ACC_CHECK(gemm(d, CUBLAS_OP_T, CUBLAS_OP_N, nout, B, nin, w, nin, in, nin, 0.0f, d->act[l + 1],
+                 nout, err, errlen));
+  const size_t n = (size_t)B * (size_t)nout;
+  k_bias_act<<<acc_blocks_for(n), 256, 0, st>>>(d->act[l + 1], wb + (size_t)nout * (size_t)nin,
+                                                (size_t)B, nout, l < d->nlayers - 1, p,
+                                                d->acth[l + 1]);
   return acc_cuda_check(cudaGetLastError(), "forward kernels", err, errlen);
 }
 
@@ -466,11 +497,11 @@ static acc_result_t loss_grad(acc_mlp_dev_t *d, const int64_t *labels, float sca
   return acc_cuda_check(cudaGetLastError(), "cross-entropy kernel", err, errlen);
 }
 
-extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_t *labels,
-                                                  float scale, int *bad_row, void *stream,
-                                                  char *err, size_t errlen) {
+extern "C" acc_result_t acc_mlp_dev_backward_begin(acc_mlp_dev_t *d, const int64_t *labels,
+                                                   float scale, int *bad_row, void *stream,
+                                                   char *err, size_t errlen) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  const int B = d->batch, p = (int)d->prec, C = d->sizes[d->nlayers];
+  const int B = d->batch, C = d->sizes[d->nlayers];
   /* the labels are host memory: checked here, so that no step reads a
    * flag back from the device */
   for (int r = 0; r < B; r++)
@@ -481,41 +512,59 @@ extern "C" acc_result_t acc_mlp_dev_backward_xent(acc_mlp_dev_t *d, const int64_
     }
   d->bwd_stream = st;
   d->loss_batch = B;
+  d->dz_b_cur = 0;
   ACC_CHECK(blas_check(g_blas.set_stream(d->blas, st), "cublasSetStream", err, errlen));
-  ACC_CHECK(loss_grad(d, labels, scale, st, err, errlen));
+  return loss_grad(d, labels, scale, st, err, errlen);
+}
+
+/* The backward's current dz (f32 and half) and the other pair (dprev). */
+static void dz_pair(acc_mlp_dev_t *d, float **dz, void **dzh, float **dprev, void **dprevh) {
+  const int b = d->dz_b_cur;
+  *dz = b ? d->dz_b : d->dz_a, *dzh = b ? d->dzh_b : d->dzh_a;
+  *dprev = b ? d->dz_a : d->dz_b, *dprevh = b ? d->dzh_a : d->dzh_b;
+}
+
+extern "C" acc_result_t acc_mlp_dev_backward_input(acc_mlp_dev_t *d, int l, const float *wb,
+                                                   char *err, size_t errlen) {
+  if (l == 0)
+    return ACC_OK; /* the input needs no gradient */
+  cudaStream_t st = d->bwd_stream;
+  const int B = d->batch, nin = d->sizes[l], nout = d->sizes[l + 1];
   const bool half = d->prec != ACC_PRECISION_NO;
-  const size_t esz = half ? 2 : 4;
-  float *dz = d->dz_a, *dprev = d->dz_b;
-  void *dzh = d->dzh_a, *dprevh = d->dzh_b;
-  for (int l = d->nlayers - 1; l >= 0; l--) {
-    const int nin = d->sizes[l], nout = d->sizes[l + 1];
-    const void *in = l == 0 ? (half ? d->xh : static_cast<const void *>(d->x))
-                            : (half ? d->acth[l] : static_cast<const void *>(d->act[l]));
-    const void *dzo = half ? dzh : static_cast<const void *>(dz);
-    /* dW (nout × nin) += dz^T (nout × B) · in (B × nin); under mixed
-     * precision the product is rounded to the half type before it is
-     * added (as on the CPU) */
-    float *gw = d->grads + d->w_off[l];
-    ACC_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, B, in, nin, dzo, nout,
-                   half ? 0.0f : 1.0f, half ? d->gtmp : gw, nin, err, errlen));
-    if (half) {
-      const size_t nw = (size_t)nout * (size_t)nin;
-      k_add_rounded<<<acc_blocks_for(nw), 256, 0, st>>>(gw, d->gtmp, nw, p);
-    }
-    k_bias_grad<<<(nout + 127) / 128, 128, 0, st>>>(dz, B, nout, p, d->grads + d->b_off[l]);
-    if (l == 0)
-      break;
-    /* dprev (B × nin) = dz (B × nout) · W (nout × nin) */
-    const char *w = static_cast<const char *>(half ? d->wh : static_cast<void *>(d->params));
-    ACC_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_N, nin, B, nout, w + d->w_off[l] * esz, nin, dzo, nout,
-                   0.0f, dprev, nin, err, errlen));
-    const size_t n = (size_t)B * (size_t)nin;
-    k_relu_back<<<acc_blocks_for(n), 256, 0, st>>>(dprev, d->act[l], n, p, dprevh);
-    float *t = dz;
-    dz = dprev, dprev = t;
-    void *th = dzh;
-    dzh = dprevh, dprevh = th;
-  }
+  float *dz, *dprev;
+  void *dzh, *dprevh;
+  dz_pair(d, &dz, &dzh, &dprev, &dprevh);
+  const void *dzo = half ? dzh : static_cast<const void *>(dz);
+  const void *w = layer_operand(d, l, wb, st);
+  /* dprev (B × nin) = dz (B × nout) · W (nout × nin) */
+  ACC_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_N, nin, B, nout, w, nin, dzo, nout, 0.0f, dprev, nin,
+                 err, errlen));
+  const size_t n = (size_t)B * (size_t)nin;
+  k_relu_back<<<acc_blocks_for(n), 256, 0, st>>>(dprev, d->act[l], n, (int)d->prec, dprevh);
+  return acc_cuda_check(cudaGetLastError(), "backward kernels", err, errlen);
+}
+
+extern "C" acc_result_t acc_mlp_dev_backward_weights(acc_mlp_dev_t *d, int l, float *gwb, char *err,
+                                                     size_t errlen) {
+  cudaStream_t st = d->bwd_stream;
+  const int B = d->batch, nin = d->sizes[l], nout = d->sizes[l + 1], p = (int)d->prec;
+  const bool half = d->prec != ACC_PRECISION_NO;
+  float *dz, *dprev;
+  void *dzh, *dprevh;
+  dz_pair(d, &dz, &dzh, &dprev, &dprevh);
+  const void *in = l == 0 ? (half ? d->xh : static_cast<const void *>(d->x))
+                          : (half ? d->acth[l] : static_cast<const void *>(d->act[l]));
+  const void *dzo = half ? dzh : static_cast<const void *>(dz);
+  /* dW (nout × nin) += dz^T (nout × B) · in (B × nin); under mixed
+   * precision the product is rounded to the half type before it is
+   * added (as on the CPU) */
+  ACC_CHECK(gemm(d, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, B, in, nin, dzo, nout, half ? 0.0f : 1.0f,
+                 half ? d->gtmp : gwb, nin, err, errlen));
+  const size_t nw = (size_t)nout * (size_t)nin;
+  if (half)
+    k_add_rounded<<<acc_blocks_for(nw), 256, 0, st>>>(gwb, d->gtmp, nw, p);
+  k_bias_grad<<<(nout + 127) / 128, 128, 0, st>>>(dz, B, nout, p, gwb + nw);
+  d->dz_b_cur ^= l > 0; /* layer l - 1's dz is the dprev just computed */
   return acc_cuda_check(cudaGetLastError(), "backward kernels", err, errlen);
 }
 
@@ -532,11 +581,37 @@ extern "C" acc_result_t acc_mlp_dev_loss(acc_mlp_dev_t *d, float *loss, char *er
   return ACC_OK;
 }
 
+extern "C" acc_result_t acc_mlp_dev_buffer(acc_mlp_dev_t *d, int what, int keep, char *err,
+                                           size_t errlen) {
+  float **buf = what ? &d->grads : &d->params;
+  if (!keep) {
+    /* no kernel may still read or write it */
+    ACC_CHECK(acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen));
+    cudaFree(*buf);
+    *buf = nullptr;
+    return ACC_OK;
+  }
+  if (*buf)
+    return ACC_OK;
+  const size_t bytes = d->nparams * sizeof(float);
+  ACC_CHECK(acc_cuda_check(cudaMalloc(buf, bytes), "cudaMalloc", err, errlen));
+  ACC_CHECK(acc_cuda_check(cudaMemset(*buf, 0, bytes), "cudaMemset", err, errlen));
+  /* cudaMemset may return before it is done, and the legacy stream does
+   * not order a non-blocking one: the zeros are there for any stream */
+  return acc_cuda_check(cudaDeviceSynchronize(), "cudaMemset", err, errlen);
+}
+
 extern "C" acc_result_t acc_mlp_dev_copy(acc_mlp_dev_t *d, int what, float *host, int to_device,
                                          char *err, size_t errlen) {
-  float *dev = what ? d->grads : d->params;
   const size_t bytes = d->nparams * sizeof(float);
+  if (to_device) /* a freed buffer is allocated again to take the copy */
+    ACC_CHECK(acc_mlp_dev_buffer(d, what, 1, err, errlen));
+  float *dev = what ? d->grads : d->params;
   ACC_CHECK(acc_cuda_check(cudaDeviceSynchronize(), "synchronizing", err, errlen));
+  if (!dev) { /* freed (a sharded model's): its elements read as zeros */
+    std::memset(host, 0, bytes);
+    return ACC_OK;
+  }
   ACC_CHECK(acc_cuda_check(to_device ? cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)
                                      : cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost),
                            "cudaMemcpy", err, errlen));

@@ -215,3 +215,19 @@ extern "C" acc_result_t acc_optim_cuda_copy_async(float *dst, const float *src, 
                                         static_cast<cudaStream_t>(stream)),
                         "cudaMemcpyAsync", err, errlen);
 }
+
+extern "C" acc_result_t acc_optim_cuda_copy_host_async(float *dst, const float *src, size_t n,
+                                                       int to_device, void *stream, char *err,
+                                                       size_t errlen) {
+  if (!n)
+    return ACC_OK;
+  return acc_cuda_check(cudaMemcpyAsync(dst, src, n * sizeof(float),
+                                        to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                        static_cast<cudaStream_t>(stream)),
+                        "cudaMemcpyAsync", err, errlen);
+}
+
+extern "C" acc_result_t acc_optim_cuda_sync(void *stream, char *err, size_t errlen) {
+  return acc_cuda_check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+                        "cudaStreamSynchronize", err, errlen);
+}

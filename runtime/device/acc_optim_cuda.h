@@ -78,6 +78,16 @@ acc_result_t acc_optim_cuda_scale(float *g, size_t n, float coef, void *stream, 
 acc_result_t acc_optim_cuda_copy_async(float *dst, const float *src, size_t n, void *stream,
                                        char *err, size_t errlen);
 
+/* dst = src, n floats between host memory and device memory (to_device
+ * 1: host src -> device dst; 0: device src -> host dst), asynchronous on
+ * stream: offloaded shards (acc_shard_offload.c). With pageable host
+ * memory a host-to-device copy returns once src is staged (src may be
+ * reused), a device-to-host one once dst is written. */
+acc_result_t acc_optim_cuda_copy_host_async(float *dst, const float *src, size_t n, int to_device,
+                                            void *stream, char *err, size_t errlen);
+/* Wait until stream's work is done. */
+acc_result_t acc_optim_cuda_sync(void *stream, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,7 +32,10 @@
  * (acc_mlp_logits, acc_mlp_forward, acc_mlp_predict), as the loss is
  * (acc_mlp_loss, acc_mlp_backward_xent): acc_mlp_forward_async and
  * acc_mlp_backward_xent_async wait for nothing (issue 25 item 4). A
- * device requested without cuBLAS is an error, not a host model.
+ * device requested without cuBLAS is an error, not a host model. Both
+ * sides run layer by layer under the same unit hooks and views, so a
+ * sharded device model gathers one layer at a time into a unit buffer
+ * and its full device buffers can be freed (acc__mlp_dev_buffer).
  */
 #include <cblas.h>
 #include <math.h>
@@ -88,12 +91,16 @@ void acc__mlp_set_unit_view(acc_mlp_t *m, int l, const float *params, float *gra
 }
 
 /* Layer l's parameters (weight then bias) and gradient: its unit view or
- * the model's buffer. */
+ * the model's buffer (a device model's device buffer). */
 static const float *layer_params(const acc_mlp_t *m, int l) {
-  return m->view_p[l] ? m->view_p[l] : m->params + m->w_off[l];
+  if (m->view_p[l])
+    return m->view_p[l];
+  return (m->dev ? acc_mlp_dev_params(m->dev) : m->params) + m->w_off[l];
 }
 static float *layer_grads_buf(const acc_mlp_t *m, int l) {
-  return m->view_g[l] ? m->view_g[l] : m->grads + m->w_off[l];
+  if (m->view_g[l])
+    return m->view_g[l];
+  return (m->dev ? acc_mlp_dev_grads(m->dev) : m->grads) + m->w_off[l];
 }
 
 /* Call the unit hook (when set) for `phase` of layer l: 0 when none is set
@@ -342,6 +349,25 @@ static acc_result_t host_forward(acc_mlp_t *m, const float *x, int batch) {
   return ACC_OK;
 }
 
+/* The forward of a device model, layer by layer under the unit hooks
+ * (a sharded model gathers each layer into its unit buffer): the device
+ * kernels read layer l's parameters wherever layer_params says. */
+static acc_result_t device_forward(acc_mlp_t *m, const float *x, int batch) {
+  char err[512];
+  acc_result_t r =
+      acc_mlp_dev_forward_begin(m->dev, x, batch, m->prec, m->acc->stream, err, sizeof err);
+  for (int l = 0; r == ACC_OK && l < m->nlayers; l++) {
+    if (unit_hook(m, ACC__UNIT_FWD_BEGIN, l) != 0)
+      return ACC_ERR_BACKEND; /* the hook's error is in acc_last_error */
+    r = acc_mlp_dev_forward_layer(m->dev, l, layer_params(m, l), err, sizeof err);
+    if (r == ACC_OK && unit_hook(m, ACC__UNIT_FWD_END, l) != 0)
+      return ACC_ERR_BACKEND;
+  }
+  if (r != ACC_OK)
+    mlp_error(m->acc, r, "acc_mlp_forward on device %d: %s", m->acc->device, err);
+  return r;
+}
+
 acc_result_t acc_mlp_forward_async(acc_mlp_t *m, const float *x, int batch) {
   if (!m || !x || batch < 1 || batch > m->max_batch) {
     if (m)
@@ -357,10 +383,7 @@ acc_result_t acc_mlp_forward_async(acc_mlp_t *m, const float *x, int batch) {
   m->prec = acc_mixed_precision(m->acc);
   acc_result_t r;
   if (m->dev) {
-    char err[512];
-    r = acc_mlp_dev_forward(m->dev, x, batch, m->prec, m->acc->stream, err, sizeof err);
-    if (r != ACC_OK)
-      mlp_error(m->acc, r, "acc_mlp_forward on device %d: %s", m->acc->device, err);
+    r = device_forward(m, x, batch);
   } else {
     r = host_forward(m, x, batch);
     m->logits_host = r == ACC_OK;
@@ -403,8 +426,8 @@ const float *acc_mlp_forward(acc_mlp_t *m, const float *x, int batch) {
  * micro-step syncs (no accumulation window to leave unreduced). */
 static int buckets_on(const acc_mlp_t *m) {
   const acc_t *acc = m->acc;
-  if (!acc || acc->world < 2 || acc->accum_steps != 1 || acc->broken || (!acc->gloo && !acc->node) ||
-      m->hook || m->uhook)
+  if (!acc || acc->world < 2 || acc->accum_steps != 1 || acc->broken ||
+      (!acc->gloo && !acc->node) || m->hook || m->uhook)
     return 0; /* a layer hook all-reduces its own layer before it updates it */
   return acc->grad_buckets;
 }
@@ -455,17 +478,33 @@ static void bias_grad(acc_mlp_t *m, acc_precision_t prec, const float *dz, int B
     gb[c] += t[c];
 }
 
-/* acc_mlp_backward_xent_async of a device model (no gradient buckets
- * there: acc_backward all-reduces the device buffer through NCCL). */
+/* acc_mlp_backward_xent_async of a device model, layer by layer under
+ * the unit hooks (no gradient buckets there: acc_backward all-reduces
+ * the device buffer through NCCL): a layer's input gradient first, then
+ * BWD_WEIGHTS_DONE, then its weight gradient, as the host model's
+ * sharded order (on one stream the values do not depend on it). */
 static acc_result_t backward_on_device(acc_mlp_t *m, const int64_t *labels, float scale) {
   char err[512];
   int bad = -1;
   acc_result_t r =
-      acc_mlp_dev_backward_xent(m->dev, labels, scale, &bad, m->acc->stream, err, sizeof err);
-  if (r == ACC_ERR_INVALID_ARGUMENT && bad >= 0)
+      acc_mlp_dev_backward_begin(m->dev, labels, scale, &bad, m->acc->stream, err, sizeof err);
+  if (r == ACC_ERR_INVALID_ARGUMENT && bad >= 0) {
     mlp_error(m->acc, r, "acc_mlp_backward_xent: label %lld of row %d is not in 0..%d",
               (long long)labels[bad], bad, m->sizes[m->nlayers] - 1);
-  else if (r != ACC_OK)
+    return r;
+  }
+  for (int l = m->nlayers - 1; r == ACC_OK && l >= 0; l--) {
+    if (unit_hook(m, ACC__UNIT_BWD_BEGIN, l) != 0)
+      return ACC_ERR_BACKEND; /* the hook's error is in acc_last_error */
+    r = acc_mlp_dev_backward_input(m->dev, l, layer_params(m, l), err, sizeof err);
+    if (r == ACC_OK && unit_hook(m, ACC__UNIT_BWD_WEIGHTS_DONE, l) != 0)
+      return ACC_ERR_BACKEND;
+    if (r == ACC_OK)
+      r = acc_mlp_dev_backward_weights(m->dev, l, layer_grads_buf(m, l), err, sizeof err);
+    if (r == ACC_OK && unit_hook(m, ACC__UNIT_BWD_END, l) != 0)
+      return ACC_ERR_BACKEND;
+  }
+  if (r != ACC_OK)
     mlp_error(m->acc, r, "acc_mlp_backward_xent on device %d: %s", m->acc->device, err);
   return r;
 }
@@ -694,6 +733,17 @@ acc_result_t acc__mlp_upload(acc_mlp_t *m, int what) {
     return ACC_ERR_BACKEND;
   }
   return ACC_OK;
+}
+
+acc_result_t acc__mlp_dev_buffer(acc_mlp_t *m, int what, int keep) {
+  char err[512];
+  if (!m->dev)
+    return ACC_OK;
+  acc_result_t r = acc_mlp_dev_buffer(m->dev, what, keep, err, sizeof err);
+  if (r != ACC_OK)
+    mlp_error(m->acc, r, "%s the model's %s on device %d: %s", keep ? "allocating" : "freeing",
+              what ? "gradients" : "parameters", m->acc->device, err);
+  return r;
 }
 
 int acc__mlp_max_batch(const acc_mlp_t *m) {

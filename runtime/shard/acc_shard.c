@@ -147,22 +147,41 @@ static acc_result_t layout(acc_shard_t *sh) {
   }
   free(off), free(len);
   sh->buf_n = sh->stage == 0 ? 0 : N * maxs;
-  /* host or device memory, as the model's (acc_shard_dev.c) */
-  if ((sh->buf_n && !(sh->buf = acc__shard_alloc(sh, sh->buf_n))) ||
-      (sh->stage == 3 &&
-       (!(sh->P = acc__shard_alloc(sh, sh->S)) || !(sh->G = acc__shard_alloc(sh, sh->S)))))
+  /* host or device memory, as the model's (acc_shard_dev.c); a lean
+   * device MLP stages through its unit buffer (unit_buffers) */
+  if (sh->buf_n && !sh->lean && !(sh->buf = acc__shard_alloc(sh, sh->buf_n)))
+    return ACC_ERR_NO_MEMORY; /* set by acc__shard_alloc */
+  if (sh->stage < 3)
+    return ACC_OK;
+  /* offloaded (a device model's sh->hostP): the parameter shards in host memory */
+  sh->P = sh->hostP ? calloc(sh->S, sizeof(float)) : acc__shard_alloc(sh, sh->S);
+  if (!sh->P && sh->hostP)
+    return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY,
+                          "acc_shard_new: no host memory for the offloaded parameter shards");
+  if (!sh->P || !(sh->G = acc__shard_alloc(sh, sh->S)))
     return ACC_ERR_NO_MEMORY; /* set by acc__shard_alloc */
   return ACC_OK;
 }
 
 /* Stages 2 and 3 with layer hooks: one unit buffer, two with stage 3's
- * prefetch (page aligned, so that releasing one gives all of its pages
- * back; untouched until the first use). */
+ * prefetch (host: page aligned, so that releasing one gives all of its
+ * pages back; untouched until the first use). Stage 3 of a device MLP:
+ * device memory, and its staging buffer too (sh->buf: used only outside
+ * a layer's use, to gather the whole model or reduce an accumulated
+ * gradient). Stage 2 of a device MLP has none: its gradients stay in the
+ * model's device buffer (no pages to give back), reduced from there. */
 static acc_result_t unit_buffers(acc_shard_t *sh) {
-  if (sh->stage < 2 || !sh->model->mlp || sh->dev) /* a device MLP has no layer hooks */
+  if (sh->stage < 2 || !sh->model->mlp)
     return ACC_OK;
-  if (sh->stage == 2 && sh->sworld == 1) /* every gradient element is owned: no churn */
+  /* stage 2: on a device, or every gradient element owned: no churn */
+  if (sh->stage == 2 && (sh->dev || sh->sworld == 1))
     return ACC_OK;
+  if (sh->dev) {
+    if (!(sh->ubuf[0] = acc__shard_alloc(sh, sh->buf_n)))
+      return ACC_ERR_NO_MEMORY; /* set by acc__shard_alloc */
+    sh->buf = sh->ubuf[0];
+    return ACC_OK;
+  }
   const size_t pg = 4096, bytes = (sh->buf_n * sizeof(float) + pg - 1) / pg * pg;
   for (int i = 0; i < (sh->pf ? 2 : 1); i++)
     if (!(sh->ubuf[i] = aligned_alloc(pg, bytes)))
@@ -180,7 +199,8 @@ static acc_result_t make_optimizers(acc_shard_t *sh) {
     acc__shard_unit_t *u = &sh->units[i];
     if (!u->own)
       continue;
-    float *p = acc__shard_own_params(sh, u), *g = acc__shard_own_grads(sh, u);
+    /* offloaded: the host master and gradient copies (acc_shard_offload.c) */
+    float *p = acc__shard_opt_params(sh, u), *g = acc__shard_opt_grads(sh, u);
     u->opt = c->adamw
                  ? acc_adamw_new(p, g, u->own, c->lr, c->beta1, c->beta2, c->eps, c->weight_decay)
                  : acc_sgd_new(p, g, u->own, c->lr, c->momentum, c->weight_decay);
@@ -213,7 +233,8 @@ static void huge_pages(float *p, size_t n) {
 /* Stage 3 keeps the owned elements only: copy them out of the model's
  * (equal on every rank) buffer, then release it. Stage 2 releases the
  * gradient pages it does not own. (A device model: the same copies on
- * the device; released = zeroed, acc_shard_dev.c.) */
+ * the device; released = zeroed, acc_shard_dev.c; a device MLP's full
+ * buffers freed.) */
 static acc_result_t take_shards(acc_shard_t *sh) {
   acc_model_t *m = sh->model;
   if (sh->stage == 3 && !sh->dev)
@@ -224,6 +245,10 @@ static acc_result_t take_shards(acc_shard_t *sh) {
     const acc__shard_unit_t *u = &sh->units[i];
     ACC_CHECK(acc__shard_copy(sh, sh->P + u->soff, m->params + u->off + (size_t)sh->srank * u->s,
                               u->own));
+  }
+  if (sh->lean) {
+    ACC_CHECK(acc__shard_whole(sh, 0, 0));
+    return acc__shard_whole(sh, 1, 0);
   }
   if (sh->stage == 3) {
     ACC_CHECK(acc__shard_drop(sh, m->params, m->num_params));
@@ -237,6 +262,18 @@ static acc_result_t take_shards(acc_shard_t *sh) {
     ACC_CHECK(acc__shard_drop(sh, m->grads + u->off + start + u->own, u->n - start - u->own));
   }
   return ACC_OK;
+}
+
+/* What is offloaded to host memory, in words. */
+static const char *offload_words(const acc_shard_t *sh) {
+  if (!sh->cfg.offload)
+    return "off";
+  if (!sh->dev)
+    return "no-op on CPU (the state is in host memory)";
+  return sh->hostP ? "optimizer state, f32 master and parameter shards in host memory (the "
+                     "optimizer steps on the CPU)"
+                   : "optimizer state and f32 master shard in host memory (the optimizer steps "
+                     "on the CPU)";
 }
 
 static void describe(acc_shard_t *sh) {
@@ -253,8 +290,11 @@ static void describe(acc_shard_t *sh) {
            "prefetch: %s; offload: %s%s",
            sh->stage, names[sh->stage], sh->world, sh->world == 1 ? "" : "s", hybrid, sh->nunits,
            sh->nunits == 1 ? "" : "s", own, sh->model->num_params, sh->pf ? "next unit" : "off",
-           sh->cfg.offload ? "no-op on CPU (the state is in host memory)" : "off",
-           sh->dev ? "; on the device (NCCL), every unit gathered before the forward" : "");
+           offload_words(sh),
+           !sh->dev         ? ""
+           : sh->lean       ? "; on the device (NCCL), each layer gathered before its use"
+           : sh->stage == 3 ? "; on the device (NCCL), every unit gathered before the forward"
+                            : "; on the device (NCCL)");
 }
 
 /* The shard group: the world, or with HYBRID_SHARD this rank's node. */
@@ -286,23 +326,14 @@ static int on_device(const acc_t *acc, const void *p) {
 }
 
 /* A device model (its parameters in device memory, NCCL's collectives):
- * the gradients there too; offload is refused by name. */
-static acc_result_t check_device(acc_t *acc, const acc_model_t *model,
-                                 const acc_shard_config_t *c) {
+ * the gradients there too. */
+static acc_result_t check_device(acc_t *acc, const acc_model_t *model) {
   const int dp = on_device(acc, model->params), dg = on_device(acc, model->grads);
   if (dp != dg)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
                           "acc_shard_new: the parameters are %s memory but the gradients %s "
                           "memory: both on device %d or both on the host",
                           dp ? "device" : "host", dg ? "device" : "host", acc->device);
-  if (!dp || c->stage == 0)
-    return ACC_OK;
-  if (c->offload)
-    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                          "acc_shard_new: offload of a model on device %d is not implemented (to "
-                          "host memory, fsdp_offload_params / offload_optimizer_device: cpu: turn "
-                          "it off)",
-                          acc->device);
   return ACC_OK;
 }
 
@@ -314,7 +345,7 @@ static acc_result_t check_new(acc_t *acc, acc_model_t *model, acc_shard_config_t
   if (c->stage < 0 || c->stage > 3)
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: stage %d not in 0..3",
                           c->stage);
-  ACC_CHECK(check_device(acc, model, c));
+  ACC_CHECK(check_device(acc, model));
   if (!(c->max_grad_norm >= 0))
     return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_new: max_grad_norm %g < 0",
                           c->max_grad_norm);
@@ -339,11 +370,16 @@ acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_confi
                       .grad_norm = NAN,
                       .gathered = 1,
                       .dev = on_device(acc, model->params)};
-  /* a device MLP runs its layers on the device without the unit hooks:
-   * every unit is gathered before its forward, no prefetch */
-  const int hooks = model->mlp && !sh->dev;
-  if (shard_group(sh) != ACC_OK || layout(sh) != ACC_OK || make_optimizers(sh) != ACC_OK ||
-      (sh->stage == 3 && hooks && c.prefetch && sh->sworld > 1 &&
+  /* the toolkit MLP, on the host or a device, runs its layers under the
+   * unit hooks; a device one without prefetch (its gathers are NCCL's on
+   * the accelerator's stream, not a helper thread's) */
+  const int hooks = model->mlp != NULL;
+  sh->lean = sh->dev && hooks && sh->stage == 3;
+  sh->offload = sh->dev && c.offload;
+  sh->hostP = sh->offload && sh->stage == 3;
+  if (shard_group(sh) != ACC_OK || layout(sh) != ACC_OK || acc__shard_offload_new(sh) != ACC_OK ||
+      make_optimizers(sh) != ACC_OK ||
+      (sh->stage == 3 && hooks && !sh->dev && c.prefetch && sh->sworld > 1 &&
        !(sh->pf = acc__shard_pf_new(sh))) ||
       take_shards(sh) != ACC_OK || unit_buffers(sh) != ACC_OK) {
     acc_shard_destroy(&sh);
@@ -367,17 +403,27 @@ void acc_shard_destroy(acc_shard_t **sh_p) {
   *sh_p = NULL;
   if (sh->hooked)
     acc__mlp_set_unit_hook(sh->model->mlp, NULL, NULL);
-  if (sh->stage == 3 && sh->P)
-    (void)acc_shard_gather_params(sh); /* leave the model whole */
+  if (sh->stage == 3 && sh->P) { /* leave the model whole */
+    (void)acc_shard_gather_params(sh);
+    (void)acc__shard_whole(sh, 1, 1); /* zero gradients */
+  }
   acc__shard_pf_destroy(&sh->pf);
   for (int i = 0; sh->units && i < sh->nunits; i++)
     acc_optim_destroy(&sh->units[i].opt);
   free(sh->units);
+  acc__shard_offload_free(sh);
+  if (sh->hostP) /* offloaded: host memory */
+    free(sh->P), sh->P = NULL;
   acc__shard_free(sh, &sh->P);
   acc__shard_free(sh, &sh->G);
+  if (sh->buf == sh->ubuf[0])
+    sh->buf = NULL; /* a lean device MLP's staging is its unit buffer */
   acc__shard_free(sh, &sh->buf);
-  free(sh->ubuf[0]); /* host memory: the hooks' (no device model has them) */
-  free(sh->ubuf[1]);
+  for (int i = 0; i < 2; i++)
+    if (sh->dev)
+      acc__shard_free(sh, &sh->ubuf[i]);
+    else
+      free(sh->ubuf[i]);
   free(sh);
 }
 

@@ -37,24 +37,32 @@ static size_t current_bytes(const acc_shard_t *sh) {
   const acc_model_t *m = sh->model;
   size_t nb = m->num_params * sizeof(float);
   /* a device model's buffers are allocated whole on the device: no
-   * pages come and go there (mincore would not see them either) */
-  size_t b = sh->dev ? 2 * nb : resident(m->params, nb) + resident(m->grads, nb);
+   * pages come and go there (mincore would not see them either); a lean
+   * device MLP's are freed while sharded */
+  size_t b = sh->dev ? nb * (size_t)((m->params != NULL) + (m->grads != NULL))
+                     : resident(m->params, nb) + resident(m->grads, nb);
   if (m->mlp && !sh->dev)
     b += resident(acc__mlp_host_buffer(m->mlp, 2), nb);
-  b += 2 * sh->S * sizeof(float) * (sh->P != NULL);
+  /* P and G; a device model's offloaded P is host memory (not counted:
+   * a device model's count is its device bytes), as the offloaded
+   * optimizer state is */
+  b += (2 - sh->hostP) * sh->S * sizeof(float) * (sh->P != NULL);
   /* the unit buffers: a unit's gathered parameters (stage 3) or its full
    * gradient (temporaries of the step, counted: FSDP's peak holds them
    * too); the one a prefetch is filling counts whole */
   int job = acc__shard_pf_job(sh->pf);
+  if (sh->dev && sh->buf && sh->buf != sh->ubuf[0])
+    b += sh->buf_n * sizeof(float); /* device staging, allocated whole */
   for (int i = 0; i < 2; i++) {
-    size_t r = resident(sh->ubuf[i], sh->ubuf[i] ? sh->buf_n * sizeof(float) : 0);
+    const size_t ub = sh->ubuf[i] ? sh->buf_n * sizeof(float) : 0;
+    size_t r = sh->dev ? ub : resident(sh->ubuf[i], ub);
     if (job >= 0 && i != sh->ucur) {
       size_t full = (size_t)sh->sworld * sh->units[job].s * sizeof(float);
       r = full > r ? full : r;
     }
     b += r;
   }
-  for (int i = 0; i < sh->nunits; i++)
+  for (int i = 0; i < sh->nunits && !sh->offload; i++)
     b += sh->units[i].opt ? acc__optim_state_bytes(sh->units[i].opt) : 0;
   return b;
 }

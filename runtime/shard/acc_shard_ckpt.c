@@ -13,9 +13,12 @@
  * groups) so a load knows what it reads; a plain acc_save_state
  * checkpoint has none and is read as a FULL one.
  *
- * A device model (a toolkit MLP on a GPU): the same files, written from
- * and read into host copies (see each type's file); a custom device
- * model is refused by name before anything is written or read.
+ * A device model (a toolkit MLP or a custom acc_model_t on a GPU): the
+ * same files, written from and read into host copies (see each type's
+ * file). Offloaded shards are host memory already; after a load the
+ * offloaded master copy is refreshed. A lean device MLP (stage 3) has
+ * its full device buffers allocated for the save or load and freed
+ * after it (lean_after).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,33 +93,32 @@ static acc_result_t type_from_env(acc_t *acc, int *type) {
   return ACC_OK;
 }
 
-/* A custom model (not acc_mlp_model) on a device: its full parameters
- * would be saved as host bytes (PARAMS_ITEM): refused by name, before
- * anything is written or read, as the Trainer refuses its DDP
- * checkpoints. */
-static acc_result_t refuse_device(acc_shard_t *sh, const char *what) {
-  return acc__set_error(sh->acc, ACC_ERR_UNSUPPORTED,
-                        "%s: checkpoints of a sharded custom model (not acc_mlp_model) on "
-                        "device %d are not implemented (ZeRO stage %d): use the toolkit MLP, "
-                        "save_strategy no, or train it on the CPU (ACCELERATE_USE_CPU=1)",
-                        what, sh->acc->device, sh->stage);
+/* A lean device MLP (stage 3; its full device buffers freed while
+ * sharded) after a checkpoint: the parameters' buffer freed again unless
+ * gathered, the gradients' unless it held an accumulation window before
+ * (had_grads) or accumulates; r passed through. */
+static acc_result_t lean_after(acc_shard_t *sh, int had_grads, acc_result_t r) {
+  acc_result_t rr = sh->gathered ? ACC_OK : acc__shard_whole(sh, 0, 0);
+  if (rr == ACC_OK && !had_grads && sh->acc->accum_steps == 1)
+    rr = acc__shard_whole(sh, 1, 0);
+  return r != ACC_OK ? r : rr;
 }
 
 acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type) {
   if (!sh)
     return ACC_ERR_INVALID_ARGUMENT;
-  if (sh->dev && !sh->model->mlp)
-    return refuse_device(sh, "acc_shard_save_state");
   if (type == ACC_STATE_DICT_FROM_ENV)
     ACC_CHECK(type_from_env(sh->acc, &type));
-  if (type == ACC_SHARDED_STATE_DICT)
-    return acc__shard_save_sharded(sh, dir);
-  if (type == ACC_FULL_STATE_DICT)
-    return acc__shard_save_full(sh, dir);
-  return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT,
-                        "acc_shard_save_state: type %d is neither ACC_FULL_STATE_DICT nor "
-                        "ACC_SHARDED_STATE_DICT",
-                        type);
+  if (type != ACC_SHARDED_STATE_DICT && type != ACC_FULL_STATE_DICT)
+    return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT,
+                          "acc_shard_save_state: type %d is neither ACC_FULL_STATE_DICT nor "
+                          "ACC_SHARDED_STATE_DICT",
+                          type);
+  const int had = sh->model->grads != NULL; /* the file holds the gradients */
+  ACC_CHECK(acc__shard_whole(sh, 1, 1));
+  acc_result_t r = type == ACC_SHARDED_STATE_DICT ? acc__shard_save_sharded(sh, dir)
+                                                  : acc__shard_save_full(sh, dir);
+  return lean_after(sh, had, r);
 }
 
 /* The marker of DIR's shared file, read by rank 0 and broadcast; *found 0
@@ -150,14 +152,20 @@ static acc_result_t read_mark(acc_shard_t *sh, const char *dir, mark_t *mk, int 
 acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir) {
   if (!sh)
     return ACC_ERR_INVALID_ARGUMENT;
-  if (sh->dev && !sh->model->mlp)
-    return refuse_device(sh, "acc_shard_load_state");
   if (!dir || !*dir)
     return acc__set_error(sh->acc, ACC_ERR_INVALID_ARGUMENT, "acc_shard_load_state: no directory");
   mark_t mk;
   int found;
   ACC_CHECK(read_mark(sh, dir, &mk, &found));
-  if (found && mk.type == ACC_SHARDED_STATE_DICT)
-    return acc__shard_load_sharded(sh, dir, &mk);
-  return acc__shard_load_full(sh, dir, &mk, found);
+  /* a lean device MLP: the full buffers the load fills, then its shards */
+  const int had = sh->model->grads != NULL;
+  acc_result_t r = acc__shard_whole(sh, 0, 1);
+  if (r == ACC_OK)
+    r = acc__shard_whole(sh, 1, 1);
+  if (r == ACC_OK)
+    r = found && mk.type == ACC_SHARDED_STATE_DICT ? acc__shard_load_sharded(sh, dir, &mk)
+                                                   : acc__shard_load_full(sh, dir, &mk, found);
+  if (r == ACC_OK) /* offloaded: the host master from the loaded parameters */
+    r = acc__shard_offload_pull(sh);
+  return lean_after(sh, had, r);
 }

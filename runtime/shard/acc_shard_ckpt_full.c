@@ -5,8 +5,10 @@
  * moments all-gathered into one optimizer over all parameters on rank 0,
  * written by acc_save_state in its own format (so DDP resumes from it),
  * with the mark registered; a load at any world size takes every rank's
- * owned slices from it. A device model's parameters go through
- * acc_save_state's device copy, its moments through Gloo on host staging.
+ * owned slices from it. A device MLP's parameters go through
+ * acc_save_state's device copy, a custom device model's through a host
+ * copy registered as "nbfork.params", the moments through Gloo on host
+ * staging.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +85,27 @@ static acc_result_t gather_optim(acc_shard_t *sh, const acc__ckpt_optim_rec_t *o
   return r;
 }
 
+/* A custom model's full parameters as the checkpoint's PARAMS_ITEM
+ * (registered): its buffer, or on a device a host copy (*host, the
+ * caller frees it), filled from the device now when `save`, copied up
+ * by the caller after a load. */
+static acc_result_t params_item(acc_shard_t *sh, float **host, int save) {
+  acc_model_t *m = sh->model;
+  float *p = m->params;
+  *host = NULL;
+  if (m->mlp)
+    return ACC_OK; /* acc_save_state writes the toolkit MLP itself */
+  if (sh->dev) {
+    if (!(p = *host = malloc(m->num_params * sizeof(float))))
+      return acc__set_error(sh->acc, ACC_ERR_NO_MEMORY,
+                            "checkpoint: no host memory for a copy of the %zu parameters",
+                            m->num_params);
+    if (save)
+      ACC_CHECK(acc__shard_host_copy(sh, p, m->params, m->num_params, 1));
+  }
+  return acc_register_for_checkpointing(sh->acc, PARAMS_ITEM, p, m->num_params * sizeof(float));
+}
+
 acc_result_t acc__shard_save_full(acc_shard_t *sh, const char *dir) {
   acc_t *acc = sh->acc;
   acc_model_t *m = sh->model;
@@ -94,14 +117,16 @@ acc_result_t acc__shard_save_full(acc_shard_t *sh, const char *dir) {
     r = gather_optim(sh, &o, &full);
   r = acc__ckpt_agree(acc, r, "acc_shard_save_state", "");
   mark_t mk = acc__shard_ck_mark(sh, ACC_FULL_STATE_DICT);
-  if (r == ACC_OK && !m->mlp)
-    r = acc_register_for_checkpointing(acc, PARAMS_ITEM, m->params, m->num_params * sizeof(float));
+  float *hp = NULL; /* a custom device model's parameters, on the host */
+  if (r == ACC_OK)
+    r = params_item(sh, &hp, 1);
   if (r == ACC_OK)
     r = acc_register_for_checkpointing(acc, ACC__SHARD_MARK, &mk, sizeof mk);
   if (r == ACC_OK)
     r = acc_save_state(acc, dir, m->mlp, full);
   acc__unregister_for_checkpointing(acc, ACC__SHARD_MARK);
   acc__unregister_for_checkpointing(acc, PARAMS_ITEM);
+  free(hp);
   acc_optim_destroy(&full);
   if (r == ACC_OK) { /* the marker says FULL; an older SHARDED save's file is stale */
     char p[4200];
@@ -135,14 +160,16 @@ acc_result_t acc__shard_load_full(acc_shard_t *sh, const char *dir, const mark_t
   acc_optim_t *full = full_optim(sh);
   if (!full)
     return acc__set_error(acc, ACC_ERR_NO_MEMORY, "acc_shard_load_state: no memory");
-  acc_result_t r = ACC_OK;
-  if (!m->mlp)
-    r = acc_register_for_checkpointing(acc, PARAMS_ITEM, m->params, m->num_params * sizeof(float));
+  float *hp = NULL; /* a custom device model's parameters, on the host */
+  acc_result_t r = params_item(sh, &hp, 0);
   /* the per-rank files belong to the saving world size only */
   int rank_files = !found || mk->world == sh->world;
   if (r == ACC_OK)
     r = acc__load_state_ex(acc, dir, m->mlp, full, rank_files);
   acc__unregister_for_checkpointing(acc, PARAMS_ITEM);
+  if (r == ACC_OK && hp)
+    r = acc__shard_host_copy(sh, hp, m->params, m->num_params, 0);
+  free(hp);
   acc__optim_view_t fv;
   if (r == ACC_OK)
     r = acc__optim_view(acc, full, &fv);

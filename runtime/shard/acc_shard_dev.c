@@ -25,22 +25,31 @@ static acc_result_t dev_failed(acc_shard_t *sh, acc_result_t r, const char *what
                         sh->acc->device, what, err);
 }
 
+/* Whether p is host memory of a device model's shards: the offloaded
+ * parameter shards (stage 3, sh->hostP). */
+static int host_shard(const acc_shard_t *sh, const float *p) {
+  return sh->hostP && p >= sh->P && p < sh->P + sh->S;
+}
+
 acc_result_t acc__shard_copy(acc_shard_t *sh, float *dst, const float *src, size_t n) {
   if (!n || dst == src)
     return ACC_OK;
-  if (!sh->dev) {
+  const int hd = host_shard(sh, dst), hs = host_shard(sh, src);
+  if (!sh->dev || (hd && hs)) {
     memmove(dst, src, n * sizeof(float));
     return ACC_OK;
   }
   char err[512];
-  acc_result_t r = acc_optim_cuda_copy_async(dst, src, n, sh->acc->stream, err, sizeof err);
+  acc_result_t r =
+      hd || hs ? acc_optim_cuda_copy_host_async(dst, src, n, hs, sh->acc->stream, err, sizeof err)
+               : acc_optim_cuda_copy_async(dst, src, n, sh->acc->stream, err, sizeof err);
   return r == ACC_OK ? ACC_OK : dev_failed(sh, r, "copying a unit", err);
 }
 
 acc_result_t acc__shard_zero(acc_shard_t *sh, float *p, size_t n) {
   if (!n)
     return ACC_OK;
-  if (!sh->dev) {
+  if (!sh->dev || host_shard(sh, p)) {
     memset(p, 0, n * sizeof(float));
     return ACC_OK;
   }
@@ -87,10 +96,22 @@ void acc__shard_free(acc_shard_t *sh, float **p) {
   }
 }
 
+acc_result_t acc__shard_whole(acc_shard_t *sh, int what, int keep) {
+  if (!sh->lean)
+    return ACC_OK;
+  acc_model_t *m = sh->model;
+  ACC_CHECK(acc__mlp_dev_buffer(m->mlp, what, keep)); /* its error is set */
+  if (what)
+    m->grads = acc_mlp_grads(m->mlp);
+  else
+    m->params = acc_mlp_params(m->mlp);
+  return ACC_OK;
+}
+
 acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size_t n, int to_host) {
   if (!n)
     return ACC_OK;
-  if (!sh->dev) {
+  if (!sh->dev || host_shard(sh, buf)) {
     if (to_host)
       memcpy(host, buf, n * sizeof(float));
     else

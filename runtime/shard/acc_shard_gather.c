@@ -35,7 +35,9 @@ int acc__shard_unpadded(const acc_shard_t *sh, const acc__shard_unit_t *u) {
 }
 
 acc_result_t acc__shard_gather_into(acc_shard_t *sh, const acc__shard_unit_t *u, float *dst) {
-  if (acc__shard_unpadded(sh, u)) /* stages 1/2: dst holds the owned block already */
+  /* stages 1/2: dst holds the owned block already; offloaded parameter
+   * shards (host memory) are copied into dst first, as a padded unit's */
+  if (acc__shard_unpadded(sh, u) && !sh->hostP)
     return acc__shard_all_gather(sh, acc__shard_own_params(sh, u), dst, u->s);
   float *mine = dst + (size_t)sh->srank * u->s; /* host or device (acc_shard_dev.c) */
   ACC_CHECK(acc__shard_copy(sh, mine, acc__shard_own_params(sh, u), u->own));

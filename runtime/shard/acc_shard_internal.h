@@ -40,21 +40,35 @@ struct acc_shard {
   /* stages 2 and 3 with layer hooks: the unit buffers (buf_n floats each; the
    * second only with stage 3's prefetch) a layer is gathered into and its gradient
    * computed in, reused layer after layer (FSDP's all-gather output
-   * buffer) and given back to the OS after each backward; ubuf[ucur] is
-   * the one in use, holding the parameters of unit uheld (-1: none) */
+   * buffer) and given back to the OS after each backward (host stage
+   * 3's; a device's is one, device memory, kept; stage 2's is kept: host
+   * only); ubuf[ucur] is the one in use, holding the parameters of unit
+   * uheld (-1: none) */
   float *ubuf[2];
   int ucur, uheld;
   /* the layer whose gradient the backward computes in ubuf[ucur] (-1:
    * none): stage 3's, and stage 2's, which has one unit buffer for this
    * only, kept from step to step */
   int ugrad;
-  int dev;      /* the model's buffers are device memory (acc_shard_dev.c) */
+  int dev; /* the model's buffers are device memory (acc_shard_dev.c) */
+  /* stage 3 of a device MLP: the model's full device buffers are freed
+   * while sharded (the layers read the unit buffer), allocated again only
+   * to gather the whole model (acc_shard_gather_params, checkpoints) or to
+   * accumulate gradients over micro-steps; sh->buf is then ubuf[0] */
+  int lean;
+  /* offload of a device model (cfg.offload; acc_shard_offload.c): the
+   * optimizers step on the host over hP (the f32 master of the owned
+   * elements) and hG (the owned gradients copied from the device), S
+   * floats each at the units' soff; at stage 3 the parameter shards are
+   * host memory (hostP: hP is P) */
+  int offload, hostP;
+  float *hP, *hG;
   int hooked;   /* the toolkit MLP's layer hooks are installed */
   int reduced;  /* this backward's hooks reduced every unit */
   int gathered; /* stage 3: every unit is in the model's buffer */
   double grad_norm;
   size_t peak;
-  char desc[256];
+  char desc[384];
 };
 
 /* Checkpoints (acc_shard_ckpt*.c, acc_shard_merge.c): the registered
@@ -95,12 +109,33 @@ void acc__shard_release(float *p, size_t n);
 /* Host or device memory (acc_shard_dev.c; sh->dev): n floats copied,
  * zeroed, released (host: pages given back; device: zeroed), allocated
  * zeroed (NULL with the error set), freed; the device calls are
- * asynchronous on the accelerator's stream. The errors are set in acc. */
+ * asynchronous on the accelerator's stream. On a device, the offloaded
+ * parameter shards (sh->hostP: within P) are host memory: a copy from or
+ * to them crosses to the device. The errors are set in acc. */
 acc_result_t acc__shard_copy(acc_shard_t *sh, float *dst, const float *src, size_t n);
 acc_result_t acc__shard_zero(acc_shard_t *sh, float *p, size_t n);
 acc_result_t acc__shard_drop(acc_shard_t *sh, float *p, size_t n);
 float *acc__shard_alloc(acc_shard_t *sh, size_t n);
 void acc__shard_free(acc_shard_t *sh, float **p);
+/* A lean device MLP's full parameter (what 0) or gradient (1) device
+ * buffer allocated zeroed (keep 1; nothing when it exists) or freed
+ * (keep 0), the model's pointer (sh->model->params / grads) following;
+ * ACC_OK and nothing to do unless sh->lean. */
+acc_result_t acc__shard_whole(acc_shard_t *sh, int what, int keep);
+/* Offload (acc_shard_offload.c; nothing unless sh->offload). new: the
+ * host buffers, hP filled from the device (after layout, before the
+ * optimizers); pull: hP again from the owned parameters on the device
+ * (after a checkpoint's load); free: NULL-safe. opt_params / opt_grads:
+ * what unit u's optimizer updates (hP, hG when offloaded, else the owned
+ * elements). step: the owned gradients to the host, every optimizer's
+ * step there, the updated parameters back (not at stage 3: P is host
+ * memory). */
+acc_result_t acc__shard_offload_new(acc_shard_t *sh);
+acc_result_t acc__shard_offload_pull(acc_shard_t *sh);
+void acc__shard_offload_free(acc_shard_t *sh);
+float *acc__shard_opt_params(acc_shard_t *sh, const acc__shard_unit_t *u);
+float *acc__shard_opt_grads(acc_shard_t *sh, const acc__shard_unit_t *u);
+acc_result_t acc__shard_offload_step(acc_shard_t *sh);
 /* Checkpoints: n floats between a host buffer and `buf` (the model's or
  * the shards'; to_host 1: buf -> host). On a device: synchronous, after
  * the device's pending work (acc_optim_cuda_copy). */

@@ -48,13 +48,14 @@ static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u, flo
 }
 
 /* Stage 3: give back unit u's pages in the model's parameter buffer (a
- * device model's zeroed) and its half shadow (mixed precision; a device
- * model has none). */
+ * custom device model's zeroed; a lean device MLP's buffer is freed
+ * whole by the caller) and its half shadow (mixed precision; a device
+ * model's is one layer's, rounded at each use). */
 static acc_result_t release_params(acc_shard_t *sh, const acc__shard_unit_t *u, int model_buffer) {
   float *wh = sh->model->mlp && !sh->dev ? acc__mlp_host_buffer(sh->model->mlp, 2) : NULL;
   if (wh)
     acc__shard_release(wh + u->off, u->n);
-  return model_buffer ? acc__shard_drop(sh, sh->model->params + u->off, u->n) : ACC_OK;
+  return model_buffer && !sh->lean ? acc__shard_drop(sh, sh->model->params + u->off, u->n) : ACC_OK;
 }
 
 /* The gradients are reduced in the backward hooks only when this
@@ -86,21 +87,25 @@ static acc_result_t gather_for(acc_shard_t *sh, int layer, int next) {
  * at stage 3 its half shadow goes; its gradient is computed in the unit
  * buffer (stage 3: the one that held them; zeroed: the backward adds
  * into it) when the hooks reduce it, else into the model's buffer
- * (accumulation). Stage 2 so never touches the model's gradient pages
- * outside its slices, which it gave back once (acc_shard.c): it used to
- * fault them in and give them back, page by page, every step. */
-static void weights_done(acc_shard_t *sh, int layer, int in_unit_buffer) {
+ * (accumulation; a lean device MLP's allocated for it). Host stage 2 so
+ * never touches the model's gradient pages outside its slices, which it
+ * gave back once (acc_shard.c): it used to fault them in and give them
+ * back, page by page, every step. */
+static acc_result_t weights_done(acc_shard_t *sh, int layer, int in_unit_buffer) {
   const acc__shard_unit_t *u = &sh->units[layer];
   if (sh->stage == 3)
     (void)release_params(sh, u, 0); /* host pages only: cannot fail */
   float *g = NULL;
   if (in_unit_buffer) {
     g = sh->ubuf[sh->ucur];
-    memset(g, 0, u->n * sizeof(float));
+    ACC_CHECK(acc__shard_zero(sh, g, u->n));
     sh->uheld = -1;
+  } else {
+    ACC_CHECK(acc__shard_whole(sh, 1, 1));
   }
   sh->ugrad = g ? layer : -1;
   acc__mlp_set_unit_view(sh->model->mlp, layer, NULL, g);
+  return ACC_OK;
 }
 
 /* BWD_END: the pending prefetch done (before this rank's next
@@ -127,6 +132,8 @@ int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t 
   const int pf = sh->cfg.prefetch;
   if (!gather && (phase == ACC__UNIT_FWD_BEGIN || phase == ACC__UNIT_BWD_BEGIN))
     acc__mlp_set_unit_view(sh->model->mlp, layer, NULL, NULL); /* the model's buffers */
+  if (!gather && phase == ACC__UNIT_BWD_BEGIN && sh->stage == 3)
+    r = acc__shard_whole(sh, 1, 1); /* gathered whole (a checkpoint): a lean one's gradients */
   if (phase == ACC__UNIT_FWD_BEGIN && gather)
     r = gather_for(sh, layer, pf & ACC_SHARD_PREFETCH_FORWARD ? layer + 1 : -1);
   if (phase == ACC__UNIT_BWD_BEGIN && gather)
@@ -135,7 +142,7 @@ int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t 
   if (phase == ACC__UNIT_FWD_END && gather)
     (void)release_params(sh, &sh->units[layer], 0); /* host pages only: cannot fail */
   if (phase == ACC__UNIT_BWD_WEIGHTS_DONE && (gather || (sh->stage == 2 && sh->ubuf[0])))
-    weights_done(sh, layer, reduce_in_hooks(sh));
+    r = weights_done(sh, layer, reduce_in_hooks(sh));
   if (phase == ACC__UNIT_BWD_END)
     r = backward_end(sh, layer);
   return r == ACC_OK ? 0 : -1;
@@ -147,6 +154,8 @@ acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
   if (sh->stage < 3 || sh->gathered)
     return ACC_OK;
   ACC_CHECK(acc__shard_pf_wait(sh->pf, NULL, 1));
+  ACC_CHECK(acc__shard_whole(sh, 0, 1)); /* a lean device MLP's buffer back */
+  sh->uheld = -1;                        /* the unit buffer may stage the gathers */
   for (int i = 0; i < sh->nunits; i++)
     ACC_CHECK(acc__shard_gather_unit(sh, &sh->units[i]));
   sh->gathered = 1;
@@ -155,9 +164,10 @@ acc_result_t acc_shard_gather_params(acc_shard_t *sh) {
 }
 
 /* Stage 3 after a backward: the unit buffers' pages back to the OS, so
- * that between steps a rank holds its shards alone. */
+ * that between steps a rank holds its shards alone (a device's unit
+ * buffer stays allocated: it is one layer, in the estimate). */
 static void release_unit_buffers(acc_shard_t *sh) {
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2 && !sh->dev; i++)
     acc__shard_release(sh->ubuf[i], sh->ubuf[i] ? sh->buf_n : 0);
   sh->uheld = -1;
 }
@@ -175,7 +185,10 @@ acc_result_t acc__shard_release_all(acc_shard_t *sh) {
   sh->gathered = 0;
   for (int i = 0; i < sh->nunits; i++)
     ACC_CHECK(release_params(sh, &sh->units[i], 1));
-  return ACC_OK;
+  /* a lean device MLP's: freed (the gradients' too, unless they
+   * accumulate over micro-steps) */
+  ACC_CHECK(acc__shard_whole(sh, 0, 0));
+  return sh->acc->accum_steps == 1 ? acc__shard_whole(sh, 1, 0) : ACC_OK;
 }
 
 float acc_shard_forward_loss(acc_shard_t *sh, const float *x, const int64_t *labels, int batch,
@@ -301,9 +314,14 @@ int acc_shard_step(acc_shard_t *sh) {
     return zero_grads(sh) == ACC_OK ? 0 : -1;
   if (clip(sh) != ACC_OK)
     return -1;
-  for (int i = 0; i < sh->nunits; i++)
-    if (sh->units[i].opt && acc__optim_step_raw(acc, sh->units[i].opt) < 0)
+  if (sh->offload) { /* on the host (acc_shard_offload.c) */
+    if (acc__shard_offload_step(sh) != ACC_OK)
       return -1;
+  } else {
+    for (int i = 0; i < sh->nunits; i++)
+      if (sh->units[i].opt && acc__optim_step_raw(acc, sh->units[i].opt) < 0)
+        return -1;
+  }
   /* stage 3: the gathered parameters are stale now */
   if (zero_grads(sh) != ACC_OK || acc__shard_release_all(sh) != ACC_OK)
     return -1;

@@ -137,16 +137,19 @@ acc_trainer_t *acc_trainer_new(acc_t *acc, const acc_training_args_t *args, acc_
     goto oom;
   tr->grads_on_device = acc_device(acc) >= 0 && acc_nccl_is_device_ptr(model->grads);
   const int custom_dev = tr->grads_on_device && !model->mlp;
-  if (custom_dev && (strcmp(args->save_strategy, "no") || args->resume_from_checkpoint[0])) {
+  acc_shard_config_t shard_cfg;
+  int shard = tr_shard_wanted(acc, args);
+  /* sharded, its checkpoints go through acc_shard_save_state's host copies */
+  if (custom_dev && !shard &&
+      (strcmp(args->save_strategy, "no") || args->resume_from_checkpoint[0])) {
     /* its parameters are checkpointed ("trainer.params") as host bytes */
     acc__set_error(acc, ACC_ERR_UNSUPPORTED,
                    "acc_trainer_new: checkpoints of a custom model (not acc_mlp_model) with "
-                   "parameters in device memory are not supported: use save_strategy \"no\", keep "
-                   "its params/grads on the host, or use the toolkit MLP");
+                   "parameters in device memory are not supported without sharding: use "
+                   "save_strategy \"no\", --fsdp (its checkpoints then go through host copies), "
+                   "keep its params/grads on the host, or use the toolkit MLP");
     goto fail;
   }
-  acc_shard_config_t shard_cfg;
-  int shard = tr_shard_wanted(acc, args);
   if (shard && tr_shard_config(acc, args, &shard_cfg, &tr->state_dict_type) != ACC_OK)
     goto fail;
   if (shard) {
