@@ -331,6 +331,18 @@ static acc_result_t all_gather_run(acc_t *acc, const void *send, void *recv, siz
   return ACC_OK;
 }
 
+/* NCCL's node and replica communicators, split at the first device call
+ * of HYBRID_SHARD (every rank makes it: the first gather or reduction of
+ * a unit) along the node layout the host's node groups found. */
+static acc_result_t nccl_groups(acc_t *acc) {
+  int node, me;
+  if (acc__node_place(acc, &node, &me) != 0)
+    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                          "NCCL's node and replica groups need the node groups of the "
+                          "shared-memory collectives (NBFORK_SHM_COLLECTIVES=0?)");
+  return acc_nccl_split(acc, node, me);
+}
+
 /* HYBRID_SHARD's collectives within the node or over the replica group
  * (a gather, or the reduction when `gather` is 0): on device buffers
  * through NCCL's node and replica communicators; on the host through
@@ -339,6 +351,8 @@ static acc_result_t hybrid_run(acc_t *acc, int gather, const void *send, void *r
                                acc_dtype_t dtype, acc_op_t op, int dev) {
   if (acc->broken)
     return broken(acc);
+  if (dev)
+    ACC_CHECK(nccl_groups(acc));
   if (dev && gather)
     return acc_nccl_group_collective(acc, ACC_NCCL_NODE, ACC_NCCL_ALL_GATHER, send, recv, count,
                                      dtype, op, 0);

@@ -252,19 +252,13 @@ static acc_result_t check_pair(acc_t *acc, acc_nccl_coll_t coll, const void *sen
                         ds ? "device" : "host", dr ? "device" : "host");
 }
 
-/* HYBRID_SHARD's node and replica communicators, split from the world's
- * at the first call on either (every rank makes it: the first gather or
- * reduction of a unit), both at once so that every rank splits in the
- * same order. */
-static acc_result_t ensure_groups(acc_t *acc) {
+/* Both communicators at once, so that every rank splits in the same
+ * order. */
+acc_result_t acc_nccl_split(acc_t *acc, int node, int me) {
+  ACC_CHECK(ensure_comm(acc));
   struct acc_nccl *n = acc->nccl;
   if (n->group[0])
     return ACC_OK;
-  int node, me;
-  if (acc__node_place(acc, &node, &me) != 0)
-    return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
-                          "NCCL's node and replica groups need the node groups of the "
-                          "shared-memory collectives (NBFORK_SHM_COLLECTIVES=0?)");
   const int color[2] = {node, me}, key[2] = {me, node};
   for (int i = 0; i < 2; i++) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -282,8 +276,9 @@ acc_result_t acc_nccl_group_collective(acc_t *acc, acc_nccl_group_t group, acc_n
                                        acc_dtype_t dtype, acc_op_t op, int root) {
   ACC_CHECK(check_pair(acc, coll, send, recv));
   ACC_CHECK(ensure_comm(acc));
-  if (group != ACC_NCCL_WORLD)
-    ACC_CHECK(ensure_groups(acc));
+  if (group != ACC_NCCL_WORLD && !acc->nccl->group[0])
+    return acc__set_error(acc, ACC_ERR_INVALID_ARGUMENT,
+                          "NCCL's node and replica groups are not split yet (acc_nccl_split)");
   ACC_CHECK(order_after_caller(acc));
   ncclComm_t comm = group == ACC_NCCL_WORLD ? acc->nccl->comm : acc->nccl->group[group - 1];
   cudaStream_t st = acc->nccl->stream;
@@ -384,6 +379,12 @@ acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *s
   (void)coll, (void)send, (void)recv, (void)count, (void)dtype, (void)op, (void)root;
   return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
                         "collectives on device buffers need NCCL; nbfork was built without CUDA");
+}
+
+acc_result_t acc_nccl_split(acc_t *acc, int node, int me) {
+  (void)node, (void)me;
+  return acc__set_error(acc, ACC_ERR_UNSUPPORTED,
+                        "NCCL's node and replica groups need NCCL; nbfork was built without CUDA");
 }
 
 acc_result_t acc_nccl_group_collective(acc_t *acc, acc_nccl_group_t group, acc_nccl_coll_t coll,

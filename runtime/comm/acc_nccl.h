@@ -46,15 +46,21 @@ acc_result_t acc_nccl_collective(acc_t *acc, acc_nccl_coll_t coll, const void *s
                                  size_t count, acc_dtype_t dtype, acc_op_t op, int root);
 
 /* The communicators: the world's, and HYBRID_SHARD's (nbf_shard.h) split
- * from it at their first use with ncclCommSplit (NCCL >= 2.18; Debian's
- * CUDA 13 ships 2.28): the ranks of this rank's node, and its replicas
- * (the ranks with its member index on every node), the node layout the
- * host's node groups found (acc_node.c; without them: UNSUPPORTED). */
+ * from it with ncclCommSplit (NCCL >= 2.18; Debian's CUDA 13 ships 2.28):
+ * the ranks of this rank's node, and its replicas (the ranks with its
+ * member index on every node). */
 typedef enum { ACC_NCCL_WORLD, ACC_NCCL_NODE, ACC_NCCL_REPLICA } acc_nccl_group_t;
 
-/* acc_nccl_collective over `group` (count: per rank of that group). The
- * first call on NODE or REPLICA splits both, collectively: every rank of
- * the world must make it. */
+/* Split NODE and REPLICA from the world's communicator, once (later
+ * calls return ACC_OK): `node` this rank's node, `me` its member index
+ * there, as the caller's node layout has them (acc_collective.c, from the
+ * host's node groups). Collective: every rank of the world makes the
+ * first call. Errors: BACKEND, TIMEOUT (NCCL's); without CUDA,
+ * UNSUPPORTED. */
+acc_result_t acc_nccl_split(acc_t *acc, int node, int me);
+
+/* acc_nccl_collective over `group` (count: per rank of that group);
+ * NODE and REPLICA after acc_nccl_split (else INVALID_ARGUMENT). */
 acc_result_t acc_nccl_group_collective(acc_t *acc, acc_nccl_group_t group, acc_nccl_coll_t coll,
                                        const void *send, void *recv, size_t count,
                                        acc_dtype_t dtype, acc_op_t op, int root);

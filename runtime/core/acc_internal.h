@@ -255,7 +255,8 @@ acc_result_t acc__node_replica_connect(acc_t *acc);
  * compares; 0 without node groups. */
 uint64_t acc__node_cross_bytes(const acc_t *acc);
 /* This rank's node (numbered by lowest rank) and member index: 0, or -1
- * without node groups (NCCL's split by node, acc_nccl.c). */
+ * without node groups (NCCL's split by node: acc_collective.c hands them
+ * to acc_nccl_split). */
 int acc__node_place(const acc_t *acc, int *node, int *me);
 /* The same reduction as a collective of the group (recorded, checked,
  * fatal or returned as acc_reduce_scatter's; acc_collective.c): on the

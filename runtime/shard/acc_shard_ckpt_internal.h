@@ -1,8 +1,9 @@
 /*
  * acc_shard_ckpt_internal.h — what the checkpoint files of a sharded run
- * share (acc_shard_ckpt.c: the entry points and the pieces both types
- * use; acc_shard_ckpt_sharded.c: SHARDED_STATE_DICT;
- * acc_shard_ckpt_full.c: FULL_STATE_DICT). Internal to runtime/shard.
+ * share (acc_shard_ckpt.c: the entry points; acc_shard_ckpt_common.c:
+ * the pieces both types use; acc_shard_ckpt_sharded.c:
+ * SHARDED_STATE_DICT; acc_shard_ckpt_full.c: FULL_STATE_DICT). Internal
+ * to runtime/shard.
  */
 #ifndef ACC_SHARD_CKPT_INTERNAL_H
 #define ACC_SHARD_CKPT_INTERNAL_H
@@ -12,6 +13,7 @@
 typedef acc__shard_mark_t mark_t;
 typedef acc__shard_unit_rec_t unit_rec_t;
 
+/* acc_shard_ckpt_common.c: */
 /* DIR/nbfork_shard<R>.bin, R the shard rank; DIR/nbfork_grads<rank>.bin
  * (HYBRID_SHARD: a rank's gradients when another rank wrote its shard). */
 void acc__shard_ck_shard_path(char *out, size_t len, const char *dir, int rank);
