@@ -536,9 +536,8 @@ const char *acc__allreduce_algo_name(const acc_t *acc, size_t bytes) {
   if (!acc || acc->world == 1)
     return "none (one process)";
   if (shm_all_reduce(acc))
-    return bytes <= ACC_SHM_NAIVE_MAX   ? "shm naive"
-           : bytes <= ACC_SHM_CLAIM_MAX ? "shm claimed"
-                                        : "shm reduce-scatter+gather";
+    return bytes <= ACC_SHM_NAIVE_MAX ? "shm naive"
+                                      : "shm reduce-scatter+gather";
   acc_gloo_algo_t a = (acc_gloo_algo_t)acc->allreduce_algo;
   if (a == ACC_GLOO_AUTO)
     a = acc_gloo_choose_algo(acc->gloo, bytes);

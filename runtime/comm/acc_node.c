@@ -339,10 +339,6 @@ long acc__shm_waits_slept_at_once(const acc_t *acc) {
   return acc && acc->node ? acc_shm_waits_slept_at_once(acc->node->shm) : 0;
 }
 
-long acc__shm_pieces_reduced(const acc_t *acc) {
-  return acc && acc->node ? acc_shm_pieces_reduced(acc->node->shm) : 0;
-}
-
 int acc__node_lost_rank(const acc_t *acc) {
   const acc_node_t *nd = acc->node;
   return nd ? nd->lost : -1;

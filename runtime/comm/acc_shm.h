@@ -14,9 +14,9 @@
  *
  * Waiting spins for a few microseconds, then sleeps on the peer's flag
  * (FUTEX_WAIT on the shared page); after a spin that was switched out
- * (another task wanted the core) the next 16 to 4096 waits sleep at once, waking every 50 ms to
- * check the deadline and whether the peer still lives; a member that fails sets every peer's abort
- * word and wakes them, so they fail at once too.
+ * (another task wanted the core) the next 16 to 4096 waits sleep at once, waking every 50 ms to check the
+ * deadline and whether the peer still lives; a member that fails sets
+ * every peer's abort word and wakes them, so they fail at once too.
  *
  * Every member must make the same sequence of calls: each call's kind,
  * size, dtype, op and root are published in the header and compared by
@@ -49,12 +49,6 @@ typedef struct acc_shm acc_shm_t;
  * synchronisation); larger ones reduce-scatter then all-gather through
  * the slots (each member reduces 1/n, two synchronisations per slot). */
 #define ACC_SHM_NAIVE_MAX ((size_t)64 << 10)
-
-/* Larger all-reduces up to this many bytes are claimed: the pieces are
- * handed out by a counter to whichever members run (one member may
- * reduce them all while a peer is switched out); larger ones take the
- * reduce-scatter + all-gather, which touches less memory. */
-#define ACC_SHM_CLAIM_MAX ((size_t)4 << 20)
 
 /* What a process publishes about itself for the setup (all-gathered by
  * the caller, e.g. through Gloo). */
@@ -122,8 +116,6 @@ void acc_shm_abort(acc_shm_t *s);
 /* Waits that slept without spinning because a recent spin was switched
  * out (another task wanted the core); tests. */
 long acc_shm_waits_slept_at_once(const acc_shm_t *s);
-/* Pieces of claimed all-reduces this member reduced so far (tests). */
-long acc_shm_pieces_reduced(const acc_shm_t *s);
 
 /* The member whose death or failure the last failed collective saw, or
  * -1. */

@@ -58,15 +58,6 @@ typedef struct {
   _Atomic uint32_t abort; /* set by a member that failed */
   char pad3[60];
   desc_t desc[DESC_RING]; /* the member's last calls, by call number */
-  /* Member 0's alone are used: the group's counters of a claimed
-   * all-reduce (claimed_chunk): pieces handed out, pieces reduced (a
-   * futex word), sleepers on it. */
-  char pad4[64 - (DESC_RING * sizeof(desc_t)) % 64];
-  _Atomic uint32_t claim;
-  char pad5[60];
-  _Atomic uint32_t reduced;
-  char pad6[60];
-  _Atomic uint32_t reduced_sleepers;
 } hdr_t;
 
 struct acc_shm {
@@ -87,8 +78,6 @@ struct acc_shm {
   int lost;
   const char *what;                  /* the collective running, for error texts */
   uint64_t ncall;                    /* calls so far */
-  uint32_t claim_base, reduced_base; /* the group's counters at this call's start */
-  long pieces_reduced;               /* pieces of claimed all-reduces this member reduced (tests) */
 };
 
 static inline hdr_t *hdr(const acc_shm_t *s, int j) {
@@ -133,11 +122,6 @@ long acc__shm_futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct t
 /* Record that member j (-1: unknown) was lost; the error text in err. */
 acc_result_t acc__shm_fail(acc_shm_t *s, acc_result_t r, int j, char *err, size_t errlen,
                            const char *why);
-/* Sleep on `word` (sleepers counted in `sleepers`) until it reaches t,
- * the deadline passes, member j (every peer when j < 0) dies, or someone
- * aborts. */
-acc_result_t acc__shm_sleep_on(acc_shm_t *s, _Atomic uint32_t *word, _Atomic uint32_t *sleepers,
-                               int j, uint32_t t, long deadline, char *err, size_t errlen);
 /* Wait until member j (every peer: wait_all) posted t: spin, then sleep. */
 acc_result_t acc__shm_wait_one(acc_shm_t *s, int j, uint32_t t, long deadline, char *err,
                                size_t errlen);

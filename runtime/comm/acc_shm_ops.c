@@ -1,12 +1,10 @@
 /*
  * acc_shm_ops.c — the collectives through shared memory (acc_shm.h):
- * all-reduce (naive, claimed, reduce-scatter + all-gather by size),
+ * all-reduce (naive, or reduce-scatter + all-gather, by size),
  * reduce-scatter, broadcast, all-gather, barrier, on the steps and waits
  * of acc_shm_sync.c.
  */
 #define _GNU_SOURCE
-#include <limits.h>
-#include <linux/futex.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,74 +31,6 @@ static acc_result_t naive_chunk(acc_shm_t *s, call_t *c, void *buf, size_t m, ac
   for (int j = 0; j < s->n; j++)
     in[j] = slot(s, j, b);
   acc_reduce_many(buf, in, s->n, m, dtype, op, op == ACC_AVG ? s->n : 0);
-  acc__shm_step_end(s, b);
-  return ACC_OK;
-}
-
-/* Wait until the group's pieces reduced reach t: a short spin (what is
- * left is pieces in flight, microseconds each), then sleep. */
-static acc_result_t wait_reduced(acc_shm_t *s, uint32_t t, long deadline, char *err,
-                                 size_t errlen) {
-  hdr_t *g = hdr(s, 0);
-  for (int i = 0; i < 4096; i++) {
-    if (reached(atomic_load_explicit(&g->reduced, memory_order_acquire), t))
-      return ACC_OK;
-    cpu_relax();
-  }
-  return acc__shm_sleep_on(s, &g->reduced, &g->reduced_sleepers, -1, t, deadline, err, errlen);
-}
-
-/* Claimed all-reduce of one chunk: every member copies its data into its
- * slot and posts; then every member that runs takes pieces (FUSE bytes)
- * from the group's counter until none is left, reduces each from all
- * slots in member order (the bits of naive_chunk) into buf and copies it
- * to member 0's slot (whose own piece was read by then, by this member
- * only), and once every piece is reduced copies the pieces others reduced
- * from there. A member that is switched out or asleep when its peers
- * arrive holds up nobody: the members that run reduce its share, and the
- * last to arrive never waits for a peer to wake (rsag_chunk's second
- * synchronisation would make it). Each member makes exactly one claim
- * past the end per chunk, so the counter's next base is known to all. */
-static acc_result_t claimed_chunk(acc_shm_t *s, call_t *c, unsigned char *buf, size_t m,
-                                  acc_dtype_t dtype, acc_op_t op) {
-  unsigned b;
-  ACC_CHECK(acc__shm_step_begin(s, c, &b));
-  acc_result_t r;
-  const size_t esz = acc_dtype_size(dtype), bytes = m * esz;
-  const size_t piece = FUSE / esz * esz, np = (bytes + piece - 1) / piece;
-  memcpy(slot(s, s->me, b), buf, bytes);
-  acc__shm_post(s);
-  if ((r = acc__shm_sync_all(s, c)) != ACC_OK)
-    return r;
-  hdr_t *g = hdr(s, 0);
-  unsigned char *out = slot(s, 0, b);
-  uint64_t mine[(ACC_SHM_SLOT / FUSE + 63) / 64] = {0};
-  const void *in[s->n];
-  for (;;) {
-    uint32_t k = atomic_fetch_add(&g->claim, 1) - s->claim_base;
-    if (k >= np)
-      break;
-    size_t at = (size_t)k * piece, len = bytes - at < piece ? bytes - at : piece;
-    for (int j = 0; j < s->n; j++)
-      in[j] = slot(s, j, b) + at;
-    acc_reduce_many(buf + at, in, s->n, len / esz, dtype, op, op == ACC_AVG ? s->n : 0);
-    memcpy(out + at, buf + at, len);
-    mine[k / 64] |= 1ULL << (k % 64);
-    s->pieces_reduced++;
-    if (atomic_fetch_add_explicit(&g->reduced, 1, memory_order_release) + 1 ==
-            s->reduced_base + (uint32_t)np &&
-        atomic_load(&g->reduced_sleepers))
-      acc__shm_futex(&g->reduced, FUTEX_WAKE, INT_MAX, NULL);
-  }
-  s->claim_base += (uint32_t)(np + (size_t)s->n);
-  s->reduced_base += (uint32_t)np;
-  if ((r = wait_reduced(s, s->reduced_base, c->deadline, c->err, c->errlen)) != ACC_OK)
-    return r;
-  for (size_t k = 0; k < np; k++)
-    if (!(mine[k / 64] >> (k % 64) & 1)) {
-      size_t at = k * piece;
-      memcpy(buf + at, out + at, bytes - at < piece ? bytes - at : piece);
-    }
   acc__shm_step_end(s, b);
   return ACC_OK;
 }
@@ -157,16 +87,11 @@ acc_result_t acc_shm_all_reduce(acc_shm_t *s, void *buf, size_t count, acc_dtype
                                  (uint32_t)dtype << 8 | op, -1, count * acc_dtype_size(dtype));
   acc_result_t r = acc__shm_check_abort(s, &c);
   size_t esz = acc_dtype_size(dtype), per = ACC_SHM_SLOT / esz;
-  const size_t bytes = count * esz;
+  int naive = count * esz <= ACC_SHM_NAIVE_MAX;
   for (size_t at = 0; r == ACC_OK && at < count; at += per) {
     size_t m = count - at < per ? count - at : per;
     unsigned char *p = (unsigned char *)buf + at * esz;
-    if (bytes <= ACC_SHM_NAIVE_MAX)
-      r = naive_chunk(s, &c, p, m, dtype, op);
-    else if (bytes <= ACC_SHM_CLAIM_MAX)
-      r = claimed_chunk(s, &c, p, m, dtype, op);
-    else
-      r = rsag_chunk(s, &c, p, m, dtype, op);
+    r = naive ? naive_chunk(s, &c, p, m, dtype, op) : rsag_chunk(s, &c, p, m, dtype, op);
   }
   return r;
 }

@@ -57,61 +57,40 @@ acc_result_t acc__shm_fail(acc_shm_t *s, acc_result_t r, int j, char *err, size_
   return r;
 }
 
-/* The first peer that is gone, or -1. */
-static int dead_peer(const acc_shm_t *s) {
-  for (int k = 0; k < s->n; k++)
-    if (k != s->me && dead(s->pid[k]))
-      return k;
-  return -1;
-}
-
-/* Sleep on `word` (its sleepers counted in `sleepers`) until it reaches
- * t, the deadline passes, member j (every peer when j < 0: the group's
- * counters) dies, or someone aborts. */
-acc_result_t acc__shm_sleep_on(acc_shm_t *s, _Atomic uint32_t *word, _Atomic uint32_t *sleepers,
-                               int j, uint32_t t, long deadline, char *err, size_t errlen) {
-  hdr_t *own = hdr(s, s->me);
+/* Sleep on member j's flag until it reaches t, the deadline passes, j
+ * dies, or someone aborts. */
+static acc_result_t sleep_for(acc_shm_t *s, int j, uint32_t t, long deadline, char *err,
+                              size_t errlen) {
+  hdr_t *h = hdr(s, j), *own = hdr(s, s->me);
   char why[160];
   for (;;) {
-    atomic_fetch_add(sleepers, 1);
-    uint32_t v = atomic_load(word);
+    atomic_fetch_add(&h->sleepers, 1);
+    uint32_t v = atomic_load(&h->seq);
     if (!reached(v, t) && !atomic_load(&own->abort)) {
       struct timespec ts = {0, WAKE_MS * 1000000L};
-      acc__shm_futex(word, FUTEX_WAIT, v, &ts);
+      acc__shm_futex(&h->seq, FUTEX_WAIT, v, &ts);
     }
-    atomic_fetch_sub(sleepers, 1);
-    if (reached(atomic_load_explicit(word, memory_order_acquire), t))
+    atomic_fetch_sub(&h->sleepers, 1);
+    if (reached(atomic_load_explicit(&h->seq, memory_order_acquire), t))
       return ACC_OK;
     uint32_t who = atomic_load(&own->abort);
     if (who) {
       snprintf(why, sizeof why, "rank %d failed first (see its own error)", s->rank[(int)who - 1]);
       return acc__shm_fail(s, ACC_ERR_PEER, (int)who - 1, err, errlen, why);
     }
-    int gone = j >= 0 ? (dead(s->pid[j]) ? j : -1) : dead_peer(s);
-    if (gone >= 0) {
+    if (dead(s->pid[j])) {
       snprintf(why, sizeof why,
                "the connection to rank %d was lost: rank %d (pid %d) exited or died while this "
                "rank still needed it; see rank %d's own error",
-               s->rank[gone], s->rank[gone], (int)s->pid[gone], s->rank[gone]);
-      return acc__shm_fail(s, ACC_ERR_PEER, gone, err, errlen, why);
+               s->rank[j], s->rank[j], (int)s->pid[j], s->rank[j]);
+      return acc__shm_fail(s, ACC_ERR_PEER, j, err, errlen, why);
     }
     if (now_ns() > deadline) {
-      if (j >= 0)
-        snprintf(why, sizeof why, "timed out after %d s waiting for rank %d", s->timeout_ms / 1000,
-                 s->rank[j]);
-      else
-        snprintf(why, sizeof why, "timed out after %d s waiting for the other ranks",
-                 s->timeout_ms / 1000);
+      snprintf(why, sizeof why, "timed out after %d s waiting for rank %d", s->timeout_ms / 1000,
+               s->rank[j]);
       return acc__shm_fail(s, ACC_ERR_TIMEOUT, j, err, errlen, why);
     }
   }
-}
-
-/* Sleep on member j's flag until it reaches t (sleep_on). */
-static acc_result_t sleep_for(acc_shm_t *s, int j, uint32_t t, long deadline, char *err,
-                              size_t errlen) {
-  hdr_t *h = hdr(s, j);
-  return acc__shm_sleep_on(s, &h->seq, &h->sleepers, j, t, deadline, err, errlen);
 }
 
 /* A spin that yielded ended (switches >= 0: it read them when it began
@@ -195,10 +174,6 @@ void acc_shm_abort(acc_shm_t *s) {
 
 long acc_shm_waits_slept_at_once(const acc_shm_t *s) {
   return s ? s->waits_slept_at_once : 0;
-}
-
-long acc_shm_pieces_reduced(const acc_shm_t *s) {
-  return s ? s->pieces_reduced : 0;
 }
 
 int acc_shm_lost_member(const acc_shm_t *s) {

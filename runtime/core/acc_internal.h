@@ -275,7 +275,6 @@ const char *acc__host_path(const acc_t *acc);
 /* Shared-memory waits that slept without spinning (acc_shm.h); 0 without
  * shared memory. */
 long acc__shm_waits_slept_at_once(const acc_t *acc);
-long acc__shm_pieces_reduced(const acc_t *acc);
 
 /* Host collectives of the synchronous Gloo mesh that busy-polled / slept
  * so far (0 and 0 without a Gloo group). */

@@ -21,11 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "acc_half.h"
 #include "acc_internal.h"
@@ -163,8 +159,8 @@ static int matrix(int rank, int world, int nodes) {
   acc_t *acc = acc_new(NULL);
   ASSERT_NOT_NULL(acc);
   const char *want = !nbf_param_NBFORK_SHM_COLLECTIVES() ? "gloo"
-                     : nodes > 1                         ? "shared memory + gloo between nodes"
-                                                         : "shared memory";
+                     : nodes > 1 ? "shared memory + gloo between nodes"
+                                 : "shared memory";
   ASSERT_EQ_STR(acc__host_path(acc), want);
   for (int d = 0; d < 6; d++)
     for (size_t ci = 0; ci < sizeof MATRIX_COUNTS / sizeof *MATRIX_COUNTS; ci++) {
@@ -523,63 +519,6 @@ static int shm_spin_rank(int rank, int world, void *arg) {
 NBF_TEST(shm_spin_backs_off_when_switched_out) {
   rt_spawn_opts_t o = {.world = 2, .deadline_s = 100};
   ASSERT_EQ(rt_spawn(&o, shm_spin_rank, NULL, NULL), 0);
-}
-
-/* A claimed all-reduce (acc_shm.h ACC_SHM_CLAIM_MAX) does not wait for
- * a member that is switched out: rank 1 calls first and is stopped
- * (SIGSTOP) while it waits; rank 0 then calls, reduces every piece
- * itself and returns while rank 1 is still stopped (the reduce-scatter +
- * all-gather would wait for rank 1's block until it runs again: a
- * watchdog continues rank 1 after 10 s, so that version fails instead of
- * hanging). Both results are checked after rank 1 continues. */
-enum { CLAIM_N = 64 * 1024 + 3 }; /* f32: above ACC_SHM_NAIVE_MAX, one slot */
-static int claim_rank(int rank, int world, void *arg) {
-  volatile pid_t *pids = arg; /* shared by the ranks (mapped before the fork) */
-  pids[rank] = getpid();
-  acc_t *acc = acc_new(NULL);
-  ASSERT_NOT_NULL(acc);
-  ASSERT_EQ_STR(acc__host_path(acc), "shared memory");
-  float *buf = malloc(CLAIM_N * sizeof(float));
-  for (size_t i = 0; i < CLAIM_N; i++)
-    buf[i] = (float)value(rank, i);
-  if (rank == 0) {
-    usleep(300 * 1000); /* rank 1 has posted its data and sleeps */
-    ASSERT_EQ(kill(pids[1], SIGSTOP), 0);
-    pid_t watchdog = fork();
-    if (watchdog == 0) {
-      sleep(10);
-      kill(pids[1], SIGCONT);
-      _exit(0);
-    }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    ASSERT_OK(acc, acc_all_reduce(acc, buf, CLAIM_N, ACC_F32, ACC_SUM));
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    kill(pids[1], SIGCONT);
-    kill(watchdog, SIGKILL);
-    waitpid(watchdog, NULL, 0);
-    printf("rank 0: the all-reduce took %.3f s with rank 1 stopped, %ld pieces reduced here\n", s,
-           acc__shm_pieces_reduced(acc));
-    ASSERT_TRUE(s < 5.0);
-    ASSERT_EQ(acc__shm_pieces_reduced(acc), (long)((CLAIM_N * sizeof(float) + 16383) / 16384));
-  } else {
-    ASSERT_OK(acc, acc_all_reduce(acc, buf, CLAIM_N, ACC_F32, ACC_SUM));
-    ASSERT_EQ(acc__shm_pieces_reduced(acc), 0);
-  }
-  for (size_t i = 0; i < CLAIM_N; i++)
-    ASSERT_EQ((long long)buf[i], (long long)reference(ACC_F32, ACC_SUM, world, i));
-  free(buf);
-  acc_destroy(&acc);
-  return 0;
-}
-
-NBF_TEST(shm_claimed_all_reduce_does_not_wait_for_a_stopped_member) {
-  pid_t *pids = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_TRUE(pids != MAP_FAILED);
-  rt_spawn_opts_t o = {.world = 2, .deadline_s = 60};
-  ASSERT_EQ(rt_spawn(&o, claim_rank, pids, NULL), 0);
-  munmap(pids, 4096);
 }
 
 NBF_TEST_P(gloo_poll) {
