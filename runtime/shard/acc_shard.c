@@ -151,7 +151,8 @@ static acc_result_t layout(acc_shard_t *sh) {
    * device MLP stages through its unit buffer (unit_buffers) */
   if (sh->buf_n && !sh->lean && !(sh->buf = acc__shard_alloc(sh, sh->buf_n)))
     return ACC_ERR_NO_MEMORY; /* set by acc__shard_alloc */
-  if (sh->stage < 3) /* a lean device MLP's stage 2: the owned gradients apart */
+  /* a lean device MLP's stage 2: the owned gradients apart (G) */
+  if (sh->stage < 3)
     return sh->lean && !(sh->G = acc__shard_alloc(sh, sh->S)) ? ACC_ERR_NO_MEMORY : ACC_OK;
   /* offloaded (a device model's sh->hostP): the parameter shards in host memory */
   sh->P = sh->hostP ? calloc(sh->S, sizeof(float)) : acc__shard_alloc(sh, sh->S);
@@ -274,6 +275,19 @@ static const char *offload_words(const acc_shard_t *sh) {
                      "on the CPU)";
 }
 
+/* How a device model runs, in words ("" on the host). */
+static const char *device_words(const acc_shard_t *sh) {
+  if (!sh->dev)
+    return "";
+  if (sh->lean && sh->stage == 3)
+    return "; on the device (NCCL), each layer gathered before its use";
+  if (sh->lean)
+    return "; on the device (NCCL), each layer's gradient reduce-scattered from one unit buffer "
+           "into the owned shard";
+  return sh->stage == 3 ? "; on the device (NCCL), every unit gathered before the forward"
+                        : "; on the device (NCCL)";
+}
+
 static void describe(acc_shard_t *sh) {
   static const char *const names[] = {"NO_SHARD", "stage 1", "SHARD_GRAD_OP", "FULL_SHARD"};
   size_t own = 0;
@@ -288,14 +302,7 @@ static void describe(acc_shard_t *sh) {
            "prefetch: %s; offload: %s%s",
            sh->stage, names[sh->stage], sh->world, sh->world == 1 ? "" : "s", hybrid, sh->nunits,
            sh->nunits == 1 ? "" : "s", own, sh->model->num_params, sh->pf ? "next unit" : "off",
-           offload_words(sh),
-           !sh->dev         ? ""
-           : sh->lean && sh->stage == 3
-               ? "; on the device (NCCL), each layer gathered before its use"
-           : sh->lean ? "; on the device (NCCL), each layer's gradient reduce-scattered from one "
-                        "unit buffer into the owned shard"
-           : sh->stage == 3 ? "; on the device (NCCL), every unit gathered before the forward"
-                            : "; on the device (NCCL)");
+           offload_words(sh), device_words(sh));
 }
 
 /* The shard group: the world, or with HYBRID_SHARD this rank's node. */

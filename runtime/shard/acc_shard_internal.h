@@ -33,7 +33,7 @@ struct acc_shard {
   acc__shard_prefetch_t *pf; /* stage 3 prefetch (acc_shard_prefetch.c) or NULL */
   int nunits;
   acc__shard_unit_t *units;
-  float *P, *G; /* stage 3: the owned parameters and gradients, S each */
+  float *P, *G; /* stage 3: the owned parameters and gradients, S each (G: a lean stage 2's too) */
   size_t S;
   float *buf; /* communication staging: N · max s_u */
   size_t buf_n;
@@ -51,10 +51,12 @@ struct acc_shard {
    * only, kept from step to step */
   int ugrad;
   int dev; /* the model's buffers are device memory (acc_shard_dev.c) */
-  /* stage 3 of a device MLP: the model's full device buffers are freed
-   * while sharded (the layers read the unit buffer), allocated again only
-   * to gather the whole model (acc_shard_gather_params, checkpoints) or to
-   * accumulate gradients over micro-steps; sh->buf is then ubuf[0] */
+  /* a device MLP at stage 3, or at stage 2 on more than one rank: the
+   * model's full device buffers (stage 2: the gradients' only; its owned
+   * gradients are in G) are freed while sharded (the layers read and
+   * write the unit buffer), allocated again only to gather the whole
+   * model (acc_shard_gather_params, checkpoints) or to accumulate
+   * gradients over micro-steps; sh->buf is then ubuf[0] */
   int lean;
   /* offload of a device model (cfg.offload; acc_shard_offload.c): the
    * optimizers step on the host over hP (the f32 master of the owned

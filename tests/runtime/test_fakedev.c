@@ -1107,6 +1107,9 @@ static int shard_memory_rank(int rank, int world, void *arg) {
   acc_shard_t *sh = acc_shard_new(acc, &model, &cfg);
   if (!sh)
     NBF_TEST_FAIL("acc_shard_new: %s", acc_last_error(acc));
+  /* acc_shard_describe says how the layers run */
+  ASSERT_TRUE(strstr(acc_shard_describe(sh), stage == 3 ? "each layer gathered before its use"
+                                                        : "reduce-scattered from one unit buffer"));
   g_live_peak = g_live; /* training from here */
   static float x[SH_BATCH * 256];
   int64_t y[SH_BATCH] = {0, 1, 2, 3};
@@ -1128,7 +1131,7 @@ static int shard_memory_rank(int rank, int world, void *arg) {
            stage, np, g_live_peak, 100.0 * ((double)g_live_peak / est - 1.0), est,
            acc_shard_state_bytes(sh, 1), whole, 100.0 * whole / est);
   ASSERT_TRUE((double)g_live_peak <= 1.10 * est && (double)g_live_peak >= 0.90 * est);
-  ASSERT_TRUE(whole > 0.10 * est); /* the buffers kept could not pass */
+  ASSERT_TRUE(whole > 0.10 * est);  /* the buffers kept could not pass */
   ASSERT_TRUE(model.grads == NULL); /* freed while sharded; stage 2 keeps the parameters */
   ASSERT_TRUE(stage == 3 ? model.params == NULL : in_na(model.params));
   /* the runtime's own accounting of the model state agrees */
