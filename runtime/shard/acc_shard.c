@@ -232,8 +232,8 @@ static void huge_pages(float *p, size_t n) {
 /* Stage 3 keeps the owned elements only: copy them out of the model's
  * (equal on every rank) buffer, then release it. Stage 2 releases the
  * gradient pages it does not own. (A device model: the same copies on
- * the device; released = zeroed, acc_shard_dev.c; a device MLP's full
- * buffers freed.) */
+ * the device; released = zeroed, acc_shard_dev.c; a lean device MLP's
+ * full buffers freed, at stage 2 its gradients' only.) */
 static acc_result_t take_shards(acc_shard_t *sh) {
   acc_model_t *m = sh->model;
   if (sh->stage == 3 && !sh->dev)
