@@ -136,15 +136,24 @@
  * again to gather the whole model (acc_shard_gather_params, a FULL save,
  * acc_shard_destroy: the pointers may change, the acc_model_t follows),
  * for a checkpoint's gradients, or to accumulate over micro-steps. At
- * stage 2 a device MLP's gradients stay in the model's device buffer,
- * reduced from there in the layer hooks (no unit buffer: no pages to give
- * back on a device). No prefetch on a device. A custom device model has no
- * layer hooks: stage 3 gathers every unit before the forward, its buffers
- * stay allocated and "released" is zeroed. On a device the unscale runs
- * over the whole gradient buffer below stage 3 (the elements a rank does
- * not own are zeros or every rank's same values) and the norm is summed by
- * the device's kernel (another order than the host's: a tolerance, not
- * bits).
+ * stage 2 on more than one rank a device MLP computes each layer's
+ * gradient into one device unit buffer, kept from step to step, and
+ * reduce-scatters it from there into a device buffer of the owned
+ * gradients; the model's full device gradient buffer is freed while
+ * sharded (acc_mlp_grads and the acc_model_t's grads read NULL; the
+ * parameters stay whole): 4Ψ + 12Ψ/N + 4L per rank with AdamW, f32, the
+ * host's estimate. It is allocated again (zeroed) to accumulate over
+ * micro-steps (the window adds into it, reduced at the sync micro-step;
+ * kept while accum_steps > 1), for a checkpoint (the owned gradients
+ * copied to their places in it: the files are those of stage 2 without
+ * it) and by acc_shard_destroy. No prefetch on a device. A custom device
+ * model has no layer hooks: stage 3 gathers every unit before the
+ * forward, its buffers stay allocated and "released" is zeroed. On a
+ * device the unscale runs over the whole gradient buffer (or the owned
+ * gradients' buffer: stage 3, a device MLP's stage 2; the elements a rank
+ * does not own are zeros or every rank's same values, the padding zeros)
+ * and the norm is summed by the device's kernel (another order than the
+ * host's: a tolerance, not bits).
  * Checkpoints of a device model (MLP or custom): the same files through
  * host copies (the owned slices and gradients copied synchronously, a
  * custom model's full parameters through a host copy, the optimizer's

@@ -151,8 +151,9 @@ static acc_result_t layout(acc_shard_t *sh) {
    * device MLP stages through its unit buffer (unit_buffers) */
   if (sh->buf_n && !sh->lean && !(sh->buf = acc__shard_alloc(sh, sh->buf_n)))
     return ACC_ERR_NO_MEMORY; /* set by acc__shard_alloc */
+  /* a lean device MLP's stage 2: the owned gradients apart (G) */
   if (sh->stage < 3)
-    return ACC_OK;
+    return sh->lean && !(sh->G = acc__shard_alloc(sh, sh->S)) ? ACC_ERR_NO_MEMORY : ACC_OK;
   /* offloaded (a device model's sh->hostP): the parameter shards in host memory */
   sh->P = sh->hostP ? calloc(sh->S, sizeof(float)) : acc__shard_alloc(sh, sh->S);
   if (!sh->P && sh->hostP)
@@ -165,16 +166,14 @@ static acc_result_t layout(acc_shard_t *sh) {
 
 /* Stages 2 and 3 with layer hooks: one unit buffer, two with stage 3's
  * prefetch (host: page aligned, so that releasing one gives all of its
- * pages back; untouched until the first use). Stage 3 of a device MLP:
- * device memory, and its staging buffer too (sh->buf: used only outside
- * a layer's use, to gather the whole model or reduce an accumulated
- * gradient). Stage 2 of a device MLP has none: its gradients stay in the
- * model's device buffer (no pages to give back), reduced from there. */
+ * pages back; untouched until the first use). A lean device MLP's
+ * (stages 2 and 3): device memory, and its staging buffer too (sh->buf:
+ * used only outside a layer's use, to gather the whole model, all-gather
+ * stage 2's updated parameters or reduce an accumulated gradient). */
 static acc_result_t unit_buffers(acc_shard_t *sh) {
   if (sh->stage < 2 || !sh->model->mlp)
     return ACC_OK;
-  /* stage 2: on a device, or every gradient element owned: no churn */
-  if (sh->stage == 2 && (sh->dev || sh->sworld == 1))
+  if (sh->stage == 2 && sh->sworld == 1) /* every gradient element is owned: no churn */
     return ACC_OK;
   if (sh->dev) {
     if (!(sh->ubuf[0] = acc__shard_alloc(sh, sh->buf_n)))
@@ -233,8 +232,8 @@ static void huge_pages(float *p, size_t n) {
 /* Stage 3 keeps the owned elements only: copy them out of the model's
  * (equal on every rank) buffer, then release it. Stage 2 releases the
  * gradient pages it does not own. (A device model: the same copies on
- * the device; released = zeroed, acc_shard_dev.c; a device MLP's full
- * buffers freed.) */
+ * the device; released = zeroed, acc_shard_dev.c; a lean device MLP's
+ * full buffers freed, at stage 2 its gradients' only.) */
 static acc_result_t take_shards(acc_shard_t *sh) {
   acc_model_t *m = sh->model;
   if (sh->stage == 3 && !sh->dev)
@@ -246,7 +245,7 @@ static acc_result_t take_shards(acc_shard_t *sh) {
     ACC_CHECK(acc__shard_copy(sh, sh->P + u->soff, m->params + u->off + (size_t)sh->srank * u->s,
                               u->own));
   }
-  if (sh->lean) {
+  if (sh->lean) { /* stage 2 keeps its parameters whole (acc__shard_whole) */
     ACC_CHECK(acc__shard_whole(sh, 0, 0));
     return acc__shard_whole(sh, 1, 0);
   }
@@ -276,6 +275,19 @@ static const char *offload_words(const acc_shard_t *sh) {
                      "on the CPU)";
 }
 
+/* How a device model runs, in words ("" on the host). */
+static const char *device_words(const acc_shard_t *sh) {
+  if (!sh->dev)
+    return "";
+  if (sh->lean && sh->stage == 3)
+    return "; on the device (NCCL), each layer gathered before its use";
+  if (sh->lean)
+    return "; on the device (NCCL), each layer's gradient reduce-scattered from one unit buffer "
+           "into the owned shard";
+  return sh->stage == 3 ? "; on the device (NCCL), every unit gathered before the forward"
+                        : "; on the device (NCCL)";
+}
+
 static void describe(acc_shard_t *sh) {
   static const char *const names[] = {"NO_SHARD", "stage 1", "SHARD_GRAD_OP", "FULL_SHARD"};
   size_t own = 0;
@@ -290,11 +302,7 @@ static void describe(acc_shard_t *sh) {
            "prefetch: %s; offload: %s%s",
            sh->stage, names[sh->stage], sh->world, sh->world == 1 ? "" : "s", hybrid, sh->nunits,
            sh->nunits == 1 ? "" : "s", own, sh->model->num_params, sh->pf ? "next unit" : "off",
-           offload_words(sh),
-           !sh->dev         ? ""
-           : sh->lean       ? "; on the device (NCCL), each layer gathered before its use"
-           : sh->stage == 3 ? "; on the device (NCCL), every unit gathered before the forward"
-                            : "; on the device (NCCL)");
+           offload_words(sh), device_words(sh));
 }
 
 /* The shard group: the world, or with HYBRID_SHARD this rank's node. */
@@ -372,12 +380,15 @@ acc_shard_t *acc_shard_new(acc_t *acc, acc_model_t *model, const acc_shard_confi
                       .dev = on_device(acc, model->params)};
   /* the toolkit MLP, on the host or a device, runs its layers under the
    * unit hooks; a device one without prefetch (its gathers are NCCL's on
-   * the accelerator's stream, not a helper thread's) */
+   * the accelerator's stream, not a helper thread's) and lean: its full
+   * device gradient buffer (stage 3: and parameter buffer) freed while
+   * sharded (stage 2 on one rank owns every element: nothing to free) */
   const int hooks = model->mlp != NULL;
-  sh->lean = sh->dev && hooks && sh->stage == 3;
   sh->offload = sh->dev && c.offload;
   sh->hostP = sh->offload && sh->stage == 3;
-  if (shard_group(sh) != ACC_OK || layout(sh) != ACC_OK || acc__shard_offload_new(sh) != ACC_OK ||
+  acc_result_t r = shard_group(sh);
+  sh->lean = sh->dev && hooks && (sh->stage == 3 || (sh->stage == 2 && sh->sworld > 1));
+  if (r != ACC_OK || layout(sh) != ACC_OK || acc__shard_offload_new(sh) != ACC_OK ||
       make_optimizers(sh) != ACC_OK ||
       (sh->stage == 3 && hooks && !sh->dev && c.prefetch && sh->sworld > 1 &&
        !(sh->pf = acc__shard_pf_new(sh))) ||
@@ -403,10 +414,9 @@ void acc_shard_destroy(acc_shard_t **sh_p) {
   *sh_p = NULL;
   if (sh->hooked)
     acc__mlp_set_unit_hook(sh->model->mlp, NULL, NULL);
-  if (sh->stage == 3 && sh->P) { /* leave the model whole */
+  if (sh->stage == 3 && sh->P) /* leave the model whole */
     (void)acc_shard_gather_params(sh);
-    (void)acc__shard_whole(sh, 1, 1); /* zero gradients */
-  }
+  (void)acc__shard_whole(sh, 1, 1); /* a lean one's gradients back, zeros */
   acc__shard_pf_destroy(&sh->pf);
   for (int i = 0; sh->units && i < sh->nunits; i++)
     acc_optim_destroy(&sh->units[i].opt);

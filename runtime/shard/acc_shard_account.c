@@ -46,7 +46,7 @@ static size_t current_bytes(const acc_shard_t *sh) {
   /* P and G; a device model's offloaded P is host memory (not counted:
    * a device model's count is its device bytes), as the offloaded
    * optimizer state is */
-  b += (2 - sh->hostP) * sh->S * sizeof(float) * (sh->P != NULL);
+  b += (size_t)((sh->P && !sh->hostP) + (sh->G != NULL)) * sh->S * sizeof(float);
   /* the unit buffers: a unit's gathered parameters (stage 3) or its full
    * gradient (temporaries of the step, counted: FSDP's peak holds them
    * too); the one a prefetch is filling counts whole */

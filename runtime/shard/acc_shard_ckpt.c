@@ -43,10 +43,26 @@ static acc_result_t type_from_env(acc_t *acc, int *type) {
   return ACC_OK;
 }
 
-/* A lean device MLP (stage 3; its full device buffers freed while
- * sharded) after a checkpoint: the parameters' buffer freed again unless
- * gathered, the gradients' unless it held an accumulation window before
- * (had_grads) or accumulates; r passed through. */
+/* A lean device MLP's stage 2 keeps its owned gradients in G while its
+ * full gradient buffer is freed; a checkpoint's file holds them at their
+ * places in the full buffer, as stage 2 without it did: copied there
+ * (to_full) into the buffer allocated zeroed for the save, or from there
+ * after a load when the buffer is freed again (kept, while accumulating,
+ * it holds an accumulation window, which the next reduction takes). */
+static acc_result_t lean2_grads(acc_shard_t *sh, int to_full) {
+  for (int i = 0; sh->lean && sh->stage == 2 && i < sh->nunits; i++) {
+    const acc__shard_unit_t *u = &sh->units[i];
+    float *full = sh->model->grads + u->off + (size_t)sh->srank * u->s, *own = sh->G + u->soff;
+    ACC_CHECK(acc__shard_copy(sh, to_full ? full : own, to_full ? own : full, u->own));
+  }
+  return ACC_OK;
+}
+
+/* A lean device MLP (its full device buffers freed while sharded: stage
+ * 3's, stage 2's gradients) after a checkpoint: the parameters' buffer
+ * freed again unless gathered, the gradients' unless it held an
+ * accumulation window before (had_grads) or accumulates; r passed
+ * through. */
 static acc_result_t lean_after(acc_shard_t *sh, int had_grads, acc_result_t r) {
   acc_result_t rr = sh->gathered ? ACC_OK : acc__shard_whole(sh, 0, 0);
   if (rr == ACC_OK && !had_grads && sh->acc->accum_steps == 1)
@@ -66,8 +82,10 @@ acc_result_t acc_shard_save_state(acc_shard_t *sh, const char *dir, int type) {
                           type);
   const int had = sh->model->grads != NULL; /* the file holds the gradients */
   ACC_CHECK(acc__shard_whole(sh, 1, 1));
-  acc_result_t r = type == ACC_SHARDED_STATE_DICT ? acc__shard_save_sharded(sh, dir)
-                                                  : acc__shard_save_full(sh, dir);
+  acc_result_t r = had ? ACC_OK : lean2_grads(sh, 1); /* the file holds them */
+  if (r == ACC_OK)
+    r = type == ACC_SHARDED_STATE_DICT ? acc__shard_save_sharded(sh, dir)
+                                       : acc__shard_save_full(sh, dir);
   return lean_after(sh, had, r);
 }
 
@@ -117,5 +135,7 @@ acc_result_t acc_shard_load_state(acc_shard_t *sh, const char *dir) {
                                                    : acc__shard_load_full(sh, dir, &mk, found);
   if (r == ACC_OK) /* offloaded: the host master from the loaded parameters */
     r = acc__shard_offload_pull(sh);
+  if (r == ACC_OK && !had && sh->acc->accum_steps == 1) /* the buffer goes: G holds them */
+    r = lean2_grads(sh, 0);
   return lean_after(sh, had, r);
 }

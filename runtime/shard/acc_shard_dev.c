@@ -97,9 +97,11 @@ void acc__shard_free(acc_shard_t *sh, float **p) {
 }
 
 acc_result_t acc__shard_whole(acc_shard_t *sh, int what, int keep) {
-  if (!sh->lean)
+  if (!sh->lean || (what == 0 && sh->stage < 3)) /* stage 2's parameters stay whole */
     return ACC_OK;
   acc_model_t *m = sh->model;
+  if (!keep && !(what ? m->grads : m->params))
+    return ACC_OK; /* freed already: no synchronization (stage 2 asks every step) */
   ACC_CHECK(acc__mlp_dev_buffer(m->mlp, what, keep)); /* its error is set */
   if (what)
     m->grads = acc_mlp_grads(m->mlp);
@@ -128,12 +130,13 @@ acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size
 }
 
 /* A device model's owned gradients as ranges for one kernel: each
- * unit's owned block, at stage 3 the one buffer G (its padding is zeros:
+ * unit's owned block, or the one buffer G (stage 3's, a lean stage 2's:
+ * its padding is zeros:
  * one range instead of one per unit). *k ranges into g, n (room for
  * nunits). */
 static void owned_ranges(acc_shard_t *sh, float **g, size_t *n, int *k) {
   *k = 0;
-  if (sh->stage == 3) {
+  if (sh->G) {
     g[0] = sh->G, n[0] = sh->S, *k = 1;
     return;
   }
@@ -142,7 +145,7 @@ static void owned_ranges(acc_shard_t *sh, float **g, size_t *n, int *k) {
       g[*k] = acc__shard_own_grads(sh, &sh->units[i]), n[(*k)++] = sh->units[i].own;
 }
 
-/* Device: one unscale over the whole gradient buffer (stage 3: over G):
+/* Device: one unscale over the whole gradient buffer (or over G):
  * below stage 3 the elements a rank does not own are zeros (stage 2) or
  * every rank's same values (stages 0, 1), so the inf/NaN decision and
  * the owned values are those of the owned elements', with one
@@ -159,8 +162,8 @@ int acc__shard_unscale(acc_shard_t *sh, float inv) {
   float *scratch = acc__device_scratch(sh->acc);
   if (!scratch)
     return -1;
-  float *g = sh->stage == 3 ? sh->G : sh->model->grads;
-  size_t n = sh->stage == 3 ? sh->S : sh->model->num_params;
+  float *g = sh->G ? sh->G : sh->model->grads;
+  size_t n = sh->G ? sh->S : sh->model->num_params;
   char err[512];
   int found = 0;
   acc_result_t r = acc_cuda_unscale(g, n, inv, &found, (int *)(void *)(scratch + 4),

@@ -33,7 +33,7 @@ struct acc_shard {
   acc__shard_prefetch_t *pf; /* stage 3 prefetch (acc_shard_prefetch.c) or NULL */
   int nunits;
   acc__shard_unit_t *units;
-  float *P, *G; /* stage 3: the owned parameters and gradients, S each */
+  float *P, *G; /* stage 3: the owned parameters and gradients, S each (G: a lean stage 2's too) */
   size_t S;
   float *buf; /* communication staging: N · max s_u */
   size_t buf_n;
@@ -41,8 +41,8 @@ struct acc_shard {
    * second only with stage 3's prefetch) a layer is gathered into and its gradient
    * computed in, reused layer after layer (FSDP's all-gather output
    * buffer) and given back to the OS after each backward (host stage
-   * 3's; a device's is one, device memory, kept; stage 2's is kept: host
-   * only); ubuf[ucur] is the one in use, holding the parameters of unit
+   * 3's; a device's is one, device memory, kept; stage 2's is kept);
+   * ubuf[ucur] is the one in use, holding the parameters of unit
    * uheld (-1: none) */
   float *ubuf[2];
   int ucur, uheld;
@@ -51,10 +51,12 @@ struct acc_shard {
    * only, kept from step to step */
   int ugrad;
   int dev; /* the model's buffers are device memory (acc_shard_dev.c) */
-  /* stage 3 of a device MLP: the model's full device buffers are freed
-   * while sharded (the layers read the unit buffer), allocated again only
-   * to gather the whole model (acc_shard_gather_params, checkpoints) or to
-   * accumulate gradients over micro-steps; sh->buf is then ubuf[0] */
+  /* a device MLP at stage 3, or at stage 2 on more than one rank: the
+   * model's full device buffers (stage 2: the gradients' only; its owned
+   * gradients are in G) are freed while sharded (the layers read and
+   * write the unit buffer), allocated again only to gather the whole
+   * model (acc_shard_gather_params, checkpoints) or to accumulate
+   * gradients over micro-steps; sh->buf is then ubuf[0] */
   int lean;
   /* offload of a device model (cfg.offload; acc_shard_offload.c): the
    * optimizers step on the host over hP (the f32 master of the owned
@@ -120,7 +122,8 @@ void acc__shard_free(acc_shard_t *sh, float **p);
 /* A lean device MLP's full parameter (what 0) or gradient (1) device
  * buffer allocated zeroed (keep 1; nothing when it exists) or freed
  * (keep 0), the model's pointer (sh->model->params / grads) following;
- * ACC_OK and nothing to do unless sh->lean. */
+ * ACC_OK and nothing to do unless sh->lean, for stage 2's parameters
+ * (never freed) or to free a buffer already freed. */
 acc_result_t acc__shard_whole(acc_shard_t *sh, int what, int keep);
 /* Offload (acc_shard_offload.c; nothing unless sh->offload). new: the
  * host buffers, hP filled from the device (after layout, before the
@@ -185,7 +188,8 @@ acc_result_t acc__shard_pf_wait(acc__shard_prefetch_t *pf, int *unit_out, int ta
 int acc__shard_pf_job(acc__shard_prefetch_t *pf);
 /* Stage 3: drop a prefetched unit, give the unit buffers' pages back,
  * and release every unit's parameter pages when all were gathered (a
- * device model's zeroed; the error of a device call). */
+ * device model's zeroed; the error of a device call). Stage 2 of a lean
+ * device MLP: its full gradient buffer freed unless it accumulates. */
 acc_result_t acc__shard_release_all(acc_shard_t *sh);
 /* The layer hook of a toolkit MLP (acc__mlp_unit_hook_fn). */
 int acc__shard_mlp_hook(void *user, int phase, int layer, size_t offset, size_t n);

@@ -25,7 +25,7 @@ float *acc__shard_own_params(acc_shard_t *sh, const acc__shard_unit_t *u) {
 }
 
 float *acc__shard_own_grads(acc_shard_t *sh, const acc__shard_unit_t *u) {
-  if (sh->stage == 3)
+  if (sh->G) /* stage 3's, a lean device MLP's stage 2 */
     return sh->G + u->soff;
   return sh->model->grads + u->off + (sh->stage ? (size_t)sh->srank * u->s : 0);
 }

@@ -17,15 +17,16 @@
 /* Reduce-scatter (AVG) unit u's gradient at g (the model's buffer, or
  * a unit buffer with room for the padding, `ub`: stage 3's, or stage 2's
  * when its hooks reduce) into the owned elements, then release the rest
- * of the model's buffer (all of it at stage 3, where the owned elements
- * live in G); a unit buffer is kept for the next unit. */
+ * of the model's buffer (all of it where the owned elements live in G:
+ * stage 3, a lean device MLP's stage 2); a unit buffer is kept for the
+ * next unit. */
 static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u, float *g, int ub) {
   const size_t N = (size_t)sh->sworld, start = (size_t)sh->srank * u->s;
   if (acc__shard_unpadded(sh, u)) {
-    /* stage 3's owned gradients, and stage 2's when g is a unit buffer,
-     * lie apart from g; else inside it, where the result may not land
-     * (it overlaps the input) */
-    float *own = acc__shard_own_grads(sh, u), *out = sh->stage == 3 || ub ? own : sh->buf;
+    /* owned gradients in G, and stage 2's when g is a unit buffer, lie
+     * apart from g; else inside it, where the result may not land (it
+     * overlaps the input) */
+    float *own = acc__shard_own_grads(sh, u), *out = sh->G || ub ? own : sh->buf;
     ACC_CHECK(acc__shard_reduce_scatter(sh, g, out, u->s));
     if (out != own)
       ACC_CHECK(acc__shard_copy(sh, own, out, u->own));
@@ -40,7 +41,7 @@ static acc_result_t reduce_unit(acc_shard_t *sh, const acc__shard_unit_t *u, flo
   }
   if (ub)
     return ACC_OK;
-  if (sh->stage == 3)
+  if (sh->G)
     return acc__shard_drop(sh, g, u->n);
   size_t s0 = start < u->n ? start : u->n;
   ACC_CHECK(acc__shard_drop(sh, g, s0));
@@ -177,8 +178,10 @@ static void release_unit_buffers(acc_shard_t *sh) {
  * parameter pages when all were gathered. */
 acc_result_t acc__shard_release_all(acc_shard_t *sh) {
   (void)acc__shard_pf_wait(sh->pf, NULL, 1);
-  if (sh->stage < 3) /* stage 2's unit buffer stays: the next backward uses it */
-    return ACC_OK;
+  /* stage 2's unit buffer stays: the next backward uses it; a lean
+   * device MLP's full gradient buffer goes unless it accumulates */
+  if (sh->stage < 3)
+    return sh->acc->accum_steps == 1 ? acc__shard_whole(sh, 1, 0) : ACC_OK;
   release_unit_buffers(sh);
   if (!sh->gathered)
     return ACC_OK;
@@ -285,7 +288,7 @@ static acc_result_t clip(acc_shard_t *sh) {
 static acc_result_t zero_grads(acc_shard_t *sh) {
   if (sh->stage < 2)
     return acc__shard_zero(sh, sh->model->grads, sh->model->num_params);
-  if (sh->stage == 3 && sh->dev) /* one memset: the padding is zeros too */
+  if (sh->G && sh->dev) /* one memset: the padding is zeros too */
     return acc__shard_zero(sh, sh->G, sh->S);
   for (int i = 0; i < sh->nunits; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
