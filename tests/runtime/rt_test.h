@@ -123,4 +123,16 @@ static inline void rt_make_data(float *x, int64_t *y, int n, int nin, int ncls) 
   }
 }
 
+/* RT_TEST_ASAN: built with AddressSanitizer (gcc's -fsanitize=address or
+ * clang's), for the few checks its allocator or address space changes:
+ * it reserves terabytes of address space, and freed blocks wait in a
+ * quarantine while fresh pages are faulted in. */
+#if defined(__SANITIZE_ADDRESS__) /* gcc */
+#define RT_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) /* clang */
+#define RT_TEST_ASAN 1
+#endif
+#endif
+
 #endif /* RT_TEST_H */

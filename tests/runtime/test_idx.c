@@ -195,14 +195,6 @@ NBF_TEST(trailing) {
   unlink(p);
 }
 
-#if defined(__SANITIZE_ADDRESS__) /* gcc */
-#define IDX_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) /* clang */
-#define IDX_TEST_ASAN 1
-#endif
-#endif
-
 /* A header announcing 16 GiB in a 20-byte file (tests/fuzz/fuzz_idx found
  * the reader allocating the announced size first: corpus/idx/
  * oom-16gib-header): refused as truncated. In a child whose address space
@@ -215,7 +207,7 @@ NBF_TEST(huge_header_small_file) {
   const char *p = tmp_path("huge.idx");
   const char *msg = refused(p, h, sizeof h);
   ASSERT_CONTAINS(msg, "file ends after 4 of 17179869184 bytes");
-#ifndef IDX_TEST_ASAN
+#ifndef RT_TEST_ASAN
   pid_t pid = fork();
   ASSERT_TRUE(pid >= 0);
   if (pid == 0) {

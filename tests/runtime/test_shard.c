@@ -403,8 +403,10 @@ static int memory_body(int rank, int world, void *arg) {
     printf("stage %d np %d: %ld minor page faults in the last step (the gradient pages outside "
            "the owned slices: %ld)\n",
            c->stage, world, faults, churn);
+#ifndef RT_TEST_ASAN /* its quarantine faults in fresh pages every step (185 of them here) */
   if (c->stage == 2 && world > 1)
     ASSERT_TRUE(faults < churn / 4);
+#endif
   size_t largest = 512 * 784 + 512;
   double est = acc_shard_estimate_bytes(model.num_params, largest, world, c->stage, 1, 0);
   double got = (double)acc_shard_state_bytes(sh, 1);
