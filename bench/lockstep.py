@@ -38,27 +38,10 @@ import subprocess
 import sys
 import time
 
+import nbf_cbench
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
-
-
-def build_c(build):
-    lib = os.path.join(build, "lib")
-    if not os.path.exists(os.path.join(lib, "libnbfork.so")):
-        sys.exit("no %s/libnbfork.so: build first (scripts/build.sh)" % lib)
-    exe = os.path.join(build, "bench_lockstep")
-    subprocess.run(["cc", "-O2", "-Wall", "-Wextra", os.path.join(HERE, "lockstep.c"),
-                    "-I", os.path.join(ROOT, "include"), "-L", lib, "-lnbfork",
-                    "-Wl,-rpath," + os.path.abspath(lib), "-o", exe], check=True)
-    return exe
-
-
-def blas_of(lib):
-    """The BLAS libnbfork.so really resolves (ldd, through Debian's
-    alternatives to the file itself)."""
-    out = subprocess.run(["ldd", lib], stdout=subprocess.PIPE, text=True).stdout
-    libs = {os.path.realpath(m.group(1)) for m in re.finditer(r"=> (\S*blas\S*)", out)}
-    return ", ".join(sorted(libs)) or "(none)"
 
 
 SIDES = [  # name, ranks, command prefix, extra args, environment
@@ -92,7 +75,7 @@ def main():
     ap.add_argument("--quiet", action="store_true", help="no spinning process")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     args = ap.parse_args()
-    exe = build_c(args.build)
+    exe = nbf_cbench.build(args.build, "lockstep")
     nbfork = os.path.join(args.build, "bin", "nbfork")
     hog = None if args.quiet else subprocess.Popen(["sh", "-c", "while :; do :; done"])
     res = {s[0]: [] for s in SIDES}
@@ -108,7 +91,7 @@ def main():
         if hog:
             hog.kill()
             hog.wait()
-    report(res, loads, args, blas_of(os.path.join(args.build, "lib", "libnbfork.so")))
+    report(res, loads, args, nbf_cbench.blas_of_libnbfork(args.build))
 
 
 def report(res, loads, args, blas):

@@ -16,22 +16,14 @@ import json
 import os
 import statistics
 import subprocess
-import sys
+
+import nbf_cbench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def build_c(build):
-    lib = os.path.join(build, "lib")
-    if not os.path.exists(os.path.join(lib, "libnbfork.so")):
-        sys.exit("no %s/libnbfork.so: build first" % lib)
-    exe = os.path.join(build, "bench_rdzv_scaling")
-    subprocess.run(["cc", "-O2", "-Wall", "-Wextra", os.path.join(HERE, "rdzv_scaling.c"),
-                    "-I", os.path.join(ROOT, "include"), "-I", os.path.join(ROOT, "common"),
-                    "-L", lib, "-lnbfork", "-Wl,-rpath," + os.path.abspath(lib), "-o", exe],
-                   check=True)
-    return exe
+
 
 
 def run(exe, n, shm):
@@ -78,7 +70,7 @@ def main():
                     help="largest N run through Gloo's full mesh (it grows as N^2)")
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    exe = build_c(args.build)
+    exe = nbf_cbench.build(args.build, "rdzv_scaling")
     ranks = [int(x) for x in args.ranks.split(",")]
     res = {}
     load = [os.getloadavg()[0]]

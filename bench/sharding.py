@@ -57,6 +57,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import nbf_venv  # noqa: E402  (.venv's Python: PyPI's torch)
 nbf_venv.ensure()
 from nbf_harness import free_port  # noqa: E402  (the one test harness)
+import nbf_cbench  # noqa: E402  (bench/: the C side's build and BLAS)
 
 # 12 layers 2048 x 2048 and a 1000-way head: 52.4 M parameters (params());
 # 48 layers 1024 x 1024 and the head: 51.4 M parameters in units 4x smaller
@@ -68,27 +69,6 @@ def params(sizes):
 
 
 # ---------------------------------------------------------------- nbfork
-
-def build_c(build):
-    lib = os.path.join(build, "lib")
-    if not os.path.exists(os.path.join(lib, "libnbfork.so")):
-        sys.exit("no %s/libnbfork.so: build first (cmake --build %s) or pass --build" %
-                 (lib, build))
-    exe = os.path.join(build, "bench_sharding")
-    subprocess.run(["cc", "-O2", "-Wall", "-Wextra", os.path.join(HERE, "sharding.c"),
-                    "-I", os.path.join(ROOT, "include"), "-I", os.path.join(ROOT, "common"),
-                    "-L", lib, "-lnbfork", "-Wl,-rpath," + lib, "-lm", "-lpthread", "-o", exe],
-                   check=True)
-    return exe
-
-
-def blas_of_nbfork(build):
-    """The BLAS libnbfork.so is linked against (ldd)."""
-    out = subprocess.run(["ldd", os.path.join(build, "lib", "libnbfork.so")],
-                         stdout=subprocess.PIPE, text=True).stdout
-    libs = sorted(set(re.findall(r"(lib\S*blas\S*\.so\S*) => (\S+)", out)))
-    return ", ".join("%s (%s)" % (n, os.path.realpath(p)) for n, p in libs) or "(none linked)"
-
 
 def run_nbfork(exe, stage, nproc, steps, batch, sizes, prefetch=True):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
@@ -223,7 +203,7 @@ def main():
               [(k, MODELS[k]) for k in args.models.split(",")])
     nprocs = [int(n) for n in args.nprocs.split(",")]
     stages = [int(s) for s in args.stages.split(",")]
-    exe = build_c(args.build)
+    exe = nbf_cbench.build(args.build, "sharding")
     runs = {}  # (model, side, stage, nproc) -> [row per round]
     load = [os.getloadavg()[0]]
     ok = True
@@ -245,7 +225,7 @@ def main():
           (" ".join("%.1f" % x for x in load), os.cpu_count(), args.rounds))
     print("nbfork: %s, one thread per process; PyTorch: %s, torch.set_num_threads(1); "
           "Gloo (torch) and shared memory (nbfork, one node)" %
-          (blas_of_nbfork(args.build), torch_blas()))
+          (nbf_cbench.blas_of_libnbfork(args.build), torch_blas()))
     print("samples/s: median over rounds (all ranks' samples); MB = 1e6 bytes, largest rank")
     for name, sizes in models:
         report(runs, name, sizes, nprocs, stages, args)
