@@ -367,15 +367,17 @@ acc_result_t acc__node_local_done(acc_node_t *nd, acc_result_t r) {
   }
   return r;
 }
-/* A call between the leaders that handed them `bytes` of payload (counted:
- * acc__node_cross_bytes) ended with r. */
-static acc_result_t leaders_done(acc_node_t *nd, size_t bytes, acc_result_t r) {
+acc_result_t acc__node_cross_done(acc_t *acc, acc_gloo_t *g, size_t bytes, acc_result_t r) {
+  acc_node_t *nd = acc->node;
   nd->cross_bytes += bytes;
-  if (r != ACC_OK) {
-    int k = acc_gloo_lost_peer(nd->leaders);
-    nd->lost = k >= 0 && k < nd->nnodes ? nd->leader_of[k] : -1;
-    acc_shm_abort(nd->shm); /* this node's members must not wait for the result */
-  }
+  if (r == ACC_OK)
+    return r;
+  int k = acc_gloo_lost_peer(g); /* the group numbers its ranks by node */
+  nd->lost = -1;
+  for (int q = 0; k >= 0 && q < acc->world; q++)
+    if (nd->node_of[q] == k && nd->index_of[q] == nd->me)
+      nd->lost = q;
+  acc_shm_abort(nd->shm); /* this node's members must not wait for the result */
   return r;
 }
 
@@ -395,8 +397,8 @@ acc_result_t acc__node_all_reduce(acc_t *acc, void *buf, size_t count, acc_dtype
   acc_result_t r =
       acc__node_local_done(nd, acc_shm_all_reduce(nd->shm, buf, count, dtype, o, err, errlen));
   if (r == ACC_OK && leading(nd))
-    r = leaders_done(
-        nd, count * acc_dtype_size(dtype),
+    r = acc__node_cross_done(
+        acc, nd->leaders, count * acc_dtype_size(dtype),
         acc_gloo_all_reduce_algo(nd->leaders, buf, count, dtype, o, ACC_GLOO_AUTO, err, errlen));
   if (r == ACC_OK)
     r = acc__node_local_done(
@@ -414,7 +416,8 @@ acc_result_t acc__node_broadcast(acc_t *acc, void *buf, size_t bytes, int root, 
   if (nd->node == rnode) /* the root's node first: its leader then has the data */
     r = acc__node_local_done(nd, acc_shm_broadcast(nd->shm, buf, bytes, rmember, err, errlen));
   if (r == ACC_OK && leading(nd))
-    r = leaders_done(nd, bytes, acc_gloo_broadcast(nd->leaders, buf, bytes, rnode, err, errlen));
+    r = acc__node_cross_done(acc, nd->leaders, bytes,
+                             acc_gloo_broadcast(nd->leaders, buf, bytes, rnode, err, errlen));
   if (r == ACC_OK && nd->node != rnode)
     r = acc__node_local_done(nd, acc_shm_broadcast(nd->shm, buf, bytes, 0, err, errlen));
   return r;
@@ -433,7 +436,8 @@ static acc_result_t all_gather_nodes(acc_t *acc, const void *send, void *recv, s
   if (r == ACC_OK)
     r = acc__node_local_done(nd, acc_shm_all_gather(nd->shm, send, local, bytes, err, errlen));
   if (r == ACC_OK && leading(nd))
-    r = leaders_done(nd, block, acc_gloo_all_gather(nd->leaders, local, all, block, err, errlen));
+    r = acc__node_cross_done(acc, nd->leaders, block,
+                             acc_gloo_all_gather(nd->leaders, local, all, block, err, errlen));
   if (r == ACC_OK && leading(nd))
     for (int q = 0; q < acc->world; q++)
       memcpy((unsigned char *)recv + (size_t)q * bytes,
@@ -497,7 +501,7 @@ acc_result_t acc__node_barrier(acc_t *acc, int leaving, char *err, size_t errlen
   if (nd->nnodes == 1)
     return r;
   if (r == ACC_OK && leading(nd))
-    r = leaders_done(nd, 0, acc_gloo_barrier(nd->leaders, err, errlen));
+    r = acc__node_cross_done(acc, nd->leaders, 0, acc_gloo_barrier(nd->leaders, err, errlen));
   if (r == ACC_OK)
     r = acc__node_local_done(nd, acc_shm_barrier(nd->shm, leaving, err, errlen));
   return r;

@@ -47,24 +47,6 @@ acc_result_t acc__node_replica_connect(acc_t *acc) {
              : acc__set_error(acc, r, "after connecting HYBRID_SHARD's replica groups: %s", err);
 }
 
-/* A call of the replica group that handed it `bytes` of payload
- * (counted: acc__node_cross_bytes) ended with r; a failure records the
- * rank it lost (member me of node k), and this node's members must not
- * wait for the result. */
-static acc_result_t replica_done(acc_t *acc, acc_gloo_t *g, size_t bytes, acc_result_t r) {
-  acc_node_t *nd = acc->node;
-  nd->cross_bytes += bytes;
-  if (r == ACC_OK)
-    return r;
-  int k = acc_gloo_lost_peer(g);
-  nd->lost = -1;
-  for (int q = 0; k >= 0 && q < acc->world; q++)
-    if (nd->node_of[q] == k && nd->index_of[q] == nd->me)
-      nd->lost = q;
-  acc_shm_abort(nd->shm);
-  return r;
-}
-
 acc_result_t acc__node_hybrid_reduce_scatter(acc_t *acc, const void *send, void *recv, size_t count,
                                              acc_dtype_t dtype, acc_op_t op, char *err,
                                              size_t errlen) {
@@ -80,7 +62,7 @@ acc_result_t acc__node_hybrid_reduce_scatter(acc_t *acc, const void *send, void 
       snprintf(err, errlen, "%s", acc->err);
       return ACC_ERR_PEER;
     }
-    r = replica_done(
+    r = acc__node_cross_done(
         acc, g, count * acc_dtype_size(dtype),
         acc_gloo_all_reduce_algo(g, recv, count, dtype, o, ACC_GLOO_AUTO, err, errlen));
   }

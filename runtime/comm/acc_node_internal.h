@@ -44,6 +44,14 @@ struct acc_node {
 int acc__node_gloo_group(acc_t *acc, acc_node_t *nd, int member, acc_gloo_t **g, const char *host,
                          const char *name, const char *what);
 
+/* A call of a Gloo group between nodes (the leaders', or HYBRID_SHARD's
+ * replica group: member nd->me of every node, numbered by node) that
+ * handed it `bytes` of payload (counted: acc__node_cross_bytes) ended
+ * with r; a failure records the rank it lost (this rank's member index
+ * on the lost node) and aborts the node's shared memory, so that its
+ * members do not wait for the result. Returns r. */
+acc_result_t acc__node_cross_done(acc_t *acc, acc_gloo_t *g, size_t bytes, acc_result_t r);
+
 /* A shared-memory call's result: a failure records the member it lost. */
 acc_result_t acc__node_local_done(acc_node_t *nd, acc_result_t r);
 
