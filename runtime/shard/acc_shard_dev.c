@@ -110,6 +110,20 @@ acc_result_t acc__shard_whole(acc_shard_t *sh, int what, int keep) {
   return ACC_OK;
 }
 
+acc_result_t acc__shard_offload_copy(acc_shard_t *sh, float *dst, const float *src, size_t n,
+                                     int to_device) {
+  char err[512];
+  acc_result_t r =
+      acc_optim_cuda_copy_host_async(dst, src, n, to_device, sh->acc->stream, err, sizeof err);
+  return r == ACC_OK ? ACC_OK : dev_failed(sh, r, "offload", err);
+}
+
+acc_result_t acc__shard_offload_wait(acc_shard_t *sh) {
+  char err[512];
+  acc_result_t r = acc_optim_cuda_sync(sh->acc->stream, err, sizeof err);
+  return r == ACC_OK ? ACC_OK : dev_failed(sh, r, "offload", err);
+}
+
 acc_result_t acc__shard_host_copy(acc_shard_t *sh, float *host, float *buf, size_t n, int to_host) {
   if (!n)
     return ACC_OK;

@@ -139,6 +139,11 @@ void acc__shard_offload_free(acc_shard_t *sh);
 float *acc__shard_opt_params(acc_shard_t *sh, const acc__shard_unit_t *u);
 float *acc__shard_opt_grads(acc_shard_t *sh, const acc__shard_unit_t *u);
 acc_result_t acc__shard_offload_step(acc_shard_t *sh);
+/* Offload: n floats between host and device memory on the accelerator's
+ * stream (to_device 1: src is host memory); waiting for that stream. */
+acc_result_t acc__shard_offload_copy(acc_shard_t *sh, float *dst, const float *src, size_t n,
+                                     int to_device);
+acc_result_t acc__shard_offload_wait(acc_shard_t *sh);
 /* Checkpoints: n floats between a host buffer and `buf` (the model's or
  * the shards'; to_host 1: buf -> host). On a device: synchronous, after
  * the device's pending work (acc_optim_cuda_copy). */

@@ -17,29 +17,7 @@
  */
 #include <stdlib.h>
 
-#include "acc_optim_cuda.h"
 #include "acc_shard_internal.h"
-
-/* n floats between host and device memory on the accelerator's stream. */
-static acc_result_t host_copy_async(acc_shard_t *sh, float *dst, const float *src, size_t n,
-                                    int to_device) {
-  char err[512];
-  acc_result_t r =
-      acc_optim_cuda_copy_host_async(dst, src, n, to_device, sh->acc->stream, err, sizeof err);
-  if (r != ACC_OK)
-    acc__set_error(sh->acc, r, "sharding (ZeRO stage %d) offload on device %d: %s", sh->stage,
-                   sh->acc->device, err);
-  return r;
-}
-
-static acc_result_t wait_stream(acc_shard_t *sh) {
-  char err[512];
-  acc_result_t r = acc_optim_cuda_sync(sh->acc->stream, err, sizeof err);
-  if (r != ACC_OK)
-    acc__set_error(sh->acc, r, "sharding (ZeRO stage %d) offload on device %d: %s", sh->stage,
-                   sh->acc->device, err);
-  return r;
-}
 
 acc_result_t acc__shard_offload_new(acc_shard_t *sh) {
   if (!sh->offload)
@@ -59,9 +37,10 @@ acc_result_t acc__shard_offload_pull(acc_shard_t *sh) {
     return ACC_OK;
   for (int i = 0; i < sh->nunits; i++) {
     const acc__shard_unit_t *u = &sh->units[i];
-    ACC_CHECK(host_copy_async(sh, sh->hP + u->soff, acc__shard_own_params(sh, u), u->own, 0));
+    ACC_CHECK(
+        acc__shard_offload_copy(sh, sh->hP + u->soff, acc__shard_own_params(sh, u), u->own, 0));
   }
-  return wait_stream(sh);
+  return acc__shard_offload_wait(sh);
 }
 
 void acc__shard_offload_free(acc_shard_t *sh) {
@@ -83,16 +62,18 @@ acc_result_t acc__shard_offload_step(acc_shard_t *sh) {
   for (int i = 0; i < sh->nunits; i++) { /* the owned gradients down */
     const acc__shard_unit_t *u = &sh->units[i];
     if (u->opt)
-      ACC_CHECK(host_copy_async(sh, sh->hG + u->soff, acc__shard_own_grads(sh, u), u->own, 0));
+      ACC_CHECK(
+          acc__shard_offload_copy(sh, sh->hG + u->soff, acc__shard_own_grads(sh, u), u->own, 0));
   }
-  ACC_CHECK(wait_stream(sh));
+  ACC_CHECK(acc__shard_offload_wait(sh));
   for (int i = 0; i < sh->nunits; i++)
     if (sh->units[i].opt && acc__optim_step_raw(sh->acc, sh->units[i].opt) < 0)
       return ACC_ERR_BACKEND;                          /* its error is set */
   for (int i = 0; i < sh->nunits && !sh->hostP; i++) { /* the updated parameters up */
     const acc__shard_unit_t *u = &sh->units[i];
     if (u->opt)
-      ACC_CHECK(host_copy_async(sh, acc__shard_own_params(sh, u), sh->hP + u->soff, u->own, 1));
+      ACC_CHECK(
+          acc__shard_offload_copy(sh, acc__shard_own_params(sh, u), sh->hP + u->soff, u->own, 1));
   }
   return ACC_OK;
 }
